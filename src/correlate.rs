@@ -1,0 +1,1 @@
+//! Correlation: samples -> exchanges (per-request lifecycle), hop links, component state over time.

@@ -1,0 +1,1 @@
+//! Discovery: /proc + probe profiles -> Topology.

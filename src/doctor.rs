@@ -1,0 +1,1 @@
+//! doctor: what can be sampled here and why not.

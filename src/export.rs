@@ -1,0 +1,1 @@
+//! Export the request timeline as Chrome trace-event JSON (Perfetto).

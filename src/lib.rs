@@ -1,0 +1,30 @@
+//! wedgewatch: attach to a running LLM inference stack and find the requests that were
+//! accepted and forgotten.
+//!
+//! Data flows one way: `sources` -> `model::Sample` -> `correlate` -> `detect` (findings)
+//! -> outputs (`snapshot`, `diff`, `export`, and the terminal UI behind the `tui` feature).
+//! Nothing in the core depends on a terminal library.
+
+pub mod clock;
+pub mod correlate;
+pub mod daemon;
+pub mod detect;
+pub mod diff;
+pub mod discover;
+pub mod doctor;
+pub mod error;
+pub mod export;
+pub mod http;
+pub mod model;
+pub mod probes;
+pub mod prom;
+pub mod record;
+pub mod redact;
+pub mod report;
+pub mod sampler;
+pub mod snapshot;
+pub mod sources;
+#[cfg(feature = "tui")]
+pub mod tui;
+
+pub use error::{Error, Result};

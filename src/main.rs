@@ -1,0 +1,5 @@
+//! The `wedgewatch` command line: a thin front over the library.
+
+fn main() -> anyhow::Result<()> {
+    Ok(())
+}

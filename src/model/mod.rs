@@ -1,0 +1,10 @@
+//! The one data model every output renders: topology, samples from each source, and the
+//! snapshot contract (`wedgewatch.snapshot/1`, `wedgewatch.diff/1`).
+
+pub mod sample;
+pub mod snapshot;
+pub mod topology;
+
+pub use sample::*;
+pub use snapshot::*;
+pub use topology::*;

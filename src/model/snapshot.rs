@@ -1,0 +1,233 @@
+//! The snapshot/diff contract (`wedgewatch.snapshot/1`, `wedgewatch.diff/1`). Fields may be
+//! added; none of the contract's may change meaning without a new schema version.
+
+use super::sample::SourceStatus;
+use super::topology::{Edge, Role};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+pub const SNAPSHOT_SCHEMA: &str = "wedgewatch.snapshot/1";
+pub const DIFF_SCHEMA: &str = "wedgewatch.diff/1";
+pub const REDACTED: &str = "<redacted>";
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Snapshot {
+    pub schema: String,
+    pub taken_at: String,
+    pub window_ms: f64,
+    pub sources: BTreeMap<String, SourceStatus>,
+    pub components: Vec<SnapComponent>,
+    pub requests: Vec<Request>,
+    pub gpus: Vec<SnapGpu>,
+    pub threads: Vec<SnapThread>,
+    pub findings: Vec<Finding>,
+    /// Added fields (allowed by the contract).
+    #[serde(default)]
+    pub edges: Vec<Edge>,
+    /// Whether secrets were redacted (false only with `--no-redact`).
+    #[serde(default = "yes")]
+    pub redacted: bool,
+    #[serde(default)]
+    pub config_changed: Vec<Change>,
+    #[serde(default)]
+    pub tool: BTreeMap<String, String>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SnapComponent {
+    pub id: String,
+    pub role: Role,
+    pub stack: String,
+    pub pids: Vec<i32>,
+    pub main_pid: Option<i32>,
+    pub listen: Vec<String>,
+    pub started_at: Option<String>,
+    pub cmdline: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    pub gpus: Vec<u32>,
+    #[serde(default)]
+    pub parent: Option<String>,
+    #[serde(default)]
+    pub title: Option<String>,
+    #[serde(default)]
+    pub exe: Option<String>,
+    /// Process identity `pid:start_ticks` of the main process, to spot restarts.
+    #[serde(default)]
+    pub identity: Option<String>,
+    /// Per-process facts (state, threads, fds, cpu, rss, nspid, field errors).
+    #[serde(default)]
+    pub processes: Vec<serde_json::Value>,
+    /// Socket counts by state.
+    #[serde(default)]
+    pub sockets: BTreeMap<String, u32>,
+    /// Selected metrics (logical name -> value) and rates (`<name>_rate`).
+    #[serde(default)]
+    pub metrics: BTreeMap<String, f64>,
+    /// GPU activity verdict (`working`, `idle`, `spinning`, `unknown`).
+    #[serde(default)]
+    pub gpu_activity: Option<String>,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RequestState {
+    WaitingFirstByte,
+    Streaming,
+    Stalled,
+    Done,
+    Idle,
+    Closed,
+}
+
+impl RequestState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RequestState::WaitingFirstByte => "waiting_first_byte",
+            RequestState::Streaming => "streaming",
+            RequestState::Stalled => "stalled",
+            RequestState::Done => "done",
+            RequestState::Idle => "idle",
+            RequestState::Closed => "closed",
+        }
+    }
+}
+
+/// One HTTP exchange on one TCP connection, as seen at the server side of a hop.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Request {
+    pub id: String,
+    /// Component serving it (the server side of the connection).
+    pub component: String,
+    pub client: String,
+    pub server: String,
+    pub state: RequestState,
+    pub age_ms: f64,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    pub idle_out_ms: f64,
+    pub links: Vec<String>,
+    #[serde(default)]
+    pub role: Option<Role>,
+    /// Component on the client side, when known.
+    #[serde(default)]
+    pub client_component: Option<String>,
+    /// Confidence of the links (0..1).
+    #[serde(default)]
+    pub link_confidence: Option<f64>,
+    #[serde(default)]
+    pub started_at: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SnapGpuProcess {
+    pub pid: i64,
+    pub used_mem_bytes: Option<u64>,
+    #[serde(default)]
+    pub sm_util_pct: Option<u32>,
+    #[serde(default)]
+    pub component: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SnapGpu {
+    pub index: u32,
+    pub name: String,
+    pub util_pct: Option<f64>,
+    pub power_w: Option<f64>,
+    pub processes: Vec<SnapGpuProcess>,
+    #[serde(default)]
+    pub uuid: Option<String>,
+    #[serde(default)]
+    pub mem_used_bytes: Option<u64>,
+    #[serde(default)]
+    pub activity: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SnapThread {
+    pub pid: i32,
+    pub tid: i32,
+    pub name: Option<String>,
+    pub state: String,
+    pub frames: Vec<String>,
+    #[serde(default)]
+    pub component: Option<String>,
+    /// The classified state in each dump of the window, oldest first.
+    #[serde(default)]
+    pub states_over_window: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Severity {
+    Info,
+    Warning,
+    Critical,
+}
+
+impl Severity {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Severity::Info => "info",
+            Severity::Warning => "warning",
+            Severity::Critical => "critical",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Evidence {
+    pub source: String,
+    pub detail: String,
+}
+
+impl Evidence {
+    pub fn new(source: impl Into<String>, detail: impl Into<String>) -> Self {
+        Evidence {
+            source: source.into(),
+            detail: detail.into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Finding {
+    pub kind: String,
+    pub severity: Severity,
+    pub component: Option<String>,
+    pub role: Option<Role>,
+    pub summary: String,
+    pub requests: Vec<String>,
+    pub evidence: Vec<Evidence>,
+    /// Why this matters and what to do next.
+    #[serde(default)]
+    pub explanation: Option<String>,
+}
+
+/// One difference between two snapshots (the diff contract).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Change {
+    pub component: String,
+    pub role: Role,
+    /// `env`, `cmdline`, `version`, `config`, `topology`, `process`.
+    pub field: String,
+    pub key: Option<String>,
+    pub before: Option<String>,
+    pub after: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DiffReport {
+    pub schema: String,
+    pub changes: Vec<Change>,
+    #[serde(default)]
+    pub before_taken_at: Option<String>,
+    #[serde(default)]
+    pub after_taken_at: Option<String>,
+}

@@ -1,0 +1,194 @@
+//! What the stack looks like: components (a role played by one or more processes) and the
+//! edges between them.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// The role a component plays in the stack (the snapshot contract's `role` enum).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    Proxy,
+    Router,
+    Prefill,
+    Decode,
+    Engine,
+    Scheduler,
+    Detokenizer,
+    Client,
+    Other,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Proxy => "proxy",
+            Role::Router => "router",
+            Role::Prefill => "prefill",
+            Role::Decode => "decode",
+            Role::Engine => "engine",
+            Role::Scheduler => "scheduler",
+            Role::Detokenizer => "detokenizer",
+            Role::Client => "client",
+            Role::Other => "other",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Role> {
+        Some(match s {
+            "proxy" => Role::Proxy,
+            "router" => Role::Router,
+            "prefill" => Role::Prefill,
+            "decode" => Role::Decode,
+            "engine" => Role::Engine,
+            "scheduler" => Role::Scheduler,
+            "detokenizer" => Role::Detokenizer,
+            "client" => Role::Client,
+            "other" => Role::Other,
+            _ => return None,
+        })
+    }
+
+    /// Serving engines: the components that own schedulers and GPUs.
+    pub fn is_engine(self) -> bool {
+        matches!(self, Role::Prefill | Role::Decode | Role::Engine)
+    }
+
+    /// How deep in the request path this role sits; the deepest hop is blamed for a wedge.
+    pub fn depth(self) -> u8 {
+        match self {
+            Role::Client => 0,
+            Role::Proxy | Role::Other => 1,
+            Role::Router => 2,
+            Role::Prefill | Role::Engine => 3,
+            Role::Decode => 4,
+            Role::Scheduler | Role::Detokenizer => 5,
+        }
+    }
+}
+
+impl std::fmt::Display for Role {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One component of the stack: an engine with its scheduler children, the router, a proxy.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Component {
+    /// Stable across restarts: role + listen address (e.g. `decode@127.0.0.1:31012`), or
+    /// `scheduler_TP0@decode@127.0.0.1:31012` for children.
+    pub id: String,
+    pub role: Role,
+    /// `sglang`, `vllm`, `generic`, ...
+    pub stack: String,
+    /// Name of the probe profile that recognised it.
+    pub profile: String,
+    pub pids: Vec<i32>,
+    pub main_pid: Option<i32>,
+    /// Listen addresses as `ip:port`.
+    pub listen: Vec<String>,
+    /// GPU indices from `CUDA_VISIBLE_DEVICES` (hint) or NVML's process list (fact).
+    pub gpus: Vec<u32>,
+    /// Component id of the parent (a scheduler's engine).
+    pub parent: Option<String>,
+    pub children: Vec<String>,
+    /// Base URL of its HTTP API (`http://127.0.0.1:31012`), if any.
+    pub http_url: Option<String>,
+    /// Full URL of its Prometheus endpoint, if any.
+    pub metrics_url: Option<String>,
+    /// Title set by setproctitle (`sglang::scheduler_TP0`), when it differs from the cmdline.
+    pub title: Option<String>,
+    /// Free-form facts from the profile (mode, tp size, ...).
+    pub labels: BTreeMap<String, String>,
+}
+
+impl Component {
+    pub fn new(id: impl Into<String>, role: Role, stack: impl Into<String>) -> Self {
+        Component {
+            id: id.into(),
+            role,
+            stack: stack.into(),
+            profile: String::new(),
+            pids: Vec::new(),
+            main_pid: None,
+            listen: Vec::new(),
+            gpus: Vec::new(),
+            parent: None,
+            children: Vec::new(),
+            http_url: None,
+            metrics_url: None,
+            title: None,
+            labels: BTreeMap::new(),
+        }
+    }
+
+    /// Listen ports, parsed from `listen`.
+    pub fn listen_ports(&self) -> Vec<u16> {
+        self.listen
+            .iter()
+            .filter_map(|a| a.rsplit(':').next()?.parse().ok())
+            .collect()
+    }
+}
+
+/// How an edge was learnt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EdgeOrigin {
+    /// From a component's configuration (router flags, `/workers`).
+    Config,
+    /// From live TCP connections.
+    Sockets,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Edge {
+    pub from: String,
+    pub to: String,
+    pub origin: EdgeOrigin,
+    /// Established connections seen from -> to in the latest socket sample.
+    pub connections: Option<u32>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Topology {
+    pub components: Vec<Component>,
+    pub edges: Vec<Edge>,
+}
+
+impl Topology {
+    pub fn component(&self, id: &str) -> Option<&Component> {
+        self.components.iter().find(|c| c.id == id)
+    }
+
+    /// The component a pid belongs to (the most specific one: a scheduler before its engine).
+    pub fn component_of_pid(&self, pid: i32) -> Option<&Component> {
+        self.components
+            .iter()
+            .filter(|c| c.pids.contains(&pid))
+            .max_by_key(|c| c.role.depth())
+    }
+
+    /// The component listening on `port` (any address).
+    pub fn component_listening_on(&self, port: u16) -> Option<&Component> {
+        self.components
+            .iter()
+            .find(|c| c.listen_ports().contains(&port))
+    }
+
+    /// Adds an edge unless one with the same ends exists; updates its connection count.
+    pub fn upsert_edge(&mut self, edge: Edge) {
+        if let Some(e) = self
+            .edges
+            .iter_mut()
+            .find(|e| e.from == edge.from && e.to == edge.to)
+        {
+            if edge.connections.is_some() {
+                e.connections = edge.connections;
+            }
+        } else {
+            self.edges.push(edge);
+        }
+    }
+}

@@ -1,0 +1,1 @@
+//! A lenient Prometheus text-format parser.

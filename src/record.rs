@@ -1,0 +1,1 @@
+//! Recordings: append-only, size-bounded segment files of samples, tolerant of a torn tail.

@@ -1,0 +1,1 @@
+//! Redaction of secrets in env and cmdlines.

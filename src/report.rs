@@ -1,0 +1,1 @@
+//! report.md: the snapshot rendered as Markdown for a bug report.

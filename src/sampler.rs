@@ -1,0 +1,1 @@
+//! The sampler: runs each source on its own cadence under its timeout.

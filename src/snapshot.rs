@@ -1,0 +1,1 @@
+//! Building the snapshot (contract) from the model and writing the bundle atomically.

@@ -1,0 +1,1 @@
+//! GPU activity through NVML (nvml-wrapper).

@@ -1,0 +1,1 @@
+//! Process facts from /proc.

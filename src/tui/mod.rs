@@ -1,0 +1,1 @@
+//! The terminal UI (ratatui). The only module that may depend on ratatui.
