@@ -8,9 +8,9 @@
 //! the key.
 
 use crate::error::{Error, Result};
+use crate::model::Role;
 use crate::sources::metrics::MetricMap;
 use crate::sources::stacks::StackRule;
-use crate::model::Role;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -252,8 +252,17 @@ mod tests {
     #[test]
     fn builtin_profiles_load() {
         let set = ProbeSet::builtin().expect("built-in probes load");
-        for name in ["sglang-engine", "sglang-scheduler", "sglang-router", "vllm-engine", "generic-proxy"] {
-            assert!(set.profile(name).is_some(), "missing built-in profile {name}");
+        for name in [
+            "sglang-engine",
+            "sglang-scheduler",
+            "sglang-router",
+            "vllm-engine",
+            "generic-proxy",
+        ] {
+            assert!(
+                set.profile(name).is_some(),
+                "missing built-in profile {name}"
+            );
         }
     }
 
