@@ -767,7 +767,27 @@ impl<'a> Builder<'a> {
             .as_ref()
             .and_then(|f| flag_value(&args, f))
             .and_then(|v| v.parse::<u16>().ok());
-        let port = flag_port.or_else(|| {
+        // arguments lost (titled, no launcher): ask each listen socket for the workers
+        // endpoint; the one that answers is the HTTP API (the other is metrics)
+        let probed_port = if args.is_empty()
+            && m.titled
+            && flag_port.is_none()
+            && self.opts.query_endpoints
+        {
+            prof.workers_endpoint.as_ref().and_then(|path| {
+                sockets.iter().take(4).find_map(|s| {
+                    let body =
+                        loopback_get(&s.ip().to_string(), s.port(), path, self.opts.http_timeout)
+                            .ok()?;
+                    serde_json::from_str::<serde_json::Value>(&body)
+                        .ok()
+                        .map(|_| s.port())
+                })
+            })
+        } else {
+            None
+        };
+        let port = flag_port.or(probed_port).or_else(|| {
             match prof.default_port {
                 Some(d) if sockets.is_empty() || sockets.iter().any(|s| s.port() == d) => Some(d),
                 // the default is not what it listens on: trust the sockets
