@@ -45,7 +45,13 @@ struct Global {
     #[arg(long = "url", value_name = "URL", global = true)]
     urls: Vec<String>,
     /// procfs root (for fixture trees in tests).
-    #[arg(long, value_name = "PATH", default_value = "/proc", global = true, hide = true)]
+    #[arg(
+        long,
+        value_name = "PATH",
+        default_value = "/proc",
+        global = true,
+        hide = true
+    )]
     proc_root: PathBuf,
     /// Do not redact secrets (the output says so).
     #[arg(long, global = true)]
@@ -129,7 +135,11 @@ fn discover_options(g: &Global) -> DiscoverOptions {
 /// Everything the snapshot is made of. Today: topology + process facts, other sources marked
 /// "not sampled in this build". When the sampler/correlator lands, this is the one call to
 /// replace (it returns the correlator's `SnapshotParts` for the window).
-fn collect_parts(g: &Global, topology: Topology, _window: Duration) -> anyhow::Result<SnapshotParts> {
+fn collect_parts(
+    g: &Global,
+    topology: Topology,
+    _window: Duration,
+) -> anyhow::Result<SnapshotParts> {
     let source = ProcessesSource::new(g.proc_root.clone());
     let (facts, status) = source.collect(&processes::topology_pids(&topology));
     Ok(snapshot::process_only_parts(
@@ -159,7 +169,9 @@ fn cmd_snapshot(g: &Global, a: SnapshotArgs) -> anyhow::Result<i32> {
         // compare like with like: the baseline was redacted (or not) the same way
         let now = snapshot::assemble(parts.clone(), &opts);
         let d = diff::diff_snapshots(&before, &now);
-        parts.findings.extend(diff::findings_from_changes(&d.changes));
+        parts
+            .findings
+            .extend(diff::findings_from_changes(&d.changes));
         parts.config_changed = d.changes;
     }
     let bundle = snapshot::assemble_bundle(parts, &opts);
@@ -181,7 +193,8 @@ fn cmd_diff(a: DiffArgs) -> anyhow::Result<i32> {
     if a.json {
         println!("{}", serde_json::to_string_pretty(&d)?);
     } else {
-        let color = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+        let color = std::io::stdout().is_terminal()
+            && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
         print!("{}", diff::render_human(&d, color));
     }
     Ok(0)

@@ -173,9 +173,19 @@ pub fn facts_with_boot(proc_root: &Path, pid: i32, boot_ms: Option<Millis>) -> P
         Ok(p) => f.exe = Some(p.to_string_lossy().into_owned()),
         Err(e) => push("exe", reason(&e)),
     }
-    match proc.fd_count() {
-        Ok(n) => f.fd_count = Some(n as u32),
-        Err(e) => push("fds", reason(&e)),
+    // procfs's fast path (st_size of the fd dir) only holds on a real procfs; fixture
+    // trees are plain directories, so count entries there
+    if proc_root == Path::new("/proc") {
+        match proc.fd_count() {
+            Ok(n) => f.fd_count = Some(n as u32),
+            Err(e) => push("fds", reason(&e)),
+        }
+    } else {
+        let fd_dir = proc_dir(proc_root, pid).join("fd");
+        match std::fs::read_dir(&fd_dir) {
+            Ok(rd) => f.fd_count = Some(rd.count() as u32),
+            Err(e) => push("fds", io_reason(&e, &fd_dir)),
+        }
     }
     match read_threads(&proc_dir(proc_root, pid)) {
         Ok(t) => f.threads = Some(t),
