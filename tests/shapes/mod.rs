@@ -113,3 +113,37 @@ impl Drop for Shape {
 pub fn wedgewatch() -> Command {
     Command::new(env!("CARGO_BIN_EXE_wedgewatch"))
 }
+
+/// A snapshot (processes only) of the components whose main pid is one of `pids`, and their
+/// children: tests on a shared machine must not depend on other people's processes.
+pub fn snapshot_of(pids: &[i32], redact: bool) -> wedgewatch::model::Snapshot {
+    use wedgewatch::discover::{self, DiscoverOptions};
+    use wedgewatch::snapshot::{self, AssembleOptions};
+    use wedgewatch::sources::processes::{self, ProcessesSource};
+    let probes = wedgewatch::probes::ProbeSet::builtin().expect("probes");
+    let mut topo = discover::discover(&probes, &DiscoverOptions::default()).expect("discover");
+    let ours: Vec<String> = topo
+        .components
+        .iter()
+        .filter(|c| c.main_pid.is_some_and(|p| pids.contains(&p)))
+        .map(|c| c.id.clone())
+        .collect();
+    topo.components
+        .retain(|c| ours.contains(&c.id) || c.parent.as_ref().is_some_and(|p| ours.contains(p)));
+    topo.edges
+        .retain(|e| ours.contains(&e.from) && ours.contains(&e.to));
+    let (facts, status) = ProcessesSource::new("/proc").collect(&processes::topology_pids(&topo));
+    let parts = snapshot::process_only_parts(
+        topo,
+        facts,
+        status,
+        wedgewatch::clock::Clock::now_ms(&wedgewatch::clock::SystemClock),
+    );
+    snapshot::assemble(
+        parts,
+        &AssembleOptions {
+            redact,
+            ..AssembleOptions::default()
+        },
+    )
+}
