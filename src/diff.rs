@@ -174,6 +174,24 @@ fn diff_component(a: &SnapComponent, b: &SnapComponent, out: &mut Vec<Change>) {
     }
 }
 
+type ChangeKey = (
+    String,
+    String,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+);
+
+fn change_key(c: &Change) -> ChangeKey {
+    (
+        c.component.clone(),
+        c.field.clone(),
+        c.key.clone(),
+        c.before.clone(),
+        c.after.clone(),
+    )
+}
+
 /// Key for matching components that have no common id: role + listen set.
 fn loose_key(c: &SnapComponent) -> Option<(Role, Vec<String>)> {
     if c.listen.is_empty() {
@@ -250,36 +268,18 @@ pub fn diff_snapshots(before: &Snapshot, after: &Snapshot) -> DiffReport {
         .chain(before.components.iter())
         .filter_map(|c| c.parent.as_deref().map(|p| (c.id.as_str(), p)))
         .collect();
-    let parent_changes: BTreeSet<(
-        String,
-        String,
-        Option<String>,
-        Option<String>,
-        Option<String>,
-    )> = out
-        .iter()
-        .map(|c| {
-            (
-                c.component.clone(),
-                c.field.clone(),
-                c.key.clone(),
-                c.before.clone(),
-                c.after.clone(),
-            )
-        })
-        .collect();
+    // (component, field, key, before, after) of every change, to spot inherited ones
+    let parent_changes: BTreeSet<ChangeKey> = out.iter().map(change_key).collect();
     out.retain(|c| {
         if c.field == "process" || c.field == "topology" {
             return true;
         }
         match parent_of.get(c.component.as_str()) {
-            Some(p) => !parent_changes.contains(&(
-                p.to_string(),
-                c.field.clone(),
-                c.key.clone(),
-                c.before.clone(),
-                c.after.clone(),
-            )),
+            Some(p) => {
+                let mut k = change_key(c);
+                k.0 = p.to_string();
+                !parent_changes.contains(&k)
+            }
             None => true,
         }
     });

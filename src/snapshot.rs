@@ -191,7 +191,7 @@ pub fn assemble_bundle(parts: SnapshotParts, opts: &AssembleOptions) -> Bundle {
         sources.insert(k.as_str().to_string(), s);
     }
     let mut findings = parts.findings.clone();
-    findings.sort_by(|a, b| b.severity.cmp(&a.severity));
+    findings.sort_by_key(|f| std::cmp::Reverse(f.severity));
 
     let mut snapshot = Snapshot {
         schema: SNAPSHOT_SCHEMA.to_string(),
