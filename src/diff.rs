@@ -125,7 +125,8 @@ fn diff_component(a: &SnapComponent, b: &SnapComponent, out: &mut Vec<Change>) {
             b.exe.clone(),
         ));
     }
-    for key in ["version", "model"] {
+    // a version label, when a source provides one (model changes show as cmdline flags)
+    for key in ["version"] {
         if a.labels.get(key) != b.labels.get(key) {
             out.push(change(
                 b,

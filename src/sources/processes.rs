@@ -365,6 +365,46 @@ mod tests {
         assert_eq!(f.nspid.as_ref().and_then(|n| n.last().copied()), Some(me));
     }
 
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn source_samples_every_topology_pid_quickly() {
+        let me = std::process::id() as i32;
+        let mut topo = Topology::default();
+        let mut c = crate::model::Component::new("engine@x", crate::model::Role::Engine, "t");
+        c.pids = vec![me];
+        c.labels
+            .insert(crate::discover::LABEL_ENV_PID.into(), "1".into());
+        topo.components.push(c);
+        let mut gone = crate::model::Component::new("other@y", crate::model::Role::Other, "t");
+        gone.pids = vec![i32::MAX - 3];
+        topo.components.push(gone);
+        let src = ProcessesSource::new("/proc");
+        let clock = crate::clock::FakeClock::new(42);
+        let s = src.sample(&topo, &clock).await;
+        assert_eq!(s.t_ms, 42);
+        let Payload::Processes(facts) = &s.payload else {
+            panic!("wrong payload {:?}", s.payload.kind())
+        };
+        let pids: Vec<i32> = facts.iter().map(|f| f.pid).collect();
+        assert_eq!(pids, vec![1, me, i32::MAX - 3]);
+        // the vanished pid degrades the source, with a reason naming it
+        assert_eq!(s.status.status, crate::model::Status::Degraded);
+        assert!(s
+            .status
+            .reason
+            .as_deref()
+            .is_some_and(|r| r.contains(&(i32::MAX - 3).to_string())));
+        // cheap enough for 1 Hz on ~10 pids
+        let t0 = Instant::now();
+        for _ in 0..10 {
+            let _ = facts_with_boot(Path::new("/proc"), me, Some(0));
+        }
+        assert!(
+            t0.elapsed() < std::time::Duration::from_millis(500),
+            "{:?}",
+            t0.elapsed()
+        );
+    }
+
     #[test]
     fn vanished_pid_records_reasons_per_field() {
         let f = facts(Path::new("/proc"), i32::MAX - 7);
