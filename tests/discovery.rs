@@ -371,3 +371,131 @@ fn live_permission_denied_is_per_field() {
 }
 
 use std::os::unix::process::CommandExt;
+
+/// Polls discovery until `ready` holds (the real router needs a moment to bind), bounded.
+fn discover_until(ready: impl Fn(&Topology) -> bool) -> Topology {
+    let probes = ProbeSet::builtin().expect("probes");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let topo = discover::discover(&probes, &DiscoverOptions::default()).expect("discover");
+        if ready(&topo) || std::time::Instant::now() > deadline {
+            return topo;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn real_sglang_router_is_discovered() {
+    let Some(py) = shapes::lab_python_with_router() else {
+        eprintln!(
+            "SKIP real_sglang_router_is_discovered: no sglang-router in tests/lab/.venv \
+             (run `python3 tests/lab/lab.py setup` or pip install sglang-router==0.3.2 there)"
+        );
+        return;
+    };
+    let py = py.to_string_lossy().into_owned();
+    let (p, d, r, rm, r2, r2m) = (
+        free_port(),
+        free_port(),
+        free_port(),
+        free_port(),
+        free_port(),
+        free_port(),
+    );
+    let prefill = Shape::engine("prefill", p, 1, &[], &[]);
+    let decode = Shape::engine("decode", d, 1, &[], &[]);
+    let (purl, durl) = (
+        format!("http://127.0.0.1:{p}"),
+        format!("http://127.0.0.1:{d}"),
+    );
+    let (rs, rms, r2s, r2ms) = (
+        r.to_string(),
+        rm.to_string(),
+        r2.to_string(),
+        r2m.to_string(),
+    );
+    let common = [
+        "--prometheus-host",
+        "127.0.0.1",
+        "--shutdown-grace-period-secs",
+        "1",
+    ];
+    let env = [("HF_ENDPOINT", "http://127.0.0.1:9")];
+    // PD mode under `timeout` (its launcher keeps the arguments)
+    let mut argv = vec![
+        "timeout",
+        "60",
+        &py,
+        "-m",
+        "sglang_router.launch_router",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        &rs,
+        "--pd-disaggregation",
+        "--prefill",
+        &purl,
+        "38998",
+        "--decode",
+        &durl,
+        "--prometheus-port",
+        &rms,
+    ];
+    argv.extend_from_slice(&common);
+    let router = Shape::spawn_real(&argv, &env);
+    // regular mode started directly: arguments survive nowhere, /workers answers
+    let mut argv = vec![
+        &py as &str,
+        "-m",
+        "sglang_router.launch_router",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        &r2s,
+        "--worker-urls",
+        &durl,
+        "--prometheus-port",
+        &r2ms,
+    ];
+    argv.extend_from_slice(&common);
+    let bare = Shape::spawn_real(&argv, &env);
+
+    let rid = format!("router@127.0.0.1:{r}");
+    let r2id = format!("router@127.0.0.1:{r2}");
+    let did = format!("decode@127.0.0.1:{d}");
+    let topo = discover_until(|t| {
+        t.component(&rid)
+            .is_some_and(|c| c.listen.len() >= 2 && c.title.is_some())
+            && t.component(&r2id).is_some_and(|c| {
+                c.labels.get("workers_source").map(String::as_str) == Some("GET /workers")
+            })
+    });
+    let rc = comp(&topo, &rid);
+    assert_eq!(rc.role, Role::Router);
+    assert_eq!(
+        rc.title.as_deref(),
+        Some("sglang::router"),
+        "the real router retitles itself"
+    );
+    assert_eq!(rc.labels.get(LABEL_ARGS_PID), Some(&router.pid.to_string()));
+    assert_eq!(
+        rc.metrics_url,
+        Some(format!("http://127.0.0.1:{rm}/metrics"))
+    );
+    assert!(has_edge(
+        &topo,
+        &rid,
+        &format!("prefill@127.0.0.1:{p}"),
+        EdgeOrigin::Config
+    ));
+    assert!(has_edge(&topo, &rid, &did, EdgeOrigin::Config));
+    let bc = comp(&topo, &r2id);
+    assert_eq!(bc.main_pid, Some(bare.pid));
+    assert_eq!(
+        bc.labels.get("workers_source").map(String::as_str),
+        Some("GET /workers")
+    );
+    assert!(has_edge(&topo, &r2id, &did, EdgeOrigin::Config));
+    drop((prefill, decode, router, bare));
+}

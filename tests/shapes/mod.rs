@@ -69,6 +69,29 @@ impl Shape {
         shape
     }
 
+    /// Starts `argv` in its own process group without waiting for READY and without the
+    /// pyshapes on PYTHONPATH (for real programs such as the real router).
+    pub fn spawn_real(argv: &[&str], env: &[(&str, &str)]) -> Shape {
+        let mut cmd = Command::new(argv[0]);
+        cmd.args(&argv[1..])
+            .current_dir(std::env::temp_dir())
+            .env_remove("PYTHONPATH")
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0);
+        let child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {argv:?}: {e}"));
+        let pid = child.id() as i32;
+        Shape {
+            child,
+            pid,
+            ready: Vec::new(),
+        }
+    }
+
     /// An SGLang engine shape.
     pub fn engine(mode: &str, port: u16, tp: u32, extra: &[&str], env: &[(&str, &str)]) -> Shape {
         let port = port.to_string();
@@ -107,6 +130,20 @@ impl Drop for Shape {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The lab venv's python when the real router (sglang-router) is installed there
+/// (`WEDGEWATCH_LAB_VENV` or `tests/lab/.venv`; created by `python3 tests/lab/lab.py setup`).
+pub fn lab_python_with_router() -> Option<PathBuf> {
+    let venv = std::env::var_os("WEDGEWATCH_LAB_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/lab/.venv"));
+    let py = venv.join("bin/python");
+    let has_router = std::fs::read_dir(venv.join("lib"))
+        .ok()?
+        .flatten()
+        .any(|d| d.path().join("site-packages/sglang_router").is_dir());
+    (py.is_file() && has_router).then_some(py)
 }
 
 /// The wedgewatch binary under test.
