@@ -418,3 +418,175 @@ pub fn render_human(d: &DiffReport, color: bool) -> String {
     }
     o
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{REDACTED, SNAPSHOT_SCHEMA};
+
+    fn comp(
+        id: &str,
+        role: Role,
+        parent: Option<&str>,
+        env: &[(&str, &str)],
+        ident: &str,
+    ) -> SnapComponent {
+        SnapComponent {
+            id: id.into(),
+            role,
+            stack: "sglang".into(),
+            pids: vec![1],
+            main_pid: Some(1),
+            listen: vec![id.rsplit('@').next().unwrap_or("").to_string()],
+            started_at: None,
+            cmdline: vec![
+                "python".into(),
+                "-m".into(),
+                "x".into(),
+                "--port".into(),
+                "1".into(),
+            ],
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            gpus: vec![],
+            parent: parent.map(str::to_string),
+            title: None,
+            exe: Some("/usr/bin/python3".into()),
+            identity: Some(ident.into()),
+            processes: vec![],
+            sockets: Default::default(),
+            metrics: Default::default(),
+            gpu_activity: None,
+            labels: Default::default(),
+        }
+    }
+
+    fn snap(components: Vec<SnapComponent>) -> Snapshot {
+        Snapshot {
+            schema: SNAPSHOT_SCHEMA.into(),
+            taken_at: "2026-11-29T12:00:00.000Z".into(),
+            window_ms: 0.0,
+            sources: Default::default(),
+            components,
+            requests: vec![],
+            gpus: vec![],
+            threads: vec![],
+            findings: vec![],
+            edges: vec![],
+            redacted: true,
+            config_changed: vec![],
+            tool: Default::default(),
+        }
+    }
+
+    #[test]
+    fn inherited_child_changes_are_reported_once_and_env_first() {
+        let d = "decode@127.0.0.1:2";
+        let s = "scheduler@decode@127.0.0.1:2";
+        let a = snap(vec![
+            comp(d, Role::Decode, None, &[("A", "1")], "1:10"),
+            comp(s, Role::Scheduler, Some(d), &[("A", "1")], "2:11"),
+            comp(
+                "prefill@127.0.0.1:3",
+                Role::Prefill,
+                None,
+                &[("A", "1")],
+                "3:12",
+            ),
+            comp("proxy@127.0.0.1:4", Role::Proxy, None, &[], "4:1"),
+        ]);
+        let mut b = snap(vec![
+            comp(d, Role::Decode, None, &[("A", "1"), ("KNOB", "1")], "5:20"),
+            comp(
+                s,
+                Role::Scheduler,
+                Some(d),
+                &[("A", "1"), ("KNOB", "1")],
+                "6:21",
+            ),
+            comp(
+                "prefill@127.0.0.1:3",
+                Role::Prefill,
+                None,
+                &[("A", "1")],
+                "3:12",
+            ),
+            comp("router@127.0.0.1:9", Role::Router, None, &[], "9:1"),
+        ]);
+        b.components[2].cmdline[4] = "7".into();
+        let r = diff_snapshots(&a, &b);
+        let first = &r.changes[0];
+        assert_eq!(
+            (
+                first.component.as_str(),
+                first.field.as_str(),
+                first.key.as_deref()
+            ),
+            (d, "env", Some("KNOB"))
+        );
+        assert_eq!(
+            r.changes.iter().filter(|c| c.field == "env").count(),
+            1,
+            "{:#?}",
+            r.changes
+        );
+        let cmd = r
+            .changes
+            .iter()
+            .find(|c| c.field == "cmdline")
+            .expect("cmdline change");
+        assert_eq!(
+            (
+                cmd.key.as_deref(),
+                cmd.before.as_deref(),
+                cmd.after.as_deref()
+            ),
+            (Some("--port"), Some("1"), Some("7"))
+        );
+        assert!(r
+            .changes
+            .iter()
+            .any(|c| c.field == "topology" && c.after.as_deref() == Some("router@127.0.0.1:9")));
+        assert!(r
+            .changes
+            .iter()
+            .any(|c| c.field == "topology" && c.before.as_deref() == Some("proxy@127.0.0.1:4")));
+        let restarts: Vec<&str> = r
+            .changes
+            .iter()
+            .filter(|c| c.field == "process")
+            .map(|c| c.component.as_str())
+            .collect();
+        assert_eq!(restarts, vec![d, s]);
+        // colour only when asked, env lines bold
+        let human = render_human(&r, true);
+        assert!(human.contains("\x1b[1;32m+ env KNOB=1"), "{human}");
+        assert!(!render_human(&r, false).contains('\x1b'));
+        let f = findings_from_changes(&r.changes);
+        assert_eq!(f.len(), 2, "decode env, prefill cmdline: {f:#?}");
+    }
+
+    #[test]
+    fn redacted_values_do_not_count_as_changes_but_added_secrets_do() {
+        let d = "decode@127.0.0.1:2";
+        let a = snap(vec![comp(
+            d,
+            Role::Decode,
+            None,
+            &[("HF_TOKEN", REDACTED)],
+            "1:1",
+        )]);
+        let b = snap(vec![comp(
+            d,
+            Role::Decode,
+            None,
+            &[("HF_TOKEN", REDACTED), ("API_KEY", REDACTED)],
+            "1:1",
+        )]);
+        let r = diff_snapshots(&a, &b);
+        assert_eq!(r.changes.len(), 1);
+        assert_eq!(r.changes[0].key.as_deref(), Some("API_KEY"));
+    }
+}
