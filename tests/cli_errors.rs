@@ -161,4 +161,14 @@ fn doctor_fails_without_procfs() {
     for check in ["procfs", "ptrace", "py-spy", "nvml", "sock_diag"] {
         assert!(stdout.contains(check), "{check} missing: {stdout}");
     }
+    // an NVML library that cannot load is a reason, not a crash; the env var works too
+    let out = wedgewatch()
+        .arg("doctor")
+        .env("WEDGEWATCH_NVML_LIB", "/nonexistent/libnvidia-ml.so.1")
+        .output()
+        .expect("run");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    let line = stdout.lines().find(|l| l.contains("nvml")).expect("nvml line");
+    assert!(line.starts_with("[warn]") && line.contains("/nonexistent/libnvidia-ml.so.1"), "{line}");
 }

@@ -499,3 +499,53 @@ fn real_sglang_router_is_discovered() {
     assert!(has_edge(&topo, &r2id, &did, EdgeOrigin::Config));
     drop((prefill, decode, router, bare));
 }
+
+#[test]
+fn live_vllm_shape_children_and_gpus() {
+    let port = free_port();
+    let ps = port.to_string();
+    let api = Shape::start(
+        &[
+            "python3",
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            "m",
+            "--port",
+            &ps,
+            "--tensor-parallel-size",
+            "2",
+        ],
+        &[("CUDA_VISIBLE_DEVICES", "4,5")],
+    );
+    let topo = discover::discover(
+        &ProbeSet::builtin().expect("probes"),
+        &DiscoverOptions::default(),
+    )
+    .expect("discover");
+    // --host absent: vLLM's default is 0.0.0.0; the URL still goes to loopback
+    let id = format!("engine@0.0.0.0:{port}");
+    let e = comp(&topo, &id);
+    assert_eq!((e.role, e.stack.as_str()), (Role::Engine, "vllm"));
+    assert_eq!(e.main_pid, Some(api.pid));
+    assert_eq!(
+        e.metrics_url,
+        Some(format!("http://127.0.0.1:{port}/metrics"))
+    );
+    assert_eq!(e.labels.get("tp").map(String::as_str), Some("2"));
+    let pids = api.child_pids(); // EngineCore, Worker_TP0, Worker_TP1
+    let core = comp(&topo, &format!("EngineCore_DP0@{id}"));
+    assert_eq!((core.role, core.main_pid), (Role::Scheduler, Some(pids[0])));
+    assert_eq!(core.gpus, vec![4, 5]);
+    for (i, pid) in pids[1..].iter().enumerate() {
+        let w = comp(&topo, &format!("Worker_TP{i}@{id}"));
+        assert_eq!(w.main_pid, Some(*pid));
+        assert_eq!(w.gpus, vec![4 + i as u32]);
+        assert_eq!(
+            w.parent.as_deref(),
+            Some(id.as_str()),
+            "grouped under the engine, not its EngineCore"
+        );
+    }
+    drop(api);
+}
