@@ -313,7 +313,13 @@ pub fn render(s: &Snapshot) -> String {
             let _ = write!(o, "{}", fenced(&c.cmdline.join(" ")));
             let _ = writeln!(o, "\n</details>");
         }
-        if !c.env.is_empty() {
+        let parent = c
+            .parent
+            .as_deref()
+            .and_then(|p| s.components.iter().find(|x| x.id == p));
+        if let Some(p) = parent.filter(|p| !c.env.is_empty() && p.env == c.env) {
+            let _ = writeln!(o, "- environment: the same as `{}`'s", p.id);
+        } else if !c.env.is_empty() {
             let _ = writeln!(
                 o,
                 "\n<details><summary>environment ({} variables)</summary>\n",
