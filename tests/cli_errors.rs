@@ -169,6 +169,12 @@ fn doctor_fails_without_procfs() {
         .expect("run");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}");
-    let line = stdout.lines().find(|l| l.contains("nvml")).expect("nvml line");
-    assert!(line.starts_with("[warn]") && line.contains("/nonexistent/libnvidia-ml.so.1"), "{line}");
+    let line = stdout
+        .lines()
+        .find(|l| l.contains("nvml"))
+        .expect("nvml line");
+    assert!(
+        line.starts_with("[warn]") && line.contains("/nonexistent/libnvidia-ml.so.1"),
+        "{line}"
+    );
 }
