@@ -156,6 +156,20 @@ fn live_bundle_is_complete_and_atomic() {
         .collect();
     assert_eq!(left.len(), 1);
 
+    // bundle directories are valid diff inputs
+    let out = wedgewatch()
+        .arg("diff")
+        .arg(&dir)
+        .arg(dir.join("snapshot.json"))
+        .output()
+        .expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "no changes");
+
     // a directory that is not a bundle is never overwritten
     let other = tmp.path().join("precious");
     std::fs::create_dir(&other).expect("mkdir");
