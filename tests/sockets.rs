@@ -149,7 +149,7 @@ fn table_for(topo: &Topology, map: &mut InodeMap) -> SocketTable {
     table
 }
 
-fn find<'a>(t: &'a SocketTable, f: impl Fn(&SocketEntry) -> bool) -> &'a SocketEntry {
+fn find(t: &SocketTable, f: impl Fn(&SocketEntry) -> bool) -> &SocketEntry {
     t.sockets
         .iter()
         .find(|s| f(s))
