@@ -95,8 +95,18 @@ pub async fn get(url: &str, limits: Limits) -> Response {
     let work = fetch(&parsed, limits, &mut partial, &mut status);
     match tokio::time::timeout(limits.total, work).await {
         Ok(r) => {
-            let (outcome, detail) = r;
-            let body = split_body(&partial).unwrap_or_default();
+            let (mut outcome, mut detail) = r;
+            let mut body = split_body(&partial).unwrap_or_default();
+            // We ask for HTTP/1.0, but a non-compliant server may still chunk its answer.
+            if is_chunked(&partial) && outcome == FetchOutcome::Ok {
+                match dechunk(&body) {
+                    Some(b) => body = b,
+                    None => {
+                        outcome = FetchOutcome::Error;
+                        detail = Some("malformed chunked body".into());
+                    }
+                }
+            }
             finish(start, outcome, status, body, detail)
         }
         Err(_) => {
@@ -131,6 +141,37 @@ fn finish(
 fn split_body(raw: &[u8]) -> Option<Vec<u8>> {
     let end = find_header_end(raw)?;
     Some(raw[end..].to_vec())
+}
+
+/// Whether the response headers say `Transfer-Encoding: chunked`.
+fn is_chunked(raw: &[u8]) -> bool {
+    let Some(end) = find_header_end(raw) else {
+        return false;
+    };
+    String::from_utf8_lossy(&raw[..end]).lines().any(|l| {
+        let l = l.to_ascii_lowercase();
+        l.starts_with("transfer-encoding:") && l.contains("chunked")
+    })
+}
+
+/// Decodes a complete chunked body; None when it is malformed or incomplete.
+fn dechunk(mut b: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(b.len());
+    loop {
+        let line_end = b.windows(2).position(|w| w == b"\r\n")?;
+        let size_str = std::str::from_utf8(&b[..line_end]).ok()?;
+        let size_hex = size_str.split(';').next()?.trim();
+        let size = usize::from_str_radix(size_hex, 16).ok()?;
+        b = &b[line_end + 2..];
+        if size == 0 {
+            return Some(out);
+        }
+        if b.len() < size + 2 {
+            return None;
+        }
+        out.extend_from_slice(&b[..size]);
+        b = &b[size + 2..];
+    }
 }
 
 fn find_header_end(raw: &[u8]) -> Option<usize> {
@@ -257,6 +298,21 @@ mod tests {
         assert_eq!(u.authority, "example:80");
         assert!(parse_url("https://x/").is_err());
         assert!(parse_url("http:///x").is_err());
+    }
+
+    #[test]
+    fn dechunks() {
+        let raw = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
+        assert!(is_chunked(raw));
+        assert!(!is_chunked(
+            b"HTTP/1.0 200 OK\r\nContent-Length: 3\r\n\r\nabc"
+        ));
+        assert_eq!(
+            dechunk(b"3\r\nabc\r\n2;x=y\r\nde\r\n0\r\n\r\n").as_deref(),
+            Some(&b"abcde"[..])
+        );
+        assert_eq!(dechunk(b"5\r\nab"), None);
+        assert_eq!(dechunk(b"zz\r\n"), None);
     }
 
     #[test]

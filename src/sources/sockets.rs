@@ -885,6 +885,101 @@ mod tests {
         assert!(parse_proc_net_line("garbage", false).is_none());
     }
 
+    fn entry(local: &str, remote: &str, state: TcpState, pid: Option<i32>) -> SocketEntry {
+        SocketEntry {
+            local: local.into(),
+            remote: remote.into(),
+            state,
+            rx_queue: 0,
+            tx_queue: 0,
+            inode: 1,
+            uid: 0,
+            pid,
+            netns: None,
+            tcp_info: None,
+        }
+    }
+
+    #[test]
+    fn classifies_hand_built_table() {
+        use crate::model::{Component, Role};
+        let mut proxy = Component::new("proxy", Role::Proxy, "generic");
+        proxy.pids = vec![10];
+        proxy.listen = vec!["0.0.0.0:8000".into()];
+        let mut router = Component::new("router", Role::Router, "sglang");
+        router.pids = vec![20];
+        router.listen = vec!["127.0.0.1:30000".into()];
+        let mut decode = Component::new("decode", Role::Decode, "sglang");
+        decode.pids = vec![30];
+        decode.listen = vec!["[::]:31012".into()];
+        let topo = Topology {
+            components: vec![proxy, router, decode],
+            edges: vec![],
+        };
+        let table = SocketTable {
+            sockets: vec![
+                entry("0.0.0.0:8000", "0.0.0.0:0", TcpState::Listen, Some(10)),
+                entry(
+                    "127.0.0.1:8000",
+                    "127.0.0.1:5000",
+                    TcpState::Established,
+                    Some(10),
+                ),
+                entry(
+                    "127.0.0.1:40000",
+                    "127.0.0.1:30000",
+                    TcpState::Established,
+                    Some(10),
+                ),
+                entry(
+                    "127.0.0.1:40001",
+                    "127.0.0.1:30000",
+                    TcpState::CloseWait,
+                    Some(10),
+                ),
+                entry(
+                    "127.0.0.1:30000",
+                    "127.0.0.1:40000",
+                    TcpState::Established,
+                    Some(20),
+                ),
+                entry(
+                    "[::ffff:127.0.0.1]:41000",
+                    "[::ffff:127.0.0.1]:31012",
+                    TcpState::Established,
+                    Some(20),
+                ),
+                entry("127.0.0.1:8000", "127.0.0.1:5001", TcpState::TimeWait, None),
+                entry(
+                    "10.0.0.5:41000",
+                    "10.0.0.9:443",
+                    TcpState::Established,
+                    Some(20),
+                ),
+                entry("127.0.0.1:9", "127.0.0.1:10", TcpState::Established, None),
+            ],
+            notes: vec![],
+        };
+        let c = classify(&topo, &table);
+        let p = &c.components["proxy"];
+        assert_eq!((p.listening, p.inbound, p.outbound, p.other), (1, 2, 2, 0));
+        assert_eq!(p.by_state["TIME_WAIT"], 1);
+        assert_eq!(p.by_state["CLOSE_WAIT"], 1);
+        let r = &c.components["router"];
+        assert_eq!((r.inbound, r.outbound, r.other), (1, 1, 1));
+        assert!(!c.components.contains_key("decode"));
+        let edges: Vec<(&str, &str, Option<u32>)> = c
+            .edges
+            .iter()
+            .map(|e| (e.from.as_str(), e.to.as_str(), e.connections))
+            .collect();
+        // CLOSE_WAIT is not a live connection: one proxy -> router connection.
+        assert_eq!(
+            edges,
+            vec![("proxy", "router", Some(1)), ("router", "decode", Some(1))]
+        );
+    }
+
     #[test]
     fn parses_addresses() {
         assert_eq!(
