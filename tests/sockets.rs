@@ -353,7 +353,10 @@ fn inode_map_is_incremental() {
     let port = server.port();
     let _c1 = TcpStream::connect(("127.0.0.1", port)).unwrap();
     std::thread::sleep(Duration::from_millis(100));
-    let scope = Scope::Pids(vec![server.pid()]);
+    let scope = Scope::Pids {
+        pids: vec![server.pid()],
+        ports: vec![port],
+    };
     let mut map = InodeMap::new();
     let mut socks = dump_netlink(Duration::from_secs(2)).unwrap().sockets;
     let cold = map.resolve(&mut socks, &scope);
@@ -365,6 +368,15 @@ fn inode_map_is_incremental() {
     assert!(socks
         .iter()
         .any(|s| s.pid == Some(server.pid()) && s.state == TcpState::Established));
+    // Churn elsewhere (a connection not touching the topology's ports, not the candidate's
+    // fds): no rescan.
+    let other = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let _o = TcpStream::connect(other.local_addr().unwrap()).unwrap();
+    let _oa = other.accept().unwrap();
+    let mut socks = dump_netlink(Duration::from_secs(2)).unwrap().sockets;
+    let churn = map.resolve(&mut socks, &scope);
+    assert!(churn.unknown_before >= 2, "{churn:?}");
+    assert_eq!(churn.pids_scanned, 0, "{churn:?}");
     // A new connection: one rescan of the candidate, the new inode resolved.
     let _c2 = TcpStream::connect(("127.0.0.1", port)).unwrap();
     std::thread::sleep(Duration::from_millis(100));

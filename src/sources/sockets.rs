@@ -348,8 +348,13 @@ pub fn dump_in_netns(pid: i32, timeout: Duration) -> Result<Dump, String> {
 pub enum Scope {
     /// Every process (`ss -p` style); used when there is no topology yet.
     All,
-    /// Only these pids (the topology's): a fraction of the fds to read.
-    Pids(Vec<i32>),
+    /// Only these pids (the topology's): a fraction of the fds to read. `ports` are the
+    /// topology's listen ports: an unknown socket touching one of them (an accepted
+    /// connection, a hop to another component) makes every pid be rescanned; any other
+    /// unknown socket only makes pids whose fd count changed be rescanned, so connection
+    /// churn elsewhere on the box does not cost a rescan per tick. Empty `ports`: every
+    /// socket counts as relevant.
+    Pids { pids: Vec<i32>, ports: Vec<u16> },
 }
 
 /// Counters of one [`InodeMap::resolve`] call (for the bench and the doctor).
@@ -365,15 +370,24 @@ pub struct ResolveStats {
     pub errors: Vec<String>,
 }
 
-/// Cached socket inode -> owning pid map. Refreshed incrementally: a `resolve` call reads
-/// `/proc/PID/fd` only when the table holds inodes it has never seen, and then only for the
-/// pids in scope; inodes looked for and not found are remembered as foreign until the scope
-/// changes, so sockets of unrelated processes do not force a rescan every tick.
+/// Cached socket inode -> owning pid map, refreshed incrementally (see [`Scope`]): a
+/// `resolve` call reads `/proc/PID/fd` only when the table holds inodes it has never seen;
+/// inodes looked for and not found are remembered as foreign until the scope changes, so
+/// sockets of unrelated processes do not force a rescan every tick.
 #[derive(Debug, Default)]
 pub struct InodeMap {
     owners: HashMap<u64, i32>,
     foreign: HashSet<u64>,
     scope: Option<Scope>,
+    /// Open fd count of each pid at its last scan (`st_size` of `/proc/PID/fd`, Linux >= 6.2;
+    /// 0 on older kernels, where only relevant sockets trigger rescans).
+    fd_counts: HashMap<i32, u64>,
+}
+
+fn fd_count(pid: i32) -> Option<u64> {
+    std::fs::metadata(format!("/proc/{pid}/fd"))
+        .ok()
+        .map(|m| m.len())
 }
 
 impl InodeMap {
@@ -392,9 +406,7 @@ impl InodeMap {
 
     /// Forgets everything (the next resolve is a cold one).
     pub fn clear(&mut self) {
-        self.owners.clear();
-        self.foreign.clear();
-        self.scope = None;
+        *self = InodeMap::default();
     }
 
     /// Fills `pid` of every socket whose inode an in-scope process holds.
@@ -405,36 +417,57 @@ impl InodeMap {
             self.foreign.clear();
             self.scope = Some(scope.clone());
         }
-        let present: HashSet<u64> = sockets
-            .iter()
-            .map(|s| s.inode)
-            .filter(|&i| i != 0)
-            .collect();
-        let unknown: Vec<u64> = present
-            .iter()
-            .copied()
-            .filter(|i| !self.owners.contains_key(i) && !self.foreign.contains(i))
-            .collect();
+        let ports: HashSet<u16> = match scope {
+            Scope::Pids { ports, .. } => ports.iter().copied().collect(),
+            Scope::All => HashSet::new(),
+        };
+        let mut present: HashSet<u64> = HashSet::with_capacity(sockets.len());
+        let mut unknown: Vec<u64> = Vec::new();
+        let mut relevant_unknown = false;
+        for s in sockets.iter() {
+            if s.inode == 0 || !present.insert(s.inode) {
+                continue;
+            }
+            if !self.owners.contains_key(&s.inode) && !self.foreign.contains(&s.inode) {
+                unknown.push(s.inode);
+                relevant_unknown |= ports.is_empty()
+                    || s.local_port().is_some_and(|p| ports.contains(&p))
+                    || s.remote_port().is_some_and(|p| ports.contains(&p));
+            }
+        }
         stats.unknown_before = unknown.len() as u32;
         if !unknown.is_empty() {
-            let pids = match scope {
+            let pids: Vec<i32> = match scope {
                 Scope::All => all_pids(),
-                Scope::Pids(p) => {
-                    let mut p = p.clone();
+                Scope::Pids { pids, .. } => {
+                    let mut p = pids.clone();
                     p.sort_unstable();
                     p.dedup();
-                    p
+                    self.fd_counts.retain(|k, _| p.contains(k));
+                    if relevant_unknown {
+                        p
+                    } else {
+                        p.into_iter()
+                            .filter(|pid| fd_count(*pid) != self.fd_counts.get(pid).copied())
+                            .collect()
+                    }
                 }
             };
-            for pid in pids {
-                match scan_fds(pid, &mut self.owners) {
-                    Ok(n) => {
+            for (pid, result) in scan_many(&pids) {
+                match result {
+                    Ok((n, found, count)) => {
                         stats.pids_scanned += 1;
                         stats.fds_read += n;
+                        if let Some(c) = count {
+                            self.fd_counts.insert(pid, c);
+                        }
+                        for ino in found {
+                            self.owners.entry(ino).or_insert(pid);
+                        }
                     }
                     Err(e) => {
                         // Other users' processes are expected to be unreadable in `All`.
-                        if matches!(scope, Scope::Pids(_)) {
+                        if matches!(scope, Scope::Pids { .. }) {
                             stats.errors.push(e);
                         }
                     }
@@ -447,8 +480,10 @@ impl InodeMap {
             }
         }
         // Bound memory: keep only what the current table holds.
-        self.owners.retain(|i, _| present.contains(i));
-        self.foreign.retain(|i| present.contains(i));
+        if self.owners.len() + self.foreign.len() > present.len() {
+            self.owners.retain(|i, _| present.contains(i));
+            self.foreign.retain(|i| present.contains(i));
+        }
         for s in sockets.iter_mut() {
             s.pid = self.owners.get(&s.inode).copied();
             if s.pid.is_none() && s.inode != 0 {
@@ -470,15 +505,48 @@ fn all_pids() -> Vec<i32> {
     pids
 }
 
+/// Scans the fds of many pids on a few threads (the scan is syscall-bound: one readlinkat
+/// per fd). Results come back in `pids` order, so "first owner wins" stays deterministic.
+type ScanResult = Result<(u64, Vec<u64>, Option<u64>), String>;
+
+fn scan_many(pids: &[i32]) -> Vec<(i32, ScanResult)> {
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .clamp(1, 4);
+    if threads == 1 || pids.len() < 8 {
+        return pids.iter().map(|&p| (p, scan_fds(p))).collect();
+    }
+    let chunk = pids.len().div_ceil(threads);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = pids
+            .chunks(chunk)
+            .map(|part| s.spawn(move || part.iter().map(|&p| (p, scan_fds(p))).collect::<Vec<_>>()))
+            .collect();
+        let mut out = Vec::with_capacity(pids.len());
+        for (h, part) in handles.into_iter().zip(pids.chunks(chunk)) {
+            match h.join() {
+                Ok(v) => out.extend(v),
+                Err(_) => out.extend(
+                    part.iter()
+                        .map(|&p| (p, Err(format!("pid {p}: fd scan thread panicked")))),
+                ),
+            }
+        }
+        out
+    })
+}
+
 /// Reads every fd link of `pid` (one readlinkat per fd, relative to the open fd directory:
-/// procfs' `FDInfo` does open+readlink+stat+close per fd, 4x the syscalls) and records
-/// `socket:[N]` targets. The first owner found wins (a listening socket inherited by a child
-/// keeps the parent, which scans first in pid order).
-fn scan_fds(pid: i32, owners: &mut HashMap<u64, i32>) -> Result<u64, String> {
+/// procfs' `FDInfo` does open+readlink+stat+close per fd, 4x the syscalls) and returns the
+/// number of fds read, the `socket:[N]` inodes and the fd count taken before the scan.
+fn scan_fds(pid: i32) -> ScanResult {
+    let count = fd_count(pid);
     let dir_path = format!("/proc/{pid}/fd");
     let dir = std::fs::File::open(&dir_path).map_err(|e| format!("{dir_path}: {e}"))?;
     let rd = std::fs::read_dir(&dir_path).map_err(|e| format!("{dir_path}: {e}"))?;
     let mut n = 0u64;
+    let mut found = Vec::new();
     for entry in rd.flatten() {
         let name = entry.file_name();
         let Ok(target) = nix::fcntl::readlinkat(&dir, name.as_os_str()) else {
@@ -489,12 +557,12 @@ fn scan_fds(pid: i32, owners: &mut HashMap<u64, i32>) -> Result<u64, String> {
         if let Some(rest) = t.strip_prefix(b"socket:[") {
             if let Some(num) = rest.strip_suffix(b"]") {
                 if let Some(ino) = std::str::from_utf8(num).ok().and_then(|s| s.parse().ok()) {
-                    owners.entry(ino).or_insert(pid);
+                    found.push(ino);
                 }
             }
         }
     }
-    Ok(n)
+    Ok((n, found, count))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -614,10 +682,20 @@ pub fn build_table(
         table.sockets.extend(entries);
     }
 
+    let mut listen_ports: Vec<u16> = topo
+        .components
+        .iter()
+        .flat_map(|c| c.listen_ports())
+        .collect();
+    listen_ports.sort_unstable();
+    listen_ports.dedup();
     let scope = if pids.is_empty() {
         Scope::All
     } else {
-        Scope::Pids(live_pids)
+        Scope::Pids {
+            pids: live_pids,
+            ports: listen_ports,
+        }
     };
     let stats = map.resolve(&mut table.sockets, &scope);
     for e in stats.errors {
