@@ -148,9 +148,17 @@ fn is_chunked(raw: &[u8]) -> bool {
     let Some(end) = find_header_end(raw) else {
         return false;
     };
-    String::from_utf8_lossy(&raw[..end]).lines().any(|l| {
-        let l = l.to_ascii_lowercase();
-        l.starts_with("transfer-encoding:") && l.contains("chunked")
+    header_value(&raw[..end], "transfer-encoding")
+        .is_some_and(|v| v.to_ascii_lowercase().contains("chunked"))
+}
+
+/// The value of header `name` (lowercase) in a header block.
+fn header_value(head: &[u8], name: &str) -> Option<String> {
+    String::from_utf8_lossy(head).lines().skip(1).find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        k.trim()
+            .eq_ignore_ascii_case(name)
+            .then(|| v.trim().to_string())
     })
 }
 
@@ -232,6 +240,7 @@ async fn fetch(
     }
     let mut chunk = vec![0u8; 64 * 1024];
     let mut header_end: Option<usize> = None;
+    let mut content_length: Option<usize> = None;
     loop {
         let n = match stream.read(&mut chunk).await {
             Ok(0) => break,
@@ -247,8 +256,10 @@ async fn fetch(
         buf.extend_from_slice(&chunk[..n]);
         if header_end.is_none() {
             header_end = find_header_end(buf);
-            if header_end.is_some() {
+            if let Some(h) = header_end {
                 *status = parse_status(buf);
+                content_length = header_value(&buf[..h], "content-length")
+                    .and_then(|v| v.trim().parse::<usize>().ok());
             } else if buf.len() > 64 * 1024 {
                 return (
                     FetchOutcome::Error,
@@ -263,6 +274,11 @@ async fn fetch(
                     FetchOutcome::TooLarge,
                     Some(format!("body larger than the {} byte cap", limits.cap)),
                 );
+            }
+            // A server that keeps the connection open despite `Connection: close` has
+            // still answered completely once Content-Length bytes are in.
+            if content_length.is_some_and(|cl| buf.len() - h >= cl) {
+                break;
             }
         }
     }

@@ -70,6 +70,12 @@ class H(BaseHTTPRequestHandler):
             self.send(ROUTER.encode())
         elif p == '/vllm/metrics':
             self.send(VLLM.encode())
+        elif p == '/keepalive/metrics':
+            # Answers completely but keeps the connection open (ignores Connection: close).
+            body = b'sglang:num_running_reqs 1\n'
+            self.wfile.write(b'HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n' % len(body) + body)
+            self.wfile.flush()
+            time.sleep(30)
         elif p == '/hang/metrics':
             time.sleep(60)
         elif p == '/big/metrics':
@@ -379,6 +385,13 @@ fn http_get_limits_hold() {
         (big.outcome, big.body.len()),
         (FetchOutcome::TooLarge, 4096)
     );
+    let ka = rt.block_on(http::get(
+        &format!("http://127.0.0.1:{port}/keepalive/metrics"),
+        lim,
+    ));
+    assert_eq!(ka.outcome, FetchOutcome::Ok, "{ka:?}");
+    assert_eq!(ka.body, b"sglang:num_running_reqs 1\n");
+    assert!(ka.elapsed < Duration::from_millis(300), "{:?}", ka.elapsed);
     let ok = rt.block_on(http::get(&format!("http://127.0.0.1:{port}/workers"), lim));
     assert_eq!((ok.outcome, ok.status), (FetchOutcome::Ok, Some(200)));
     assert!(ok.body.starts_with(b"{\"workers\""));
