@@ -2,7 +2,7 @@
 //! vLLM-shaped expositions, a hung endpoint, a 50 MB body, garbage, a refused port), and,
 //! when `tests/lab/.venv` has sglang-router, against the real router.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -13,6 +13,7 @@ use wedgewatch::http::{self, Limits};
 use wedgewatch::model::{Component, FetchOutcome, MetricsScrape, Payload, Role, Status, Topology};
 use wedgewatch::probes::ProbeSet;
 use wedgewatch::sources::metrics::{labelled_key, rates, MetricsConfig, MetricsSource};
+use wedgewatch::sources::sockets::{classify, SocketConfig, SocketSource};
 use wedgewatch::sources::Source;
 
 const SERVER: &str = r#"
@@ -464,7 +465,7 @@ fn real_router_metrics_and_workers() {
         return;
     }
     const WORKER: &str = r#"
-import json, os, threading
+import json, os, threading, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 threading.Timer(120, lambda: os._exit(0)).start()
 class H(BaseHTTPRequestHandler):
@@ -474,6 +475,10 @@ class H(BaseHTTPRequestHandler):
         self.send_response(200 if self.path == '/health' else 404)
         self.send_header('Content-Length', str(len(body)))
         self.end_headers(); self.wfile.write(body)
+    def do_POST(self):
+        # Accept the request and never answer: "accepted and forgotten".
+        self.rfile.read(int(self.headers.get('Content-Length') or 0))
+        time.sleep(60)
 srv = ThreadingHTTPServer(('127.0.0.1', 0), H); srv.daemon_threads = True
 print(srv.server_address[1], flush=True); srv.serve_forever()
 "#;
@@ -489,8 +494,9 @@ print(srv.server_address[1], flush=True); srv.serve_forever()
             .unwrap();
         (Proc(c), port)
     };
-    let (_p, pport) = spawn_worker();
-    let (_d, dport) = spawn_worker();
+    let (p_proc, pport) = spawn_worker();
+    let (d_proc, dport) = spawn_worker();
+    let (p_pid, d_pid) = (p_proc.0.id(), d_proc.0.id());
     let rport = closed_port();
     let mport = closed_port();
     let router = Command::new(&py)
@@ -515,6 +521,7 @@ print(srv.server_address[1], flush=True); srv.serve_forever()
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
+    let router_pid = router.id() as i32;
     let _router = Proc(router);
     let rt = rt();
     let ready = format!("http://127.0.0.1:{rport}/readiness");
@@ -554,4 +561,99 @@ print(srv.server_address[1], flush=True); srv.serve_forever()
     let workers = r.extra["workers"].to_string();
     assert!(workers.contains(&format!("127.0.0.1:{dport}")), "{workers}");
     assert!(workers.contains("decode"), "{workers}");
+
+    // The incident in miniature: a request the workers accept and never answer. The router
+    // counts it in flight for both legs, and the sockets show client -> router -> prefill and
+    // router -> decode connections, silent on the way back.
+    let mut client = std::net::TcpStream::connect(("127.0.0.1", rport)).unwrap();
+    let body = r#"{"text":"hello","sampling_params":{"max_new_tokens":4},"stream":false}"#;
+    write!(
+        client,
+        "POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let me = std::process::id() as i32;
+    let worker = |id: &str, role: Role, pid: u32, port: u16| {
+        let mut c = comp(id, role, "sglang", None, None);
+        c.pids = vec![pid as i32];
+        c.listen = vec![format!("127.0.0.1:{port}")];
+        c
+    };
+    let mut router_c = topo.components[0].clone();
+    router_c.pids = vec![router_pid];
+    router_c.listen = vec![format!("127.0.0.1:{rport}"), format!("127.0.0.1:{mport}")];
+    let mut client_c = comp("client", Role::Client, "generic", None, None);
+    client_c.pids = vec![me];
+    let full = Topology {
+        components: vec![
+            client_c,
+            router_c,
+            worker("prefill", Role::Prefill, p_pid, pport),
+            worker("decode", Role::Decode, d_pid, dport),
+        ],
+        edges: vec![],
+    };
+    let sockets = SocketSource::new(SocketConfig::default());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let (table, scrape) = loop {
+        let Payload::Sockets(t) = rt.block_on(sockets.sample(&full, &SystemClock)).payload else {
+            panic!("payload")
+        };
+        let m = rt.block_on(src.sample(&topo, &SystemClock));
+        let Payload::Metrics(ms) = m.payload else {
+            panic!("payload")
+        };
+        let ms = ms.into_iter().next().unwrap();
+        let key = labelled_key(
+            "worker_in_flight",
+            "worker",
+            &format!("http://127.0.0.1:{dport}"),
+        );
+        if classify(&full, &t).edges.len() == 3 && ms.mapped.get(&key) == Some(&1.0) {
+            break (t, ms);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no wedge picture in 10 s: {:?} {:?}",
+            classify(&full, &t).edges,
+            ms.mapped
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let cls = classify(&full, &table);
+    let edges: Vec<(&str, &str)> = cls
+        .edges
+        .iter()
+        .map(|e| (e.from.as_str(), e.to.as_str()))
+        .collect();
+    assert_eq!(
+        edges,
+        vec![
+            ("client", "router"),
+            ("router", "decode"),
+            ("router", "prefill")
+        ]
+    );
+    assert_eq!(
+        scrape.mapped[&labelled_key(
+            "worker_in_flight",
+            "worker",
+            &format!("http://127.0.0.1:{pport}")
+        )],
+        1.0
+    );
+    // The decode worker's accepted socket: request bytes in, nothing out.
+    let d = table
+        .sockets
+        .iter()
+        .find(|s| {
+            s.local_port() == Some(dport)
+                && s.pid == Some(d_pid as i32)
+                && s.state == wedgewatch::model::TcpState::Established
+        })
+        .expect("decode's accepted socket");
+    let ti = d.tcp_info.unwrap();
+    assert!(ti.bytes_received > 0 && ti.bytes_acked <= 1, "{ti:?}");
+    drop(client);
 }
