@@ -58,8 +58,10 @@ fn time_ms(f: impl FnOnce() -> usize) -> (f64, usize) {
 }
 
 fn main() {
-    // `cargo bench` passes `--bench`; `cargo test --benches` would run us too: stay quick then.
-    if std::env::args().any(|a| a == "--list" || a == "--test") {
+    // `cargo bench` passes `--bench`; under `cargo test --benches` / `--all-targets` (no
+    // `--bench`) do nothing rather than open 10,000 connections.
+    if !std::env::args().any(|a| a == "--bench") {
+        eprintln!("sockets bench: run with `cargo bench --bench sockets`");
         return;
     }
     let pairs: usize = std::env::var("WW_BENCH_PAIRS")
