@@ -174,7 +174,7 @@ fn dechunk(mut b: &[u8]) -> Option<Vec<u8>> {
         if size == 0 {
             return Some(out);
         }
-        if b.len() < size + 2 {
+        if b.len() < size.checked_add(2)? {
             return None;
         }
         out.extend_from_slice(&b[..size]);
@@ -329,6 +329,7 @@ mod tests {
         );
         assert_eq!(dechunk(b"5\r\nab"), None);
         assert_eq!(dechunk(b"zz\r\n"), None);
+        assert_eq!(dechunk(b"ffffffffffffffff\r\nab"), None);
     }
 
     #[test]
