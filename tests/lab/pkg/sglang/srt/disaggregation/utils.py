@@ -18,5 +18,5 @@ def poll_and_all_reduce(pollers):
     a stuck queue shows this frame under pop_transferred / the inflight queue in py-spy."""
     polls = [p() for p in pollers]
     if any(s != KVPoll.Success for s in polls):
-        time.sleep(0.005)
+        time.sleep(0.01)
     return polls

@@ -279,7 +279,7 @@ class Scheduler(SchedulerDisaggregationDecodeMixin, SchedulerDisaggregationPrefi
             self.was_fully_idle = False
             self.maybe_publish_load(LOAD_STALL_REFRESH_S)
             self._flush_metrics()
-            time.sleep(0.002)  # real: time.sleep(0); the lab must not burn a core
+            time.sleep(0.001)  # real: time.sleep(0); the lab must not burn a core
             return
         t0 = time.monotonic()
         self._maybe_log_idle_metrics()
