@@ -23,6 +23,7 @@ const T: Duration = Duration::from_secs(3);
 
 /// One TCP socket from `ss -tin`.
 #[derive(Debug, Clone)]
+#[allow(dead_code)] // local/peer are read through Debug in assertion messages
 struct SsConn {
     state: String,
     local: String,
@@ -37,7 +38,8 @@ impl SsConn {
     }
 }
 
-/// `ss -tinp` with a filter expression, e.g. `dport = :8080`.
+/// `ss -tinp` with a filter expression, e.g. `dport = :8080`. (No `state` filter: with one,
+/// ss drops the State column.)
 fn ss(filter: &str) -> Vec<SsConn> {
     let out = Command::new("ss")
         .args(["-tinpH"])
@@ -101,8 +103,10 @@ fn pyspy_main_frames(pid: u32) -> Vec<String> {
         .collect()
 }
 
+/// py-spy names methods by qualified name (`Scheduler.on_idle`); match either form.
 fn has(frames: &[String], name: &str) -> bool {
-    frames.iter().any(|f| f == name)
+    let dotted = format!(".{name}");
+    frames.iter().any(|f| f == name || f.ends_with(&dotted))
 }
 
 fn metrics(url: &str) -> String {
@@ -169,7 +173,10 @@ fn down_and_check(mut lab: Lab) {
 
 /// Established client connections to the proxy (the harness side).
 fn client_conns(lab: &Lab) -> Vec<SsConn> {
-    ss(&format!("state established dport = :{}", lab.proxy().port))
+    ss(&format!("dport = :{}", lab.proxy().port))
+        .into_iter()
+        .filter(|c| c.state == "ESTAB")
+        .collect()
 }
 
 /// Optional: read the GPU through the fake libnvidia-ml.so when the other helper's C file
@@ -331,9 +338,16 @@ fn accepted_and_forgotten_agents_hang_with_idle_decode() {
         .expect("lab up");
     let decode = lab.decode().clone();
     let murl = decode.metrics_url.clone().unwrap();
-    let run = lab.load_background(4, 4, 8.0).expect("load");
-    wait_until(Duration::from_secs(7), "4 forgotten requests", || {
+    let run = lab.load_background(4, 4, 5.0).expect("load");
+    // All 4 agents stuck: 4 requests active on decode and 4 client connections that have
+    // not received a byte for a while (an in-flight healthy request would get tokens).
+    wait_until(Duration::from_secs(5), "4 forgotten requests", || {
         chat_active(&metrics(&murl)) == 4.0
+            && client_conns(&lab)
+                .iter()
+                .filter(|c| c.num("bytes_received") == 0 && c.num("lastrcv") >= 300)
+                .count()
+                == 4
     });
     sleep(Duration::from_millis(1500));
 
@@ -363,8 +377,11 @@ fn accepted_and_forgotten_agents_hang_with_idle_decode() {
         .collect();
     assert_eq!(silent.len(), 4, "{conns:#?}");
     // Engine side: the router's connections carrying the forgotten requests are quiet.
-    let eng = ss(&format!("state established sport = :{}", decode.port));
-    let quiet = eng.iter().filter(|c| c.num("lastsnd") >= 1000).count();
+    let eng = ss(&format!("sport = :{}", decode.port));
+    let quiet = eng
+        .iter()
+        .filter(|c| c.state == "ESTAB" && c.num("lastsnd") >= 1000)
+        .count();
     assert!(quiet >= 4, "{eng:#?}");
 
     let report = run.wait().expect("report");

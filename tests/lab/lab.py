@@ -249,7 +249,11 @@ def wait_ready(lab, comp, deadline):
             st2, _ = http_get(comp["url"] + "/v1/loads") if st == 200 else (None, b"")
             if st == 200 and st2 == 200:
                 record_children(comp)
-                return
+                titles = [k["title"] for k in comp["children"]]
+                if (len(comp["scheduler_pids"]) == int(comp.get("tp_size", 1))
+                        and comp["detokenizer_pid"] is not None):
+                    return
+                log(f"{comp['name']}: waiting for titled children, have {titles}")
         elif comp["role"] == "router":
             st, body = http_get(comp["url"] + "/readiness")
             if st == 200 and b"ready" in body and workers_healthy(lab, comp):
