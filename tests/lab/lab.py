@@ -42,7 +42,7 @@ import urllib.request
 
 LAB_DIR = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(LAB_DIR))
-VENV = os.path.join(LAB_DIR, ".venv")
+VENV = os.environ.get("WEDGEWATCH_LAB_VENV") or os.path.join(LAB_DIR, ".venv")
 PKG = os.path.join(LAB_DIR, "pkg")
 PINS = ["sglang-router==0.3.2", "aiohttp==3.14.5", "setproctitle==1.3.8", "py-spy==0.4.3"]
 DEFAULT_SPLIT_TOKENS = "100"  # agents (harness.py) hang after 1-3 rounds with this
@@ -241,6 +241,7 @@ def spawn(lab, comp):
 
 
 def wait_ready(lab, comp, deadline):
+    said = False
     while time.time() < deadline:
         if not alive(comp["pid"], comp["start_time"]):
             raise LabError(f"{comp['name']} exited during startup; log tail:\n{tail(comp['log'])}")
@@ -253,7 +254,9 @@ def wait_ready(lab, comp, deadline):
                 if (len(comp["scheduler_pids"]) == int(comp.get("tp_size", 1))
                         and comp["detokenizer_pid"] is not None):
                     return
-                log(f"{comp['name']}: waiting for titled children, have {titles}")
+                if not said:
+                    log(f"{comp['name']}: waiting for titled children, have {titles}")
+                    said = True
         elif comp["role"] == "router":
             st, body = http_get(comp["url"] + "/readiness")
             if st == 200 and b"ready" in body and workers_healthy(lab, comp):
