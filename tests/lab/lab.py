@@ -146,17 +146,42 @@ def group_members(pgid):
     return pids
 
 
-def free_ports(n):
-    socks, ports = [], []
+def ephemeral_range():
     try:
-        while len(ports) < n:
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-            ports.append(s.getsockname()[1])
-    finally:
-        for s in socks:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            lo, hi = (int(x) for x in f.read().split())
+            return lo, hi
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def free_ports(n):
+    """n distinct ports that are free now, chosen at random *below* the ephemeral range so
+    that outgoing connections (which take ephemeral local ports) cannot grab them between
+    now and the moment our servers bind. A remaining race with another lab starting at the
+    same moment is handled by `up` retrying on EADDRINUSE."""
+    import random
+
+    lo_eph, _ = ephemeral_range()
+    lo, hi = (20000, lo_eph - 1) if lo_eph > 21000 else (lo_eph, 60999)
+    rng = random.SystemRandom()
+    ports = []
+    for _ in range(2000):
+        if len(ports) == n:
+            break
+        port = rng.randrange(lo, hi)
+        if port in ports:
+            continue
+        s = socket.socket()
+        try:
+            s.bind(("127.0.0.1", port))
+            ports.append(port)
+        except OSError:
+            pass
+        finally:
             s.close()
+    if len(ports) < n:
+        raise LabError("could not find free ports")
     return ports
 
 
@@ -362,11 +387,21 @@ def engine_cmd(lab, name, mode, port, boot_port):
 
 
 def cmd_up(a):
+    for attempt in range(3):
+        try:
+            return cmd_up_once(a)
+        except LabError as e:
+            if "Address already in use" not in str(e) or a.base_port or attempt == 2:
+                raise
+            log(f"port collision, retrying with new ports: {str(e).splitlines()[0]}")
+
+
+def cmd_up_once(a):
     setup(quiet=True)
     run_dir = os.path.abspath(a.run_dir)
     if os.path.exists(lab_json_path(run_dir)):
         old = json.load(open(lab_json_path(run_dir)))
-        if any(alive(c["pid"], c.get("start_time")) for c in old["components"].values()):
+        if any(c.get("pid") and alive(c["pid"], c.get("start_time")) for c in old["components"].values()):
             raise LabError(f"a lab is already running in {run_dir}; run `down` first")
     os.makedirs(run_dir, exist_ok=True)
     model = os.path.join(run_dir, "model")
@@ -497,7 +532,7 @@ def cmd_status(a):
         c = lab["components"][name]
         probe = {"router": "/readiness", "proxy": "/lab/proxy_status"}.get(c["role"], "/health")
         st, _ = http_get(c["url"] + probe, timeout=1.0)
-        out[name] = {"pid": c["pid"], "alive": alive(c["pid"], c.get("start_time")),
+        out[name] = {"pid": c.get("pid"), "alive": bool(c.get("pid")) and alive(c["pid"], c.get("start_time")),
                      "http_status": st,
                      "children_alive": [k["pid"] for k in c.get("children", [])
                                         if alive(k["pid"], k["start_time"])]}
