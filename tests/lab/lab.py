@@ -75,6 +75,16 @@ def venv_python():
 
 
 def setup(quiet=False):
+    # Parallel test threads may all call setup on a fresh checkout: serialise on a lock.
+    import fcntl
+
+    os.makedirs(VENV, exist_ok=True)
+    with open(os.path.join(VENV, ".lab-setup.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        _setup_locked(quiet)
+
+
+def _setup_locked(quiet):
     marker = os.path.join(VENV, "lab-pins.txt")
     want = "\n".join(PINS) + "\n"
     try:
@@ -84,7 +94,7 @@ def setup(quiet=False):
     except OSError:
         pass
     t0 = time.time()
-    if not os.path.exists(venv_python()):
+    if not os.path.exists(venv_python()):  # (the directory may exist: it holds the lock)
         log(f"creating venv {VENV}")
         subprocess.run([sys.executable, "-m", "venv", VENV], check=True, timeout=120)
     log(f"pip install {' '.join(PINS)}")
