@@ -364,6 +364,22 @@ fn accepted_and_forgotten_agents_hang_with_idle_decode() {
         "loads stale: {l}"
     );
     assert_eq!(gpu_util_power(&lab, 1), (0, 70_000));
+    // The prefill leg finished. Measured fact about the real router (0.3.2, PD): its
+    // per-worker in-flight gauge does not count requests whose decode leg never sent
+    // response headers, so the router also looks idle (with headers sent, e.g. a stalled
+    // stream, it does count them).
+    let pm = metrics(lab.prefill().metrics_url.as_deref().unwrap());
+    assert_eq!(chat_active(&pm), 0.0);
+    let rm = metrics(lab.router().metrics_url.as_deref().unwrap());
+    assert_eq!(
+        metric_value(
+            &rm,
+            "smg_worker_requests_active",
+            &[("worker", &decode.url)]
+        ),
+        Some(0.0),
+        "{rm}"
+    );
     for _ in 0..3 {
         let f = pyspy_main_frames(decode.scheduler_pids[0]);
         assert!(has(&f, "on_idle") && !has(&f, "forward"), "{f:?}");
@@ -407,6 +423,17 @@ fn stalled_stream_stops_mid_stream() {
     });
     assert_eq!(chat_active(&metrics(&murl)), 1.0);
     assert_eq!(gpu_util_power(&lab, 1), (0, 70_000));
+    let decode_url = lab.decode().url.clone();
+    let rm = metrics(lab.router().metrics_url.as_deref().unwrap());
+    assert_eq!(
+        metric_value(
+            &rm,
+            "smg_worker_requests_active",
+            &[("worker", &decode_url)]
+        ),
+        Some(1.0),
+        "{rm}"
+    );
     let report = run.wait().expect("report");
     let a = &agents(&report)[0];
     assert_eq!(a["hung_round"], 1, "{a}");
@@ -492,6 +519,24 @@ fn queue_not_draining_piles_up_in_decode_transfer_queue() {
         now_s() - l["timestamp"].as_f64().unwrap() < 1.0,
         "loads must stay fresh"
     );
+    // Stall signature: queued work, yet neither forward nor idle time accumulates.
+    let murl = decode.metrics_url.clone().unwrap();
+    let counters = |m: &str| {
+        (
+            metric_value(
+                m,
+                "sglang:forward_execution_seconds_total",
+                &[("category", "decode")],
+            ),
+            metric_value(m, "sglang:scheduler_idle_seconds_total", &[]),
+            metric_value(m, "sglang:num_decode_transfer_queue_reqs", &[]),
+        )
+    };
+    let c1 = counters(&metrics(&murl));
+    sleep(Duration::from_millis(600));
+    let c2 = counters(&metrics(&murl));
+    assert_eq!(c1, c2);
+    assert_eq!(c2.2, Some(3.0));
     assert_eq!(gpu_util_power(&lab, 1), (0, 70_000));
     let mut polling = 0;
     for _ in 0..6 {
