@@ -805,6 +805,13 @@ pub fn derive(
             rb.stuck
                 .cmp(&ra.stuck)
                 .then(rb.stuck_at.cmp(&ra.stuck_at))
+                // All-hops mode: the deepest hop of a chain first (where it is stuck).
+                .then(if ra.stuck && rb.stuck {
+                    rb.lane.cmp(&ra.lane)
+                } else {
+                    std::cmp::Ordering::Equal
+                })
+                .then(in_flight(key_req(b).state).cmp(&in_flight(key_req(a).state)))
                 .then(key_req(b).idle_out_ms.total_cmp(&key_req(a).idle_out_ms))
                 .then(key_req(b).age_ms.total_cmp(&key_req(a).age_ms))
                 .then(key_req(a).id.cmp(&key_req(b).id))
@@ -987,7 +994,7 @@ mod tests {
     fn stuck_chain_first_and_blamed_on_its_deepest_hop() {
         let mut app = App::new(AppOptions::default());
         app.ingest(FeedFrame::new(chain_snapshot()));
-        assert_eq!(app.request_ids(), vec!["a-proxy", "c-proxy", "b-proxy"]);
+        assert_eq!(app.request_ids(), vec!["a-proxy", "b-proxy", "c-proxy"]);
         let row = &app.derived().rows[app.derived().request_order[0]];
         assert_eq!(row.stuck_at, Some(3));
         assert!(row.lanes[1].is_some_and(|l| l.stuck));

@@ -4,7 +4,8 @@
 use super::app::{in_flight, lane_of, request_role, App, Lane, RequestRow, View, LANES};
 use super::feed::FeedState;
 use crate::model::{
-    Finding, RequestState, Role, Severity, SnapComponent, Snapshot, SourceStatus, Status,
+    Finding, RequestState, Role, Severity, SnapComponent, Snapshot, SourceKind, SourceStatus,
+    Status,
 };
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};
@@ -306,6 +307,19 @@ fn source_summary(st: &SourceStatus) -> &'static str {
     }
 }
 
+/// Sources in the contract's order (processes, sockets, stacks, gpu, metrics), then others.
+fn ordered_sources(s: &Snapshot) -> Vec<(&String, &SourceStatus)> {
+    let rank = |name: &str| {
+        SourceKind::ALL
+            .iter()
+            .position(|k| k.as_str() == name)
+            .unwrap_or(SourceKind::ALL.len())
+    };
+    let mut v: Vec<_> = s.sources.iter().collect();
+    v.sort_by(|a, b| (rank(a.0), a.0).cmp(&(rank(b.0), b.0)));
+    v
+}
+
 fn header_lines(app: &App, theme: Theme, width: usize) -> Vec<Line<'static>> {
     let mut first = vec![Span::styled("wedgewatch", theme.bold())];
     let mode = match app.feed_state() {
@@ -361,9 +375,10 @@ fn header_lines(app: &App, theme: Theme, width: usize) -> Vec<Line<'static>> {
         return lines;
     };
     // Sources: one compact line, then one line per source that is not ok, with its reason.
+    let sources = ordered_sources(s);
     let mut spans = vec![Span::raw("sources:")];
-    for (name, st) in &s.sources {
-        spans.push(Span::raw(" "));
+    for (k, (name, st)) in sources.iter().enumerate() {
+        spans.push(Span::raw(if k == 0 { " " } else { " · " }));
         spans.push(Span::styled(
             format!("{name} {}", source_summary(st)),
             theme.status(st.status),
@@ -373,7 +388,7 @@ fn header_lines(app: &App, theme: Theme, width: usize) -> Vec<Line<'static>> {
         spans.push(Span::styled(" none reported", theme.fg(Color::Yellow)));
     }
     lines.push(Line::from(spans));
-    for (name, st) in &s.sources {
+    for (name, st) in sources {
         if st.status != Status::Ok {
             let reason = st.reason.as_deref().unwrap_or("no reason given");
             let text = format!(" {name} {}: {reason}", source_summary(st));
@@ -523,9 +538,20 @@ fn component_line(
     theme: Theme,
     prefix: &str,
 ) -> Line<'static> {
+    let role = match c.role {
+        Role::Detokenizer => "detok",
+        Role::Scheduler => "sched",
+        r => r.as_str(),
+    };
+    // Health right after the role, so it survives a narrow screen.
+    let health = match worst_finding(s, &c.id) {
+        Some(f) => Span::styled(sev_tag(f.severity).to_string(), theme.severity(f.severity)),
+        None => Span::styled("ok  ".to_string(), theme.fg(Color::Green)),
+    };
     let mut spans = vec![
         Span::styled(prefix.to_string(), theme.dim()),
-        Span::styled(format!("{:<9}", c.role.as_str()), theme.bold()),
+        Span::styled(format!("{role:<8}"), theme.bold()),
+        health,
         Span::raw(format!(" {}", c.id)),
     ];
     if let Some(pid) = c.main_pid.or(c.pids.first().copied()) {
@@ -585,12 +611,11 @@ fn component_line(
             spans.push(Span::styled(text, theme.thread_state(&t.state)));
         }
     }
-    match worst_finding(s, &c.id) {
-        Some(f) => spans.push(Span::styled(
-            format!("  {} {}", sev_tag(f.severity), f.kind),
+    if let Some(f) = worst_finding(s, &c.id) {
+        spans.push(Span::styled(
+            format!("  {}", f.kind),
             theme.severity(f.severity),
-        )),
-        None => spans.push(Span::styled("  ok", theme.fg(Color::Green))),
+        ));
     }
     Line::from(spans)
 }
@@ -610,6 +635,11 @@ fn topology_lines(app: &App, s: &Snapshot, theme: Theme) -> Vec<Line<'static>> {
         }
     }
     for (i, c) in s.components.iter().enumerate() {
+        // A healthy detokenizer says nothing about a wedge: keep the tree to the hops that do.
+        if c.role == Role::Detokenizer && worst_finding(s, &c.id).is_none() {
+            has_parent[i] = true;
+            continue;
+        }
         if let Some(p) = c.parent.as_ref().and_then(|p| idx.get(p)) {
             if *p != i && !children[*p].contains(&i) {
                 children[*p].push(i);
@@ -685,7 +715,7 @@ fn topology_lines(app: &App, s: &Snapshot, theme: Theme) -> Vec<Line<'static>> {
 fn gpu_tree_line(s: &Snapshot, index: u32, theme: Theme, prefix: &str) -> Line<'static> {
     let mut spans = vec![
         Span::styled(prefix.to_string(), theme.dim()),
-        Span::styled(format!("{:<9}", "gpu"), theme.bold()),
+        Span::styled(format!("{:<8}", "gpu"), theme.bold()),
     ];
     match s.gpus.iter().find(|g| g.index == index) {
         Some(g) => {
@@ -807,13 +837,13 @@ struct ReqCols {
 }
 
 impl ReqCols {
-    fn for_width(w: usize) -> ReqCols {
+    fn for_width(w: usize, id_w: usize) -> ReqCols {
         // Fixed columns first; entry and client take what is left on wide screens.
         let mut c = ReqCols {
-            id: 10,
+            id: id_w.clamp(8, 28) + 1,
             entry: 0,
-            lane: 5,
-            stuck_at: 8,
+            lane: 7,
+            stuck_at: 9,
             age: 7,
             silence: 8,
             bytes: 0,
@@ -821,12 +851,12 @@ impl ReqCols {
         };
         let fixed = 2 + c.id + 4 * c.lane + c.stuck_at + c.age + c.silence;
         let rest = w.saturating_sub(fixed);
-        if rest >= 70 {
-            c.bytes = 14;
+        if rest >= 75 {
+            c.bytes = 17;
             c.client = 22;
             c.entry = rest - c.bytes - c.client;
-        } else if rest >= 40 {
-            c.bytes = 14;
+        } else if rest >= 45 {
+            c.bytes = 17;
             c.entry = rest - c.bytes;
         } else {
             c.entry = rest;
@@ -852,7 +882,8 @@ fn request_line(
     ));
     spans.push(Span::raw(fit(&r.id, cols.id)));
     if cols.entry > 0 {
-        spans.push(Span::raw(fit(&r.component, cols.entry)));
+        spans.push(Span::raw(fit(&r.component, cols.entry.saturating_sub(1))));
+        spans.push(Span::raw(" "));
     }
     for (k, lane) in row.lanes.iter().enumerate() {
         let own = k == row.lane;
@@ -863,14 +894,14 @@ fn request_line(
                 } else {
                     format!(" {}", short_state(l.state))
                 };
-                spans.push(Span::styled(fit(&text, cols.lane + 1), theme.lane(l)));
+                spans.push(Span::styled(fit(&text, cols.lane), theme.lane(l)));
             }
-            None => spans.push(Span::styled(fit("  ·", cols.lane + 1), theme.dim())),
+            None => spans.push(Span::styled(fit("  ·", cols.lane), theme.dim())),
         }
     }
     let stuck_at = row.stuck_at.map_or("", |l| LANES[l]);
     spans.push(Span::styled(
-        fit(stuck_at, cols.stuck_at),
+        fit(&format!(" {stuck_at}"), cols.stuck_at),
         theme.fg(Color::Red).add_modifier(Modifier::BOLD),
     ));
     spans.push(Span::raw(rfit(&fmt_ms(r.age_ms), cols.age)));
@@ -916,7 +947,19 @@ fn requests(app: &App, s: &Snapshot, theme: Theme, frame: &mut Frame, area: Rect
         (area, None)
     };
     let w = list_area.width as usize;
-    let cols = ReqCols::for_width(w);
+    let rows_h = (list_area.height as usize).saturating_sub(2);
+    let sel = app.selected();
+    let offset = scroll_offset(sel, rows_h);
+    // The id column fits the visible ids (formats differ between correlator versions).
+    let id_w = d
+        .request_order
+        .iter()
+        .skip(offset)
+        .take(rows_h)
+        .map(|&i| s.requests[d.rows[i].index].id.chars().count())
+        .max()
+        .unwrap_or(8);
+    let cols = ReqCols::for_width(w, id_w);
     let stuck = d.request_order.iter().filter(|&&i| d.rows[i].stuck).count();
     let title = format!(
         "{} {} ({} stuck) · sort: {} · {}",
@@ -939,10 +982,10 @@ fn requests(app: &App, s: &Snapshot, theme: Theme, frame: &mut Frame, area: Rect
     if cols.entry > 0 {
         head.push_str(&fit("AT", cols.entry));
     }
-    for l in ["proxy", "router", "prefl", "decode"] {
-        head.push_str(&fit(l, cols.lane + 1));
+    for l in [" proxy", " router", " prefil", " decode"] {
+        head.push_str(&fit(l, cols.lane));
     }
-    head.push_str(&fit("STUCK AT", cols.stuck_at));
+    head.push_str(&fit(" STUCK AT", cols.stuck_at));
     head.push_str(&rfit("AGE", cols.age));
     head.push_str(&rfit("SILENCE", cols.silence));
     if cols.bytes > 0 {
@@ -952,7 +995,6 @@ fn requests(app: &App, s: &Snapshot, theme: Theme, frame: &mut Frame, area: Rect
         head.push_str(&format!("  {}", fit("CLIENT", cols.client - 2)));
     }
     lines.push(Line::styled(fit(&head, w), theme.bold().patch(theme.dim())));
-    let rows_h = (list_area.height as usize).saturating_sub(2);
     if d.request_order.is_empty() {
         let msg = if app.filter().is_empty() {
             let sockets_ok = s
@@ -969,8 +1011,6 @@ fn requests(app: &App, s: &Snapshot, theme: Theme, frame: &mut Frame, area: Rect
         };
         lines.push(Line::styled(msg, theme.dim()));
     }
-    let sel = app.selected();
-    let offset = scroll_offset(sel, rows_h);
     for (pos, &ri) in d.request_order.iter().enumerate().skip(offset).take(rows_h) {
         lines.push(request_line(s, &d.rows[ri], &cols, theme, pos == sel));
     }
@@ -1054,6 +1094,8 @@ fn state_letter(state: &str) -> char {
 fn threads(app: &App, s: &Snapshot, theme: Theme, frame: &mut Frame, area: Rect) {
     let d = app.derived();
     let w = area.width as usize;
+    // Fixed columns take 47; the component gets the rest, leaving room for ~10 dumps.
+    let comp_w = w.saturating_sub(57).clamp(12, 40);
     if s.threads.is_empty() {
         let st = s.sources.get("stacks");
         let mut lines = vec![Line::styled("no thread dumps in this window", theme.bold())];
@@ -1092,11 +1134,11 @@ fn threads(app: &App, s: &Snapshot, theme: Theme, frame: &mut Frame, area: Rect)
             fit(
                 &format!(
                     "{} {} {} {} {} {}",
-                    fit("COMPONENT", 30),
+                    fit("COMPONENT", comp_w),
                     rfit("PID", 7),
                     rfit("TID", 7),
-                    fit("NAME", 18),
-                    fit("STATE", 18),
+                    fit("NAME", 14),
+                    fit("STATE", 14),
                     "DUMPS"
                 ),
                 w,
@@ -1112,12 +1154,12 @@ fn threads(app: &App, s: &Snapshot, theme: Theme, frame: &mut Frame, area: Rect)
         let mut spans = vec![
             Span::raw(format!(
                 "{} {} {} {} ",
-                fit(t.component.as_deref().unwrap_or("-"), 30),
+                fit(t.component.as_deref().unwrap_or("-"), comp_w),
                 rfit(&t.pid.to_string(), 7),
                 rfit(&t.tid.to_string(), 7),
-                fit(t.name.as_deref().unwrap_or("-"), 18)
+                fit(t.name.as_deref().unwrap_or("-"), 14)
             )),
-            Span::styled(fit(&t.state, 18), theme.thread_state(&t.state)),
+            Span::styled(fit(&t.state, 14), theme.thread_state(&t.state)),
             Span::raw(" "),
         ];
         for st in &t.states_over_window {
@@ -1345,6 +1387,9 @@ fn sockets(app: &App, s: &Snapshot, theme: Theme, frame: &mut Frame, area: Rect)
         Layout::vertical([Constraint::Length(top_h), Constraint::Min(0)]).areas(area);
     frame.render_widget(para(top), upper);
 
+    // Narrow screens drop the server column: the component names the server side.
+    let wide = w >= 120;
+    let (server_w, comp_w) = if wide { (23, 26) } else { (0, 20) };
     let mut lines = vec![
         Line::styled(
             fit(
@@ -1356,10 +1401,10 @@ fn sockets(app: &App, s: &Snapshot, theme: Theme, frame: &mut Frame, area: Rect)
         Line::styled(
             fit(
                 &format!(
-                    "{} {} {} {} {} {}",
+                    "{}{} {} {} {} {}",
                     fit("CLIENT", 22),
-                    fit("SERVER", 22),
-                    fit("COMPONENT", 26),
+                    fit(if wide { "SERVER" } else { "" }, server_w),
+                    fit("COMPONENT", comp_w),
                     fit("STATE", 18),
                     rfit("SILENCE", 8),
                     rfit("AGE", 8)
@@ -1385,10 +1430,10 @@ fn sockets(app: &App, s: &Snapshot, theme: Theme, frame: &mut Frame, area: Rect)
         };
         let mut line = Line::from(vec![
             Span::raw(format!(
-                "{} {} {} ",
+                "{}{} {} ",
                 fit(&r.client, 22),
-                fit(&r.server, 22),
-                fit(&r.component, 26)
+                fit(if wide { &r.server } else { "" }, server_w),
+                fit(&r.component, comp_w)
             )),
             Span::styled(fit(r.state.as_str(), 18), theme.lane(&lane)),
             Span::raw(format!(
@@ -1548,43 +1593,67 @@ fn diff(app: &App, s: &Snapshot, theme: Theme, frame: &mut Frame, area: Rect) {
         frame.render_widget(para(lines), area);
         return;
     }
-    lines.push(Line::styled(
-        fit(
-            &format!(
-                "{} {} {} {} {}",
-                fit("COMPONENT", 26),
-                fit("ROLE", 8),
-                fit("FIELD", 8),
-                fit("KEY", 36),
-                "BEFORE -> AFTER"
-            ),
-            w,
-        ),
-        theme.dim(),
-    ));
-    let rows_h = (area.height as usize).saturating_sub(2);
+    // Wide screens: one line per change. Narrow ones: before -> after on a second line, so
+    // the key (an env var name can be long) is never cut.
+    let wide = w >= 120;
+    let header = if wide {
+        format!(
+            "{} {} {} {} BEFORE -> AFTER",
+            fit("COMPONENT", 26),
+            fit("ROLE", 8),
+            fit("FIELD", 8),
+            fit("KEY", 36)
+        )
+    } else {
+        format!(
+            "{} {} KEY / before -> after",
+            fit("COMPONENT", 24),
+            fit("FIELD", 8)
+        )
+    };
+    lines.push(Line::styled(fit(&header, w), theme.dim()));
+    let per_item = if wide { 1 } else { 2 };
+    let rows_h = (area.height as usize).saturating_sub(2) / per_item;
     let sel = app.selected();
     let offset = scroll_offset(sel, rows_h);
     for (pos, &ci) in d.changes.iter().enumerate().skip(offset).take(rows_h) {
         let c = &s.config_changed[ci];
         let before = c.before.as_deref().unwrap_or("(absent)");
         let after = c.after.as_deref().unwrap_or("(absent)");
-        let mut line = Line::from(vec![
-            Span::raw(format!(
-                "{} {} {} ",
-                fit(&c.component, 26),
-                fit(c.role.as_str(), 8),
-                fit(&c.field, 8)
-            )),
-            Span::styled(fit(c.key.as_deref().unwrap_or("-"), 36), theme.bold()),
-            Span::styled(format!(" {before}"), theme.fg(Color::Red)),
+        let key = c.key.as_deref().unwrap_or("-");
+        let change = vec![
+            Span::styled(before.to_string(), theme.fg(Color::Red)),
             Span::raw(" -> "),
             Span::styled(after.to_string(), theme.fg(Color::Green)),
-        ]);
+        ];
+        let mut first = if wide {
+            let mut spans = vec![
+                Span::raw(format!(
+                    "{} {} {} ",
+                    fit(&c.component, 26),
+                    fit(c.role.as_str(), 8),
+                    fit(&c.field, 8)
+                )),
+                Span::styled(fit(key, 36), theme.bold()),
+                Span::raw(" "),
+            ];
+            spans.extend(change.clone());
+            Line::from(spans)
+        } else {
+            Line::from(vec![
+                Span::raw(format!("{} {} ", fit(&c.component, 24), fit(&c.field, 8))),
+                Span::styled(key.to_string(), theme.bold()),
+            ])
+        };
         if pos == sel {
-            line = line.patch_style(theme.selected());
+            first = first.patch_style(theme.selected());
         }
-        lines.push(line);
+        lines.push(first);
+        if !wide {
+            let mut spans = vec![Span::raw("    ")];
+            spans.extend(change);
+            lines.push(Line::from(spans));
+        }
     }
     frame.render_widget(para(lines), area);
 }
