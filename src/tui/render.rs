@@ -791,6 +791,11 @@ fn overview(app: &App, s: &Snapshot, theme: Theme, frame: &mut Frame, area: Rect
         }
         lines.push(Line::styled(fit(&text, width), style));
         if expanded {
+            if text.chars().count() > width {
+                for l in wrap(&f.summary, width.saturating_sub(4)) {
+                    lines.push(Line::styled(format!("    {l}"), theme.severity(f.severity)));
+                }
+            }
             if !f.requests.is_empty() {
                 lines.push(Line::raw(fit(
                     &format!("    requests: {}", f.requests.join(", ")),
