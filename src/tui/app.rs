@@ -208,11 +208,19 @@ pub struct Derived {
     pub changes: Vec<usize>,
 }
 
+/// One GPU's readings in one past frame (None: no reading, never a zero).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct GpuPoint {
+    pub util_pct: Option<f64>,
+    pub power_w: Option<f64>,
+    pub mem_used_bytes: Option<f64>,
+}
+
 /// A compact record of one past frame for sparklines (full snapshots would be too big).
 #[derive(Debug, Clone, Default)]
 pub struct HistoryPoint {
-    /// GPU index -> (util %, power W, memory used bytes).
-    pub gpus: BTreeMap<u32, (Option<f64>, Option<f64>, Option<f64>)>,
+    /// GPU index -> its readings.
+    pub gpus: BTreeMap<u32, GpuPoint>,
     /// (GPU index, pid) -> memory used bytes.
     pub gpu_processes: BTreeMap<(u32, i64), Option<f64>>,
     /// Component -> TCP state -> count.
@@ -229,7 +237,11 @@ impl HistoryPoint {
         for g in &s.gpus {
             p.gpus.insert(
                 g.index,
-                (g.util_pct, g.power_w, g.mem_used_bytes.map(|b| b as f64)),
+                GpuPoint {
+                    util_pct: g.util_pct,
+                    power_w: g.power_w,
+                    mem_used_bytes: g.mem_used_bytes.map(|b| b as f64),
+                },
             );
             for proc_ in &g.processes {
                 p.gpu_processes

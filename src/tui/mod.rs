@@ -14,7 +14,7 @@ mod feed;
 mod render;
 
 pub use app::{
-    derive, lane_of, Action, App, AppOptions, Derived, HistoryPoint, Lane, RequestRow,
+    derive, lane_of, Action, App, AppOptions, Derived, GpuPoint, HistoryPoint, Lane, RequestRow,
     SnapshotWriter, SortKey, View, LANES,
 };
 pub use feed::{

@@ -1259,9 +1259,9 @@ fn gpu(app: &App, s: &Snapshot, theme: Theme, frame: &mut Frame, area: Rect) {
             hist.iter()
                 .map(|p| {
                     p.gpus.get(&g.index).and_then(|v| match k {
-                        0 => v.0,
-                        1 => v.1,
-                        _ => v.2,
+                        0 => v.util_pct,
+                        1 => v.power_w,
+                        _ => v.mem_used_bytes,
                     })
                 })
                 .collect()
@@ -1550,7 +1550,7 @@ fn metrics(app: &App, s: &Snapshot, theme: Theme, frame: &mut Frame, area: Rect)
             .map(|p| p.metrics.get(&c.id).and_then(|m| m.get(name)).copied())
             .collect();
         let rate_style = match rate {
-            Some(r) if r == 0.0 => theme.fg(Color::Yellow),
+            Some(0.0) => theme.fg(Color::Yellow),
             _ => Style::default(),
         };
         let mut line = Line::from(vec![
