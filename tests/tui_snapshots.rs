@@ -493,6 +493,14 @@ fn sparklines_follow_the_history() {
     ] {
         let mut s = fixture("healthy");
         s.gpus[1].util_pct = Some(util);
+        let decode = s
+            .components
+            .iter_mut()
+            .find(|c| c.id == "decode@127.0.0.1:31012")
+            .expect("decode component");
+        decode
+            .sockets
+            .insert("CLOSE_WAIT".to_string(), (power / 100.0) as u32);
         s.gpus[1].power_w = Some(power);
         a.ingest(FeedFrame::new(s));
     }
@@ -505,6 +513,13 @@ fn sparklines_follow_the_history() {
     let util = &screen[gpu1 + 1];
     assert!(util.contains("▁▃▅▇▁"), "util sparkline: {util}");
     insta::assert_snapshot!("healthy_gpu_history_120x40", text(&a, 120, 40));
+    press(&mut a, '5');
+    let screen = screen_rows(&a, 140, 40);
+    let decode = screen
+        .iter()
+        .find(|l| l.contains("decode@127.0.0.1:31012") && l.contains("CLOSE_WAIT"))
+        .expect("decode socket counts");
+    assert!(decode.contains("CLOSE_WAIT 0 ▁▄▅█▁"), "{decode}");
 }
 
 #[test]

@@ -1359,11 +1359,14 @@ fn sockets(app: &App, s: &Snapshot, theme: Theme, frame: &mut Frame, area: Rect)
     }
     top.push(Line::styled(
         fit(
-            "sockets by state per component (sparkline: in-flight exchanges over time)",
+            "per component: exchanges in flight, sockets by TCP state (sparklines: over time)",
             w,
         ),
         theme.bold(),
     ));
+    // Per-state sparklines only where there is room for them.
+    let state_spark = if w >= 120 { 8 } else { 0 };
+    let comp_w = if w >= 120 { 30 } else { 24 };
     for c in &s.components {
         if c.sockets.is_empty() && !s.requests.iter().any(|r| r.component == c.id) {
             continue;
@@ -1372,9 +1375,18 @@ fn sockets(app: &App, s: &Snapshot, theme: Theme, frame: &mut Frame, area: Rect)
             .iter()
             .map(|p| Some(f64::from(p.in_flight.get(&c.id).copied().unwrap_or(0))))
             .collect();
-        let mut spans = vec![Span::raw(format!("  {} ", fit(&c.id, 30)))];
+        let now = s
+            .requests
+            .iter()
+            .filter(|r| r.component == c.id && in_flight(r.state))
+            .count();
+        let mut spans = vec![Span::raw(format!(
+            "  {} {} ",
+            fit(&c.id, comp_w),
+            rfit(&now.to_string(), 3)
+        ))];
         spans.push(Span::styled(
-            fit(&sparkline(&data, 12, None), 13),
+            fit(&sparkline(&data, 8, None), 9),
             theme.fg(Color::Green),
         ));
         for (state, n) in &c.sockets {
@@ -1383,7 +1395,22 @@ fn sockets(app: &App, s: &Snapshot, theme: Theme, frame: &mut Frame, area: Rect)
             } else {
                 Style::default()
             };
-            spans.push(Span::styled(format!("{state} {n}  "), style));
+            spans.push(Span::styled(format!("{state} {n} "), style));
+            if state_spark > 0 && state != "LISTEN" {
+                let series: Vec<Option<f64>> = hist
+                    .iter()
+                    .map(|p| {
+                        p.sockets
+                            .get(&c.id)
+                            .map(|m| f64::from(m.get(state).copied().unwrap_or(0)))
+                    })
+                    .collect();
+                spans.push(Span::styled(
+                    sparkline(&series, state_spark, None),
+                    theme.fg(Color::Green),
+                ));
+            }
+            spans.push(Span::raw(" "));
         }
         top.push(Line::from(spans));
     }
