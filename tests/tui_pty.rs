@@ -61,20 +61,24 @@ fn example_binary() -> PathBuf {
     debug.join("examples").join("tui_replay")
 }
 
-#[test]
-fn real_terminal_shows_stuck_requests_and_quits_cleanly() {
+fn tmux_missing() -> bool {
     if Command::new("tmux").arg("-V").output().is_err() {
         eprintln!("SKIPPED: tmux not installed; the pseudo-terminal smoke test did not run");
-        return;
+        return true;
     }
+    false
+}
+
+/// Starts the replay example on the wedged fixture in a detached 120x32 tmux session. A
+/// shell prints a marker after the UI exits, so we can see the screen was restored and read
+/// the exit status from the returned file.
+fn start(tag: &str) -> (Session, PathBuf) {
     let bin = example_binary();
     let fixture =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/snapshots/wedged.json");
-    let name = format!("ww-tui-{}", std::process::id());
+    let name = format!("ww-tui-{tag}-{}", std::process::id());
     let rc_file = std::env::temp_dir().join(format!("{name}.rc"));
     let _ = std::fs::remove_file(&rc_file);
-    // A shell prints a marker after the UI exits, so we can see the screen was restored and
-    // read the exit status.
     let cmd = format!(
         "{} {}; echo $? > {}; echo UI-EXITED; sleep 30",
         bin.display(),
@@ -100,8 +104,21 @@ fn real_terminal_shows_stuck_requests_and_quits_cleanly() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let session = Session(name);
+    (Session(name), rc_file)
+}
 
+fn exit_status(rc_file: &Path) -> String {
+    let rc = std::fs::read_to_string(rc_file).expect("exit status written");
+    let _ = std::fs::remove_file(rc_file);
+    rc.trim().to_string()
+}
+
+#[test]
+fn real_terminal_shows_stuck_requests_and_quits_cleanly() {
+    if tmux_missing() {
+        return;
+    }
+    let (session, rc_file) = start("keys");
     wait_for(&session.0, "the Overview", |p| {
         p.contains("CRIT wedged_request")
     });
@@ -127,7 +144,37 @@ fn real_terminal_shows_stuck_requests_and_quits_cleanly() {
         !pane.contains("2 stuck"),
         "alternate screen not left:\n{pane}"
     );
-    let rc = std::fs::read_to_string(&rc_file).expect("exit status written");
-    assert_eq!(rc.trim(), "0");
-    let _ = std::fs::remove_file(&rc_file);
+    assert_eq!(exit_status(&rc_file), "0");
+}
+
+#[test]
+fn sigterm_from_outside_restores_the_terminal() {
+    if tmux_missing() {
+        return;
+    }
+    let (session, rc_file) = start("term");
+    wait_for(&session.0, "the Overview", |p| {
+        p.contains("CRIT wedged_request")
+    });
+    // The pane runs `sh -c`; the UI is its child.
+    let shell = tmux(&["display-message", "-p", "-t", &session.0, "#{pane_pid}"]);
+    let shell = shell.trim();
+    let children = std::fs::read_to_string(format!("/proc/{shell}/task/{shell}/children"))
+        .expect("children of the pane shell");
+    let ui: i32 = children
+        .split_whitespace()
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("UI process is the shell's child");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(ui),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .expect("signal the UI we started");
+    let pane = wait_for(&session.0, "the UI to exit", |p| p.contains("UI-EXITED"));
+    assert!(
+        !pane.contains("CRIT wedged_request"),
+        "alternate screen not left:\n{pane}"
+    );
+    assert_eq!(exit_status(&rc_file), "0", "a stop signal is a clean exit");
 }

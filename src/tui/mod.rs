@@ -43,16 +43,44 @@ extern "C" fn on_stop_signal(_: libc::c_int) {
     STOP.store(true, Ordering::SeqCst);
 }
 
-fn install_stop_signals() {
-    use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
-    let action = SigAction::new(
-        SigHandler::Handler(on_stop_signal),
-        SaFlags::empty(),
-        SigSet::empty(),
-    );
-    for sig in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
-        // SAFETY: the handler only stores to an atomic.
-        let _ = unsafe { sigaction(sig, &action) };
+/// The handlers that were in place before `run`, put back when it returns so the caller's
+/// own Ctrl-C handling (e.g. the demo's teardown) works again afterwards.
+struct StopSignals(Vec<(nix::sys::signal::Signal, nix::sys::signal::SigAction)>);
+
+impl StopSignals {
+    fn install() -> StopSignals {
+        use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
+        let action = SigAction::new(
+            SigHandler::Handler(on_stop_signal),
+            SaFlags::empty(),
+            SigSet::empty(),
+        );
+        let mut previous = Vec::new();
+        for sig in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
+            // SAFETY: the handler only stores to an atomic.
+            if let Ok(old) = unsafe { sigaction(sig, &action) } {
+                previous.push((sig, old));
+            }
+        }
+        StopSignals(previous)
+    }
+}
+
+impl Drop for StopSignals {
+    fn drop(&mut self) {
+        for (sig, old) in &self.0 {
+            // SAFETY: restores the handler that was installed before.
+            let _ = unsafe { nix::sys::signal::sigaction(*sig, old) };
+        }
+    }
+}
+
+/// `poll`, with a signal interrupting the wait counted as "no event" (the loop then sees STOP).
+fn poll(timeout: Duration) -> Result<bool> {
+    match event::poll(timeout) {
+        Ok(ready) => Ok(ready),
+        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => Ok(false),
+        Err(e) => Err(term_err(e)),
     }
 }
 
@@ -64,8 +92,8 @@ fn term_err(e: std::io::Error) -> Error {
 /// restored on every exit path, including a panic (ratatui's panic hook).
 pub fn run(feed: &mut dyn Feed, opts: AppOptions) -> Result<()> {
     let mut app = App::new(opts);
-    install_stop_signals();
     STOP.store(false, Ordering::SeqCst);
+    let _signals = StopSignals::install();
     let mut terminal = match ratatui::try_init() {
         Ok(t) => t,
         Err(e) => {
@@ -94,7 +122,7 @@ fn event_loop(
         if STOP.load(Ordering::SeqCst) {
             return Ok(());
         }
-        if !event::poll(tick).map_err(term_err)? {
+        if !poll(tick)? {
             continue;
         }
         // Everything already queued, so a burst of keys costs one redraw.
@@ -113,7 +141,7 @@ fn event_loop(
                     }
                 }
             }
-            if !event::poll(Duration::ZERO).map_err(term_err)? {
+            if !poll(Duration::ZERO)? {
                 break;
             }
         }
