@@ -294,6 +294,7 @@ fn degraded_sources_are_named_with_their_reason() {
     press(&mut a, '6');
     let metrics = screen_rows(&a, 120, 30).join("\n");
     assert!(metrics.contains("WARN decode /metrics did not answer within 2000 ms"));
+    assert!(metrics.contains("no metrics this window from: decode@127.0.0.1:31012"));
 }
 
 #[test]

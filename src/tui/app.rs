@@ -682,7 +682,19 @@ pub fn derive(
         d.component_index.insert(c.id.clone(), i);
     }
 
-    let mut findings: Vec<usize> = (0..s.findings.len()).collect();
+    let mut findings: Vec<usize> = (0..s.findings.len())
+        .filter(|&i| {
+            let f = &s.findings[i];
+            filter.is_empty()
+                || [
+                    f.kind.as_str(),
+                    f.component.as_deref().unwrap_or(""),
+                    f.summary.as_str(),
+                ]
+                .iter()
+                .any(|p| p.to_lowercase().contains(&filter))
+        })
+        .collect();
     findings.sort_by_key(|&i| std::cmp::Reverse(s.findings[i].severity));
     d.findings = findings;
     for (fi, f) in s.findings.iter().enumerate() {
@@ -1219,5 +1231,11 @@ mod tests {
         assert!(snap.is_some_and(|s| !app.is_expanded(&s.findings[0])));
         app.handle_key(key(KeyCode::Enter));
         assert!(snap.is_some_and(|s| !app.is_expanded(&s.findings[1])));
+        // The filter narrows the findings too.
+        app.handle_key(ch('/'));
+        for c in "info".chars() {
+            app.handle_key(ch(c));
+        }
+        assert_eq!(app.derived().findings, vec![0]);
     }
 }

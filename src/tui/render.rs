@@ -1539,6 +1539,22 @@ fn metrics(app: &App, s: &Snapshot, theme: Theme, frame: &mut Frame, area: Rect)
             theme.severity(f.severity),
         ));
     }
+    // Components that should export metrics but gave none: say so instead of leaving them out.
+    let silent: Vec<&str> = s
+        .components
+        .iter()
+        .filter(|c| (c.role.is_engine() || c.role == Role::Router) && c.metrics.is_empty())
+        .map(|c| c.id.as_str())
+        .collect();
+    if !silent.is_empty() {
+        lines.push(Line::styled(
+            fit(
+                &format!("no metrics this window from: {}", silent.join(", ")),
+                w,
+            ),
+            theme.fg(Color::Yellow),
+        ));
+    }
     lines.push(Line::styled(
         fit(
             &format!(
