@@ -8,10 +8,11 @@ use crate::model::{
     Change, Finding, ProcessFacts, Request, SnapGpu, SnapThread, SourceKind, SourceStatus,
     Topology,
 };
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// Per-component extras computed by the correlator.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct ComponentExtras {
     /// Socket counts by TCP state name.
     pub sockets: BTreeMap<String, u32>,
@@ -22,7 +23,7 @@ pub struct ComponentExtras {
 }
 
 /// Everything a snapshot is made of, before redaction and assembly.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct SnapshotParts {
     pub taken_at_ms: Millis,
     pub window_ms: u64,
