@@ -102,3 +102,134 @@ async fn sampler_counts_samples_the_consumer_could_not_take() {
     assert_eq!(st.samples, 2);
     assert!(st.dropped >= 6, "{st:?}");
 }
+
+/// Processes facts for the decode engine; `gen` switches to a "restarted with a new env
+/// var" process.
+struct ProcSource {
+    gen: Arc<AtomicU64>,
+}
+impl Source for ProcSource {
+    fn kind(&self) -> SourceKind {
+        SourceKind::Processes
+    }
+    fn sample<'a>(&'a self, _topo: &'a Topology, clock: &'a dyn Clock) -> BoxFuture<'a, Sample> {
+        Box::pin(async move {
+            let g = self.gen.load(Ordering::SeqCst);
+            let mut env: std::collections::BTreeMap<String, String> =
+                [("PATH".to_string(), "/usr/bin".to_string())].into_iter().collect();
+            if g > 0 {
+                env.insert("SGLANG_DECODE_SPLIT_TUNING".into(), "1".into());
+            }
+            Sample {
+                t_ms: clock.now_ms(),
+                status: SourceStatus::ok(),
+                took_ms: 1,
+                payload: Payload::Processes(vec![ProcessFacts {
+                    pid: 400,
+                    start_ticks: Some(1000 + g),
+                    env: Some(env),
+                    cmdline: Some(vec!["python3".into(), "-m".into(), "sglang.launch_server".into()]),
+                    ..Default::default()
+                }]),
+            }
+        })
+    }
+}
+
+/// A socket table with one request waiting at the decode engine.
+struct SockSource {
+    table: SocketTable,
+}
+impl Source for SockSource {
+    fn kind(&self) -> SourceKind {
+        SourceKind::Sockets
+    }
+    fn sample<'a>(&'a self, _topo: &'a Topology, clock: &'a dyn Clock) -> BoxFuture<'a, Sample> {
+        Box::pin(async move {
+            Sample { t_ms: clock.now_ms(), status: SourceStatus::ok(), took_ms: 1, payload: Payload::Sockets(self.table.clone()) }
+        })
+    }
+}
+
+async fn wait_for(sock: &std::path::Path, what: &str, pred: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+    // Bounded: real sockets and real (short) cadences, at most ~5 s.
+    for _ in 0..250 {
+        if let Ok(v) = wedgewatch::daemon::query(sock, what, 2000).await {
+            if pred(&v) {
+                return v;
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    panic!("daemon never answered {what} as expected");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn daemon_serves_state_on_an_owner_only_socket_and_takes_baselines() {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    use wedgewatch::daemon::*;
+    let dir = tempfile::tempdir().expect("tmp");
+    let mut cfg = DaemonConfig::new(dir.path().join("state"));
+    cfg.rotation = Some(wedgewatch::record::RotationPolicy { max_segment_bytes: 1 << 20, keep_segments: 2 });
+    cfg.rediscover_every_ms = 100;
+    let sock = cfg.socket_path.clone();
+    let discover: DiscoverFn = Arc::new(|| Box::pin(async { Ok(pd_topology()) }));
+    let mut sim = Sim::new(pd_topology());
+    let d = sim.connect(Some(200), 31012, 400);
+    sim.request(d, 900);
+    let gen = Arc::new(AtomicU64::new(0));
+    let mut daemon = Daemon::new(cfg.clone(), Arc::new(wedgewatch::clock::SystemClock), discover);
+    daemon.add_source(Arc::new(SockSource { table: sim.socket_table() }), 20, 500);
+    daemon.add_source(Arc::new(ProcSource { gen: gen.clone() }), 20, 500);
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let task = tokio::spawn(daemon.run(stop_rx));
+
+    let v = wait_for(&sock, "snapshot", |v| v["sampler"]["sockets"]["samples"].as_u64().unwrap_or(0) > 2).await;
+    let md = std::fs::metadata(&sock).expect("socket");
+    assert!(md.file_type().is_socket());
+    assert_eq!(md.permissions().mode() & 0o777, 0o600, "owner only");
+    assert_eq!(std::fs::metadata(&cfg.state_dir).expect("dir").permissions().mode() & 0o777, 0o700);
+    assert_eq!(v["schema"], DAEMON_SCHEMA);
+    let parts = parts_from_answer(&v).expect("parts");
+    assert_eq!(parts.topology.components.len(), 4);
+    assert_eq!(parts.sources[&SourceKind::Sockets].status, Status::Ok);
+    assert_eq!(parts.requests.iter().filter(|r| r.component == DECODE && r.state == RequestState::WaitingFirstByte).count(), 1);
+
+    let b = wait_for(&sock, "baseline", |v| v["count"].as_u64() == Some(1)).await;
+    assert_eq!(b["oldest"]["reason"], "start");
+    assert_eq!(b["oldest"]["components"][0]["env"]["PATH"], "/usr/bin");
+
+    // The decode engine "restarts" with one added variable: a new baseline, and the
+    // snapshot names the variable.
+    gen.store(1, Ordering::SeqCst);
+    let b = wait_for(&sock, "baseline", |v| v["count"].as_u64() == Some(2)).await;
+    assert!(b["latest"]["reason"].as_str().unwrap_or("").contains("restart of decode"), "{b}");
+    let v = wait_for(&sock, "snapshot", |v| {
+        v["parts"]["findings"].as_array().is_some_and(|f| f.iter().any(|f| f["kind"] == "config_changed"))
+    })
+    .await;
+    let parts = parts_from_answer(&v).expect("parts");
+    let f = parts.findings.iter().find(|f| f.kind == "config_changed").expect("config_changed");
+    assert!(f.evidence.iter().any(|e| e.detail.contains("SGLANG_DECODE_SPLIT_TUNING added (=1)")), "{f:#?}");
+    assert!(parts.findings.iter().any(|f| f.kind == "process_restarted"));
+
+    let err = query(&sock, "bogus", 2000).await.expect_err("unknown request");
+    assert!(err.to_string().contains("unknown request"), "{err}");
+    assert!(query(&sock, "ping", 2000).await.expect("ping")["ok"].as_bool().unwrap_or(false));
+
+    let _ = stop_tx.send(true);
+    task.await.expect("join").expect("daemon run");
+    assert!(!sock.exists(), "socket removed on shutdown");
+    // The recording replays with the baselines.
+    let rec = wedgewatch::record::Recording::open(&cfg.recording_dir()).expect("recording");
+    let r = wedgewatch::record::replay(&rec, None, Default::default()).expect("replay");
+    assert_eq!(r.baselines.len(), 2);
+    assert!(r.model.config_changes().iter().any(|c| c.key.as_deref() == Some("SGLANG_DECODE_SPLIT_TUNING")));
+}
+
+#[tokio::test]
+async fn query_without_a_daemon_fails_clearly() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let err = wedgewatch::daemon::query(&dir.path().join("none.sock"), "snapshot", 500).await.expect_err("no daemon");
+    assert!(err.to_string().contains("none.sock"), "{err}");
+}
