@@ -165,11 +165,18 @@ impl Daemon {
         };
         let (topo_tx, topo_rx) = watch::channel(topo.clone());
         let mut writer = match cfg.rotation {
-            Some(p) => Some(RecordingWriter::create_dir(&cfg.recording_dir(), p, self.clock.now_ms())?),
+            Some(p) => Some(RecordingWriter::create_dir(
+                &cfg.recording_dir(),
+                p,
+                self.clock.now_ms(),
+            )?),
             None => None,
         };
         if let Some(w) = writer.as_mut() {
-            w.write(&Record::Topology { t_ms: self.clock.now_ms(), topology: topo.clone() })?;
+            w.write(&Record::Topology {
+                t_ms: self.clock.now_ms(),
+                topology: topo.clone(),
+            })?;
         }
         lock(&self.shared).model.set_topology(topo.clone());
         let mut topo_key = topology_key(&topo);
@@ -182,9 +189,15 @@ impl Daemon {
         let (tx, mut rx) = mpsc::channel::<Sample>(4096);
         let (stop_tx, stop_rx) = watch::channel(false);
         let sampler_task = tokio::spawn(sampler.run(tx, stop_rx));
-        let server = tokio::spawn(serve(listener, self.shared.clone(), stats, self.clock.clone()));
+        let server = tokio::spawn(serve(
+            listener,
+            self.shared.clone(),
+            stats,
+            self.clock.clone(),
+        ));
 
-        let mut rediscover = tokio::time::interval(Duration::from_millis(cfg.rediscover_every_ms.max(100)));
+        let mut rediscover =
+            tokio::time::interval(Duration::from_millis(cfg.rediscover_every_ms.max(100)));
         rediscover.tick().await; // the first tick is immediate: discovery just ran
         let mut pending_reason = Some("start".to_string());
         let result: Result<()> = loop {
@@ -244,7 +257,12 @@ fn tracing_note(msg: &str) {
 
 /// Takes a baseline when a component is new or its process identity changed. Returns the
 /// baseline to record.
-fn take_baseline(sh: &mut Shared, t: Millis, procs: &[crate::model::ProcessFacts], reason: Option<String>) -> Option<Baseline> {
+fn take_baseline(
+    sh: &mut Shared,
+    t: Millis,
+    procs: &[crate::model::ProcessFacts],
+    reason: Option<String>,
+) -> Option<Baseline> {
     let now = Baseline::take(t, sh.model.topology(), procs, "");
     if now.components.is_empty() {
         return None;
@@ -291,7 +309,10 @@ async fn bind_private(path: &Path) -> Result<UnixListener> {
     }
     if path.exists() {
         if UnixStream::connect(path).await.is_ok() {
-            return Err(Error::Other(format!("{}: another wedgewatch daemon is already listening here", path.display())));
+            return Err(Error::Other(format!(
+                "{}: another wedgewatch daemon is already listening here",
+                path.display()
+            )));
         }
         std::fs::remove_file(path).map_err(|e| Error::io(path, e))?;
     }
@@ -299,12 +320,18 @@ async fn bind_private(path: &Path) -> Result<UnixListener> {
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(|e| Error::io(path, e))?;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+            .map_err(|e| Error::io(path, e))?;
     }
     Ok(l)
 }
 
-async fn serve(listener: UnixListener, shared: Arc<Mutex<Shared>>, stats: StatsHandle, clock: Arc<dyn Clock>) {
+async fn serve(
+    listener: UnixListener,
+    shared: Arc<Mutex<Shared>>,
+    stats: StatsHandle,
+    clock: Arc<dyn Clock>,
+) {
     loop {
         let Ok((stream, _)) = listener.accept().await else {
             // e.g. out of fds: back off instead of spinning.
@@ -315,24 +342,41 @@ async fn serve(listener: UnixListener, shared: Arc<Mutex<Shared>>, stats: StatsH
         let stats = stats.clone();
         let clock = clock.clone();
         tokio::spawn(async move {
-            let _ = tokio::time::timeout(Duration::from_secs(10), answer(stream, shared, stats, clock)).await;
+            let _ = tokio::time::timeout(
+                Duration::from_secs(10),
+                answer(stream, shared, stats, clock),
+            )
+            .await;
         });
     }
 }
 
-async fn answer(stream: UnixStream, shared: Arc<Mutex<Shared>>, stats: StatsHandle, clock: Arc<dyn Clock>) -> std::io::Result<()> {
+async fn answer(
+    stream: UnixStream,
+    shared: Arc<Mutex<Shared>>,
+    stats: StatsHandle,
+    clock: Arc<dyn Clock>,
+) -> std::io::Result<()> {
     let (r, mut w) = stream.into_split();
     let mut line = String::new();
-    BufReader::new(r.take(MAX_REQUEST)).read_line(&mut line).await?;
+    BufReader::new(r.take(MAX_REQUEST))
+        .read_line(&mut line)
+        .await?;
     let v = respond(line.trim(), &shared, &stats, clock.now_ms());
-    let mut out = serde_json::to_vec(&v).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}").into_bytes());
+    let mut out =
+        serde_json::to_vec(&v).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}").into_bytes());
     out.push(b'\n');
     w.write_all(&out).await?;
     w.shutdown().await
 }
 
 /// The answer to one request line (also usable in-process).
-pub fn respond(what: &str, shared: &Mutex<Shared>, stats: &StatsHandle, now: Millis) -> serde_json::Value {
+pub fn respond(
+    what: &str,
+    shared: &Mutex<Shared>,
+    stats: &StatsHandle,
+    now: Millis,
+) -> serde_json::Value {
     let sampler = stats.lock().map(|s| s.clone()).unwrap_or_default();
     match what {
         "snapshot" => {
@@ -365,23 +409,40 @@ pub fn respond(what: &str, shared: &Mutex<Shared>, stats: &StatsHandle, now: Mil
 /// Asks a running daemon. `what` is `snapshot`, `baseline`, `sources` or `ping`.
 pub async fn query(socket_path: &Path, what: &str, timeout_ms: u64) -> Result<serde_json::Value> {
     let fut = async {
-        let mut s = UnixStream::connect(socket_path).await.map_err(|e| Error::io(socket_path, e))?;
-        s.write_all(format!("{what}\n").as_bytes()).await.map_err(|e| Error::io(socket_path, e))?;
+        let mut s = UnixStream::connect(socket_path)
+            .await
+            .map_err(|e| Error::io(socket_path, e))?;
+        s.write_all(format!("{what}\n").as_bytes())
+            .await
+            .map_err(|e| Error::io(socket_path, e))?;
         let mut buf = Vec::new();
-        s.take(MAX_ANSWER).read_to_end(&mut buf).await.map_err(|e| Error::io(socket_path, e))?;
+        s.take(MAX_ANSWER)
+            .read_to_end(&mut buf)
+            .await
+            .map_err(|e| Error::io(socket_path, e))?;
         let v: serde_json::Value = serde_json::from_slice(&buf)?;
         if let Some(e) = v.get("error").and_then(|e| e.as_str()) {
-            return Err(Error::Other(format!("daemon at {}: {e}", socket_path.display())));
+            return Err(Error::Other(format!(
+                "daemon at {}: {e}",
+                socket_path.display()
+            )));
         }
         Ok(v)
     };
     tokio::time::timeout(Duration::from_millis(timeout_ms), fut)
         .await
-        .map_err(|_| Error::Timeout { what: format!("daemon query {what:?} at {}", socket_path.display()), ms: timeout_ms })?
+        .map_err(|_| Error::Timeout {
+            what: format!("daemon query {what:?} at {}", socket_path.display()),
+            ms: timeout_ms,
+        })?
 }
 
 /// `query` for synchronous callers (the CLI, the TUI): runs on a small current-thread runtime.
-pub fn query_blocking(socket_path: &Path, what: &str, timeout_ms: u64) -> Result<serde_json::Value> {
+pub fn query_blocking(
+    socket_path: &Path,
+    what: &str,
+    timeout_ms: u64,
+) -> Result<serde_json::Value> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -391,6 +452,8 @@ pub fn query_blocking(socket_path: &Path, what: &str, timeout_ms: u64) -> Result
 
 /// The snapshot parts from a daemon answer to `snapshot`.
 pub fn parts_from_answer(v: &serde_json::Value) -> Result<crate::snapshot::SnapshotParts> {
-    let p = v.get("parts").ok_or_else(|| Error::Other("daemon answer has no parts".into()))?;
+    let p = v
+        .get("parts")
+        .ok_or_else(|| Error::Other("daemon answer has no parts".into()))?;
     Ok(serde_json::from_value(p.clone())?)
 }

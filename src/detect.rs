@@ -162,11 +162,10 @@ fn chain_text(chain: &[&RequestView]) -> String {
     chain
         .iter()
         .map(|r| {
-            let conf = r
-                .x
-                .parent_confidence
-                .map(|c| format!(" (link {c:.2})"))
-                .unwrap_or_default();
+            let conf =
+                r.x.parent_confidence
+                    .map(|c| format!(" (link {c:.2})"))
+                    .unwrap_or_default();
             format!("{} {}{}", r.x.component, r.x.id, conf)
         })
         .collect::<Vec<_>>()
@@ -185,7 +184,10 @@ fn downstream_open(v: &View, comp: &str) -> bool {
 fn idle_evidence(cs: &ComponentState) -> (Vec<String>, Vec<Evidence>) {
     let mut words = Vec::new();
     let mut ev = Vec::new();
-    ev.push(Evidence::new("gpu", format!("GPU activity: {}", cs.gpu_activity)));
+    ev.push(Evidence::new(
+        "gpu",
+        format!("GPU activity: {}", cs.gpu_activity),
+    ));
     if cs.gpu_activity != "unknown" {
         words.push(format!("GPU {}", cs.gpu_activity));
     }
@@ -203,7 +205,14 @@ fn idle_evidence(cs: &ComponentState) -> (Vec<String>, Vec<Evidence>) {
             .threads
             .iter()
             .filter(|t| !t.states.is_empty())
-            .map(|t| format!("tid {} ({}): {}", t.tid, t.name.as_deref().unwrap_or("?"), t.states.join(", ")))
+            .map(|t| {
+                format!(
+                    "tid {} ({}): {}",
+                    t.tid,
+                    t.name.as_deref().unwrap_or("?"),
+                    t.states.join(", ")
+                )
+            })
             .collect();
         ev.push(Evidence::new("stacks", detail.join("; ")));
         words.push(s);
@@ -214,7 +223,10 @@ fn idle_evidence(cs: &ComponentState) -> (Vec<String>, Vec<Evidence>) {
         } else {
             ""
         };
-        ev.push(Evidence::new("metrics", format!("running {n} from {src}{frozen}")));
+        ev.push(Evidence::new(
+            "metrics",
+            format!("running {n} from {src}{frozen}"),
+        ));
         words.push(format!("engine reports {n} running"));
     }
     if let Some((q, src)) = cs.queued {
@@ -224,7 +236,10 @@ fn idle_evidence(cs: &ComponentState) -> (Vec<String>, Vec<Evidence>) {
         ev.push(Evidence::new("metrics", format!("http_active {h}")));
     }
     if let Some(a) = cs.router_active {
-        ev.push(Evidence::new("metrics", format!("router in-flight for this worker {a}")));
+        ev.push(Evidence::new(
+            "metrics",
+            format!("router in-flight for this worker {a}"),
+        ));
     }
     (words, ev)
 }
@@ -242,7 +257,7 @@ fn ids_with_ancestors(v: &View, leaves: &[&RequestView]) -> Vec<String> {
     out
 }
 
-fn group_by_component<'a>(leaves: Vec<&'a RequestView>) -> BTreeMap<String, Vec<&'a RequestView>> {
+fn group_by_component(leaves: Vec<&RequestView>) -> BTreeMap<String, Vec<&RequestView>> {
     let mut m: BTreeMap<String, Vec<&RequestView>> = BTreeMap::new();
     for l in leaves {
         m.entry(l.x.component.clone()).or_default().push(l);
@@ -291,7 +306,11 @@ pub fn wedged_request(m: &Model, v: &View) -> Vec<Finding> {
                     r.x.server,
                     r.x.bytes_in,
                     secs(r.age_ms),
-                    if r.x.seen_mid_flight { " (age from tcp_info last_data_recv)" } else { "" },
+                    if r.x.seen_mid_flight {
+                        " (age from tcp_info last_data_recv)"
+                    } else {
+                        ""
+                    },
                     chain_text(&ch)
                 ),
             ));
@@ -406,7 +425,11 @@ pub fn busy_without_progress(m: &Model, v: &View) -> Vec<Finding> {
     let th = &m.thresholds;
     let mut out = Vec::new();
     for cs in v.components.values().filter(|c| c.role.is_engine()) {
-        let mine: Vec<&RequestView> = v.requests.iter().filter(|r| r.x.component == cs.id).collect();
+        let mine: Vec<&RequestView> = v
+            .requests
+            .iter()
+            .filter(|r| r.x.component == cs.id)
+            .collect();
         let open: Vec<&RequestView> = mine
             .iter()
             .copied()
@@ -424,8 +447,15 @@ pub fn busy_without_progress(m: &Model, v: &View) -> Vec<Finding> {
                 && t.states.iter().all(|s| s == "nccl_collective")
         });
         let busy = match (cs.gpu_activity, collective) {
-            ("spinning", _) => Some("GPU at high utilization but idle power (kernel spinning)".to_string()),
-            (_, Some(t)) => Some(format!("scheduler tid {} in an NCCL collective in {}/{} dumps", t.tid, t.states.len(), t.states.len())),
+            ("spinning", _) => {
+                Some("GPU at high utilization but idle power (kernel spinning)".to_string())
+            }
+            (_, Some(t)) => Some(format!(
+                "scheduler tid {} in an NCCL collective in {}/{} dumps",
+                t.tid,
+                t.states.len(),
+                t.states.len()
+            )),
             ("working", _) => Some("GPU working".to_string()),
             _ => cs
                 .forward_rate
@@ -433,12 +463,26 @@ pub fn busy_without_progress(m: &Model, v: &View) -> Vec<Finding> {
                 .map(|r| format!("forward time rate {r:.2} s/s")),
         };
         let Some(busy) = busy else { continue };
-        let quiet = last_out.map_or_else(|| open.iter().map(|r| r.age_ms).max().unwrap_or(0), |t| v.now - t);
-        let mut evidence = vec![Evidence::new("gpu", format!("GPU activity: {}", cs.gpu_activity))];
+        let quiet = last_out.map_or_else(
+            || open.iter().map(|r| r.age_ms).max().unwrap_or(0),
+            |t| v.now - t,
+        );
+        let mut evidence = vec![Evidence::new(
+            "gpu",
+            format!("GPU activity: {}", cs.gpu_activity),
+        )];
         evidence.extend(open.iter().map(|r| {
             Evidence::new(
                 "sockets",
-                format!("{} {} -> {}: state {}, {} bytes out, age {}", r.x.id, r.x.client, r.x.server, r.state.as_str(), r.x.bytes_out, secs(r.age_ms)),
+                format!(
+                    "{} {} -> {}: state {}, {} bytes out, age {}",
+                    r.x.id,
+                    r.x.client,
+                    r.x.server,
+                    r.state.as_str(),
+                    r.x.bytes_out,
+                    secs(r.age_ms)
+                ),
             )
         }));
         if let Some(s) = cs.thread_summary() {
@@ -471,11 +515,19 @@ pub fn queue_not_draining(m: &Model, v: &View) -> Vec<Finding> {
         if cs.gpu_activity == "working" || cs.forward_rate.is_some_and(|r| r > 0.01) {
             continue;
         }
-        let Some(hist) = m.metrics_history(&cs.id) else { continue };
+        let Some(hist) = m.metrics_history(&cs.id) else {
+            continue;
+        };
         let since = v.now - th.queue_after_ms;
         // The last point at or before `since` starts the judged stretch.
-        let Some(start) = hist.iter().rposition(|p| p.t_ms <= since) else { continue };
-        let pts: Vec<_> = hist.iter().skip(start).filter(|p| p.t_ms <= v.now).collect();
+        let Some(start) = hist.iter().rposition(|p| p.t_ms <= since) else {
+            continue;
+        };
+        let pts: Vec<_> = hist
+            .iter()
+            .skip(start)
+            .filter(|p| p.t_ms <= v.now)
+            .collect();
         let judge = |p: &crate::correlate::MetricsPoint| -> Option<(f64, f64, &'static str)> {
             if let Some(l) = p.loads {
                 return Some((l.waiting + l.pd_queued, l.running, "v1_loads"));
@@ -502,12 +554,22 @@ pub fn queue_not_draining(m: &Model, v: &View) -> Vec<Finding> {
                 "queued {q0} -> {q1}, running 0 in all {} points over {} (from {src}{})",
                 judged.len(),
                 secs(v.now - t0),
-                if src == "metrics" { "; gauges may be frozen during a stall, counters agree" } else { "" }
+                if src == "metrics" {
+                    "; gauges may be frozen during a stall, counters agree"
+                } else {
+                    ""
+                }
             ),
         )];
-        evidence.push(Evidence::new("gpu", format!("GPU activity: {}", cs.gpu_activity)));
+        evidence.push(Evidence::new(
+            "gpu",
+            format!("GPU activity: {}", cs.gpu_activity),
+        ));
         if let Some(r) = cs.forward_rate {
-            evidence.push(Evidence::new("metrics", format!("forward_seconds_total rate {r:.3} s/s")));
+            evidence.push(Evidence::new(
+                "metrics",
+                format!("forward_seconds_total rate {r:.3} s/s"),
+            ));
         }
         if let Some(s) = cs.thread_summary() {
             evidence.push(Evidence::new("stacks", s));
@@ -554,8 +616,13 @@ pub fn scheduler_stuck(m: &Model, v: &View) -> Vec<Finding> {
                 continue;
             }
             let all_stuck = t.states.iter().all(|s| s == "stuck_outside_loop");
-            let same_frame = t.top_frames.iter().all(|f| !f.is_empty() && *f == t.top_frames[0])
-                && t.states.iter().all(|s| s == "stuck_outside_loop" || s == "unknown");
+            let same_frame = t
+                .top_frames
+                .iter()
+                .all(|f| !f.is_empty() && *f == t.top_frames[0])
+                && t.states
+                    .iter()
+                    .all(|s| s == "stuck_outside_loop" || s == "unknown");
             if !(all_stuck || same_frame) {
                 continue;
             }
@@ -600,8 +667,16 @@ pub fn accumulating_state(m: &Model, v: &View) -> Vec<Finding> {
         let from = v.now - th.accumulate_window_ms;
         type Pick = fn(&crate::correlate::CountPoint) -> Option<u32>;
         let metrics: [(&str, Pick, u32); 4] = [
-            ("established connections", |p| p.established, th.accumulate_min_connections),
-            ("CLOSE_WAIT sockets", |p| p.close_wait, th.accumulate_min_close_wait),
+            (
+                "established connections",
+                |p| p.established,
+                th.accumulate_min_connections,
+            ),
+            (
+                "CLOSE_WAIT sockets",
+                |p| p.close_wait,
+                th.accumulate_min_close_wait,
+            ),
             ("open fds", |p| p.fds, th.accumulate_min_fds),
             ("threads", |p| p.threads, th.accumulate_min_threads),
         ];
@@ -616,7 +691,11 @@ pub fn accumulating_state(m: &Model, v: &View) -> Vec<Finding> {
             }
             let third = pts.len() / 3;
             let early_max = pts[..third].iter().map(|p| p.1).max().unwrap_or(0);
-            let late_min = pts[pts.len() - third..].iter().map(|p| p.1).min().unwrap_or(0);
+            let late_min = pts[pts.len() - third..]
+                .iter()
+                .map(|p| p.1)
+                .min()
+                .unwrap_or(0);
             let rises = pts.windows(2).filter(|w| w[1].1 >= w[0].1).count();
             if late_min < early_max.saturating_add(min_growth) || rises * 10 < (pts.len() - 1) * 8 {
                 continue;
@@ -675,24 +754,35 @@ pub fn endpoint_unresponsive(m: &Model, v: &View) -> Vec<Finding> {
     let mut out = Vec::new();
     for c in &m.topology().components {
         let probes = m.endpoint_probes(&c.id, v.now);
-        let mut by_url: BTreeMap<&str, Vec<&(Millis, crate::model::EndpointProbe)>> = BTreeMap::new();
+        let mut by_url: BTreeMap<&str, Vec<&(Millis, crate::model::EndpointProbe)>> =
+            BTreeMap::new();
         for p in &probes {
             by_url.entry(p.1.url.as_str()).or_default().push(p);
         }
         for (url, ps) in by_url {
             let n = th.endpoint_failures.max(1);
             let tail: Vec<_> = ps.iter().rev().take(n).collect();
-            let bad = |p: &crate::model::EndpointProbe| probe_failed(p) || p.elapsed_ms >= th.endpoint_slow_ms;
+            let bad = |p: &crate::model::EndpointProbe| {
+                probe_failed(p) || p.elapsed_ms >= th.endpoint_slow_ms
+            };
             if tail.len() < n || !tail.iter().all(|p| bad(&p.1)) {
                 continue;
             }
             let last = &tail[0].1;
             let what = match last.outcome {
-                crate::model::FetchOutcome::Timeout => format!("timed out after {} ms", last.elapsed_ms),
+                crate::model::FetchOutcome::Timeout => {
+                    format!("timed out after {} ms", last.elapsed_ms)
+                }
                 crate::model::FetchOutcome::Refused => "refused the connection".to_string(),
-                crate::model::FetchOutcome::HttpError => format!("answered HTTP {}", last.http_status.unwrap_or(0)),
-                crate::model::FetchOutcome::Ok | crate::model::FetchOutcome::TooLarge => format!("took {} ms", last.elapsed_ms),
-                crate::model::FetchOutcome::Error => format!("failed: {}", last.detail.as_deref().unwrap_or("error")),
+                crate::model::FetchOutcome::HttpError => {
+                    format!("answered HTTP {}", last.http_status.unwrap_or(0))
+                }
+                crate::model::FetchOutcome::Ok | crate::model::FetchOutcome::TooLarge => {
+                    format!("took {} ms", last.elapsed_ms)
+                }
+                crate::model::FetchOutcome::Error => {
+                    format!("failed: {}", last.detail.as_deref().unwrap_or("error"))
+                }
             };
             out.push(Finding {
                 kind: "endpoint_unresponsive".into(),

@@ -36,7 +36,12 @@ fn us(ms: Millis) -> i64 {
 
 impl Builder {
     fn new() -> Builder {
-        Builder { events: Vec::new(), pids: BTreeMap::new(), tids: BTreeMap::new(), anchors: BTreeMap::new() }
+        Builder {
+            events: Vec::new(),
+            pids: BTreeMap::new(),
+            tids: BTreeMap::new(),
+            anchors: BTreeMap::new(),
+        }
     }
 
     fn pid(&mut self, component: &str) -> u32 {
@@ -82,9 +87,13 @@ impl Builder {
     fn links(&mut self, requests: &[Request]) {
         let mut flow_id = 0u64;
         for r in requests {
-            let Some(&(ppid, ptid, _)) = self.anchors.get(&r.id) else { continue };
+            let Some(&(ppid, ptid, _)) = self.anchors.get(&r.id) else {
+                continue;
+            };
             for l in &r.links {
-                let Some(&(cpid, ctid, cstart)) = self.anchors.get(l) else { continue };
+                let Some(&(cpid, ctid, cstart)) = self.anchors.get(l) else {
+                    continue;
+                };
                 flow_id += 1;
                 self.events.push(json!({"ph": "s", "cat": "hop", "name": "forwarded", "id": flow_id, "ts": us(cstart), "pid": ppid, "tid": ptid}));
                 self.events.push(json!({"ph": "f", "bp": "e", "cat": "hop", "name": "forwarded", "id": flow_id, "ts": us(cstart), "pid": cpid, "tid": ctid}));
@@ -117,14 +126,38 @@ fn approx_slices(now: Millis, r: &Request) -> Vec<Slice> {
         .unwrap_or(now - r.age_ms as Millis);
     let last_out = now - r.idle_out_ms as Millis;
     match r.state {
-        RequestState::WaitingFirstByte => vec![Slice { name: "waiting_first_byte", from: start, to: now }],
-        RequestState::Streaming => vec![Slice { name: "streaming", from: start, to: now }],
+        RequestState::WaitingFirstByte => vec![Slice {
+            name: "waiting_first_byte",
+            from: start,
+            to: now,
+        }],
+        RequestState::Streaming => vec![Slice {
+            name: "streaming",
+            from: start,
+            to: now,
+        }],
         RequestState::Stalled => vec![
-            Slice { name: "streaming", from: start, to: last_out.max(start) },
-            Slice { name: "stalled", from: last_out.max(start), to: now },
+            Slice {
+                name: "streaming",
+                from: start,
+                to: last_out.max(start),
+            },
+            Slice {
+                name: "stalled",
+                from: last_out.max(start),
+                to: now,
+            },
         ],
-        RequestState::Done => vec![Slice { name: "done", from: start, to: last_out.max(start) }],
-        RequestState::Closed => vec![Slice { name: "closed", from: start, to: last_out.max(start) }],
+        RequestState::Done => vec![Slice {
+            name: "done",
+            from: start,
+            to: last_out.max(start),
+        }],
+        RequestState::Closed => vec![Slice {
+            name: "closed",
+            from: start,
+            to: last_out.max(start),
+        }],
         RequestState::Idle => Vec::new(),
     }
 }
@@ -163,21 +196,35 @@ pub fn perfetto_model(model: &Model, now: Millis) -> Value {
     let view = m.view(now);
     let mut b = Builder::new();
     for r in &parts.requests {
-        let Some(v) = view.request(&r.id) else { continue };
+        let Some(v) = view.request(&r.id) else {
+            continue;
+        };
         let x = &v.x;
         let end = x.end_ms().unwrap_or(now).min(now);
         let mut slices = Vec::new();
         let first = x.first_byte_ms.unwrap_or(end).max(x.request_ms);
-        slices.push(Slice { name: "waiting_first_byte", from: x.request_ms, to: first });
+        slices.push(Slice {
+            name: "waiting_first_byte",
+            from: x.request_ms,
+            to: first,
+        });
         if let Some(fb) = x.first_byte_ms {
             let last = x.last_out_ms.unwrap_or(fb).max(fb);
             let stream_end = match v.state {
                 RequestState::Streaming => now,
                 _ => last,
             };
-            slices.push(Slice { name: "streaming", from: fb.max(x.request_ms), to: stream_end.max(first) });
+            slices.push(Slice {
+                name: "streaming",
+                from: fb.max(x.request_ms),
+                to: stream_end.max(first),
+            });
             if v.state == RequestState::Stalled {
-                slices.push(Slice { name: "stalled", from: stream_end.max(first), to: now });
+                slices.push(Slice {
+                    name: "stalled",
+                    from: stream_end.max(first),
+                    to: now,
+                });
             }
         }
         b.request(r, &slices);

@@ -35,9 +35,16 @@ pub enum Record {
         pid: i32,
         tool: String,
     },
-    Sample { sample: Sample },
-    Topology { t_ms: Millis, topology: Topology },
-    Baseline { baseline: Baseline },
+    Sample {
+        sample: Sample,
+    },
+    Topology {
+        t_ms: Millis,
+        topology: Topology,
+    },
+    Baseline {
+        baseline: Baseline,
+    },
 }
 
 impl Record {
@@ -80,15 +87,30 @@ pub struct Baseline {
 /// Env names whose values are never stored in clear.
 pub fn is_secret_name(name: &str) -> bool {
     let n = name.to_ascii_uppercase();
-    ["KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH", "COOKIE", "PRIVATE"]
-        .iter()
-        .any(|w| n.contains(w))
+    [
+        "KEY",
+        "TOKEN",
+        "SECRET",
+        "PASSWORD",
+        "PASSWD",
+        "CREDENTIAL",
+        "AUTH",
+        "COOKIE",
+        "PRIVATE",
+    ]
+    .iter()
+    .any(|w| n.contains(w))
 }
 
 impl Baseline {
     /// Takes the facts of every component's main process from the latest process facts.
     /// Components whose main process has no facts yet are left out (taken next time).
-    pub fn take(t_ms: Millis, topo: &Topology, procs: &[ProcessFacts], reason: impl Into<String>) -> Baseline {
+    pub fn take(
+        t_ms: Millis,
+        topo: &Topology,
+        procs: &[ProcessFacts],
+        reason: impl Into<String>,
+    ) -> Baseline {
         let mut components = Vec::new();
         for c in &topo.components {
             let Some(p) = c.main_pid.and_then(|m| procs.iter().find(|p| p.pid == m)) else {
@@ -152,15 +174,17 @@ impl Baseline {
                 });
                 continue;
             };
-            let ch = |field: &str, key: Option<String>, b: Option<String>, a: Option<String>| Change {
-                component: n.id.clone(),
-                role: n.role,
-                field: field.into(),
-                key,
-                before: b,
-                after: a,
-            };
-            let keys: std::collections::BTreeSet<&String> = o.env.keys().chain(n.env.keys()).collect();
+            let ch =
+                |field: &str, key: Option<String>, b: Option<String>, a: Option<String>| Change {
+                    component: n.id.clone(),
+                    role: n.role,
+                    field: field.into(),
+                    key,
+                    before: b,
+                    after: a,
+                };
+            let keys: std::collections::BTreeSet<&String> =
+                o.env.keys().chain(n.env.keys()).collect();
             for k in keys {
                 let (b, a) = (o.env.get(k), n.env.get(k));
                 if b != a {
@@ -168,13 +192,28 @@ impl Baseline {
                 }
             }
             if o.cmdline != n.cmdline {
-                out.push(ch("cmdline", None, Some(o.cmdline.join(" ")), Some(n.cmdline.join(" "))));
+                out.push(ch(
+                    "cmdline",
+                    None,
+                    Some(o.cmdline.join(" ")),
+                    Some(n.cmdline.join(" ")),
+                ));
             }
             if o.exe != n.exe {
-                out.push(ch("version", Some("exe".into()), o.exe.clone(), n.exe.clone()));
+                out.push(ch(
+                    "version",
+                    Some("exe".into()),
+                    o.exe.clone(),
+                    n.exe.clone(),
+                ));
             }
             if o.identity != n.identity {
-                out.push(ch("process", Some("identity".into()), o.identity.clone(), n.identity.clone()));
+                out.push(ch(
+                    "process",
+                    Some("identity".into()),
+                    o.identity.clone(),
+                    n.identity.clone(),
+                ));
             }
         }
         for o in &self.components {
@@ -195,8 +234,11 @@ impl Baseline {
     /// Merges `newer` over `self`: components seen in either, newest facts win. Used to
     /// keep "the latest known facts of every component".
     pub fn merged(&self, newer: &Baseline) -> Baseline {
-        let mut comps: BTreeMap<String, BaselineComponent> =
-            self.components.iter().map(|c| (c.id.clone(), c.clone())).collect();
+        let mut comps: BTreeMap<String, BaselineComponent> = self
+            .components
+            .iter()
+            .map(|c| (c.id.clone(), c.clone()))
+            .collect();
         for c in &newer.components {
             comps.insert(c.id.clone(), c.clone());
         }
@@ -276,7 +318,10 @@ pub struct RecordingWriter {
 #[derive(Debug)]
 enum Target {
     File(PathBuf),
-    Dir { dir: PathBuf, policy: RotationPolicy },
+    Dir {
+        dir: PathBuf,
+        policy: RotationPolicy,
+    },
 }
 
 fn open_append(path: &Path) -> Result<File> {
@@ -301,7 +346,9 @@ pub fn segments(dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
         .filter_map(|e| e.ok())
         .filter_map(|e| {
             let name = e.file_name().into_string().ok()?;
-            let n = name.strip_prefix(SEGMENT_PREFIX)?.strip_suffix(SEGMENT_SUFFIX)?;
+            let n = name
+                .strip_prefix(SEGMENT_PREFIX)?
+                .strip_suffix(SEGMENT_SUFFIX)?;
             Some((n.parse().ok()?, e.path()))
         })
         .collect();
@@ -330,7 +377,11 @@ impl RecordingWriter {
 
     /// A directory of rotated segments (created 0700 if missing); continues after the
     /// newest existing segment.
-    pub fn create_dir(dir: &Path, policy: RotationPolicy, now_ms: Millis) -> Result<RecordingWriter> {
+    pub fn create_dir(
+        dir: &Path,
+        policy: RotationPolicy,
+        now_ms: Millis,
+    ) -> Result<RecordingWriter> {
         create_private_dir(dir)?;
         let seq = segments(dir)?.last().map(|(n, _)| n + 1).unwrap_or(1);
         let path = dir.join(segment_name(seq));
@@ -479,7 +530,10 @@ impl Recording {
         let files = if md.is_dir() {
             let s = segments(path)?;
             if s.is_empty() {
-                return Err(Error::Other(format!("{}: no recording segments (seg-*.wwrec) in this directory", path.display())));
+                return Err(Error::Other(format!(
+                    "{}: no recording segments (seg-*.wwrec) in this directory",
+                    path.display()
+                )));
             }
             s.into_iter().map(|(_, p)| p).collect()
         } else {
@@ -503,7 +557,11 @@ impl Recording {
                     break;
                 }
                 let complete = buf.last() == Some(&b'\n');
-                let line = if complete { &buf[..buf.len() - 1] } else { &buf[..] };
+                let line = if complete {
+                    &buf[..buf.len() - 1]
+                } else {
+                    &buf[..]
+                };
                 match (complete, decode(line)) {
                     (true, Some(rec)) => {
                         stats.records += 1;
@@ -565,7 +623,10 @@ pub fn replay(rec: &Recording, at: Option<Millis>, thresholds: Thresholds) -> Re
         }
     }
     if let Some(first) = baselines.first() {
-        let merged = baselines.iter().skip(1).fold(first.clone(), |acc, b| acc.merged(b));
+        let merged = baselines
+            .iter()
+            .skip(1)
+            .fold(first.clone(), |acc, b| acc.merged(b));
         model.set_config_changes(first.changes_to(&merged));
     }
     let at_ms = at.or(last).unwrap_or(0);

@@ -4,9 +4,7 @@
 //! source still emits a sample whose status says `unavailable: timed out after N ms`.
 
 use crate::clock::{Clock, Millis};
-use crate::model::{
-    GpuReading, Payload, Sample, SocketTable, SourceKind, SourceStatus, Topology,
-};
+use crate::model::{GpuReading, Payload, Sample, SocketTable, SourceKind, SourceStatus, Topology};
 use crate::sources::Source;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -187,17 +185,30 @@ impl Sampler {
 
 /// Takes one sample under the schedule's timeout; updates stats. Returns the sample and
 /// the (tokio) time it took in ms.
-async fn take(s: &Schedule, topo: &Topology, clock: &dyn Clock, stats: &StatsHandle) -> (Sample, u64) {
+async fn take(
+    s: &Schedule,
+    topo: &Topology,
+    clock: &dyn Clock,
+    stats: &StatsHandle,
+) -> (Sample, u64) {
     let kind = s.source.kind();
     let start = tokio::time::Instant::now();
-    let res = tokio::time::timeout(Duration::from_millis(s.timeout_ms), s.source.sample(topo, clock)).await;
+    let res = tokio::time::timeout(
+        Duration::from_millis(s.timeout_ms),
+        s.source.sample(topo, clock),
+    )
+    .await;
     let elapsed = start.elapsed().as_millis() as u64;
     let timed_out = res.is_err();
     let sample = match res {
         Ok(sample) => sample,
         Err(_) => Sample {
             t_ms: clock.now_ms(),
-            status: SourceStatus::unavailable(format!("{} timed out after {} ms", kind.as_str(), s.timeout_ms)),
+            status: SourceStatus::unavailable(format!(
+                "{} timed out after {} ms",
+                kind.as_str(),
+                s.timeout_ms
+            )),
             took_ms: elapsed,
             payload: empty_payload(kind),
         },

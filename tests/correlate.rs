@@ -27,17 +27,32 @@ fn keep_alive_connection_carries_successive_exchanges() {
     assert_eq!(xs.len(), 2, "{xs:#?}");
     assert_eq!((xs[0].seq, xs[0].bytes_in, xs[0].bytes_out), (1, 500, 100));
     assert_eq!((xs[1].seq, xs[1].bytes_in, xs[1].bytes_out), (2, 300, 1000));
-    assert_eq!(xs[0].request_ms, T0 + 100, "request time from last_data_recv");
+    assert_eq!(
+        xs[0].request_ms,
+        T0 + 100,
+        "request time from last_data_recv"
+    );
     let v = sim.model.view(sim.now);
     let st = |id: &str| v.request(id).map(|r| r.state);
-    assert_eq!(st(&xs[0].id), Some(RequestState::Done), "next request ends the previous one");
+    assert_eq!(
+        st(&xs[0].id),
+        Some(RequestState::Done),
+        "next request ends the previous one"
+    );
     assert_eq!(st(&xs[1].id), Some(RequestState::Streaming));
     // later: quiet, nothing says it is still open -> done, and the connection is idle
     sim.run(5000, |_| {});
     let parts = sim.model.parts(sim.now);
-    let r2 = parts.requests.iter().find(|r| r.id == xs[1].id).expect("x2");
+    let r2 = parts
+        .requests
+        .iter()
+        .find(|r| r.id == xs[1].id)
+        .expect("x2");
     assert_eq!(r2.state, RequestState::Done);
-    assert!(parts.requests.iter().any(|r| r.state == RequestState::Idle && r.component == DECODE));
+    assert!(parts
+        .requests
+        .iter()
+        .any(|r| r.state == RequestState::Idle && r.component == DECODE));
 }
 
 #[test]
@@ -104,7 +119,7 @@ fn hop_links_follow_proxy_router_prefill_and_decode() {
     sim.run(1000, |_| {});
     let _ = d2;
 
-    let xs: Vec<_> = sim.model.exchanges().skip(0).cloned().collect();
+    let xs: Vec<_> = sim.model.exchanges().cloned().collect();
     assert_eq!(xs.len(), ids_before + 4);
     let at = |comp: &str| {
         xs.iter()
@@ -132,11 +147,19 @@ fn hop_links_follow_proxy_router_prefill_and_decode() {
     assert!(!first_router.links.contains(&dx.id));
 
     let parts = sim.model.parts(sim.now);
-    let rr = parts.requests.iter().find(|r| r.id == rx.id).expect("router request");
+    let rr = parts
+        .requests
+        .iter()
+        .find(|r| r.id == rx.id)
+        .expect("router request");
     assert_eq!(rr.state, RequestState::WaitingFirstByte);
     assert_eq!(rr.role, Some(Role::Router));
     assert!(rr.link_confidence.is_some());
-    let pr = parts.requests.iter().find(|r| r.id == fx.id).expect("prefill");
+    let pr = parts
+        .requests
+        .iter()
+        .find(|r| r.id == fx.id)
+        .expect("prefill");
     assert_eq!(pr.state, RequestState::Streaming);
 }
 
@@ -160,6 +183,12 @@ fn socket_counts_and_process_identity_reach_the_parts() {
     let ex = parts.extras.get(DECODE).expect("decode extras");
     assert_eq!(ex.sockets.get("ESTABLISHED"), Some(&1));
     assert_eq!(ex.sockets.get("LISTEN"), Some(&1));
-    assert_eq!(parts.sources[&wedgewatch::model::SourceKind::Sockets].status, wedgewatch::model::Status::Ok);
-    assert_eq!(parts.sources[&wedgewatch::model::SourceKind::Gpu].status, wedgewatch::model::Status::Unavailable);
+    assert_eq!(
+        parts.sources[&wedgewatch::model::SourceKind::Sockets].status,
+        wedgewatch::model::Status::Ok
+    );
+    assert_eq!(
+        parts.sources[&wedgewatch::model::SourceKind::Gpu].status,
+        wedgewatch::model::Status::Unavailable
+    );
 }

@@ -45,7 +45,11 @@ impl Source for FakeSource {
 }
 
 fn fake(kind: SourceKind, delay_ms: u64) -> Arc<FakeSource> {
-    Arc::new(FakeSource { kind, delay_ms, calls: AtomicU64::new(0) })
+    Arc::new(FakeSource {
+        kind,
+        delay_ms,
+        calls: AtomicU64::new(0),
+    })
 }
 
 #[tokio::test(start_paused = true)]
@@ -69,9 +73,17 @@ async fn sampler_runs_each_source_on_its_cadence_and_counts_trouble() {
         by_kind.entry(s.kind()).or_default().push(s);
     }
     let sockets = &by_kind[&SourceKind::Sockets];
-    assert!((39..=41).contains(&sockets.len()), "4 Hz for 10 s: {}", sockets.len());
+    assert!(
+        (39..=41).contains(&sockets.len()),
+        "4 Hz for 10 s: {}",
+        sockets.len()
+    );
     // Timestamps come from the injected clock.
-    assert!(sockets.windows(2).all(|w| w[1].t_ms - w[0].t_ms == 250), "{:?}", sockets.iter().map(|s| s.t_ms).collect::<Vec<_>>());
+    assert!(
+        sockets.windows(2).all(|w| w[1].t_ms - w[0].t_ms == 250),
+        "{:?}",
+        sockets.iter().map(|s| s.t_ms).collect::<Vec<_>>()
+    );
     let stacks = &by_kind[&SourceKind::Stacks];
     assert_eq!(stacks.len(), 2, "ticks at 0 and 5 s, both timed out");
     assert!(stacks.iter().all(|s| s.status.status == Status::Unavailable
@@ -79,7 +91,11 @@ async fn sampler_runs_each_source_on_its_cadence_and_counts_trouble() {
     let st = stats.lock().expect("stats").clone();
     assert_eq!(st[&SourceKind::Stacks].timeouts, 2);
     assert_eq!(st[&SourceKind::Stacks].dropped, 2);
-    assert!(st[&SourceKind::Gpu].late >= 10, "{:?}", st[&SourceKind::Gpu]);
+    assert!(
+        st[&SourceKind::Gpu].late >= 10,
+        "{:?}",
+        st[&SourceKind::Gpu]
+    );
     assert_eq!(st[&SourceKind::Sockets].late, 0);
     assert_eq!(st[&SourceKind::Sockets].samples as usize, sockets.len());
     assert_eq!(st[&SourceKind::Sockets].status.status, Status::Ok);
@@ -116,7 +132,9 @@ impl Source for ProcSource {
         Box::pin(async move {
             let g = self.gen.load(Ordering::SeqCst);
             let mut env: std::collections::BTreeMap<String, String> =
-                [("PATH".to_string(), "/usr/bin".to_string())].into_iter().collect();
+                [("PATH".to_string(), "/usr/bin".to_string())]
+                    .into_iter()
+                    .collect();
             if g > 0 {
                 env.insert("SGLANG_DECODE_SPLIT_TUNING".into(), "1".into());
             }
@@ -128,7 +146,11 @@ impl Source for ProcSource {
                     pid: 400,
                     start_ticks: Some(1000 + g),
                     env: Some(env),
-                    cmdline: Some(vec!["python3".into(), "-m".into(), "sglang.launch_server".into()]),
+                    cmdline: Some(vec![
+                        "python3".into(),
+                        "-m".into(),
+                        "sglang.launch_server".into(),
+                    ]),
                     ..Default::default()
                 }]),
             }
@@ -146,12 +168,21 @@ impl Source for SockSource {
     }
     fn sample<'a>(&'a self, _topo: &'a Topology, clock: &'a dyn Clock) -> BoxFuture<'a, Sample> {
         Box::pin(async move {
-            Sample { t_ms: clock.now_ms(), status: SourceStatus::ok(), took_ms: 1, payload: Payload::Sockets(self.table.clone()) }
+            Sample {
+                t_ms: clock.now_ms(),
+                status: SourceStatus::ok(),
+                took_ms: 1,
+                payload: Payload::Sockets(self.table.clone()),
+            }
         })
     }
 }
 
-async fn wait_for(sock: &std::path::Path, what: &str, pred: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+async fn wait_for(
+    sock: &std::path::Path,
+    what: &str,
+    pred: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
     // Bounded: real sockets and real (short) cadences, at most ~5 s.
     for _ in 0..250 {
         if let Ok(v) = wedgewatch::daemon::query(sock, what, 2000).await {
@@ -170,7 +201,10 @@ async fn daemon_serves_state_on_an_owner_only_socket_and_takes_baselines() {
     use wedgewatch::daemon::*;
     let dir = tempfile::tempdir().expect("tmp");
     let mut cfg = DaemonConfig::new(dir.path().join("state"));
-    cfg.rotation = Some(wedgewatch::record::RotationPolicy { max_segment_bytes: 1 << 20, keep_segments: 2 });
+    cfg.rotation = Some(wedgewatch::record::RotationPolicy {
+        max_segment_bytes: 1 << 20,
+        keep_segments: 2,
+    });
     cfg.rediscover_every_ms = 100;
     let sock = cfg.socket_path.clone();
     let discover: DiscoverFn = Arc::new(|| Box::pin(async { Ok(pd_topology()) }));
@@ -178,22 +212,49 @@ async fn daemon_serves_state_on_an_owner_only_socket_and_takes_baselines() {
     let d = sim.connect(Some(200), 31012, 400);
     sim.request(d, 900);
     let gen = Arc::new(AtomicU64::new(0));
-    let mut daemon = Daemon::new(cfg.clone(), Arc::new(wedgewatch::clock::SystemClock), discover);
-    daemon.add_source(Arc::new(SockSource { table: sim.socket_table() }), 20, 500);
+    let mut daemon = Daemon::new(
+        cfg.clone(),
+        Arc::new(wedgewatch::clock::SystemClock),
+        discover,
+    );
+    daemon.add_source(
+        Arc::new(SockSource {
+            table: sim.socket_table(),
+        }),
+        20,
+        500,
+    );
     daemon.add_source(Arc::new(ProcSource { gen: gen.clone() }), 20, 500);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let task = tokio::spawn(daemon.run(stop_rx));
 
-    let v = wait_for(&sock, "snapshot", |v| v["sampler"]["sockets"]["samples"].as_u64().unwrap_or(0) > 2).await;
+    let v = wait_for(&sock, "snapshot", |v| {
+        v["sampler"]["sockets"]["samples"].as_u64().unwrap_or(0) > 2
+    })
+    .await;
     let md = std::fs::metadata(&sock).expect("socket");
     assert!(md.file_type().is_socket());
     assert_eq!(md.permissions().mode() & 0o777, 0o600, "owner only");
-    assert_eq!(std::fs::metadata(&cfg.state_dir).expect("dir").permissions().mode() & 0o777, 0o700);
+    assert_eq!(
+        std::fs::metadata(&cfg.state_dir)
+            .expect("dir")
+            .permissions()
+            .mode()
+            & 0o777,
+        0o700
+    );
     assert_eq!(v["schema"], DAEMON_SCHEMA);
     let parts = parts_from_answer(&v).expect("parts");
     assert_eq!(parts.topology.components.len(), 4);
     assert_eq!(parts.sources[&SourceKind::Sockets].status, Status::Ok);
-    assert_eq!(parts.requests.iter().filter(|r| r.component == DECODE && r.state == RequestState::WaitingFirstByte).count(), 1);
+    assert_eq!(
+        parts
+            .requests
+            .iter()
+            .filter(|r| r.component == DECODE && r.state == RequestState::WaitingFirstByte)
+            .count(),
+        1
+    );
 
     let b = wait_for(&sock, "baseline", |v| v["count"].as_u64() == Some(1)).await;
     assert_eq!(b["oldest"]["reason"], "start");
@@ -203,19 +264,40 @@ async fn daemon_serves_state_on_an_owner_only_socket_and_takes_baselines() {
     // snapshot names the variable.
     gen.store(1, Ordering::SeqCst);
     let b = wait_for(&sock, "baseline", |v| v["count"].as_u64() == Some(2)).await;
-    assert!(b["latest"]["reason"].as_str().unwrap_or("").contains("restart of decode"), "{b}");
+    assert!(
+        b["latest"]["reason"]
+            .as_str()
+            .unwrap_or("")
+            .contains("restart of decode"),
+        "{b}"
+    );
     let v = wait_for(&sock, "snapshot", |v| {
-        v["parts"]["findings"].as_array().is_some_and(|f| f.iter().any(|f| f["kind"] == "config_changed"))
+        v["parts"]["findings"]
+            .as_array()
+            .is_some_and(|f| f.iter().any(|f| f["kind"] == "config_changed"))
     })
     .await;
     let parts = parts_from_answer(&v).expect("parts");
-    let f = parts.findings.iter().find(|f| f.kind == "config_changed").expect("config_changed");
-    assert!(f.evidence.iter().any(|e| e.detail.contains("SGLANG_DECODE_SPLIT_TUNING added (=1)")), "{f:#?}");
+    let f = parts
+        .findings
+        .iter()
+        .find(|f| f.kind == "config_changed")
+        .expect("config_changed");
+    assert!(
+        f.evidence
+            .iter()
+            .any(|e| e.detail.contains("SGLANG_DECODE_SPLIT_TUNING added (=1)")),
+        "{f:#?}"
+    );
     assert!(parts.findings.iter().any(|f| f.kind == "process_restarted"));
 
-    let err = query(&sock, "bogus", 2000).await.expect_err("unknown request");
+    let err = query(&sock, "bogus", 2000)
+        .await
+        .expect_err("unknown request");
     assert!(err.to_string().contains("unknown request"), "{err}");
-    assert!(query(&sock, "ping", 2000).await.expect("ping")["ok"].as_bool().unwrap_or(false));
+    assert!(query(&sock, "ping", 2000).await.expect("ping")["ok"]
+        .as_bool()
+        .unwrap_or(false));
 
     let _ = stop_tx.send(true);
     task.await.expect("join").expect("daemon run");
@@ -224,12 +306,18 @@ async fn daemon_serves_state_on_an_owner_only_socket_and_takes_baselines() {
     let rec = wedgewatch::record::Recording::open(&cfg.recording_dir()).expect("recording");
     let r = wedgewatch::record::replay(&rec, None, Default::default()).expect("replay");
     assert_eq!(r.baselines.len(), 2);
-    assert!(r.model.config_changes().iter().any(|c| c.key.as_deref() == Some("SGLANG_DECODE_SPLIT_TUNING")));
+    assert!(r
+        .model
+        .config_changes()
+        .iter()
+        .any(|c| c.key.as_deref() == Some("SGLANG_DECODE_SPLIT_TUNING")));
 }
 
 #[tokio::test]
 async fn query_without_a_daemon_fails_clearly() {
     let dir = tempfile::tempdir().expect("tmp");
-    let err = wedgewatch::daemon::query(&dir.path().join("none.sock"), "snapshot", 500).await.expect_err("no daemon");
+    let err = wedgewatch::daemon::query(&dir.path().join("none.sock"), "snapshot", 500)
+        .await
+        .expect_err("no daemon");
     assert!(err.to_string().contains("none.sock"), "{err}");
 }

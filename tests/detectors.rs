@@ -51,7 +51,11 @@ impl Env {
     }
     fn busy(http_active: f64) -> Env {
         Env {
-            decode_metrics: vec![("running", http_active), ("queued", 0.0), ("http_active", http_active)],
+            decode_metrics: vec![
+                ("running", http_active),
+                ("queued", 0.0),
+                ("http_active", http_active),
+            ],
             forward_per_s: 0.8,
             gpu_util: 85,
             gpu_watts: 260,
@@ -69,10 +73,18 @@ impl Env {
             m.push(("forward_seconds_total", self.forward_total));
             sim.ingest(Payload::Metrics(vec![scrape(DECODE, &m)]));
         }
-        sim.ingest(Payload::Gpu(gpu(&[(0, 0, 60), (1, self.gpu_util, self.gpu_watts)])));
+        sim.ingest(Payload::Gpu(gpu(&[
+            (0, 0, 60),
+            (1, self.gpu_util, self.gpu_watts),
+        ])));
         if self.ticks % 20 == 1 {
             let now = sim.now;
-            sim.ingest(Payload::Stacks(vec![stack(401, now, self.sched_state, self.sched_top)]));
+            sim.ingest(Payload::Stacks(vec![stack(
+                401,
+                now,
+                self.sched_state,
+                self.sched_top,
+            )]));
         }
     }
 }
@@ -83,7 +95,12 @@ fn findings(sim: &Sim) -> Vec<Finding> {
 
 fn assert_none_of(fs: &[Finding], ks: &[&str]) {
     for f in fs {
-        assert!(!ks.contains(&f.kind.as_str()), "unexpected {}: {}", f.kind, f.summary);
+        assert!(
+            !ks.contains(&f.kind.as_str()),
+            "unexpected {}: {}",
+            f.kind,
+            f.summary
+        );
     }
 }
 
@@ -107,16 +124,40 @@ fn wedged_request_blames_the_decode_hop() {
     assert_eq!(f.component.as_deref(), Some(DECODE));
     assert_eq!(f.role, Some(Role::Decode));
     assert_eq!(f.severity, Severity::Critical);
-    assert!(f.summary.starts_with("1 request accepted 40 s ago is stuck at decode@127.0.0.1:31012: no response byte"), "{}", f.summary);
-    for want in ["GPU idle", "scheduler idle in", "/", "engine reports 0 running", "no forward passes"] {
+    assert!(
+        f.summary.starts_with(
+            "1 request accepted 40 s ago is stuck at decode@127.0.0.1:31012: no response byte"
+        ),
+        "{}",
+        f.summary
+    );
+    for want in [
+        "GPU idle",
+        "scheduler idle in",
+        "/",
+        "engine reports 0 running",
+        "no forward passes",
+    ] {
         assert!(f.summary.contains(want), "{want} missing: {}", f.summary);
     }
     // The request chain: proxy and router exchanges are named too, the decode one last.
     let parts = sim.model.parts(sim.now);
-    let comp_of = |id: &str| parts.requests.iter().find(|r| r.id == id).map(|r| r.component.clone());
+    let comp_of = |id: &str| {
+        parts
+            .requests
+            .iter()
+            .find(|r| r.id == id)
+            .map(|r| r.component.clone())
+    };
     let comps: Vec<_> = f.requests.iter().filter_map(|id| comp_of(id)).collect();
-    assert_eq!(comps, vec![PROXY.to_string(), ROUTER.to_string(), DECODE.to_string()]);
-    assert!(f.evidence.iter().any(|e| e.source == "sockets" && e.detail.contains("950 bytes in, 0 out")));
+    assert_eq!(
+        comps,
+        vec![PROXY.to_string(), ROUTER.to_string(), DECODE.to_string()]
+    );
+    assert!(f
+        .evidence
+        .iter()
+        .any(|e| e.source == "sockets" && e.detail.contains("950 bytes in, 0 out")));
     assert!(f.explanation.is_some());
     assert_none_of(&fs, &["stalled_stream", "busy_without_progress"]);
 }
@@ -147,7 +188,11 @@ fn healthy_streaming_load_raises_nothing() {
     assert_none_of(&fs, &NEVER);
     assert!(fs.is_empty(), "{fs:#?}");
     let parts = sim.model.parts(sim.now);
-    let streaming = parts.requests.iter().filter(|r| r.state == RequestState::Streaming).count();
+    let streaming = parts
+        .requests
+        .iter()
+        .filter(|r| r.state == RequestState::Streaming)
+        .count();
     assert_eq!(streaming, 18, "6 x (proxy, router, decode) streaming");
 }
 
@@ -158,17 +203,29 @@ fn idle_keep_alive_connections_raise_nothing() {
         let mut env = Env::idle();
         env.decode_metrics = vec![("running", 0.0), ("queued", 0.0), ("http_active", 0.0)];
         let [a, b, p, d] = pd_request(&mut sim);
-        sim.run(250, |s| if with_metrics { env.tick(s) });
+        sim.run(250, |s| {
+            if with_metrics {
+                env.tick(s)
+            }
+        });
         sim.respond(p, 100);
         sim.respond(d, 500);
         sim.respond(b, 500);
         sim.respond(a, 500);
         // Connections stay open, nothing outstanding, for two minutes.
-        sim.run(120_000, |s| if with_metrics { env.tick(s) });
+        sim.run(120_000, |s| {
+            if with_metrics {
+                env.tick(s)
+            }
+        });
         let parts = sim.model.parts(sim.now);
         assert_none_of(&parts.findings, &NEVER);
         assert!(parts.findings.is_empty(), "{:#?}", parts.findings);
-        let idle = parts.requests.iter().filter(|r| r.state == RequestState::Idle).count();
+        let idle = parts
+            .requests
+            .iter()
+            .filter(|r| r.state == RequestState::Idle)
+            .count();
         assert_eq!(idle, 4, "one idle entry per open connection");
     }
 }
@@ -194,7 +251,11 @@ fn slow_but_progressing_stream_raises_nothing() {
     let fs = findings(&sim);
     assert_none_of(&fs, &NEVER);
     let parts = sim.model.parts(sim.now);
-    let dreq = parts.requests.iter().find(|r| r.component == DECODE).expect("decode request");
+    let dreq = parts
+        .requests
+        .iter()
+        .find(|r| r.component == DECODE)
+        .expect("decode request");
     assert_eq!(dreq.state, RequestState::Streaming);
     assert!(dreq.bytes_out >= 220);
 }
@@ -217,11 +278,22 @@ fn stalled_stream_blames_the_deepest_stalled_hop() {
     let st: Vec<_> = fs.iter().filter(|f| f.kind == "stalled_stream").collect();
     assert_eq!(st.len(), 1, "{fs:#?}");
     assert_eq!(st[0].component.as_deref(), Some(DECODE));
-    assert!(st[0].summary.contains("stopped 40 s ago"), "{}", st[0].summary);
+    assert!(
+        st[0].summary.contains("stopped 40 s ago"),
+        "{}",
+        st[0].summary
+    );
     assert_eq!(st[0].requests.len(), 3);
     assert_none_of(&fs, &["wedged_request", "busy_without_progress"]);
     let parts = sim.model.parts(sim.now);
-    assert_eq!(parts.requests.iter().filter(|r| r.state == RequestState::Stalled).count(), 3);
+    assert_eq!(
+        parts
+            .requests
+            .iter()
+            .filter(|r| r.state == RequestState::Stalled)
+            .count(),
+        3
+    );
 
     // Same stop, but the engine says nothing is open: the response was complete.
     let mut sim2 = Sim::new(pd_topology());
@@ -253,7 +325,10 @@ fn busy_without_progress_on_a_spinning_gpu() {
     sim.respond(p, 100);
     sim.run(35_000, |s| env.tick(s));
     let fs = findings(&sim);
-    let b: Vec<_> = fs.iter().filter(|f| f.kind == "busy_without_progress").collect();
+    let b: Vec<_> = fs
+        .iter()
+        .filter(|f| f.kind == "busy_without_progress")
+        .collect();
     assert_eq!(b.len(), 1, "{fs:#?}");
     assert_eq!(b[0].component.as_deref(), Some(DECODE));
     assert!(b[0].summary.contains("idle power"), "{}", b[0].summary);
@@ -265,12 +340,19 @@ fn queue_not_draining_needs_a_persistent_queue_and_nothing_running() {
     let run = |running: f64| {
         let mut sim = Sim::new(pd_topology());
         let mut env = Env::idle();
-        env.decode_metrics = vec![("running", running), ("queued", 2.0), ("decode_prealloc_queue", 1.0)];
+        env.decode_metrics = vec![
+            ("running", running),
+            ("queued", 2.0),
+            ("decode_prealloc_queue", 1.0),
+        ];
         sim.run(40_000, |s| env.tick(s));
         findings(&sim)
     };
     let fs = run(0.0);
-    let q: Vec<_> = fs.iter().filter(|f| f.kind == "queue_not_draining").collect();
+    let q: Vec<_> = fs
+        .iter()
+        .filter(|f| f.kind == "queue_not_draining")
+        .collect();
     assert_eq!(q.len(), 1, "{fs:#?}");
     assert_eq!(q[0].component.as_deref(), Some(DECODE));
     assert!(q[0].summary.contains("3 queued"), "{}", q[0].summary);
@@ -293,7 +375,10 @@ fn queue_not_draining_prefers_fresh_v1_loads_over_frozen_gauges() {
         }
     });
     let fs = findings(&sim);
-    let q: Vec<_> = fs.iter().filter(|f| f.kind == "queue_not_draining").collect();
+    let q: Vec<_> = fs
+        .iter()
+        .filter(|f| f.kind == "queue_not_draining")
+        .collect();
     assert_eq!(q.len(), 1, "{fs:#?}");
     assert!(q[0].evidence[0].detail.contains("v1_loads"));
 }
@@ -315,10 +400,16 @@ fn scheduler_stuck_in_the_same_frame_in_every_dump() {
     assert!(s[0].summary.contains("evict_mamba"));
     assert_eq!(s[0].component.as_deref(), Some(DECODE));
     // Unknown state but the same deep frame every time also counts.
-    assert!(run(["unknown"; 3], ["tree_cache_walk"; 3]).iter().any(|f| f.kind == "scheduler_stuck"));
+    assert!(run(["unknown"; 3], ["tree_cache_walk"; 3])
+        .iter()
+        .any(|f| f.kind == "scheduler_stuck"));
     // An idle loop sitting in the same poll is not stuck; two dumps are not enough.
     assert!(run(["idle"; 3], ["maybe_sleep"; 3]).is_empty());
-    assert!(run(["stuck_outside_loop", "running_batch", "stuck_outside_loop"], ["a", "b", "a"]).is_empty());
+    assert!(run(
+        ["stuck_outside_loop", "running_batch", "stuck_outside_loop"],
+        ["a", "b", "a"]
+    )
+    .is_empty());
 }
 
 fn procs(t_fds: u32, start_ticks: u64, pid: i32) -> Vec<ProcessFacts> {
@@ -342,7 +433,10 @@ fn accumulating_state_on_growing_fds_only() {
         findings(&sim)
     };
     let fs = run(10);
-    let a: Vec<_> = fs.iter().filter(|f| f.kind == "accumulating_state").collect();
+    let a: Vec<_> = fs
+        .iter()
+        .filter(|f| f.kind == "accumulating_state")
+        .collect();
     assert_eq!(a.len(), 1, "{fs:#?}");
     assert!(a[0].summary.contains("open fds"), "{}", a[0].summary);
     assert_eq!(a[0].component.as_deref(), Some(DECODE));
@@ -361,7 +455,11 @@ fn accumulating_close_wait_sockets() {
         sim.sample_sockets();
     }
     let fs = findings(&sim);
-    assert!(fs.iter().any(|f| f.kind == "accumulating_state" && f.summary.contains("CLOSE_WAIT")), "{fs:#?}");
+    assert!(
+        fs.iter()
+            .any(|f| f.kind == "accumulating_state" && f.summary.contains("CLOSE_WAIT")),
+        "{fs:#?}"
+    );
 }
 
 #[test]
@@ -374,9 +472,16 @@ fn process_restarted_on_new_start_time_or_new_pid() {
     sim.advance(1000);
     sim.ingest(Payload::Processes(procs(10, 2000, 400))); // same pid, new start: restarted
     let fs = findings(&sim);
-    let r: Vec<_> = fs.iter().filter(|f| f.kind == "process_restarted").collect();
+    let r: Vec<_> = fs
+        .iter()
+        .filter(|f| f.kind == "process_restarted")
+        .collect();
     assert_eq!(r.len(), 1, "{fs:#?}");
-    assert!(r[0].summary.contains("400:1000") && r[0].summary.contains("400:2000"), "{}", r[0].summary);
+    assert!(
+        r[0].summary.contains("400:1000") && r[0].summary.contains("400:2000"),
+        "{}",
+        r[0].summary
+    );
 
     // Rediscovery with a new main pid.
     let mut sim = Sim::new(pd_topology());
@@ -388,7 +493,11 @@ fn process_restarted_on_new_start_time_or_new_pid() {
     sim.model.set_topology(t);
     sim.ingest(Payload::Processes(procs(10, 3000, 500)));
     let fs = findings(&sim);
-    assert_eq!(fs.iter().filter(|f| f.kind == "process_restarted").count(), 1, "{fs:#?}");
+    assert_eq!(
+        fs.iter().filter(|f| f.kind == "process_restarted").count(),
+        1,
+        "{fs:#?}"
+    );
 }
 
 #[test]
@@ -408,9 +517,16 @@ fn endpoint_unresponsive_after_consecutive_failures() {
     sim.advance(1000);
     sim.ingest(Payload::Metrics(vec![bad(scrape(DECODE, &[]))]));
     let fs = findings(&sim);
-    let e: Vec<_> = fs.iter().filter(|f| f.kind == "endpoint_unresponsive").collect();
+    let e: Vec<_> = fs
+        .iter()
+        .filter(|f| f.kind == "endpoint_unresponsive")
+        .collect();
     assert_eq!(e.len(), 1, "{fs:#?}");
-    assert!(e[0].summary.contains("timed out after 2000 ms"), "{}", e[0].summary);
+    assert!(
+        e[0].summary.contains("timed out after 2000 ms"),
+        "{}",
+        e[0].summary
+    );
 }
 
 #[test]
@@ -426,7 +542,13 @@ fn config_changed_names_the_variable() {
     }]);
     let fs = findings(&sim);
     assert_eq!(kinds(&fs), vec!["config_changed"]);
-    assert!(fs[0].summary.contains("env SGLANG_DECODE_SPLIT_TUNING added (=1)"), "{}", fs[0].summary);
+    assert!(
+        fs[0]
+            .summary
+            .contains("env SGLANG_DECODE_SPLIT_TUNING added (=1)"),
+        "{}",
+        fs[0].summary
+    );
     assert_eq!(fs[0].role, Some(Role::Decode));
 }
 

@@ -49,7 +49,13 @@ fn validate(trace: &Value) -> Vec<&Value> {
     for e in evs.iter().filter(|e| e["ph"] == "X") {
         let ts = e["ts"].as_i64().unwrap_or(0);
         let dur = e["dur"].as_i64().unwrap_or(0);
-        tracks.entry((e["pid"].as_u64().unwrap_or(0), e["tid"].as_u64().unwrap_or(0))).or_default().push((ts, ts + dur));
+        tracks
+            .entry((
+                e["pid"].as_u64().unwrap_or(0),
+                e["tid"].as_u64().unwrap_or(0),
+            ))
+            .or_default()
+            .push((ts, ts + dur));
     }
     for (k, mut v) in tracks {
         v.sort();
@@ -71,18 +77,38 @@ fn perfetto_from_model_has_tracks_phases_flows_and_findings() {
         .map(|e| e["args"]["name"].as_str().unwrap_or("").to_string())
         .collect();
     for c in [PROXY, ROUTER, PREFILL, DECODE] {
-        assert!(names.contains(&c.to_string()), "{c} track missing: {names:?}");
+        assert!(
+            names.contains(&c.to_string()),
+            "{c} track missing: {names:?}"
+        );
     }
     let slices: Vec<&&Value> = evs.iter().filter(|e| e["ph"] == "X").collect();
     let decode_wait = slices
         .iter()
-        .find(|e| e["name"] == "waiting_first_byte" && e["args"]["state"] == "waiting_first_byte" && e["args"]["bytes_in"] == 950)
+        .find(|e| {
+            e["name"] == "waiting_first_byte"
+                && e["args"]["state"] == "waiting_first_byte"
+                && e["args"]["bytes_in"] == 950
+        })
         .expect("decode waiting slice");
-    assert!(decode_wait["dur"].as_i64().unwrap_or(0) >= 40_000_000, "{decode_wait}");
-    assert!(slices.iter().any(|e| e["name"] == "streaming"), "prefill answered");
-    assert_eq!(evs.iter().filter(|e| e["ph"] == "s").count(), 3, "proxy->router, router->prefill, router->decode");
+    assert!(
+        decode_wait["dur"].as_i64().unwrap_or(0) >= 40_000_000,
+        "{decode_wait}"
+    );
+    assert!(
+        slices.iter().any(|e| e["name"] == "streaming"),
+        "prefill answered"
+    );
+    assert_eq!(
+        evs.iter().filter(|e| e["ph"] == "s").count(),
+        3,
+        "proxy->router, router->prefill, router->decode"
+    );
     assert_eq!(evs.iter().filter(|e| e["ph"] == "f").count(), 3);
-    let finding = evs.iter().find(|e| e["ph"] == "i").expect("finding instant");
+    let finding = evs
+        .iter()
+        .find(|e| e["ph"] == "i")
+        .expect("finding instant");
     assert_eq!(finding["name"], "wedged_request");
     assert_eq!(finding["s"], "g");
 }
@@ -93,7 +119,11 @@ fn perfetto_from_parts_and_snapshot_requests() {
     let parts = sim.model.parts(sim.now);
     let trace = export::perfetto(&parts);
     let evs = validate(&trace);
-    assert!(evs.iter().any(|e| e["ph"] == "X" && e["name"] == "waiting_first_byte"));
-    assert!(evs.iter().any(|e| e["ph"] == "i" && e["name"] == "wedged_request"));
+    assert!(evs
+        .iter()
+        .any(|e| e["ph"] == "X" && e["name"] == "waiting_first_byte"));
+    assert!(evs
+        .iter()
+        .any(|e| e["ph"] == "i" && e["name"] == "wedged_request"));
     assert!(evs.iter().any(|e| e["ph"] == "s"));
 }

@@ -175,7 +175,13 @@ impl Conn {
         self.exchanges.push_back(x);
     }
 
-    fn new_exchange(&self, id: String, request_ms: Millis, in_base: u64, out_base: u64) -> Exchange {
+    fn new_exchange(
+        &self,
+        id: String,
+        request_ms: Millis,
+        in_base: u64,
+        out_base: u64,
+    ) -> Exchange {
         Exchange {
             id,
             conn_id: self.id,

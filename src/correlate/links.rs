@@ -37,7 +37,9 @@ pub(crate) fn link(model: &mut Model, now: Millis) {
     children.sort_by_key(|x| x.request_ms);
     let mut new_links: BTreeMap<String, (String, f64)> = BTreeMap::new();
     for child in children {
-        let Some(cc) = child.client_component.as_deref() else { continue };
+        let Some(cc) = child.client_component.as_deref() else {
+            continue;
+        };
         let candidates: Vec<&Exchange> = snapshot
             .iter()
             .filter(|p| p.component == cc)
@@ -59,7 +61,10 @@ pub(crate) fn link(model: &mut Model, now: Millis) {
             // Several plausible parents: the pick is a guess among them.
             let conf = if free.len() > 1 { s * 0.6 } else { s };
             taken.insert((p.id.clone(), child.component.clone()));
-            new_links.insert(child.id.clone(), (p.id.clone(), (conf * 100.0).round() / 100.0));
+            new_links.insert(
+                child.id.clone(),
+                (p.id.clone(), (conf * 100.0).round() / 100.0),
+            );
         }
     }
     if new_links.is_empty() {
@@ -67,7 +72,10 @@ pub(crate) fn link(model: &mut Model, now: Millis) {
     }
     let mut parent_children: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for (c, (p, _)) in &new_links {
-        parent_children.entry(p.clone()).or_default().push(c.clone());
+        parent_children
+            .entry(p.clone())
+            .or_default()
+            .push(c.clone());
     }
     for conn in model.conns_mut() {
         for x in conn.exchanges.iter_mut() {

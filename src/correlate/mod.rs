@@ -405,8 +405,7 @@ impl Model {
         while self.gpu.len() > MAX_POINTS || self.gpu.front().is_some_and(|(t, _)| *t < cut) {
             self.gpu.pop_front();
         }
-        while self.stacks.len() > MAX_POINTS || self.stacks.front().is_some_and(|c| c.t_ms < cut)
-        {
+        while self.stacks.len() > MAX_POINTS || self.stacks.front().is_some_and(|c| c.t_ms < cut) {
             self.stacks.pop_front();
         }
         for q in self.metrics.values_mut() {
@@ -482,7 +481,9 @@ impl Model {
             if cpid.is_some_and(|p| self.ignore_client_pids.contains(&p)) {
                 continue;
             }
-            let Some(obs) = Obs::from_entry(t, e) else { continue };
+            let Some(obs) = Obs::from_entry(t, e) else {
+                continue;
+            };
             let key = ConnKey {
                 netns: e.netns,
                 local: e.local.clone(),
@@ -561,8 +562,18 @@ impl Model {
             let counts = per_comp.get(&c.id);
             let pt = CountPoint {
                 t_ms: t,
-                established: Some(counts.and_then(|m| m.get("ESTABLISHED")).copied().unwrap_or(0)),
-                close_wait: Some(counts.and_then(|m| m.get("CLOSE_WAIT")).copied().unwrap_or(0)),
+                established: Some(
+                    counts
+                        .and_then(|m| m.get("ESTABLISHED"))
+                        .copied()
+                        .unwrap_or(0),
+                ),
+                close_wait: Some(
+                    counts
+                        .and_then(|m| m.get("CLOSE_WAIT"))
+                        .copied()
+                        .unwrap_or(0),
+                ),
                 fds: None,
                 threads: None,
             };
@@ -597,18 +608,17 @@ impl Model {
                 (None, Some(after)) => {
                     self.identities.insert(c.id.clone(), after);
                 }
-                (Some(before), None) => {
-                    // Main process gone. Report once; discovery will bring the successor.
-                    if facts.is_none() && !before.ends_with(":gone") {
-                        self.push_restart(RestartEvent {
-                            t_ms: t,
-                            component: c.id.clone(),
-                            role: c.role,
-                            before: before.clone(),
-                            after: None,
-                        });
-                        self.identities.insert(c.id.clone(), format!("{before}:gone"));
-                    }
+                // Main process gone. Report once; discovery will bring the successor.
+                (Some(before), None) if facts.is_none() && !before.ends_with(":gone") => {
+                    self.push_restart(RestartEvent {
+                        t_ms: t,
+                        component: c.id.clone(),
+                        role: c.role,
+                        before: before.clone(),
+                        after: None,
+                    });
+                    self.identities
+                        .insert(c.id.clone(), format!("{before}:gone"));
                 }
                 _ => {}
             }
@@ -694,7 +704,12 @@ impl Model {
     fn router_active_for(&self, c: &Component, now: Millis) -> Option<f64> {
         let url = c.http_url.as_deref()?.trim_end_matches('/');
         let mut found = None;
-        for r in self.topology.components.iter().filter(|r| r.role == Role::Router) {
+        for r in self
+            .topology
+            .components
+            .iter()
+            .filter(|r| r.role == Role::Router)
+        {
             if let Some(p) = self.latest_metrics(&r.id, now) {
                 for (w, v) in &p.worker_active {
                     if w.trim_end_matches('/') == url {
@@ -841,7 +856,11 @@ impl Model {
         comp_order.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
         for (cid, _) in comp_order {
             let cs = &components[cid];
-            let mine: Vec<&Exchange> = all.iter().copied().filter(|x| &x.component == cid).collect();
+            let mine: Vec<&Exchange> = all
+                .iter()
+                .copied()
+                .filter(|x| &x.component == cid)
+                .collect();
             let mut quiet: Vec<&Exchange> = Vec::new();
             let mut explained = 0.0;
             for x in &mine {
@@ -869,8 +888,16 @@ impl Model {
             // in-flight count says more requests are open than we can otherwise explain.
             let outstanding_signal = cs
                 .http_active
-                .or_else(|| cs.running.filter(|r| r.1 == "v1_loads").map(|r| r.0 + cs.queued.map_or(0.0, |q| q.0)))
-                .or(if cs.role == Role::Prefill { None } else { cs.router_active });
+                .or_else(|| {
+                    cs.running
+                        .filter(|r| r.1 == "v1_loads")
+                        .map(|r| r.0 + cs.queued.map_or(0.0, |q| q.0))
+                })
+                .or(if cs.role == Role::Prefill {
+                    None
+                } else {
+                    cs.router_active
+                });
             quiet.sort_by_key(|x| std::cmp::Reverse(x.last_out_ms));
             let mut unexplained = outstanding_signal.map_or(0.0, |o| o - explained);
             for x in quiet {
@@ -905,7 +932,9 @@ impl Model {
         }
         let mut requests = Vec::new();
         for x in all {
-            let Some(state) = states.get(&x.id).copied() else { continue };
+            let Some(state) = states.get(&x.id).copied() else {
+                continue;
+            };
             let finished = matches!(state, RequestState::Done | RequestState::Closed);
             if finished && x.end_ms().unwrap_or(x.last_activity_ms()) < from {
                 continue;
@@ -924,10 +953,11 @@ impl Model {
         }
         let mut idle = Vec::new();
         for c in self.conns.values().filter(|c| c.closed_ms.is_none()) {
-            let busy = c
-                .exchanges
-                .back()
-                .is_some_and(|x| states.get(&x.id).is_some_and(|s| !matches!(s, RequestState::Done | RequestState::Closed)));
+            let busy = c.exchanges.back().is_some_and(|x| {
+                states
+                    .get(&x.id)
+                    .is_some_and(|s| !matches!(s, RequestState::Done | RequestState::Closed))
+            });
             if busy {
                 continue;
             }
@@ -965,17 +995,21 @@ impl Model {
     }
 
     /// Like [`Model::parts`] with findings computed by the caller.
-    pub fn parts_with(&self, now: Millis, view: &View, findings: Vec<crate::model::Finding>) -> SnapshotParts {
+    pub fn parts_with(
+        &self,
+        now: Millis,
+        view: &View,
+        findings: Vec<crate::model::Finding>,
+    ) -> SnapshotParts {
         let mut requests: Vec<Request> = view
             .requests
             .iter()
             .map(|r| {
-                let conf = r
-                    .x
-                    .links
-                    .iter()
-                    .filter_map(|l| view.request(l).and_then(|c| c.x.parent_confidence))
-                    .fold(None, |a: Option<f64>, c| Some(a.map_or(c, |a| a.min(c))));
+                let conf =
+                    r.x.links
+                        .iter()
+                        .filter_map(|l| view.request(l).and_then(|c| c.x.parent_confidence))
+                        .fold(None, |a: Option<f64>, c| Some(a.map_or(c, |a| a.min(c))));
                 Request {
                     id: r.x.id.clone(),
                     component: r.x.component.clone(),
@@ -1081,10 +1115,16 @@ impl Model {
             .collect();
         let mut raw = BTreeMap::new();
         if let Some(s) = &self.latest_sockets {
-            raw.insert("sockets".to_string(), serde_json::to_value(s).unwrap_or_default());
+            raw.insert(
+                "sockets".to_string(),
+                serde_json::to_value(s).unwrap_or_default(),
+            );
         }
         if let Some(g) = self.latest_gpu(now) {
-            raw.insert("gpu".to_string(), serde_json::to_value(g).unwrap_or_default());
+            raw.insert(
+                "gpu".to_string(),
+                serde_json::to_value(g).unwrap_or_default(),
+            );
         }
         if !self.latest_scrapes.is_empty() {
             raw.insert(
@@ -1146,7 +1186,10 @@ pub fn summarize_loads(v: &serde_json::Value) -> Option<LoadsSummary> {
                 if let Some(r) = o.get("num_running_reqs").and_then(|x| x.as_f64()) {
                     *found = true;
                     s.running += r;
-                    s.waiting += o.get("num_waiting_reqs").and_then(|x| x.as_f64()).unwrap_or(0.0);
+                    s.waiting += o
+                        .get("num_waiting_reqs")
+                        .and_then(|x| x.as_f64())
+                        .unwrap_or(0.0);
                     if let Some(ts) = o.get("timestamp").and_then(|x| x.as_f64()) {
                         s.timestamp_s = Some(s.timestamp_s.map_or(ts, |t: f64| t.max(ts)));
                     }

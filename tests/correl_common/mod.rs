@@ -67,10 +67,20 @@ impl Sim {
         let listeners = topo
             .components
             .iter()
-            .flat_map(|c| c.listen_ports().into_iter().map(|p| (p, c.main_pid.unwrap_or(0))))
+            .flat_map(|c| {
+                c.listen_ports()
+                    .into_iter()
+                    .map(|p| (p, c.main_pid.unwrap_or(0)))
+            })
             .collect();
         model.set_topology(topo);
-        Sim { now: T0, conns: Vec::new(), model, next_port: 40000, listeners }
+        Sim {
+            now: T0,
+            conns: Vec::new(),
+            model,
+            next_port: 40000,
+            listeners,
+        }
     }
 
     /// Opens a connection from `client_pid` (None: an outside client) to `server_port`.
@@ -162,7 +172,10 @@ impl Sim {
                 }),
             });
         }
-        SocketTable { sockets, notes: Vec::new() }
+        SocketTable {
+            sockets,
+            notes: Vec::new(),
+        }
     }
 
     pub fn sample_sockets(&mut self) {
@@ -176,7 +189,12 @@ impl Sim {
     }
 
     pub fn ingest(&mut self, payload: Payload) {
-        let s = Sample { t_ms: self.now, status: SourceStatus::ok(), took_ms: 5, payload };
+        let s = Sample {
+            t_ms: self.now,
+            status: SourceStatus::ok(),
+            took_ms: 5,
+            payload,
+        };
         self.model.ingest(&s);
     }
 
@@ -196,7 +214,10 @@ pub fn scrape(component: &str, mapped: &[(&str, f64)]) -> MetricsScrape {
     MetricsScrape {
         component: component.to_string(),
         metrics: Some(EndpointProbe {
-            url: format!("http://{}/metrics", component.split('@').nth(1).unwrap_or("x")),
+            url: format!(
+                "http://{}/metrics",
+                component.split('@').nth(1).unwrap_or("x")
+            ),
             outcome: FetchOutcome::Ok,
             http_status: Some(200),
             elapsed_ms: 4,
@@ -248,8 +269,16 @@ pub fn stack(pid: i32, t: Millis, state: &str, top: &str) -> StackCapture {
             active: true,
             owns_gil: false,
             frames: vec![
-                Frame { name: top.into(), file: "scheduler.py".into(), line: 10 },
-                Frame { name: "event_loop_normal".into(), file: "scheduler.py".into(), line: 900 },
+                Frame {
+                    name: top.into(),
+                    file: "scheduler.py".into(),
+                    line: 10,
+                },
+                Frame {
+                    name: "event_loop_normal".into(),
+                    file: "scheduler.py".into(),
+                    line: 900,
+                },
             ],
             state: state.into(),
             rule: None,
