@@ -16,6 +16,9 @@ use std::collections::{BTreeMap, BTreeSet};
 pub struct Thresholds {
     /// `wedged_request`: no response byte for this long after the request arrived.
     pub wedged_after_ms: i64,
+    /// `wedged_request` on a busy engine: fire anyway when at least this many requests that
+    /// arrived later at the same component were answered meanwhile (it was skipped).
+    pub wedged_overtaken_min: usize,
     /// `stalled_stream` / request state `stalled`: no response bytes for this long after
     /// the response started, while the component says the request is still open.
     pub stall_after_ms: i64,
@@ -62,6 +65,7 @@ impl Default for Thresholds {
     fn default() -> Self {
         Thresholds {
             wedged_after_ms: 30_000,
+            wedged_overtaken_min: 5,
             stall_after_ms: 30_000,
             done_quiet_ms: 2_000,
             busy_after_ms: 20_000,
@@ -273,20 +277,58 @@ fn role_of(m: &Model, comp: &str) -> Option<Role> {
 /// hop holding it does no work. Names the deepest hop.
 pub fn wedged_request(m: &Model, v: &View) -> Vec<Finding> {
     let th = &m.thresholds;
-    let leaves: Vec<&RequestView> = v
+    let mut leaves: Vec<&RequestView> = v
         .requests
         .iter()
         .filter(|r| r.state == RequestState::WaitingFirstByte && r.age_ms >= th.wedged_after_ms)
         .filter(|r| outstanding_child(v, r).is_none())
         .filter(|r| r.x.role.is_engine() || !downstream_open(v, &r.x.component))
         .collect();
+    // PD: when both legs of one request wait, the prefill leg is the cause (the decode leg
+    // needs its KV cache); the decode leg is reported with it, not on its own.
+    let prefill_parents: BTreeSet<String> = leaves
+        .iter()
+        .filter(|r| r.x.role == Role::Prefill)
+        .filter_map(|r| r.x.parent.clone())
+        .collect();
+    let mut consequences: Vec<&RequestView> = Vec::new();
+    leaves.retain(|r| {
+        let dependent = r.x.role == Role::Decode
+            && r.x
+                .parent
+                .as_ref()
+                .is_some_and(|p| prefill_parents.contains(p));
+        if dependent {
+            consequences.push(r);
+        }
+        !dependent
+    });
     let mut out = Vec::new();
-    for (comp, ls) in group_by_component(leaves) {
+    for (comp, mut ls) in group_by_component(leaves) {
         let cs = v.components.get(&comp);
+        // Requests that arrived later at the same component and were answered meanwhile.
+        // (Whole history, not only the window: they may have finished long ago.)
+        let overtaken = |r: &RequestView| {
+            m.exchanges()
+                .filter(|o| o.component == r.x.component && o.request_ms > r.x.request_ms + 1000)
+                .filter(|o| o.first_byte_ms.is_some())
+                .count()
+        };
+        let mut skipped_note = None;
         if let Some(cs) = cs {
-            // Busy engines are slow, not forgetful; busy_without_progress covers spinning.
-            if !cs.working_evidence().is_empty() || cs.gpu_activity == "spinning" {
-                continue;
+            // Busy engines are usually slow, not forgetful; busy_without_progress covers
+            // spinning. Unless later requests were served while these waited.
+            let working = cs.working_evidence();
+            if !working.is_empty() || cs.gpu_activity == "spinning" {
+                ls.retain(|r| overtaken(r) >= th.wedged_overtaken_min);
+                if ls.is_empty() {
+                    continue;
+                }
+                let n = ls.iter().map(|r| overtaken(r)).min().unwrap_or(0);
+                skipped_note = Some(format!(
+                    "{n} later requests answered meanwhile although the engine is busy ({})",
+                    working.join(", ")
+                ));
             }
         }
         let oldest = ls.iter().map(|r| r.age_ms).max().unwrap_or(0);
@@ -316,11 +358,34 @@ pub fn wedged_request(m: &Model, v: &View) -> Vec<Finding> {
             ));
         }
         let mut has_idle_data = false;
-        if let Some(cs) = cs {
+        if let Some(note) = skipped_note {
+            has_idle_data = true;
+            words.push(note.clone());
+            evidence.push(Evidence::new("sockets", note));
+        } else if let Some(cs) = cs {
             let (w, ev) = idle_evidence(cs);
             has_idle_data = !w.is_empty();
             words.extend(w);
             evidence.extend(ev);
+        }
+        let deps: Vec<&RequestView> = consequences
+            .iter()
+            .copied()
+            .filter(|d| {
+                ls.iter()
+                    .any(|l| l.x.parent.is_some() && l.x.parent == d.x.parent)
+            })
+            .collect();
+        for d in &deps {
+            evidence.push(Evidence::new(
+                "sockets",
+                format!(
+                    "decode leg {} at {} waits too ({}): it needs the KV cache from this prefill",
+                    d.x.id,
+                    d.x.component,
+                    secs(d.age_ms)
+                ),
+            ));
         }
         if !role.is_engine() {
             words.push("no request forwarded to the next hop".to_string());
@@ -346,7 +411,11 @@ pub fn wedged_request(m: &Model, v: &View) -> Vec<Finding> {
             component: Some(comp.clone()),
             role: Some(role),
             summary,
-            requests: ids_with_ancestors(v, &ls),
+            requests: {
+                let mut all = ls.clone();
+                all.extend(deps.iter().copied());
+                ids_with_ancestors(v, &all)
+            },
             evidence,
             explanation: Some(format!(
                 "The request reached {comp} ({role}) and nothing came back, while {comp} shows no work for it: it was accepted and forgotten there, not upstream (every hop above is only waiting for it). Look at {comp}: its scheduler stacks, its queues (/v1/loads), and what changed in its environment or command line (config_changed). Restarting proxies only hides it."
@@ -446,6 +515,9 @@ pub fn busy_without_progress(m: &Model, v: &View) -> Vec<Finding> {
             t.states.len() >= th.scheduler_min_dumps
                 && t.states.iter().all(|s| s == "nccl_collective")
         });
+        // Plain "GPU working" with no bytes out is also a long non-streaming generation;
+        // count it only when the engine's own token counter says nothing is generated.
+        let no_tokens = cs.gen_rate.is_some_and(|r| r <= 0.0);
         let busy = match (cs.gpu_activity, collective) {
             ("spinning", _) => {
                 Some("GPU at high utilization but idle power (kernel spinning)".to_string())
@@ -456,11 +528,12 @@ pub fn busy_without_progress(m: &Model, v: &View) -> Vec<Finding> {
                 t.states.len(),
                 t.states.len()
             )),
-            ("working", _) => Some("GPU working".to_string()),
-            _ => cs
+            ("working", _) if no_tokens => Some("GPU working, 0 tokens generated".to_string()),
+            _ if no_tokens => cs
                 .forward_rate
                 .filter(|r| *r > 0.01)
-                .map(|r| format!("forward time rate {r:.2} s/s")),
+                .map(|r| format!("forward time rate {r:.2} s/s, 0 tokens generated")),
+            _ => None,
         };
         let Some(busy) = busy else { continue };
         let quiet = last_out.map_or_else(

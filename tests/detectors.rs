@@ -34,6 +34,9 @@ struct Env {
     sched_top: &'static str,
     forward_total: f64,
     ticks: u64,
+    /// Some(rate): export generation_tokens_total rising at this rate per metrics point.
+    gen_per_point: Option<f64>,
+    gen_total: f64,
 }
 
 impl Env {
@@ -47,6 +50,8 @@ impl Env {
             sched_top: "maybe_sleep",
             forward_total: 100.0,
             ticks: 0,
+            gen_per_point: None,
+            gen_total: 0.0,
         }
     }
     fn busy(http_active: f64) -> Env {
@@ -63,6 +68,8 @@ impl Env {
             sched_top: "forward_batch_generation",
             forward_total: 100.0,
             ticks: 0,
+            gen_per_point: None,
+            gen_total: 0.0,
         }
     }
     fn tick(&mut self, sim: &mut Sim) {
@@ -71,6 +78,10 @@ impl Env {
             self.forward_total += self.forward_per_s;
             let mut m = self.decode_metrics.clone();
             m.push(("forward_seconds_total", self.forward_total));
+            if let Some(g) = self.gen_per_point {
+                self.gen_total += g;
+                m.push(("generation_tokens_total", self.gen_total));
+            }
             sim.ingest(Payload::Metrics(vec![scrape(DECODE, &m)]));
         }
         sim.ingest(Payload::Gpu(gpu(&[
@@ -570,4 +581,115 @@ fn thresholds_change_the_verdict() {
     sim.request(d, 100);
     sim.run(6_000, |s| env.tick(s));
     assert!(findings(&sim).iter().any(|f| f.kind == "wedged_request"));
+}
+
+#[test]
+fn pd_both_legs_waiting_blames_prefill() {
+    let mut sim = Sim::new(pd_topology());
+    let mut env = Env::idle();
+    pd_request(&mut sim);
+    sim.run(40_000, |s| env.tick(s));
+    let fs = findings(&sim);
+    let w: Vec<_> = fs.iter().filter(|f| f.kind == "wedged_request").collect();
+    assert_eq!(w.len(), 1, "{fs:#?}");
+    assert_eq!(w[0].component.as_deref(), Some(PREFILL));
+    assert_eq!(w[0].role, Some(Role::Prefill));
+    assert_eq!(
+        w[0].requests.len(),
+        4,
+        "proxy, router, prefill and the dependent decode leg"
+    );
+    assert!(w[0]
+        .evidence
+        .iter()
+        .any(|e| e.detail.contains("needs the KV cache from this prefill")));
+}
+
+#[test]
+fn wedged_on_a_busy_engine_only_when_later_requests_overtook_it() {
+    let run = |overtakers: usize| {
+        let mut sim = Sim::new(pd_topology());
+        let mut env = Env::busy(4.0);
+        let stuck = sim.connect(Some(200), 31012, 400);
+        sim.request(stuck, 500);
+        sim.run(2_000, |s| env.tick(s));
+        for _ in 0..overtakers {
+            let c = sim.connect(Some(200), 31012, 400);
+            sim.request(c, 500);
+            sim.run(500, |s| env.tick(s));
+            sim.respond(c, 300);
+            sim.run(250, |s| env.tick(s));
+        }
+        sim.run(35_000, |s| env.tick(s));
+        findings(&sim)
+    };
+    let fs = run(6);
+    let w: Vec<_> = fs.iter().filter(|f| f.kind == "wedged_request").collect();
+    assert_eq!(w.len(), 1, "{fs:#?}");
+    assert!(
+        w[0].summary.contains("later requests answered meanwhile"),
+        "{}",
+        w[0].summary
+    );
+    // A busy engine with nothing overtaking: a queue, not a wedge.
+    assert!(run(1).iter().all(|f| f.kind != "wedged_request"));
+}
+
+#[test]
+fn own_metrics_scrape_in_http_active_does_not_make_a_stall() {
+    // sglang:http_requests_active counts the /metrics request that reads it.
+    let mut sim = Sim::new(pd_topology());
+    let c = sim.connect(Some(200), 31012, 400);
+    sim.request(c, 400);
+    sim.run(250, |_| {});
+    sim.respond(c, 900);
+    sim.run(60_000, |s| {
+        let mut sc = scrape(DECODE, &[("http_active", 1.0)]);
+        sc.series.push(Series {
+            name: "sglang:http_requests_active".into(),
+            labels: [("endpoint".to_string(), "/metrics".to_string())]
+                .into_iter()
+                .collect(),
+            value: 1.0,
+        });
+        sc.series.push(Series {
+            name: "sglang:http_requests_active".into(),
+            labels: [("endpoint".to_string(), "/generate".to_string())]
+                .into_iter()
+                .collect(),
+            value: 0.0,
+        });
+        s.ingest(Payload::Metrics(vec![sc]));
+    });
+    let parts = sim.model.parts(sim.now);
+    assert!(parts.findings.is_empty(), "{:#?}", parts.findings);
+    assert_eq!(parts.extras[DECODE].metrics.get("http_active"), Some(&1.0));
+}
+
+#[test]
+fn long_non_streaming_generation_is_not_busy_without_progress() {
+    let run = |tokens_per_s: f64| {
+        let mut sim = Sim::new(pd_topology());
+        let mut env = Env::busy(1.0);
+        env.gen_per_point = Some(tokens_per_s);
+        let c = sim.connect(Some(200), 31012, 400);
+        sim.request(c, 500);
+        sim.run(45_000, |s| env.tick(s));
+        findings(&sim)
+    };
+    // Tokens are generated, nothing is sent until the whole answer is ready: healthy.
+    let fs = run(40.0);
+    assert_none_of(&fs, &NEVER);
+    // GPU busy, the token counter flat, no bytes: work without progress.
+    let fs = run(0.0);
+    let b: Vec<_> = fs
+        .iter()
+        .filter(|f| f.kind == "busy_without_progress")
+        .collect();
+    assert_eq!(b.len(), 1, "{fs:#?}");
+    assert!(
+        b[0].summary.contains("0 tokens generated"),
+        "{}",
+        b[0].summary
+    );
 }

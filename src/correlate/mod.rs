@@ -57,6 +57,10 @@ pub struct MetricsPoint {
     pub loads: Option<LoadsSummary>,
     /// Router only: in-flight requests per worker URL.
     pub worker_active: BTreeMap<String, f64>,
+    /// In-flight HTTP requests on inference endpoints only, from the raw
+    /// `sglang:http_requests_active{endpoint}` series (our own `/metrics` scrape and health
+    /// or load probes excluded). None when the series is absent.
+    pub http_active_inference: Option<f64>,
 }
 
 /// `/v1/loads` summed over DP ranks.
@@ -659,6 +663,16 @@ impl Model {
                 }
             }
             let loads = s.extra.get("v1_loads").and_then(summarize_loads);
+            let mut http_active_inference: Option<f64> = None;
+            for ser in &s.series {
+                if ser.name.ends_with("http_requests_active") {
+                    let ep = ser.labels.get("endpoint").map(String::as_str).unwrap_or("");
+                    if !is_probe_endpoint(ep) {
+                        http_active_inference =
+                            Some(http_active_inference.unwrap_or(0.0) + ser.value);
+                    }
+                }
+            }
             let p = MetricsPoint {
                 t_ms: t,
                 mapped: s.mapped.clone(),
@@ -666,6 +680,7 @@ impl Model {
                 extra_probes: s.extra_probes.clone(),
                 loads,
                 worker_active,
+                http_active_inference,
             };
             self.metrics
                 .entry(s.component.clone())
@@ -812,7 +827,9 @@ impl Model {
             gen_rate,
             running,
             queued,
-            http_active: mapped("http_active"),
+            http_active: latest
+                .and_then(|p| p.http_active_inference)
+                .or_else(|| mapped("http_active")),
             router_active: self.router_active_for(c, now),
             threads: self.thread_windows(c, now),
             sockets,
@@ -1278,6 +1295,18 @@ pub fn gpu_activity(c: &Component, g: &GpuReading, th: &Thresholds) -> &'static 
     } else {
         "unknown"
     }
+}
+
+/// Endpoints that are probes (ours or a health checker's), not inference requests.
+pub fn is_probe_endpoint(ep: &str) -> bool {
+    let ep = ep.trim_end_matches('/');
+    ep.ends_with("/metrics")
+        || ep.contains("health")
+        || ep.contains("load")
+        || ep.ends_with("/workers")
+        || ep.contains("server_info")
+        || ep.ends_with("/v1/models")
+        || ep == "/metrics"
 }
 
 /// Whether a fetch outcome means the endpoint did not answer properly.
