@@ -45,6 +45,17 @@ pub enum Record {
     Baseline {
         baseline: Baseline,
     },
+    /// A sample, compactly: whole (`key`) or as a patch against the previous sample of the
+    /// same kind in the same segment. `crc` is of the whole reconstructed sample data.
+    Delta {
+        t_ms: Millis,
+        kind: crate::model::SourceKind,
+        status: crate::model::SourceStatus,
+        took_ms: u64,
+        key: bool,
+        crc: u32,
+        data: serde_json::Value,
+    },
 }
 
 impl Record {
@@ -52,6 +63,7 @@ impl Record {
         match self {
             Record::Header { t_ms, .. } | Record::Topology { t_ms, .. } => *t_ms,
             Record::Sample { sample } => sample.t_ms,
+            Record::Delta { t_ms, .. } => *t_ms,
             Record::Baseline { baseline } => baseline.t_ms,
         }
     }
@@ -313,6 +325,85 @@ pub struct RecordingWriter {
     last_baseline: Option<Record>,
     pid: i32,
     tool: String,
+    delta: DeltaState,
+    last_written: BTreeMap<crate::model::SourceKind, Millis>,
+    /// What to keep and how often: see [`RecordPolicy`].
+    pub policy: RecordPolicy,
+}
+
+/// What a recording keeps (the live model still gets every sample).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RecordPolicy {
+    /// Write at most one sample of a kind per this many ms (0: all). Sockets and GPU are
+    /// sampled at 4 Hz for the live view; 1 Hz is plenty to replay a wedge.
+    pub min_interval_ms: BTreeMap<crate::model::SourceKind, i64>,
+    /// Keep every raw Prometheus series; otherwise only the ones the correlator reads raw
+    /// (in-flight gauges); the mapped values are always kept.
+    pub keep_raw_series: bool,
+    /// Keyframes + deltas (default) instead of whole samples on every line.
+    pub compact: bool,
+    /// Keep only sockets of the recorded topology's components, and of the client side of
+    /// a connection only its owner (the correlator needs the pid, not the counters, which
+    /// the server side already has).
+    pub trim_sockets: bool,
+}
+
+impl Default for RecordPolicy {
+    fn default() -> Self {
+        use crate::model::SourceKind;
+        RecordPolicy {
+            min_interval_ms: [(SourceKind::Sockets, 1000), (SourceKind::Gpu, 1000)]
+                .into_iter()
+                .collect(),
+            keep_raw_series: false,
+            compact: true,
+            trim_sockets: true,
+        }
+    }
+}
+
+/// Sockets that matter to the correlator: those on a component's listen port (server side
+/// in full; client side without counters) and those owned by a component's process.
+pub fn trim_sockets(
+    table: &crate::model::SocketTable,
+    topo: &Topology,
+) -> crate::model::SocketTable {
+    let ports: std::collections::BTreeSet<u16> = topo
+        .components
+        .iter()
+        .flat_map(|c| c.listen_ports())
+        .collect();
+    let pids: std::collections::BTreeSet<i32> = topo
+        .components
+        .iter()
+        .flat_map(|c| c.pids.iter().copied())
+        .collect();
+    let mut out = crate::model::SocketTable {
+        sockets: Vec::new(),
+        notes: table.notes.clone(),
+    };
+    for e in &table.sockets {
+        let server_side = e.local_port().is_some_and(|p| ports.contains(&p));
+        let client_side = e.remote_port().is_some_and(|p| ports.contains(&p)) && !server_side;
+        let owned = e.pid.is_some_and(|p| pids.contains(&p));
+        if server_side {
+            out.sockets.push(e.clone());
+        } else if client_side {
+            let mut e = e.clone();
+            e.tcp_info = None;
+            out.sockets.push(e);
+        } else if owned {
+            out.sockets.push(e.clone());
+        }
+    }
+    out
+}
+
+/// Raw series the correlator reads directly (kept even when raw series are dropped).
+fn series_consumed(name: &str) -> bool {
+    name.ends_with("http_requests_active")
+        || name.ends_with("worker_requests_active")
+        || name.ends_with("router_running_requests")
 }
 
 #[derive(Debug)]
@@ -370,6 +461,9 @@ impl RecordingWriter {
             last_baseline: None,
             pid: std::process::id() as i32,
             tool: format!("wedgewatch {}", env!("CARGO_PKG_VERSION")),
+            delta: DeltaState::default(),
+            last_written: BTreeMap::new(),
+            policy: RecordPolicy::default(),
         };
         w.write_header(now_ms)?;
         Ok(w)
@@ -398,6 +492,9 @@ impl RecordingWriter {
             last_baseline: None,
             pid: std::process::id() as i32,
             tool: format!("wedgewatch {}", env!("CARGO_PKG_VERSION")),
+            delta: DeltaState::default(),
+            last_written: BTreeMap::new(),
+            policy: RecordPolicy::default(),
         };
         w.write_header(now_ms)?;
         w.prune()?;
@@ -448,8 +545,63 @@ impl RecordingWriter {
         self.write_raw(rec)
     }
 
-    pub fn write_sample(&mut self, s: &Sample) -> Result<()> {
-        self.write(&Record::Sample { sample: s.clone() })
+    /// Appends a sample per the [`RecordPolicy`]: possibly skipped (cadence), trimmed
+    /// (raw series) and delta-encoded. Returns whether it was written.
+    pub fn write_sample(&mut self, s: &Sample) -> Result<bool> {
+        let kind = s.kind();
+        let min = self.policy.min_interval_ms.get(&kind).copied().unwrap_or(0);
+        if let Some(last) = self.last_written.get(&kind) {
+            if min > 0 && s.t_ms - last < min && s.t_ms >= *last {
+                return Ok(false);
+            }
+        }
+        let trimmed;
+        let s = match (&s.payload, self.policy.keep_raw_series) {
+            (crate::model::Payload::Sockets(table), _) if self.policy.trim_sockets => {
+                let Some(Record::Topology { topology, .. }) = &self.last_topology else {
+                    return self.write_untrimmed(s);
+                };
+                trimmed = Sample {
+                    payload: crate::model::Payload::Sockets(trim_sockets(table, topology)),
+                    ..s.clone()
+                };
+                &trimmed
+            }
+            (crate::model::Payload::Metrics(scrapes), false) => {
+                let mut scrapes = scrapes.clone();
+                for sc in scrapes.iter_mut() {
+                    sc.series.retain(|x| series_consumed(&x.name));
+                }
+                trimmed = Sample {
+                    payload: crate::model::Payload::Metrics(scrapes),
+                    ..s.clone()
+                };
+                &trimmed
+            }
+            _ => s,
+        };
+        if self.policy.compact {
+            // Rotation resets the delta base: check before encoding.
+            if let Target::Dir { policy, .. } = &self.target {
+                if self.bytes > 0 && self.bytes >= policy.max_segment_bytes {
+                    self.rotate(s.t_ms)?;
+                }
+            }
+            let rec = self.delta.encode(s)?;
+            self.write_raw(&rec)?;
+        } else {
+            self.write(&Record::Sample { sample: s.clone() })?;
+        }
+        self.last_written.insert(kind, s.t_ms);
+        Ok(true)
+    }
+
+    fn write_untrimmed(&mut self, s: &Sample) -> Result<bool> {
+        let keep = self.policy.trim_sockets;
+        self.policy.trim_sockets = false;
+        let r = self.write_sample(s);
+        self.policy.trim_sockets = keep;
+        r
     }
 
     fn rotate(&mut self, now_ms: Millis) -> Result<()> {
@@ -461,6 +613,7 @@ impl RecordingWriter {
         self.file.flush().map_err(|e| Error::io(&path, e))?;
         self.file = open_append(&path)?;
         self.bytes = 0;
+        self.delta.reset();
         self.write_header(now_ms)?;
         // A segment must replay on its own: carry the context forward.
         if let Some(t) = self.last_topology.clone() {
@@ -521,6 +674,8 @@ pub struct ReadStats {
     pub records: u64,
     /// Lines that were truncated or failed their checksum.
     pub skipped: u64,
+    /// Delta records whose base was lost with a skipped line (until the next keyframe).
+    pub undecodable: u64,
 }
 
 impl Recording {
@@ -550,6 +705,8 @@ impl Recording {
             let file = File::open(f).map_err(|e| Error::io(f, e))?;
             let mut r = BufReader::new(file);
             let mut buf = Vec::new();
+            // Delta bases never cross a segment: each starts with keyframes.
+            let mut delta = DeltaState::default();
             loop {
                 buf.clear();
                 let n = r.read_until(b'\n', &mut buf).map_err(|e| Error::io(f, e))?;
@@ -563,6 +720,13 @@ impl Recording {
                     &buf[..]
                 };
                 match (complete, decode(line)) {
+                    (true, Some(rec @ Record::Delta { .. })) => match delta.decode(&rec) {
+                        Some(sample) => {
+                            stats.records += 1;
+                            out.push(Record::Sample { sample });
+                        }
+                        None => stats.undecodable += 1,
+                    },
                     (true, Some(rec)) => {
                         stats.records += 1;
                         out.push(rec);
@@ -616,6 +780,8 @@ pub fn replay(rec: &Recording, at: Option<Millis>, thresholds: Thresholds) -> Re
                     baselines.push(baseline);
                 }
             }
+            // Decoded into samples by `read`.
+            Record::Delta { .. } => {}
             Record::Sample { sample } => {
                 last = Some(last.map_or(sample.t_ms, |l: Millis| l.max(sample.t_ms)));
                 model.ingest(&sample);
@@ -657,11 +823,278 @@ pub async fn record_for(
         let left = (end - clock.now_ms()).max(0) as u64;
         match tokio::time::timeout(std::time::Duration::from_millis(left), rx.recv()).await {
             Ok(Some(s)) => {
-                writer.write_sample(&s)?;
-                n += 1;
+                if writer.write_sample(&s)? {
+                    n += 1;
+                }
             }
             Ok(None) | Err(_) => break,
         }
     }
     Ok(n)
+}
+
+// ---------------------------------------------------------------------------------------
+// Compact sample encoding: keyframes and deltas.
+//
+// Consecutive samples of one source are mostly the same (idle connections, unchanged stacks,
+// environments). A `delta` record carries only what changed against the previous sample of
+// the same kind, as a JSON patch; every `KEYFRAME_EVERY` samples, and at the start of every
+// segment, a keyframe carries it whole. Each record holds the CRC of the full reconstructed
+// sample, so a reader that lost a record (a corrupt line) never applies a delta to the
+// wrong base: it waits for the next keyframe. The kernel's "ms since last data" fields are
+// stored as absolute times so an idle connection is byte-for-byte unchanged.
+
+/// A keyframe at least this often per source kind.
+pub const KEYFRAME_EVERY: u32 = 120;
+const RELATIVE_MS_FIELDS: [&str; 3] =
+    ["last_data_sent_ms", "last_data_recv_ms", "last_ack_recv_ms"];
+
+/// Rewrites "ms ago" fields to absolute times (`to_abs`) or back.
+/// (`abs = t - ago` and `ago = t - abs`: the same map both ways.)
+fn rebase_times(v: &mut serde_json::Value, t_ms: Millis) {
+    match v {
+        serde_json::Value::Object(o) => {
+            for (k, x) in o.iter_mut() {
+                if RELATIVE_MS_FIELDS.contains(&k.as_str()) {
+                    if let Some(n) = x.as_i64() {
+                        *x = serde_json::Value::from(t_ms - n);
+                    }
+                } else {
+                    rebase_times(x, t_ms);
+                }
+            }
+        }
+        serde_json::Value::Array(a) => a.iter_mut().for_each(|x| rebase_times(x, t_ms)),
+        _ => {}
+    }
+}
+
+/// Identity of an array element, for keyed array diffs.
+fn elem_key(v: &serde_json::Value) -> Option<String> {
+    let o = v.as_object()?;
+    if let (Some(l), Some(r)) = (o.get("local"), o.get("remote")) {
+        return Some(format!(
+            "s|{l}|{r}|{}",
+            o.get("netns").unwrap_or(&serde_json::Value::Null)
+        ));
+    }
+    if let (Some(n), Some(l)) = (o.get("name"), o.get("labels")) {
+        return Some(format!("m|{n}|{l}"));
+    }
+    for k in ["tid", "pid", "component", "index"] {
+        if let Some(x) = o.get(k) {
+            return Some(format!("{k}|{x}"));
+        }
+    }
+    None
+}
+
+fn keyed(a: &[serde_json::Value]) -> Option<Vec<String>> {
+    let keys: Option<Vec<String>> = a.iter().map(elem_key).collect();
+    let keys = keys?;
+    let uniq: std::collections::BTreeSet<&String> = keys.iter().collect();
+    (uniq.len() == keys.len()).then_some(keys)
+}
+
+/// The patch turning `old` into `new`, or None if equal.
+pub fn diff_json(old: &serde_json::Value, new: &serde_json::Value) -> Option<serde_json::Value> {
+    use serde_json::{json, Map, Value};
+    if old == new {
+        return None;
+    }
+    match (old, new) {
+        (Value::Object(a), Value::Object(b)) => {
+            let mut p = Map::new();
+            for (k, vb) in b {
+                match a.get(k) {
+                    Some(va) => {
+                        if let Some(n) = diff_json(va, vb) {
+                            p.insert(k.clone(), n);
+                        }
+                    }
+                    None => {
+                        p.insert(k.clone(), json!({ "$v": vb }));
+                    }
+                }
+            }
+            let d: Vec<&String> = a.keys().filter(|k| !b.contains_key(*k)).collect();
+            let mut node = Map::new();
+            node.insert("$p".into(), Value::Object(p));
+            if !d.is_empty() {
+                node.insert("$d".into(), json!(d));
+            }
+            Some(Value::Object(node))
+        }
+        (Value::Array(a), Value::Array(b)) => {
+            let (Some(ka), Some(kb)) = (keyed(a), keyed(b)) else {
+                return Some(json!({ "$v": new }));
+            };
+            let index: BTreeMap<&String, &Value> = ka.iter().zip(a.iter()).collect();
+            let mut upd = Vec::new();
+            let mut added = Vec::new();
+            for (k, eb) in kb.iter().zip(b.iter()) {
+                match index.get(k) {
+                    Some(ea) => {
+                        if let Some(n) = diff_json(ea, eb) {
+                            upd.push(json!({ "k": k, "n": n }));
+                        }
+                    }
+                    None => added.push(eb.clone()),
+                }
+            }
+            let kb_set: std::collections::BTreeSet<&String> = kb.iter().collect();
+            let removed: Vec<&String> = ka.iter().filter(|k| !kb_set.contains(k)).collect();
+            // Order after apply: old order minus removed, then the added ones.
+            let mut order: Vec<&String> = ka.iter().filter(|k| kb_set.contains(k)).collect();
+            let ka_set: std::collections::BTreeSet<&String> = ka.iter().collect();
+            order.extend(kb.iter().filter(|k| !ka_set.contains(k)));
+            let mut node = Map::new();
+            node.insert("$k".into(), json!(1));
+            if !upd.is_empty() {
+                node.insert("$u".into(), Value::Array(upd));
+            }
+            if !added.is_empty() {
+                node.insert("$n".into(), Value::Array(added));
+            }
+            if !removed.is_empty() {
+                node.insert("$r".into(), json!(removed));
+            }
+            if order != kb.iter().collect::<Vec<_>>() {
+                node.insert("$o".into(), json!(kb));
+            }
+            Some(Value::Object(node))
+        }
+        _ => Some(json!({ "$v": new })),
+    }
+}
+
+/// Applies a patch from [`diff_json`]; None if it does not fit the base.
+pub fn apply_json(base: &serde_json::Value, node: &serde_json::Value) -> Option<serde_json::Value> {
+    use serde_json::Value;
+    let n = node.as_object()?;
+    if let Some(v) = n.get("$v") {
+        return Some(v.clone());
+    }
+    if let Some(p) = n.get("$p").and_then(Value::as_object) {
+        let mut o = base.as_object()?.clone();
+        for (k, sub) in p {
+            let cur = o.get(k).cloned().unwrap_or(Value::Null);
+            o.insert(k.clone(), apply_json(&cur, sub)?);
+        }
+        for d in n.get("$d").and_then(Value::as_array).into_iter().flatten() {
+            o.remove(d.as_str()?);
+        }
+        return Some(Value::Object(o));
+    }
+    if n.contains_key("$k") {
+        let a = base.as_array()?;
+        let keys = keyed(a)?;
+        let mut elems: Vec<(String, Value)> = keys.into_iter().zip(a.iter().cloned()).collect();
+        let removed: Vec<&str> = n
+            .get("$r")
+            .and_then(Value::as_array)
+            .map(|r| r.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        elems.retain(|(k, _)| !removed.contains(&k.as_str()));
+        for u in n.get("$u").and_then(Value::as_array).into_iter().flatten() {
+            let k = u.get("k")?.as_str()?;
+            let slot = elems.iter_mut().find(|(ek, _)| ek == k)?;
+            slot.1 = apply_json(&slot.1, u.get("n")?)?;
+        }
+        for e in n.get("$n").and_then(Value::as_array).into_iter().flatten() {
+            elems.push((elem_key(e)?, e.clone()));
+        }
+        if let Some(order) = n.get("$o").and_then(Value::as_array) {
+            let mut by: BTreeMap<String, Value> = elems.into_iter().collect();
+            let mut out = Vec::new();
+            for k in order {
+                out.push(by.remove(k.as_str()?)?);
+            }
+            return Some(Value::Array(out));
+        }
+        return Some(Value::Array(elems.into_iter().map(|(_, v)| v).collect()));
+    }
+    None
+}
+
+/// Per-kind state of the delta encoder / decoder.
+#[derive(Debug, Default, Clone)]
+pub struct DeltaState {
+    bases: BTreeMap<crate::model::SourceKind, (serde_json::Value, u32)>,
+}
+
+impl DeltaState {
+    pub fn reset(&mut self) {
+        self.bases.clear();
+    }
+
+    /// Encodes a sample as a keyframe or a delta record.
+    pub fn encode(&mut self, s: &Sample) -> Result<Record> {
+        let mut full = serde_json::to_value(&s.payload)?;
+        let mut state = full
+            .get_mut("data")
+            .map(serde_json::Value::take)
+            .unwrap_or_default();
+        rebase_times(&mut state, s.t_ms);
+        let crc = crc32(&serde_json::to_vec(&state)?);
+        let kind = s.kind();
+        let (key, data, count) = match self.bases.get(&kind) {
+            Some((base, n)) if *n < KEYFRAME_EVERY => match diff_json(base, &state) {
+                Some(p) => (false, p, n + 1),
+                None => (false, serde_json::json!({ "$p": {} }), n + 1),
+            },
+            _ => (true, state.clone(), 0),
+        };
+        self.bases.insert(kind, (state, count));
+        Ok(Record::Delta {
+            t_ms: s.t_ms,
+            kind,
+            status: s.status.clone(),
+            took_ms: s.took_ms,
+            key,
+            crc,
+            data,
+        })
+    }
+
+    /// Decodes a delta record back into a sample; None if its base is missing or the
+    /// result fails its CRC (a record was lost): wait for the next keyframe.
+    pub fn decode(&mut self, r: &Record) -> Option<Sample> {
+        let Record::Delta {
+            t_ms,
+            kind,
+            status,
+            took_ms,
+            key,
+            crc,
+            data,
+        } = r
+        else {
+            return None;
+        };
+        let state = if *key {
+            data.clone()
+        } else {
+            let base = &self.bases.get(kind)?.0;
+            apply_json(base, data)?
+        };
+        let ok = serde_json::to_vec(&state)
+            .map(|b| crc32(&b) == *crc)
+            .unwrap_or(false);
+        if !ok {
+            self.bases.remove(kind);
+            return None;
+        }
+        self.bases.insert(*kind, (state.clone(), 0));
+        let mut data = state;
+        rebase_times(&mut data, *t_ms);
+        let payload: crate::model::Payload =
+            serde_json::from_value(serde_json::json!({ "source": kind, "data": data })).ok()?;
+        Some(Sample {
+            t_ms: *t_ms,
+            status: status.clone(),
+            took_ms: *took_ms,
+            payload,
+        })
+    }
 }

@@ -56,6 +56,7 @@ fn replay_survives_a_kill_mid_write() {
     let samples = wedge_samples();
     {
         let mut w = RecordingWriter::create_file(&path, T0).expect("create");
+        w.policy.min_interval_ms.clear(); // every sample, to count them exactly
         w.write(&Record::Topology {
             t_ms: T0,
             topology: pd_topology(),
@@ -96,6 +97,7 @@ fn replay_survives_a_kill_mid_write() {
     // A later append after the crash still reads (the torn line is skipped, not fatal).
     {
         let mut w = RecordingWriter::create_file(&path, T0 + 50_000).expect("reopen");
+        w.policy.min_interval_ms.clear();
         w.write_sample(&samples[samples.len() - 1]).expect("append");
     }
     let (records2, stats2) = Recording::open(&path).expect("open").read().expect("read");
@@ -141,6 +143,8 @@ fn corrupt_line_in_the_middle_is_skipped() {
     let path = dir.path().join("rec.wwrec");
     let samples = wedge_samples();
     let mut w = RecordingWriter::create_file(&path, T0).expect("create");
+    w.policy.compact = false; // whole samples: each line stands alone
+    w.policy.min_interval_ms.clear();
     for s in &samples[..3] {
         w.write_sample(s).expect("write");
     }
@@ -177,6 +181,8 @@ fn rotation_keeps_n_bounded_segments_each_replayable() {
     };
     let samples = wedge_samples();
     let mut w = RecordingWriter::create_dir(&recdir, policy, T0).expect("create");
+    w.policy.compact = false; // bigger lines: several rotations from 160 samples
+    w.policy.min_interval_ms.clear();
     w.write(&Record::Topology {
         t_ms: T0,
         topology: pd_topology(),
@@ -322,4 +328,261 @@ fn open_reports_missing_and_empty() {
     let (recs, st) = Recording::open(&p).expect("open").read().expect("read");
     assert!(recs.is_empty());
     assert_eq!(st.skipped, 2);
+}
+
+/// A busy-ish stack: 30 connections, a few of them moving, GPU and metrics every tick,
+/// processes with environments, stack dumps.
+fn busy_samples() -> Vec<Sample> {
+    let mut sim = Sim::new(pd_topology());
+    let conns: Vec<usize> = (0..30)
+        .map(|_| sim.connect(Some(200), 31012, 400))
+        .collect();
+    let env: std::collections::BTreeMap<String, String> = (0..60)
+        .map(|i| (format!("VAR_{i}"), "x".repeat(40)))
+        .collect();
+    let mut out = Vec::new();
+    for i in 0..400u64 {
+        sim.advance(250);
+        for (j, c) in conns.iter().enumerate() {
+            if j < 3 {
+                sim.request(*c, 10);
+                sim.respond(*c, 50);
+            }
+        }
+        out.push(sockets_sample(&sim));
+        out.push(Sample {
+            t_ms: sim.now,
+            status: SourceStatus::ok(),
+            took_ms: 1,
+            payload: Payload::Gpu(gpu(&[(0, 3, 60), (1, 50, 200)])),
+        });
+        if i % 4 == 0 {
+            let mut p = proc_facts(400, &[]);
+            p.env = Some(env.clone());
+            p.cpu_time_ms = Some(i * 10);
+            out.push(Sample {
+                t_ms: sim.now,
+                status: SourceStatus::ok(),
+                took_ms: 1,
+                payload: Payload::Processes(vec![p]),
+            });
+            out.push(Sample {
+                t_ms: sim.now,
+                status: SourceStatus::ok(),
+                took_ms: 1,
+                payload: Payload::Metrics(vec![scrape(
+                    DECODE,
+                    &[("running", 3.0), ("forward_seconds_total", i as f64)],
+                )]),
+            });
+        }
+        if i % 20 == 0 {
+            out.push(Sample {
+                t_ms: sim.now,
+                status: SourceStatus::ok(),
+                took_ms: 1,
+                payload: Payload::Stacks(vec![stack(401, sim.now, "idle", "maybe_sleep")]),
+            });
+        }
+    }
+    out
+}
+
+#[test]
+fn compact_encoding_is_lossless_and_much_smaller() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let samples = busy_samples();
+    let write = |name: &str, compact: bool| {
+        let path = dir.path().join(name);
+        let mut w = RecordingWriter::create_file(&path, T0).expect("create");
+        w.policy.compact = compact;
+        w.policy.min_interval_ms.clear();
+        for s in &samples {
+            assert!(w.write_sample(s).expect("write"));
+        }
+        (path.clone(), std::fs::metadata(&path).expect("md").len())
+    };
+    let (full_path, full) = write("full.wwrec", false);
+    let (compact_path, compact) = write("compact.wwrec", true);
+    assert!(compact * 4 < full, "compact {compact} B vs full {full} B");
+    for p in [&full_path, &compact_path] {
+        let (recs, st) = Recording::open(p).expect("open").read().expect("read");
+        assert_eq!((st.skipped, st.undecodable), (0, 0));
+        let back: Vec<Sample> = recs
+            .into_iter()
+            .filter_map(|r| match r {
+                Record::Sample { sample } => Some(sample),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(back.len(), samples.len());
+        for (a, b) in back.iter().zip(samples.iter()) {
+            assert_eq!(a, b, "lossless round trip");
+        }
+    }
+}
+
+#[test]
+fn compact_recording_recovers_at_the_next_keyframe_after_a_corrupt_line() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("c.wwrec");
+    let samples: Vec<Sample> = busy_samples()
+        .into_iter()
+        .filter(|s| s.kind() == SourceKind::Sockets)
+        .collect();
+    let mut w = RecordingWriter::create_file(&path, T0).expect("create");
+    w.policy.min_interval_ms.clear();
+    for s in &samples {
+        w.write_sample(s).expect("write");
+    }
+    drop(w);
+    // Corrupt the 3rd sample line (line 0 is the header).
+    let mut text = std::fs::read(&path).expect("read");
+    let starts: Vec<usize> = std::iter::once(0)
+        .chain(
+            text.iter()
+                .enumerate()
+                .filter(|(_, b)| **b == b'\n')
+                .map(|(i, _)| i + 1),
+        )
+        .collect();
+    text[starts[3] + 20] ^= 0x01;
+    std::fs::write(&path, &text).expect("write");
+    let (recs, st) = Recording::open(&path).expect("open").read().expect("read");
+    assert_eq!(st.skipped, 1);
+    // A delta after the lost line is used only if it rebuilds the exact sample (its CRC
+    // says so); otherwise samples are dropped until the next keyframe. Never wrong data.
+    let back: Vec<Sample> = recs
+        .into_iter()
+        .filter_map(|r| match r {
+            Record::Sample { sample } => Some(sample),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(back.len() as u64 + st.undecodable + 1, samples.len() as u64);
+    for b in &back {
+        let orig = samples
+            .iter()
+            .find(|s| s.t_ms == b.t_ms)
+            .expect("same time");
+        assert_eq!(b, orig);
+    }
+    assert_eq!(back.last(), samples.last(), "recovered");
+}
+
+#[test]
+fn default_policy_thins_sockets_to_one_hertz_and_drops_raw_series() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("d.wwrec");
+    let samples = wedge_samples(); // 160 socket samples at 4 Hz
+    let mut w = RecordingWriter::create_file(&path, T0).expect("create");
+    w.write(&Record::Topology {
+        t_ms: T0,
+        topology: pd_topology(),
+    })
+    .expect("topo");
+    let written = samples
+        .iter()
+        .filter(|s| w.write_sample(s).expect("write"))
+        .count();
+    assert_eq!(written, 40);
+    let mut sc = scrape(DECODE, &[("running", 1.0)]);
+    sc.series.push(Series {
+        name: "sglang:num_running_reqs".into(),
+        labels: Default::default(),
+        value: 1.0,
+    });
+    sc.series.push(Series {
+        name: "sglang:http_requests_active".into(),
+        labels: Default::default(),
+        value: 1.0,
+    });
+    w.write_sample(&Sample {
+        t_ms: T0 + 99_000,
+        status: SourceStatus::ok(),
+        took_ms: 1,
+        payload: Payload::Metrics(vec![sc]),
+    })
+    .expect("m");
+    drop(w);
+    let (recs, _) = Recording::open(&path).expect("open").read().expect("read");
+    let m = recs.iter().find_map(|r| match r {
+        Record::Sample {
+            sample:
+                Sample {
+                    payload: Payload::Metrics(m),
+                    ..
+                },
+        } => Some(m.clone()),
+        _ => None,
+    });
+    let m = m.expect("metrics sample");
+    // Sockets: the server side keeps its counters, the client side only its owner.
+    let table = recs.iter().find_map(|r| match r {
+        Record::Sample {
+            sample:
+                Sample {
+                    payload: Payload::Sockets(t),
+                    ..
+                },
+        } => Some(t.clone()),
+        _ => None,
+    });
+    let table = table.expect("sockets sample");
+    let server = table
+        .sockets
+        .iter()
+        .find(|e| e.local == "127.0.0.1:31012" && e.state != TcpState::Listen)
+        .expect("server side");
+    assert!(server.tcp_info.is_some());
+    let client = table
+        .sockets
+        .iter()
+        .find(|e| e.remote == "127.0.0.1:31012")
+        .expect("client side");
+    assert_eq!((client.tcp_info, client.pid), (None, Some(200)));
+    // And the wedge still replays from the thinned, trimmed recording.
+    let r = replay(
+        &Recording::open(&path).expect("open"),
+        None,
+        Thresholds::default(),
+    )
+    .expect("replay");
+    assert!(r
+        .model
+        .parts(T0 + 40_000)
+        .findings
+        .iter()
+        .any(|f| f.kind == "wedged_request"));
+    assert_eq!(m[0].series.len(), 1);
+    assert_eq!(m[0].series[0].name, "sglang:http_requests_active");
+    assert_eq!(m[0].mapped.get("running"), Some(&1.0));
+}
+
+/// Measurement, not a check: recording growth of the synthetic busy stack with the default
+/// policy. `cargo test --test record measure_recording_growth -- --ignored --nocapture`
+#[test]
+#[ignore]
+fn measure_recording_growth() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("p.wwrec");
+    let mut w = RecordingWriter::create_file(&path, T0).expect("create");
+    w.write(&Record::Topology {
+        t_ms: T0,
+        topology: pd_topology(),
+    })
+    .expect("topo");
+    let samples = busy_samples();
+    let span_ms = samples.last().map(|s| s.t_ms - T0).unwrap_or(1);
+    for s in &samples {
+        w.write_sample(s).expect("w");
+    }
+    drop(w);
+    let bytes = std::fs::metadata(&path).expect("md").len();
+    println!(
+        "{} samples over {} s: {bytes} B = {:.1} MiB/hour",
+        samples.len(),
+        span_ms / 1000,
+        bytes as f64 * 3_600_000.0 / span_ms as f64 / (1u64 << 20) as f64
+    );
 }

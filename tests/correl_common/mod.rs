@@ -116,7 +116,9 @@ impl Sim {
     }
 
     pub fn socket_table(&self) -> SocketTable {
-        let ago = |t: Option<Millis>| t.map(|t| (self.now - t) as u32).unwrap_or(u32::MAX);
+        // Like the kernel: a direction that never carried data reads as the time since
+        // an old reference point (here the connection's creation long ago), not a constant.
+        let ago = |t: Option<Millis>| (self.now - t.unwrap_or(T0 - 3_600_000)) as u32;
         let mut sockets = Vec::new();
         for (port, pid) in &self.listeners {
             sockets.push(SocketEntry {
@@ -149,6 +151,7 @@ impl Sim {
                     bytes_sent: c.down,
                     last_data_sent_ms: ago(c.last_down),
                     last_data_recv_ms: ago(c.last_up),
+                    last_ack_recv_ms: ago(c.last_down),
                     ..Default::default()
                 }),
             });
@@ -168,6 +171,7 @@ impl Sim {
                     bytes_sent: c.up,
                     last_data_sent_ms: ago(c.last_up),
                     last_data_recv_ms: ago(c.last_down),
+                    last_ack_recv_ms: ago(c.last_up),
                     ..Default::default()
                 }),
             });
