@@ -192,3 +192,125 @@ fn socket_counts_and_process_identity_reach_the_parts() {
         wedgewatch::model::Status::Unavailable
     );
 }
+
+/// Real kernel counters: a real TCP connection on 127.0.0.1, its server side's tcp_info read
+/// with getsockopt(TCP_INFO), fed to the correlator. Checks the assumptions the exchange
+/// segmentation makes about bytes_received / bytes_acked / last_data_recv.
+#[test]
+fn real_tcp_info_counters_segment_like_the_synthetic_ones() {
+    use std::io::{Read, Write};
+    use std::os::fd::AsRawFd;
+    use wedgewatch::clock::{Clock, SystemClock};
+    use wedgewatch::model::*;
+
+    fn tcp_info(s: &std::net::TcpStream) -> TcpInfo {
+        let mut ti: libc::tcp_info = unsafe { std::mem::zeroed() };
+        let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+        let rc = unsafe {
+            libc::getsockopt(
+                s.as_raw_fd(),
+                libc::IPPROTO_TCP,
+                libc::TCP_INFO,
+                (&mut ti as *mut libc::tcp_info).cast(),
+                &mut len,
+            )
+        };
+        assert_eq!(rc, 0, "getsockopt(TCP_INFO)");
+        TcpInfo {
+            bytes_acked: ti.tcpi_bytes_acked,
+            bytes_received: ti.tcpi_bytes_received,
+            bytes_sent: 0,
+            last_data_sent_ms: ti.tcpi_last_data_sent,
+            last_data_recv_ms: ti.tcpi_last_data_recv,
+            last_ack_recv_ms: ti.tcpi_last_ack_recv,
+            rtt_us: ti.tcpi_rtt,
+            retransmits: u32::from(ti.tcpi_retransmits),
+            unacked: ti.tcpi_unacked,
+        }
+    }
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let mut client = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    let (mut server, peer) = listener.accept().expect("accept");
+    let me = std::process::id() as i32;
+    let mut topo = Topology::default();
+    let mut c = Component::new(format!("decode@127.0.0.1:{port}"), Role::Decode, "sglang");
+    c.pids = vec![me];
+    c.main_pid = Some(me);
+    c.listen = vec![format!("127.0.0.1:{port}")];
+    topo.components.push(c);
+    let mut model = wedgewatch::correlate::Model::default();
+    model.ignore_client_pids.clear();
+    model.set_topology(topo);
+    let clock = SystemClock;
+    let sample = |model: &mut wedgewatch::correlate::Model, server: &std::net::TcpStream| {
+        let t = clock.now_ms();
+        let entry = SocketEntry {
+            local: format!("127.0.0.1:{port}"),
+            remote: peer.to_string(),
+            state: TcpState::Established,
+            rx_queue: 0,
+            tx_queue: 0,
+            inode: 1,
+            uid: 0,
+            pid: Some(me),
+            netns: None,
+            tcp_info: Some(tcp_info(server)),
+        };
+        model.ingest(&Sample {
+            t_ms: t,
+            status: SourceStatus::ok(),
+            took_ms: 1,
+            payload: Payload::Sockets(SocketTable {
+                sockets: vec![entry],
+                notes: vec![],
+            }),
+        });
+        t
+    };
+    let mut buf = [0u8; 4096];
+
+    client.write_all(&[b'a'; 500]).expect("request 1");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    server.read_exact(&mut buf[..500]).expect("read 1");
+    let t1 = sample(&mut model, &server);
+    let v = model.view(t1);
+    assert_eq!(v.requests.len(), 1, "{:?}", v.requests);
+    assert_eq!(v.requests[0].state, RequestState::WaitingFirstByte);
+    assert_eq!(v.requests[0].x.bytes_in, 500);
+    // Seen 300 ms after the request arrived: the age comes from last_data_recv.
+    assert!(
+        (250..2000).contains(&v.requests[0].age_ms),
+        "age {}",
+        v.requests[0].age_ms
+    );
+
+    server.write_all(&[b'b'; 100]).expect("response 1");
+    client.read_exact(&mut buf[..100]).expect("client read 1");
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    let t2 = sample(&mut model, &server);
+    let v = model.view(t2);
+    assert_eq!(v.requests[0].state, RequestState::Streaming);
+    assert_eq!(
+        v.requests[0].x.bytes_out, 100,
+        "bytes_acked counts the response"
+    );
+
+    client.write_all(&[b'c'; 300]).expect("request 2");
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    server.read_exact(&mut buf[..300]).expect("read 2");
+    let t3 = sample(&mut model, &server);
+    let xs: Vec<_> = model.exchanges().cloned().collect();
+    assert_eq!(xs.len(), 2, "keep-alive: a second exchange");
+    assert_eq!((xs[1].seq, xs[1].bytes_in, xs[1].bytes_out), (2, 300, 0));
+    assert!(xs[1].request_ms >= t2 && xs[1].request_ms <= t3);
+    let v = model.view(t3);
+    assert_eq!(
+        v.request(&xs[0].id).map(|r| r.state),
+        Some(RequestState::Done)
+    );
+    assert_eq!(
+        v.request(&xs[1].id).map(|r| r.state),
+        Some(RequestState::WaitingFirstByte)
+    );
+}
