@@ -226,3 +226,37 @@ async fn take(
     drop(g);
     (sample, elapsed)
 }
+
+impl Sampler {
+    /// Samples for `duration_ms` (tokio time) into `model`, then stops: what a one-shot
+    /// `snapshot` without a daemon does. Returns the number of samples ingested.
+    /// The model takes the sampler's topology.
+    pub async fn collect(self, model: &mut crate::correlate::Model, duration_ms: u64) -> u64 {
+        let topo = self.topology.borrow().clone();
+        if model.topology() != &topo {
+            model.set_topology(topo);
+        }
+        let (tx, mut rx) = mpsc::channel(4096);
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let task = tokio::spawn(self.run(tx, stop_rx));
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(duration_ms);
+        let mut n = 0;
+        loop {
+            match tokio::time::timeout_at(deadline, rx.recv()).await {
+                Ok(Some(s)) => {
+                    model.ingest(&s);
+                    n += 1;
+                }
+                Ok(None) | Err(_) => break,
+            }
+        }
+        let _ = stop_tx.send(true);
+        // Samples in flight at the deadline are still taken (bounded by their timeouts).
+        while let Some(s) = rx.recv().await {
+            model.ingest(&s);
+            n += 1;
+        }
+        let _ = task.await;
+        n
+    }
+}

@@ -321,3 +321,34 @@ async fn query_without_a_daemon_fails_clearly() {
         .expect_err("no daemon");
     assert!(err.to_string().contains("none.sock"), "{err}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn collect_samples_a_window_into_a_model() {
+    let clock: Arc<dyn Clock> = Arc::new(TokioClock(tokio::time::Instant::now()));
+    let (_topo_tx, topo_rx) = tokio::sync::watch::channel(pd_topology());
+    let mut sampler = Sampler::new(clock.clone(), topo_rx);
+    let mut sim = Sim::new(pd_topology());
+    let d = sim.connect(Some(200), 31012, 400);
+    sim.request(d, 900);
+    sampler.add(
+        Arc::new(SockSource {
+            table: sim.socket_table(),
+        }),
+        250,
+        1000,
+    );
+    sampler.add(fake(SourceKind::Gpu, 5), 250, 1000);
+    let mut model = wedgewatch::correlate::Model::default();
+    let n = sampler.collect(&mut model, 3_000).await;
+    assert!((24..=26).contains(&n), "{n}");
+    let parts = model.parts(clock.now_ms());
+    assert_eq!(parts.sources[&SourceKind::Sockets].status, Status::Ok);
+    assert_eq!(
+        parts
+            .requests
+            .iter()
+            .filter(|r| r.state == RequestState::WaitingFirstByte)
+            .count(),
+        1
+    );
+}

@@ -21,7 +21,13 @@ const RELINK_HORIZON_MS: i64 = 10_000;
 pub(crate) fn link(model: &mut Model, now: Millis) {
     let window = model.thresholds.link_window_ms;
     let slack = model.thresholds.link_slack_ms;
-    let snapshot: Vec<Exchange> = model.exchanges().cloned().collect();
+    // Only recent exchanges can take part in a new link: keeps this O(recent) per sample.
+    let horizon = RELINK_HORIZON_MS + window + slack;
+    let snapshot: Vec<Exchange> = model
+        .exchanges()
+        .filter(|x| now - x.request_ms <= horizon || x.end.is_none())
+        .cloned()
+        .collect();
     // Parents already linked to a child at a given component.
     let mut taken: BTreeSet<(String, String)> = BTreeSet::new();
     for x in &snapshot {
