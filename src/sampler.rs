@@ -241,14 +241,9 @@ impl Sampler {
         let task = tokio::spawn(self.run(tx, stop_rx));
         let deadline = tokio::time::Instant::now() + Duration::from_millis(duration_ms);
         let mut n = 0;
-        loop {
-            match tokio::time::timeout_at(deadline, rx.recv()).await {
-                Ok(Some(s)) => {
-                    model.ingest(&s);
-                    n += 1;
-                }
-                Ok(None) | Err(_) => break,
-            }
+        while let Ok(Some(s)) = tokio::time::timeout_at(deadline, rx.recv()).await {
+            model.ingest(&s);
+            n += 1;
         }
         let _ = stop_tx.send(true);
         // Samples in flight at the deadline are still taken (bounded by their timeouts).
