@@ -8,37 +8,80 @@
 //! the one received; the PD router adds ~100 bytes of bootstrap fields). Each child has at
 //! most one parent; a parent has at most one child per downstream component (PD: one at the
 //! prefill, one at the decode engine).
+//!
+//! Cost: each exchange is tried as a child on the two sampling passes after it appears
+//! (both ends of a hop come from the same socket sample, the second pass covers a parent
+//! whose bytes were counted one sample late); parents are found by binary search in a
+//! per-component index of recent exchanges.
 
-use super::exchange::Exchange;
+use super::exchange::{End, Exchange};
 use super::Model;
 use crate::clock::Millis;
 use std::collections::{BTreeMap, BTreeSet};
 
-/// Children younger than this are (re)considered for linking; older unlinked ones stay so.
-const RELINK_HORIZON_MS: i64 = 10_000;
+/// What linking needs of an exchange (no clone of the whole history per sample).
+struct Lite {
+    id: String,
+    num: u64,
+    component: String,
+    client_component: Option<String>,
+    request_ms: Millis,
+    end_ms: Option<Millis>,
+    bytes_in: u64,
+    parent: Option<String>,
+}
 
-/// Links recently started exchanges to their parents. Idempotent: existing links are kept.
+fn num_of(id: &str) -> u64 {
+    id.strip_prefix('x')
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Links recently started exchanges to their parents. Existing links are kept.
 pub(crate) fn link(model: &mut Model, now: Millis) {
     let window = model.thresholds.link_window_ms;
     let slack = model.thresholds.link_slack_ms;
-    // Only recent exchanges can take part in a new link: keeps this O(recent) per sample.
-    let horizon = RELINK_HORIZON_MS + window + slack;
-    let snapshot: Vec<Exchange> = model
+    let horizon = 10_000 + window + slack;
+    let first_new = model.link_cursor.0;
+    let recent: Vec<Lite> = model
         .exchanges()
         .filter(|x| now - x.request_ms <= horizon || x.end.is_none())
-        .cloned()
+        .map(|x: &Exchange| Lite {
+            id: x.id.clone(),
+            num: num_of(&x.id),
+            component: x.component.clone(),
+            client_component: x.client_component.clone(),
+            request_ms: x.request_ms,
+            end_ms: match x.end {
+                Some(End::Done(t)) | Some(End::Closed(t)) => Some(t),
+                None => None,
+            },
+            bytes_in: x.bytes_in,
+            parent: x.parent.clone(),
+        })
         .collect();
-    // Parents already linked to a child at a given component.
+    // Exchanges numbered from `first_new` appeared in the last two passes.
+    model.link_cursor = (model.link_cursor.1, model.next_exchange_num() + 1);
     let mut taken: BTreeSet<(String, String)> = BTreeSet::new();
-    for x in &snapshot {
+    for x in &recent {
         if let Some(p) = &x.parent {
             taken.insert((p.clone(), x.component.clone()));
         }
     }
-    let mut children: Vec<&Exchange> = snapshot
+    // Parent candidates per component, by request time.
+    let mut index: BTreeMap<&str, Vec<(Millis, usize)>> = BTreeMap::new();
+    for (i, x) in recent.iter().enumerate() {
+        index
+            .entry(x.component.as_str())
+            .or_default()
+            .push((x.request_ms, i));
+    }
+    for v in index.values_mut() {
+        v.sort();
+    }
+    let mut children: Vec<&Lite> = recent
         .iter()
-        .filter(|x| x.parent.is_none() && x.client_component.is_some())
-        .filter(|x| now - x.request_ms <= RELINK_HORIZON_MS)
+        .filter(|x| x.num >= first_new && x.parent.is_none() && x.client_component.is_some())
         .collect();
     children.sort_by_key(|x| x.request_ms);
     let mut new_links: BTreeMap<String, (String, f64)> = BTreeMap::new();
@@ -46,22 +89,18 @@ pub(crate) fn link(model: &mut Model, now: Millis) {
         let Some(cc) = child.client_component.as_deref() else {
             continue;
         };
-        let candidates: Vec<&Exchange> = snapshot
+        let Some(cands) = index.get(cc) else { continue };
+        let lo = cands.partition_point(|(t, _)| *t < child.request_ms - window);
+        let hi = cands.partition_point(|(t, _)| *t <= child.request_ms + slack);
+        let free: Vec<&Lite> = cands[lo..hi]
             .iter()
-            .filter(|p| p.component == cc)
-            .filter(|p| {
-                let dt = child.request_ms - p.request_ms;
-                dt >= -slack && dt <= window
-            })
-            .filter(|p| p.end_ms().is_none_or(|e| e + slack >= child.request_ms))
-            .collect();
-        let free: Vec<&&Exchange> = candidates
-            .iter()
+            .map(|(_, i)| &recent[*i])
+            .filter(|p| p.end_ms.is_none_or(|e| e + slack >= child.request_ms))
             .filter(|p| !taken.contains(&(p.id.clone(), child.component.clone())))
             .collect();
         let best = free
             .iter()
-            .map(|p| (**p, score(p, child, window)))
+            .map(|p| (*p, score(p, child, window)))
             .max_by(|a, b| a.1.total_cmp(&b.1));
         if let Some((p, s)) = best {
             // Several plausible parents: the pick is a guess among them.
@@ -101,7 +140,7 @@ pub(crate) fn link(model: &mut Model, now: Millis) {
 }
 
 /// 0..1: closeness in time, plus agreement of request sizes when both are known.
-fn score(parent: &Exchange, child: &Exchange, window: i64) -> f64 {
+fn score(parent: &Lite, child: &Lite, window: i64) -> f64 {
     let dt = (child.request_ms - parent.request_ms).abs() as f64;
     let timing = 1.0 - (dt / window.max(1) as f64).min(1.0);
     let bytes = if parent.bytes_in > 0 && child.bytes_in > 0 {

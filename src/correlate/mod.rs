@@ -190,11 +190,12 @@ pub struct View {
     /// Open connections with nothing outstanding (keep-alive idle), as `idle` requests.
     pub idle: Vec<Request>,
     pub components: BTreeMap<String, ComponentState>,
+    index: std::collections::HashMap<String, usize>,
 }
 
 impl View {
     pub fn request(&self, id: &str) -> Option<&RequestView> {
-        self.requests.iter().find(|r| r.x.id == id)
+        self.index.get(id).map(|i| &self.requests[*i])
     }
     /// Still waiting for, or receiving, a response.
     pub fn is_outstanding(r: &RequestView) -> bool {
@@ -233,6 +234,8 @@ pub struct Model {
     latest_scrapes: BTreeMap<String, MetricsScrape>,
     latest_sockets: Option<SocketTable>,
     config_changes: Vec<Change>,
+    /// Hop linking: exchange numbers from `.0` are tried this pass (`.1` next pass).
+    pub(crate) link_cursor: (u64, u64),
 }
 
 impl Default for Model {
@@ -271,6 +274,7 @@ impl Model {
             latest_scrapes: BTreeMap::new(),
             latest_sockets: None,
             config_changes: Vec::new(),
+            link_cursor: (0, 0),
         }
     }
 
@@ -351,6 +355,11 @@ impl Model {
             .iter()
             .chain(self.conns.values())
             .flat_map(|c| c.exchanges.iter())
+    }
+
+    /// The number of the newest exchange created so far.
+    pub(crate) fn next_exchange_num(&self) -> u64 {
+        self.next_x
     }
 
     fn next_exchange_id(counter: &mut u64) -> String {
@@ -996,11 +1005,17 @@ impl Model {
                 started_at: None,
             });
         }
+        let index = requests
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (r.x.id.clone(), i))
+            .collect();
         View {
             now,
             requests,
             idle,
             components,
+            index,
         }
     }
 
