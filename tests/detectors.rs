@@ -693,3 +693,65 @@ fn long_non_streaming_generation_is_not_busy_without_progress() {
         b[0].summary
     );
 }
+
+#[test]
+fn engine_state_includes_its_scheduler_child_processes() {
+    // Discovery may model the scheduler as its own component (parent = the engine); its
+    // process holds the GPU and runs the loop, so the engine's verdict must include it.
+    let mut topo = pd_topology();
+    topo.components[3].pids = vec![400];
+    topo.components[3].gpus = vec![];
+    let mut sched = comp(
+        "scheduler_TP0@decode@127.0.0.1:31012",
+        Role::Scheduler,
+        0,
+        &[401],
+        &[],
+    );
+    sched.listen.clear();
+    sched.parent = Some(DECODE.to_string());
+    topo.components.push(sched);
+    let mut sim = Sim::new(topo);
+    let d = sim.connect(Some(200), 31012, 400);
+    sim.request(d, 900);
+    let mut n = 0;
+    sim.run(40_000, |s| {
+        n += 1;
+        let mut g = gpu(&[(1, 0, 60)]);
+        g.devices[0].processes.push(GpuProcess {
+            pid: 401,
+            used_mem_bytes: Some(1 << 30),
+            sm_util_pct: Some(0),
+        });
+        s.ingest(Payload::Gpu(g));
+        if n % 20 == 1 {
+            let now = s.now;
+            s.ingest(Payload::Stacks(vec![stack(
+                401,
+                now,
+                "idle",
+                "maybe_sleep",
+            )]));
+        }
+    });
+    let fs = findings(&sim);
+    let w: Vec<_> = fs.iter().filter(|f| f.kind == "wedged_request").collect();
+    assert_eq!(w.len(), 1, "{fs:#?}");
+    assert_eq!(w[0].component.as_deref(), Some(DECODE));
+    assert!(
+        w[0].summary.contains("GPU idle") && w[0].summary.contains("scheduler idle in"),
+        "{}",
+        w[0].summary
+    );
+    let parts = sim.model.parts(sim.now);
+    let t = parts.threads.iter().find(|t| t.pid == 401).expect("thread");
+    assert_eq!(
+        t.component.as_deref(),
+        Some("scheduler_TP0@decode@127.0.0.1:31012")
+    );
+    assert!(t.states_over_window.len() >= 3);
+    assert_eq!(
+        parts.gpus[0].processes[0].component.as_deref(),
+        Some("scheduler_TP0@decode@127.0.0.1:31012")
+    );
+}

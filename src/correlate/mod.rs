@@ -745,6 +745,29 @@ impl Model {
         found
     }
 
+    /// A component with its children's pids and GPUs folded in: an engine's scheduler
+    /// processes hold its GPUs and run its event loop.
+    pub fn with_children(&self, c: &Component) -> Component {
+        let mut f = c.clone();
+        for ch in
+            self.topology.components.iter().filter(|o| {
+                o.parent.as_deref() == Some(c.id.as_str()) || c.children.contains(&o.id)
+            })
+        {
+            for p in &ch.pids {
+                if !f.pids.contains(p) {
+                    f.pids.push(*p);
+                }
+            }
+            for g in &ch.gpus {
+                if !f.gpus.contains(g) {
+                    f.gpus.push(*g);
+                }
+            }
+        }
+        f
+    }
+
     fn thread_windows(&self, c: &Component, now: Millis) -> Vec<ThreadWindow> {
         let from = now - self.window_ms;
         let mut by_tid: BTreeMap<(i32, i32), ThreadWindow> = BTreeMap::new();
@@ -804,7 +827,7 @@ impl Model {
             _ => None,
         };
         let gpu_activity = match self.latest_gpu(now) {
-            Some(g) => gpu_activity(c, g, &self.thresholds),
+            Some(g) => gpu_activity(&self.with_children(c), g, &self.thresholds),
             None => "unknown",
         };
         let forward_rate = self.rate(&c.id, "forward_seconds_total", now);
@@ -840,7 +863,7 @@ impl Model {
                 .and_then(|p| p.http_active_inference)
                 .or_else(|| mapped("http_active")),
             router_active: self.router_active_for(c, now),
-            threads: self.thread_windows(c, now),
+            threads: self.thread_windows(&self.with_children(c), now),
             sockets,
             metrics,
         }
