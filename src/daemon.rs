@@ -4,7 +4,9 @@
 //! its owner only.
 //!
 //! Socket protocol: one request line, one JSON answer line, then the daemon closes.
-//! `snapshot` -> `{schema, parts: SnapshotParts, sampler: {kind: SourceStats}}`;
+//! `snapshot [SECONDS]` -> `{schema, parts: SnapshotParts, sampler: {kind: SourceStats}}`
+//! (requests of the last SECONDS, default the model's window);
+//! `perfetto [SECONDS]` -> Chrome trace-event JSON of the history (see `export`);
 //! `baseline` -> `{oldest, latest, count}` (`latest` = newest facts of every component);
 //! `sources` -> sampler stats; `ping` -> `{ok, pid}`. Errors: `{error: "..."}`.
 
@@ -378,10 +380,33 @@ pub fn respond(
     now: Millis,
 ) -> serde_json::Value {
     let sampler = stats.lock().map(|s| s.clone()).unwrap_or_default();
-    match what {
-        "snapshot" => {
+    let mut words = what.split_whitespace();
+    let verb = words.next().unwrap_or("");
+    // Optional window in seconds: `snapshot 300` reports the last 5 minutes of requests.
+    let window_s: Option<i64> = match words.next().map(str::parse::<i64>) {
+        None => None,
+        Some(Ok(w)) if w > 0 => Some(w),
+        Some(_) => {
+            return serde_json::json!({ "error": format!("bad window in {what:?}: expected seconds") });
+        }
+    };
+    match verb {
+        "snapshot" | "perfetto" => {
             let sh = lock(shared);
-            let parts = sh.model.parts(now);
+            let widened;
+            let model = match window_s {
+                Some(w) => {
+                    let mut m = sh.model.clone();
+                    m.window_ms = (w * 1000).min(m.history_ms);
+                    widened = m;
+                    &widened
+                }
+                None => &sh.model,
+            };
+            if verb == "perfetto" {
+                return crate::export::perfetto_model(model, now);
+            }
+            let parts = model.parts(now);
             serde_json::json!({
                 "schema": DAEMON_SCHEMA,
                 "parts": parts,
@@ -401,7 +426,7 @@ pub fn respond(
         "sources" => serde_json::json!({ "schema": DAEMON_SCHEMA, "sampler": sampler }),
         "ping" => serde_json::json!({ "ok": true, "pid": std::process::id() }),
         other => serde_json::json!({
-            "error": format!("unknown request {other:?}; expected snapshot, baseline, sources or ping")
+            "error": format!("unknown request {other:?}; expected snapshot [SECONDS], perfetto [SECONDS], baseline, sources or ping")
         }),
     }
 }

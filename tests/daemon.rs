@@ -295,6 +295,15 @@ async fn daemon_serves_state_on_an_owner_only_socket_and_takes_baselines() {
         .await
         .expect_err("unknown request");
     assert!(err.to_string().contains("unknown request"), "{err}");
+    let wide = query(&sock, "snapshot 300", 2000)
+        .await
+        .expect("snapshot 300");
+    assert!(parts_from_answer(&wide).is_ok());
+    let trace = query(&sock, "perfetto", 2000).await.expect("perfetto");
+    assert!(trace["traceEvents"]
+        .as_array()
+        .is_some_and(|a| !a.is_empty()));
+    assert!(query(&sock, "snapshot -5", 2000).await.is_err());
     assert!(query(&sock, "ping", 2000).await.expect("ping")["ok"]
         .as_bool()
         .unwrap_or(false));
