@@ -276,6 +276,9 @@ fn role_of(m: &Model, comp: &str) -> Option<Role> {
 /// `wedged_request`: accepted, no response byte for >= `wedged_after_ms`, and the deepest
 /// hop holding it does no work. Names the deepest hop.
 pub fn wedged_request(m: &Model, v: &View) -> Vec<Finding> {
+    if !v.sockets_fresh {
+        return Vec::new();
+    }
     let th = &m.thresholds;
     let mut leaves: Vec<&RequestView> = v
         .requests
@@ -428,6 +431,9 @@ pub fn wedged_request(m: &Model, v: &View) -> Vec<Finding> {
 /// `stalled_stream`: a response started, then stopped for >= `stall_after_ms` while the
 /// component still has the request open and does no work.
 pub fn stalled_stream(m: &Model, v: &View) -> Vec<Finding> {
+    if !v.sockets_fresh {
+        return Vec::new();
+    }
     let leaves: Vec<&RequestView> = v
         .requests
         .iter()
@@ -491,6 +497,9 @@ pub fn stalled_stream(m: &Model, v: &View) -> Vec<Finding> {
 /// `busy_without_progress`: the GPU is busy (or spinning in a collective) yet no response
 /// bytes move at the component for >= `busy_after_ms`.
 pub fn busy_without_progress(m: &Model, v: &View) -> Vec<Finding> {
+    if !v.sockets_fresh {
+        return Vec::new();
+    }
     let th = &m.thresholds;
     let mut out = Vec::new();
     for cs in v.components.values().filter(|c| c.role.is_engine()) {

@@ -755,3 +755,30 @@ fn engine_state_includes_its_scheduler_child_processes() {
         Some("scheduler_TP0@decode@127.0.0.1:31012")
     );
 }
+
+#[test]
+fn no_request_findings_when_the_sockets_source_went_silent() {
+    let mut sim = Sim::new(pd_topology());
+    let mut env = Env::idle();
+    let d = sim.connect(Some(200), 31012, 400);
+    sim.request(d, 900);
+    sim.run(5_000, |s| env.tick(s));
+    // The sockets source fails for 40 s: the request only looks old.
+    for _ in 0..160 {
+        sim.advance(250);
+        env.tick(&mut sim);
+        let s = Sample {
+            t_ms: sim.now,
+            status: SourceStatus::unavailable("netlink: permission denied"),
+            took_ms: 1,
+            payload: Payload::Sockets(SocketTable::default()),
+        };
+        sim.model.ingest(&s);
+    }
+    let parts = sim.model.parts(sim.now);
+    assert_none_of(&parts.findings, &NEVER);
+    assert_eq!(
+        parts.sources[&SourceKind::Sockets].status,
+        Status::Unavailable
+    );
+}

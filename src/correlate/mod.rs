@@ -190,6 +190,10 @@ pub struct View {
     /// Open connections with nothing outstanding (keep-alive idle), as `idle` requests.
     pub idle: Vec<Request>,
     pub components: BTreeMap<String, ComponentState>,
+    /// Whether request states are current: a usable socket table within `stale_after_ms`.
+    /// When false, a request only *looks* old because nobody looked; request-based
+    /// detectors stay silent (the sockets source status says why).
+    pub sockets_fresh: bool,
     index: std::collections::HashMap<String, usize>,
 }
 
@@ -236,6 +240,8 @@ pub struct Model {
     config_changes: Vec<Change>,
     /// Hop linking: exchange numbers from `.0` are tried this pass (`.1` next pass).
     pub(crate) link_cursor: (u64, u64),
+    /// Time of the newest usable socket table.
+    last_sockets_ms: Option<Millis>,
 }
 
 impl Default for Model {
@@ -275,6 +281,7 @@ impl Model {
             latest_sockets: None,
             config_changes: Vec::new(),
             link_cursor: (0, 0),
+            last_sockets_ms: None,
         }
     }
 
@@ -393,7 +400,10 @@ impl Model {
         e.samples += 1;
         let usable = s.status.status != Status::Unavailable;
         match &s.payload {
-            Payload::Sockets(table) if usable => self.ingest_sockets(t, table, s.status.status),
+            Payload::Sockets(table) if usable => {
+                self.last_sockets_ms = Some(self.last_sockets_ms.map_or(t, |l| l.max(t)));
+                self.ingest_sockets(t, table, s.status.status)
+            }
             Payload::Processes(p) if usable => self.ingest_processes(t, p),
             Payload::Gpu(g) if usable => {
                 self.gpu.push_back((t, g.clone()));
@@ -1033,11 +1043,15 @@ impl Model {
             .enumerate()
             .map(|(i, r)| (r.x.id.clone(), i))
             .collect();
+        let sockets_fresh = self
+            .last_sockets_ms
+            .is_some_and(|t| now - t <= self.thresholds.stale_after_ms);
         View {
             now,
             requests,
             idle,
             components,
+            sockets_fresh,
             index,
         }
     }
