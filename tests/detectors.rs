@@ -782,3 +782,73 @@ fn no_request_findings_when_the_sockets_source_went_silent() {
         Status::Unavailable
     );
 }
+
+/// The requests, findings, threads, GPUs and sources the correlator hands over fit the
+/// snapshot contract (`wedgewatch.snapshot/1`), and every request id a finding names is in
+/// `requests`.
+#[test]
+fn parts_fit_the_snapshot_contract() {
+    let candidates = [
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("schema/snapshot-1.schema.json"),
+        std::path::PathBuf::from("/work/shared/schema/snapshot-1.schema.json"),
+    ];
+    let Some(path) = candidates.iter().find(|p| p.exists()) else {
+        eprintln!("SKIPPED: snapshot-1.schema.json not found in {candidates:?}");
+        return;
+    };
+    let schema: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).expect("schema")).expect("json");
+    let validator = jsonschema::validator_for(&schema).expect("compile schema");
+
+    // A wedge with a separate scheduler, GPU and stacks, plus idle and done requests.
+    let mut sim = Sim::new(pd_topology());
+    let mut env = Env::idle();
+    let [_, _, p, _] = pd_request(&mut sim);
+    sim.run(250, |s| env.tick(s));
+    sim.respond(p, 150);
+    sim.run(40_000, |s| env.tick(s));
+    let parts = sim.model.parts(sim.now);
+    assert!(parts.findings.iter().any(|f| f.kind == "wedged_request"));
+    let components: Vec<serde_json::Value> = parts
+        .topology
+        .components
+        .iter()
+        .map(|c| serde_json::json!({"id": c.id, "role": c.role, "stack": c.stack, "pids": c.pids, "main_pid": c.main_pid, "listen": c.listen, "started_at": null, "cmdline": [], "env": {}, "gpus": c.gpus}))
+        .collect();
+    let snap = serde_json::json!({
+        "schema": "wedgewatch.snapshot/1",
+        "taken_at": wedgewatch::clock::rfc3339(parts.taken_at_ms),
+        "window_ms": parts.window_ms,
+        "sources": parts.sources,
+        "components": components,
+        "requests": parts.requests,
+        "gpus": parts.gpus,
+        "threads": parts.threads,
+        "findings": parts.findings,
+    });
+    let errors: Vec<String> = validator
+        .iter_errors(&snap)
+        .map(|e| format!("{} at {}", e, e.instance_path))
+        .collect();
+    assert!(errors.is_empty(), "{errors:#?}");
+    let ids: std::collections::BTreeSet<&str> =
+        parts.requests.iter().map(|r| r.id.as_str()).collect();
+    for f in &parts.findings {
+        for r in &f.requests {
+            assert!(
+                ids.contains(r.as_str()),
+                "{} names {r}, not in requests",
+                f.kind
+            );
+        }
+    }
+    for r in &parts.requests {
+        for l in &r.links {
+            assert!(
+                ids.contains(l.as_str()),
+                "{} links to {l}, not in requests",
+                r.id
+            );
+        }
+    }
+}

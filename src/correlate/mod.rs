@@ -989,22 +989,53 @@ impl Model {
                 states.insert(x.id.clone(), st);
             }
         }
-        let mut requests = Vec::new();
-        for x in all {
-            let Some(state) = states.get(&x.id).copied() else {
+        // Finished requests older than the window are left out, unless a reported request
+        // links to them (or they link to one): a chain is shown whole.
+        let mut keep: BTreeSet<&str> = BTreeSet::new();
+        for x in &all {
+            let Some(state) = states.get(&x.id) else {
                 continue;
             };
             let finished = matches!(state, RequestState::Done | RequestState::Closed);
-            if finished && x.end_ms().unwrap_or(x.last_activity_ms()) < from {
-                continue;
+            if x.request_ms <= now
+                && !(finished && x.end_ms().unwrap_or(x.last_activity_ms()) < from)
+            {
+                keep.insert(x.id.as_str());
             }
-            if x.request_ms > now {
+        }
+        let mut frontier: Vec<&str> = keep.iter().copied().collect();
+        for _ in 0..8 {
+            let mut next = Vec::new();
+            for id in frontier {
+                let Some(x) = by_id.get(id) else { continue };
+                for rel in x
+                    .links
+                    .iter()
+                    .map(String::as_str)
+                    .chain(x.parent.as_deref())
+                {
+                    if by_id.contains_key(rel) && keep.insert(rel) {
+                        next.push(rel);
+                    }
+                }
+            }
+            if next.is_empty() {
+                break;
+            }
+            frontier = next;
+        }
+        let mut requests = Vec::new();
+        for x in &all {
+            let Some(state) = states.get(&x.id).copied() else {
+                continue;
+            };
+            if !keep.contains(x.id.as_str()) || x.request_ms > now {
                 continue;
             }
             let age_ms = now - x.request_ms;
             let idle_out_ms = now - x.last_out_ms.unwrap_or(x.request_ms).max(x.request_ms);
             requests.push(RequestView {
-                x: x.clone(),
+                x: (*x).clone(),
                 state,
                 age_ms,
                 idle_out_ms,
