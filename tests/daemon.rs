@@ -361,3 +361,93 @@ async fn collect_samples_a_window_into_a_model() {
         1
     );
 }
+
+/// A socket table that can be swapped while the daemon runs.
+struct SwitchSockSource {
+    table: Arc<std::sync::Mutex<SocketTable>>,
+}
+impl Source for SwitchSockSource {
+    fn kind(&self) -> SourceKind {
+        SourceKind::Sockets
+    }
+    fn sample<'a>(&'a self, _topo: &'a Topology, clock: &'a dyn Clock) -> BoxFuture<'a, Sample> {
+        Box::pin(async move {
+            let table = self.table.lock().map(|t| t.clone()).unwrap_or_default();
+            Sample {
+                t_ms: clock.now_ms(),
+                status: SourceStatus::ok(),
+                took_ms: 1,
+                payload: Payload::Sockets(table),
+            }
+        })
+    }
+}
+
+/// The incident, compressed: the daemon watches a healthy stack; the decode engine restarts
+/// with one added variable; a request then hangs at decode behind proxy and router. The
+/// daemon's snapshot leads with the wedged request at decode and names the variable from
+/// its own baseline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn incident_wedge_at_decode_with_the_added_variable() {
+    use wedgewatch::daemon::*;
+    let dir = tempfile::tempdir().expect("tmp");
+    let mut cfg = DaemonConfig::new(dir.path().join("state"));
+    cfg.rotation = None;
+    cfg.thresholds.wedged_after_ms = 400; // the real default is 30 s
+    let sock = cfg.socket_path.clone();
+    let discover: DiscoverFn = Arc::new(|| Box::pin(async { Ok(pd_topology()) }));
+    let idle = Sim::new(pd_topology()).socket_table();
+    let table = Arc::new(std::sync::Mutex::new(idle));
+    let gen = Arc::new(AtomicU64::new(0));
+    let mut daemon = Daemon::new(
+        cfg.clone(),
+        Arc::new(wedgewatch::clock::SystemClock),
+        discover,
+    );
+    daemon.add_source(
+        Arc::new(SwitchSockSource {
+            table: table.clone(),
+        }),
+        20,
+        500,
+    );
+    daemon.add_source(Arc::new(ProcSource { gen: gen.clone() }), 20, 500);
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let task = tokio::spawn(daemon.run(stop_rx));
+    wait_for(&sock, "baseline", |v| v["count"].as_u64() == Some(1)).await;
+
+    gen.store(1, Ordering::SeqCst); // decode restarted with SGLANG_DECODE_SPLIT_TUNING=1
+    let mut sim = Sim::new(pd_topology());
+    let a = sim.connect(None, 8000, 100);
+    let b = sim.connect(Some(100), 30000, 200);
+    let d = sim.connect(Some(200), 31012, 400);
+    sim.request(a, 700);
+    sim.request(b, 720);
+    sim.request(d, 800);
+    *table.lock().expect("table") = sim.socket_table();
+
+    let v = wait_for(&sock, "snapshot", |v| {
+        v["parts"]["findings"]
+            .as_array()
+            .is_some_and(|f| f.iter().any(|f| f["kind"] == "wedged_request"))
+    })
+    .await;
+    let parts = parts_from_answer(&v).expect("parts");
+    let first = &parts.findings[0];
+    assert_eq!(first.kind, "wedged_request", "{:#?}", parts.findings);
+    assert_eq!(first.component.as_deref(), Some(DECODE));
+    assert_eq!(first.role, Some(Role::Decode));
+    assert_eq!(first.requests.len(), 3, "proxy, router and decode requests");
+    let cc = parts
+        .findings
+        .iter()
+        .find(|f| f.kind == "config_changed")
+        .expect("config_changed");
+    assert!(
+        cc.summary.contains("SGLANG_DECODE_SPLIT_TUNING"),
+        "{}",
+        cc.summary
+    );
+    let _ = stop_tx.send(true);
+    task.await.expect("join").expect("daemon run");
+}
