@@ -697,45 +697,100 @@ impl Recording {
         Ok(Recording { files })
     }
 
-    /// Every whole record, in file order; truncated or corrupt lines are skipped and counted.
+    /// Every whole record, in file order; truncated or corrupt lines are skipped and
+    /// counted. Loads everything: for long recordings use [`Recording::records`].
     pub fn read(&self) -> Result<(Vec<Record>, ReadStats)> {
+        let mut it = self.records();
         let mut out = Vec::new();
-        let mut stats = ReadStats::default();
-        for f in &self.files {
-            let file = File::open(f).map_err(|e| Error::io(f, e))?;
-            let mut r = BufReader::new(file);
-            let mut buf = Vec::new();
-            // Delta bases never cross a segment: each starts with keyframes.
-            let mut delta = DeltaState::default();
-            loop {
-                buf.clear();
-                let n = r.read_until(b'\n', &mut buf).map_err(|e| Error::io(f, e))?;
-                if n == 0 {
-                    break;
-                }
-                let complete = buf.last() == Some(&b'\n');
-                let line = if complete {
-                    &buf[..buf.len() - 1]
-                } else {
-                    &buf[..]
-                };
-                match (complete, decode(line)) {
-                    (true, Some(rec @ Record::Delta { .. })) => match delta.decode(&rec) {
-                        Some(sample) => {
-                            stats.records += 1;
-                            out.push(Record::Sample { sample });
-                        }
-                        None => stats.undecodable += 1,
-                    },
-                    (true, Some(rec)) => {
-                        stats.records += 1;
-                        out.push(rec);
+        for r in it.by_ref() {
+            out.push(r?);
+        }
+        Ok((out, it.stats))
+    }
+
+    /// Streams the records (deltas already turned back into samples), one line in memory
+    /// at a time. An I/O error ends the stream after yielding it.
+    pub fn records(&self) -> RecordIter {
+        RecordIter {
+            files: self.files.clone(),
+            next_file: 0,
+            reader: None,
+            delta: DeltaState::default(),
+            buf: Vec::new(),
+            stats: ReadStats::default(),
+            failed: false,
+        }
+    }
+}
+
+/// Iterator over a recording's records; `stats` counts what was skipped so far.
+pub struct RecordIter {
+    files: Vec<PathBuf>,
+    next_file: usize,
+    reader: Option<(PathBuf, BufReader<File>)>,
+    delta: DeltaState,
+    buf: Vec<u8>,
+    pub stats: ReadStats,
+    failed: bool,
+}
+
+impl Iterator for RecordIter {
+    type Item = Result<Record>;
+
+    fn next(&mut self) -> Option<Result<Record>> {
+        if self.failed {
+            return None;
+        }
+        loop {
+            if self.reader.is_none() {
+                let f = self.files.get(self.next_file)?.clone();
+                self.next_file += 1;
+                match File::open(&f) {
+                    Ok(file) => self.reader = Some((f, BufReader::new(file))),
+                    Err(e) => {
+                        self.failed = true;
+                        return Some(Err(Error::io(f, e)));
                     }
-                    _ => stats.skipped += 1,
                 }
+                // Delta bases never cross a segment: each starts with keyframes.
+                self.delta.reset();
+            }
+            let Some((path, r)) = self.reader.as_mut() else {
+                continue;
+            };
+            self.buf.clear();
+            let n = match r.read_until(b'\n', &mut self.buf) {
+                Ok(n) => n,
+                Err(e) => {
+                    self.failed = true;
+                    return Some(Err(Error::io(path.clone(), e)));
+                }
+            };
+            if n == 0 {
+                self.reader = None;
+                continue;
+            }
+            let complete = self.buf.last() == Some(&b'\n');
+            let line = if complete {
+                &self.buf[..self.buf.len() - 1]
+            } else {
+                &self.buf[..]
+            };
+            match (complete, decode(line)) {
+                (true, Some(rec @ Record::Delta { .. })) => match self.delta.decode(&rec) {
+                    Some(sample) => {
+                        self.stats.records += 1;
+                        return Some(Ok(Record::Sample { sample }));
+                    }
+                    None => self.stats.undecodable += 1,
+                },
+                (true, Some(rec)) => {
+                    self.stats.records += 1;
+                    return Some(Ok(rec));
+                }
+                _ => self.stats.skipped += 1,
             }
         }
-        Ok((out, stats))
     }
 }
 
@@ -754,12 +809,13 @@ pub struct Replayed {
 /// `snapshot --from FILE --at TIME` sees what a live snapshot would have seen then.
 /// `config_changed` is set from the oldest baseline to the newest one up to `at`.
 pub fn replay(rec: &Recording, at: Option<Millis>, thresholds: Thresholds) -> Result<Replayed> {
-    let (records, stats) = rec.read()?;
+    let mut records = rec.records();
     let mut model = Model::new(thresholds);
     model.ignore_client_pids.clear();
     let mut baselines: Vec<Baseline> = Vec::new();
     let mut last = None;
-    for r in records {
+    for r in records.by_ref() {
+        let r = r?;
         if at.is_some_and(|a| r.t_ms() > a) {
             // Headers/context re-written at rotation carry the rotation time; only samples
             // define the timeline, so stop at the first sample past `at`.
@@ -799,7 +855,7 @@ pub fn replay(rec: &Recording, at: Option<Millis>, thresholds: Thresholds) -> Re
     Ok(Replayed {
         model,
         baselines,
-        stats,
+        stats: records.stats,
         at_ms,
     })
 }
