@@ -1154,3 +1154,36 @@ impl DeltaState {
         })
     }
 }
+
+/// Parses `--at TIME` for a replay: RFC 3339 (`2026-11-29T12:00:00Z`), epoch milliseconds,
+/// or an offset from the recording's first record (`+90s`, `+5m`, `+1h`, `+1500ms`).
+pub fn parse_at(s: &str, recording_start_ms: Millis) -> Result<Millis> {
+    let bad = || {
+        Error::Other(format!(
+            "--at {s:?}: expected RFC 3339 time, epoch ms, or +N[ms|s|m|h] from the recording start"
+        ))
+    };
+    let s = s.trim();
+    if let Some(off) = s.strip_prefix('+') {
+        let split = off.find(|c: char| !c.is_ascii_digit()).unwrap_or(off.len());
+        let (num, unit) = off.split_at(split);
+        let n: i64 = num.parse().map_err(|_| bad())?;
+        let mult = match unit {
+            "ms" => 1,
+            "" | "s" => 1000,
+            "m" => 60_000,
+            "h" => 3_600_000,
+            _ => return Err(bad()),
+        };
+        return Ok(recording_start_ms + n * mult);
+    }
+    if let Ok(ms) = s.parse::<i64>() {
+        return Ok(ms);
+    }
+    crate::clock::parse_rfc3339(s).ok_or_else(bad)
+}
+
+/// Time of the first record (for relative `--at`), without reading past it.
+pub fn first_record_ms(rec: &Recording) -> Option<Millis> {
+    rec.records().find_map(|r| r.ok()).map(|r| r.t_ms())
+}

@@ -586,3 +586,21 @@ fn measure_recording_growth() {
         bytes as f64 * 3_600_000.0 / span_ms as f64 / (1u64 << 20) as f64
     );
 }
+
+#[test]
+fn parse_at_accepts_times_offsets_and_rejects_garbage() {
+    assert_eq!(parse_at("+90s", T0).expect("s"), T0 + 90_000);
+    assert_eq!(parse_at("+5m", T0).expect("m"), T0 + 300_000);
+    assert_eq!(parse_at("+1500ms", T0).expect("ms"), T0 + 1500);
+    assert_eq!(
+        parse_at("1795963857073", T0).expect("epoch"),
+        1_795_963_857_073
+    );
+    assert_eq!(
+        parse_at("2026-11-29T14:50:57.073Z", T0).expect("rfc"),
+        1_795_963_857_073
+    );
+    let e = parse_at("yesterday", T0).expect_err("garbage");
+    assert!(e.to_string().contains("RFC 3339"), "{e}");
+    assert!(parse_at("+5x", T0).is_err());
+}
