@@ -356,3 +356,23 @@ fn measure_ingest_cost() {
         parts.requests.len()
     );
 }
+
+#[test]
+fn half_closed_connection_never_starts_a_new_exchange() {
+    let mut sim = Sim::new(pd_topology());
+    let c = sim.connect(Some(200), 31012, 400);
+    sim.request(c, 300);
+    sim.run(250, |_| {});
+    sim.respond(c, 100);
+    sim.run(250, |_| {});
+    // The client half-closes; the server still flushes the rest of its answer.
+    sim.conns[c].state = wedgewatch::model::TcpState::CloseWait;
+    sim.run(250, |_| {});
+    sim.respond(c, 400);
+    sim.run(500, |_| {});
+    let xs: Vec<_> = sim.model.exchanges().cloned().collect();
+    assert_eq!(xs.len(), 1, "{xs:#?}");
+    assert_eq!(xs[0].bytes_out, 500);
+    let v = sim.model.view(sim.now);
+    assert_eq!(v.requests[0].state, RequestState::Done);
+}

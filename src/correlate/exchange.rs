@@ -249,6 +249,21 @@ impl Conn {
 
     /// A later observation: cut the byte deltas into exchanges.
     pub(crate) fn observe(&mut self, o: &Obs, next_id: &mut dyn FnMut() -> String) {
+        if self.closed_ms.is_some() {
+            // Half-closed (CLOSE_WAIT, FIN_WAIT...): bytes still moving are the tail of the
+            // last exchange, never a new request.
+            let dout = o.bytes_out.saturating_sub(self.out_total);
+            if let Some(x) = self.exchanges.back_mut() {
+                if dout > 0 && x.started() {
+                    x.bytes_out = o.bytes_out.saturating_sub(x.out_base);
+                }
+            }
+            self.in_total = o.bytes_in;
+            self.out_total = o.bytes_out;
+            self.tcp_state = o.state;
+            self.last_seen_ms = o.t;
+            return;
+        }
         let din = o.bytes_in.saturating_sub(self.in_total);
         let dout = o.bytes_out.saturating_sub(self.out_total);
         // Bound estimates to the interval since the previous sample.
