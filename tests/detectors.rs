@@ -533,6 +533,22 @@ fn endpoint_unresponsive_after_consecutive_failures() {
         .filter(|f| f.kind == "endpoint_unresponsive")
         .collect();
     assert_eq!(e.len(), 1, "{fs:#?}");
+    // An endpoint an old build lacks (404 every time) answers: not unresponsive.
+    let mut sim2 = Sim::new(pd_topology());
+    for _ in 0..3 {
+        sim2.advance(1000);
+        let mut sc = scrape(DECODE, &[]);
+        sc.extra_probes.push(EndpointProbe {
+            url: "http://127.0.0.1:31012/v1/loads".into(),
+            outcome: FetchOutcome::HttpError,
+            http_status: Some(404),
+            elapsed_ms: 2,
+            body_bytes: 9,
+            detail: None,
+        });
+        sim2.ingest(Payload::Metrics(vec![sc]));
+    }
+    assert!(findings(&sim2).is_empty());
     assert!(
         e[0].summary.contains("timed out after 2000 ms"),
         "{}",

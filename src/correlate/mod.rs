@@ -1392,7 +1392,12 @@ pub fn is_probe_endpoint(ep: &str) -> bool {
         || ep == "/metrics"
 }
 
-/// Whether a fetch outcome means the endpoint did not answer properly.
+/// Whether a fetch outcome means the endpoint did not answer properly. A 4xx answer is an
+/// answer (an old build without `/v1/loads` says 404 promptly): only 5xx counts.
 pub fn probe_failed(p: &EndpointProbe) -> bool {
-    !matches!(p.outcome, FetchOutcome::Ok | FetchOutcome::TooLarge)
+    match p.outcome {
+        FetchOutcome::Ok | FetchOutcome::TooLarge => false,
+        FetchOutcome::HttpError => !p.http_status.is_some_and(|s| (400..500).contains(&s)),
+        FetchOutcome::Timeout | FetchOutcome::Refused | FetchOutcome::Error => true,
+    }
 }
