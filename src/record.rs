@@ -323,6 +323,8 @@ pub struct RecordingWriter {
     seq: u64,
     last_topology: Option<Record>,
     last_baseline: Option<Record>,
+    /// The first baseline ever written: "what changed since the start" survives rotation.
+    first_baseline: Option<Record>,
     pid: i32,
     tool: String,
     delta: DeltaState,
@@ -459,6 +461,7 @@ impl RecordingWriter {
             seq: 0,
             last_topology: None,
             last_baseline: None,
+            first_baseline: None,
             pid: std::process::id() as i32,
             tool: format!("wedgewatch {}", env!("CARGO_PKG_VERSION")),
             delta: DeltaState::default(),
@@ -490,6 +493,7 @@ impl RecordingWriter {
             seq,
             last_topology: None,
             last_baseline: None,
+            first_baseline: None,
             pid: std::process::id() as i32,
             tool: format!("wedgewatch {}", env!("CARGO_PKG_VERSION")),
             delta: DeltaState::default(),
@@ -539,7 +543,12 @@ impl RecordingWriter {
         }
         match rec {
             Record::Topology { .. } => self.last_topology = Some(rec.clone()),
-            Record::Baseline { .. } => self.last_baseline = Some(rec.clone()),
+            Record::Baseline { .. } => {
+                if self.first_baseline.is_none() {
+                    self.first_baseline = Some(rec.clone());
+                }
+                self.last_baseline = Some(rec.clone());
+            }
             _ => {}
         }
         self.write_raw(rec)
@@ -618,6 +627,11 @@ impl RecordingWriter {
         // A segment must replay on its own: carry the context forward.
         if let Some(t) = self.last_topology.clone() {
             self.write_raw(&t)?;
+        }
+        if let Some(b) = self.first_baseline.clone() {
+            if Some(&b) != self.last_baseline.as_ref() {
+                self.write_raw(&b)?;
+            }
         }
         if let Some(b) = self.last_baseline.clone() {
             self.write_raw(&b)?;

@@ -604,3 +604,52 @@ fn parse_at_accepts_times_offsets_and_rejects_garbage() {
     assert!(e.to_string().contains("RFC 3339"), "{e}");
     assert!(parse_at("+5x", T0).is_err());
 }
+
+#[test]
+fn rotation_carries_the_start_baseline_forward() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let recdir = dir.path().join("recording");
+    let policy = RotationPolicy {
+        max_segment_bytes: 4 * 1024,
+        keep_segments: 2,
+    };
+    let topo = pd_topology();
+    let b1 = Baseline::take(T0, &topo, &[proc_facts(400, &[("PATH", "/bin")])], "start");
+    let b2 = Baseline::take(
+        T0 + 1,
+        &topo,
+        &[proc_facts(400, &[("PATH", "/bin"), ("SGLANG_X", "1")])],
+        "restart of decode",
+    );
+    let mut w = RecordingWriter::create_dir(&recdir, policy, T0).expect("create");
+    w.policy.compact = false;
+    w.policy.min_interval_ms.clear();
+    w.write(&Record::Topology {
+        t_ms: T0,
+        topology: topo,
+    })
+    .expect("topo");
+    w.write(&Record::Baseline { baseline: b1 }).expect("b1");
+    w.write(&Record::Baseline { baseline: b2 }).expect("b2");
+    for s in wedge_samples() {
+        w.write_sample(&s).expect("write");
+    }
+    drop(w);
+    let segs = segments(&recdir).expect("segs");
+    assert!(segs[0].0 > 2, "the first segments are gone: {segs:?}");
+    let r = replay(
+        &Recording::open(&recdir).expect("open"),
+        None,
+        Thresholds::default(),
+    )
+    .expect("replay");
+    assert_eq!(r.baselines[0].reason, "start");
+    assert!(
+        r.model
+            .config_changes()
+            .iter()
+            .any(|c| c.key.as_deref() == Some("SGLANG_X")),
+        "{:?}",
+        r.model.config_changes()
+    );
+}
