@@ -451,3 +451,48 @@ async fn incident_wedge_at_decode_with_the_added_variable() {
     let _ = stop_tx.send(true);
     task.await.expect("join").expect("daemon run");
 }
+
+#[tokio::test(start_paused = true)]
+async fn record_to_file_then_replay() {
+    let clock: Arc<dyn Clock> = Arc::new(TokioClock(tokio::time::Instant::now()));
+    let (_topo_tx, topo_rx) = tokio::sync::watch::channel(pd_topology());
+    let mut sampler = Sampler::new(clock.clone(), topo_rx);
+    let mut sim = Sim::new(pd_topology());
+    let d = sim.connect(Some(200), 31012, 400);
+    sim.request(d, 900);
+    sampler.add(
+        Arc::new(SockSource {
+            table: sim.socket_table(),
+        }),
+        250,
+        1000,
+    );
+    sampler.add(
+        Arc::new(ProcSource {
+            gen: Arc::new(AtomicU64::new(0)),
+        }),
+        1000,
+        1000,
+    );
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("incident.wwrec");
+    let n =
+        wedgewatch::record::record_to_file(sampler, &path, 40_000, &pd_topology(), clock.clone())
+            .await
+            .expect("record");
+    assert!(
+        (70..=90).contains(&n),
+        "1 Hz sockets + 1 Hz processes for 40 s: {n}"
+    );
+    let rec = wedgewatch::record::Recording::open(&path).expect("open");
+    let r = wedgewatch::record::replay(&rec, None, Default::default()).expect("replay");
+    assert_eq!(r.baselines.len(), 1);
+    let parts = r.model.parts(r.at_ms);
+    let w: Vec<_> = parts
+        .findings
+        .iter()
+        .filter(|f| f.kind == "wedged_request")
+        .collect();
+    assert_eq!(w.len(), 1, "{:#?}", parts.findings);
+    assert_eq!(w[0].component.as_deref(), Some(DECODE));
+}
