@@ -874,34 +874,6 @@ pub fn replay(rec: &Recording, at: Option<Millis>, thresholds: Thresholds) -> Re
     })
 }
 
-/// `record -o FILE --for DURATION`: writes samples from the sampler's channel until
-/// `duration_ms` of the clock has passed or the channel closes. Returns samples written.
-pub async fn record_for(
-    rx: &mut tokio::sync::mpsc::Receiver<Sample>,
-    writer: &mut RecordingWriter,
-    clock: &dyn Clock,
-    duration_ms: i64,
-    topology: &Topology,
-) -> Result<u64> {
-    let end = clock.now_ms() + duration_ms;
-    writer.write(&Record::Topology {
-        t_ms: clock.now_ms(),
-        topology: topology.clone(),
-    })?;
-    let mut n = 0;
-    while clock.now_ms() < end {
-        let left = (end - clock.now_ms()).max(0) as u64;
-        match tokio::time::timeout(std::time::Duration::from_millis(left), rx.recv()).await {
-            Ok(Some(s)) => {
-                if writer.write_sample(&s)? {
-                    n += 1;
-                }
-            }
-            Ok(None) | Err(_) => break,
-        }
-    }
-    Ok(n)
-}
 
 // ---------------------------------------------------------------------------------------
 // Compact sample encoding: keyframes and deltas.
