@@ -468,6 +468,13 @@ pub fn query_blocking(
     what: &str,
     timeout_ms: u64,
 ) -> Result<serde_json::Value> {
+    if tokio::runtime::Handle::try_current().is_ok() {
+        // block_on inside a runtime would panic: say what to do instead.
+        return Err(Error::Other(
+            "daemon::query_blocking called inside a tokio runtime; use daemon::query(..).await"
+                .into(),
+        ));
+    }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

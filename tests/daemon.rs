@@ -496,3 +496,22 @@ async fn record_to_file_then_replay() {
     assert_eq!(w.len(), 1, "{:#?}", parts.findings);
     assert_eq!(w[0].component.as_deref(), Some(DECODE));
 }
+
+#[test]
+fn query_blocking_works_outside_a_runtime_and_refuses_inside() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let err = wedgewatch::daemon::query_blocking(&dir.path().join("none.sock"), "ping", 500)
+        .expect_err("no daemon");
+    assert!(err.to_string().contains("none.sock"), "{err}");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("rt");
+    let inside = rt.block_on(async {
+        wedgewatch::daemon::query_blocking(&dir.path().join("none.sock"), "ping", 500)
+    });
+    assert!(inside
+        .expect_err("inside")
+        .to_string()
+        .contains("inside a tokio runtime"));
+}
