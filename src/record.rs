@@ -874,7 +874,6 @@ pub fn replay(rec: &Recording, at: Option<Millis>, thresholds: Thresholds) -> Re
     })
 }
 
-
 // ---------------------------------------------------------------------------------------
 // Compact sample encoding: keyframes and deltas.
 //
