@@ -159,11 +159,19 @@ impl ComponentState {
 
     /// The dominant thread state over the window as "idle in 3/3 dumps", if any dumps.
     pub fn thread_summary(&self) -> Option<String> {
+        // The scheduler's main thread of the lowest pid (TP rank 0 starts first): other
+        // ranks idle inside a gloo broadcast, helper threads say little.
         let t = self
             .threads
             .iter()
             .filter(|t| !t.states.is_empty())
-            .max_by_key(|t| t.states.len())?;
+            .max_by_key(|t| {
+                (
+                    t.name.as_deref() == Some("MainThread"),
+                    t.states.len(),
+                    std::cmp::Reverse(t.pid),
+                )
+            })?;
         let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
         for s in &t.states {
             *counts.entry(s.as_str()).or_default() += 1;
