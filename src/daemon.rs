@@ -1,1 +1,491 @@
-//! The daemon: continuous sampling, bounded history, baselines, live state on a Unix socket.
+//! The daemon: samples continuously, keeps the bounded in-memory [`Model`], writes a
+//! rotated recording, takes baselines of every component's facts (on start, and when a
+//! component appears or restarts), and serves its live state on a Unix socket readable by
+//! its owner only.
+//!
+//! Socket protocol: one request line, one JSON answer line, then the daemon closes.
+//! `snapshot [SECONDS]` -> `{schema, parts: SnapshotParts, sampler: {kind: SourceStats}}`
+//! (requests of the last SECONDS, default the model's window);
+//! `perfetto [SECONDS]` -> Chrome trace-event JSON of the history (see `export`);
+//! `baseline` -> `{oldest, latest, count}` (`latest` = newest facts of every component);
+//! `sources` -> sampler stats; `ping` -> `{ok, pid}`. Errors: `{error: "..."}`.
+
+use crate::clock::{Clock, Millis};
+use crate::correlate::Model;
+use crate::detect::Thresholds;
+use crate::error::{Error, Result};
+use crate::model::{Payload, Sample, Topology};
+use crate::record::{create_private_dir, Baseline, Record, RecordingWriter, RotationPolicy};
+use crate::sampler::{Sampler, StatsHandle};
+use crate::sources::{BoxFuture, Source};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::{mpsc, watch};
+
+pub const DAEMON_SCHEMA: &str = "wedgewatch.daemon/1";
+/// Longest request line accepted on the socket.
+const MAX_REQUEST: u64 = 256;
+/// Largest answer a client reads.
+const MAX_ANSWER: u64 = 256 << 20;
+/// Baselines kept in memory besides the first one.
+const KEEP_BASELINES: usize = 16;
+
+/// Discovery hook: the integrator plugs in `discover::discover`.
+pub type DiscoverFn = Arc<dyn Fn() -> BoxFuture<'static, Result<Topology>> + Send + Sync>;
+
+#[derive(Debug, Clone)]
+pub struct DaemonConfig {
+    /// Holds the recording (`recording/`) and, by default, the socket.
+    pub state_dir: PathBuf,
+    pub socket_path: PathBuf,
+    /// None: keep history in memory only.
+    pub rotation: Option<RotationPolicy>,
+    pub history_ms: i64,
+    pub window_ms: i64,
+    pub thresholds: Thresholds,
+    pub rediscover_every_ms: u64,
+}
+
+/// `$XDG_STATE_HOME/wedgewatch`, else `$HOME/.local/state/wedgewatch`, else
+/// `/var/tmp/wedgewatch-<uid>`.
+pub fn default_state_dir() -> PathBuf {
+    if let Some(x) = std::env::var_os("XDG_STATE_HOME").filter(|x| !x.is_empty()) {
+        return PathBuf::from(x).join("wedgewatch");
+    }
+    if let Some(h) = std::env::var_os("HOME").filter(|x| !x.is_empty()) {
+        return PathBuf::from(h).join(".local/state/wedgewatch");
+    }
+    PathBuf::from(format!("/var/tmp/wedgewatch-{}", nix::unistd::getuid()))
+}
+
+impl DaemonConfig {
+    pub fn new(state_dir: PathBuf) -> DaemonConfig {
+        DaemonConfig {
+            socket_path: state_dir.join("daemon.sock"),
+            state_dir,
+            rotation: Some(RotationPolicy::default()),
+            history_ms: 10 * 60 * 1000,
+            window_ms: 30 * 1000,
+            thresholds: Thresholds::default(),
+            rediscover_every_ms: 10_000,
+        }
+    }
+    pub fn recording_dir(&self) -> PathBuf {
+        self.state_dir.join("recording")
+    }
+}
+
+impl Default for DaemonConfig {
+    fn default() -> Self {
+        DaemonConfig::new(default_state_dir())
+    }
+}
+
+/// What the daemon shares between its sampling loop and its socket.
+#[derive(Debug)]
+pub struct Shared {
+    pub model: Model,
+    /// The first baseline, then the most recent ones.
+    pub baselines: Vec<Baseline>,
+    /// Newest known facts of every component (baselines merged).
+    pub latest_facts: Option<Baseline>,
+    pub started_ms: Millis,
+}
+
+pub struct Daemon {
+    config: DaemonConfig,
+    clock: Arc<dyn Clock>,
+    discover: DiscoverFn,
+    sources: Vec<(Arc<dyn Source>, u64, u64)>,
+    shared: Arc<Mutex<Shared>>,
+}
+
+fn lock(s: &Mutex<Shared>) -> std::sync::MutexGuard<'_, Shared> {
+    s.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Whether two topologies differ in what matters for baselines (components, main pids).
+fn topology_key(t: &Topology) -> Vec<(String, Option<i32>, Vec<i32>)> {
+    let mut v: Vec<_> = t
+        .components
+        .iter()
+        .map(|c| (c.id.clone(), c.main_pid, c.pids.clone()))
+        .collect();
+    v.sort();
+    v
+}
+
+impl Daemon {
+    pub fn new(config: DaemonConfig, clock: Arc<dyn Clock>, discover: DiscoverFn) -> Daemon {
+        let mut model = Model::new(config.thresholds.clone());
+        model.history_ms = config.history_ms;
+        model.window_ms = config.window_ms;
+        let started_ms = clock.now_ms();
+        Daemon {
+            config,
+            clock,
+            discover,
+            sources: Vec::new(),
+            shared: Arc::new(Mutex::new(Shared {
+                model,
+                baselines: Vec::new(),
+                latest_facts: None,
+                started_ms,
+            })),
+        }
+    }
+
+    pub fn add_source(&mut self, source: Arc<dyn Source>, every_ms: u64, timeout_ms: u64) {
+        self.sources.push((source, every_ms, timeout_ms));
+    }
+
+    pub fn add_default_source(&mut self, source: Arc<dyn Source>) {
+        let (e, t) = crate::sampler::default_cadence(source.kind());
+        self.add_source(source, e, t);
+    }
+
+    /// The live state (for an in-process TUI).
+    pub fn shared(&self) -> Arc<Mutex<Shared>> {
+        self.shared.clone()
+    }
+
+    /// Runs until `shutdown` turns true. The socket file is removed on the way out.
+    pub async fn run(self, mut shutdown: watch::Receiver<bool>) -> Result<()> {
+        let cfg = self.config.clone();
+        create_private_dir(&cfg.state_dir)?;
+        let listener = bind_private(&cfg.socket_path).await?;
+        let topo = match (self.discover)().await {
+            Ok(t) => t,
+            Err(e) => {
+                // Sampling an empty topology still records sockets/GPU; retry discovery later.
+                tracing_note(&format!("discovery failed, retrying: {e}"));
+                Topology::default()
+            }
+        };
+        let (topo_tx, topo_rx) = watch::channel(topo.clone());
+        let mut writer = match cfg.rotation {
+            Some(p) => Some(RecordingWriter::create_dir(
+                &cfg.recording_dir(),
+                p,
+                self.clock.now_ms(),
+            )?),
+            None => None,
+        };
+        if let Some(w) = writer.as_mut() {
+            w.write(&Record::Topology {
+                t_ms: self.clock.now_ms(),
+                topology: topo.clone(),
+            })?;
+        }
+        lock(&self.shared).model.set_topology(topo.clone());
+        let mut topo_key = topology_key(&topo);
+
+        let mut sampler = Sampler::new(self.clock.clone(), topo_rx);
+        for (s, e, t) in &self.sources {
+            sampler.add(s.clone(), *e, *t);
+        }
+        let stats = sampler.stats();
+        let (tx, mut rx) = mpsc::channel::<Sample>(4096);
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let sampler_task = tokio::spawn(sampler.run(tx, stop_rx));
+        let server = tokio::spawn(serve(
+            listener,
+            self.shared.clone(),
+            stats,
+            self.clock.clone(),
+        ));
+
+        let mut rediscover =
+            tokio::time::interval(Duration::from_millis(cfg.rediscover_every_ms.max(100)));
+        rediscover.tick().await; // the first tick is immediate: discovery just ran
+        let mut pending_reason = Some("start".to_string());
+        let result: Result<()> = loop {
+            tokio::select! {
+                r = shutdown.changed() => {
+                    if r.is_err() || *shutdown.borrow() { break Ok(()); }
+                }
+                s = rx.recv() => {
+                    let Some(s) = s else { break Ok(()) };
+                    if let Some(w) = writer.as_mut() {
+                        if let Err(e) = w.write_sample(&s) {
+                            // A full disk must not stop the live view; say so once.
+                            tracing_note(&format!("recording stopped: {e}"));
+                            writer = None;
+                        }
+                    }
+                    let baseline = {
+                        let mut sh = lock(&self.shared);
+                        sh.model.ingest(&s);
+                        match &s.payload {
+                            Payload::Processes(p) => take_baseline(&mut sh, s.t_ms, p, pending_reason.take()),
+                            _ => None,
+                        }
+                    };
+                    if let (Some(b), Some(w)) = (baseline, writer.as_mut()) {
+                        let _ = w.write(&Record::Baseline { baseline: b });
+                    }
+                }
+                _ = rediscover.tick() => {
+                    if let Ok(t) = (self.discover)().await {
+                        let k = topology_key(&t);
+                        if k != topo_key {
+                            topo_key = k;
+                            lock(&self.shared).model.set_topology(t.clone());
+                            if let Some(w) = writer.as_mut() {
+                                let _ = w.write(&Record::Topology { t_ms: self.clock.now_ms(), topology: t.clone() });
+                            }
+                            let _ = topo_tx.send(t);
+                            pending_reason.get_or_insert_with(|| "topology changed".to_string());
+                        }
+                    }
+                }
+            }
+        };
+        let _ = stop_tx.send(true);
+        drop(rx);
+        let _ = sampler_task.await;
+        server.abort();
+        let _ = std::fs::remove_file(&cfg.socket_path);
+        result
+    }
+}
+
+fn tracing_note(msg: &str) {
+    eprintln!("wedgewatch daemon: {msg}");
+}
+
+/// Takes a baseline when a component is new or its process identity changed. Returns the
+/// baseline to record.
+fn take_baseline(
+    sh: &mut Shared,
+    t: Millis,
+    procs: &[crate::model::ProcessFacts],
+    reason: Option<String>,
+) -> Option<Baseline> {
+    let now = Baseline::take(t, sh.model.topology(), procs, "");
+    if now.components.is_empty() {
+        return None;
+    }
+    let mut why = Vec::new();
+    for c in &now.components {
+        match sh.latest_facts.as_ref().and_then(|l| l.component(&c.id)) {
+            None => why.push(format!("new component {}", c.id)),
+            Some(old) if old.identity != c.identity => why.push(format!("restart of {}", c.id)),
+            _ => {}
+        }
+    }
+    if why.is_empty() {
+        return None;
+    }
+    let mut b = now;
+    b.reason = match (sh.baselines.is_empty(), reason) {
+        (true, _) => "start".to_string(),
+        (false, Some(r)) if r != "start" => format!("{r}: {}", why.join(", ")),
+        _ => why.join(", "),
+    };
+    let merged = match &sh.latest_facts {
+        Some(l) => l.merged(&b),
+        None => b.clone(),
+    };
+    sh.latest_facts = Some(merged.clone());
+    sh.baselines.push(b.clone());
+    if sh.baselines.len() > KEEP_BASELINES + 1 {
+        sh.baselines.remove(1); // keep the first: "since the daemon started"
+    }
+    if let Some(first) = sh.baselines.first() {
+        let changes = first.changes_to(&merged);
+        sh.model.set_config_changes(changes);
+    }
+    Some(b)
+}
+
+/// Binds the socket so only the owner can connect: inside a 0700 directory, and the
+/// socket itself chmod 0600. A stale socket file (nobody listening) is replaced; a live
+/// one is an error (another daemon runs).
+async fn bind_private(path: &Path) -> Result<UnixListener> {
+    if let Some(dir) = path.parent() {
+        create_private_dir(dir)?;
+    }
+    if path.exists() {
+        if UnixStream::connect(path).await.is_ok() {
+            return Err(Error::Other(format!(
+                "{}: another wedgewatch daemon is already listening here",
+                path.display()
+            )));
+        }
+        std::fs::remove_file(path).map_err(|e| Error::io(path, e))?;
+    }
+    let l = UnixListener::bind(path).map_err(|e| Error::io(path, e))?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+            .map_err(|e| Error::io(path, e))?;
+    }
+    Ok(l)
+}
+
+async fn serve(
+    listener: UnixListener,
+    shared: Arc<Mutex<Shared>>,
+    stats: StatsHandle,
+    clock: Arc<dyn Clock>,
+) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            // e.g. out of fds: back off instead of spinning.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        let shared = shared.clone();
+        let stats = stats.clone();
+        let clock = clock.clone();
+        tokio::spawn(async move {
+            let _ = tokio::time::timeout(
+                Duration::from_secs(10),
+                answer(stream, shared, stats, clock),
+            )
+            .await;
+        });
+    }
+}
+
+async fn answer(
+    stream: UnixStream,
+    shared: Arc<Mutex<Shared>>,
+    stats: StatsHandle,
+    clock: Arc<dyn Clock>,
+) -> std::io::Result<()> {
+    let (r, mut w) = stream.into_split();
+    let mut line = String::new();
+    BufReader::new(r.take(MAX_REQUEST))
+        .read_line(&mut line)
+        .await?;
+    let v = respond(line.trim(), &shared, &stats, clock.now_ms());
+    let mut out =
+        serde_json::to_vec(&v).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}").into_bytes());
+    out.push(b'\n');
+    w.write_all(&out).await?;
+    w.shutdown().await
+}
+
+/// The answer to one request line (also usable in-process).
+pub fn respond(
+    what: &str,
+    shared: &Mutex<Shared>,
+    stats: &StatsHandle,
+    now: Millis,
+) -> serde_json::Value {
+    let sampler = stats.lock().map(|s| s.clone()).unwrap_or_default();
+    let mut words = what.split_whitespace();
+    let verb = words.next().unwrap_or("");
+    // Optional window in seconds: `snapshot 300` reports the last 5 minutes of requests.
+    let window_s: Option<i64> = match words.next().map(str::parse::<i64>) {
+        None => None,
+        Some(Ok(w)) if w > 0 => Some(w),
+        Some(_) => {
+            return serde_json::json!({ "error": format!("bad window in {what:?}: expected seconds") });
+        }
+    };
+    match verb {
+        "snapshot" | "perfetto" => {
+            let sh = lock(shared);
+            let widened;
+            let model = match window_s {
+                Some(w) => {
+                    let mut m = sh.model.clone();
+                    m.window_ms = (w * 1000).min(m.history_ms);
+                    widened = m;
+                    &widened
+                }
+                None => &sh.model,
+            };
+            if verb == "perfetto" {
+                return crate::export::perfetto_model(model, now);
+            }
+            let parts = model.parts(now);
+            serde_json::json!({
+                "schema": DAEMON_SCHEMA,
+                "parts": parts,
+                "sampler": sampler,
+                "daemon": { "pid": std::process::id(), "started_ms": sh.started_ms, "baselines": sh.baselines.len() },
+            })
+        }
+        "baseline" => {
+            let sh = lock(shared);
+            serde_json::json!({
+                "schema": DAEMON_SCHEMA,
+                "oldest": sh.baselines.first(),
+                "latest": sh.latest_facts,
+                "count": sh.baselines.len(),
+            })
+        }
+        "sources" => serde_json::json!({ "schema": DAEMON_SCHEMA, "sampler": sampler }),
+        "ping" => serde_json::json!({ "ok": true, "pid": std::process::id() }),
+        other => serde_json::json!({
+            "error": format!("unknown request {other:?}; expected snapshot [SECONDS], perfetto [SECONDS], baseline, sources or ping")
+        }),
+    }
+}
+
+/// Asks a running daemon. `what` is `snapshot`, `baseline`, `sources` or `ping`.
+pub async fn query(socket_path: &Path, what: &str, timeout_ms: u64) -> Result<serde_json::Value> {
+    let fut = async {
+        let mut s = UnixStream::connect(socket_path)
+            .await
+            .map_err(|e| Error::io(socket_path, e))?;
+        s.write_all(format!("{what}\n").as_bytes())
+            .await
+            .map_err(|e| Error::io(socket_path, e))?;
+        let mut buf = Vec::new();
+        s.take(MAX_ANSWER)
+            .read_to_end(&mut buf)
+            .await
+            .map_err(|e| Error::io(socket_path, e))?;
+        let v: serde_json::Value = serde_json::from_slice(&buf)?;
+        if let Some(e) = v.get("error").and_then(|e| e.as_str()) {
+            return Err(Error::Other(format!(
+                "daemon at {}: {e}",
+                socket_path.display()
+            )));
+        }
+        Ok(v)
+    };
+    tokio::time::timeout(Duration::from_millis(timeout_ms), fut)
+        .await
+        .map_err(|_| Error::Timeout {
+            what: format!("daemon query {what:?} at {}", socket_path.display()),
+            ms: timeout_ms,
+        })?
+}
+
+/// `query` for synchronous callers (the CLI, the TUI): runs on a small current-thread runtime.
+pub fn query_blocking(
+    socket_path: &Path,
+    what: &str,
+    timeout_ms: u64,
+) -> Result<serde_json::Value> {
+    if tokio::runtime::Handle::try_current().is_ok() {
+        // block_on inside a runtime would panic: say what to do instead.
+        return Err(Error::Other(
+            "daemon::query_blocking called inside a tokio runtime; use daemon::query(..).await"
+                .into(),
+        ));
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::Other(format!("tokio runtime: {e}")))?;
+    rt.block_on(query(socket_path, what, timeout_ms))
+}
+
+/// The snapshot parts from a daemon answer to `snapshot`.
+pub fn parts_from_answer(v: &serde_json::Value) -> Result<crate::snapshot::SnapshotParts> {
+    let p = v
+        .get("parts")
+        .ok_or_else(|| Error::Other("daemon answer has no parts".into()))?;
+    Ok(serde_json::from_value(p.clone())?)
+}

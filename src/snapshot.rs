@@ -12,12 +12,13 @@ use crate::model::{
 };
 use crate::redact::Redactor;
 use crate::report;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// Per-component extras computed by the correlator.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct ComponentExtras {
     /// Socket counts by TCP state name.
     pub sockets: BTreeMap<String, u32>,
@@ -28,7 +29,7 @@ pub struct ComponentExtras {
 }
 
 /// Everything a snapshot is made of, before redaction and assembly.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct SnapshotParts {
     pub taken_at_ms: Millis,
     pub window_ms: u64,

@@ -1,1 +1,0 @@
-//! Correlation: samples -> exchanges (per-request lifecycle), hop links, component state over time.

@@ -1,0 +1,361 @@
+//! Exchange segmentation: one HTTP request/response on one TCP connection, cut out of the
+//! kernel's per-socket byte counters (`tcp_info`) sampled a few times a second.
+//!
+//! Only the server side of each hop is tracked (a socket whose local port is a component's
+//! listen port): there `bytes_received` is request bytes in and `bytes_acked` response bytes
+//! out. We never see HTTP framing, so "response complete" is known for sure only when the
+//! next request arrives or the connection closes; in between the correlator decides from the
+//! component's own in-flight counts (see `Model::request_states`).
+
+use crate::clock::Millis;
+use crate::model::{Role, SocketEntry, TcpState};
+use std::collections::VecDeque;
+
+/// Identity of one TCP connection as seen from its server side.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ConnKey {
+    pub netns: Option<u64>,
+    /// The server's address (a component's listen address).
+    pub local: String,
+    /// The client's address.
+    pub remote: String,
+}
+
+/// How an exchange ended, when it is known to have ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum End {
+    /// The next request arrived on the same connection, or the server closed after replying.
+    Done(Millis),
+    /// The connection closed before any response byte.
+    Closed(Millis),
+}
+
+/// One HTTP request/response on one connection.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Exchange {
+    /// Stable id within a model (`x<n>`).
+    pub id: String,
+    pub conn_id: u64,
+    /// Sequence number on its connection (1 = first request seen).
+    pub seq: u32,
+    pub component: String,
+    pub role: Role,
+    pub client: String,
+    pub server: String,
+    pub client_component: Option<String>,
+    /// When the connection was first seen.
+    pub opened_ms: Millis,
+    /// Estimated arrival of the request's bytes (from `last_data_recv`).
+    pub request_ms: Millis,
+    pub last_request_ms: Millis,
+    /// First response byte, when known. Set also when the response was already under way
+    /// when the connection was first seen (then `bytes_out` counts only what we saw).
+    pub first_byte_ms: Option<Millis>,
+    pub last_out_ms: Option<Millis>,
+    pub end: Option<End>,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    pub(crate) in_base: u64,
+    pub(crate) out_base: u64,
+    /// Exchanges this one caused at the next hop.
+    pub links: Vec<String>,
+    /// The exchange that caused this one, and how sure we are.
+    pub parent: Option<String>,
+    pub parent_confidence: Option<f64>,
+    /// The request was already in flight when we started watching (ages are estimates from
+    /// the kernel's `last_data_recv`).
+    pub seen_mid_flight: bool,
+}
+
+impl Exchange {
+    pub fn started(&self) -> bool {
+        self.first_byte_ms.is_some()
+    }
+    pub fn end_ms(&self) -> Option<Millis> {
+        match self.end {
+            Some(End::Done(t)) | Some(End::Closed(t)) => Some(t),
+            None => None,
+        }
+    }
+    /// Last time anything moved on this exchange.
+    pub fn last_activity_ms(&self) -> Millis {
+        self.last_out_ms
+            .unwrap_or(self.last_request_ms)
+            .max(self.last_request_ms)
+    }
+}
+
+/// One tracked server-side connection.
+#[derive(Debug, Clone)]
+pub struct Conn {
+    pub id: u64,
+    pub key: ConnKey,
+    pub component: String,
+    pub role: Role,
+    pub server_pid: Option<i32>,
+    pub client_pid: Option<i32>,
+    pub client_component: Option<String>,
+    pub first_seen_ms: Millis,
+    pub last_seen_ms: Millis,
+    pub closed_ms: Option<Millis>,
+    pub tcp_state: TcpState,
+    pub in_total: u64,
+    pub out_total: u64,
+    pub last_in_ms: Option<Millis>,
+    pub last_out_ms: Option<Millis>,
+    pub exchanges: VecDeque<Exchange>,
+}
+
+/// Most exchanges kept per connection (older finished ones are dropped first).
+const MAX_EXCHANGES_PER_CONN: usize = 64;
+
+/// Counters of one observation, out = acknowledged response bytes.
+pub(crate) struct Obs {
+    pub t: Millis,
+    pub state: TcpState,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    /// Estimated time of the last data received / sent (absolute), if the kernel said.
+    pub last_in_at: Option<Millis>,
+    pub last_out_at: Option<Millis>,
+}
+
+impl Obs {
+    pub fn from_entry(t: Millis, e: &SocketEntry) -> Option<Obs> {
+        let info = e.tcp_info?;
+        // tcp_info reports "ms since", counted from boot-relative jiffies: a never-used
+        // direction reads as a huge value; cap it so it cannot predate the epoch arithmetic.
+        let ago = |ms: u32| -> Option<Millis> {
+            if ms >= u32::MAX / 2 {
+                None
+            } else {
+                Some(t - Millis::from(ms))
+            }
+        };
+        let bytes_out = info.bytes_acked.max(if info.bytes_acked == 0 {
+            info.bytes_sent
+        } else {
+            0
+        });
+        Some(Obs {
+            t,
+            state: e.state,
+            bytes_in: info.bytes_received,
+            bytes_out,
+            last_in_at: if info.bytes_received > 0 {
+                ago(info.last_data_recv_ms)
+            } else {
+                None
+            },
+            last_out_at: if bytes_out > 0 {
+                ago(info.last_data_sent_ms)
+            } else {
+                None
+            },
+        })
+    }
+}
+
+pub(crate) fn is_open(state: TcpState) -> bool {
+    matches!(
+        state,
+        TcpState::Established | TcpState::SynRecv | TcpState::Unknown
+    )
+}
+
+impl Conn {
+    pub(crate) fn current_mut(&mut self) -> Option<&mut Exchange> {
+        self.exchanges.back_mut().filter(|x| x.end.is_none())
+    }
+
+    fn push(&mut self, x: Exchange) {
+        if self.exchanges.len() >= MAX_EXCHANGES_PER_CONN {
+            self.exchanges.pop_front();
+        }
+        self.exchanges.push_back(x);
+    }
+
+    fn new_exchange(
+        &self,
+        id: String,
+        request_ms: Millis,
+        in_base: u64,
+        out_base: u64,
+    ) -> Exchange {
+        Exchange {
+            id,
+            conn_id: self.id,
+            seq: self.exchanges.back().map(|x| x.seq + 1).unwrap_or(1),
+            component: self.component.clone(),
+            role: self.role,
+            client: self.key.remote.clone(),
+            server: self.key.local.clone(),
+            client_component: self.client_component.clone(),
+            opened_ms: self.first_seen_ms,
+            request_ms,
+            last_request_ms: request_ms,
+            first_byte_ms: None,
+            last_out_ms: None,
+            end: None,
+            bytes_in: 0,
+            bytes_out: 0,
+            in_base,
+            out_base,
+            links: Vec::new(),
+            parent: None,
+            parent_confidence: None,
+            seen_mid_flight: false,
+        }
+    }
+
+    /// First sight of a connection: reconstruct what is outstanding from the counters and
+    /// the kernel's "ms since last data" fields.
+    pub(crate) fn first_observation(&mut self, o: &Obs, next_id: &mut dyn FnMut() -> String) {
+        self.in_total = o.bytes_in;
+        self.out_total = o.bytes_out;
+        self.last_in_ms = o.last_in_at;
+        self.last_out_ms = o.last_out_at;
+        self.tcp_state = o.state;
+        if o.bytes_in == 0 {
+            return; // opened, nothing asked yet
+        }
+        let req_at = o.last_in_at.unwrap_or(o.t).min(o.t);
+        let mut x = self.new_exchange(next_id(), req_at, 0, o.bytes_out);
+        x.seen_mid_flight = true;
+        x.opened_ms = self.first_seen_ms.min(req_at);
+        match (o.last_in_at, o.last_out_at) {
+            // Nothing sent yet, or the request came after the last response byte: a request
+            // is waiting for its first byte. Only on a fresh connection do we know its size.
+            (_, None) => {
+                x.in_base = 0;
+                x.bytes_in = o.bytes_in;
+            }
+            (Some(i), Some(s)) if i > s => {
+                x.in_base = o.bytes_in;
+                x.bytes_in = 0;
+            }
+            // The latest movement was response bytes: a response was (or is) under way.
+            (_, Some(s)) => {
+                x.in_base = o.bytes_in;
+                x.first_byte_ms = Some(s);
+                x.last_out_ms = Some(s);
+            }
+        }
+        self.push(x);
+        if !is_open(o.state) {
+            self.close(o.t);
+        }
+    }
+
+    /// A later observation: cut the byte deltas into exchanges.
+    pub(crate) fn observe(&mut self, o: &Obs, next_id: &mut dyn FnMut() -> String) {
+        if self.closed_ms.is_some() {
+            // Half-closed (CLOSE_WAIT, FIN_WAIT...): bytes still moving are the tail of the
+            // last exchange, never a new request.
+            let dout = o.bytes_out.saturating_sub(self.out_total);
+            if let Some(x) = self.exchanges.back_mut() {
+                if dout > 0 && x.started() {
+                    x.bytes_out = o.bytes_out.saturating_sub(x.out_base);
+                }
+            }
+            self.in_total = o.bytes_in;
+            self.out_total = o.bytes_out;
+            self.tcp_state = o.state;
+            self.last_seen_ms = o.t;
+            return;
+        }
+        let din = o.bytes_in.saturating_sub(self.in_total);
+        let dout = o.bytes_out.saturating_sub(self.out_total);
+        // Bound estimates to the interval since the previous sample.
+        let prev = self.last_seen_ms;
+        let est = |at: Option<Millis>| at.unwrap_or(o.t).clamp(prev.min(o.t), o.t);
+        let in_at = est(o.last_in_at);
+        let out_at = est(o.last_out_at);
+        let old_in = self.in_total;
+        let old_out = self.out_total;
+
+        if din > 0 {
+            let waiting = self
+                .exchanges
+                .back()
+                .is_some_and(|x| x.end.is_none() && !x.started());
+            if waiting {
+                if let Some(x) = self.current_mut() {
+                    x.last_request_ms = in_at;
+                    if dout > 0 {
+                        x.first_byte_ms = Some(out_at);
+                        x.last_out_ms = Some(out_at);
+                    }
+                }
+            } else {
+                // Response bytes that came before the new request belong to the old one.
+                let out_to_old = dout > 0 && out_at <= in_at;
+                if let Some(cur) = self.current_mut() {
+                    if out_to_old {
+                        cur.last_out_ms = Some(out_at);
+                        cur.bytes_out = o.bytes_out.saturating_sub(cur.out_base);
+                    }
+                    let end_at = cur.last_activity_ms();
+                    cur.end = Some(End::Done(end_at));
+                }
+                // The new request's start: no earlier than the previous sample.
+                let start = in_at.min(o.t);
+                let out_base = if out_to_old { o.bytes_out } else { old_out };
+                let mut x = self.new_exchange(next_id(), start, old_in, out_base);
+                if dout > 0 && !out_to_old {
+                    x.first_byte_ms = Some(out_at);
+                    x.last_out_ms = Some(out_at);
+                }
+                self.push(x);
+            }
+        } else if dout > 0 {
+            match self.current_mut() {
+                Some(x) => {
+                    if x.first_byte_ms.is_none() {
+                        x.first_byte_ms = Some(out_at);
+                    }
+                    x.last_out_ms = Some(out_at);
+                }
+                None => {
+                    // Bytes out with no request seen (server push, or an exchange that
+                    // started before a counter wrap): account them to a new exchange.
+                    let mut x = self.new_exchange(next_id(), out_at, old_in, old_out);
+                    x.first_byte_ms = Some(out_at);
+                    x.last_out_ms = Some(out_at);
+                    self.push(x);
+                }
+            }
+        }
+        if let Some(x) = self.current_mut() {
+            x.bytes_in = o.bytes_in.saturating_sub(x.in_base);
+            x.bytes_out = o.bytes_out.saturating_sub(x.out_base);
+        }
+        if din > 0 {
+            self.last_in_ms = Some(in_at);
+        }
+        if dout > 0 {
+            self.last_out_ms = Some(out_at);
+        }
+        self.in_total = o.bytes_in;
+        self.out_total = o.bytes_out;
+        self.tcp_state = o.state;
+        self.last_seen_ms = o.t;
+        if !is_open(o.state) {
+            self.close(o.t);
+        }
+    }
+
+    /// The connection closed (or the client half-closed: CLOSE_WAIT and friends).
+    pub(crate) fn close(&mut self, t: Millis) {
+        if self.closed_ms.is_none() {
+            self.closed_ms = Some(t);
+        }
+        if let Some(x) = self.current_mut() {
+            x.end = Some(if x.started() {
+                End::Done(x.last_activity_ms())
+            } else {
+                End::Closed(t)
+            });
+        }
+    }
+}

@@ -1,0 +1,655 @@
+//! Recording: write, crash mid-record, replay up to the last whole sample; rotation bound;
+//! corrupt lines skipped; baselines turn into config_changed on replay.
+
+mod correl_common;
+use correl_common::*;
+use std::io::Write;
+use wedgewatch::detect::Thresholds;
+use wedgewatch::model::*;
+use wedgewatch::record::*;
+
+fn sockets_sample(sim: &Sim) -> Sample {
+    Sample {
+        t_ms: sim.now,
+        status: SourceStatus::ok(),
+        took_ms: 2,
+        payload: Payload::Sockets(sim.socket_table()),
+    }
+}
+
+/// A wedged decode request recorded for 40 s: returns the samples in order.
+fn wedge_samples() -> Vec<Sample> {
+    let mut sim = Sim::new(pd_topology());
+    let d = sim.connect(Some(200), 31012, 400);
+    sim.request(d, 900);
+    let mut out = Vec::new();
+    for _ in 0..160 {
+        sim.advance(250);
+        out.push(sockets_sample(&sim));
+    }
+    out
+}
+
+fn proc_facts(pid: i32, env: &[(&str, &str)]) -> ProcessFacts {
+    ProcessFacts {
+        pid,
+        start_ticks: Some(42),
+        cmdline: Some(vec![
+            "python3".into(),
+            "-m".into(),
+            "sglang.launch_server".into(),
+        ]),
+        env: Some(
+            env.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        ),
+        exe: Some("/usr/bin/python3.11".into()),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn replay_survives_a_kill_mid_write() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("rec.wwrec");
+    let samples = wedge_samples();
+    {
+        let mut w = RecordingWriter::create_file(&path, T0).expect("create");
+        w.policy.min_interval_ms.clear(); // every sample, to count them exactly
+        w.write(&Record::Topology {
+            t_ms: T0,
+            topology: pd_topology(),
+        })
+        .expect("topo");
+        for s in &samples {
+            w.write_sample(s).expect("write");
+        }
+    }
+    // Simulate a kill mid-write: the last record loses its tail (and its newline).
+    let full = std::fs::read(&path).expect("read");
+    let cut = full.len() - 37;
+    std::fs::write(&path, &full[..cut]).expect("truncate");
+    let rec = Recording::open(&path).expect("open");
+    let (records, stats) = rec.read().expect("read");
+    assert_eq!(stats.skipped, 1);
+    let n_samples = records
+        .iter()
+        .filter(|r| matches!(r, Record::Sample { .. }))
+        .count();
+    assert_eq!(
+        n_samples,
+        samples.len() - 1,
+        "everything up to the last whole sample"
+    );
+
+    let r = replay(&rec, None, Thresholds::default()).expect("replay");
+    assert_eq!(r.at_ms, samples[samples.len() - 2].t_ms);
+    let parts = r.model.parts(r.at_ms);
+    let w: Vec<_> = parts
+        .findings
+        .iter()
+        .filter(|f| f.kind == "wedged_request")
+        .collect();
+    assert_eq!(w.len(), 1, "{:#?}", parts.findings);
+    assert_eq!(w[0].component.as_deref(), Some(DECODE));
+
+    // A later append after the crash still reads (the torn line is skipped, not fatal).
+    {
+        let mut w = RecordingWriter::create_file(&path, T0 + 50_000).expect("reopen");
+        w.policy.min_interval_ms.clear();
+        w.write_sample(&samples[samples.len() - 1]).expect("append");
+    }
+    let (records2, stats2) = Recording::open(&path).expect("open").read().expect("read");
+    assert_eq!(stats2.skipped, 1);
+    assert_eq!(
+        records2
+            .iter()
+            .filter(|r| matches!(r, Record::Sample { .. }))
+            .count(),
+        samples.len()
+    );
+}
+
+#[test]
+fn replay_at_a_time_sees_the_past() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("rec.wwrec");
+    let samples = wedge_samples();
+    let mut w = RecordingWriter::create_file(&path, T0).expect("create");
+    w.write(&Record::Topology {
+        t_ms: T0,
+        topology: pd_topology(),
+    })
+    .expect("topo");
+    for s in &samples {
+        w.write_sample(s).expect("write");
+    }
+    drop(w);
+    let rec = Recording::open(&path).expect("open");
+    let early = replay(&rec, Some(T0 + 10_000), Thresholds::default()).expect("replay");
+    assert_eq!(early.at_ms, T0 + 10_000);
+    let parts = early.model.parts(early.at_ms);
+    assert!(
+        parts.findings.iter().all(|f| f.kind != "wedged_request"),
+        "only 10 s old then"
+    );
+    assert_eq!(parts.requests[0].age_ms, 10_000.0);
+}
+
+#[test]
+fn corrupt_line_in_the_middle_is_skipped() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("rec.wwrec");
+    let samples = wedge_samples();
+    let mut w = RecordingWriter::create_file(&path, T0).expect("create");
+    w.policy.compact = false; // whole samples: each line stands alone
+    w.policy.min_interval_ms.clear();
+    for s in &samples[..3] {
+        w.write_sample(s).expect("write");
+    }
+    drop(w);
+    let mut text = std::fs::read(&path).expect("read");
+    // Flip a byte inside the second sample's JSON: its checksum no longer matches.
+    let second_line_start = text
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| **b == b'\n')
+        .nth(1)
+        .map(|(i, _)| i + 1)
+        .expect("line");
+    text[second_line_start + 30] ^= 0x01;
+    std::fs::write(&path, &text).expect("write");
+    let (records, stats) = Recording::open(&path).expect("open").read().expect("read");
+    assert_eq!(stats.skipped, 1);
+    assert_eq!(
+        records
+            .iter()
+            .filter(|r| matches!(r, Record::Sample { .. }))
+            .count(),
+        2
+    );
+}
+
+#[test]
+fn rotation_keeps_n_bounded_segments_each_replayable() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let recdir = dir.path().join("recording");
+    let policy = RotationPolicy {
+        max_segment_bytes: 8 * 1024,
+        keep_segments: 3,
+    };
+    let samples = wedge_samples();
+    let mut w = RecordingWriter::create_dir(&recdir, policy, T0).expect("create");
+    w.policy.compact = false; // bigger lines: several rotations from 160 samples
+    w.policy.min_interval_ms.clear();
+    w.write(&Record::Topology {
+        t_ms: T0,
+        topology: pd_topology(),
+    })
+    .expect("topo");
+    for s in &samples {
+        w.write_sample(s).expect("write");
+    }
+    drop(w);
+    let segs = segments(&recdir).expect("segments");
+    assert_eq!(segs.len(), 3, "{segs:?}");
+    assert!(segs[0].0 > 1, "oldest segments were deleted");
+    let line_max = samples
+        .iter()
+        .map(|s| {
+            encode(&Record::Sample { sample: s.clone() })
+                .expect("enc")
+                .len() as u64
+        })
+        .max()
+        .unwrap_or(0);
+    for (_, p) in &segs {
+        let len = std::fs::metadata(p).expect("md").len();
+        assert!(
+            len <= policy.max_segment_bytes + line_max + 4096,
+            "{p:?} is {len} bytes"
+        );
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&recdir).expect("md").permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700);
+        let fmode = std::fs::metadata(&segs[0].1)
+            .expect("md")
+            .permissions()
+            .mode()
+            & 0o777;
+        assert_eq!(fmode, 0o600);
+    }
+    // The newest segment alone carries the topology again and replays the wedge.
+    let r = replay(
+        &Recording {
+            files: vec![segs[2].1.clone()],
+        },
+        None,
+        Thresholds::default(),
+    )
+    .expect("replay");
+    assert_eq!(r.model.topology().components.len(), 4);
+    let parts = r.model.parts(r.at_ms);
+    assert!(
+        parts.findings.iter().any(|f| f.kind == "wedged_request"),
+        "{:#?}",
+        parts.findings
+    );
+    // Whole directory replays too.
+    assert!(replay(
+        &Recording::open(&recdir).expect("open"),
+        None,
+        Thresholds::default()
+    )
+    .is_ok());
+}
+
+#[test]
+fn baselines_give_config_changed_on_replay() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("rec.wwrec");
+    let topo = pd_topology();
+    let before = Baseline::take(
+        T0,
+        &topo,
+        &[proc_facts(400, &[("PATH", "/bin"), ("HF_TOKEN", "abc")])],
+        "start",
+    );
+    let after = Baseline::take(
+        T0 + 1000,
+        &topo,
+        &[proc_facts(
+            400,
+            &[
+                ("PATH", "/bin"),
+                ("HF_TOKEN", "abd"),
+                ("SGLANG_SPLIT_TUNING", "1"),
+            ],
+        )],
+        "restart of decode",
+    );
+    assert_eq!(before.components.len(), 1, "only components with facts");
+    assert!(before.components[0].env["HF_TOKEN"].starts_with("<redacted:"));
+    let mut w = RecordingWriter::create_file(&path, T0).expect("create");
+    w.write(&Record::Topology {
+        t_ms: T0,
+        topology: topo,
+    })
+    .expect("topo");
+    w.write(&Record::Baseline { baseline: before }).expect("b1");
+    w.write(&Record::Baseline { baseline: after }).expect("b2");
+    w.write_sample(&Sample {
+        t_ms: T0 + 2000,
+        status: SourceStatus::ok(),
+        took_ms: 1,
+        payload: Payload::Gpu(GpuReading::default()),
+    })
+    .expect("s");
+    w.sync().expect("sync");
+    drop(w);
+    let r = replay(
+        &Recording::open(&path).expect("open"),
+        None,
+        Thresholds::default(),
+    )
+    .expect("replay");
+    assert_eq!(r.baselines.len(), 2);
+    let ch = r.model.config_changes();
+    let keys: Vec<_> = ch.iter().filter_map(|c| c.key.clone()).collect();
+    assert!(keys.contains(&"SGLANG_SPLIT_TUNING".to_string()), "{ch:#?}");
+    assert!(
+        keys.contains(&"HF_TOKEN".to_string()),
+        "secret change detected without its value: {ch:#?}"
+    );
+    assert!(ch.iter().all(|c| c.after.as_deref() != Some("abd")));
+    let parts = r.model.parts(r.at_ms);
+    assert!(parts
+        .findings
+        .iter()
+        .any(|f| f.kind == "config_changed" && f.summary.contains("decode")));
+}
+
+#[test]
+fn open_reports_missing_and_empty() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let err = Recording::open(&dir.path().join("nope")).expect_err("missing");
+    assert!(err.to_string().contains("nope"));
+    let err = Recording::open(dir.path()).expect_err("empty dir");
+    assert!(err.to_string().contains("no recording segments"), "{err}");
+    // Garbage file: opens, every line skipped, replay gives an empty model.
+    let p = dir.path().join("garbage");
+    std::fs::File::create(&p)
+        .and_then(|mut f| f.write_all(b"hello\nworld\n"))
+        .expect("write");
+    let (recs, st) = Recording::open(&p).expect("open").read().expect("read");
+    assert!(recs.is_empty());
+    assert_eq!(st.skipped, 2);
+}
+
+/// A busy-ish stack: 30 connections, a few of them moving, GPU and metrics every tick,
+/// processes with environments, stack dumps.
+fn busy_samples() -> Vec<Sample> {
+    let mut sim = Sim::new(pd_topology());
+    let conns: Vec<usize> = (0..30)
+        .map(|_| sim.connect(Some(200), 31012, 400))
+        .collect();
+    let env: std::collections::BTreeMap<String, String> = (0..60)
+        .map(|i| (format!("VAR_{i}"), "x".repeat(40)))
+        .collect();
+    let mut out = Vec::new();
+    for i in 0..400u64 {
+        sim.advance(250);
+        for (j, c) in conns.iter().enumerate() {
+            if j < 3 {
+                sim.request(*c, 10);
+                sim.respond(*c, 50);
+            }
+        }
+        out.push(sockets_sample(&sim));
+        out.push(Sample {
+            t_ms: sim.now,
+            status: SourceStatus::ok(),
+            took_ms: 1,
+            payload: Payload::Gpu(gpu(&[(0, 3, 60), (1, 50, 200)])),
+        });
+        if i % 4 == 0 {
+            let mut p = proc_facts(400, &[]);
+            p.env = Some(env.clone());
+            p.cpu_time_ms = Some(i * 10);
+            out.push(Sample {
+                t_ms: sim.now,
+                status: SourceStatus::ok(),
+                took_ms: 1,
+                payload: Payload::Processes(vec![p]),
+            });
+            out.push(Sample {
+                t_ms: sim.now,
+                status: SourceStatus::ok(),
+                took_ms: 1,
+                payload: Payload::Metrics(vec![scrape(
+                    DECODE,
+                    &[("running", 3.0), ("forward_seconds_total", i as f64)],
+                )]),
+            });
+        }
+        if i % 20 == 0 {
+            out.push(Sample {
+                t_ms: sim.now,
+                status: SourceStatus::ok(),
+                took_ms: 1,
+                payload: Payload::Stacks(vec![stack(401, sim.now, "idle", "maybe_sleep")]),
+            });
+        }
+    }
+    out
+}
+
+#[test]
+fn compact_encoding_is_lossless_and_much_smaller() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let samples = busy_samples();
+    let write = |name: &str, compact: bool| {
+        let path = dir.path().join(name);
+        let mut w = RecordingWriter::create_file(&path, T0).expect("create");
+        w.policy.compact = compact;
+        w.policy.min_interval_ms.clear();
+        for s in &samples {
+            assert!(w.write_sample(s).expect("write"));
+        }
+        (path.clone(), std::fs::metadata(&path).expect("md").len())
+    };
+    let (full_path, full) = write("full.wwrec", false);
+    let (compact_path, compact) = write("compact.wwrec", true);
+    assert!(compact * 4 < full, "compact {compact} B vs full {full} B");
+    for p in [&full_path, &compact_path] {
+        let (recs, st) = Recording::open(p).expect("open").read().expect("read");
+        assert_eq!((st.skipped, st.undecodable), (0, 0));
+        let back: Vec<Sample> = recs
+            .into_iter()
+            .filter_map(|r| match r {
+                Record::Sample { sample } => Some(sample),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(back.len(), samples.len());
+        for (a, b) in back.iter().zip(samples.iter()) {
+            assert_eq!(a, b, "lossless round trip");
+        }
+    }
+}
+
+#[test]
+fn compact_recording_recovers_at_the_next_keyframe_after_a_corrupt_line() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("c.wwrec");
+    let samples: Vec<Sample> = busy_samples()
+        .into_iter()
+        .filter(|s| s.kind() == SourceKind::Sockets)
+        .collect();
+    let mut w = RecordingWriter::create_file(&path, T0).expect("create");
+    w.policy.min_interval_ms.clear();
+    for s in &samples {
+        w.write_sample(s).expect("write");
+    }
+    drop(w);
+    // Corrupt the 3rd sample line (line 0 is the header).
+    let mut text = std::fs::read(&path).expect("read");
+    let starts: Vec<usize> = std::iter::once(0)
+        .chain(
+            text.iter()
+                .enumerate()
+                .filter(|(_, b)| **b == b'\n')
+                .map(|(i, _)| i + 1),
+        )
+        .collect();
+    text[starts[3] + 20] ^= 0x01;
+    std::fs::write(&path, &text).expect("write");
+    let (recs, st) = Recording::open(&path).expect("open").read().expect("read");
+    assert_eq!(st.skipped, 1);
+    // A delta after the lost line is used only if it rebuilds the exact sample (its CRC
+    // says so); otherwise samples are dropped until the next keyframe. Never wrong data.
+    let back: Vec<Sample> = recs
+        .into_iter()
+        .filter_map(|r| match r {
+            Record::Sample { sample } => Some(sample),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(back.len() as u64 + st.undecodable + 1, samples.len() as u64);
+    for b in &back {
+        let orig = samples
+            .iter()
+            .find(|s| s.t_ms == b.t_ms)
+            .expect("same time");
+        assert_eq!(b, orig);
+    }
+    assert_eq!(back.last(), samples.last(), "recovered");
+}
+
+#[test]
+fn default_policy_thins_sockets_to_one_hertz_and_drops_raw_series() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("d.wwrec");
+    let samples = wedge_samples(); // 160 socket samples at 4 Hz
+    let mut w = RecordingWriter::create_file(&path, T0).expect("create");
+    w.write(&Record::Topology {
+        t_ms: T0,
+        topology: pd_topology(),
+    })
+    .expect("topo");
+    let written = samples
+        .iter()
+        .filter(|s| w.write_sample(s).expect("write"))
+        .count();
+    assert_eq!(written, 40);
+    let mut sc = scrape(DECODE, &[("running", 1.0)]);
+    sc.series.push(Series {
+        name: "sglang:num_running_reqs".into(),
+        labels: Default::default(),
+        value: 1.0,
+    });
+    sc.series.push(Series {
+        name: "sglang:http_requests_active".into(),
+        labels: Default::default(),
+        value: 1.0,
+    });
+    w.write_sample(&Sample {
+        t_ms: T0 + 99_000,
+        status: SourceStatus::ok(),
+        took_ms: 1,
+        payload: Payload::Metrics(vec![sc]),
+    })
+    .expect("m");
+    drop(w);
+    let (recs, _) = Recording::open(&path).expect("open").read().expect("read");
+    let m = recs.iter().find_map(|r| match r {
+        Record::Sample {
+            sample:
+                Sample {
+                    payload: Payload::Metrics(m),
+                    ..
+                },
+        } => Some(m.clone()),
+        _ => None,
+    });
+    let m = m.expect("metrics sample");
+    // Sockets: the server side keeps its counters, the client side only its owner.
+    let table = recs.iter().find_map(|r| match r {
+        Record::Sample {
+            sample:
+                Sample {
+                    payload: Payload::Sockets(t),
+                    ..
+                },
+        } => Some(t.clone()),
+        _ => None,
+    });
+    let table = table.expect("sockets sample");
+    let server = table
+        .sockets
+        .iter()
+        .find(|e| e.local == "127.0.0.1:31012" && e.state != TcpState::Listen)
+        .expect("server side");
+    assert!(server.tcp_info.is_some());
+    let client = table
+        .sockets
+        .iter()
+        .find(|e| e.remote == "127.0.0.1:31012")
+        .expect("client side");
+    assert_eq!((client.tcp_info, client.pid), (None, Some(200)));
+    // And the wedge still replays from the thinned, trimmed recording.
+    let r = replay(
+        &Recording::open(&path).expect("open"),
+        None,
+        Thresholds::default(),
+    )
+    .expect("replay");
+    assert!(r
+        .model
+        .parts(T0 + 40_000)
+        .findings
+        .iter()
+        .any(|f| f.kind == "wedged_request"));
+    assert_eq!(m[0].series.len(), 1);
+    assert_eq!(m[0].series[0].name, "sglang:http_requests_active");
+    assert_eq!(m[0].mapped.get("running"), Some(&1.0));
+}
+
+/// Measurement, not a check: recording growth of the synthetic busy stack with the default
+/// policy. `cargo test --test record measure_recording_growth -- --ignored --nocapture`
+#[test]
+#[ignore]
+fn measure_recording_growth() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("p.wwrec");
+    let mut w = RecordingWriter::create_file(&path, T0).expect("create");
+    w.write(&Record::Topology {
+        t_ms: T0,
+        topology: pd_topology(),
+    })
+    .expect("topo");
+    let samples = busy_samples();
+    let span_ms = samples.last().map(|s| s.t_ms - T0).unwrap_or(1);
+    for s in &samples {
+        w.write_sample(s).expect("w");
+    }
+    drop(w);
+    let bytes = std::fs::metadata(&path).expect("md").len();
+    println!(
+        "{} samples over {} s: {bytes} B = {:.1} MiB/hour",
+        samples.len(),
+        span_ms / 1000,
+        bytes as f64 * 3_600_000.0 / span_ms as f64 / (1u64 << 20) as f64
+    );
+}
+
+#[test]
+fn parse_at_accepts_times_offsets_and_rejects_garbage() {
+    assert_eq!(parse_at("+90s", T0).expect("s"), T0 + 90_000);
+    assert_eq!(parse_at("+5m", T0).expect("m"), T0 + 300_000);
+    assert_eq!(parse_at("+1500ms", T0).expect("ms"), T0 + 1500);
+    assert_eq!(
+        parse_at("1795963857073", T0).expect("epoch"),
+        1_795_963_857_073
+    );
+    assert_eq!(
+        parse_at("2026-11-29T14:50:57.073Z", T0).expect("rfc"),
+        1_795_963_857_073
+    );
+    let e = parse_at("yesterday", T0).expect_err("garbage");
+    assert!(e.to_string().contains("RFC 3339"), "{e}");
+    assert!(parse_at("+5x", T0).is_err());
+}
+
+#[test]
+fn rotation_carries_the_start_baseline_forward() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let recdir = dir.path().join("recording");
+    let policy = RotationPolicy {
+        max_segment_bytes: 4 * 1024,
+        keep_segments: 2,
+    };
+    let topo = pd_topology();
+    let b1 = Baseline::take(T0, &topo, &[proc_facts(400, &[("PATH", "/bin")])], "start");
+    let b2 = Baseline::take(
+        T0 + 1,
+        &topo,
+        &[proc_facts(400, &[("PATH", "/bin"), ("SGLANG_X", "1")])],
+        "restart of decode",
+    );
+    let mut w = RecordingWriter::create_dir(&recdir, policy, T0).expect("create");
+    w.policy.compact = false;
+    w.policy.min_interval_ms.clear();
+    w.write(&Record::Topology {
+        t_ms: T0,
+        topology: topo,
+    })
+    .expect("topo");
+    w.write(&Record::Baseline { baseline: b1 }).expect("b1");
+    w.write(&Record::Baseline { baseline: b2 }).expect("b2");
+    for s in wedge_samples() {
+        w.write_sample(&s).expect("write");
+    }
+    drop(w);
+    let segs = segments(&recdir).expect("segs");
+    assert!(segs[0].0 > 2, "the first segments are gone: {segs:?}");
+    let r = replay(
+        &Recording::open(&recdir).expect("open"),
+        None,
+        Thresholds::default(),
+    )
+    .expect("replay");
+    assert_eq!(r.baselines[0].reason, "start");
+    assert!(
+        r.model
+            .config_changes()
+            .iter()
+            .any(|c| c.key.as_deref() == Some("SGLANG_X")),
+        "{:?}",
+        r.model.config_changes()
+    );
+}
