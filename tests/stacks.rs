@@ -11,8 +11,8 @@ use wedgewatch::clock::SystemClock;
 use wedgewatch::model::{CaptureMode, Component, Payload, Role, Status, Topology};
 use wedgewatch::probes::ProbeSet;
 use wedgewatch::sources::stacks::{
-    classify, parse_pyspy_json, summarize_window, RuleSet, StackSource, StackTarget,
-    StacksConfig, STATE_IDLE, STATE_NCCL_COLLECTIVE, STATE_PD_QUEUE_POLLING, STATE_RUNNING_BATCH,
+    classify, parse_pyspy_json, summarize_window, RuleSet, StackSource, StackTarget, StacksConfig,
+    STATE_IDLE, STATE_NCCL_COLLECTIVE, STATE_PD_QUEUE_POLLING, STATE_RUNNING_BATCH,
 };
 use wedgewatch::sources::Source;
 
@@ -124,13 +124,13 @@ fn proc_state(pid: i32) -> char {
 
 fn assert_not_stopped(pid: i32) {
     let s = proc_state(pid);
-    assert!(s != 'T' && s != 't', "target {pid} left stopped (state {s})");
+    assert!(
+        s != 'T' && s != 't',
+        "target {pid} left stopped (state {s})"
+    );
 }
 
-fn main_thread_states(
-    window: &wedgewatch::sources::stacks::StackWindow,
-    pid: i32,
-) -> Vec<String> {
+fn main_thread_states(window: &wedgewatch::sources::stacks::StackWindow, pid: i32) -> Vec<String> {
     window
         .captures
         .iter()
@@ -152,8 +152,7 @@ fn main_thread_states(
 fn recorded_and_synthesized_fixtures_classify_as_expected() {
     let dir = manifest().join("tests/fixtures/pyspy");
     let expected: std::collections::BTreeMap<String, String> =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("expected.json")).unwrap())
-            .unwrap();
+        serde_json::from_str(&std::fs::read_to_string(dir.join("expected.json")).unwrap()).unwrap();
     assert!(expected.len() >= 15, "fixtures missing: {expected:?}");
     let rules = rules();
     let set = RuleSet::new(&rules).expect("built-in rules compile");
@@ -164,13 +163,24 @@ fn recorded_and_synthesized_fixtures_classify_as_expected() {
             .iter()
             .find(|t| t.name.as_deref() == Some("MainThread"))
             .unwrap_or_else(|| panic!("{file}: no MainThread"));
-        let stack = if file.contains("vllm") { "vllm" } else { "sglang" };
+        let stack = if file.contains("vllm") {
+            "vllm"
+        } else {
+            "sglang"
+        };
         let (state, rule) = set.classify(Some(stack), main);
-        assert_eq!(&state, want, "{file}: rule {rule:?}, frames {:?}", main.frames);
+        assert_eq!(
+            &state, want,
+            "{file}: rule {rule:?}, frames {:?}",
+            main.frames
+        );
         // The free fn (all stacks' rules) agrees on these fixtures.
         assert_eq!(&classify(&rules, main).0, want, "{file} via classify()");
         // Helper threads (watchdog, workers) are not scheduler states.
-        for t in threads.iter().filter(|t| t.name.as_deref() != Some("MainThread")) {
+        for t in threads
+            .iter()
+            .filter(|t| t.name.as_deref() != Some("MainThread"))
+        {
             let (s, _) = set.classify(Some(stack), t);
             assert_ne!(s, STATE_RUNNING_BATCH, "{file}: helper thread {:?}", t.name);
         }
@@ -247,12 +257,7 @@ fn source_trait_samples_the_topology_and_skips_non_python() {
     let Some(py_spy) = py_spy() else { return };
     let rt = tokio::runtime::Runtime::new().unwrap();
     let sched = FakeScheduler::start("batch");
-    let sleeper = Proc(
-        Command::new("sleep")
-            .arg("30")
-            .spawn()
-            .expect("sleep"),
-    );
+    let sleeper = Proc(Command::new("sleep").arg("30").spawn().expect("sleep"));
     let mut topo = Topology::default();
     let mut engine = Component::new("decode@127.0.0.1:1", Role::Decode, "sglang");
     engine.pids = vec![sleeper.pid()];
@@ -311,7 +316,10 @@ fn py_spy_absent_is_unavailable_with_install_hint() {
         ..StacksConfig::from_env()
     };
     let reason = cfg.resolve_py_spy().unwrap_err();
-    assert!(reason.contains("not an executable") && reason.contains("pip install"), "{reason}");
+    assert!(
+        reason.contains("not an executable") && reason.contains("pip install"),
+        "{reason}"
+    );
 }
 
 #[test]
@@ -319,7 +327,11 @@ fn exited_pid_is_recorded_not_fatal_and_timeout_kills_py_spy() {
     let Some(py_spy) = py_spy() else { return };
     let rt = tokio::runtime::Runtime::new().unwrap();
     // A pid that existed and is gone (reaped).
-    let mut gone = Command::new("python3").arg("-c").arg("pass").spawn().unwrap();
+    let mut gone = Command::new("python3")
+        .arg("-c")
+        .arg("pass")
+        .spawn()
+        .unwrap();
     let gone_pid = gone.id() as i32;
     gone.wait().unwrap();
     let sched = FakeScheduler::start("idle");
@@ -345,7 +357,11 @@ fn exited_pid_is_recorded_not_fatal_and_timeout_kills_py_spy() {
         g.error.as_deref().is_some_and(|e| e.contains("exited")),
         "{g:?}"
     );
-    let live = w.captures.iter().find(|c| c.pid == sched.proc.pid()).unwrap();
+    let live = w
+        .captures
+        .iter()
+        .find(|c| c.pid == sched.proc.pid())
+        .unwrap();
     assert!(live.error.is_none() && !live.threads.is_empty());
 
     // A py-spy that cannot finish in time is killed and the source says degraded.

@@ -12,8 +12,8 @@
 use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::model::{
-    CaptureMode, Frame, Payload, Role, Sample, SourceKind, SourceStatus, StackCapture,
-    ThreadStack, Topology,
+    CaptureMode, Frame, Payload, Role, Sample, SourceKind, SourceStatus, StackCapture, ThreadStack,
+    Topology,
 };
 use crate::sources::{BoxFuture, Source};
 use regex::Regex;
@@ -253,7 +253,10 @@ pub fn parse_pyspy_json(text: &str) -> Result<Vec<ThreadStack>> {
     Ok(threads
         .into_iter()
         .map(|t| ThreadStack {
-            tid: t.os_thread_id.and_then(|v| i32::try_from(v).ok()).unwrap_or(0),
+            tid: t
+                .os_thread_id
+                .and_then(|v| i32::try_from(v).ok())
+                .unwrap_or(0),
             name: t.thread_name,
             active: t.active,
             owns_gil: t.owns_gil,
@@ -616,8 +619,8 @@ impl StackSource {
             let target = target.clone();
             set.spawn(async move {
                 let _permit = sem.acquire_owned().await.ok();
-                let out = run_py_spy(&py_spy, target.pid, mode == CaptureMode::Native, timeout)
-                    .await;
+                let out =
+                    run_py_spy(&py_spy, target.pid, mode == CaptureMode::Native, timeout).await;
                 (target, t_ms, out, rules)
             });
         }
@@ -647,10 +650,8 @@ impl StackSource {
                         th.state = state;
                         th.rule = rule;
                         if th.tid == 0 {
-                            cap.warnings.push(format!(
-                                "thread {:?} without an OS thread id",
-                                th.name
-                            ));
+                            cap.warnings
+                                .push(format!("thread {:?} without an OS thread id", th.name));
                         }
                     }
                     if cap.threads.is_empty() {
@@ -659,9 +660,11 @@ impl StackSource {
                 }
                 Some(DumpFailure::NotPython(r)) => cap.skipped = Some(r),
                 Some(DumpFailure::Exited(r)) => cap.error = Some(r),
-                Some(f @ (DumpFailure::Permission(_)
-                | DumpFailure::Timeout(_)
-                | DumpFailure::Other(_))) => {
+                Some(
+                    f @ (DumpFailure::Permission(_)
+                    | DumpFailure::Timeout(_)
+                    | DumpFailure::Other(_)),
+                ) => {
                     let r = match &f {
                         DumpFailure::Permission(r)
                         | DumpFailure::Timeout(r)
@@ -802,8 +805,8 @@ pub fn summarize_window(captures: &[StackCapture]) -> Vec<ThreadEvidence> {
             let n = dumps.get(&pid).copied().unwrap_or(0);
             let states: Vec<String> = seen.iter().map(|(_, t)| t.state.clone()).collect();
             let every = seen.len() == n && n >= 2;
-            let consistent_state = (every && states.windows(2).all(|w| w[0] == w[1]))
-                .then(|| states[0].clone());
+            let consistent_state =
+                (every && states.windows(2).all(|w| w[0] == w[1])).then(|| states[0].clone());
             let inner: Vec<Option<&Frame>> = seen.iter().map(|(_, t)| t.frames.first()).collect();
             let same_innermost_frame = match inner.first() {
                 Some(Some(f0)) if every && inner.iter().all(|f| *f == Some(*f0)) => {
@@ -865,18 +868,29 @@ mod tests {
     fn qualified_and_bare_names_match_and_priority_wins() {
         let rules = vec![
             rule("a", STATE_RUNNING_BATCH, 10, &["run_batch"]),
-            rule("b", STATE_NCCL_COLLECTIVE, 50, &["all_reduce@parallel_state\\.py$"]),
+            rule(
+                "b",
+                STATE_NCCL_COLLECTIVE,
+                50,
+                &["all_reduce@parallel_state\\.py$"],
+            ),
         ];
         let t = thread(&[
             ("GroupCoordinator.all_reduce", "/x/parallel_state.py"),
             ("Scheduler.run_batch", "/x/scheduler.py"),
         ]);
-        assert_eq!(classify(&rules, &t), (STATE_NCCL_COLLECTIVE.into(), Some("b".into())));
+        assert_eq!(
+            classify(&rules, &t),
+            (STATE_NCCL_COLLECTIVE.into(), Some("b".into()))
+        );
         let t = thread(&[
             ("all_reduce", "/x/other.py"),
             ("Scheduler.run_batch", "/x/scheduler.py"),
         ]);
-        assert_eq!(classify(&rules, &t), (STATE_RUNNING_BATCH.into(), Some("a".into())));
+        assert_eq!(
+            classify(&rules, &t),
+            (STATE_RUNNING_BATCH.into(), Some("a".into()))
+        );
         // Anchored: a longer name does not match.
         let t = thread(&[("run_batch_prebuilt_x", "/x/s.py")]);
         assert_eq!(classify(&rules, &t).0, STATE_UNKNOWN);
@@ -918,7 +932,10 @@ mod tests {
         let e = RuleSet::new(&[rule("x", "napping", 0, &["a"])]).unwrap_err();
         assert!(e.to_string().contains("stack_rule x: unknown state"), "{e}");
         let e = RuleSet::new(&[rule("y", STATE_IDLE, 0, &["(unclosed"])]).unwrap_err();
-        assert!(e.to_string().contains("stack_rule y: bad frame pattern"), "{e}");
+        assert!(
+            e.to_string().contains("stack_rule y: bad frame pattern"),
+            "{e}"
+        );
         let e = RuleSet::new(&[rule("z", STATE_IDLE, 0, &[])]).unwrap_err();
         assert!(e.to_string().contains("needs any_frame"), "{e}");
     }
@@ -938,7 +955,11 @@ mod tests {
     fn failures_are_interpreted() {
         let me = std::process::id() as i32;
         assert!(matches!(
-            interpret_failure(me, "Error: Failed to find python version from target process", Some(1)),
+            interpret_failure(
+                me,
+                "Error: Failed to find python version from target process",
+                Some(1)
+            ),
             DumpFailure::NotPython(_)
         ));
         assert!(matches!(
@@ -946,7 +967,11 @@ mod tests {
             DumpFailure::Permission(r) if r.contains("CAP_SYS_PTRACE") && r.contains("ptrace_scope")
         ));
         assert!(matches!(
-            interpret_failure(i32::MAX, "Error: Failed to get process executable name", Some(1)),
+            interpret_failure(
+                i32::MAX,
+                "Error: Failed to get process executable name",
+                Some(1)
+            ),
             DumpFailure::Exited(_)
         ));
     }
@@ -971,7 +996,10 @@ mod tests {
         assert_eq!(ev[0].consistent_state.as_deref(), Some(STATE_IDLE));
         assert_eq!(ev[0].same_innermost_frame, None);
         let ev = summarize_window(&[cap(1, &a), cap(2, &a)]);
-        assert_eq!(ev[0].same_innermost_frame.as_deref(), Some("on_idle (/s.py:1)"));
+        assert_eq!(
+            ev[0].same_innermost_frame.as_deref(),
+            Some("on_idle (/s.py:1)")
+        );
         let ev = summarize_window(&[cap(1, &a)]);
         assert_eq!(ev[0].consistent_state, None, "one dump is a guess");
     }

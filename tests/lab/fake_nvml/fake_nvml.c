@@ -9,7 +9,8 @@
  *
  * State directory: $FAKE_NVML_DIR, default /tmp/wedgewatch-lab/nvml.
  *   devices   key=value lines: device_count=N, driver_version=..., optional init_error=<code>,
- *             optional error.<nvmlSystemFunction>=<code>
+ *             optional error.<nvmlSystemFunction>=<code>, optional call_delay_ms=<ms> (every
+ *             call after init sleeps that long: a hung driver, for timeout tests)
  *   gpu<N>    name, uuid, util.gpu, util.memory, mem.total, mem.used, power.mw, power.limit.mw,
  *             procs=<pid>:<usedBytes>:<smPct>:<memPct>,...   optional error.<nvmlFunction>=<code>
  *
@@ -23,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 typedef int nvmlReturn_t;
 #define NVML_SUCCESS 0
@@ -121,10 +123,19 @@ static nvmlReturn_t forced_error(const char *text, const char *fn) {
     return NVML_SUCCESS;
 }
 
+/* A slow or hung driver: call_delay_ms in the devices file delays every call after init. */
+static void maybe_delay(void) {
+    char buf[FAKE_MAX_FILE];
+    unsigned long long ms;
+    if (read_state("devices", buf, sizeof buf) == 0 && get_ull(buf, "call_delay_ms", &ms) == 0 && ms > 0)
+        usleep((useconds_t)(ms * 1000ULL));
+}
+
 /* Common prologue of system-level calls: initialized, devices file readable, no forced error. */
 static nvmlReturn_t system_state(const char *fn, char *buf) {
     trace(fn);
     if (init_count() <= 0) return NVML_ERROR_UNINITIALIZED;
+    maybe_delay();
     if (read_state("devices", buf, FAKE_MAX_FILE) != 0) return NVML_ERROR_DRIVER_NOT_LOADED;
     return forced_error(buf, fn);
 }
