@@ -5,7 +5,8 @@
 
 use crate::clock::Millis;
 use crate::model::{
-    Change, Finding, ProcessFacts, Request, SnapGpu, SnapThread, SourceKind, SourceStatus, Topology,
+    Change, Finding, ProcessFacts, Request, SnapGpu, SnapThread, SourceKind, SourceStatus,
+    Topology,
 };
 use std::collections::BTreeMap;
 
