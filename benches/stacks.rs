@@ -1,0 +1,270 @@
+//! Stacks source benchmark (`cargo bench --bench stacks`), harness = false.
+//!
+//! 1. Capture wall time: 8 Python processes with 20 threads each, one parallel capture
+//!    (`StackSource::capture_once`, 4 py-spy at once) vs a sequential loop of
+//!    `py-spy dump --json --nonblocking --pid P` over the same pids, alternating, medians.
+//! 2. Pause felt by a target: the largest stall of a tight loop in a 20-thread Python process,
+//!    per 1 s window, without sampling, with `--nonblocking` sampling every 100 ms, and (for
+//!    contrast) with `--native` sampling.
+//!
+//! py-spy: `$WEDGEWATCH_PY_SPY`, else `tests/lab/.venv/bin/py-spy`.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use wedgewatch::clock::SystemClock;
+use wedgewatch::sources::stacks::{StackSource, StackTarget, StacksConfig};
+
+const PROCESSES: usize = 8;
+const THREADS: usize = 20;
+const ROUNDS: usize = 11;
+
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn py_spy() -> PathBuf {
+    std::env::var_os("WEDGEWATCH_PY_SPY")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/lab/.venv/bin/py-spy"))
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// The scheduler-shaped fake, idle (its threads sleep, as most of a real scheduler's do).
+fn start_schedulers(dir: &Path) -> Vec<Proc> {
+    let script =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/pyspy/fake_sglang/scheduler.py");
+    (0..PROCESSES)
+        .map(|i| {
+            let mode = dir.join(format!("mode{i}"));
+            std::fs::write(&mode, "idle").unwrap();
+            Proc(
+                Command::new("python3")
+                    .arg(&script)
+                    .arg(&mode)
+                    .arg("--threads")
+                    .arg((THREADS - 1).to_string())
+                    .stdin(Stdio::null())
+                    .spawn()
+                    .expect("python3"),
+            )
+        })
+        .collect()
+}
+
+fn capture_wall_time(py_spy: &Path, rt: &tokio::runtime::Runtime) -> (f64, f64) {
+    let dir = tempfile::tempdir().unwrap();
+    let procs = start_schedulers(dir.path());
+    std::thread::sleep(Duration::from_millis(1500));
+    let targets: Vec<StackTarget> = procs
+        .iter()
+        .map(|p| StackTarget {
+            pid: p.0.id() as i32,
+            stack: Some("sglang".into()),
+            component: None,
+        })
+        .collect();
+    let rules = wedgewatch::probes::ProbeSet::builtin().unwrap().stack_rules;
+    let cfg = StacksConfig {
+        py_spy: Some(py_spy.to_path_buf()),
+        ..StacksConfig::from_env()
+    };
+    let src = StackSource::new(cfg, &rules).unwrap();
+    let (mut par, mut seq) = (Vec::new(), Vec::new());
+    for round in 0..ROUNDS {
+        // Alternate which goes first, so drift on a noisy machine hits both alike.
+        for which in if round % 2 == 0 { [0, 1] } else { [1, 0] } {
+            let t = Instant::now();
+            if which == 0 {
+                let w = rt.block_on(src.capture_once(&targets, &SystemClock));
+                assert_eq!(w.captures.len(), PROCESSES);
+                for c in &w.captures {
+                    assert!(c.error.is_none(), "{c:?}");
+                    assert_eq!(c.threads.len(), THREADS, "threads of pid {}", c.pid);
+                }
+                par.push(ms(t.elapsed()));
+            } else {
+                for tg in &targets {
+                    let out = Command::new(py_spy)
+                        .args(["dump", "--json", "--nonblocking", "--pid"])
+                        .arg(tg.pid.to_string())
+                        .env_remove("RUST_BACKTRACE")
+                        .output()
+                        .expect("py-spy");
+                    assert!(out.status.success());
+                }
+                seq.push(ms(t.elapsed()));
+            }
+        }
+    }
+    (median(&mut par), median(&mut seq))
+}
+
+const STALL_TARGET: &str = r#"
+import sys, threading, time
+def sleeper():
+    while True:
+        time.sleep(0.5)
+for _ in range(19):
+    threading.Thread(target=sleeper, daemon=True).start()
+end = time.monotonic() + float(sys.argv[1])
+start = last = time.monotonic()
+worst = 0.0
+while True:
+    now = time.monotonic()
+    if now - last > worst:
+        worst = now - last
+    last = now
+    if now - start >= 1.0:
+        print(f"{worst * 1000:.3f}", flush=True)
+        worst = 0.0
+        start = now
+    if now > end:
+        break
+"#;
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Phase {
+    None,
+    Nonblocking,
+    Native,
+}
+
+fn pause_felt(py_spy: &Path, rt: &tokio::runtime::Runtime) -> Vec<(Phase, Vec<f64>)> {
+    const PHASE_S: u64 = 6;
+    let plan = [
+        Phase::None,
+        Phase::Nonblocking,
+        Phase::None,
+        Phase::Nonblocking,
+        Phase::Native,
+    ];
+    let total = PHASE_S * plan.len() as u64 + 3;
+    let mut child = Command::new("python3")
+        .arg("-c")
+        .arg(STALL_TARGET)
+        .arg(total.to_string())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let stdout = child.stdout.take().unwrap();
+    let target = Proc(child);
+    let windows: Arc<Mutex<Vec<(Instant, f64)>>> = Arc::default();
+    let w2 = Arc::clone(&windows);
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if let Ok(v) = line.trim().parse::<f64>() {
+                w2.lock().unwrap().push((Instant::now(), v));
+            }
+        }
+    });
+    std::thread::sleep(Duration::from_millis(1500));
+    let rules = wedgewatch::probes::ProbeSet::builtin().unwrap().stack_rules;
+    let make = |native| {
+        StackSource::new(
+            StacksConfig {
+                py_spy: Some(py_spy.to_path_buf()),
+                native,
+                ..StacksConfig::from_env()
+            },
+            &rules,
+        )
+        .unwrap()
+    };
+    let (nonblocking, native) = (make(false), make(true));
+    let targets = [StackTarget {
+        pid: target.0.id() as i32,
+        stack: None,
+        component: None,
+    }];
+    let mut spans = Vec::new();
+    for phase in plan {
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(PHASE_S) {
+            let tick = Instant::now();
+            match phase {
+                Phase::None => {}
+                Phase::Nonblocking => {
+                    rt.block_on(nonblocking.capture_once(&targets, &SystemClock));
+                }
+                Phase::Native => {
+                    rt.block_on(native.capture_once(&targets, &SystemClock));
+                }
+            }
+            if let Some(rest) = Duration::from_millis(100).checked_sub(tick.elapsed()) {
+                std::thread::sleep(rest);
+            }
+        }
+        spans.push((phase, start, Instant::now()));
+    }
+    drop(target);
+    let _ = reader.join();
+    let windows = windows.lock().unwrap().clone();
+    let mut out: Vec<(Phase, Vec<f64>)> = vec![
+        (Phase::None, vec![]),
+        (Phase::Nonblocking, vec![]),
+        (Phase::Native, vec![]),
+    ];
+    for (at, v) in windows {
+        // A window covers the second before its line; keep those inside one phase.
+        let from = at.checked_sub(Duration::from_millis(1050)).unwrap_or(at);
+        if let Some((p, _, _)) = spans.iter().find(|(_, s, e)| from >= *s && at <= *e) {
+            if let Some(slot) = out.iter_mut().find(|(q, _)| q == p) {
+                slot.1.push(v);
+            }
+        }
+    }
+    out
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; ignore arguments.
+    let py_spy = py_spy();
+    assert!(
+        py_spy.exists(),
+        "py-spy not found at {} (set WEDGEWATCH_PY_SPY or create tests/lab/.venv)",
+        py_spy.display()
+    );
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!("stacks benchmark: {PROCESSES} Python processes x {THREADS} threads, {cores} cores, {ROUNDS} rounds, loadavg {}", load.trim());
+    let (par, seq) = capture_wall_time(&py_spy, &rt);
+    println!("capture wall time, median: parallel (4 at once) {par:.1} ms | sequential py-spy loop {seq:.1} ms | ratio {:.2}x (goal <= 0.6x)", par / seq);
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!("loadavg after the capture runs: {}", load.trim());
+    println!("pause felt by a 20-thread target (largest stall of a tight loop per 1 s window):");
+    for (phase, mut v) in pause_felt(&py_spy, &rt) {
+        if v.is_empty() {
+            println!("  {phase:?}: no complete windows");
+            continue;
+        }
+        let max = v.iter().copied().fold(0.0, f64::max);
+        let med = median(&mut v);
+        let label = match phase {
+            Phase::None => "no sampling",
+            Phase::Nonblocking => "--nonblocking every 100 ms",
+            Phase::Native => "--native every 100 ms",
+        };
+        println!(
+            "  {label:<28} windows {:>2}  median {med:6.2} ms  max {max:6.2} ms",
+            v.len()
+        );
+    }
+}
