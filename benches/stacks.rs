@@ -37,6 +37,18 @@ fn py_spy() -> PathBuf {
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/lab/.venv/bin/py-spy"))
 }
 
+/// CPU time (user + sys, ms) of this process and its reaped children so far.
+fn cpu_ms() -> f64 {
+    let get = |who| {
+        // SAFETY: getrusage only writes the struct we pass.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        unsafe { libc::getrusage(who, &mut ru) };
+        let tv = |t: libc::timeval| t.tv_sec as f64 * 1000.0 + t.tv_usec as f64 / 1000.0;
+        tv(ru.ru_utime) + tv(ru.ru_stime)
+    };
+    get(libc::RUSAGE_SELF) + get(libc::RUSAGE_CHILDREN)
+}
+
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     v[v.len() / 2]
@@ -68,7 +80,8 @@ fn start_schedulers(dir: &Path) -> Vec<Proc> {
         .collect()
 }
 
-fn capture_wall_time(py_spy: &Path, rt: &tokio::runtime::Runtime) -> (f64, f64) {
+/// Medians of (parallel wall, sequential wall, parallel CPU, sequential CPU), ms.
+fn capture_wall_time(py_spy: &Path, rt: &tokio::runtime::Runtime) -> (f64, f64, f64, f64) {
     let dir = tempfile::tempdir().unwrap();
     let procs = start_schedulers(dir.path());
     std::thread::sleep(Duration::from_millis(1500));
@@ -87,10 +100,12 @@ fn capture_wall_time(py_spy: &Path, rt: &tokio::runtime::Runtime) -> (f64, f64) 
     };
     let src = StackSource::new(cfg, &rules).unwrap();
     let (mut par, mut seq) = (Vec::new(), Vec::new());
+    let (mut par_cpu, mut seq_cpu) = (Vec::new(), Vec::new());
     for round in 0..ROUNDS {
         // Alternate which goes first, so drift on a noisy machine hits both alike.
         for which in if round % 2 == 0 { [0, 1] } else { [1, 0] } {
             let t = Instant::now();
+            let cpu = cpu_ms();
             if which == 0 {
                 let w = rt.block_on(src.capture_once(&targets, &SystemClock));
                 assert_eq!(w.captures.len(), PROCESSES);
@@ -99,6 +114,7 @@ fn capture_wall_time(py_spy: &Path, rt: &tokio::runtime::Runtime) -> (f64, f64) 
                     assert_eq!(c.threads.len(), THREADS, "threads of pid {}", c.pid);
                 }
                 par.push(ms(t.elapsed()));
+                par_cpu.push(cpu_ms() - cpu);
             } else {
                 for tg in &targets {
                     let out = Command::new(py_spy)
@@ -110,10 +126,16 @@ fn capture_wall_time(py_spy: &Path, rt: &tokio::runtime::Runtime) -> (f64, f64) 
                     assert!(out.status.success());
                 }
                 seq.push(ms(t.elapsed()));
+                seq_cpu.push(cpu_ms() - cpu);
             }
         }
     }
-    (median(&mut par), median(&mut seq))
+    (
+        median(&mut par),
+        median(&mut seq),
+        median(&mut par_cpu),
+        median(&mut seq_cpu),
+    )
 }
 
 const STALL_TARGET: &str = r#"
@@ -142,17 +164,40 @@ while True:
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Phase {
     None,
+    /// The default window: 3 dumps 300 ms apart, once a second.
+    Window,
+    /// `--nonblocking` at 10 Hz.
     Nonblocking,
+    /// Control: a process of similar CPU cost (`python3 -c pass`) at 10 Hz that never touches
+    /// the target, to separate CPU contention on 2 cores from any pause by py-spy.
+    Control,
+    /// `--native` at 10 Hz: pauses the target.
     Native,
+}
+
+impl Phase {
+    fn label(self) -> &'static str {
+        match self {
+            Phase::None => "no sampling",
+            Phase::Window => "default window (3 dumps/s)",
+            Phase::Nonblocking => "--nonblocking at 10 Hz",
+            Phase::Control => "control: python3 -c pass 10 Hz",
+            Phase::Native => "--native at 10 Hz",
+        }
+    }
 }
 
 fn pause_felt(py_spy: &Path, rt: &tokio::runtime::Runtime) -> Vec<(Phase, Vec<f64>)> {
     const PHASE_S: u64 = 6;
     let plan = [
         Phase::None,
+        Phase::Window,
         Phase::Nonblocking,
+        Phase::Control,
         Phase::None,
+        Phase::Window,
         Phase::Nonblocking,
+        Phase::Control,
         Phase::Native,
     ];
     let total = PHASE_S * plan.len() as u64 + 3;
@@ -198,16 +243,26 @@ fn pause_felt(py_spy: &Path, rt: &tokio::runtime::Runtime) -> Vec<(Phase, Vec<f6
         let start = Instant::now();
         while start.elapsed() < Duration::from_secs(PHASE_S) {
             let tick = Instant::now();
-            match phase {
-                Phase::None => {}
+            let period = match phase {
+                Phase::None => Duration::from_millis(100),
+                Phase::Window => {
+                    rt.block_on(nonblocking.capture_window(&targets, &SystemClock));
+                    Duration::from_secs(1)
+                }
                 Phase::Nonblocking => {
                     rt.block_on(nonblocking.capture_once(&targets, &SystemClock));
+                    Duration::from_millis(100)
+                }
+                Phase::Control => {
+                    let _ = Command::new("python3").args(["-c", "pass"]).status();
+                    Duration::from_millis(100)
                 }
                 Phase::Native => {
                     rt.block_on(native.capture_once(&targets, &SystemClock));
+                    Duration::from_millis(100)
                 }
-            }
-            if let Some(rest) = Duration::from_millis(100).checked_sub(tick.elapsed()) {
+            };
+            if let Some(rest) = period.checked_sub(tick.elapsed()) {
                 std::thread::sleep(rest);
             }
         }
@@ -216,11 +271,16 @@ fn pause_felt(py_spy: &Path, rt: &tokio::runtime::Runtime) -> Vec<(Phase, Vec<f6
     drop(target);
     let _ = reader.join();
     let windows = windows.lock().unwrap().clone();
-    let mut out: Vec<(Phase, Vec<f64>)> = vec![
-        (Phase::None, vec![]),
-        (Phase::Nonblocking, vec![]),
-        (Phase::Native, vec![]),
-    ];
+    let mut out: Vec<(Phase, Vec<f64>)> = [
+        Phase::None,
+        Phase::Window,
+        Phase::Nonblocking,
+        Phase::Control,
+        Phase::Native,
+    ]
+    .into_iter()
+    .map(|p| (p, Vec::new()))
+    .collect();
     for (at, v) in windows {
         // A window covers the second before its line; keep those inside one phase.
         let from = at.checked_sub(Duration::from_millis(1050)).unwrap_or(at);
@@ -245,25 +305,22 @@ fn main() {
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!("stacks benchmark: {PROCESSES} Python processes x {THREADS} threads, {cores} cores, {ROUNDS} rounds, loadavg {}", load.trim());
-    let (par, seq) = capture_wall_time(&py_spy, &rt);
+    let (par, seq, par_cpu, seq_cpu) = capture_wall_time(&py_spy, &rt);
     println!("capture wall time, median: parallel (4 at once) {par:.1} ms | sequential py-spy loop {seq:.1} ms | ratio {:.2}x (goal <= 0.6x)", par / seq);
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!("CPU (user+sys incl. py-spy children) per capture, median: parallel {par_cpu:.1} ms | sequential {seq_cpu:.1} ms");
     println!("loadavg after the capture runs: {}", load.trim());
     println!("pause felt by a 20-thread target (largest stall of a tight loop per 1 s window):");
     for (phase, mut v) in pause_felt(&py_spy, &rt) {
         if v.is_empty() {
-            println!("  {phase:?}: no complete windows");
+            println!("  {}: no complete windows", phase.label());
             continue;
         }
         let max = v.iter().copied().fold(0.0, f64::max);
         let med = median(&mut v);
-        let label = match phase {
-            Phase::None => "no sampling",
-            Phase::Nonblocking => "--nonblocking every 100 ms",
-            Phase::Native => "--native every 100 ms",
-        };
+        let label = phase.label();
         println!(
-            "  {label:<28} windows {:>2}  median {med:6.2} ms  max {max:6.2} ms",
+            "  {label:<32} windows {:>2}  median {med:6.2} ms  max {max:6.2} ms",
             v.len()
         );
     }
