@@ -404,3 +404,47 @@ fn native_mode_only_on_request_and_recorded() {
     let main = c.threads.iter().find(|t| t.tid == c.pid).unwrap();
     assert_eq!(main.state, STATE_RUNNING_BATCH, "{:?}", main.frames);
 }
+
+#[test]
+fn permission_denied_degrades_and_names_ptrace() {
+    let Some(py_spy) = py_spy() else { return };
+    // Run the real py-spy as `nobody` against a root-owned target: the kernel refuses ptrace.
+    let setpriv = Path::new("/usr/bin/setpriv");
+    if !nix::unistd::geteuid().is_root() || !setpriv.exists() {
+        eprintln!("\n!!!! SKIPPED: needs root and /usr/bin/setpriv to drop privileges !!!!\n");
+        return;
+    }
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let wrapper = dir.path().join("py-spy");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nexec {} --reuid=65534 --regid=65534 --clear-groups {} \"$@\"\n",
+            setpriv.display(),
+            py_spy.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let sched = FakeScheduler::start("idle");
+    let mut cfg = config(wrapper);
+    cfg.dumps_per_window = 1;
+    let src = StackSource::new(cfg, &rules()).unwrap();
+    let targets = [StackTarget {
+        pid: sched.proc.pid(),
+        stack: Some("sglang".into()),
+        component: None,
+    }];
+    let w = rt.block_on(src.capture_window(&targets, &SystemClock));
+    assert_eq!(w.status.status, Status::Degraded, "{:?}", w.status);
+    let reason = w.status.reason.unwrap();
+    assert!(
+        reason.contains("CAP_SYS_PTRACE") && reason.contains("kernel.yama.ptrace_scope"),
+        "{reason}"
+    );
+    let e = w.captures[0].error.as_deref().unwrap();
+    assert!(e.to_lowercase().contains("permission denied"), "{e}");
+    assert_not_stopped(sched.proc.pid());
+}
