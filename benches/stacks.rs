@@ -81,7 +81,7 @@ fn start_schedulers(dir: &Path) -> Vec<Proc> {
 }
 
 /// Medians of (parallel wall, sequential wall, parallel CPU, sequential CPU), ms.
-fn capture_wall_time(py_spy: &Path, rt: &tokio::runtime::Runtime) -> (f64, f64, f64, f64) {
+fn capture_wall_time(py_spy: &Path, rt: &tokio::runtime::Runtime) -> [f64; 4] {
     let dir = tempfile::tempdir().unwrap();
     let procs = start_schedulers(dir.path());
     std::thread::sleep(Duration::from_millis(1500));
@@ -130,13 +130,16 @@ fn capture_wall_time(py_spy: &Path, rt: &tokio::runtime::Runtime) -> (f64, f64, 
             }
         }
     }
-    (
+    [
         median(&mut par),
         median(&mut seq),
         median(&mut par_cpu),
         median(&mut seq_cpu),
-    )
+    ]
 }
+
+/// A process of about a py-spy dump's CPU cost (~12 ms here) that touches nothing.
+const CONTROL_JOB: [&str; 4] = ["-I", "-S", "-c", "sum(range(400000))"];
 
 const STALL_TARGET: &str = r#"
 import sys, threading, time
@@ -168,7 +171,7 @@ enum Phase {
     Window,
     /// `--nonblocking` at 10 Hz.
     Nonblocking,
-    /// Control: a process of similar CPU cost (`python3 -c pass`) at 10 Hz that never touches
+    /// Control: a process of similar CPU cost ([`CONTROL_JOB`]) at 10 Hz that never touches
     /// the target, to separate CPU contention on 2 cores from any pause by py-spy.
     Control,
     /// `--native` at 10 Hz: pauses the target.
@@ -181,7 +184,7 @@ impl Phase {
             Phase::None => "no sampling",
             Phase::Window => "default window (3 dumps/s)",
             Phase::Nonblocking => "--nonblocking at 10 Hz",
-            Phase::Control => "control: python3 -c pass 10 Hz",
+            Phase::Control => "control: same-CPU job at 10 Hz",
             Phase::Native => "--native at 10 Hz",
         }
     }
@@ -254,7 +257,7 @@ fn pause_felt(py_spy: &Path, rt: &tokio::runtime::Runtime) -> Vec<(Phase, Vec<f6
                     Duration::from_millis(100)
                 }
                 Phase::Control => {
-                    let _ = Command::new("python3").args(["-c", "pass"]).status();
+                    let _ = Command::new("python3").args(CONTROL_JOB).status();
                     Duration::from_millis(100)
                 }
                 Phase::Native => {
@@ -305,9 +308,16 @@ fn main() {
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!("stacks benchmark: {PROCESSES} Python processes x {THREADS} threads, {cores} cores, {ROUNDS} rounds, loadavg {}", load.trim());
-    let (par, seq, par_cpu, seq_cpu) = capture_wall_time(&py_spy, &rt);
+    let [par, seq, par_cpu, seq_cpu] = capture_wall_time(&py_spy, &rt);
     println!("capture wall time, median: parallel (4 at once) {par:.1} ms | sequential py-spy loop {seq:.1} ms | ratio {:.2}x (goal <= 0.6x)", par / seq);
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    // py-spy is CPU-bound (its sequential wall time is about its CPU time), so the parallel
+    // capture can at best spread that CPU over the cores the machine gives it.
+    println!(
+        "cores the capture got on average (CPU / wall): parallel {:.2}, sequential {:.2} (of {cores})",
+        par_cpu / par,
+        seq_cpu / seq
+    );
     println!("CPU (user+sys incl. py-spy children) per capture, median: parallel {par_cpu:.1} ms | sequential {seq_cpu:.1} ms");
     println!("loadavg after the capture runs: {}", load.trim());
     println!("pause felt by a 20-thread target (largest stall of a tight loop per 1 s window):");
