@@ -24,7 +24,10 @@ fn embed_probes(out: &Path) {
         println!("cargo:rerun-if-changed={}", f.display());
         let abs = std::fs::canonicalize(f).expect("canonicalize probe file");
         let name = f.file_name().and_then(|n| n.to_str()).unwrap_or("?");
-        code.push_str(&format!("    ({name:?}, include_str!({:?})),\n", abs.display().to_string()));
+        code.push_str(&format!(
+            "    ({name:?}, include_str!({:?})),\n",
+            abs.display().to_string()
+        ));
     }
     code.push_str("];\n");
     std::fs::write(out.join("builtin_probes.rs"), code).expect("write builtin_probes.rs");

@@ -8,15 +8,23 @@
 //! the key.
 
 use crate::error::{Error, Result};
+use crate::model::Role;
 use crate::sources::metrics::MetricMap;
 use crate::sources::stacks::StackRule;
 use serde::Deserialize;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 include!(concat!(env!("OUT_DIR"), "/builtin_probes.rs"));
 
-/// How to recognise one kind of process and what role it plays.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+/// How to recognise one kind of process and what role it plays (a `[[profile]]` table).
+///
+/// Matching: a process matches when at least one of the non-empty `match_*` lists has a
+/// regex that matches (lists are OR-ed, so one profile can catch both the titled process and
+/// its untitled form), and no `exclude_cmdline` regex matches. A profile with `parent` only
+/// matches processes inside the process tree of a component of that parent profile.
+/// See `docs/probes.md` for the full description.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Profile {
     pub name: String,
@@ -24,8 +32,139 @@ pub struct Profile {
     /// Role name (`router`, `engine`, `scheduler`, ...). `engine` may be refined by
     /// `mode_flag` into `prefill`/`decode`.
     pub role: String,
+    /// Regexes over the whole command line, arguments joined by single spaces.
+    #[serde(default)]
+    pub match_cmdline: Vec<String>,
+    /// Regexes over `/proc/PID/comm` (at most 15 bytes: write prefixes, not full titles).
+    #[serde(default)]
+    pub match_comm: Vec<String>,
+    /// Regexes over the process title: `argv[0]` as setproctitle leaves it
+    /// (`sglang::scheduler_TP0`). A process whose title matches is "titled": its own cmdline
+    /// and environ are not trusted (setproctitle overwrote them).
+    #[serde(default)]
+    pub match_title: Vec<String>,
+    /// Regexes over the joined command line that veto a match.
+    #[serde(default)]
+    pub exclude_cmdline: Vec<String>,
+    /// Name of another profile: this profile describes children of that component, matched
+    /// only among its descendants (`sglang::scheduler_TP0` under an SGLang engine).
+    #[serde(default)]
+    pub parent: Option<String>,
+    /// Regex with one capture group over the title, giving the child's name in its id
+    /// (`^sglang::(.+)$` turns `sglang::scheduler_TP0` into `scheduler_TP0`). Default: role.
+    #[serde(default)]
+    pub child_name: Option<String>,
+    /// Flag whose value refines the role (`--disaggregation-mode`), through `mode_roles`.
+    #[serde(default)]
+    pub mode_flag: Option<String>,
+    /// Flag value -> role (`decode = "decode"`). Values not listed keep `role`.
+    #[serde(default)]
+    pub mode_roles: BTreeMap<String, String>,
+    /// Flag giving the listen host (`--host`) and its default when absent.
+    #[serde(default)]
+    pub host_flag: Option<String>,
+    #[serde(default)]
+    pub default_host: Option<String>,
+    /// Flag giving the HTTP port (`--port`) and its default when absent.
+    #[serde(default)]
+    pub port_flag: Option<String>,
+    #[serde(default)]
+    pub default_port: Option<u16>,
+    /// Also read listen addresses from the process's own LISTEN sockets (default true).
+    #[serde(default = "yes")]
+    pub ports_from_sockets: bool,
+    /// Path of the Prometheus endpoint (`/metrics`); none: no metrics endpoint.
+    #[serde(default)]
+    pub metrics_path: Option<String>,
+    /// Flags/default for a metrics endpoint on its own port (router `--prometheus-port`,
+    /// default 29000). Without them the metrics live on the HTTP port.
+    #[serde(default)]
+    pub metrics_port_flag: Option<String>,
+    #[serde(default)]
+    pub metrics_default_port: Option<u16>,
+    #[serde(default)]
+    pub metrics_host_flag: Option<String>,
+    /// When titled, read the original arguments (and environment) from the nearest ancestor
+    /// whose command line matches `match_cmdline` (a `timeout`/shell/supervisor launcher).
+    #[serde(default)]
+    pub args_from_ancestor: bool,
+    /// Flags whose values are worker URLs (`--worker-urls`, `--prefill`, `--decode`): config
+    /// edges from this component to the components listening there.
+    #[serde(default)]
+    pub worker_flags: Vec<String>,
+    /// HTTP path listing the workers (`/workers`), asked (loopback only, hard timeout) when
+    /// the arguments could not be recovered.
+    #[serde(default)]
+    pub workers_endpoint: Option<String>,
+    /// Generic proxy rule: a process that listens on a port and has an ESTABLISHED
+    /// connection to a known component's listen port.
+    #[serde(default)]
+    pub connects_to_known: bool,
+    /// Environment variable naming the visible GPUs (`CUDA_VISIBLE_DEVICES`).
+    #[serde(default)]
+    pub gpu_env: Option<String>,
+    /// Regex with one capture group over the title giving the rank whose GPU this child uses
+    /// (`TP(\d+)`): the child gets that entry of `gpu_env` (or the index itself).
+    #[serde(default)]
+    pub gpu_index_from_title: Option<String>,
+    /// Label name -> flag whose value becomes the label (`tp = "--tp-size"`).
+    #[serde(default)]
+    pub labels_from_flags: BTreeMap<String, String>,
+    /// When several profiles match one process, the highest priority wins (then file order).
+    #[serde(default)]
+    pub priority: i32,
 }
 
+fn yes() -> bool {
+    true
+}
+
+impl Profile {
+    /// Checks what serde cannot: regexes compile, roles are known, numbers make sense.
+    fn validate(&self) -> std::result::Result<(), String> {
+        let ctx = |what: &str| format!("profile {:?}: {what}", self.name);
+        if Role::parse(&self.role).is_none() {
+            return Err(ctx(&format!("unknown role {:?}", self.role)));
+        }
+        for (flag, role) in &self.mode_roles {
+            if Role::parse(role).is_none() {
+                return Err(ctx(&format!("mode_roles.{flag}: unknown role {role:?}")));
+            }
+        }
+        let lists = [
+            ("match_cmdline", &self.match_cmdline),
+            ("match_comm", &self.match_comm),
+            ("match_title", &self.match_title),
+            ("exclude_cmdline", &self.exclude_cmdline),
+        ];
+        for (key, list) in lists {
+            for re in list {
+                regex::Regex::new(re).map_err(|e| ctx(&format!("{key}: bad regex {re:?}: {e}")))?;
+            }
+        }
+        for (key, re) in [
+            ("child_name", &self.child_name),
+            ("gpu_index_from_title", &self.gpu_index_from_title),
+        ] {
+            if let Some(re) = re {
+                let r = regex::Regex::new(re)
+                    .map_err(|e| ctx(&format!("{key}: bad regex {re:?}: {e}")))?;
+                if r.captures_len() < 2 {
+                    return Err(ctx(&format!("{key}: regex {re:?} needs a capture group")));
+                }
+            }
+        }
+        let has_match = !self.match_cmdline.is_empty()
+            || !self.match_comm.is_empty()
+            || !self.match_title.is_empty();
+        if !has_match && !self.connects_to_known {
+            return Err(ctx(
+                "needs at least one of match_cmdline, match_comm, match_title or connects_to_known",
+            ));
+        }
+        Ok(())
+    }
+}
 /// One parsed probe file.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -82,14 +221,81 @@ impl ProbeSet {
     }
 
     pub fn add_text(&mut self, path: &Path, text: &str) -> Result<()> {
-        let file: ProbeFile = toml::from_str(text).map_err(|e| Error::Probe {
+        let bad = |message: String| Error::Probe {
             path: path.to_path_buf(),
-            message: e.to_string(),
-        })?;
+            message,
+        };
+        let file: ProbeFile = toml::from_str(text).map_err(|e| bad(e.to_string()))?;
+        for p in &file.profile {
+            p.validate().map_err(bad)?;
+            if self.profiles.iter().any(|q| q.name == p.name) {
+                return Err(bad(format!("profile {:?} is defined twice", p.name)));
+            }
+        }
         self.profiles.extend(file.profile);
         self.metric_maps.extend(file.metric_map);
         self.stack_rules.extend(file.stack_rule);
         self.files.push(path.to_path_buf());
         Ok(())
+    }
+
+    /// The profile with this name.
+    pub fn profile(&self, name: &str) -> Option<&Profile> {
+        self.profiles.iter().find(|p| p.name == name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtin_profiles_load() {
+        let set = ProbeSet::builtin().expect("built-in probes load");
+        for name in [
+            "sglang-engine",
+            "sglang-scheduler",
+            "sglang-router",
+            "vllm-engine",
+            "generic-proxy",
+        ] {
+            assert!(
+                set.profile(name).is_some(),
+                "missing built-in profile {name}"
+            );
+        }
+    }
+
+    #[test]
+    fn unknown_key_names_file_and_key() {
+        let mut set = ProbeSet::default();
+        let err = set
+            .add_text(
+                Path::new("extra/bad.toml"),
+                "[[profile]]\nname = \"x\"\nstack = \"s\"\nrole = \"proxy\"\nmatch_cmdlin = [\"x\"]\n",
+            )
+            .expect_err("unknown key must fail");
+        let msg = err.to_string();
+        assert!(msg.contains("extra/bad.toml"), "{msg}");
+        assert!(msg.contains("match_cmdlin"), "{msg}");
+    }
+
+    #[test]
+    fn bad_regex_and_role_are_errors() {
+        let mut set = ProbeSet::default();
+        let err = set
+            .add_text(
+                Path::new("r.toml"),
+                "[[profile]]\nname = \"x\"\nstack = \"s\"\nrole = \"chef\"\nmatch_comm = [\"x\"]\n",
+            )
+            .expect_err("unknown role");
+        assert!(err.to_string().contains("chef"));
+        let err = set
+            .add_text(
+                Path::new("r.toml"),
+                "[[profile]]\nname = \"x\"\nstack = \"s\"\nrole = \"proxy\"\nmatch_comm = [\"(\"]\n",
+            )
+            .expect_err("bad regex");
+        assert!(err.to_string().contains("match_comm"));
     }
 }

@@ -4,11 +4,17 @@
 //! and process facts into a [`Snapshot`], applying redaction. Nothing else builds snapshots.
 
 use crate::clock::Millis;
+use crate::discover;
+use crate::error::{Error, Result};
 use crate::model::{
-    Change, Finding, ProcessFacts, Request, SnapGpu, SnapThread, SourceKind, SourceStatus,
-    Topology,
+    Change, Finding, ProcessFacts, Request, SnapComponent, SnapGpu, SnapThread, Snapshot,
+    SourceKind, SourceStatus, Topology, SNAPSHOT_SCHEMA,
 };
+use crate::redact::Redactor;
+use crate::report;
 use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
 
 /// Per-component extras computed by the correlator.
 #[derive(Debug, Clone, Default)]
@@ -39,4 +45,316 @@ pub struct SnapshotParts {
     pub config_changed: Vec<Change>,
     /// Raw per-source payloads (JSON) for the bundle's raw files, keyed by file stem.
     pub raw: BTreeMap<String, serde_json::Value>,
+}
+
+/// How to assemble.
+#[derive(Debug, Clone)]
+pub struct AssembleOptions {
+    /// Redact secrets (the default; `--no-redact` turns it off and the snapshot says so).
+    pub redact: bool,
+    /// Free-form facts about the tool run (`version`, `host`, ...).
+    pub tool: BTreeMap<String, String>,
+}
+
+impl Default for AssembleOptions {
+    fn default() -> Self {
+        let mut tool = BTreeMap::new();
+        tool.insert("name".into(), "wedgewatch".into());
+        tool.insert("version".into(), env!("CARGO_PKG_VERSION").into());
+        AssembleOptions { redact: true, tool }
+    }
+}
+
+/// An assembled snapshot plus its raw per-source files, both already redacted.
+#[derive(Debug, Clone)]
+pub struct Bundle {
+    pub snapshot: Snapshot,
+    /// File stem -> JSON, written as `raw/<stem>.json`.
+    pub raw: BTreeMap<String, serde_json::Value>,
+    /// What was redacted (to scrub anything else printed, e.g. logs).
+    pub redactor: Redactor,
+}
+
+/// Reason given for sources this build does not sample yet.
+pub const NOT_SAMPLED: &str = "not sampled in this build";
+
+/// Parts for a snapshot that has only topology and process facts (no sampler yet): the other
+/// sources are `unavailable` with [`NOT_SAMPLED`].
+pub fn process_only_parts(
+    topology: Topology,
+    processes: Vec<ProcessFacts>,
+    processes_status: SourceStatus,
+    taken_at_ms: Millis,
+) -> SnapshotParts {
+    let mut sources = BTreeMap::new();
+    for k in SourceKind::ALL {
+        sources.insert(k, SourceStatus::unavailable(NOT_SAMPLED));
+    }
+    sources.insert(SourceKind::Processes, processes_status);
+    let mut raw = BTreeMap::new();
+    if let Ok(v) = serde_json::to_value(&topology) {
+        raw.insert("topology".to_string(), v);
+    }
+    SnapshotParts {
+        taken_at_ms,
+        window_ms: 0,
+        sources,
+        topology,
+        processes,
+        ..SnapshotParts::default()
+    }
+    .with_raw(raw)
+}
+
+impl SnapshotParts {
+    fn with_raw(mut self, raw: BTreeMap<String, serde_json::Value>) -> Self {
+        self.raw.extend(raw);
+        self
+    }
+}
+
+/// Builds the contract snapshot from its parts (see [`assemble_bundle`]).
+pub fn assemble(parts: SnapshotParts, opts: &AssembleOptions) -> Snapshot {
+    assemble_bundle(parts, opts).snapshot
+}
+
+fn rfc(ms: Option<Millis>) -> Option<String> {
+    ms.map(crate::clock::rfc3339)
+}
+
+/// Builds the snapshot and its raw files, redacting every value that looks like a secret
+/// (structurally in env/cmdline, then by value everywhere else) unless `opts.redact` is off.
+pub fn assemble_bundle(parts: SnapshotParts, opts: &AssembleOptions) -> Bundle {
+    let mut redactor = Redactor::new();
+    let mut facts: BTreeMap<i32, ProcessFacts> = BTreeMap::new();
+    for f in &parts.processes {
+        let mut f = f.clone();
+        if opts.redact {
+            redactor.facts(&mut f);
+        }
+        facts.insert(f.pid, f);
+    }
+
+    let mut components = Vec::new();
+    for c in &parts.topology.components {
+        let main = c.main_pid.and_then(|p| facts.get(&p));
+        let args = discover::args_pid(c).and_then(|p| facts.get(&p));
+        let env = discover::env_pid(c).and_then(|p| facts.get(&p));
+        let extras = parts.extras.get(&c.id).cloned().unwrap_or_default();
+        let processes = c
+            .pids
+            .iter()
+            .filter_map(|p| facts.get(p))
+            .map(|f| {
+                // the environment is reported once, at component level
+                let mut f = f.clone();
+                f.env = None;
+                serde_json::to_value(f).unwrap_or(serde_json::Value::Null)
+            })
+            .collect();
+        let mut labels = c.labels.clone();
+        if opts.redact {
+            for v in labels.values_mut() {
+                *v = redactor.value(v);
+            }
+        }
+        components.push(SnapComponent {
+            id: c.id.clone(),
+            role: c.role,
+            stack: c.stack.clone(),
+            pids: c.pids.clone(),
+            main_pid: c.main_pid,
+            listen: c.listen.clone(),
+            started_at: rfc(main.and_then(|f| f.started_at_ms)),
+            cmdline: args.and_then(|f| f.cmdline.clone()).unwrap_or_default(),
+            env: env.and_then(|f| f.env.clone()).unwrap_or_default(),
+            gpus: c.gpus.clone(),
+            parent: c.parent.clone(),
+            title: c.title.clone(),
+            exe: main.and_then(|f| f.exe.clone()),
+            identity: main.and_then(|f| f.start_ticks.map(|t| format!("{}:{t}", f.pid))),
+            processes,
+            sockets: extras.sockets,
+            metrics: extras.metrics,
+            gpu_activity: extras.gpu_activity,
+            labels,
+        });
+    }
+
+    let mut sources: BTreeMap<String, SourceStatus> = BTreeMap::new();
+    for k in SourceKind::ALL {
+        let s = parts
+            .sources
+            .get(&k)
+            .cloned()
+            .unwrap_or_else(|| SourceStatus::unavailable("not sampled"));
+        sources.insert(k.as_str().to_string(), s);
+    }
+    let mut findings = parts.findings.clone();
+    findings.sort_by_key(|f| std::cmp::Reverse(f.severity));
+
+    let mut snapshot = Snapshot {
+        schema: SNAPSHOT_SCHEMA.to_string(),
+        taken_at: crate::clock::rfc3339(parts.taken_at_ms),
+        window_ms: parts.window_ms as f64,
+        sources,
+        components,
+        requests: parts.requests.clone(),
+        gpus: parts.gpus.clone(),
+        threads: parts.threads.clone(),
+        findings,
+        edges: parts.topology.edges.clone(),
+        redacted: opts.redact,
+        config_changed: parts.config_changed.clone(),
+        tool: opts.tool.clone(),
+    };
+
+    let mut raw = parts.raw.clone();
+    let facts_list: Vec<&ProcessFacts> = facts.values().collect();
+    if let Ok(v) = serde_json::to_value(&facts_list) {
+        raw.insert("processes".to_string(), v);
+    }
+    if opts.redact {
+        // belt and braces: any remembered secret anywhere else (frames, labels, raw payloads)
+        if let Ok(mut v) = serde_json::to_value(&snapshot) {
+            redactor.scrub_json(&mut v);
+            if let Ok(s) = serde_json::from_value(v) {
+                snapshot = s;
+            }
+        }
+        for v in raw.values_mut() {
+            redactor.scrub_json(v);
+        }
+    }
+    Bundle {
+        snapshot,
+        raw,
+        redactor,
+    }
+}
+
+fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {
+    let mut f = std::fs::File::create(path).map_err(|e| Error::io(path, e))?;
+    f.write_all(bytes).map_err(|e| Error::io(path, e))?;
+    f.sync_all().map_err(|e| Error::io(path, e))
+}
+
+/// Writes `snapshot.json`, `report.md` and `raw/<stem>.json` into `dir`, atomically: all of
+/// it goes to a temporary directory beside `dir`, which is then renamed into place, so a
+/// reader never sees a half-written bundle. An existing bundle at `dir` is replaced; any
+/// other non-empty directory is left alone and is an error.
+pub fn write_bundle(
+    snapshot: &Snapshot,
+    raw: &BTreeMap<String, serde_json::Value>,
+    dir: &Path,
+) -> Result<()> {
+    let name = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .ok_or_else(|| Error::Other(format!("{}: not a directory name", dir.display())))?;
+    let parent = match dir.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    std::fs::create_dir_all(&parent).map_err(|e| Error::io(&parent, e))?;
+    let replacing = match std::fs::read_dir(dir) {
+        Ok(mut rd) => {
+            if rd.next().is_none() {
+                false
+            } else if dir.join("snapshot.json").exists() {
+                true
+            } else {
+                return Err(Error::Other(format!(
+                    "{}: exists and is not a wedgewatch bundle; choose another -o directory",
+                    dir.display()
+                )));
+            }
+        }
+        Err(_) => false,
+    };
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let tmp = parent.join(format!(".{name}.tmp-{}-{stamp}", std::process::id()));
+    let result = (|| -> Result<()> {
+        std::fs::create_dir(&tmp).map_err(|e| Error::io(&tmp, e))?;
+        let json = serde_json::to_vec_pretty(snapshot)?;
+        write_file(&tmp.join("snapshot.json"), &json)?;
+        write_file(&tmp.join("report.md"), report::render(snapshot).as_bytes())?;
+        let raw_dir = tmp.join("raw");
+        std::fs::create_dir(&raw_dir).map_err(|e| Error::io(&raw_dir, e))?;
+        for (stem, v) in raw {
+            let safe: String = stem
+                .chars()
+                .map(|c| {
+                    if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                        c
+                    } else {
+                        '_'
+                    }
+                })
+                .collect();
+            write_file(
+                &raw_dir.join(format!("{safe}.json")),
+                &serde_json::to_vec_pretty(v)?,
+            )?;
+        }
+        if replacing {
+            let old = parent.join(format!(".{name}.old-{}-{stamp}", std::process::id()));
+            std::fs::rename(dir, &old).map_err(|e| Error::io(dir, e))?;
+            if let Err(e) = std::fs::rename(&tmp, dir) {
+                // put the previous bundle back rather than leave nothing
+                let _ = std::fs::rename(&old, dir);
+                return Err(Error::io(dir, e));
+            }
+            let _ = std::fs::remove_dir_all(&old);
+        } else {
+            if dir.exists() {
+                std::fs::remove_dir(dir).map_err(|e| Error::io(dir, e))?;
+            }
+            std::fs::rename(&tmp, dir).map_err(|e| Error::io(dir, e))?;
+        }
+        Ok(())
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_dir_all(&tmp);
+    }
+    result
+}
+
+/// Reads and checks a snapshot file (for `diff` and `--baseline`): a clear error naming the
+/// file when it is not JSON, truncated, or not a `wedgewatch.snapshot/1`.
+pub fn read_snapshot(path: &Path) -> Result<Snapshot> {
+    let bad = |message: String| Error::BadSnapshot {
+        path: path.to_path_buf(),
+        message,
+    };
+    let path_to_read = if path.is_dir() {
+        path.join("snapshot.json")
+    } else {
+        path.to_path_buf()
+    };
+    let text = std::fs::read_to_string(&path_to_read).map_err(|e| Error::io(&path_to_read, e))?;
+    let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
+        if e.is_eof() {
+            bad(format!("truncated JSON ({e})"))
+        } else {
+            bad(format!("invalid JSON ({e})"))
+        }
+    })?;
+    match value.get("schema").and_then(|s| s.as_str()) {
+        Some(SNAPSHOT_SCHEMA) => {}
+        Some(other) => {
+            return Err(bad(format!(
+                "schema is {other:?}, expected {SNAPSHOT_SCHEMA:?}"
+            )))
+        }
+        None => {
+            return Err(bad(format!(
+                "no \"schema\" field (expected {SNAPSHOT_SCHEMA:?})"
+            )))
+        }
+    }
+    serde_json::from_value(value).map_err(|e| bad(format!("does not match the contract: {e}")))
 }

@@ -1,10 +1,574 @@
-//! Prometheus metrics, router /workers and engine /v1/loads.
+//! Prometheus metrics, router `/workers` and engine `/v1/loads`.
+//!
+//! Each component with a `metrics_url` is scraped concurrently, each GET under its own
+//! connect/total timeouts and body cap ([`crate::http`]), so a hung or oversized endpoint is
+//! marked (`Timeout`/`TooLarge`) without delaying the others. The exposition is parsed by
+//! [`crate::prom`] and reduced to logical values (`running`, `queued`, ...) by the metric maps
+//! of `probes/*.toml`. Counters (logical names ending in `_total`) become per-second rates
+//! between two scrapes with [`rates`].
 
+use crate::clock::Clock;
+use crate::error::{Error, Result};
+use crate::http::{self, Limits};
+use crate::model::{
+    Component, EndpointProbe, FetchOutcome, MetricsScrape, Payload, Role, Sample, Series,
+    SourceKind, SourceStatus, Topology,
+};
+use crate::sources::{BoxFuture, Source};
 use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Instant;
 
-/// Which series mean what for one stack (owned by the metrics source; placeholder shape).
+/// Whether a logical value is a level or a monotonically growing count.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum ValueKind {
+    Gauge,
+    Counter,
+}
+
+/// How several matching series are combined.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Aggregate {
+    #[default]
+    Sum,
+    Max,
+}
+
+/// One logical value for one stack and a set of roles (`[[metric_map]]` in `probes/*.toml`):
+///
+/// ```toml
+/// [[metric_map]]
+/// stack = "sglang"                 # component stack, or "*" for any
+/// roles = ["engine", "prefill", "decode"]
+/// name = "running"                 # logical name; counters must end in `_total`
+/// kind = "gauge"                   # or "counter" (turned into `<name>_rate` per second)
+/// series = ["sglang:num_running_reqs", "sglang_num_running_reqs"]  # alternatives, first present wins
+/// labels = { engine_type = "decode" }   # optional: only series with these label values
+/// by_label = "worker"              # optional: also `name{worker="<value>"}` per label value
+/// aggregate = "sum"                # optional: "sum" (default) or "max" over matching series
+/// ```
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct MetricMap {
     pub stack: String,
+    pub roles: Vec<String>,
+    pub name: String,
+    pub kind: ValueKind,
+    pub series: Vec<String>,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default)]
+    pub by_label: Option<String>,
+    #[serde(default)]
+    pub aggregate: Aggregate,
+}
+
+impl MetricMap {
+    /// Checks what serde cannot: known roles, the counter naming rule, non-empty series.
+    pub fn validate(&self) -> std::result::Result<(), String> {
+        if self.roles.is_empty() {
+            return Err(format!("metric_map {}: roles is empty", self.name));
+        }
+        for r in &self.roles {
+            if Role::parse(r).is_none() {
+                return Err(format!("metric_map {}: unknown role {r:?}", self.name));
+            }
+        }
+        if self.series.is_empty() {
+            return Err(format!("metric_map {}: series is empty", self.name));
+        }
+        if self.name.is_empty() || self.name.contains(['{', '}', '"']) {
+            return Err(format!("metric_map {:?}: bad logical name", self.name));
+        }
+        let counter_name = self.name.ends_with("_total");
+        match (self.kind, counter_name) {
+            (ValueKind::Counter, false) => Err(format!(
+                "metric_map {}: a counter's logical name must end in _total",
+                self.name
+            )),
+            (ValueKind::Gauge, true) => Err(format!(
+                "metric_map {}: a gauge's logical name must not end in _total",
+                self.name
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// Whether this map applies to a component.
+    pub fn applies_to(&self, stack: &str, role: Role) -> bool {
+        (self.stack == "*" || self.stack == stack) && self.roles.iter().any(|r| r == role.as_str())
+    }
+}
+
+/// Checks a list of maps (e.g. `ProbeSet::metric_maps`), naming the first bad one.
+pub fn validate_maps(maps: &[MetricMap]) -> Result<()> {
+    for m in maps {
+        m.validate().map_err(|message| Error::Probe {
+            path: Path::new("probes").to_path_buf(),
+            message,
+        })?;
+    }
+    Ok(())
+}
+
+/// The mapped key of a per-label value: `name{label="value"}`.
+pub fn labelled_key(name: &str, label: &str, value: &str) -> String {
+    format!("{name}{{{label}=\"{value}\"}}")
+}
+
+/// Applies the maps that fit `(stack, role)` to parsed series.
+pub fn apply_maps(
+    maps: &[MetricMap],
+    stack: &str,
+    role: Role,
+    series: &[Series],
+) -> BTreeMap<String, f64> {
+    let mut out = BTreeMap::new();
+    for m in maps.iter().filter(|m| m.applies_to(stack, role)) {
+        let Some(name) = m
+            .series
+            .iter()
+            .find(|n| series.iter().any(|s| &s.name == *n && labels_match(m, s)))
+        else {
+            continue;
+        };
+        let chosen: Vec<&Series> = series
+            .iter()
+            .filter(|s| &s.name == name && labels_match(m, s) && !s.value.is_nan())
+            .collect();
+        if chosen.is_empty() {
+            continue;
+        }
+        out.insert(
+            m.name.clone(),
+            combine(m.aggregate, chosen.iter().map(|s| s.value)),
+        );
+        if let Some(label) = &m.by_label {
+            let mut groups: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+            for s in &chosen {
+                if let Some(v) = s.labels.get(label) {
+                    groups.entry(v.as_str()).or_default().push(s.value);
+                }
+            }
+            for (v, vals) in groups {
+                out.insert(
+                    labelled_key(&m.name, label, v),
+                    combine(m.aggregate, vals.into_iter()),
+                );
+            }
+        }
+    }
+    out
+}
+
+fn labels_match(m: &MetricMap, s: &Series) -> bool {
+    m.labels.iter().all(|(k, v)| s.labels.get(k) == Some(v))
+}
+
+fn combine(agg: Aggregate, vals: impl Iterator<Item = f64>) -> f64 {
+    match agg {
+        Aggregate::Sum => vals.sum(),
+        Aggregate::Max => vals.fold(f64::NEG_INFINITY, f64::max),
+    }
+}
+
+/// Whether a mapped key is a counter: its logical name (before any `{label=..}`) ends in
+/// `_total` (enforced by [`MetricMap::validate`]).
+pub fn is_counter_key(key: &str) -> bool {
+    key.split('{').next().is_some_and(|n| n.ends_with("_total"))
+}
+
+/// Per-second rates of the counters between two scrapes of the same component:
+/// `<key>_rate` (for `name{l="v"}` keys: `name_rate{l="v"}`). A counter that went down was
+/// reset (process restart): the rate counts from zero, as Prometheus does. Empty when
+/// `dt_ms <= 0` or when either scrape failed to produce the value.
+pub fn rates(prev: &MetricsScrape, cur: &MetricsScrape, dt_ms: i64) -> BTreeMap<String, f64> {
+    let mut out = BTreeMap::new();
+    if dt_ms <= 0 {
+        return out;
+    }
+    let dt_s = dt_ms as f64 / 1000.0;
+    for (k, &v) in &cur.mapped {
+        if !is_counter_key(k) || !v.is_finite() {
+            continue;
+        }
+        let Some(&p) = prev.mapped.get(k) else {
+            continue;
+        };
+        if !p.is_finite() {
+            continue;
+        }
+        let delta = if v >= p { v - p } else { v };
+        out.insert(rate_key(k), delta / dt_s);
+    }
+    out
+}
+
+fn rate_key(k: &str) -> String {
+    match k.split_once('{') {
+        Some((n, rest)) => format!("{n}_rate{{{rest}"),
+        None => format!("{k}_rate"),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// the source
+
+/// Options of the metrics source.
+#[derive(Debug, Clone, Copy)]
+pub struct MetricsConfig {
+    /// Per-GET limits (defaults: connect 300 ms, total 1500 ms, cap 8 MiB).
+    pub limits: Limits,
+    /// Also GET the router's `/workers` and SGLang engines' `/v1/loads`.
+    pub extras: bool,
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        MetricsConfig {
+            limits: Limits::default(),
+            extras: true,
+        }
+    }
+}
+
+/// Scrapes every component's metrics endpoint (and `/workers`, `/v1/loads`) concurrently.
+#[derive(Debug, Clone)]
+pub struct MetricsSource {
+    maps: Vec<MetricMap>,
+    cfg: MetricsConfig,
+}
+
+impl MetricsSource {
+    /// `maps`: usually `ProbeSet::metric_maps`. Fails on an invalid map.
+    pub fn new(maps: Vec<MetricMap>, cfg: MetricsConfig) -> Result<Self> {
+        validate_maps(&maps)?;
+        Ok(MetricsSource { maps, cfg })
+    }
+
+    /// Scrapes one component (metrics + extras concurrently).
+    pub async fn scrape_component(&self, c: &Component) -> MetricsScrape {
+        scrape_one(c.clone(), self.maps.clone(), self.cfg).await
+    }
+}
+
+/// The extra JSON endpoints of a component: (key in `extra`, URL).
+pub fn extra_endpoints(c: &Component) -> Vec<(String, String)> {
+    let Some(base) = c.http_url.as_deref() else {
+        return Vec::new();
+    };
+    let base = base.trim_end_matches('/');
+    if c.role == Role::Router {
+        vec![("workers".into(), format!("{base}/workers"))]
+    } else if c.role.is_engine() && c.stack == "sglang" {
+        vec![(
+            "loads".into(),
+            format!("{base}/v1/loads?include=core,disagg,queues"),
+        )]
+    } else {
+        Vec::new()
+    }
+}
+
+fn probe_of(url: &str, r: &http::Response) -> EndpointProbe {
+    EndpointProbe {
+        url: url.to_string(),
+        outcome: r.outcome.clone(),
+        http_status: r.status,
+        elapsed_ms: r.elapsed.as_millis() as u64,
+        body_bytes: r.body.len() as u64,
+        detail: r.detail.clone(),
+    }
+}
+
+async fn scrape_one(c: Component, maps: Vec<MetricMap>, cfg: MetricsConfig) -> MetricsScrape {
+    let limits = cfg.limits;
+    let metrics_fut = async {
+        match c.metrics_url.as_deref() {
+            Some(u) => Some((u.to_string(), http::get(u, limits).await)),
+            None => None,
+        }
+    };
+    let extras = if cfg.extras {
+        extra_endpoints(&c)
+    } else {
+        Vec::new()
+    };
+    let extras_fut = async {
+        let mut set = tokio::task::JoinSet::new();
+        for (i, (key, url)) in extras.into_iter().enumerate() {
+            set.spawn(async move {
+                let r = http::get(&url, limits).await;
+                (i, key, url, r)
+            });
+        }
+        let mut got = Vec::new();
+        while let Some(r) = set.join_next().await {
+            if let Ok(r) = r {
+                got.push(r);
+            }
+        }
+        got.sort_by_key(|r| r.0);
+        got
+    };
+    let (metrics, extras) = tokio::join!(metrics_fut, extras_fut);
+
+    let mut scrape = MetricsScrape {
+        component: c.id.clone(),
+        metrics: None,
+        series: Vec::new(),
+        bad_lines: 0,
+        mapped: BTreeMap::new(),
+        extra: BTreeMap::new(),
+        extra_probes: Vec::new(),
+    };
+    if let Some((url, r)) = metrics {
+        scrape.metrics = Some(probe_of(&url, &r));
+        // Parse whatever arrived: a truncated body still carries the first series.
+        let parsable = matches!(r.outcome, FetchOutcome::Ok | FetchOutcome::TooLarge)
+            || (r.outcome == FetchOutcome::Timeout && !r.body.is_empty());
+        if parsable {
+            let truncated = r.outcome != FetchOutcome::Ok;
+            let e = crate::prom::parse_bytes(&r.body, truncated);
+            scrape.bad_lines = e.bad_lines;
+            scrape.mapped = apply_maps(&maps, &c.stack, c.role, &e.series);
+            scrape.series = e.series;
+        }
+    }
+    for (_, key, url, r) in extras {
+        let mut probe = probe_of(&url, &r);
+        if r.outcome == FetchOutcome::Ok {
+            match serde_json::from_slice::<serde_json::Value>(&r.body) {
+                Ok(v) => {
+                    scrape.extra.insert(key, v);
+                }
+                Err(e) => {
+                    probe.outcome = FetchOutcome::Error;
+                    probe.detail = Some(format!("not JSON: {e}"));
+                }
+            }
+        }
+        scrape.extra_probes.push(probe);
+    }
+    scrape
+}
+
+/// The status a set of scrapes deserves: degraded naming each endpoint that failed. A 404 on
+/// an extra endpoint is "not present in this version", not a failure.
+pub fn status_of(scrapes: &[MetricsScrape]) -> SourceStatus {
+    let mut problems = Vec::new();
+    for s in scrapes {
+        if let Some(p) = &s.metrics {
+            if p.outcome != FetchOutcome::Ok {
+                problems.push(describe(&s.component, p));
+            }
+        }
+        for p in &s.extra_probes {
+            let absent = p.outcome == FetchOutcome::HttpError && p.http_status == Some(404);
+            if p.outcome != FetchOutcome::Ok && !absent {
+                problems.push(describe(&s.component, p));
+            }
+        }
+    }
+    if problems.is_empty() {
+        SourceStatus::ok()
+    } else {
+        SourceStatus::degraded(problems.join("; "))
+    }
+}
+
+fn describe(component: &str, p: &EndpointProbe) -> String {
+    let outcome = match p.outcome {
+        FetchOutcome::Ok => "ok",
+        FetchOutcome::Timeout => "timeout",
+        FetchOutcome::Refused => "refused",
+        FetchOutcome::TooLarge => "too large",
+        FetchOutcome::HttpError => "http error",
+        FetchOutcome::Error => "error",
+    };
+    match &p.detail {
+        Some(d) => format!(
+            "{component}: {} {outcome} after {} ms ({d})",
+            p.url, p.elapsed_ms
+        ),
+        None => format!("{component}: {} {outcome} after {} ms", p.url, p.elapsed_ms),
+    }
+}
+
+impl Source for MetricsSource {
+    fn kind(&self) -> SourceKind {
+        SourceKind::Metrics
+    }
+
+    fn sample<'a>(&'a self, topo: &'a Topology, clock: &'a dyn Clock) -> BoxFuture<'a, Sample> {
+        Box::pin(async move {
+            let t_ms = clock.now_ms();
+            let start = Instant::now();
+            let targets: Vec<Component> = topo
+                .components
+                .iter()
+                .filter(|c| {
+                    c.metrics_url.is_some() || (self.cfg.extras && !extra_endpoints(c).is_empty())
+                })
+                .cloned()
+                .collect();
+            if targets.is_empty() {
+                return Sample {
+                    t_ms,
+                    status: SourceStatus::unavailable(
+                        "no component has a metrics endpoint or an HTTP API",
+                    ),
+                    took_ms: start.elapsed().as_millis() as u64,
+                    payload: Payload::Metrics(Vec::new()),
+                };
+            }
+            let mut set = tokio::task::JoinSet::new();
+            for (i, c) in targets.into_iter().enumerate() {
+                let maps = self.maps.clone();
+                let cfg = self.cfg;
+                set.spawn(async move { (i, scrape_one(c, maps, cfg).await) });
+            }
+            let mut scrapes = Vec::new();
+            let mut failed = Vec::new();
+            while let Some(r) = set.join_next().await {
+                match r {
+                    Ok(s) => scrapes.push(s),
+                    Err(e) => failed.push(format!("scrape task failed: {e}")),
+                }
+            }
+            scrapes.sort_by_key(|s| s.0);
+            let scrapes: Vec<MetricsScrape> = scrapes.into_iter().map(|s| s.1).collect();
+            let mut status = status_of(&scrapes);
+            if !failed.is_empty() {
+                status = status.worst(SourceStatus::degraded(failed.join("; ")));
+            }
+            Sample {
+                t_ms,
+                status,
+                took_ms: start.elapsed().as_millis() as u64,
+                payload: Payload::Metrics(scrapes),
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(name: &str, kind: ValueKind, series: &[&str]) -> MetricMap {
+        MetricMap {
+            stack: "sglang".into(),
+            roles: vec!["decode".into()],
+            name: name.into(),
+            kind,
+            series: series.iter().map(|s| s.to_string()).collect(),
+            labels: BTreeMap::new(),
+            by_label: None,
+            aggregate: Aggregate::Sum,
+        }
+    }
+
+    fn ser(name: &str, labels: &[(&str, &str)], value: f64) -> Series {
+        Series {
+            name: name.into(),
+            labels: labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            value,
+        }
+    }
+
+    #[test]
+    fn builtin_maps_load_and_validate() {
+        let set = crate::probes::ProbeSet::builtin().unwrap();
+        validate_maps(&set.metric_maps).unwrap();
+        let names: Vec<&str> = set.metric_maps.iter().map(|m| m.name.as_str()).collect();
+        for n in [
+            "running",
+            "queued",
+            "http_active",
+            "worker_in_flight",
+            "forward_seconds_total",
+        ] {
+            assert!(names.contains(&n), "{n} missing");
+        }
+        let s = vec![
+            ser("sglang_num_prefill_prealloc_queue_reqs", &[], 4.0),
+            ser("sglang:num_running_reqs", &[("tp_rank", "0")], 1.0),
+        ];
+        let out = apply_maps(&set.metric_maps, "sglang", Role::Prefill, &s);
+        assert_eq!(out["prefill_bootstrap_queue"], 4.0);
+        assert_eq!(out["running"], 1.0);
+        let v = vec![ser("vllm:num_requests_waiting", &[("engine", "0")], 2.0)];
+        assert_eq!(
+            apply_maps(&set.metric_maps, "vllm", Role::Engine, &v)["queued"],
+            2.0
+        );
+    }
+
+    #[test]
+    fn validation_enforces_counter_naming() {
+        assert!(map("running", ValueKind::Gauge, &["x"]).validate().is_ok());
+        assert!(map("running", ValueKind::Counter, &["x"])
+            .validate()
+            .is_err());
+        assert!(map("a_total", ValueKind::Gauge, &["x"]).validate().is_err());
+        let mut m = map("a_total", ValueKind::Counter, &["x"]);
+        assert!(m.validate().is_ok());
+        m.roles = vec!["chef".into()];
+        assert!(m.validate().is_err());
+    }
+
+    #[test]
+    fn first_present_alternative_wins_and_by_label_splits() {
+        let mut m = map(
+            "worker_in_flight",
+            ValueKind::Gauge,
+            &["smg_worker_requests_active", "sgl_router_running_requests"],
+        );
+        m.by_label = Some("worker".into());
+        let s = vec![
+            ser("sgl_router_running_requests", &[("worker", "a")], 9.0),
+            ser("smg_worker_requests_active", &[("worker", "a")], 2.0),
+            ser("smg_worker_requests_active", &[("worker", "b")], 3.0),
+        ];
+        let out = apply_maps(&[m], "sglang", Role::Decode, &s);
+        assert_eq!(out["worker_in_flight"], 5.0);
+        assert_eq!(out[&labelled_key("worker_in_flight", "worker", "a")], 2.0);
+        assert_eq!(out[&labelled_key("worker_in_flight", "worker", "b")], 3.0);
+        assert!(apply_maps(&[], "sglang", Role::Decode, &s).is_empty());
+    }
+
+    #[test]
+    fn rates_handle_resets_and_gauges() {
+        let mk = |pairs: &[(&str, f64)]| MetricsScrape {
+            component: "c".into(),
+            metrics: None,
+            series: vec![],
+            bad_lines: 0,
+            mapped: pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+            extra: BTreeMap::new(),
+            extra_probes: vec![],
+        };
+        let a = mk(&[
+            ("forward_seconds_total", 10.0),
+            ("running", 3.0),
+            ("requests_total{worker=\"w\"}", 100.0),
+        ]);
+        let b = mk(&[
+            ("forward_seconds_total", 11.0),
+            ("running", 4.0),
+            ("requests_total{worker=\"w\"}", 5.0),
+        ]);
+        let r = rates(&a, &b, 2000);
+        assert_eq!(r["forward_seconds_total_rate"], 0.5);
+        assert_eq!(r["requests_total_rate{worker=\"w\"}"], 2.5);
+        assert!(!r.contains_key("running_rate"));
+        assert!(rates(&a, &b, 0).is_empty());
+    }
 }

@@ -1,1 +1,149 @@
 //! The terminal UI (ratatui). The only module that may depend on ratatui.
+//!
+//! Structure (tokio-console style): a [`Feed`] hands over [`FeedFrame`]s (snapshot + sampler
+//! health) without ever blocking; [`App`] is the state (selection, filter, freeze, history
+//! for sparklines) and turns keys into state changes; `render` draws the state. [`run`] ties
+//! them to a real terminal.
+//!
+//! Wiring (integrator): live mode sends frames through [`ChannelFeed::channel`]; `--replay`
+//! builds a [`ReplayFeed`] from recorded snapshots; `s` calls
+//! [`AppOptions::snapshot_writer`] (plug `snapshot::write_bundle` there).
+
+mod app;
+mod feed;
+mod render;
+
+pub use app::{
+    derive, lane_of, Action, App, AppOptions, Derived, GpuPoint, HistoryPoint, Lane, RequestRow,
+    SnapshotWriter, SortKey, View, LANES,
+};
+pub use feed::{
+    ChannelFeed, Feed, FeedFrame, FeedState, ReplayCommand, ReplayFeed, ReplayStatus, SamplerHealth,
+};
+pub use render::{fmt_bytes, fmt_ms, sparkline, HELP};
+
+use crate::error::{Error, Result};
+use ratatui::crossterm::event::{self, Event, KeyEventKind};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+impl App {
+    /// Draws the current state. Never waits on anything; cost is bounded by what is visible.
+    pub fn render(&self, frame: &mut ratatui::Frame) {
+        render::render(self, frame);
+    }
+}
+
+/// Set by SIGINT/SIGTERM/SIGHUP sent from outside (inside the UI, Ctrl-C is a key press
+/// because raw mode turns ISIG off). The loop sees it within one tick and restores.
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_stop_signal(_: libc::c_int) {
+    // Only an atomic store: async-signal-safe.
+    STOP.store(true, Ordering::SeqCst);
+}
+
+/// The handlers that were in place before `run`, put back when it returns so the caller's
+/// own Ctrl-C handling (e.g. the demo's teardown) works again afterwards.
+struct StopSignals(Vec<(nix::sys::signal::Signal, nix::sys::signal::SigAction)>);
+
+impl StopSignals {
+    fn install() -> StopSignals {
+        use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
+        let action = SigAction::new(
+            SigHandler::Handler(on_stop_signal),
+            SaFlags::empty(),
+            SigSet::empty(),
+        );
+        let mut previous = Vec::new();
+        for sig in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
+            // SAFETY: the handler only stores to an atomic.
+            if let Ok(old) = unsafe { sigaction(sig, &action) } {
+                previous.push((sig, old));
+            }
+        }
+        StopSignals(previous)
+    }
+}
+
+impl Drop for StopSignals {
+    fn drop(&mut self) {
+        for (sig, old) in &self.0 {
+            // SAFETY: restores the handler that was installed before.
+            let _ = unsafe { nix::sys::signal::sigaction(*sig, old) };
+        }
+    }
+}
+
+/// `poll`, with a signal interrupting the wait counted as "no event" (the loop then sees STOP).
+fn poll(timeout: Duration) -> Result<bool> {
+    match event::poll(timeout) {
+        Ok(ready) => Ok(ready),
+        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => Ok(false),
+        Err(e) => Err(term_err(e)),
+    }
+}
+
+fn term_err(e: std::io::Error) -> Error {
+    Error::Other(format!("terminal: {e}"))
+}
+
+/// Runs the UI on the real terminal until `q`, Ctrl-C or a stop signal. The terminal is
+/// restored on every exit path, including a panic (ratatui's panic hook).
+pub fn run(feed: &mut dyn Feed, opts: AppOptions) -> Result<()> {
+    let mut app = App::new(opts);
+    STOP.store(false, Ordering::SeqCst);
+    let _signals = StopSignals::install();
+    let mut terminal = match ratatui::try_init() {
+        Ok(t) => t,
+        Err(e) => {
+            ratatui::restore();
+            return Err(term_err(e));
+        }
+    };
+    let result = event_loop(&mut terminal, feed, &mut app);
+    ratatui::restore();
+    result
+}
+
+fn event_loop(
+    terminal: &mut ratatui::DefaultTerminal,
+    feed: &mut dyn Feed,
+    app: &mut App,
+) -> Result<()> {
+    let tick = Duration::from_millis(app.options().tick_ms.max(10));
+    loop {
+        let now = app.options().clock.now_ms();
+        if let Some(frame) = feed.latest(now) {
+            app.ingest(frame);
+        }
+        app.set_feed_state(feed.state());
+        terminal.draw(|f| app.render(f)).map_err(term_err)?;
+        if STOP.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        if !poll(tick)? {
+            continue;
+        }
+        // Everything already queued, so a burst of keys costs one redraw.
+        loop {
+            if let Event::Key(key) = event::read().map_err(term_err)? {
+                if key.kind == KeyEventKind::Press {
+                    match app.handle_key(key) {
+                        Action::Quit => return Ok(()),
+                        Action::Replay(cmd) => {
+                            let now = app.options().clock.now_ms();
+                            if !feed.control(cmd, now) {
+                                app.set_status("replay keys work only with --replay");
+                            }
+                        }
+                        Action::None => {}
+                    }
+                }
+            }
+            if !poll(Duration::ZERO)? {
+                break;
+            }
+        }
+    }
+}

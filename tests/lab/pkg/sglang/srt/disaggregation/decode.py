@@ -1,0 +1,107 @@
+"""Decode side of PD disaggregation (sglang/srt/disaggregation/decode.py)."""
+
+import logging
+import os
+import time
+
+from sglang.srt.disaggregation.utils import KVPoll, poll_and_all_reduce
+
+logger = logging.getLogger(__name__)
+
+KV_TRANSFER_S = 0.02  # simulated RDMA time between prefill done and KV ready on decode
+
+
+def _env_int(name):
+    v = os.environ.get(name, "").strip()
+    try:
+        return int(v) if v else None
+    except ValueError:
+        return None
+
+
+class DecodePreallocQueue:
+    """Requests waiting for KV-cache pre-allocation on the decode side."""
+
+    def __init__(self, scheduler):
+        self.scheduler = scheduler
+        self.queue = []
+        # The "tuning variable": chunk pre-allocation for long prompts. When set, prompts
+        # longer than this are handed to a split path that never completes: the request is
+        # dropped without an error, a log line or a metric (accepted and forgotten).
+        self.split_tokens = _env_int("SGLANG_DECODE_PREALLOC_SPLIT_TOKENS")
+
+    def add(self, req):
+        self.queue.append(req)
+
+    def pop_preallocated(self):
+        preallocated = []
+        for req in self.queue:
+            if self.split_tokens is not None and req.prompt_tokens > self.split_tokens:
+                self._pre_alloc_split(req)
+                continue
+            preallocated.append(req)
+        self.queue = []
+        return preallocated
+
+    def _pre_alloc_split(self, req):
+        pass  # the bug: the split request is never re-queued
+
+
+class DecodeTransferQueue:
+    """Requests whose KV cache is being transferred from the prefill engine."""
+
+    def __init__(self, scheduler):
+        self.scheduler = scheduler
+        self.queue = []  # (req, ready_at)
+        self.stuck_after = _env_int("LAB_FAULT_TRANSFER_STUCK_AFTER")
+        self.admitted = 0
+
+    def extend(self, reqs):
+        now = time.monotonic()
+        for req in reqs:
+            self.admitted += 1
+            stuck = self.stuck_after is not None and self.admitted > self.stuck_after
+            self.queue.append((req, float("inf") if stuck else now + KV_TRANSFER_S))
+
+    def pop_transferred(self):
+        if not self.queue:
+            return []
+        now = time.monotonic()
+        polls = poll_and_all_reduce(
+            [lambda t=t: KVPoll.Success if now >= t else KVPoll.Transferring
+             for _, t in self.queue])
+        done = [r for (r, _), s in zip(self.queue, polls) if s == KVPoll.Success]
+        self.queue = [(r, t) for (r, t), s in zip(self.queue, polls) if s != KVPoll.Success]
+        return done
+
+
+class SchedulerDisaggregationDecodeMixin:
+    def event_loop_normal_disagg_decode(self):
+        while True:
+            recv_reqs = self.recv_requests()
+            self.process_input_requests(recv_reqs)
+            self.process_decode_queue()
+            batch = self.get_next_disagg_decode_batch_to_run()
+            self.cur_batch = batch
+            if batch:
+                result = self.run_batch(batch)
+                self.process_batch_result(batch, result)
+            else:
+                self.on_idle()
+            self.last_batch = batch
+
+    def process_decode_queue(self):
+        req_conns = self.disagg_decode_prealloc_queue.pop_preallocated()
+        self.disagg_decode_transfer_queue.extend(req_conns)
+        alloc_reqs = self.disagg_decode_transfer_queue.pop_transferred()
+        self.waiting_queue.extend(alloc_reqs)
+
+    def get_next_disagg_decode_batch_to_run(self):
+        new_prebuilt_batch = self.get_new_prebuilt_batch()
+        if new_prebuilt_batch:
+            self.running_batch.extend(new_prebuilt_batch)
+        return self.update_running_batch()
+
+    def get_new_prebuilt_batch(self):
+        reqs, self.waiting_queue = self.waiting_queue, []
+        return reqs

@@ -1,0 +1,166 @@
+//! Redaction: planted secrets (env, cmdline flags, URL credentials) never appear in stdout or
+//! any file of the bundle; names stay visible; `--no-redact` shows them and says so.
+
+mod shapes;
+
+use shapes::{free_port, wedgewatch, Shape};
+use std::path::Path;
+
+const PLANTED: &[&str] = &[
+    "sk-planted-env-4242",
+    "hf_planted_token_77",
+    "planted-db-pass",
+    "planted-cli-key-9",
+    "planted-eq-token-3",
+    "planted-url-pw",
+];
+
+fn all_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+    for e in std::fs::read_dir(dir).expect("ls").flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            all_files(&p, out);
+        } else {
+            out.push(p);
+        }
+    }
+}
+
+fn start_stack(d: u16, r: u16) -> (Shape, Shape) {
+    let engine = Shape::engine(
+        "decode",
+        d,
+        1,
+        &[
+            "--api-key",
+            "planted-cli-key-9",
+            "--hf-token=planted-eq-token-3",
+        ],
+        &[
+            ("OPENAI_API_KEY", "sk-planted-env-4242"),
+            ("HF_TOKEN", "hf_planted_token_77"),
+            (
+                "DATABASE_URL",
+                "postgres://app:planted-db-pass@db.internal:5432/x",
+            ),
+        ],
+    );
+    let (rs, durl) = (
+        r.to_string(),
+        format!("http://svc:planted-url-pw@127.0.0.1:{d}"),
+    );
+    let router = Shape::start(
+        &[
+            "timeout",
+            "60",
+            "python3",
+            "-m",
+            "sglang_router.launch_router",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            &rs,
+            "--worker-urls",
+            &durl,
+            "--prometheus-port",
+            "0",
+        ],
+        &[],
+    );
+    (engine, router)
+}
+
+#[test]
+fn secrets_never_leave_redacted() {
+    let (d, r) = (free_port(), free_port());
+    let (engine, router) = start_stack(d, r);
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("b");
+    let out = wedgewatch()
+        .args(["snapshot", "--json", "-o"])
+        .arg(&dir)
+        .output()
+        .expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let mut files = Vec::new();
+    all_files(&dir, &mut files);
+    assert!(files.len() >= 4, "{files:?}");
+    let mut texts = vec![
+        ("stdout".to_string(), stdout.clone()),
+        ("stderr".to_string(), stderr),
+    ];
+    for f in &files {
+        texts.push((
+            f.display().to_string(),
+            std::fs::read_to_string(f).expect("read"),
+        ));
+    }
+    for (name, text) in &texts {
+        for s in PLANTED {
+            assert!(!text.contains(s), "{s} leaked into {name}");
+        }
+    }
+    // the snapshot really contains our processes, names visible, values redacted
+    let v: serde_json::Value = serde_json::from_str(&stdout).expect("json");
+    assert_eq!(v["redacted"], true);
+    let id = format!("decode@127.0.0.1:{d}");
+    let c = v["components"]
+        .as_array()
+        .and_then(|a| a.iter().find(|c| c["id"] == id.as_str()))
+        .expect("engine component");
+    assert_eq!(c["env"]["OPENAI_API_KEY"], "<redacted>");
+    assert_eq!(c["env"]["HF_TOKEN"], "<redacted>");
+    assert_eq!(
+        c["env"]["DATABASE_URL"],
+        "postgres://app:<redacted>@db.internal:5432/x"
+    );
+    let cmd: Vec<&str> = c["cmdline"]
+        .as_array()
+        .expect("cmdline")
+        .iter()
+        .filter_map(|x| x.as_str())
+        .collect();
+    assert!(
+        cmd.windows(2).any(|w| w == ["--api-key", "<redacted>"]),
+        "{cmd:?}"
+    );
+    assert!(cmd.contains(&"--hf-token=<redacted>"), "{cmd:?}");
+    let rid = format!("router@127.0.0.1:{r}");
+    let rc = v["components"]
+        .as_array()
+        .and_then(|a| a.iter().find(|c| c["id"] == rid.as_str()))
+        .expect("router component");
+    assert!(rc["cmdline"]
+        .as_array()
+        .expect("cmdline")
+        .iter()
+        .any(|x| x.as_str().is_some_and(|s| s.contains("svc:<redacted>@"))));
+    drop((engine, router));
+}
+
+#[test]
+fn no_redact_shows_and_says_so() {
+    let (d, r) = (free_port(), free_port());
+    let (engine, router) = start_stack(d, r);
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("b");
+    let out = wedgewatch()
+        .args(["snapshot", "--no-redact", "--json", "-o"])
+        .arg(&dir)
+        .output()
+        .expect("run");
+    assert!(out.status.success());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("sk-planted-env-4242"));
+    let v: serde_json::Value = serde_json::from_str(&stdout).expect("json");
+    assert_eq!(v["redacted"], false);
+    let report = std::fs::read_to_string(dir.join("report.md")).expect("report");
+    assert!(report.contains("--no-redact"), "the report states it");
+    drop((engine, router));
+}

@@ -1,0 +1,190 @@
+//! The snapshot contract: real outputs validate against `wedgewatch.snapshot/1`, and the
+//! bundle is written whole or not at all.
+
+mod shapes;
+
+use shapes::{fixture_proc, free_port, wedgewatch, Shape};
+use std::path::Path;
+
+fn validate(schema_file: &str, instance: &serde_json::Value) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/schema")
+        .join(schema_file);
+    let schema: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).expect("schema file"))
+            .expect("schema json");
+    let validator = jsonschema::validator_for(&schema).expect("schema compiles");
+    let errors: Vec<String> = validator
+        .iter_errors(instance)
+        .map(|e| format!("{} at {}", e, e.instance_path))
+        .collect();
+    assert!(errors.is_empty(), "{schema_file}: {errors:#?}");
+}
+
+pub fn validate_snapshot(v: &serde_json::Value) {
+    validate("snapshot-1.schema.json", v);
+}
+
+#[test]
+fn schema_rejects_what_it_should() {
+    // the validator is not a rubber stamp
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/schema/snapshot-1.schema.json");
+    let schema: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).expect("read")).expect("json");
+    let validator = jsonschema::validator_for(&schema).expect("compiles");
+    assert!(!validator.is_valid(&serde_json::json!({"schema": "wedgewatch.snapshot/1"})));
+}
+
+#[test]
+fn fixture_snapshot_validates() {
+    let out = wedgewatch()
+        .args(["snapshot", "--json", "--proc-root"])
+        .arg(fixture_proc("container"))
+        .output()
+        .expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stdout is JSON");
+    validate_snapshot(&v);
+    let comps = v["components"].as_array().expect("components");
+    let ids: Vec<&str> = comps.iter().filter_map(|c| c["id"].as_str()).collect();
+    for id in [
+        "decode@127.0.0.1:31012",
+        "scheduler_TP0@decode@127.0.0.1:31012",
+        "scheduler_TP1@decode@127.0.0.1:31012",
+        "router@127.0.0.1:30000",
+    ] {
+        assert!(ids.contains(&id), "{id} missing from {ids:?}");
+    }
+    let decode = comps
+        .iter()
+        .find(|c| c["id"] == "decode@127.0.0.1:31012")
+        .expect("decode");
+    assert_eq!(decode["role"], "decode");
+    assert_eq!(decode["env"]["HF_TOKEN"], "<redacted>");
+    assert_eq!(decode["env"]["SGLANG_LOG_LEVEL"], "info");
+    assert_eq!(decode["gpus"], serde_json::json!([3, 4]));
+    assert!(decode["started_at"]
+        .as_str()
+        .is_some_and(|s| s.starts_with("2026-11-2")));
+    // the titled router: cmdline from its launcher
+    let router = comps
+        .iter()
+        .find(|c| c["id"] == "router@127.0.0.1:30000")
+        .expect("router");
+    assert!(router["cmdline"]
+        .as_array()
+        .is_some_and(|a| a.iter().any(|x| x == "--pd-disaggregation")));
+    for k in ["sockets", "stacks", "gpu", "metrics"] {
+        assert_eq!(v["sources"][k]["status"], "unavailable", "{k}");
+        assert!(v["sources"][k]["reason"]
+            .as_str()
+            .is_some_and(|r| !r.is_empty()));
+    }
+    assert_eq!(v["sources"]["processes"]["status"], "ok");
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("hf_fixture_secret"));
+}
+
+#[test]
+fn live_bundle_is_complete_and_atomic() {
+    let port = free_port();
+    let engine = Shape::engine("decode", port, 1, &[], &[("CUDA_VISIBLE_DEVICES", "0")]);
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("bundle");
+    let out = wedgewatch()
+        .args(["snapshot", "--json", "-o"])
+        .arg(&dir)
+        .output()
+        .expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stdout JSON");
+    validate_snapshot(&stdout);
+    let file: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.join("snapshot.json")).expect("snapshot.json"),
+    )
+    .expect("bundle JSON");
+    validate_snapshot(&file);
+    let id = format!("decode@127.0.0.1:{port}");
+    let c = file["components"]
+        .as_array()
+        .and_then(|a| a.iter().find(|c| c["id"] == id.as_str()))
+        .unwrap_or_else(|| panic!("{id} not in bundle"));
+    assert_eq!(c["main_pid"], engine.pid);
+    assert!(c["env"]["CUDA_VISIBLE_DEVICES"] == "0");
+    let procs = c["processes"].as_array().expect("per-process facts");
+    assert!(procs[0]["threads"]
+        .as_array()
+        .is_some_and(|t| !t.is_empty()));
+    assert!(procs[0]["fd_count"].as_u64().is_some_and(|n| n >= 3));
+
+    let report = std::fs::read_to_string(dir.join("report.md")).expect("report.md");
+    let f = report.find("## Findings").expect("findings section");
+    let t = report.find("## Topology").expect("topology section");
+    assert!(f < t, "findings come first");
+    assert!(report.contains(&format!("`{id}`")));
+    assert!(report.contains("<details><summary>environment"));
+    assert!(dir.join("raw/processes.json").is_file());
+    assert!(dir.join("raw/topology.json").is_file());
+    // nothing but the bundle beside it: no temporary directories left
+    let left: Vec<_> = std::fs::read_dir(tmp.path())
+        .expect("ls")
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert_eq!(left, vec![std::ffi::OsString::from("bundle")]);
+
+    // a second snapshot replaces the bundle whole
+    let before = std::fs::read_to_string(dir.join("snapshot.json")).expect("read");
+    let out = wedgewatch()
+        .args(["snapshot", "-o"])
+        .arg(&dir)
+        .output()
+        .expect("run");
+    assert!(out.status.success());
+    let after = std::fs::read_to_string(dir.join("snapshot.json")).expect("read");
+    assert_ne!(before, after, "taken_at differs");
+    let left: Vec<_> = std::fs::read_dir(tmp.path())
+        .expect("ls")
+        .flatten()
+        .collect();
+    assert_eq!(left.len(), 1);
+
+    // bundle directories are valid diff inputs
+    let out = wedgewatch()
+        .arg("diff")
+        .arg(&dir)
+        .arg(dir.join("snapshot.json"))
+        .output()
+        .expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "no changes");
+
+    // a directory that is not a bundle is never overwritten
+    let other = tmp.path().join("precious");
+    std::fs::create_dir(&other).expect("mkdir");
+    std::fs::write(other.join("notes.txt"), "keep me").expect("write");
+    let out = wedgewatch()
+        .args(["snapshot", "-o"])
+        .arg(&other)
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a wedgewatch bundle"));
+    assert_eq!(
+        std::fs::read_to_string(other.join("notes.txt")).expect("read"),
+        "keep me"
+    );
+    assert!(!other.join("snapshot.json").exists());
+    drop(engine);
+}

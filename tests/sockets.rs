@@ -1,0 +1,508 @@
+//! The sockets source against real sockets held by real Python processes (127.0.0.1/::1
+//! only; every process is killed by a Drop guard and exits by itself after 120 s anyway).
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+use wedgewatch::clock::SystemClock;
+use wedgewatch::model::{
+    Component, Payload, Role, SocketEntry, SocketTable, Status, TcpState, Topology,
+};
+use wedgewatch::sources::sockets::{
+    apply_edges, build_table, classify, dump_netlink, netns_of, read_proc_net_tcp, InodeMap, Scope,
+    SocketClass, SocketConfig, SocketSource,
+};
+use wedgewatch::sources::Source;
+
+/// One script, several roles (argv[1]). Prints one line (a port or "ready") when set up.
+const HELPER: &str = r#"
+import os, socket, sys, threading, time
+threading.Timer(120, lambda: os._exit(0)).start()
+mode = sys.argv[1]
+
+def listen(host):
+    fam = socket.AF_INET6 if ':' in host else socket.AF_INET
+    s = socket.socket(fam, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((host, 0))
+    s.listen(128)
+    return s
+
+def pump(a, b):
+    try:
+        while True:
+            d = a.recv(65536)
+            if not d:
+                break
+            b.sendall(d)
+    except OSError:
+        pass
+
+held = []
+if mode == 'silent':
+    # Accepts and never answers (nor reads): "accepted and forgotten".
+    s = listen(sys.argv[2]); print(s.getsockname()[1], flush=True)
+    while True:
+        c, _ = s.accept(); held.append(c)
+elif mode == 'stream':
+    # Streams 1000 bytes every 50 ms to each client.
+    s = listen(sys.argv[2]); print(s.getsockname()[1], flush=True)
+    def feed(c):
+        try:
+            while True:
+                c.sendall(b'x' * 1000); time.sleep(0.05)
+        except OSError:
+            pass
+    while True:
+        c, _ = s.accept(); held.append(c)
+        threading.Thread(target=feed, args=(c,), daemon=True).start()
+elif mode == 'proxy':
+    # Forwards each client connection to 127.0.0.1:argv[2].
+    s = listen('127.0.0.1'); print(s.getsockname()[1], flush=True)
+    while True:
+        c, _ = s.accept()
+        u = socket.create_connection(('127.0.0.1', int(sys.argv[2])))
+        held += [c, u]
+        threading.Thread(target=pump, args=(c, u), daemon=True).start()
+        threading.Thread(target=pump, args=(u, c), daemon=True).start()
+elif mode == 'client':
+    c = socket.create_connection(('127.0.0.1', int(sys.argv[2])))
+    c.sendall(b'POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}')
+    print('ready', flush=True)
+    held.append(c)
+elif mode == 'selfpair':
+    # A connected pair inside our own (possibly private) network namespace.
+    s = listen('127.0.0.1')
+    c = socket.create_connection(('127.0.0.1', s.getsockname()[1]))
+    a, _ = s.accept()
+    c.sendall(b'0123456789')
+    held += [c, a]
+    print(s.getsockname()[1], flush=True)
+while True:
+    time.sleep(1)
+"#;
+
+struct Proc {
+    child: Child,
+    line: String,
+}
+
+impl Proc {
+    fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+    fn port(&self) -> u16 {
+        self.line.trim().parse().expect("helper printed a port")
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn spawn_cmd(mut cmd: Command) -> Proc {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn helper");
+    let out = child.stdout.take().expect("stdout");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(out).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let mut p = Proc {
+        child,
+        line: String::new(),
+    };
+    p.line = rx
+        .recv_timeout(Duration::from_secs(15))
+        .expect("helper did not report in 15 s");
+    assert!(!p.line.is_empty(), "helper exited before reporting");
+    p
+}
+
+fn helper(args: &[&str]) -> Proc {
+    let mut cmd = Command::new("python3");
+    cmd.arg("-c").arg(HELPER).args(args);
+    spawn_cmd(cmd)
+}
+
+fn component(id: &str, role: Role, pids: &[i32], listen: &[String]) -> Component {
+    let mut c = Component::new(id, role, "generic");
+    c.pids = pids.to_vec();
+    c.main_pid = pids.first().copied();
+    c.listen = listen.to_vec();
+    c
+}
+
+fn table_for(topo: &Topology, map: &mut InodeMap) -> SocketTable {
+    let (table, status) = build_table(map, topo, &SocketConfig::default());
+    assert_eq!(status.status, Status::Ok, "{status:?}");
+    table
+}
+
+fn find(t: &SocketTable, f: impl Fn(&SocketEntry) -> bool) -> &SocketEntry {
+    t.sockets
+        .iter()
+        .find(|s| f(s))
+        .unwrap_or_else(|| panic!("socket not found in {:#?}", t.sockets))
+}
+
+#[test]
+fn accepted_never_answered_socket_shows_silence_and_owner() {
+    let server = helper(&["silent", "127.0.0.1"]);
+    let port = server.port();
+    let mut client = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let request = b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}";
+    client.write_all(request).unwrap();
+    let me = std::process::id() as i32;
+    let topo = Topology {
+        components: vec![
+            component(
+                "server",
+                Role::Engine,
+                &[server.pid()],
+                &[format!("127.0.0.1:{port}")],
+            ),
+            component("client", Role::Client, &[me], &[]),
+        ],
+        edges: vec![],
+    };
+    let mut map = InodeMap::new();
+    std::thread::sleep(Duration::from_millis(100));
+    let t1 = table_for(&topo, &mut map);
+    std::thread::sleep(Duration::from_millis(400));
+    let t2 = table_for(&topo, &mut map);
+
+    let server_side = |t: &SocketTable| {
+        find(t, |s| {
+            s.local_port() == Some(port) && s.state == TcpState::Established
+        })
+        .clone()
+    };
+    let a = server_side(&t1);
+    let b = server_side(&t2);
+    assert_eq!(a.pid, Some(server.pid()), "owner of the accepted socket");
+    let (ia, ib) = (a.tcp_info.unwrap(), b.tcp_info.unwrap());
+    assert!(ib.bytes_acked <= 1, "server never sent: {ib:?}");
+    assert_eq!(ib.bytes_received, request.len() as u64);
+    assert!(
+        ib.last_data_sent_ms >= ia.last_data_sent_ms + 300,
+        "silence grows: {ia:?} -> {ib:?}"
+    );
+    assert!(
+        ib.last_data_recv_ms >= 300,
+        "nothing received since: {ib:?}"
+    );
+    // The listening socket and our own client end are there too, with the right owners.
+    let l = find(&t2, |s| {
+        s.local_port() == Some(port) && s.state == TcpState::Listen
+    });
+    assert_eq!(l.pid, Some(server.pid()));
+    let c = find(&t2, |s| s.remote_port() == Some(port));
+    assert_eq!(c.pid, Some(me));
+    assert_eq!(c.tcp_info.unwrap().bytes_acked, request.len() as u64 + 1);
+
+    // Classification: the server's socket is inbound, ours outbound to the server.
+    let cls = classify(&topo, &t2);
+    let srv = &cls.components["server"];
+    assert_eq!(srv.listening, 1);
+    assert_eq!(srv.inbound, 1);
+    assert_eq!(srv.by_state["ESTABLISHED"], 1);
+    assert_eq!(srv.by_state["LISTEN"], 1);
+    let cl = &cls.components["client"];
+    assert!(cl.sockets.iter().any(|(_, c)| *c
+        == SocketClass::Outbound {
+            to: "server".into()
+        }));
+    drop(client);
+}
+
+#[test]
+fn streaming_socket_shows_growing_bytes_over_ipv6() {
+    let server = helper(&["stream", "::1"]);
+    let port = server.port();
+    let mut client = TcpStream::connect(("::1", port)).unwrap();
+    client
+        .set_read_timeout(Some(Duration::from_millis(50)))
+        .unwrap();
+    let topo = Topology {
+        components: vec![component(
+            "streamer",
+            Role::Decode,
+            &[server.pid()],
+            &[format!("[::1]:{port}")],
+        )],
+        edges: vec![],
+    };
+    let mut map = InodeMap::new();
+    let mut drain = |ms: u64| {
+        let end = Instant::now() + Duration::from_millis(ms);
+        let mut buf = [0u8; 65536];
+        while Instant::now() < end {
+            let _ = client.read(&mut buf);
+        }
+    };
+    drain(200);
+    let t1 = table_for(&topo, &mut map);
+    drain(400);
+    let t2 = table_for(&topo, &mut map);
+    let pick = |t: &SocketTable| {
+        find(t, |s| {
+            s.local == format!("[::1]:{port}") && s.state == TcpState::Established
+        })
+        .clone()
+    };
+    let (a, b) = (pick(&t1), pick(&t2));
+    assert_eq!(b.pid, Some(server.pid()));
+    assert!(b.remote.starts_with("[::1]:"), "{}", b.remote);
+    let (ia, ib) = (a.tcp_info.unwrap(), b.tcp_info.unwrap());
+    assert!(
+        ib.bytes_acked >= ia.bytes_acked + 4000,
+        "stream grows: {ia:?} -> {ib:?}"
+    );
+    assert!(ib.bytes_sent >= ib.bytes_acked - 1);
+    assert!(ib.last_data_sent_ms < 200, "recently sent: {ib:?}");
+    // Our own end, mapped to us although we are not in the topology: it touches the port.
+    let mine = find(&t2, |s| s.remote == format!("[::1]:{port}"));
+    assert!(mine.tcp_info.unwrap().bytes_received >= ib.bytes_acked.saturating_sub(70_000));
+}
+
+#[test]
+fn chain_client_proxy_router_gives_edges_and_classes() {
+    let router = helper(&["silent", "127.0.0.1"]);
+    let proxy = helper(&["proxy", &router.port().to_string()]);
+    let client = helper(&["client", &proxy.port().to_string()]);
+    let mut topo = Topology {
+        components: vec![
+            component("client", Role::Client, &[client.pid()], &[]),
+            component(
+                "proxy@127.0.0.1",
+                Role::Proxy,
+                &[proxy.pid()],
+                &[format!("127.0.0.1:{}", proxy.port())],
+            ),
+            component(
+                "router@127.0.0.1",
+                Role::Router,
+                &[router.pid()],
+                &[format!("0.0.0.0:{}", router.port())],
+            ),
+        ],
+        edges: vec![],
+    };
+    let mut map = InodeMap::new();
+    // The proxy connects upstream after accepting: give it a moment, bounded.
+    let mut cls = None;
+    for _ in 0..50 {
+        let t = table_for(&topo, &mut map);
+        let c = classify(&topo, &t);
+        if c.edges.len() == 2 {
+            cls = Some(c);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let cls = cls.expect("two edges within 5 s");
+    let edges: Vec<(String, String, Option<u32>)> = cls
+        .edges
+        .iter()
+        .map(|e| (e.from.clone(), e.to.clone(), e.connections))
+        .collect();
+    assert_eq!(
+        edges,
+        vec![
+            ("client".into(), "proxy@127.0.0.1".into(), Some(1)),
+            ("proxy@127.0.0.1".into(), "router@127.0.0.1".into(), Some(1)),
+        ]
+    );
+    let p = &cls.components["proxy@127.0.0.1"];
+    assert_eq!((p.listening, p.inbound, p.outbound, p.other), (1, 1, 1, 0));
+    let r = &cls.components["router@127.0.0.1"];
+    assert_eq!((r.listening, r.inbound, r.outbound), (1, 1, 0));
+    assert_eq!(r.by_state["ESTABLISHED"], 1);
+
+    apply_edges(&mut topo, &cls);
+    assert_eq!(topo.edges.len(), 2);
+    // The client goes away (and discovery drops its pid): the edge stays, with 0 connections.
+    drop(client);
+    topo.components[0].pids.clear();
+    std::thread::sleep(Duration::from_millis(200));
+    let t = table_for(&topo, &mut map);
+    let cls2 = classify(&topo, &t);
+    apply_edges(&mut topo, &cls2);
+    let e = topo
+        .edges
+        .iter()
+        .find(|e| e.from == "client")
+        .expect("edge kept");
+    assert_eq!(e.connections, Some(0));
+}
+
+#[test]
+fn inode_map_is_incremental() {
+    let server = helper(&["silent", "127.0.0.1"]);
+    let port = server.port();
+    let _c1 = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let scope = Scope::Pids {
+        pids: vec![server.pid()],
+        ports: vec![port],
+    };
+    let mut map = InodeMap::new();
+    let mut socks = dump_netlink(Duration::from_secs(2)).unwrap().sockets;
+    let cold = map.resolve(&mut socks, &scope);
+    assert!(cold.pids_scanned == 1 && cold.fds_read > 0, "{cold:?}");
+    // Same sockets again: nothing to read (foreign inodes are remembered).
+    let mut socks = dump_netlink(Duration::from_secs(2)).unwrap().sockets;
+    let warm = map.resolve(&mut socks, &scope);
+    assert_eq!(warm.pids_scanned, 0, "{warm:?}");
+    assert!(socks
+        .iter()
+        .any(|s| s.pid == Some(server.pid()) && s.state == TcpState::Established));
+    // Churn elsewhere (a connection not touching the topology's ports, not the candidate's
+    // fds): no rescan.
+    let other = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let _o = TcpStream::connect(other.local_addr().unwrap()).unwrap();
+    let _oa = other.accept().unwrap();
+    let mut socks = dump_netlink(Duration::from_secs(2)).unwrap().sockets;
+    let churn = map.resolve(&mut socks, &scope);
+    assert!(churn.unknown_before >= 2, "{churn:?}");
+    assert_eq!(churn.pids_scanned, 0, "{churn:?}");
+    // A new connection: one rescan of the candidate, the new inode resolved.
+    let _c2 = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let mut socks = dump_netlink(Duration::from_secs(2)).unwrap().sockets;
+    let again = map.resolve(&mut socks, &scope);
+    assert_eq!(again.pids_scanned, 1, "{again:?}");
+    let accepted = socks
+        .iter()
+        .filter(|s| s.local_port() == Some(port) && s.state == TcpState::Established)
+        .filter(|s| s.pid == Some(server.pid()))
+        .count();
+    assert_eq!(accepted, 2);
+}
+
+#[test]
+fn other_network_namespace_is_sampled_inside_it() {
+    // Root can create a private netns here; skip loudly where it cannot.
+    let ok = Command::new("unshare")
+        .args(["-n", "true"])
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if !ok {
+        eprintln!("SKIPPED: `unshare -n` not permitted here; netns sampling untested");
+        return;
+    }
+    let mut cmd = Command::new("unshare");
+    cmd.args([
+        "-n",
+        "sh",
+        "-c",
+        "ip link set lo up && exec python3 -c \"$0\" selfpair",
+    ])
+    .arg(HELPER);
+    let inner = spawn_cmd(cmd);
+    let port = inner.port();
+    let ns = netns_of(Some(inner.pid())).unwrap();
+    assert_ne!(Some(ns), netns_of(None).ok());
+    let topo = Topology {
+        components: vec![component(
+            "boxed",
+            Role::Engine,
+            &[inner.pid()],
+            &[format!("127.0.0.1:{port}")],
+        )],
+        edges: vec![],
+    };
+    let mut map = InodeMap::new();
+    let (t, status) = build_table(&mut map, &topo, &SocketConfig::default());
+    assert_eq!(status.status, Status::Ok, "{status:?}");
+    assert!(
+        t.notes.iter().any(|n| n.contains("sampled inside")),
+        "{:?}",
+        t.notes
+    );
+    let s = find(&t, |s| {
+        s.local_port() == Some(port) && s.state == TcpState::Established
+    });
+    assert_eq!(s.netns, Some(ns));
+    assert_eq!(s.pid, Some(inner.pid()));
+    assert_eq!(s.tcp_info.unwrap().bytes_received, 10);
+    // The fallback reader sees the same sockets, without tcp_info.
+    let fb = read_proc_net_tcp(inner.pid()).unwrap();
+    assert!(fb.iter().any(|e| e.local_port() == Some(port)
+        && e.state == TcpState::Listen
+        && e.tcp_info.is_none()));
+    assert_eq!(
+        fb.iter()
+            .filter(|e| e.state == TcpState::Established)
+            .count(),
+        2
+    );
+}
+
+#[test]
+fn vanished_pid_degrades_with_reason() {
+    let mut gone = Command::new("true").spawn().unwrap();
+    let pid = gone.id() as i32;
+    gone.wait().unwrap();
+    let topo = Topology {
+        components: vec![component("ghost", Role::Proxy, &[pid], &[])],
+        edges: vec![],
+    };
+    let src = SocketSource::new(SocketConfig::default());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let sample = rt.block_on(src.sample(&topo, &SystemClock));
+    assert_eq!(sample.status.status, Status::Degraded);
+    let reason = sample.status.reason.unwrap();
+    assert!(reason.contains(&format!("pid {pid} vanished")), "{reason}");
+    assert!(matches!(sample.payload, Payload::Sockets(_)));
+}
+
+#[test]
+fn source_trait_samples_within_timeout() {
+    let server = helper(&["silent", "127.0.0.1"]);
+    let port = server.port();
+    let _c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let topo = Topology {
+        components: vec![component(
+            "s",
+            Role::Engine,
+            &[server.pid()],
+            &[format!("127.0.0.1:{port}")],
+        )],
+        edges: vec![],
+    };
+    let src = SocketSource::new(SocketConfig::default());
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let sample = rt.block_on(src.sample(&topo, &SystemClock));
+    assert_eq!(sample.status.status, Status::Ok, "{:?}", sample.status);
+    assert!(sample.took_ms < 2000);
+    let Payload::Sockets(t) = sample.payload else {
+        panic!("wrong payload")
+    };
+    // Only topology-relevant sockets are kept: everything here touches the server's port.
+    assert!(t
+        .sockets
+        .iter()
+        .all(|s| s.local_port() == Some(port) || s.remote_port() == Some(port)));
+    assert_eq!(t.sockets.len(), 3, "{:#?}", t.sockets);
+}
