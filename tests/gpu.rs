@@ -5,6 +5,9 @@
 //! scenario that loads the fake runs in ONE test fn, in sequence, with the variable set once
 //! before NVML is first initialised (no other test in this binary touches the environment).
 
+#[path = "common/lab.rs"]
+mod lab;
+
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use wedgewatch::clock::SystemClock;
@@ -223,6 +226,61 @@ fn fake_nvml_busy_idle_spinning_errors_and_hangs() {
     let r = rt.block_on(source(Duration::from_secs(2)).read());
     assert_eq!(r.status.status, Status::Unavailable);
     assert!(r.status.reason.unwrap().contains("driver is not loaded"));
+
+    // The lab with a spinning all-reduce on decode: its schedulers write the state files.
+    // FAKE_NVML_DIR stays fixed for this process, so point its entries at the lab's files
+    // (the lab replaces them by rename; a symlink by name follows).
+    if !lab::venv_bin("python").exists() && lab::ensure_venv().is_err() {
+        eprintln!("\n!!!! SKIPPED the lab part: no tests/lab/.venv !!!!\n");
+        return;
+    }
+    let lab =
+        lab::Lab::up(&lab::LabOptions::pd().decode_env("LAB_FAULT_SPIN", "1")).expect("lab up");
+    for name in ["devices", "gpu0", "gpu1"] {
+        let _ = std::fs::remove_file(d.join(name));
+        std::os::unix::fs::symlink(lab.nvml_dir().join(name), d.join(name)).unwrap();
+    }
+    let _load = lab.load_background(2, 1, 4.0).expect("load");
+    let decode_pid = lab.decode().scheduler_pids[0];
+    let prefill_pid = lab.prefill().scheduler_pids[0];
+    let mut topo = Topology::default();
+    for (id, pid) in [("decode_sched", decode_pid), ("prefill_sched", prefill_pid)] {
+        let mut c = Component::new(id, Role::Scheduler, "sglang");
+        c.pids = vec![pid as i32];
+        topo.components.push(c);
+    }
+    let facts: Vec<ProcessFacts> = [decode_pid, prefill_pid]
+        .iter()
+        .map(|&pid| ProcessFacts {
+            pid: pid as i32,
+            ..Default::default()
+        })
+        .collect();
+    let src = source(Duration::from_secs(2));
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let (decode, prefill, gpus) = loop {
+        let r = rt.block_on(src.read());
+        assert_eq!(r.status.status, Status::Ok, "{:?}", r.status);
+        let gpus = component_gpus(&map_gpu_pids(&topo, &facts, &r.reading));
+        let verdict = |id: &str, pid: u32| {
+            gpus.get(id)
+                .map(|g| component_activity(&r.reading, g, &[pid], None, &th))
+        };
+        let (dv, pv) = (
+            verdict("decode_sched", decode_pid),
+            verdict("prefill_sched", prefill_pid),
+        );
+        let spinning = dv.as_ref().is_some_and(|v| v.0 == GpuActivity::Spinning);
+        if spinning || std::time::Instant::now() > deadline {
+            break (dv, pv, gpus);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(gpus["decode_sched"], vec![lab.decode().gpu.unwrap()]);
+    let (a, why) = decode.expect("decode scheduler on a GPU");
+    assert_eq!(a, GpuActivity::Spinning, "{why}");
+    let (a, why) = prefill.expect("prefill scheduler on a GPU");
+    assert_eq!(a, GpuActivity::Idle, "{why}");
 }
 
 #[test]

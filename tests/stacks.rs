@@ -4,6 +4,9 @@
 //! py-spy is found through `$WEDGEWATCH_PY_SPY`, else `tests/lab/.venv/bin/py-spy`
 //! (create it with `python3 -m venv tests/lab/.venv && tests/lab/.venv/bin/pip install py-spy==0.4.3`).
 
+#[path = "common/lab.rs"]
+mod lab;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -447,4 +450,67 @@ fn permission_denied_degrades_and_names_ptrace() {
     let e = w.captures[0].error.as_deref().unwrap();
     assert!(e.to_lowercase().contains("permission denied"), "{e}");
     assert_not_stopped(sched.proc.pid());
+}
+
+/// Main-thread states of `pid` over one window of the lab (3 dumps).
+fn lab_window(src: &StackSource, rt: &tokio::runtime::Runtime, pid: u32) -> Vec<String> {
+    let targets = [StackTarget {
+        pid: pid as i32,
+        stack: Some("sglang".into()),
+        component: None,
+    }];
+    let w = rt.block_on(src.capture_window(&targets, &SystemClock));
+    assert_eq!(w.status.status, Status::Ok, "{:?}", w.status);
+    let states = main_thread_states(&w, pid as i32);
+    assert_not_stopped(pid as i32);
+    states
+}
+
+/// The "done means" on the lab: wedged by "accepted and forgotten", the decode
+/// scheduler's main thread is idle/polling (never running a batch) in every dump, and the
+/// prefill side is idle too; with a spinning all-reduce it is in the NCCL collective.
+#[test]
+fn lab_accepted_and_forgotten_and_spinning_collective() {
+    let Some(py_spy) = py_spy() else { return };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let src = StackSource::new(config(py_spy), &rules()).unwrap();
+    let calm = [STATE_IDLE, STATE_PD_QUEUE_POLLING];
+
+    let lab = lab::Lab::up(
+        &lab::LabOptions::pd().decode_env("SGLANG_DECODE_PREALLOC_SPLIT_TOKENS", "100"),
+    )
+    .expect("lab up");
+    let _load = lab.load_background(4, 4, 5.0).expect("load");
+    // Let the first round pass the threshold and get forgotten.
+    std::thread::sleep(Duration::from_secs(4));
+    let decode = lab.decode().scheduler_pids[0];
+    let states = lab_window(&src, &rt, decode);
+    assert!(
+        states.iter().all(|s| calm.contains(&s.as_str())),
+        "wedged decode scheduler: {states:?}"
+    );
+    let prefill = lab.prefill().scheduler_pids[0];
+    let states = lab_window(&src, &rt, prefill);
+    assert!(
+        states.iter().all(|s| calm.contains(&s.as_str())),
+        "prefill scheduler: {states:?}"
+    );
+    drop(_load);
+    drop(lab);
+
+    let lab =
+        lab::Lab::up(&lab::LabOptions::pd().decode_env("LAB_FAULT_SPIN", "1")).expect("lab up");
+    let _load = lab.load_background(2, 1, 4.0).expect("load");
+    let decode = lab.decode().scheduler_pids[0];
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let states = loop {
+        let states = lab_window(&src, &rt, decode);
+        if states.iter().all(|s| s == STATE_NCCL_COLLECTIVE) || Instant::now() > deadline {
+            break states;
+        }
+    };
+    assert!(
+        states.iter().all(|s| s == STATE_NCCL_COLLECTIVE),
+        "spinning decode scheduler: {states:?}"
+    );
 }
