@@ -514,3 +514,46 @@ fn lab_accepted_and_forgotten_and_spinning_collective() {
         "spinning decode scheduler: {states:?}"
     );
 }
+
+#[test]
+fn bad_stack_rules_in_probe_files_are_named() {
+    let path = Path::new("extra/my-rules.toml");
+    let mut set = ProbeSet::default();
+    let e = set
+        .add_text(
+            path,
+            "[[stack_rule]]\nname = \"x\"\nstate = \"idle\"\nany_frame = [\"(oops\"]\n",
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("extra/my-rules.toml") && e.contains("stack_rule x: bad frame pattern"),
+        "{e}"
+    );
+    let e = set
+        .add_text(
+            path,
+            "[[stack_rule]]\nname = \"y\"\nstate = \"idle\"\nany_frames = [\"a\"]\n",
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("any_frames"), "unknown key named: {e}");
+    let e = set
+        .add_text(
+            path,
+            "[[stack_rule]]\nname = \"z\"\nstate = \"sleepy\"\nany_frame = [\"a\"]\n",
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("unknown state \"sleepy\""), "{e}");
+    // The built-in tables load, and cover every state but `unknown`.
+    let rules = rules();
+    for state in wedgewatch::sources::stacks::STATES {
+        if *state != "unknown" {
+            assert!(
+                rules.iter().any(|r| r.state == *state),
+                "no rule for {state}"
+            );
+        }
+    }
+}
