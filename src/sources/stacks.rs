@@ -783,9 +783,10 @@ pub struct ThreadEvidence {
 /// Groups the captures of a window by thread and says which threads are consistently in
 /// one state (see [`ThreadEvidence`]).
 pub fn summarize_window(captures: &[StackCapture]) -> Vec<ThreadEvidence> {
+    /// A thread's name and its stack in each dump, with the dump's time.
+    type Sightings<'a> = (Option<String>, Vec<(i64, &'a ThreadStack)>);
     let mut dumps: BTreeMap<i32, usize> = BTreeMap::new();
-    let mut by_thread: BTreeMap<(i32, i32), (Option<String>, Vec<(i64, &ThreadStack)>)> =
-        BTreeMap::new();
+    let mut by_thread: BTreeMap<(i32, i32), Sightings> = BTreeMap::new();
     for c in captures {
         if c.error.is_some() || c.skipped.is_some() {
             continue;
