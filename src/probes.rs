@@ -232,6 +232,8 @@ impl ProbeSet {
                 return Err(bad(format!("profile {:?} is defined twice", p.name)));
             }
         }
+        // Bad regexes and unknown states in stack rules fail here, naming the file.
+        crate::sources::stacks::RuleSet::new(&file.stack_rule).map_err(|e| bad(e.to_string()))?;
         self.profiles.extend(file.profile);
         self.metric_maps.extend(file.metric_map);
         self.stack_rules.extend(file.stack_rule);

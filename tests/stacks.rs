@@ -1,0 +1,559 @@
+//! The stacks source against live Python processes shaped like SGLang's scheduler
+//! (tests/fixtures/pyspy/fake_sglang/scheduler.py) and against recorded py-spy JSON.
+//!
+//! py-spy is found through `$WEDGEWATCH_PY_SPY`, else `tests/lab/.venv/bin/py-spy`
+//! (create it with `python3 -m venv tests/lab/.venv && tests/lab/.venv/bin/pip install py-spy==0.4.3`).
+
+#[path = "common/lab.rs"]
+mod lab;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use wedgewatch::clock::SystemClock;
+use wedgewatch::model::{CaptureMode, Component, Payload, Role, Status, Topology};
+use wedgewatch::probes::ProbeSet;
+use wedgewatch::sources::stacks::{
+    classify, parse_pyspy_json, summarize_window, RuleSet, StackSource, StackTarget, StacksConfig,
+    STATE_IDLE, STATE_NCCL_COLLECTIVE, STATE_PD_QUEUE_POLLING, STATE_RUNNING_BATCH,
+};
+use wedgewatch::sources::Source;
+
+fn manifest() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn py_spy() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("WEDGEWATCH_PY_SPY").filter(|p| !p.is_empty()) {
+        return Some(PathBuf::from(p));
+    }
+    let p = manifest().join("tests/lab/.venv/bin/py-spy");
+    if p.exists() {
+        Some(p)
+    } else {
+        eprintln!(
+            "\n!!!! SKIPPED: py-spy not found: set WEDGEWATCH_PY_SPY or create tests/lab/.venv \
+             with py-spy (python3 -m venv tests/lab/.venv && tests/lab/.venv/bin/pip install \
+             py-spy==0.4.3) !!!!\n"
+        );
+        None
+    }
+}
+
+fn rules() -> Vec<wedgewatch::sources::stacks::StackRule> {
+    ProbeSet::builtin().expect("built-in probes").stack_rules
+}
+
+fn config(py_spy: PathBuf) -> StacksConfig {
+    StacksConfig {
+        py_spy: Some(py_spy),
+        dumps_per_window: 3,
+        dump_interval: Duration::from_millis(200),
+        ..StacksConfig::from_env()
+    }
+}
+
+/// A child process killed and reaped on drop, so a failing test leaves nothing running.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Proc {
+    fn pid(&self) -> i32 {
+        self.0.id() as i32
+    }
+}
+
+/// The fake scheduler, with its mode file.
+struct FakeScheduler {
+    proc: Proc,
+    mode_file: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl FakeScheduler {
+    fn start(mode: &str) -> FakeScheduler {
+        let dir = tempfile::tempdir().unwrap();
+        let mode_file = dir.path().join("mode");
+        std::fs::write(&mode_file, mode).unwrap();
+        let child = Command::new("python3")
+            .arg(manifest().join("tests/fixtures/pyspy/fake_sglang/scheduler.py"))
+            .arg(&mode_file)
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("python3");
+        let s = FakeScheduler {
+            proc: Proc(child),
+            mode_file,
+            _dir: dir,
+        };
+        s.wait_ack(mode);
+        s
+    }
+
+    fn set_mode(&self, mode: &str) {
+        let tmp = self.mode_file.with_extension("tmp");
+        std::fs::write(&tmp, mode).unwrap();
+        std::fs::rename(&tmp, &self.mode_file).unwrap();
+        self.wait_ack(mode);
+    }
+
+    fn wait_ack(&self, mode: &str) {
+        let ack = self.mode_file.with_extension("ack");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if std::fs::read_to_string(&ack).is_ok_and(|s| s == mode) {
+                // Let the loop settle into the new mode's steady state.
+                std::thread::sleep(Duration::from_millis(150));
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("fake scheduler did not acknowledge mode {mode}");
+    }
+}
+
+fn proc_state(pid: i32) -> char {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
+    // The state follows the closing parenthesis of comm.
+    let after = &stat[stat.rfind(')').expect("comm") + 2..];
+    after.chars().next().expect("state")
+}
+
+fn assert_not_stopped(pid: i32) {
+    let s = proc_state(pid);
+    assert!(
+        s != 'T' && s != 't',
+        "target {pid} left stopped (state {s})"
+    );
+}
+
+fn main_thread_states(window: &wedgewatch::sources::stacks::StackWindow, pid: i32) -> Vec<String> {
+    window
+        .captures
+        .iter()
+        .filter(|c| c.pid == pid)
+        .map(|c| {
+            assert!(c.error.is_none(), "capture error: {:?}", c.error);
+            assert_eq!(c.mode, CaptureMode::Nonblocking);
+            let main = c
+                .threads
+                .iter()
+                .find(|t| t.tid == pid)
+                .unwrap_or_else(|| panic!("no main thread in {:?}", c.threads));
+            main.state.clone()
+        })
+        .collect()
+}
+
+#[test]
+fn recorded_and_synthesized_fixtures_classify_as_expected() {
+    let dir = manifest().join("tests/fixtures/pyspy");
+    let expected: std::collections::BTreeMap<String, String> =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("expected.json")).unwrap()).unwrap();
+    assert!(expected.len() >= 15, "fixtures missing: {expected:?}");
+    let rules = rules();
+    let set = RuleSet::new(&rules).expect("built-in rules compile");
+    for (file, want) in &expected {
+        let threads = parse_pyspy_json(&std::fs::read_to_string(dir.join(file)).unwrap())
+            .unwrap_or_else(|e| panic!("{file}: {e}"));
+        let main = threads
+            .iter()
+            .find(|t| t.name.as_deref() == Some("MainThread"))
+            .unwrap_or_else(|| panic!("{file}: no MainThread"));
+        let stack = if file.contains("vllm") {
+            "vllm"
+        } else {
+            "sglang"
+        };
+        let (state, rule) = set.classify(Some(stack), main);
+        assert_eq!(
+            &state, want,
+            "{file}: rule {rule:?}, frames {:?}",
+            main.frames
+        );
+        // The free fn (all stacks' rules) agrees on these fixtures.
+        assert_eq!(&classify(&rules, main).0, want, "{file} via classify()");
+        // Helper threads (watchdog, workers) are not scheduler states.
+        for t in threads
+            .iter()
+            .filter(|t| t.name.as_deref() != Some("MainThread"))
+        {
+            let (s, _) = set.classify(Some(stack), t);
+            assert_ne!(s, STATE_RUNNING_BATCH, "{file}: helper thread {:?}", t.name);
+        }
+    }
+}
+
+#[test]
+fn live_scheduler_idle_batch_dropping_and_nccl() {
+    let Some(py_spy) = py_spy() else { return };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let src = StackSource::new(config(py_spy), &rules()).unwrap();
+    let sched = FakeScheduler::start("idle");
+    let pid = sched.proc.pid();
+    let targets = [StackTarget {
+        pid,
+        stack: Some("sglang".into()),
+        component: Some("scheduler@decode".into()),
+    }];
+
+    let window = |mode: &str| {
+        sched.set_mode(mode);
+        let w = rt.block_on(src.capture_window(&targets, &SystemClock));
+        assert_eq!(w.status.status, Status::Ok, "{mode}: {:?}", w.status);
+        assert_eq!(w.captures.len(), 3, "{mode}: three dumps per window");
+        assert_not_stopped(pid);
+        w
+    };
+
+    let w = window("idle");
+    let states = main_thread_states(&w, pid);
+    assert!(states.iter().all(|s| s == STATE_IDLE), "idle: {states:?}");
+    let ev = summarize_window(&w.captures);
+    let main = ev.iter().find(|e| e.tid == pid).unwrap();
+    assert_eq!(main.consistent_state.as_deref(), Some(STATE_IDLE));
+
+    let w = window("batch");
+    let states = main_thread_states(&w, pid);
+    assert!(
+        states.iter().all(|s| s == STATE_RUNNING_BATCH),
+        "batch: {states:?}"
+    );
+
+    // Accepted and forgotten: the loop cycles through the PD queues and on_idle's stall path,
+    // never running a batch.
+    let w = window("drop");
+    let states = main_thread_states(&w, pid);
+    assert!(
+        states
+            .iter()
+            .all(|s| s == STATE_PD_QUEUE_POLLING || s == STATE_IDLE),
+        "drop: {states:?}"
+    );
+    assert!(
+        states.iter().any(|s| s == STATE_PD_QUEUE_POLLING),
+        "drop: {states:?}"
+    );
+
+    let w = window("nccl");
+    let states = main_thread_states(&w, pid);
+    assert!(
+        states.iter().all(|s| s == STATE_NCCL_COLLECTIVE),
+        "nccl: {states:?}"
+    );
+    // Helper threads stay out of the scheduler states.
+    for c in &w.captures {
+        assert!(c.threads.len() >= 3, "main + 2 workers: {:?}", c.threads);
+    }
+    sched.set_mode("idle");
+    assert_not_stopped(pid);
+}
+
+#[test]
+fn source_trait_samples_the_topology_and_skips_non_python() {
+    let Some(py_spy) = py_spy() else { return };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let sched = FakeScheduler::start("batch");
+    let sleeper = Proc(Command::new("sleep").arg("30").spawn().expect("sleep"));
+    let mut topo = Topology::default();
+    let mut engine = Component::new("decode@127.0.0.1:1", Role::Decode, "sglang");
+    engine.pids = vec![sleeper.pid()];
+    let mut s = Component::new("scheduler@decode@127.0.0.1:1", Role::Scheduler, "sglang");
+    s.pids = vec![sched.proc.pid()];
+    topo.components = vec![engine, s];
+    let mut cfg = config(py_spy);
+    cfg.dumps_per_window = 2;
+    let src = StackSource::new(cfg, &rules()).unwrap();
+    let sample = rt.block_on(src.sample(&topo, &SystemClock));
+    assert_eq!(sample.status.status, Status::Ok, "{:?}", sample.status);
+    let Payload::Stacks(caps) = sample.payload else {
+        panic!("not stacks")
+    };
+    assert_eq!(caps.len(), 4, "2 pids x 2 dumps: {caps:?}");
+    for c in &caps {
+        if c.pid == sleeper.pid() {
+            let why = c.skipped.as_deref().expect("sleep is skipped");
+            assert!(why.contains("not a Python process"), "{why}");
+            assert!(c.threads.is_empty());
+        } else {
+            assert!(c.skipped.is_none() && c.error.is_none(), "{c:?}");
+            let main = c.threads.iter().find(|t| t.tid == c.pid).unwrap();
+            assert_eq!(main.state, STATE_RUNNING_BATCH);
+            assert_eq!(main.rule.as_deref(), Some("sglang.running_batch"));
+        }
+    }
+    assert_not_stopped(sched.proc.pid());
+}
+
+#[test]
+fn py_spy_absent_is_unavailable_with_install_hint() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let empty = tempfile::tempdir().unwrap();
+    let cfg = StacksConfig {
+        py_spy: None,
+        py_spy_env: None,
+        search_path: Some(empty.path().as_os_str().to_owned()),
+        ..StacksConfig::from_env()
+    };
+    let src = StackSource::new(cfg, &rules()).unwrap();
+    let targets = [StackTarget {
+        pid: std::process::id() as i32,
+        stack: None,
+        component: None,
+    }];
+    let w = rt.block_on(src.capture_window(&targets, &SystemClock));
+    assert_eq!(w.status.status, Status::Unavailable);
+    let reason = w.status.reason.unwrap();
+    assert!(reason.contains("pip install py-spy"), "{reason}");
+    assert!(w.captures.is_empty());
+
+    // An explicit path that is not there says so too.
+    let cfg = StacksConfig {
+        py_spy: Some(empty.path().join("py-spy")),
+        ..StacksConfig::from_env()
+    };
+    let reason = cfg.resolve_py_spy().unwrap_err();
+    assert!(
+        reason.contains("not an executable") && reason.contains("pip install"),
+        "{reason}"
+    );
+}
+
+#[test]
+fn exited_pid_is_recorded_not_fatal_and_timeout_kills_py_spy() {
+    let Some(py_spy) = py_spy() else { return };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    // A pid that existed and is gone (reaped).
+    let mut gone = Command::new("python3")
+        .arg("-c")
+        .arg("pass")
+        .spawn()
+        .unwrap();
+    let gone_pid = gone.id() as i32;
+    gone.wait().unwrap();
+    let sched = FakeScheduler::start("idle");
+    let mut cfg = config(py_spy.clone());
+    cfg.dumps_per_window = 1;
+    let src = StackSource::new(cfg, &rules()).unwrap();
+    let targets = [
+        StackTarget {
+            pid: gone_pid,
+            stack: Some("sglang".into()),
+            component: None,
+        },
+        StackTarget {
+            pid: sched.proc.pid(),
+            stack: Some("sglang".into()),
+            component: None,
+        },
+    ];
+    let w = rt.block_on(src.capture_window(&targets, &SystemClock));
+    assert_eq!(w.status.status, Status::Ok, "{:?}", w.status);
+    let g = w.captures.iter().find(|c| c.pid == gone_pid).unwrap();
+    assert!(
+        g.error.as_deref().is_some_and(|e| e.contains("exited")),
+        "{g:?}"
+    );
+    let live = w
+        .captures
+        .iter()
+        .find(|c| c.pid == sched.proc.pid())
+        .unwrap();
+    assert!(live.error.is_none() && !live.threads.is_empty());
+
+    // A py-spy that cannot finish in time is killed and the source says degraded.
+    let mut cfg = config(py_spy);
+    cfg.dumps_per_window = 1;
+    cfg.timeout = Duration::from_millis(1);
+    let src = StackSource::new(cfg, &rules()).unwrap();
+    let started = Instant::now();
+    let w = rt.block_on(src.capture_window(&targets[1..], &SystemClock));
+    assert!(started.elapsed() < Duration::from_secs(2));
+    assert_eq!(w.status.status, Status::Degraded, "{:?}", w.status);
+    let e = w.captures[0].error.as_deref().unwrap();
+    assert!(e.contains("killed"), "{e}");
+    std::thread::sleep(Duration::from_millis(100));
+    assert_not_stopped(sched.proc.pid());
+}
+
+#[test]
+fn native_mode_only_on_request_and_recorded() {
+    let Some(py_spy) = py_spy() else { return };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let sched = FakeScheduler::start("batch");
+    let mut cfg = config(py_spy);
+    cfg.dumps_per_window = 1;
+    assert!(!cfg.native, "native is off by default");
+    cfg.native = true;
+    let src = StackSource::new(cfg, &rules()).unwrap();
+    let targets = [StackTarget {
+        pid: sched.proc.pid(),
+        stack: Some("sglang".into()),
+        component: None,
+    }];
+    let w = rt.block_on(src.capture_window(&targets, &SystemClock));
+    let c = &w.captures[0];
+    assert_eq!(c.mode, CaptureMode::Native);
+    assert!(c.warnings.iter().any(|w| w.contains("paused")), "{c:?}");
+    assert_not_stopped(sched.proc.pid());
+    // Native unwinding works on this kind of machine (ptrace, no yama restrictions).
+    assert!(c.error.is_none(), "{c:?}");
+    let main = c.threads.iter().find(|t| t.tid == c.pid).unwrap();
+    assert_eq!(main.state, STATE_RUNNING_BATCH, "{:?}", main.frames);
+}
+
+#[test]
+fn permission_denied_degrades_and_names_ptrace() {
+    let Some(py_spy) = py_spy() else { return };
+    // Run the real py-spy as `nobody` against a root-owned target: the kernel refuses ptrace.
+    let setpriv = Path::new("/usr/bin/setpriv");
+    if !nix::unistd::geteuid().is_root() || !setpriv.exists() {
+        eprintln!("\n!!!! SKIPPED: needs root and /usr/bin/setpriv to drop privileges !!!!\n");
+        return;
+    }
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let wrapper = dir.path().join("py-spy");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nexec {} --reuid=65534 --regid=65534 --clear-groups {} \"$@\"\n",
+            setpriv.display(),
+            py_spy.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let sched = FakeScheduler::start("idle");
+    let mut cfg = config(wrapper);
+    cfg.dumps_per_window = 1;
+    let src = StackSource::new(cfg, &rules()).unwrap();
+    let targets = [StackTarget {
+        pid: sched.proc.pid(),
+        stack: Some("sglang".into()),
+        component: None,
+    }];
+    let w = rt.block_on(src.capture_window(&targets, &SystemClock));
+    assert_eq!(w.status.status, Status::Degraded, "{:?}", w.status);
+    let reason = w.status.reason.unwrap();
+    assert!(
+        reason.contains("CAP_SYS_PTRACE") && reason.contains("kernel.yama.ptrace_scope"),
+        "{reason}"
+    );
+    let e = w.captures[0].error.as_deref().unwrap();
+    assert!(e.to_lowercase().contains("permission denied"), "{e}");
+    assert_not_stopped(sched.proc.pid());
+}
+
+/// Main-thread states of `pid` over one window of the lab (3 dumps).
+fn lab_window(src: &StackSource, rt: &tokio::runtime::Runtime, pid: u32) -> Vec<String> {
+    let targets = [StackTarget {
+        pid: pid as i32,
+        stack: Some("sglang".into()),
+        component: None,
+    }];
+    let w = rt.block_on(src.capture_window(&targets, &SystemClock));
+    assert_eq!(w.status.status, Status::Ok, "{:?}", w.status);
+    let states = main_thread_states(&w, pid as i32);
+    assert_not_stopped(pid as i32);
+    states
+}
+
+/// The issue's "done means" on the lab: wedged by "accepted and forgotten", the decode
+/// scheduler's main thread is idle/polling (never running a batch) in every dump, and the
+/// prefill side is idle too; with a spinning all-reduce it is in the NCCL collective.
+#[test]
+fn lab_accepted_and_forgotten_and_spinning_collective() {
+    let Some(py_spy) = py_spy() else { return };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let src = StackSource::new(config(py_spy), &rules()).unwrap();
+    let calm = [STATE_IDLE, STATE_PD_QUEUE_POLLING];
+
+    let lab = lab::Lab::up(
+        &lab::LabOptions::pd().decode_env("SGLANG_DECODE_PREALLOC_SPLIT_TOKENS", "100"),
+    )
+    .expect("lab up");
+    let _load = lab.load_background(4, 4, 5.0).expect("load");
+    // Let the first round pass the threshold and get forgotten.
+    std::thread::sleep(Duration::from_secs(4));
+    let decode = lab.decode().scheduler_pids[0];
+    let states = lab_window(&src, &rt, decode);
+    assert!(
+        states.iter().all(|s| calm.contains(&s.as_str())),
+        "wedged decode scheduler: {states:?}"
+    );
+    let prefill = lab.prefill().scheduler_pids[0];
+    let states = lab_window(&src, &rt, prefill);
+    assert!(
+        states.iter().all(|s| calm.contains(&s.as_str())),
+        "prefill scheduler: {states:?}"
+    );
+    drop(_load);
+    drop(lab);
+
+    let lab =
+        lab::Lab::up(&lab::LabOptions::pd().decode_env("LAB_FAULT_SPIN", "1")).expect("lab up");
+    let _load = lab.load_background(2, 1, 4.0).expect("load");
+    let decode = lab.decode().scheduler_pids[0];
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let states = loop {
+        let states = lab_window(&src, &rt, decode);
+        if states.iter().all(|s| s == STATE_NCCL_COLLECTIVE) || Instant::now() > deadline {
+            break states;
+        }
+    };
+    assert!(
+        states.iter().all(|s| s == STATE_NCCL_COLLECTIVE),
+        "spinning decode scheduler: {states:?}"
+    );
+}
+
+#[test]
+fn bad_stack_rules_in_probe_files_are_named() {
+    let path = Path::new("extra/my-rules.toml");
+    let mut set = ProbeSet::default();
+    let e = set
+        .add_text(
+            path,
+            "[[stack_rule]]\nname = \"x\"\nstate = \"idle\"\nany_frame = [\"(oops\"]\n",
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("extra/my-rules.toml") && e.contains("stack_rule x: bad frame pattern"),
+        "{e}"
+    );
+    let e = set
+        .add_text(
+            path,
+            "[[stack_rule]]\nname = \"y\"\nstate = \"idle\"\nany_frames = [\"a\"]\n",
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("any_frames"), "unknown key named: {e}");
+    let e = set
+        .add_text(
+            path,
+            "[[stack_rule]]\nname = \"z\"\nstate = \"sleepy\"\nany_frame = [\"a\"]\n",
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("unknown state \"sleepy\""), "{e}");
+    // The built-in tables load, and cover every state but `unknown`.
+    let rules = rules();
+    for state in wedgewatch::sources::stacks::STATES {
+        if *state != "unknown" {
+            assert!(
+                rules.iter().any(|r| r.state == *state),
+                "no rule for {state}"
+            );
+        }
+    }
+}
