@@ -5,6 +5,7 @@
 //! -> outputs (`snapshot`, `diff`, `export`, and the terminal UI behind the `tui` feature).
 //! Nothing in the core depends on a terminal library.
 
+pub mod attach;
 pub mod clock;
 pub mod correlate;
 pub mod daemon;

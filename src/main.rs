@@ -1,20 +1,28 @@
 //! The `wedgewatch` command line: a thin front over the library.
 //!
-//! Verbs: `snapshot`, `diff`, `doctor` (more land beside them: `daemon`, `record`, `tui`,
-//! `demo`, `export`). Global options apply to every verb.
+//! Verbs: `tui` (the default), `snapshot`, `daemon`, `record`, `export`, `diff`, `doctor`,
+//! `demo`. Global options apply to every verb. Everything that samples goes through
+//! `wedgewatch::attach`, so every verb samples the same way.
 
 use anyhow::{bail, Context};
 use clap::{Args, Parser, Subcommand};
 use std::io::IsTerminal;
+use std::path::Path;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
+use wedgewatch::attach::{self, AttachOptions};
 use wedgewatch::clock::{Clock, SystemClock};
-use wedgewatch::discover::{self, DiscoverOptions};
-use wedgewatch::model::Topology;
+use wedgewatch::daemon::{self, Daemon, DaemonConfig};
+use wedgewatch::detect::Thresholds;
+use wedgewatch::discover::DiscoverOptions;
 use wedgewatch::probes::ProbeSet;
+use wedgewatch::record::{self, Recording};
 use wedgewatch::snapshot::{self, AssembleOptions, SnapshotParts};
-use wedgewatch::sources::processes::{self, ProcessesSource};
-use wedgewatch::{diff, doctor};
+use wedgewatch::{diff, doctor, export};
+
+mod cli;
+use cli::{demo as cli_demo, tui as cli_tui};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -56,12 +64,33 @@ struct Global {
     /// Do not redact secrets (the output says so).
     #[arg(long, global = true)]
     no_redact: bool,
+    /// The py-spy binary to run (default: $WEDGEWATCH_PY_SPY, else PATH).
+    #[arg(long, value_name = "PATH", global = true)]
+    py_spy: Option<PathBuf>,
+    /// Also capture native frames with py-spy --native. This PAUSES the targets while
+    /// they are read; only use it when asked to.
+    #[arg(long, global = true)]
+    native: bool,
+    /// Where the daemon keeps its recording and socket
+    /// (default: $XDG_STATE_HOME/wedgewatch).
+    #[arg(long, value_name = "DIR", global = true)]
+    state_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
 enum Verb {
+    /// The live terminal UI (also what `wedgewatch` alone runs).
+    Tui(TuiArgs),
     /// Sample the stack and write a snapshot (JSON + Markdown bundle).
     Snapshot(SnapshotArgs),
+    /// Sample continuously: bounded history, recording, baselines, live state on a socket.
+    Daemon(DaemonArgs),
+    /// Record samples to a file for a while, for replay elsewhere.
+    Record(RecordArgs),
+    /// Export the request timeline as Chrome trace-event JSON (opens in Perfetto).
+    Export(ExportArgs),
+    /// Bring up the built-in lab stack, wedge it like the incident, and open the UI on it.
+    Demo(cli_demo::DemoArgs),
     /// What changed between two snapshots (env, cmdline, versions, topology, restarts).
     Diff(DiffArgs),
     /// What can be sampled here and why not.
@@ -82,6 +111,59 @@ struct SnapshotArgs {
     /// Compare with this earlier snapshot and report what changed (config_changed).
     #[arg(long, value_name = "FILE")]
     baseline: Option<PathBuf>,
+    /// Replay a recording (from `record` or the daemon's recording dir) instead of sampling.
+    #[arg(long, value_name = "FILE")]
+    from: Option<PathBuf>,
+    /// With --from: the time to look at (RFC 3339, epoch ms, or +SECONDS from the start).
+    #[arg(long, value_name = "TIME", requires = "from")]
+    at: Option<String>,
+    /// Sample here even when a daemon is running.
+    #[arg(long)]
+    no_daemon: bool,
+}
+
+#[derive(Debug, Args)]
+struct TuiArgs {
+    /// Play a recording instead of watching live.
+    #[arg(long, value_name = "FILE")]
+    replay: Option<PathBuf>,
+    /// Sample in-process even when a daemon is running.
+    #[arg(long)]
+    no_daemon: bool,
+}
+
+#[derive(Debug, Args)]
+struct DaemonArgs {
+    /// Keep history in memory only (no recording on disk).
+    #[arg(long)]
+    no_record: bool,
+    /// Stop after this long (e.g. 90s, 10m); default: until SIGINT/SIGTERM.
+    #[arg(long = "for", value_name = "DURATION")]
+    run_for: Option<String>,
+}
+
+#[derive(Debug, Args)]
+struct RecordArgs {
+    /// The recording file to write.
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    output: PathBuf,
+    /// How long to record (e.g. 30s, 5m).
+    #[arg(long = "for", value_name = "DURATION")]
+    run_for: String,
+}
+
+#[derive(Debug, Args)]
+struct ExportArgs {
+    /// Write Chrome trace-event JSON here.
+    #[arg(long, value_name = "FILE")]
+    perfetto: PathBuf,
+    /// From a snapshot file or bundle, or a recording; default: the running daemon, else
+    /// a fresh sample of --window seconds.
+    #[arg(long, value_name = "FILE")]
+    from: Option<PathBuf>,
+    /// Sampling window in seconds when sampling here.
+    #[arg(long, value_name = "SECS", default_value_t = 3.0)]
+    window: f64,
 }
 
 #[derive(Debug, Args)]
@@ -112,10 +194,18 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         Some(Verb::Snapshot(a)) => cmd_snapshot(&g, a),
         Some(Verb::Diff(a)) => cmd_diff(a),
         Some(Verb::Doctor) => cmd_doctor(&g),
-        None => {
-            eprintln!("wedgewatch: the live view is not in this build yet; try `wedgewatch snapshot --json`, `wedgewatch doctor` or `wedgewatch --help`");
-            Ok(2)
-        }
+        Some(Verb::Daemon(a)) => cmd_daemon(&g, a),
+        Some(Verb::Record(a)) => cmd_record(&g, a),
+        Some(Verb::Export(a)) => cmd_export(&g, a),
+        Some(Verb::Tui(a)) => cli_tui::cmd_tui(&g, a),
+        Some(Verb::Demo(a)) => cli_demo::cmd_demo(&g, a),
+        None => cli_tui::cmd_tui(
+            &g,
+            TuiArgs {
+                replay: None,
+                no_daemon: false,
+            },
+        ),
     }
 }
 
@@ -132,22 +222,114 @@ fn discover_options(g: &Global) -> DiscoverOptions {
     }
 }
 
-/// Everything the snapshot is made of. Today: topology + process facts, other sources marked
-/// "not sampled in this build". When the sampler/correlator lands, this is the one call to
-/// replace (it returns the correlator's `SnapshotParts` for the window).
-fn collect_parts(
-    g: &Global,
-    topology: Topology,
-    _window: Duration,
-) -> anyhow::Result<SnapshotParts> {
-    let source = ProcessesSource::new(g.proc_root.clone());
-    let (facts, status) = source.collect(&processes::topology_pids(&topology));
-    Ok(snapshot::process_only_parts(
-        topology,
-        facts,
-        status,
-        SystemClock.now_ms(),
-    ))
+/// The options every sampling verb attaches with.
+fn attach_options(g: &Global) -> anyhow::Result<AttachOptions> {
+    let mut o = AttachOptions::new(load_probes(g)?);
+    o.proc_root = g.proc_root.clone();
+    o.extra_pids = g.pids.clone();
+    o.extra_urls = g.urls.clone();
+    o.nvml_lib = g.nvml_lib.clone();
+    o.py_spy = g.py_spy.clone();
+    o.native = g.native;
+    Ok(o)
+}
+
+fn daemon_config(g: &Global) -> DaemonConfig {
+    match &g.state_dir {
+        Some(d) => DaemonConfig::new(d.clone()),
+        None => DaemonConfig::default(),
+    }
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")
+}
+
+/// `90`, `90s`, `5m`, `1h`, `250ms` -> milliseconds.
+fn parse_duration_ms(s: &str) -> anyhow::Result<u64> {
+    let s = s.trim();
+    let (num, mult) = if let Some(n) = s.strip_suffix("ms") {
+        (n, 1.0)
+    } else if let Some(n) = s.strip_suffix('s') {
+        (n, 1000.0)
+    } else if let Some(n) = s.strip_suffix('m') {
+        (n, 60_000.0)
+    } else if let Some(n) = s.strip_suffix('h') {
+        (n, 3_600_000.0)
+    } else {
+        (s, 1000.0)
+    };
+    let v: f64 = num
+        .trim()
+        .parse()
+        .with_context(|| format!("bad duration {s:?}: expected e.g. 30s, 5m, 1h"))?;
+    if !(v.is_finite() && v >= 0.0) {
+        bail!("bad duration {s:?}");
+    }
+    Ok((v * mult) as u64)
+}
+
+/// Parts from a running daemon, if one answers on its socket.
+fn parts_from_daemon(g: &Global) -> Option<SnapshotParts> {
+    let cfg = daemon_config(g);
+    if !cfg.socket_path.exists() {
+        return None;
+    }
+    match daemon::query_blocking(&cfg.socket_path, "snapshot", 5000)
+        .and_then(|v| daemon::parts_from_answer(&v))
+    {
+        Ok(p) => {
+            eprintln!(
+                "wedgewatch: using the daemon at {} (its history and baseline)",
+                cfg.socket_path.display()
+            );
+            Some(p)
+        }
+        Err(e) => {
+            eprintln!("wedgewatch: daemon not usable ({e}); sampling here instead");
+            None
+        }
+    }
+}
+
+/// Parts replayed from a recording up to `at`.
+fn parts_from_recording(path: &Path, at: Option<&str>) -> anyhow::Result<SnapshotParts> {
+    let rec = Recording::open(path)?;
+    let at_ms = match at {
+        None => None,
+        Some(a) => {
+            let start = rec
+                .records()
+                .find_map(|r| r.ok().map(|r| r.t_ms()))
+                .unwrap_or(0);
+            Some(record::parse_at(a, start)?)
+        }
+    };
+    let replayed = record::replay(&rec, at_ms, Thresholds::default())?;
+    if replayed.stats.skipped > 0 {
+        eprintln!(
+            "wedgewatch: {}: skipped {} damaged record(s) (a torn tail is normal after a crash)",
+            path.display(),
+            replayed.stats.skipped
+        );
+    }
+    Ok(replayed.model.parts(replayed.at_ms))
+}
+
+/// Samples here for the window.
+fn parts_by_sampling(g: &Global, window: Duration) -> anyhow::Result<SnapshotParts> {
+    let opts = attach_options(g)?;
+    let rt = runtime()?;
+    let model = rt.block_on(attach::collect_window(
+        &opts,
+        window.as_millis() as u64,
+        Arc::new(SystemClock),
+    ))?;
+    Ok(model.parts(SystemClock.now_ms()))
 }
 
 fn cmd_snapshot(g: &Global, a: SnapshotArgs) -> anyhow::Result<i32> {
@@ -157,9 +339,13 @@ fn cmd_snapshot(g: &Global, a: SnapshotArgs) -> anyhow::Result<i32> {
     if !(a.window.is_finite() && a.window >= 0.0 && a.window <= 3600.0) {
         bail!("--window must be between 0 and 3600 seconds");
     }
-    let probes = load_probes(g)?;
-    let topology = discover::discover(&probes, &discover_options(g))?;
-    let mut parts = collect_parts(g, topology, Duration::from_secs_f64(a.window))?;
+    let mut parts = match &a.from {
+        Some(f) => parts_from_recording(f, a.at.as_deref())?,
+        None => match (!a.no_daemon).then(|| parts_from_daemon(g)).flatten() {
+            Some(p) => p,
+            None => parts_by_sampling(g, Duration::from_secs_f64(a.window))?,
+        },
+    };
     let opts = AssembleOptions {
         redact: !g.no_redact,
         ..AssembleOptions::default()
@@ -169,6 +355,7 @@ fn cmd_snapshot(g: &Global, a: SnapshotArgs) -> anyhow::Result<i32> {
         // compare like with like: the baseline was redacted (or not) the same way
         let now = snapshot::assemble(parts.clone(), &opts);
         let d = diff::diff_snapshots(&before, &now);
+        parts.findings.retain(|f| f.kind != "config_changed");
         parts
             .findings
             .extend(diff::findings_from_changes(&d.changes));
@@ -183,6 +370,103 @@ fn cmd_snapshot(g: &Global, a: SnapshotArgs) -> anyhow::Result<i32> {
     if a.json {
         println!("{}", serde_json::to_string_pretty(&bundle.snapshot)?);
     }
+    Ok(0)
+}
+
+/// Resolves on SIGINT/SIGTERM, or after `run_for` ms.
+async fn stop_signal(run_for: Option<u64>) {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    let timer = async {
+        match run_for {
+            Some(ms) => tokio::time::sleep(Duration::from_millis(ms)).await,
+            None => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term => {}
+        _ = timer => {}
+    }
+}
+
+fn cmd_daemon(g: &Global, a: DaemonArgs) -> anyhow::Result<i32> {
+    let opts = attach_options(g)?;
+    let mut cfg = daemon_config(g);
+    if a.no_record {
+        cfg.rotation = None;
+    }
+    let run_for = a.run_for.as_deref().map(parse_duration_ms).transpose()?;
+    let rt = runtime()?;
+    rt.block_on(async {
+        let mut d = Daemon::new(cfg.clone(), Arc::new(SystemClock), opts.discover_fn());
+        for s in opts.sources()? {
+            d.add_default_source(s);
+        }
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        eprintln!(
+            "wedgewatch daemon: socket {}, recording {}",
+            cfg.socket_path.display(),
+            if cfg.rotation.is_some() {
+                cfg.recording_dir().display().to_string()
+            } else {
+                "off".into()
+            }
+        );
+        let task = tokio::spawn(d.run(rx));
+        stop_signal(run_for).await;
+        let _ = tx.send(true);
+        task.await.context("daemon task")??;
+        anyhow::Ok(())
+    })?;
+    Ok(0)
+}
+
+fn cmd_record(g: &Global, a: RecordArgs) -> anyhow::Result<i32> {
+    let opts = attach_options(g)?;
+    let ms = parse_duration_ms(&a.run_for)?;
+    let rt = runtime()?;
+    let n = rt.block_on(async {
+        let topology = opts.discover().await?;
+        let (_tx, rx) = tokio::sync::watch::channel(topology.clone());
+        let sampler = opts.sampler(Arc::new(SystemClock), rx)?;
+        let n = record::record_to_file(sampler, &a.output, ms, &topology, Arc::new(SystemClock))
+            .await?;
+        anyhow::Ok(n)
+    })?;
+    eprintln!("wedgewatch: recorded {n} samples to {}", a.output.display());
+    Ok(0)
+}
+
+fn cmd_export(g: &Global, a: ExportArgs) -> anyhow::Result<i32> {
+    let trace = match &a.from {
+        Some(f) => match snapshot::read_snapshot(f) {
+            Ok(snap) => export::perfetto_snapshot(&snap),
+            Err(snap_err) => match Recording::open(f) {
+                Ok(_) => export::perfetto(&parts_from_recording(f, None)?),
+                Err(_) => return Err(snap_err.into()),
+            },
+        },
+        None => {
+            let parts = match parts_from_daemon(g) {
+                Some(p) => p,
+                None => parts_by_sampling(g, Duration::from_secs_f64(a.window.clamp(0.0, 3600.0)))?,
+            };
+            export::perfetto(&parts)
+        }
+    };
+    std::fs::write(&a.perfetto, serde_json::to_vec(&trace)?)
+        .with_context(|| format!("writing {}", a.perfetto.display()))?;
+    eprintln!(
+        "wedgewatch: trace written to {} (open it at ui.perfetto.dev)",
+        a.perfetto.display()
+    );
     Ok(0)
 }
 

@@ -1359,33 +1359,31 @@ pub fn device_activity(d: &crate::model::GpuDevice, pids: &[i32], th: &Threshold
     }
 }
 
-/// GPU activity of a component: its GPUs (from the topology, or NVML's process list).
-/// One small fn so the integrator can swap in the GPU source's own verdict.
+/// GPU activity of a component: its GPUs (from the topology, or NVML's process list),
+/// judged by the GPU source's verdict (`sources::gpu::component_activity`), so the snapshot
+/// and the detectors agree with what the GPU view shows.
 pub fn gpu_activity(c: &Component, g: &GpuReading, th: &Thresholds) -> &'static str {
-    let devices: Vec<&crate::model::GpuDevice> = g
+    let gpus: Vec<u32> = g
         .devices
         .iter()
         .filter(|d| {
             c.gpus.contains(&d.index)
                 || d.processes.iter().any(|p| c.pids.contains(&(p.pid as i32)))
         })
+        .map(|d| d.index)
         .collect();
-    if devices.is_empty() {
+    if gpus.is_empty() {
         return "unknown";
     }
-    let verdicts: Vec<&str> = devices
-        .iter()
-        .map(|d| device_activity(d, &c.pids, th))
-        .collect();
-    if verdicts.contains(&"working") {
-        "working"
-    } else if verdicts.contains(&"spinning") {
-        "spinning"
-    } else if verdicts.iter().all(|v| *v == "idle") {
-        "idle"
-    } else {
-        "unknown"
-    }
+    let pids: Vec<u32> = c.pids.iter().map(|p| *p as u32).collect();
+    let at = crate::sources::gpu::ActivityThresholds {
+        busy_util_pct: th.busy_util_pct,
+        spin_util_pct: th.spin_util_pct,
+        idle_power_ratio: th.spin_power_frac,
+    };
+    crate::sources::gpu::component_activity(g, &gpus, &pids, None, &at)
+        .0
+        .as_str()
 }
 
 /// Endpoints that are probes (ours or a health checker's), not inference requests.

@@ -1,0 +1,190 @@
+//! Attaching to a running stack: the one place that turns the user's options into discovery,
+//! the five sources and a sampler. `snapshot`, `record`, `daemon`, `tui` and `demo` all go
+//! through here, so they sample the same way.
+
+use crate::clock::{Clock, Millis};
+use crate::correlate::Model;
+use crate::daemon::DiscoverFn;
+use crate::detect::Thresholds;
+use crate::discover::{self, DiscoverOptions};
+use crate::error::{Error, Result};
+use crate::model::Topology;
+use crate::probes::ProbeSet;
+use crate::record::{Record, Recording};
+use crate::sampler::Sampler;
+use crate::snapshot::SnapshotParts;
+use crate::sources::gpu::{GpuConfig, GpuSource};
+use crate::sources::metrics::{MetricsConfig, MetricsSource};
+use crate::sources::processes::ProcessesSource;
+use crate::sources::sockets::{SocketConfig, SocketSource};
+use crate::sources::stacks::{StackSource, StacksConfig};
+use crate::sources::Source;
+use std::path::PathBuf;
+use std::sync::Arc;
+use tokio::sync::watch;
+
+/// What to attach to and how.
+#[derive(Debug, Clone)]
+pub struct AttachOptions {
+    pub proc_root: PathBuf,
+    pub probes: ProbeSet,
+    pub extra_pids: Vec<i32>,
+    pub extra_urls: Vec<String>,
+    /// `--nvml-lib`; None: `$WEDGEWATCH_NVML_LIB`, else the system library.
+    pub nvml_lib: Option<PathBuf>,
+    /// `--py-spy`; None: `$WEDGEWATCH_PY_SPY`, else `$PATH`.
+    pub py_spy: Option<PathBuf>,
+    /// `--native` stacks: pauses the targets; only on explicit request.
+    pub native: bool,
+    pub thresholds: Thresholds,
+}
+
+impl AttachOptions {
+    pub fn new(probes: ProbeSet) -> AttachOptions {
+        AttachOptions {
+            proc_root: PathBuf::from("/proc"),
+            probes,
+            extra_pids: Vec::new(),
+            extra_urls: Vec::new(),
+            nvml_lib: None,
+            py_spy: None,
+            native: false,
+            thresholds: Thresholds::default(),
+        }
+    }
+
+    pub fn discover_options(&self) -> DiscoverOptions {
+        DiscoverOptions {
+            proc_root: self.proc_root.clone(),
+            extra_pids: self.extra_pids.clone(),
+            extra_urls: self.extra_urls.clone(),
+            ..DiscoverOptions::default()
+        }
+    }
+
+    /// Discovery once, off the async threads (it reads /proc and may GET `/workers`).
+    pub async fn discover(&self) -> Result<Topology> {
+        let probes = self.probes.clone();
+        let opts = self.discover_options();
+        tokio::task::spawn_blocking(move || discover::discover(&probes, &opts))
+            .await
+            .map_err(|e| Error::Other(format!("discovery task failed: {e}")))?
+    }
+
+    /// Discovery as the daemon's re-discovery hook.
+    pub fn discover_fn(&self) -> DiscoverFn {
+        let me = Arc::new(self.clone());
+        Arc::new(move || {
+            let me = me.clone();
+            Box::pin(async move { me.discover().await })
+        })
+    }
+
+    /// The five sources, configured from the options. A source that cannot work here (no
+    /// py-spy, no NVML) still exists and reports `unavailable` with its reason.
+    pub fn sources(&self) -> Result<Vec<Arc<dyn Source>>> {
+        let mut stacks = StacksConfig::from_env();
+        if let Some(p) = &self.py_spy {
+            stacks.py_spy = Some(p.clone());
+        }
+        stacks.native = self.native;
+        let mut gpu = GpuConfig::from_env();
+        if let Some(p) = &self.nvml_lib {
+            gpu.lib_path = Some(p.clone());
+        }
+        Ok(vec![
+            Arc::new(ProcessesSource::new(self.proc_root.clone())),
+            Arc::new(SocketSource::new(SocketConfig::default())),
+            Arc::new(MetricsSource::new(
+                self.probes.metric_maps.clone(),
+                MetricsConfig::default(),
+            )?),
+            Arc::new(StackSource::new(stacks, &self.probes.stack_rules)?),
+            Arc::new(GpuSource::new(gpu)),
+        ])
+    }
+
+    /// A sampler over every source at its default cadence.
+    pub fn sampler(
+        &self,
+        clock: Arc<dyn Clock>,
+        topology: watch::Receiver<Topology>,
+    ) -> Result<Sampler> {
+        let mut s = Sampler::new(clock, topology);
+        for src in self.sources()? {
+            s.add_default(src);
+        }
+        Ok(s)
+    }
+}
+
+/// Samples the stack for `window_ms` (every source at least once) and returns the model.
+pub async fn collect_window(
+    opts: &AttachOptions,
+    window_ms: u64,
+    clock: Arc<dyn Clock>,
+) -> Result<Model> {
+    let topology = opts.discover().await?;
+    let (_tx, rx) = watch::channel(topology.clone());
+    let sampler = opts.sampler(clock, rx)?;
+    let mut model = Model::new(opts.thresholds.clone());
+    model.set_topology(topology);
+    sampler.collect(&mut model, window_ms).await;
+    Ok(model)
+}
+
+/// Replays a recording as a sequence of snapshot parts, one every `step_ms` of recorded
+/// time, through the same correlator and detectors as live sampling (for `tui --replay`).
+pub fn replay_frames(
+    rec: &Recording,
+    step_ms: i64,
+    thresholds: Thresholds,
+) -> Result<Vec<SnapshotParts>> {
+    let mut model = Model::new(thresholds);
+    model.ignore_client_pids.clear();
+    let mut baselines: Vec<crate::record::Baseline> = Vec::new();
+    let mut frames = Vec::new();
+    let mut next_frame: Option<Millis> = None;
+    let step = step_ms.max(100);
+    let mut last_t = None;
+    for r in rec.records() {
+        match r? {
+            Record::Header { pid, .. } => {
+                if !model.ignore_client_pids.contains(&pid) {
+                    model.ignore_client_pids.push(pid);
+                }
+            }
+            Record::Topology { topology, .. } => model.set_topology(topology),
+            Record::Baseline { baseline } => {
+                if baselines.last() != Some(&baseline) {
+                    baselines.push(baseline);
+                    if let Some(first) = baselines.first() {
+                        let merged = baselines
+                            .iter()
+                            .skip(1)
+                            .fold(first.clone(), |acc, b| acc.merged(b));
+                        model.set_config_changes(first.changes_to(&merged));
+                    }
+                }
+            }
+            Record::Delta { .. } => {}
+            Record::Sample { sample } => {
+                let t = sample.t_ms;
+                if let Some(due) = next_frame {
+                    if t >= due {
+                        frames.push(model.parts(due));
+                        next_frame = Some(due + step * ((t - due) / step + 1));
+                    }
+                } else {
+                    next_frame = Some(t + step);
+                }
+                model.ingest(&sample);
+                last_t = Some(t);
+            }
+        }
+    }
+    if let Some(t) = last_t {
+        frames.push(model.parts(t));
+    }
+    Ok(frames)
+}

@@ -1,0 +1,305 @@
+//! `wedgewatch demo`: brings up the built-in lab stack (proxy -> real SGLang router (PD) ->
+//! prefill + decode engines on fake GPUs), runs the agents healthy, restarts the decode engine
+//! with the tuning variable (the change since noon), lets the agents hang, and opens the UI on
+//! it with the daemon's baseline. Quitting tears the lab down.
+
+use super::tui::{watch_socket, InProcessDaemon};
+use crate::{attach_options, Global};
+use anyhow::{bail, Context};
+use clap::Args;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+use wedgewatch::daemon;
+use wedgewatch::detect::Thresholds;
+use wedgewatch::model::Snapshot;
+use wedgewatch::snapshot::{self, AssembleOptions};
+
+/// The decode engine's added variable: the one change since the known-good state.
+pub const TUNING_VAR: &str = "SGLANG_DECODE_PREALLOC_SPLIT_TOKENS";
+const TUNING_VALUE: &str = "100";
+
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// The lab's control script (default: the one in this source tree).
+    #[arg(long, value_name = "PATH")]
+    lab: Option<PathBuf>,
+    /// Agents in the harness.
+    #[arg(long, default_value_t = 3)]
+    agents: u32,
+    /// Run without the UI: wait until the wedge is found (at most --for), write the snapshot
+    /// bundle to -o DIR (or print its JSON), tear down, exit 0 if found, 1 if not.
+    #[arg(long)]
+    no_tui: bool,
+    /// With --no-tui: the bundle directory.
+    #[arg(short = 'o', long = "output", value_name = "DIR")]
+    output: Option<PathBuf>,
+    /// With --no-tui: how long to wait for the wedge.
+    #[arg(long = "for", value_name = "SECS", default_value_t = 120)]
+    wait_secs: u64,
+}
+
+fn default_lab() -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/lab/lab.py"))
+}
+
+/// The lab stack and the harness; torn down on drop, whatever happened.
+struct LabGuard {
+    lab: PathBuf,
+    run_dir: PathBuf,
+    harness: Option<Child>,
+}
+
+impl LabGuard {
+    fn lab_cmd(&self) -> Command {
+        let mut c = Command::new("python3");
+        c.arg(&self.lab);
+        c
+    }
+}
+
+impl Drop for LabGuard {
+    fn drop(&mut self) {
+        if let Some(mut h) = self.harness.take() {
+            let _ = h.kill();
+            let _ = h.wait();
+        }
+        eprintln!("wedgewatch demo: tearing the lab down");
+        let _ = self
+            .lab_cmd()
+            .args(["down", "--run-dir"])
+            .arg(&self.run_dir)
+            .stdout(Stdio::null())
+            .status();
+        let _ = std::fs::remove_dir_all(&self.run_dir);
+    }
+}
+
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_interrupt(_: libc::c_int) {
+    INTERRUPTED.store(true, Ordering::SeqCst);
+}
+
+/// Ctrl-C during set-up or a --no-tui wait must still tear the lab down: turn SIGINT and
+/// SIGTERM into a flag the steps check.
+fn catch_interrupts() {
+    use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
+    let act = SigAction::new(
+        SigHandler::Handler(on_interrupt),
+        SaFlags::empty(),
+        SigSet::empty(),
+    );
+    for sig in [Signal::SIGINT, Signal::SIGTERM] {
+        // SAFETY: the handler only stores into an atomic, which is async-signal-safe.
+        let _ = unsafe { sigaction(sig, &act) };
+    }
+}
+
+fn check_interrupted() -> anyhow::Result<()> {
+    if INTERRUPTED.load(Ordering::SeqCst) {
+        bail!("interrupted");
+    }
+    Ok(())
+}
+
+fn step(msg: &str) {
+    eprintln!("wedgewatch demo: {msg}");
+}
+
+fn run_lab(cmd: &mut Command, what: &str) -> anyhow::Result<String> {
+    let out = cmd
+        .stderr(Stdio::inherit())
+        .output()
+        .with_context(|| format!("running the lab ({what})"))?;
+    if !out.status.success() {
+        bail!("the lab failed to {what} ({})", out.status);
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+pub fn cmd_demo(g: &Global, a: DemoArgs) -> anyhow::Result<i32> {
+    let lab = a.lab.clone().unwrap_or_else(default_lab);
+    if !lab.exists() {
+        bail!(
+            "the lab is not at {} (run the demo from a wedgewatch checkout, or pass --lab)",
+            lab.display()
+        );
+    }
+    catch_interrupts();
+    step("preparing the lab's Python environment (first use installs the real SGLang router, py-spy, aiohttp from PyPI)");
+    run_lab(Command::new("python3").arg(&lab).arg("setup"), "set up")?;
+    check_interrupted()?;
+
+    let run_dir = std::env::temp_dir().join(format!("wedgewatch-demo-{}", std::process::id()));
+    let mut guard = LabGuard {
+        lab: lab.clone(),
+        run_dir: run_dir.clone(),
+        harness: None,
+    };
+    step("starting proxy -> sglang router (PD) -> prefill + decode engines on fake GPUs");
+    let up = run_lab(
+        guard.lab_cmd().args(["up", "--run-dir"]).arg(&run_dir),
+        "start",
+    )?;
+    let info: serde_json::Value =
+        serde_json::from_str(up.trim()).context("reading the lab's lab.json")?;
+    check_interrupted()?;
+
+    // The lab's GPUs are a fake libnvidia-ml.so reading the schedulers' state files; point
+    // NVML and py-spy at the lab's (no threads run yet, so setting the env is safe).
+    if let Some(dir) = info.get("nvml_dir").and_then(|v| v.as_str()) {
+        std::env::set_var("FAKE_NVML_DIR", dir);
+    }
+    let mut opts = attach_options(g)?;
+    if opts.nvml_lib.is_none() && !env!("FAKE_NVML_PATH").is_empty() {
+        opts.nvml_lib = Some(PathBuf::from(env!("FAKE_NVML_PATH")));
+    }
+    if opts.py_spy.is_none() {
+        if let Some(venv) = info.get("venv").and_then(|v| v.as_str()) {
+            let p = Path::new(venv).join("bin/py-spy");
+            if p.exists() {
+                opts.py_spy = Some(p);
+            }
+        }
+    }
+
+    step("attaching wedgewatch (baseline of the healthy stack taken now)");
+    let session = InProcessDaemon::start(&opts, Thresholds::default(), 2_000)?;
+
+    step(&format!("running {} agents healthy for 2 rounds", a.agents));
+    let healthy = run_lab(
+        guard
+            .lab_cmd()
+            .args(["load", "--run-dir"])
+            .arg(&run_dir)
+            .args([
+                "--agents",
+                &a.agents.to_string(),
+                "--rounds",
+                "2",
+                "--timeout",
+                "30",
+            ]),
+        "run the healthy load",
+    )?;
+    step(&format!("healthy rounds: {}", summarize_load(&healthy)));
+    check_interrupted()?;
+
+    step(&format!(
+        "the change since noon: restarting the decode engine with {TUNING_VAR}={TUNING_VALUE}"
+    ));
+    run_lab(
+        guard
+            .lab_cmd()
+            .args(["restart", "--run-dir"])
+            .arg(&run_dir)
+            .args(["decode", "--env", &format!("{TUNING_VAR}={TUNING_VALUE}")]),
+        "restart the decode engine",
+    )?;
+    check_interrupted()?;
+
+    step("agents chatting again; they will hang after a few rounds");
+    guard.harness = Some(
+        guard
+            .lab_cmd()
+            .args(["load", "--run-dir"])
+            .arg(&run_dir)
+            .args([
+                "--agents",
+                &a.agents.to_string(),
+                "--rounds",
+                "12",
+                "--timeout",
+                "900",
+                "--total-timeout",
+                "1000",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("starting the harness")?,
+    );
+
+    let assemble = AssembleOptions {
+        redact: !g.no_redact,
+        ..AssembleOptions::default()
+    };
+    if a.no_tui {
+        return wait_for_wedge(&session.socket, &assemble, &a);
+    }
+    step("opening the UI: the wedge shows within a minute (press ? for keys, q to quit)");
+    std::thread::sleep(Duration::from_millis(500));
+    let code = watch_socket(&session.socket, assemble)?;
+    drop(session);
+    drop(guard);
+    Ok(code)
+}
+
+fn summarize_load(json: &str) -> String {
+    let v: serde_json::Value = match serde_json::from_str(json.trim()) {
+        Ok(v) => v,
+        Err(_) => return "(no report)".into(),
+    };
+    let agents = v
+        .get("agents")
+        .and_then(|a| a.as_array())
+        .cloned()
+        .unwrap_or_default();
+    let rounds: Vec<String> = agents
+        .iter()
+        .map(|a| {
+            a.get("rounds_completed")
+                .and_then(|r| r.as_u64())
+                .map(|r| r.to_string())
+                .unwrap_or_else(|| "?".into())
+        })
+        .collect();
+    format!(
+        "{} agents, rounds completed: [{}]",
+        agents.len(),
+        rounds.join(", ")
+    )
+}
+
+/// `--no-tui`: poll the daemon until a wedged_request finding appears, then write it.
+fn wait_for_wedge(socket: &Path, assemble: &AssembleOptions, a: &DemoArgs) -> anyhow::Result<i32> {
+    let deadline = Instant::now() + Duration::from_secs(a.wait_secs);
+    let mut last: Option<Snapshot> = None;
+    let found = loop {
+        check_interrupted()?;
+        if let Ok(parts) = daemon::query_blocking(socket, "snapshot", 5000)
+            .and_then(|v| daemon::parts_from_answer(&v))
+        {
+            let snap = snapshot::assemble(parts, assemble);
+            let wedged = snap.findings.iter().any(|f| f.kind == "wedged_request");
+            let changed = snap.findings.iter().any(|f| f.kind == "config_changed");
+            last = Some(snap);
+            if wedged && changed {
+                break true;
+            }
+        }
+        if Instant::now() >= deadline {
+            break false;
+        }
+        std::thread::sleep(Duration::from_millis(1000));
+    };
+    let snap = match last {
+        Some(s) => s,
+        None => bail!("the daemon never answered"),
+    };
+    match &a.output {
+        Some(dir) => {
+            snapshot::write_bundle(&snap, &Default::default(), dir)?;
+            step(&format!("bundle written to {}", dir.display()));
+        }
+        None => println!("{}", serde_json::to_string_pretty(&snap)?),
+    }
+    step(if found {
+        "the wedge was found"
+    } else {
+        "no wedged_request + config_changed within the wait"
+    });
+    Ok(if found { 0 } else { 1 })
+}
