@@ -123,7 +123,55 @@ pub fn run_all(model: &Model, view: &View) -> Vec<Finding> {
         }
     }
     out.sort_by(|a, b| b.1.severity.cmp(&a.1.severity).then(a.0.cmp(&b.0)));
-    out.into_iter().map(|(_, f)| f).collect()
+    fold_into_parents(model, out.into_iter().map(|(_, f)| f).collect())
+}
+
+/// Kinds whose findings on child processes (scheduler, detokenizer) only repeat their
+/// engine's: children inherit the engine's environment and restart with it.
+const FOLDED_KINDS: &[&str] = &["config_changed", "process_restarted"];
+
+/// Drops a child's finding when its parent has one of the same kind, and names the child
+/// in the parent's summary instead: one restart of an engine is one finding, not three.
+fn fold_into_parents(model: &Model, findings: Vec<Finding>) -> Vec<Finding> {
+    let parent_of = |id: &str| {
+        model
+            .topology()
+            .component(id)
+            .and_then(|c| c.parent.clone())
+    };
+    let has = |kind: &str, comp: &str| {
+        findings
+            .iter()
+            .any(|f| f.kind == kind && f.component.as_deref() == Some(comp))
+    };
+    let mut folded: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+    let mut kept = Vec::new();
+    for f in &findings {
+        let parent = f.component.as_deref().and_then(parent_of);
+        match parent {
+            Some(p) if FOLDED_KINDS.contains(&f.kind.as_str()) && has(&f.kind, &p) => {
+                let child = f.component.clone().unwrap_or_default();
+                folded.entry((f.kind.clone(), p)).or_default().push(child);
+            }
+            _ => kept.push(f.clone()),
+        }
+    }
+    for f in &mut kept {
+        let key = (f.kind.clone(), f.component.clone().unwrap_or_default());
+        if let Some(children) = folded.get(&key) {
+            let names: Vec<&str> = children
+                .iter()
+                .map(|c| c.split('@').next().unwrap_or(c))
+                .collect();
+            f.summary
+                .push_str(&format!(" (and its {})", names.join(", ")));
+            for c in children {
+                f.evidence
+                    .push(Evidence::new("topology", format!("same on child {c}")));
+            }
+        }
+    }
+    kept
 }
 
 /// "94 s", "2.5 s", "12 min".
@@ -184,6 +232,25 @@ fn downstream_open(v: &View, comp: &str) -> bool {
         .any(|r| r.x.client_component.as_deref() == Some(comp) && View::is_outstanding(r))
 }
 
+/// `idle, idle, idle, polling` -> `idle x3, polling`.
+fn run_lengths(states: &[String]) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < states.len() {
+        let mut j = i;
+        while j < states.len() && states[j] == states[i] {
+            j += 1;
+        }
+        out.push(if j - i > 1 {
+            format!("{} x{}", states[i], j - i)
+        } else {
+            states[i].clone()
+        });
+        i = j;
+    }
+    out.join(", ")
+}
+
 /// Idle-side evidence of an engine: what says it is doing nothing.
 fn idle_evidence(cs: &ComponentState) -> (Vec<String>, Vec<Evidence>) {
     let mut words = Vec::new();
@@ -208,13 +275,15 @@ fn idle_evidence(cs: &ComponentState) -> (Vec<String>, Vec<Evidence>) {
         let detail: Vec<String> = cs
             .threads
             .iter()
-            .filter(|t| !t.states.is_empty())
+            // Threads no rule recognised (HTTP loops, helpers) say nothing about the work.
+            .filter(|t| t.states.iter().any(|s| s != "unknown"))
             .map(|t| {
                 format!(
-                    "tid {} ({}): {}",
+                    "pid {} tid {} ({}): {}",
+                    t.pid,
                     t.tid,
                     t.name.as_deref().unwrap_or("?"),
-                    t.states.join(", ")
+                    run_lengths(&t.states)
                 )
             })
             .collect();
@@ -689,9 +758,19 @@ pub fn scheduler_stuck(m: &Model, v: &View) -> Vec<Finding> {
         if !(cs.role.is_engine() || cs.role == Role::Scheduler) {
             continue;
         }
+        let engine_main = m.topology().component(&cs.id).and_then(|c| c.main_pid);
         for t in &cs.threads {
+            // Only scheduler processes run the loop this judges: an engine's own HTTP
+            // process legitimately sits in one frame (epoll, queue waits) forever.
+            if cs.role.is_engine() && Some(t.pid) == engine_main {
+                continue;
+            }
             // Threads are judged under their most specific component only.
             if m.topology().component_of_pid(t.pid).map(|c| c.id.as_str()) != Some(cs.id.as_str()) {
+                continue;
+            }
+            // The loop runs on the main thread; watchdogs and transfer threads wait by design.
+            if t.tid != t.pid && t.name.as_deref() != Some("MainThread") {
                 continue;
             }
             if t.states.len() < th.scheduler_min_dumps {
@@ -890,33 +969,7 @@ fn config_changed_detector(m: &Model, _v: &View) -> Vec<Finding> {
 
 /// `config_changed`: one finding per component with changes against the baseline.
 pub fn config_changed(changes: &[crate::model::Change]) -> Vec<Finding> {
-    let mut by: BTreeMap<&str, Vec<&crate::model::Change>> = BTreeMap::new();
-    for c in changes {
-        by.entry(c.component.as_str()).or_default().push(c);
-    }
-    by.into_iter()
-        .map(|(comp, cs)| {
-            let describe = |c: &crate::model::Change| -> String {
-                let key = c.key.as_deref().unwrap_or("");
-                match (&c.before, &c.after) {
-                    (None, Some(a)) => format!("{} {key} added (={a})", c.field),
-                    (Some(b), None) => format!("{} {key} removed (was {b})", c.field),
-                    (Some(b), Some(a)) => format!("{} {key} {b} -> {a}", c.field),
-                    (None, None) => format!("{} {key} changed", c.field),
-                }
-            };
-            let first = describe(cs[0]);
-            let more = if cs.len() > 1 { format!("; {} more change(s)", cs.len() - 1) } else { String::new() };
-            Finding {
-                kind: "config_changed".into(),
-                severity: Severity::Warning,
-                component: Some(comp.to_string()),
-                role: Some(cs[0].role),
-                summary: format!("{comp} differs from its baseline: {first}{more}"),
-                requests: Vec::new(),
-                evidence: cs.iter().map(|c| Evidence::new("processes", describe(c))).collect(),
-                explanation: Some("A component's environment or command line differs from the baseline taken when the stack was healthy. A single tuning variable can wedge an engine; revert it on a test copy to confirm.".into()),
-            }
-        })
-        .collect()
+    // One rendering of changes for `diff`, `snapshot --baseline` and the daemon's baseline:
+    // env/cmdline/version/config only (restarts are `process_restarted`).
+    crate::diff::findings_from_changes(changes)
 }

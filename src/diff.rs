@@ -324,16 +324,17 @@ pub fn findings_from_changes(changes: &[Change]) -> Vec<Finding> {
     by_comp
         .into_iter()
         .map(|((comp, role), cs)| {
-            let keys: Vec<String> = cs
-                .iter()
-                .map(|c| format!("{} {}", c.field, c.key.as_deref().unwrap_or("")).trim().to_string())
-                .collect();
+            // The change itself in the summary: an added variable must be readable at once.
+            let mut shown: Vec<String> = cs.iter().take(3).map(|c| render_change_plain(c)).collect();
+            if cs.len() > 3 {
+                shown.push(format!("{} more", cs.len() - 3));
+            }
             Finding {
                 kind: "config_changed".into(),
                 severity: Severity::Warning,
                 component: Some(comp.to_string()),
                 role: Some(role),
-                summary: format!("{comp} differs from the baseline: {}", keys.join(", ")),
+                summary: format!("{comp} changed since the baseline: {}", shown.join("; ")),
                 requests: Vec::new(),
                 evidence: cs
                     .iter()

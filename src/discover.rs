@@ -860,9 +860,23 @@ impl<'a> Builder<'a> {
             }
         }
         if let Some(path) = &prof.metrics_path {
+            // When setproctitle took the arguments, a second listening port is the metrics
+            // exporter (the router listens on exactly its API port and its metrics port).
+            let primary_port = primary.as_ref().and_then(|a| split_addr(a)).map(|(_, p)| p);
+            let other_ports: Vec<u16> = c
+                .listen
+                .iter()
+                .filter_map(|a| split_addr(a).map(|(_, p)| p))
+                .filter(|p| Some(*p) != primary_port)
+                .collect();
+            let from_sockets = match other_ports.as_slice() {
+                [only] => Some(*only),
+                _ => None,
+            };
             let mport = match &prof.metrics_port_flag {
                 Some(f) => flag_value(&args, f)
                     .and_then(|v| v.parse::<u16>().ok())
+                    .or(from_sockets)
                     .or(prof.metrics_default_port),
                 None => port,
             };

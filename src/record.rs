@@ -98,20 +98,46 @@ pub struct Baseline {
 
 /// Env names whose values are never stored in clear.
 pub fn is_secret_name(name: &str) -> bool {
-    let n = name.to_ascii_uppercase();
-    [
-        "KEY",
-        "TOKEN",
-        "SECRET",
-        "PASSWORD",
-        "PASSWD",
-        "CREDENTIAL",
-        "AUTH",
-        "COOKIE",
-        "PRIVATE",
-    ]
-    .iter()
-    .any(|w| n.contains(w))
+    crate::redact::is_secret_name(name)
+}
+
+/// A per-process random salt for masking secret values in baselines: two baselines of one
+/// daemon compare equal when a secret is unchanged, but a shared recording does not let
+/// anyone test guesses against the mask.
+fn secret_salt() -> &'static [u8; 16] {
+    static SALT: std::sync::OnceLock<[u8; 16]> = std::sync::OnceLock::new();
+    SALT.get_or_init(|| {
+        let mut salt = [0u8; 16];
+        let ok = std::fs::File::open("/dev/urandom")
+            .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut salt))
+            .is_ok();
+        if !ok {
+            let t = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or_default();
+            salt[..16].copy_from_slice(&(t ^ u128::from(std::process::id())).to_le_bytes());
+        }
+        salt
+    })
+}
+
+/// The stored form of a secret value: a salted checksum, never the value.
+fn mask_secret(v: &str) -> String {
+    let mut data = secret_salt().to_vec();
+    data.extend_from_slice(v.as_bytes());
+    format!("<redacted:{:08x}>", crc32(&data))
+}
+
+/// What leaves the daemon in a `Change`: the mask becomes plain `<redacted>`.
+fn unmask(v: Option<String>) -> Option<String> {
+    v.map(|s| {
+        if s.starts_with("<redacted:") {
+            crate::model::REDACTED.to_string()
+        } else {
+            s
+        }
+    })
 }
 
 impl Baseline {
@@ -128,14 +154,19 @@ impl Baseline {
             let Some(p) = c.main_pid.and_then(|m| procs.iter().find(|p| p.pid == m)) else {
                 continue;
             };
-            let env = p
+            // setproctitle wipes a titled process's args and env: read them where discovery
+            // found they survive (a launcher or the engine parent).
+            let by_pid = |pid: i32| procs.iter().find(|f| f.pid == pid).unwrap_or(p);
+            let env_facts = by_pid(crate::discover::env_pid(c).unwrap_or(p.pid));
+            let args_facts = by_pid(crate::discover::args_pid(c).unwrap_or(p.pid));
+            let env = env_facts
                 .env
                 .clone()
                 .unwrap_or_default()
                 .into_iter()
                 .map(|(k, v)| {
                     if is_secret_name(&k) {
-                        let masked = format!("<redacted:{:08x}>", crc32(v.as_bytes()));
+                        let masked = mask_secret(&v);
                         (k, masked)
                     } else {
                         (k, v)
@@ -153,7 +184,9 @@ impl Baseline {
                 }),
                 started_at_ms: p.started_at_ms,
                 exe: p.exe.clone(),
-                cmdline: p.cmdline.clone().unwrap_or_default(),
+                // Recordings travel: secrets in arguments are never stored in clear.
+                cmdline: crate::redact::Redactor::new()
+                    .args(&args_facts.cmdline.clone().unwrap_or_default()),
                 env,
                 listen: c.listen.clone(),
             });
@@ -192,8 +225,8 @@ impl Baseline {
                     role: n.role,
                     field: field.into(),
                     key,
-                    before: b,
-                    after: a,
+                    before: unmask(b),
+                    after: unmask(a),
                 };
             let keys: std::collections::BTreeSet<&String> =
                 o.env.keys().chain(n.env.keys()).collect();

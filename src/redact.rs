@@ -1,8 +1,12 @@
 //! Redaction of secrets in env and cmdlines.
 //!
 //! Names stay visible, values that look like secrets become `<redacted>`:
-//! - environment variables whose name contains KEY, TOKEN, SECRET, PASSWORD, PASSWD,
-//!   CREDENTIAL or AUTH (any case);
+//! - environment variables whose name contains SECRET, PASSWORD, PASSWD, CREDENTIAL,
+//!   COOKIE or PRIVATE, or has a word (between `_`, `-`, `.`) that is or ends in KEY, KEYS,
+//!   TOKEN or AUTH, or starts with AUTH (any case). Word-wise, because counts are not
+//!   secrets: `SGLANG_DECODE_PREALLOC_SPLIT_TOKENS` and `MAX_TOKENS` stay visible, so the
+//!   very variable an incident turns on is never hidden, while `HF_TOKEN`, `OPENAI_API_KEY`,
+//!   `APIKEY`, `AUTHORIZATION` are redacted;
 //! - command-line options with such a word in their name (`--api-key X`, `--api-key=X`,
 //!   `--hf-token X`, `--password=X`, ...);
 //! - the password of `scheme://user:pass@host` anywhere in a value.
@@ -14,16 +18,17 @@
 use crate::model::{ProcessFacts, REDACTED};
 use std::collections::{BTreeMap, BTreeSet};
 
-/// Words that make a variable or option name secret.
-const SECRET_WORDS: &[&str] = &[
-    "KEY",
-    "TOKEN",
+/// Substrings that make a name secret wherever they appear.
+const SECRET_ANYWHERE: &[&str] = &[
     "SECRET",
     "PASSWORD",
     "PASSWD",
     "CREDENTIAL",
-    "AUTH",
+    "COOKIE",
+    "PRIVATE",
 ];
+/// Words that make a name secret when a word of the name is or ends with one of them.
+const SECRET_WORD_ENDS: &[&str] = &["KEY", "KEYS", "TOKEN", "AUTH"];
 
 /// Shortest value we scrub from free text: shorter ones (`1`, `on`) would shred unrelated
 /// text and are not plausible secrets.
@@ -32,7 +37,11 @@ const MIN_SCRUB_LEN: usize = 4;
 /// Whether a variable/option name looks like it holds a secret.
 pub fn is_secret_name(name: &str) -> bool {
     let up = name.to_ascii_uppercase();
-    SECRET_WORDS.iter().any(|w| up.contains(w))
+    if SECRET_ANYWHERE.iter().any(|w| up.contains(w)) {
+        return true;
+    }
+    up.split(|c: char| !c.is_ascii_alphanumeric())
+        .any(|word| word.starts_with("AUTH") || SECRET_WORD_ENDS.iter().any(|w| word.ends_with(w)))
 }
 
 /// Replaces the password of every `scheme://user:pass@host` in `value`. Returns the new
@@ -252,5 +261,40 @@ mod tests {
             redact_url_credentials("a postgres://u:p@db/x b redis://:pw@r:6379").0,
             "a postgres://u:<redacted>@db/x b redis://:<redacted>@r:6379"
         );
+    }
+}
+
+#[cfg(test)]
+mod secret_name_tests {
+    use super::is_secret_name;
+
+    #[test]
+    fn secrets_by_word_not_counts() {
+        for secret in [
+            "HF_TOKEN",
+            "OPENAI_API_KEY",
+            "api-key",
+            "APIKEY",
+            "AWS_SECRET_ACCESS_KEY",
+            "DB_PASSWORD",
+            "GOOGLE_APPLICATION_CREDENTIALS",
+            "AUTHORIZATION",
+            "PROXY_AUTH",
+            "SSH_PRIVATE",
+            "API_KEYS",
+        ] {
+            assert!(is_secret_name(secret), "{secret} must be redacted");
+        }
+        for plain in [
+            "SGLANG_DECODE_PREALLOC_SPLIT_TOKENS",
+            "MAX_TOKENS",
+            "CUDA_VISIBLE_DEVICES",
+            "TOKENIZERS_PARALLELISM",
+            "SGLANG_TOKENIZER_PATH",
+            "PWD",
+            "KEYBOARD_LAYOUT",
+        ] {
+            assert!(!is_secret_name(plain), "{plain} must stay visible");
+        }
     }
 }

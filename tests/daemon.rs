@@ -286,7 +286,7 @@ async fn daemon_serves_state_on_an_owner_only_socket_and_takes_baselines() {
     assert!(
         f.evidence
             .iter()
-            .any(|e| e.detail.contains("SGLANG_DECODE_SPLIT_TUNING added (=1)")),
+            .any(|e| e.detail.contains("+ env SGLANG_DECODE_SPLIT_TUNING=1")),
         "{f:#?}"
     );
     assert!(parts.findings.iter().any(|f| f.kind == "process_restarted"));

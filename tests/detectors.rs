@@ -570,9 +570,7 @@ fn config_changed_names_the_variable() {
     let fs = findings(&sim);
     assert_eq!(kinds(&fs), vec!["config_changed"]);
     assert!(
-        fs[0]
-            .summary
-            .contains("env SGLANG_DECODE_SPLIT_TUNING added (=1)"),
+        fs[0].summary.contains("+ env SGLANG_DECODE_SPLIT_TUNING=1"),
         "{}",
         fs[0].summary
     );

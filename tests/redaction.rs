@@ -136,11 +136,15 @@ fn secrets_never_leave_redacted() {
         .as_array()
         .and_then(|a| a.iter().find(|c| c["id"] == rid.as_str()))
         .expect("router component");
-    assert!(rc["cmdline"]
-        .as_array()
-        .expect("cmdline")
-        .iter()
-        .any(|x| x.as_str().is_some_and(|s| s.contains("svc:<redacted>@"))));
+    assert!(
+        rc["cmdline"]
+            .as_array()
+            .expect("cmdline")
+            .iter()
+            .any(|x| x.as_str().is_some_and(|s| s.contains("svc:<redacted>@"))),
+        "{}",
+        rc
+    );
     drop((engine, router));
 }
 

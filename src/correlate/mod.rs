@@ -167,6 +167,9 @@ impl ComponentState {
             .filter(|t| !t.states.is_empty())
             .max_by_key(|t| {
                 (
+                    // A thread some scheduler rule recognised (the loop), before the engine's
+                    // HTTP thread, which no rule knows.
+                    t.states.iter().any(|s| s != "unknown"),
                     t.name.as_deref() == Some("MainThread"),
                     t.states.len(),
                     std::cmp::Reverse(t.pid),
@@ -1209,11 +1212,10 @@ impl Model {
                 )
             })
             .collect();
-        let pids: BTreeSet<i32> = self
-            .topology
-            .components
-            .iter()
-            .flat_map(|c| c.pids.iter().copied())
+        // Titled processes (setproctitle) keep their args and env in a launcher or parent:
+        // those pids' facts are what the snapshot shows for them.
+        let pids: BTreeSet<i32> = crate::sources::processes::topology_pids(&self.topology)
+            .into_iter()
             .collect();
         let processes = self
             .latest_processes
