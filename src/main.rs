@@ -71,6 +71,9 @@ struct Global {
     /// they are read; only use it when asked to.
     #[arg(long, global = true)]
     native: bool,
+    /// Detector thresholds (TOML; missing keys keep their defaults, see docs/findings.md).
+    #[arg(long, value_name = "FILE", global = true)]
+    thresholds: Option<PathBuf>,
     /// Where the daemon keeps its recording and socket
     /// (default: $XDG_STATE_HOME/wedgewatch).
     #[arg(long, value_name = "DIR", global = true)]
@@ -231,7 +234,19 @@ fn attach_options(g: &Global) -> anyhow::Result<AttachOptions> {
     o.nvml_lib = g.nvml_lib.clone();
     o.py_spy = g.py_spy.clone();
     o.native = g.native;
+    o.thresholds = thresholds(g)?;
     Ok(o)
+}
+
+fn thresholds(g: &Global) -> anyhow::Result<Thresholds> {
+    match &g.thresholds {
+        None => Ok(Thresholds::default()),
+        Some(p) => {
+            let text = std::fs::read_to_string(p)
+                .with_context(|| format!("reading thresholds {}", p.display()))?;
+            Thresholds::from_toml(&text).with_context(|| format!("in {}", p.display()))
+        }
+    }
 }
 
 fn daemon_config(g: &Global) -> DaemonConfig {
@@ -297,7 +312,11 @@ fn parts_from_daemon(g: &Global) -> Option<SnapshotParts> {
 }
 
 /// Parts replayed from a recording up to `at`.
-fn parts_from_recording(path: &Path, at: Option<&str>) -> anyhow::Result<SnapshotParts> {
+fn parts_from_recording(
+    path: &Path,
+    at: Option<&str>,
+    th: Thresholds,
+) -> anyhow::Result<SnapshotParts> {
     let rec = Recording::open(path)?;
     let at_ms = match at {
         None => None,
@@ -309,7 +328,7 @@ fn parts_from_recording(path: &Path, at: Option<&str>) -> anyhow::Result<Snapsho
             Some(record::parse_at(a, start)?)
         }
     };
-    let replayed = record::replay(&rec, at_ms, Thresholds::default())?;
+    let replayed = record::replay(&rec, at_ms, th)?;
     if replayed.stats.skipped > 0 {
         eprintln!(
             "wedgewatch: {}: skipped {} damaged record(s) (a torn tail is normal after a crash)",
@@ -340,7 +359,7 @@ fn cmd_snapshot(g: &Global, a: SnapshotArgs) -> anyhow::Result<i32> {
         bail!("--window must be between 0 and 3600 seconds");
     }
     let mut parts = match &a.from {
-        Some(f) => parts_from_recording(f, a.at.as_deref())?,
+        Some(f) => parts_from_recording(f, a.at.as_deref(), thresholds(g)?)?,
         None => match (!a.no_daemon).then(|| parts_from_daemon(g)).flatten() {
             Some(p) => p,
             None => parts_by_sampling(g, Duration::from_secs_f64(a.window))?,
@@ -399,6 +418,7 @@ async fn stop_signal(run_for: Option<u64>) {
 fn cmd_daemon(g: &Global, a: DaemonArgs) -> anyhow::Result<i32> {
     let opts = attach_options(g)?;
     let mut cfg = daemon_config(g);
+    cfg.thresholds = opts.thresholds.clone();
     if a.no_record {
         cfg.rotation = None;
     }
@@ -449,7 +469,7 @@ fn cmd_export(g: &Global, a: ExportArgs) -> anyhow::Result<i32> {
         Some(f) => match snapshot::read_snapshot(f) {
             Ok(snap) => export::perfetto_snapshot(&snap),
             Err(snap_err) => match Recording::open(f) {
-                Ok(_) => export::perfetto(&parts_from_recording(f, None)?),
+                Ok(_) => export::perfetto(&parts_from_recording(f, None, thresholds(g)?)?),
                 Err(_) => return Err(snap_err.into()),
             },
         },

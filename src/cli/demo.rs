@@ -12,7 +12,6 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use wedgewatch::daemon;
-use wedgewatch::detect::Thresholds;
 use wedgewatch::model::Snapshot;
 use wedgewatch::snapshot::{self, AssembleOptions};
 
@@ -166,7 +165,8 @@ pub fn cmd_demo(g: &Global, a: DemoArgs) -> anyhow::Result<i32> {
     }
 
     step("attaching wedgewatch (baseline of the healthy stack taken now)");
-    let session = InProcessDaemon::start(&opts, Thresholds::default(), 2_000)?;
+    let th = opts.thresholds.clone();
+    let session = InProcessDaemon::start(&opts, th, 2_000)?;
 
     step(&format!("running {} agents healthy for 2 rounds", a.agents));
     let healthy = run_lab(

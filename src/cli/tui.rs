@@ -2,7 +2,7 @@
 //! if there is one, else a private in-process daemon started for the session, so live view,
 //! snapshot and daemon share one code path. `--replay FILE` plays a recording instead.
 
-use crate::{attach_options, daemon_config, runtime, Global, TuiArgs};
+use crate::{attach_options, daemon_config, runtime, thresholds, Global, TuiArgs};
 use anyhow::Context;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::Sender;
@@ -27,14 +27,15 @@ pub fn cmd_tui(g: &Global, a: TuiArgs) -> anyhow::Result<i32> {
         ..AssembleOptions::default()
     };
     if let Some(path) = &a.replay {
-        return replay(path, assemble);
+        return replay(path, assemble, thresholds(g)?);
     }
     let cfg = daemon_config(g);
     if !a.no_daemon && daemon_answers(&cfg.socket_path) {
         return watch_socket(&cfg.socket_path, assemble);
     }
     let opts = attach_options(g)?;
-    let session = InProcessDaemon::start(&opts, Thresholds::default(), 10_000)?;
+    let th = opts.thresholds.clone();
+    let session = InProcessDaemon::start(&opts, th, 10_000)?;
     watch_socket(&session.socket, assemble)
 }
 
@@ -42,9 +43,9 @@ fn daemon_answers(socket: &Path) -> bool {
     socket.exists() && daemon::query_blocking(socket, "ping", 1000).is_ok()
 }
 
-fn replay(path: &Path, assemble: AssembleOptions) -> anyhow::Result<i32> {
+fn replay(path: &Path, assemble: AssembleOptions, th: Thresholds) -> anyhow::Result<i32> {
     let rec = Recording::open(path)?;
-    let frames = attach::replay_frames(&rec, 1000, Thresholds::default())?;
+    let frames = attach::replay_frames(&rec, 1000, th)?;
     if frames.is_empty() {
         anyhow::bail!("{}: the recording holds no samples", path.display());
     }
