@@ -10,7 +10,7 @@ use crate::discover::{self, DiscoverOptions};
 use crate::error::{Error, Result};
 use crate::model::Topology;
 use crate::probes::ProbeSet;
-use crate::record::{Record, Recording};
+use crate::record::{Record, Recording, Replayer};
 use crate::sampler::Sampler;
 use crate::snapshot::SnapshotParts;
 use crate::sources::gpu::{GpuConfig, GpuSource};
@@ -140,51 +140,25 @@ pub fn replay_frames(
     step_ms: i64,
     thresholds: Thresholds,
 ) -> Result<Vec<SnapshotParts>> {
-    let mut model = Model::new(thresholds);
-    model.ignore_client_pids.clear();
-    let mut baselines: Vec<crate::record::Baseline> = Vec::new();
+    let mut r = Replayer::new(thresholds);
     let mut frames = Vec::new();
-    let mut next_frame: Option<Millis> = None;
     let step = step_ms.max(100);
-    let mut last_t = None;
-    for r in rec.records() {
-        match r? {
-            Record::Header { pid, .. } => {
-                if !model.ignore_client_pids.contains(&pid) {
-                    model.ignore_client_pids.push(pid);
-                }
-            }
-            Record::Topology { topology, .. } => model.set_topology(topology),
-            Record::Baseline { baseline } => {
-                if baselines.last() != Some(&baseline) {
-                    baselines.push(baseline);
-                    if let Some(first) = baselines.first() {
-                        let merged = baselines
-                            .iter()
-                            .skip(1)
-                            .fold(first.clone(), |acc, b| acc.merged(b));
-                        model.set_config_changes(first.changes_to(&merged));
-                    }
-                }
-            }
-            Record::Delta { .. } => {}
-            Record::Sample { sample } => {
-                let t = sample.t_ms;
-                if let Some(due) = next_frame {
-                    if t >= due {
-                        frames.push(model.parts(due));
-                        next_frame = Some(due + step * ((t - due) / step + 1));
-                    }
-                } else {
-                    next_frame = Some(t + step);
-                }
-                model.ingest(&sample);
-                last_t = Some(t);
+    let mut next_frame: Option<Millis> = None;
+    for rec in rec.records() {
+        let rec = rec?;
+        // A frame shows the model as it was just before the first sample past its time.
+        if let (Record::Sample { sample }, Some(due)) = (&rec, next_frame) {
+            if sample.t_ms >= due {
+                frames.push(r.model.parts(due));
+                next_frame = Some(due + step * ((sample.t_ms - due) / step + 1));
             }
         }
+        if let Some(t) = r.apply(rec) {
+            next_frame.get_or_insert(t + step);
+        }
     }
-    if let Some(t) = last_t {
-        frames.push(model.parts(t));
+    if let Some(t) = r.last_sample_ms {
+        frames.push(r.model.parts(t));
     }
     Ok(frames)
 }

@@ -857,54 +857,87 @@ pub struct Replayed {
 /// `config_changed` is set from the oldest baseline to the newest one up to `at`.
 pub fn replay(rec: &Recording, at: Option<Millis>, thresholds: Thresholds) -> Result<Replayed> {
     let mut records = rec.records();
-    let mut model = Model::new(thresholds);
-    model.ignore_client_pids.clear();
-    let mut baselines: Vec<Baseline> = Vec::new();
-    let mut last = None;
-    for r in records.by_ref() {
-        let r = r?;
-        if at.is_some_and(|a| r.t_ms() > a) {
+    let mut r = Replayer::new(thresholds);
+    for rec in records.by_ref() {
+        let rec = rec?;
+        if at.is_some_and(|a| rec.t_ms() > a) {
             // Headers/context re-written at rotation carry the rotation time; only samples
             // define the timeline, so stop at the first sample past `at`.
-            if matches!(r, Record::Sample { .. }) {
+            if matches!(rec, Record::Sample { .. }) {
                 break;
             }
             continue;
         }
-        match r {
-            Record::Header { pid, .. } => {
-                if !model.ignore_client_pids.contains(&pid) {
-                    model.ignore_client_pids.push(pid);
-                }
-            }
-            Record::Topology { topology, .. } => model.set_topology(topology),
-            Record::Baseline { baseline } => {
-                if baselines.last() != Some(&baseline) {
-                    baselines.push(baseline);
-                }
-            }
-            // Decoded into samples by `read`.
-            Record::Delta { .. } => {}
-            Record::Sample { sample } => {
-                last = Some(last.map_or(sample.t_ms, |l: Millis| l.max(sample.t_ms)));
-                model.ingest(&sample);
-            }
-        }
+        r.apply(rec);
     }
-    if let Some(first) = baselines.first() {
-        let merged = baselines
-            .iter()
-            .skip(1)
-            .fold(first.clone(), |acc, b| acc.merged(b));
-        model.set_config_changes(first.changes_to(&merged));
-    }
-    let at_ms = at.or(last).unwrap_or(0);
+    let at_ms = at.or(r.last_sample_ms).unwrap_or(0);
     Ok(Replayed {
-        model,
-        baselines,
+        model: r.model,
+        baselines: r.baselines,
         stats: records.stats,
         at_ms,
     })
+}
+
+/// Feeds records through the correlator one at a time: what `replay` and the UI's
+/// `--replay` share. `config_changed` always compares the oldest baseline with the newest
+/// facts seen so far.
+#[derive(Debug)]
+pub struct Replayer {
+    pub model: Model,
+    pub baselines: Vec<Baseline>,
+    pub last_sample_ms: Option<Millis>,
+}
+
+impl Replayer {
+    pub fn new(thresholds: Thresholds) -> Replayer {
+        let mut model = Model::new(thresholds);
+        // The recorder's own pid comes from the recording's header, not from this process.
+        model.ignore_client_pids.clear();
+        Replayer {
+            model,
+            baselines: Vec::new(),
+            last_sample_ms: None,
+        }
+    }
+
+    /// Applies one record; returns the sample time when it was a sample.
+    pub fn apply(&mut self, r: Record) -> Option<Millis> {
+        match r {
+            Record::Header { pid, .. } => {
+                if !self.model.ignore_client_pids.contains(&pid) {
+                    self.model.ignore_client_pids.push(pid);
+                }
+                None
+            }
+            Record::Topology { topology, .. } => {
+                self.model.set_topology(topology);
+                None
+            }
+            Record::Baseline { baseline } => {
+                if self.baselines.last() != Some(&baseline) {
+                    self.baselines.push(baseline);
+                    if let Some(first) = self.baselines.first() {
+                        let merged = self
+                            .baselines
+                            .iter()
+                            .skip(1)
+                            .fold(first.clone(), |acc, b| acc.merged(b));
+                        self.model.set_config_changes(first.changes_to(&merged));
+                    }
+                }
+                None
+            }
+            // Decoded into samples by `read`.
+            Record::Delta { .. } => None,
+            Record::Sample { sample } => {
+                let t = sample.t_ms;
+                self.last_sample_ms = Some(self.last_sample_ms.map_or(t, |l| l.max(t)));
+                self.model.ingest(&sample);
+                Some(t)
+            }
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------

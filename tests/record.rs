@@ -653,3 +653,35 @@ fn rotation_carries_the_start_baseline_forward() {
         r.model.config_changes()
     );
 }
+
+#[test]
+fn replay_frames_step_through_the_recording_and_end_wedged() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("rec.wwrec");
+    let samples = wedge_samples(); // 40 s of samples, 250 ms apart
+    {
+        let mut w = RecordingWriter::create_file(&path, T0).expect("create");
+        w.policy.min_interval_ms.clear();
+        w.write(&Record::Topology {
+            t_ms: T0,
+            topology: pd_topology(),
+        })
+        .expect("topo");
+        for s in &samples {
+            w.write_sample(s).expect("write");
+        }
+    }
+    let rec = Recording::open(&path).expect("open");
+    let frames =
+        wedgewatch::attach::replay_frames(&rec, 5_000, Thresholds::default()).expect("frames");
+    // One frame per 5 s of recorded time, plus the final state.
+    assert!((8..=10).contains(&frames.len()), "{} frames", frames.len());
+    let times: Vec<i64> = frames.iter().map(|f| f.taken_at_ms).collect();
+    assert!(times.windows(2).all(|w| w[0] < w[1]), "{times:?}");
+    let wedged = |p: &wedgewatch::snapshot::SnapshotParts| {
+        p.findings.iter().any(|f| f.kind == "wedged_request")
+    };
+    // The request has waited 40 s at the end (over the 30 s threshold), not in the first frame.
+    assert!(!wedged(&frames[0]));
+    assert!(wedged(frames.last().expect("last")));
+}
