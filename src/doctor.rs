@@ -70,6 +70,8 @@ impl DoctorReport {
 pub struct DoctorOptions {
     pub proc_root: PathBuf,
     pub nvml_lib: Option<PathBuf>,
+    /// `--py-spy`: checked the way the stacks source will use it.
+    pub py_spy: Option<PathBuf>,
     pub discover: DiscoverOptions,
 }
 
@@ -88,7 +90,7 @@ pub fn run(probes: &ProbeSet, opts: &DoctorOptions) -> DoctorReport {
     let procfs_ok = std::fs::read_dir(&opts.proc_root).is_ok();
     checks.push(procfs_check(&opts.proc_root));
     checks.push(ptrace_check(&opts.proc_root));
-    checks.push(py_spy_check());
+    checks.push(py_spy_check(opts.py_spy.as_deref()));
     checks.push(nvml_check(opts.nvml_lib.as_deref()));
     checks.push(netlink_check());
     if procfs_ok {
@@ -168,27 +170,11 @@ fn ptrace_check(root: &Path) -> Check {
 }
 
 /// Where py-spy is: `WEDGEWATCH_PY_SPY`, then PATH, then the lab venv.
-pub fn find_py_spy() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("WEDGEWATCH_PY_SPY") {
-        let p = PathBuf::from(p);
-        if p.is_file() {
-            return Some(p);
-        }
-    }
-    if let Some(path) = std::env::var_os("PATH") {
-        for dir in std::env::split_paths(&path) {
-            let c = dir.join("py-spy");
-            if c.is_file() {
-                return Some(c);
-            }
-        }
-    }
-    let venv = Path::new("tests/lab/.venv/bin/py-spy");
-    if venv.is_file() {
-        return Some(venv.to_path_buf());
-    }
-    let built = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/lab/.venv/bin/py-spy");
-    built.is_file().then_some(built)
+pub fn find_py_spy(explicit: Option<&Path>) -> Result<PathBuf, String> {
+    // Exactly the stacks source's lookup, so doctor never approves a py-spy it won't use.
+    let mut cfg = crate::sources::stacks::StacksConfig::from_env();
+    cfg.py_spy = explicit.map(Path::to_path_buf);
+    cfg.resolve_py_spy()
 }
 
 /// Runs a command with a hard timeout, killing it when late. Returns stdout+stderr.
@@ -223,16 +209,20 @@ pub fn run_with_timeout(cmd: &mut Command, timeout: Duration) -> Result<String, 
     }
 }
 
-fn py_spy_check() -> Check {
-    match find_py_spy() {
-        None => check(
+fn py_spy_check(explicit: Option<&Path>) -> Check {
+    match find_py_spy(explicit) {
+        Err(why) => check(
             "py-spy",
             CheckStatus::Warn,
-            "not found (WEDGEWATCH_PY_SPY, PATH, tests/lab/.venv/bin): no Python stacks; `pip install py-spy`",
+            format!("{why}: no Python stacks"),
         ),
-        Some(p) => match run_with_timeout(Command::new(&p).arg("--version"), TOOL_TIMEOUT) {
+        Ok(p) => match run_with_timeout(Command::new(&p).arg("--version"), TOOL_TIMEOUT) {
             Ok(v) => check("py-spy", CheckStatus::Ok, format!("{} ({v})", p.display())),
-            Err(e) => check("py-spy", CheckStatus::Warn, format!("{} does not run: {e}", p.display())),
+            Err(e) => check(
+                "py-spy",
+                CheckStatus::Warn,
+                format!("{} does not run: {e}", p.display()),
+            ),
         },
     }
 }

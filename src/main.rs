@@ -511,6 +511,7 @@ fn cmd_doctor(g: &Global) -> anyhow::Result<i32> {
         &doctor::DoctorOptions {
             proc_root: g.proc_root.clone(),
             nvml_lib: g.nvml_lib.clone(),
+            py_spy: g.py_spy.clone(),
             discover: discover_options(g),
         },
     );
