@@ -610,7 +610,14 @@ print(srv.server_address[1], flush=True); srv.serve_forever()
             "worker",
             &format!("http://127.0.0.1:{dport}"),
         );
-        if classify(&full, &t).edges.len() == 3 && ms.mapped.get(&key) == Some(&1.0) {
+        // The worker's socket has an owner only once it is accept()ed (before that it sits
+        // in the kernel's accept queue with no fd): on a loaded machine that takes a moment.
+        let accepted = t.sockets.iter().any(|s| {
+            s.local_port() == Some(dport)
+                && s.pid == Some(d_pid as i32)
+                && s.state == wedgewatch::model::TcpState::Established
+        });
+        if classify(&full, &t).edges.len() == 3 && ms.mapped.get(&key) == Some(&1.0) && accepted {
             break (t, ms);
         }
         assert!(
