@@ -10,4 +10,4 @@ export WEDGEWATCH_PY_SPY="$PWD/tests/lab/.venv/bin/py-spy"
 
 cargo fmt --check
 cargo clippy --all-targets -- -D warnings
-cargo test --all-targets --no-fail-fast
+cargo test --no-fail-fast
