@@ -215,6 +215,12 @@ pub fn assemble_bundle(parts: SnapshotParts, opts: &AssembleOptions) -> Bundle {
     if let Ok(v) = serde_json::to_value(&facts_list) {
         raw.insert("processes".to_string(), v);
     }
+    // The topology as discovered (profiles, labels, config edges) beside the contract's view.
+    if !raw.contains_key("topology") {
+        if let Ok(v) = serde_json::to_value(&parts.topology) {
+            raw.insert("topology".to_string(), v);
+        }
+    }
     if opts.redact {
         // belt and braces: any remembered secret anywhere else (frames, labels, raw payloads)
         if let Ok(mut v) = serde_json::to_value(&snapshot) {

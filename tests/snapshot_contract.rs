@@ -78,8 +78,10 @@ fn fixture_snapshot_validates() {
     assert!(router["cmdline"]
         .as_array()
         .is_some_and(|a| a.iter().any(|x| x == "--pd-disaggregation")));
+    // A fixture tree's pids are not live processes: every live source says it could not see
+    // them (degraded or unavailable) and why, never a silent ok.
     for k in ["sockets", "stacks", "gpu", "metrics"] {
-        assert_eq!(v["sources"][k]["status"], "unavailable", "{k}");
+        assert_ne!(v["sources"][k]["status"], "ok", "{k}: {}", v["sources"][k]);
         assert!(v["sources"][k]["reason"]
             .as_str()
             .is_some_and(|r| !r.is_empty()));

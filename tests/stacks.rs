@@ -481,8 +481,39 @@ fn lab_accepted_and_forgotten_and_spinning_collective() {
     )
     .expect("lab up");
     let _load = lab.load_background(4, 4, 5.0).expect("load");
-    // Let the first round pass the threshold and get forgotten.
-    std::thread::sleep(Duration::from_secs(4));
+    // Wait (bounded) until every agent's request sits forgotten at decode: 4 HTTP requests
+    // active there and nothing running. A fixed sleep is too short on a loaded machine.
+    let metrics_url = lab
+        .decode()
+        .metrics_url
+        .clone()
+        .expect("decode metrics url");
+    let loads_url = format!("{}/v1/loads", lab.decode().url);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let text = lab::http_get(&metrics_url, Duration::from_secs(2))
+            .map(|(_, t)| t)
+            .unwrap_or_default();
+        let active: f64 = text
+            .lines()
+            .filter(|l| l.starts_with("sglang:http_requests_active{") && l.contains("chat"))
+            .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+            .sum();
+        // /v1/loads, not the gauge: gauges freeze during a stall.
+        let running = lab::http_get(&loads_url, Duration::from_secs(2))
+            .ok()
+            .and_then(|(_, t)| serde_json::from_str::<serde_json::Value>(&t).ok())
+            .and_then(|v| v["loads"][0]["num_running_reqs"].as_f64())
+            .unwrap_or(1.0);
+        if active >= 4.0 && running == 0.0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "agents never all hung at decode: active {active}, running {running}"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
     let decode = lab.decode().scheduler_pids[0];
     let states = lab_window(&src, &rt, decode);
     assert!(
