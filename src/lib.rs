@@ -5,6 +5,9 @@
 //! -> outputs (`snapshot`, `diff`, `export`, and the terminal UI behind the `tui` feature).
 //! Nothing in the core depends on a terminal library.
 
+// No unwrap/expect in the library: a failed probe degrades, it never panics.
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+
 pub mod attach;
 pub mod clock;
 pub mod correlate;

@@ -4,6 +4,8 @@
 //! `demo`. Global options apply to every verb. Everything that samples goes through
 //! `wedgewatch::attach`, so every verb samples the same way.
 
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+
 use anyhow::{bail, Context};
 use clap::{Args, Parser, Subcommand};
 use std::io::IsTerminal;
