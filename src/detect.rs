@@ -344,6 +344,10 @@ fn role_of(m: &Model, comp: &str) -> Option<Role> {
 
 /// `wedged_request`: accepted, no response byte for >= `wedged_after_ms`, and the deepest
 /// hop holding it does no work. Names the deepest hop.
+/// Smallest request (bytes) that counts as "a later request answered meanwhile" when the
+/// waiting request's own size is unknown: health checks and scrapes are smaller than this.
+const OVERTAKE_MIN_BYTES_IN: u64 = 256;
+
 pub fn wedged_request(m: &Model, v: &View) -> Vec<Finding> {
     if !v.sockets_fresh {
         return Vec::new();
@@ -378,20 +382,44 @@ pub fn wedged_request(m: &Model, v: &View) -> Vec<Finding> {
     let mut out = Vec::new();
     for (comp, mut ls) in group_by_component(leaves) {
         let cs = v.components.get(&comp);
-        // Requests that arrived later at the same component and were answered meanwhile.
-        // (Whole history, not only the window: they may have finished long ago.)
+        if let Some(cs) = cs {
+            // A spinning GPU is busy_without_progress's case, not a forgotten request.
+            if cs.gpu_activity == "spinning" {
+                continue;
+            }
+            // The engine counts its open inference requests and says none: a waiting
+            // request from outside the stack (someone's hung probe of a non-inference
+            // endpoint) is not a forgotten inference request.
+            if cs.role.is_engine() && cs.http_active == Some(0.0) {
+                ls.retain(|r| r.x.client_component.is_some());
+                if ls.is_empty() {
+                    continue;
+                }
+            }
+        }
+        // Requests that arrived later at the same component, from the same upstream hop, of
+        // comparable size (so the upstream's health checks and metrics scrapes do not
+        // count), and were answered meanwhile. (Whole history, not only the window: they
+        // may have finished long ago.)
         let overtaken = |r: &RequestView| {
+            let min_in = if r.x.bytes_in > 0 {
+                r.x.bytes_in / 2
+            } else {
+                OVERTAKE_MIN_BYTES_IN
+            };
             m.exchanges()
                 .filter(|o| o.component == r.x.component && o.request_ms > r.x.request_ms + 1000)
+                .filter(|o| o.client_component == r.x.client_component)
+                .filter(|o| o.bytes_in >= min_in)
                 .filter(|o| o.first_byte_ms.is_some())
                 .count()
         };
         let mut skipped_note = None;
         if let Some(cs) = cs {
-            // Busy engines are usually slow, not forgetful; busy_without_progress covers
-            // spinning. Unless later requests were served while these waited.
+            // Busy engines are usually slow, not forgetful. Unless later requests were
+            // served while these waited.
             let working = cs.working_evidence();
-            if !working.is_empty() || cs.gpu_activity == "spinning" {
+            if !working.is_empty() {
                 ls.retain(|r| overtaken(r) >= th.wedged_overtaken_min);
                 if ls.is_empty() {
                     continue;
@@ -586,7 +614,10 @@ pub fn busy_without_progress(m: &Model, v: &View) -> Vec<Finding> {
             continue;
         }
         let last_out = mine.iter().filter_map(|r| r.x.last_out_ms).max();
-        if last_out.is_some_and(|t| v.now - t < th.busy_after_ms) {
+        // Bytes moving are progress, unless the engine's own token counter is flat: then
+        // they are answers to health checks and scrapes, not generated tokens.
+        let tokens_flat = cs.gen_rate.is_some_and(|r| r <= 0.0);
+        if !tokens_flat && last_out.is_some_and(|t| v.now - t < th.busy_after_ms) {
             continue; // bytes are moving: progress
         }
         let collective = cs.threads.iter().find(|t| {
@@ -659,6 +690,10 @@ pub fn busy_without_progress(m: &Model, v: &View) -> Vec<Finding> {
 }
 
 /// `queue_not_draining`: queue non-empty, nothing running, GPU idle, for >= `queue_after_ms`.
+/// A `/v1/loads` snapshot older than this when scraped is frozen (SGLang republishes it
+/// continuously while its loop cycles, stalls included).
+const LOADS_FRESH_MS: f64 = 3000.0;
+
 pub fn queue_not_draining(m: &Model, v: &View) -> Vec<Finding> {
     let th = &m.thresholds;
     let mut out = Vec::new();
@@ -681,6 +716,15 @@ pub fn queue_not_draining(m: &Model, v: &View) -> Vec<Finding> {
             .collect();
         let judge = |p: &crate::correlate::MetricsPoint| -> Option<(f64, f64, &'static str)> {
             if let Some(l) = p.loads {
+                // A load snapshot the engine stopped republishing says what was queued
+                // when it was written, not now: no verdict from it (nor from the gauges,
+                // which freeze the same way).
+                let stale = l
+                    .timestamp_s
+                    .is_some_and(|ts| p.t_ms as f64 - ts * 1000.0 > LOADS_FRESH_MS);
+                if stale {
+                    return None;
+                }
                 return Some((l.waiting + l.pd_queued, l.running, "v1_loads"));
             }
             let q: f64 = std::iter::once("queued")

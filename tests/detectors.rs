@@ -375,12 +375,14 @@ fn queue_not_draining_prefers_fresh_v1_loads_over_frozen_gauges() {
     let mut sim = Sim::new(pd_topology());
     sim.run(40_000, |s| {
         if (s.now - T0) % 1000 == 0 {
-            // Frozen gauges say 0 queued; /v1/loads says 2 waiting in the prealloc queue.
+            // Frozen gauges say 0 queued; /v1/loads (republished, fresh) says 2 waiting in
+            // the prealloc queue.
             let mut sc = scrape(DECODE, &[("running", 0.0), ("queued", 0.0)]);
+            let ts = s.now as f64 / 1000.0 - 0.05;
             sc.extra.insert(
                 "v1_loads".into(),
                 serde_json::json!({"loads": [{"dp_rank": 0, "num_running_reqs": 0, "num_waiting_reqs": 0,
-                    "timestamp": 1.0, "disaggregation": {"decode_prealloc_queue_reqs": 2}}]}),
+                    "timestamp": ts, "disaggregation": {"decode_prealloc_queue_reqs": 2}}]}),
             );
             s.ingest(Payload::Metrics(vec![sc]));
         }
@@ -392,6 +394,26 @@ fn queue_not_draining_prefers_fresh_v1_loads_over_frozen_gauges() {
         .collect();
     assert_eq!(q.len(), 1, "{fs:#?}");
     assert!(q[0].evidence[0].detail.contains("v1_loads"));
+}
+
+#[test]
+fn queue_not_draining_ignores_a_load_snapshot_the_engine_stopped_republishing() {
+    let mut sim = Sim::new(pd_topology());
+    sim.run(40_000, |s| {
+        if (s.now - T0) % 1000 == 0 {
+            // The last snapshot, written at T0 while a request sat in the inflight queue,
+            // served unchanged ever since (an idle engine that stopped republishing).
+            let mut sc = scrape(DECODE, &[]);
+            sc.extra.insert(
+                "v1_loads".into(),
+                serde_json::json!({"loads": [{"dp_rank": 0, "num_running_reqs": 0, "num_waiting_reqs": 0,
+                    "timestamp": T0 as f64 / 1000.0, "disaggregation": {"prefill_inflight_queue_reqs": 1}}]}),
+            );
+            s.ingest(Payload::Metrics(vec![sc]));
+        }
+    });
+    let fs = findings(&sim);
+    assert!(fs.iter().all(|f| f.kind != "queue_not_draining"), "{fs:#?}");
 }
 
 #[test]

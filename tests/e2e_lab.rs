@@ -82,6 +82,15 @@ fn snapshot(lab: &Lab, window_s: f64, thresholds: &Path) -> Value {
         .args(["snapshot", "--json", "--no-daemon", "--window"])
         .arg(window_s.to_string());
     let out = run_bounded(c, Duration::from_secs_f64(window_s + 60.0));
+    // Kept for reading after a failure.
+    let name = std::thread::current()
+        .name()
+        .unwrap_or("e2e")
+        .replace("::", "-");
+    let _ = std::fs::write(
+        std::env::temp_dir().join(format!("ww-e2e-{name}.json")),
+        &out,
+    );
     serde_json::from_str(&out).unwrap_or_else(|e| panic!("snapshot is not JSON ({e}): {out}"))
 }
 
@@ -343,7 +352,12 @@ fn accepted_and_forgotten_is_wedged_at_decode_with_evidence_at_every_hop() {
     let waiting_at = |comp: &str| -> Vec<&Value> {
         requests
             .iter()
-            .filter(|r| r["component"] == comp && r["state"] == "waiting_first_byte")
+            // A request already waiting on a keep-alive connection when sampling began,
+            // whose arrival fell in the same kernel jiffy as the previous response's last
+            // byte, cannot be told from a response under way: it may read `stalled`, with
+            // no byte out (docs/findings.md, known limits).
+            .filter(|r| r["component"] == comp && r["bytes_out"] == 0)
+            .filter(|r| r["state"] == "waiting_first_byte" || r["state"] == "stalled")
             .filter(|r| r["idle_out_ms"].as_f64().is_some_and(|ms| ms >= 8000.0))
             .collect()
     };
@@ -369,10 +383,14 @@ fn accepted_and_forgotten_is_wedged_at_decode_with_evidence_at_every_hop() {
     );
     for r in at_proxy.iter().chain(&at_router).chain(&at_decode) {
         assert_eq!(r["bytes_out"], 0, "a hung request sent bytes: {r}");
-        assert!(
-            r["bytes_in"].as_u64().unwrap_or(0) > 0,
-            "no request bytes: {r}"
-        );
+        // A request already waiting on a keep-alive connection when sampling began has an
+        // unknown size (bytes_in 0, docs/findings.md); one on a fresh connection has its own.
+        if r["component"] == proxy.as_str() {
+            assert!(
+                r["bytes_in"].as_u64().unwrap_or(0) > 0,
+                "no request bytes: {r}"
+            );
+        }
         // Silence in ms, consistent with the request's age.
         let (idle, age) = (
             r["idle_out_ms"].as_f64().unwrap(),
@@ -564,21 +582,24 @@ fn busy_without_progress_is_blamed_on_decode_with_gpu_spinning() {
     );
 }
 
-/// Queue not draining: requests stay in decode's transfer queue.
+/// Queue not draining: requests stay in decode's transfer queue (the first one passes, as
+/// in `tests/lab_selftest.rs`, so decode batches report the queue in its gauges too).
 #[test]
 fn queue_not_draining_is_blamed_on_decode() {
-    let lab = Lab::up(&LabOptions::pd().decode_env("LAB_FAULT_TRANSFER_STUCK_AFTER", "0"))
+    let lab = Lab::up(&LabOptions::pd().decode_env("LAB_FAULT_TRANSFER_STUCK_AFTER", "1"))
         .expect("lab up");
-    let _load = lab.load_background(2, 1, 60.0).expect("harness");
-    std::thread::sleep(Duration::from_secs(2));
-    let snap = snapshot(&lab, 8.0, &fast_thresholds());
+    let long = lab.load_background_with(1, 1, 20.0, 60).expect("long load");
+    std::thread::sleep(Duration::from_millis(500));
+    let _stuck = lab.load_background(3, 1, 60.0).expect("stuck load");
+    long.wait().expect("the first request completes");
+    let snap = snapshot(&lab, 9.0, &fast_thresholds());
     let decode = comp_id(&snap, lab.decode().pid);
     let f = expect_finding(&snap, &lab, &decode, "queue_not_draining");
     assert_eq!(f["role"], "decode");
     assert!(
-        evidence_text(f).contains("running 0"),
+        f["summary"].as_str().unwrap().contains("0 running"),
         "{}",
-        evidence_text(f)
+        f["summary"]
     );
 }
 

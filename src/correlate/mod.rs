@@ -626,6 +626,10 @@ impl Model {
                 None => p.pid.to_string(),
             });
             match (self.identities.get(&c.id).cloned(), ident) {
+                // The start time could not be read this time (a transient /proc error): the
+                // same pid is the same process until a readable start time says otherwise.
+                (Some(before), Some(after))
+                    if !after.contains(':') && before.starts_with(&format!("{after}:")) => {}
                 (Some(before), Some(after)) if before != after => {
                     // "123" (pid only, from a topology change) -> "123:456" is no restart.
                     if !after.starts_with(&format!("{before}:")) {
