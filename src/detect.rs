@@ -727,8 +727,13 @@ pub fn queue_not_draining(m: &Model, v: &View) -> Vec<Finding> {
                 }
                 return Some((l.waiting + l.pd_queued, l.running, "v1_loads"));
             }
+            // The prefill inflight gauge is last written by the prefill batch report, the
+            // moment that batch enters the inflight queue, and then freezes while the engine
+            // idles: it reads non-zero on a healthy idle prefill engine. Only /v1/loads
+            // (fresh) is trusted for that queue.
             let q: f64 = std::iter::once("queued")
                 .chain(crate::correlate::PD_QUEUE_KEYS)
+                .filter(|k| *k != "prefill_inflight_queue")
                 .filter_map(|k| p.mapped.get(k))
                 .sum();
             let r = p.mapped.get("running").copied()?;

@@ -73,6 +73,10 @@ pub struct LoadsSummary {
     pub timestamp_s: Option<f64>,
 }
 
+/// Two `tcp_info` "ms since" dates this close are the same kernel tick (4 ms at HZ=250,
+/// 10 ms at HZ=100): their order is unknown.
+const JIFFY_TIE_MS: Millis = 10;
+
 /// A process identity change of a component.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RestartEvent {
@@ -994,8 +998,19 @@ impl Model {
                     false
                 };
                 let q = now - x.last_out_ms.unwrap_or(now);
+                // First seen with the request's last byte and the previous response's last
+                // byte in the same kernel tick (tcp_info dates them in jiffies), and no byte
+                // out since: an open one is a request waiting for its first byte (agents
+                // send the next turn the moment a reply ends), not a stopped stream.
+                let tie = x.seen_mid_flight
+                    && x.bytes_out == 0
+                    && x
+                        .first_byte_ms
+                        .is_some_and(|f| (f - x.request_ms).abs() <= JIFFY_TIE_MS);
                 let st = if !outstanding {
                     RequestState::Done
+                } else if tie {
+                    RequestState::WaitingFirstByte
                 } else if q >= th.stall_after_ms {
                     RequestState::Stalled
                 } else {
