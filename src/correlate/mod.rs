@@ -1004,8 +1004,7 @@ impl Model {
                 // send the next turn the moment a reply ends), not a stopped stream.
                 let tie = x.seen_mid_flight
                     && x.bytes_out == 0
-                    && x
-                        .first_byte_ms
+                    && x.first_byte_ms
                         .is_some_and(|f| (f - x.request_ms).abs() <= JIFFY_TIE_MS);
                 let st = if !outstanding {
                     RequestState::Done
