@@ -344,6 +344,38 @@ fn role_of(m: &Model, comp: &str) -> Option<Role> {
 
 /// `wedged_request`: accepted, no response byte for >= `wedged_after_ms`, and the deepest
 /// hop holding it does no work. Names the deepest hop.
+/// After a request arrives, counters may still move for this long from batches already
+/// under way (and the metrics scrape lags by up to a second).
+const WORK_SETTLE_MS: Millis = 2000;
+
+/// Whether the engine's own work counters (`generation_tokens_total`,
+/// `forward_seconds_total`) stayed flat between `since` and `now`: `None` without at least
+/// two scrapes carrying one of them in that stretch.
+fn counters_flat_since(m: &Model, comp: &str, since: Millis, now: Millis) -> Option<bool> {
+    let hist = m.metrics_history(comp)?;
+    let pts: Vec<_> = hist
+        .iter()
+        .filter(|p| p.t_ms >= since && p.t_ms <= now)
+        .collect();
+    let (first, last) = (pts.first()?, pts.last()?);
+    if pts.len() < 2 || last.t_ms - first.t_ms < 1000 {
+        return None;
+    }
+    let mut known = false;
+    for (key, tolerance) in [
+        ("generation_tokens_total", 0.0),
+        ("forward_seconds_total", 0.01),
+    ] {
+        if let (Some(a), Some(b)) = (first.mapped.get(key), last.mapped.get(key)) {
+            known = true;
+            if b - a > tolerance {
+                return Some(false);
+            }
+        }
+    }
+    known.then_some(true)
+}
+
 /// Smallest request (bytes) that counts as "a later request answered meanwhile" when the
 /// waiting request's own size is unknown: health checks and scrapes are smaller than this.
 const OVERTAKE_MIN_BYTES_IN: u64 = 256;
@@ -419,7 +451,30 @@ pub fn wedged_request(m: &Model, v: &View) -> Vec<Finding> {
             // Busy engines are usually slow, not forgetful. Unless later requests were
             // served while these waited.
             let working = cs.working_evidence();
-            if !working.is_empty() {
+            // The rates behind "working" span `rate_window_ms`: tokens generated for other
+            // requests just before these arrived are no work for these. An engine whose
+            // counters have not moved since a request arrived (and whose GPU and scheduler
+            // are not working now) did nothing for it.
+            let working_now = cs.gpu_activity == "working"
+                || working.iter().any(|w| w.contains("running a batch"));
+            let idle_since: Vec<&RequestView> = if working_now {
+                Vec::new()
+            } else {
+                ls.iter()
+                    .copied()
+                    .filter(|r| {
+                        counters_flat_since(m, &comp, r.x.request_ms + WORK_SETTLE_MS, v.now)
+                            == Some(true)
+                    })
+                    .collect()
+            };
+            if !working.is_empty() && !idle_since.is_empty() {
+                ls = idle_since;
+                skipped_note = Some(format!(
+                    "no token generated and no forward time since they arrived (earlier: {})",
+                    working.join(", ")
+                ));
+            } else if !working.is_empty() {
                 ls.retain(|r| overtaken(r) >= th.wedged_overtaken_min);
                 if ls.is_empty() {
                     continue;

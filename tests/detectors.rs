@@ -888,3 +888,43 @@ fn parts_fit_the_snapshot_contract() {
         }
     }
 }
+
+/// The incident with a short threshold: the engine generated tokens for earlier requests
+/// until just before these arrived (its token rate over `rate_window_ms` is still positive),
+/// then nothing; the waiting requests are forgotten, not queued behind work.
+#[test]
+fn wedged_when_work_stopped_before_the_request_arrived() {
+    let mut sim = Sim::new(pd_topology());
+    sim.model.thresholds.wedged_after_ms = 8_000;
+    let mut env = Env::busy(1.0);
+    env.gen_per_point = Some(5.0);
+    sim.run(5_000, |s| env.tick(s));
+    // Work stops; the engine still counts the forgotten request in flight.
+    let mut env = Env {
+        gen_per_point: Some(0.0),
+        gen_total: env.gen_total,
+        forward_total: env.forward_total,
+        ..Env::idle()
+    };
+    let d = sim.connect(Some(200), 31012, 400);
+    sim.request(d, 900);
+    sim.run(10_000, |s| env.tick(s));
+    let fs = findings(&sim);
+    let w: Vec<_> = fs.iter().filter(|f| f.kind == "wedged_request").collect();
+    assert_eq!(w.len(), 1, "{fs:#?}");
+    assert!(
+        w[0].summary.contains("no token generated"),
+        "{}",
+        w[0].summary
+    );
+    // Still none while tokens keep flowing after the request arrived (a busy engine that
+    // is slow, not forgetful).
+    let mut sim = Sim::new(pd_topology());
+    sim.model.thresholds.wedged_after_ms = 8_000;
+    let mut env = Env::busy(2.0);
+    env.gen_per_point = Some(5.0);
+    let d = sim.connect(Some(200), 31012, 400);
+    sim.request(d, 900);
+    sim.run(10_000, |s| env.tick(s));
+    assert_none_of(&findings(&sim), &["wedged_request"]);
+}

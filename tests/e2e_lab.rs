@@ -233,7 +233,8 @@ fn summaries(fs: &[&Value]) -> String {
 /// The finding of `kind` on `component`, or a panic listing what was found.
 fn expect_finding<'a>(snap: &'a Value, lab: &Lab, component: &str, kind: &str) -> &'a Value {
     let all = lab_findings(snap, lab);
-    *all.iter()
+    all.iter()
+        .copied()
         .find(|f| f["kind"] == kind && f["component"] == component)
         .unwrap_or_else(|| {
             panic!(
