@@ -232,6 +232,12 @@ fn downstream_open(v: &View, comp: &str) -> bool {
         .any(|r| r.x.client_component.as_deref() == Some(comp) && View::is_outstanding(r))
 }
 
+fn downstream_stalled(v: &View, comp: &str) -> bool {
+    v.requests
+        .iter()
+        .any(|r| r.x.client_component.as_deref() == Some(comp) && r.state == RequestState::Stalled)
+}
+
 /// `idle, idle, idle, polling` -> `idle x3, polling`.
 fn run_lengths(states: &[String]) -> String {
     let mut out: Vec<String> = Vec::new();
@@ -590,6 +596,10 @@ pub fn stalled_stream(m: &Model, v: &View) -> Vec<Finding> {
         .requests
         .iter()
         .filter(|r| r.state == RequestState::Stalled && outstanding_child(v, r).is_none())
+        // A proxy/router stream that stopped while a request it sent downstream stopped
+        // too is that request's consequence, even when the hop link was not made (e.g. a
+        // keep-alive connection first seen mid-stream): blame the deepest stalled hop.
+        .filter(|r| r.x.role.is_engine() || !downstream_stalled(v, &r.x.component))
         .collect();
     let mut out = Vec::new();
     for (comp, ls) in group_by_component(leaves) {
