@@ -395,6 +395,9 @@ pub fn wedged_request(m: &Model, v: &View) -> Vec<Finding> {
         .requests
         .iter()
         .filter(|r| r.state == RequestState::WaitingFirstByte && r.age_ms >= th.wedged_after_ms)
+        // A hung probe from outside the stack is endpoint_unresponsive's, not a forgotten
+        // inference request.
+        .filter(|r| !(r.x.client_component.is_none() && crate::correlate::is_probe_sized(&r.x)))
         .filter(|r| outstanding_child(v, r).is_none())
         .filter(|r| r.x.role.is_engine() || !downstream_open(v, &r.x.component))
         .collect();

@@ -73,6 +73,15 @@ pub struct LoadsSummary {
     pub timestamp_s: Option<f64>,
 }
 
+/// Requests smaller than this (headers only: `GET /metrics`, `/health`, `/v1/loads`) are
+/// probes, not inference requests (a POST with a JSON body is larger).
+pub const MIN_INFERENCE_REQUEST_BYTES: u64 = 200;
+
+/// A request of known size too small to be an inference request.
+pub fn is_probe_sized(x: &Exchange) -> bool {
+    x.bytes_in > 0 && x.bytes_in < MIN_INFERENCE_REQUEST_BYTES
+}
+
 /// Two `tcp_info` "ms since" dates this close are the same kernel tick (4 ms at HZ=250,
 /// 10 ms at HZ=100): their order is unknown.
 const JIFFY_TIE_MS: Millis = 10;
@@ -946,7 +955,11 @@ impl Model {
                     Some(End::Done(_)) => RequestState::Done,
                     Some(End::Closed(_)) => RequestState::Closed,
                     None if !x.started() => {
-                        explained += 1.0;
+                        // The in-flight count covers inference requests only; a small GET
+                        // (a scrape, a health or load probe) waiting here is not one of them.
+                        if !is_probe_sized(x) {
+                            explained += 1.0;
+                        }
                         RequestState::WaitingFirstByte
                     }
                     None => {
