@@ -321,6 +321,28 @@ fn stalled_stream_blames_the_deepest_stalled_hop() {
     });
     sim2.run(40_000, |s| env2.tick(s));
     assert_none_of(&findings(&sim2), &NEVER);
+
+    // Same stop while someone's metrics scrape (a 104-byte GET from outside the stack)
+    // waits at the engine: the engine's in-flight count (1) is the stream, not the scrape.
+    let mut sim3 = Sim::new(pd_topology());
+    let mut env3 = Env::idle();
+    let [a, b, p, d] = pd_request(&mut sim3);
+    sim3.run(250, |s| env3.tick(s));
+    sim3.respond(p, 100);
+    sim3.run(2_000, |s| {
+        env3.tick(s);
+        s.respond(d, 50);
+        s.respond(b, 50);
+        s.respond(a, 50);
+    });
+    sim3.run(30_000, |s| env3.tick(s));
+    let scrape = sim3.connect(None, 31012, 400);
+    sim3.request(scrape, 104);
+    sim3.run(10_000, |s| env3.tick(s));
+    let fs = findings(&sim3);
+    let st: Vec<_> = fs.iter().filter(|f| f.kind == "stalled_stream").collect();
+    assert_eq!(st.len(), 1, "{fs:#?}");
+    assert_eq!(st[0].component.as_deref(), Some(DECODE));
 }
 
 #[test]

@@ -306,7 +306,7 @@ pub struct StacksConfig {
     pub max_pids: usize,
     /// Time budget of one window: no further dump starts when the next one would end past
     /// it, so a loaded machine gets fewer dumps (said in the status) instead of a window
-    /// the sampler's timeout throws away whole. Keep it under the sampler's stacks timeout.
+    /// the sampler's timeout throws away whole. Keep it under the sampler's stacks timeout (8 s).
     pub window_budget: Duration,
 }
 
@@ -326,7 +326,7 @@ impl StacksConfig {
             native: false,
             native_timeout: Duration::from_secs(5),
             max_pids: 64,
-            window_budget: Duration::from_millis(3_000),
+            window_budget: Duration::from_millis(6_000),
         }
     }
 
