@@ -232,6 +232,12 @@ fn downstream_open(v: &View, comp: &str) -> bool {
         .any(|r| r.x.client_component.as_deref() == Some(comp) && View::is_outstanding(r))
 }
 
+fn downstream_stalled(v: &View, comp: &str) -> bool {
+    v.requests
+        .iter()
+        .any(|r| r.x.client_component.as_deref() == Some(comp) && r.state == RequestState::Stalled)
+}
+
 /// `idle, idle, idle, polling` -> `idle x3, polling`.
 fn run_lengths(states: &[String]) -> String {
     let mut out: Vec<String> = Vec::new();
@@ -344,6 +350,42 @@ fn role_of(m: &Model, comp: &str) -> Option<Role> {
 
 /// `wedged_request`: accepted, no response byte for >= `wedged_after_ms`, and the deepest
 /// hop holding it does no work. Names the deepest hop.
+/// After a request arrives, counters may still move for this long from batches already
+/// under way (and the metrics scrape lags by up to a second).
+const WORK_SETTLE_MS: Millis = 2000;
+
+/// Whether the engine's own work counters (`generation_tokens_total`,
+/// `forward_seconds_total`) stayed flat between `since` and `now`: `None` without at least
+/// two scrapes carrying one of them in that stretch.
+fn counters_flat_since(m: &Model, comp: &str, since: Millis, now: Millis) -> Option<bool> {
+    let hist = m.metrics_history(comp)?;
+    let pts: Vec<_> = hist
+        .iter()
+        .filter(|p| p.t_ms >= since && p.t_ms <= now)
+        .collect();
+    let (first, last) = (pts.first()?, pts.last()?);
+    if pts.len() < 2 || last.t_ms - first.t_ms < 1000 {
+        return None;
+    }
+    let mut known = false;
+    for (key, tolerance) in [
+        ("generation_tokens_total", 0.0),
+        ("forward_seconds_total", 0.01),
+    ] {
+        if let (Some(a), Some(b)) = (first.mapped.get(key), last.mapped.get(key)) {
+            known = true;
+            if b - a > tolerance {
+                return Some(false);
+            }
+        }
+    }
+    known.then_some(true)
+}
+
+/// Smallest request (bytes) that counts as "a later request answered meanwhile" when the
+/// waiting request's own size is unknown: health checks and scrapes are smaller than this.
+const OVERTAKE_MIN_BYTES_IN: u64 = 256;
+
 pub fn wedged_request(m: &Model, v: &View) -> Vec<Finding> {
     if !v.sockets_fresh {
         return Vec::new();
@@ -353,6 +395,9 @@ pub fn wedged_request(m: &Model, v: &View) -> Vec<Finding> {
         .requests
         .iter()
         .filter(|r| r.state == RequestState::WaitingFirstByte && r.age_ms >= th.wedged_after_ms)
+        // A hung probe from outside the stack is endpoint_unresponsive's, not a forgotten
+        // inference request.
+        .filter(|r| !(r.x.client_component.is_none() && crate::correlate::is_probe_sized(&r.x)))
         .filter(|r| outstanding_child(v, r).is_none())
         .filter(|r| r.x.role.is_engine() || !downstream_open(v, &r.x.component))
         .collect();
@@ -378,20 +423,67 @@ pub fn wedged_request(m: &Model, v: &View) -> Vec<Finding> {
     let mut out = Vec::new();
     for (comp, mut ls) in group_by_component(leaves) {
         let cs = v.components.get(&comp);
-        // Requests that arrived later at the same component and were answered meanwhile.
-        // (Whole history, not only the window: they may have finished long ago.)
+        if let Some(cs) = cs {
+            // A spinning GPU is busy_without_progress's case, not a forgotten request.
+            if cs.gpu_activity == "spinning" {
+                continue;
+            }
+            // The engine counts its open inference requests and says none: a waiting
+            // request from outside the stack (someone's hung probe of a non-inference
+            // endpoint) is not a forgotten inference request.
+            if cs.role.is_engine() && cs.http_active == Some(0.0) {
+                ls.retain(|r| r.x.client_component.is_some());
+                if ls.is_empty() {
+                    continue;
+                }
+            }
+        }
+        // Requests that arrived later at the same component, from the same upstream hop, of
+        // comparable size (so the upstream's health checks and metrics scrapes do not
+        // count), and were answered meanwhile. (Whole history, not only the window: they
+        // may have finished long ago.)
         let overtaken = |r: &RequestView| {
+            let min_in = if r.x.bytes_in > 0 {
+                r.x.bytes_in / 2
+            } else {
+                OVERTAKE_MIN_BYTES_IN
+            };
             m.exchanges()
                 .filter(|o| o.component == r.x.component && o.request_ms > r.x.request_ms + 1000)
+                .filter(|o| o.client_component == r.x.client_component)
+                .filter(|o| o.bytes_in >= min_in)
                 .filter(|o| o.first_byte_ms.is_some())
                 .count()
         };
         let mut skipped_note = None;
         if let Some(cs) = cs {
-            // Busy engines are usually slow, not forgetful; busy_without_progress covers
-            // spinning. Unless later requests were served while these waited.
+            // Busy engines are usually slow, not forgetful. Unless later requests were
+            // served while these waited.
             let working = cs.working_evidence();
-            if !working.is_empty() || cs.gpu_activity == "spinning" {
+            // The rates behind "working" span `rate_window_ms`: tokens generated for other
+            // requests just before these arrived are no work for these. An engine whose
+            // counters have not moved since a request arrived (and whose GPU and scheduler
+            // are not working now) did nothing for it.
+            let working_now = cs.gpu_activity == "working"
+                || working.iter().any(|w| w.contains("running a batch"));
+            let idle_since: Vec<&RequestView> = if working_now {
+                Vec::new()
+            } else {
+                ls.iter()
+                    .copied()
+                    .filter(|r| {
+                        counters_flat_since(m, &comp, r.x.request_ms + WORK_SETTLE_MS, v.now)
+                            == Some(true)
+                    })
+                    .collect()
+            };
+            if !working.is_empty() && !idle_since.is_empty() {
+                ls = idle_since;
+                skipped_note = Some(format!(
+                    "no token generated and no forward time since they arrived (earlier: {})",
+                    working.join(", ")
+                ));
+            } else if !working.is_empty() {
                 ls.retain(|r| overtaken(r) >= th.wedged_overtaken_min);
                 if ls.is_empty() {
                     continue;
@@ -507,6 +599,10 @@ pub fn stalled_stream(m: &Model, v: &View) -> Vec<Finding> {
         .requests
         .iter()
         .filter(|r| r.state == RequestState::Stalled && outstanding_child(v, r).is_none())
+        // A proxy/router stream that stopped while a request it sent downstream stopped
+        // too is that request's consequence, even when the hop link was not made (e.g. a
+        // keep-alive connection first seen mid-stream): blame the deepest stalled hop.
+        .filter(|r| r.x.role.is_engine() || !downstream_stalled(v, &r.x.component))
         .collect();
     let mut out = Vec::new();
     for (comp, ls) in group_by_component(leaves) {
@@ -586,7 +682,10 @@ pub fn busy_without_progress(m: &Model, v: &View) -> Vec<Finding> {
             continue;
         }
         let last_out = mine.iter().filter_map(|r| r.x.last_out_ms).max();
-        if last_out.is_some_and(|t| v.now - t < th.busy_after_ms) {
+        // Bytes moving are progress, unless the engine's own token counter is flat: then
+        // they are answers to health checks and scrapes, not generated tokens.
+        let tokens_flat = cs.gen_rate.is_some_and(|r| r <= 0.0);
+        if !tokens_flat && last_out.is_some_and(|t| v.now - t < th.busy_after_ms) {
             continue; // bytes are moving: progress
         }
         let collective = cs.threads.iter().find(|t| {
@@ -659,6 +758,10 @@ pub fn busy_without_progress(m: &Model, v: &View) -> Vec<Finding> {
 }
 
 /// `queue_not_draining`: queue non-empty, nothing running, GPU idle, for >= `queue_after_ms`.
+/// A `/v1/loads` snapshot older than this when scraped is frozen (SGLang republishes it
+/// continuously while its loop cycles, stalls included).
+const LOADS_FRESH_MS: f64 = 3000.0;
+
 pub fn queue_not_draining(m: &Model, v: &View) -> Vec<Finding> {
     let th = &m.thresholds;
     let mut out = Vec::new();
@@ -681,10 +784,24 @@ pub fn queue_not_draining(m: &Model, v: &View) -> Vec<Finding> {
             .collect();
         let judge = |p: &crate::correlate::MetricsPoint| -> Option<(f64, f64, &'static str)> {
             if let Some(l) = p.loads {
+                // A load snapshot the engine stopped republishing says what was queued
+                // when it was written, not now: no verdict from it (nor from the gauges,
+                // which freeze the same way).
+                let stale = l
+                    .timestamp_s
+                    .is_some_and(|ts| p.t_ms as f64 - ts * 1000.0 > LOADS_FRESH_MS);
+                if stale {
+                    return None;
+                }
                 return Some((l.waiting + l.pd_queued, l.running, "v1_loads"));
             }
+            // The prefill inflight gauge is last written by the prefill batch report, the
+            // moment that batch enters the inflight queue, and then freezes while the engine
+            // idles: it reads non-zero on a healthy idle prefill engine. Only /v1/loads
+            // (fresh) is trusted for that queue.
             let q: f64 = std::iter::once("queued")
                 .chain(crate::correlate::PD_QUEUE_KEYS)
+                .filter(|k| *k != "prefill_inflight_queue")
                 .filter_map(|k| p.mapped.get(k))
                 .sum();
             let r = p.mapped.get("running").copied()?;

@@ -1103,7 +1103,12 @@ impl<'a> Builder<'a> {
             }
             for &rep in pids_by_ns.values() {
                 for e in self.table.tcp_of(rep) {
-                    if e.state != TcpState::Established || e.inode == 0 {
+                    // CLOSE_WAIT too: a proxy that leaks its upstream connections (the
+                    // upstream hung up, the proxy never closed) is still that upstream's
+                    // client, and exactly the proxy worth finding.
+                    let client_state =
+                        matches!(e.state, TcpState::Established | TcpState::CloseWait);
+                    if !client_state || e.inode == 0 {
                         continue;
                     }
                     if known_ports.contains_key(&e.local_address.port()) {

@@ -321,6 +321,28 @@ fn stalled_stream_blames_the_deepest_stalled_hop() {
     });
     sim2.run(40_000, |s| env2.tick(s));
     assert_none_of(&findings(&sim2), &NEVER);
+
+    // Same stop while someone's metrics scrape (a 104-byte GET from outside the stack)
+    // waits at the engine: the engine's in-flight count (1) is the stream, not the scrape.
+    let mut sim3 = Sim::new(pd_topology());
+    let mut env3 = Env::idle();
+    let [a, b, p, d] = pd_request(&mut sim3);
+    sim3.run(250, |s| env3.tick(s));
+    sim3.respond(p, 100);
+    sim3.run(2_000, |s| {
+        env3.tick(s);
+        s.respond(d, 50);
+        s.respond(b, 50);
+        s.respond(a, 50);
+    });
+    sim3.run(30_000, |s| env3.tick(s));
+    let scrape = sim3.connect(None, 31012, 400);
+    sim3.request(scrape, 104);
+    sim3.run(10_000, |s| env3.tick(s));
+    let fs = findings(&sim3);
+    let st: Vec<_> = fs.iter().filter(|f| f.kind == "stalled_stream").collect();
+    assert_eq!(st.len(), 1, "{fs:#?}");
+    assert_eq!(st[0].component.as_deref(), Some(DECODE));
 }
 
 #[test]
@@ -375,12 +397,14 @@ fn queue_not_draining_prefers_fresh_v1_loads_over_frozen_gauges() {
     let mut sim = Sim::new(pd_topology());
     sim.run(40_000, |s| {
         if (s.now - T0) % 1000 == 0 {
-            // Frozen gauges say 0 queued; /v1/loads says 2 waiting in the prealloc queue.
+            // Frozen gauges say 0 queued; /v1/loads (republished, fresh) says 2 waiting in
+            // the prealloc queue.
             let mut sc = scrape(DECODE, &[("running", 0.0), ("queued", 0.0)]);
+            let ts = s.now as f64 / 1000.0 - 0.05;
             sc.extra.insert(
                 "v1_loads".into(),
                 serde_json::json!({"loads": [{"dp_rank": 0, "num_running_reqs": 0, "num_waiting_reqs": 0,
-                    "timestamp": 1.0, "disaggregation": {"decode_prealloc_queue_reqs": 2}}]}),
+                    "timestamp": ts, "disaggregation": {"decode_prealloc_queue_reqs": 2}}]}),
             );
             s.ingest(Payload::Metrics(vec![sc]));
         }
@@ -392,6 +416,26 @@ fn queue_not_draining_prefers_fresh_v1_loads_over_frozen_gauges() {
         .collect();
     assert_eq!(q.len(), 1, "{fs:#?}");
     assert!(q[0].evidence[0].detail.contains("v1_loads"));
+}
+
+#[test]
+fn queue_not_draining_ignores_a_load_snapshot_the_engine_stopped_republishing() {
+    let mut sim = Sim::new(pd_topology());
+    sim.run(40_000, |s| {
+        if (s.now - T0) % 1000 == 0 {
+            // The last snapshot, written at T0 while a request sat in the inflight queue,
+            // served unchanged ever since (an idle engine that stopped republishing).
+            let mut sc = scrape(DECODE, &[]);
+            sc.extra.insert(
+                "v1_loads".into(),
+                serde_json::json!({"loads": [{"dp_rank": 0, "num_running_reqs": 0, "num_waiting_reqs": 0,
+                    "timestamp": T0 as f64 / 1000.0, "disaggregation": {"prefill_inflight_queue_reqs": 1}}]}),
+            );
+            s.ingest(Payload::Metrics(vec![sc]));
+        }
+    });
+    let fs = findings(&sim);
+    assert!(fs.iter().all(|f| f.kind != "queue_not_draining"), "{fs:#?}");
 }
 
 #[test]
@@ -865,4 +909,44 @@ fn parts_fit_the_snapshot_contract() {
             );
         }
     }
+}
+
+/// The incident with a short threshold: the engine generated tokens for earlier requests
+/// until just before these arrived (its token rate over `rate_window_ms` is still positive),
+/// then nothing; the waiting requests are forgotten, not queued behind work.
+#[test]
+fn wedged_when_work_stopped_before_the_request_arrived() {
+    let mut sim = Sim::new(pd_topology());
+    sim.model.thresholds.wedged_after_ms = 8_000;
+    let mut env = Env::busy(1.0);
+    env.gen_per_point = Some(5.0);
+    sim.run(5_000, |s| env.tick(s));
+    // Work stops; the engine still counts the forgotten request in flight.
+    let mut env = Env {
+        gen_per_point: Some(0.0),
+        gen_total: env.gen_total,
+        forward_total: env.forward_total,
+        ..Env::idle()
+    };
+    let d = sim.connect(Some(200), 31012, 400);
+    sim.request(d, 900);
+    sim.run(10_000, |s| env.tick(s));
+    let fs = findings(&sim);
+    let w: Vec<_> = fs.iter().filter(|f| f.kind == "wedged_request").collect();
+    assert_eq!(w.len(), 1, "{fs:#?}");
+    assert!(
+        w[0].summary.contains("no token generated"),
+        "{}",
+        w[0].summary
+    );
+    // Still none while tokens keep flowing after the request arrived (a busy engine that
+    // is slow, not forgetful).
+    let mut sim = Sim::new(pd_topology());
+    sim.model.thresholds.wedged_after_ms = 8_000;
+    let mut env = Env::busy(2.0);
+    env.gen_per_point = Some(5.0);
+    let d = sim.connect(Some(200), 31012, 400);
+    sim.request(d, 900);
+    sim.run(10_000, |s| env.tick(s));
+    assert_none_of(&findings(&sim), &["wedged_request"]);
 }

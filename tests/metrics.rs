@@ -275,7 +275,7 @@ fn scrapes_everything_concurrently_and_marks_bad_endpoints() {
     assert_eq!(d.mapped["prefill_bootstrap_queue"], 3.0); // old name
     assert_eq!(d.mapped["idle_seconds_total"], 5.0); // with a timestamp
     assert!(d.series.iter().any(|x| x.name.ends_with("_created")));
-    assert_eq!(d.extra["loads"]["loads"][0]["num_waiting_reqs"], 2);
+    assert_eq!(d.extra["v1_loads"]["loads"][0]["num_waiting_reqs"], 2);
     assert!(d.extra_probes[0].url.contains("/v1/loads"));
 
     let r = by_id(s, "router");

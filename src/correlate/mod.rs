@@ -73,6 +73,19 @@ pub struct LoadsSummary {
     pub timestamp_s: Option<f64>,
 }
 
+/// Requests smaller than this (headers only: `GET /metrics`, `/health`, `/v1/loads`) are
+/// probes, not inference requests (a POST with a JSON body is larger).
+pub const MIN_INFERENCE_REQUEST_BYTES: u64 = 200;
+
+/// A request of known size too small to be an inference request.
+pub fn is_probe_sized(x: &Exchange) -> bool {
+    x.bytes_in > 0 && x.bytes_in < MIN_INFERENCE_REQUEST_BYTES
+}
+
+/// Two `tcp_info` "ms since" dates this close are the same kernel tick (4 ms at HZ=250,
+/// 10 ms at HZ=100): their order is unknown.
+const JIFFY_TIE_MS: Millis = 10;
+
 /// A process identity change of a component.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RestartEvent {
@@ -626,6 +639,10 @@ impl Model {
                 None => p.pid.to_string(),
             });
             match (self.identities.get(&c.id).cloned(), ident) {
+                // The start time could not be read this time (a transient /proc error): the
+                // same pid is the same process until a readable start time says otherwise.
+                (Some(before), Some(after))
+                    if !after.contains(':') && before.starts_with(&format!("{after}:")) => {}
                 (Some(before), Some(after)) if before != after => {
                     // "123" (pid only, from a topology change) -> "123:456" is no restart.
                     if !after.starts_with(&format!("{before}:")) {
@@ -938,7 +955,11 @@ impl Model {
                     Some(End::Done(_)) => RequestState::Done,
                     Some(End::Closed(_)) => RequestState::Closed,
                     None if !x.started() => {
-                        explained += 1.0;
+                        // The in-flight count covers inference requests only; a small GET
+                        // (a scrape, a health or load probe) waiting here is not one of them.
+                        if !is_probe_sized(x) {
+                            explained += 1.0;
+                        }
                         RequestState::WaitingFirstByte
                     }
                     None => {
@@ -990,8 +1011,18 @@ impl Model {
                     false
                 };
                 let q = now - x.last_out_ms.unwrap_or(now);
+                // First seen with the request's last byte and the previous response's last
+                // byte in the same kernel tick (tcp_info dates them in jiffies), and no byte
+                // out since: an open one is a request waiting for its first byte (agents
+                // send the next turn the moment a reply ends), not a stopped stream.
+                let tie = x.seen_mid_flight
+                    && x.bytes_out == 0
+                    && x.first_byte_ms
+                        .is_some_and(|f| (f - x.request_ms).abs() <= JIFFY_TIE_MS);
                 let st = if !outstanding {
                     RequestState::Done
+                } else if tie {
+                    RequestState::WaitingFirstByte
                 } else if q >= th.stall_after_ms {
                     RequestState::Stalled
                 } else {

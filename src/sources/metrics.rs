@@ -265,7 +265,7 @@ pub fn extra_endpoints(c: &Component) -> Vec<(String, String)> {
         vec![("workers".into(), format!("{base}/workers"))]
     } else if c.role.is_engine() && c.stack == "sglang" {
         vec![(
-            "loads".into(),
+            "v1_loads".into(),
             format!("{base}/v1/loads?include=core,disagg,queues"),
         )]
     } else {

@@ -304,6 +304,10 @@ pub struct StacksConfig {
     pub native_timeout: Duration,
     /// Upper bound on pids sampled per dump; the rest are reported as skipped.
     pub max_pids: usize,
+    /// Time budget of one window: no further dump starts when the next one would end past
+    /// it, so a loaded machine gets fewer dumps (said in the status) instead of a window
+    /// the sampler's timeout throws away whole. Keep it under the sampler's stacks timeout (8 s).
+    pub window_budget: Duration,
 }
 
 impl StacksConfig {
@@ -322,6 +326,7 @@ impl StacksConfig {
             native: false,
             native_timeout: Duration::from_secs(5),
             max_pids: 64,
+            window_budget: Duration::from_millis(6_000),
         }
     }
 
@@ -689,6 +694,7 @@ impl StackSource {
         let rounds = self.cfg.dumps_per_window.max(1);
         let mut status = SourceStatus::ok();
         let mut captures = Vec::new();
+        let window_started = Instant::now();
         for round in 0..rounds {
             let started = Instant::now();
             let w = self.capture_once(targets, clock).await;
@@ -696,6 +702,19 @@ impl StackSource {
             status = status.worst(w.status);
             captures.extend(w.captures);
             if unavailable {
+                break;
+            }
+            // Another dump (and its spacing) would overrun the budget: stop with what we
+            // have, and say so.
+            let one = started.elapsed().max(self.cfg.dump_interval);
+            if round + 1 < rounds && window_started.elapsed() + one > self.cfg.window_budget {
+                status = status.worst(SourceStatus::degraded(format!(
+                    "{} of {rounds} dumps: one dump of {} processes took {} ms (window budget {} ms)",
+                    round + 1,
+                    targets.len(),
+                    started.elapsed().as_millis(),
+                    self.cfg.window_budget.as_millis()
+                )));
                 break;
             }
             if round + 1 < rounds {
