@@ -364,7 +364,13 @@ async fn answer(
     BufReader::new(r.take(MAX_REQUEST))
         .read_line(&mut line)
         .await?;
-    let v = respond(line.trim(), &shared, &stats, clock.now_ms());
+    // Building a snapshot of a large model takes a while and holds the model's lock: do it
+    // off the runtime's workers so sampling never waits behind a client.
+    let what = line.trim().to_string();
+    let now = clock.now_ms();
+    let v = tokio::task::spawn_blocking(move || respond(&what, &shared, &stats, now))
+        .await
+        .unwrap_or_else(|e| serde_json::json!({ "error": format!("answer failed: {e}") }));
     let mut out =
         serde_json::to_vec(&v).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}").into_bytes());
     out.push(b'\n');

@@ -260,7 +260,8 @@ fn daemon_config(g: &Global) -> DaemonConfig {
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        // More workers than cores: a worker blocked on the model lock must not starve sampling.
+        .worker_threads(4)
         .enable_all()
         .build()
         .context("starting the async runtime")
