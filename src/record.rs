@@ -1319,3 +1319,45 @@ pub async fn record_to_file(
     let _ = task.await;
     result.map(|()| n)
 }
+
+#[cfg(test)]
+mod delta_tests {
+    use super::{apply_json, diff_json};
+    use serde_json::json;
+
+    fn round_trip(old: serde_json::Value, new: serde_json::Value) -> serde_json::Value {
+        let patch = diff_json(&old, &new).expect("they differ");
+        assert_eq!(apply_json(&old, &patch), Some(new), "patch {patch}");
+        patch
+    }
+
+    #[test]
+    fn duplicate_keys_are_diffed_by_position() {
+        // Three dumps of one pid per window: the same key three times.
+        let dump = |t: i64, line: i64| json!({"pid": 7, "t_ms": t, "frames": [{"line": line}]});
+        let old = json!([dump(1, 10), dump(2, 10), dump(3, 10)]);
+        let new = json!([dump(4, 10), dump(5, 11), dump(6, 10)]);
+        let patch = round_trip(old, new);
+        assert!(patch.get("$i").is_some(), "{patch}");
+        assert!(
+            !patch.to_string().contains("frames\":[{"),
+            "only what changed: {patch}"
+        );
+        // A different length is written whole.
+        let patch = round_trip(json!([dump(1, 1)]), json!([dump(1, 1), dump(1, 1)]));
+        assert!(patch.get("$v").is_some(), "{patch}");
+    }
+
+    #[test]
+    fn new_elements_in_the_middle_carry_positions_not_the_whole_order() {
+        let s = |l: &str| json!({"local": l, "remote": "r", "state": "ESTABLISHED"});
+        let old = json!([s("a"), s("c"), s("e"), s("g")]);
+        let new = json!([s("a"), s("b"), s("c"), s("g"), s("h"), s("d0")]);
+        let patch = round_trip(old.clone(), new);
+        assert_eq!(patch["$a"], json!([1, 4, 5]), "{patch}");
+        assert!(patch.get("$o").is_none(), "{patch}");
+        // Kept elements reordered: the full order is still written, and still right.
+        let patch = round_trip(old, json!([s("c"), s("a"), s("x")]));
+        assert!(patch.get("$o").is_some(), "{patch}");
+    }
+}
