@@ -421,7 +421,13 @@ pub fn trim_sockets(
         let server_side = e.local_port().is_some_and(|p| ports.contains(&p));
         let client_side = e.remote_port().is_some_and(|p| ports.contains(&p)) && !server_side;
         let owned = e.pid.is_some_and(|p| pids.contains(&p));
-        if server_side {
+        if server_side && e.state == crate::model::TcpState::Listen {
+            // A listener's tcp_info "ms since last data" reads 0 on every dump, which would
+            // rewrite every listener on every recorded sample; its counters mean nothing.
+            let mut e = e.clone();
+            e.tcp_info = None;
+            out.sockets.push(e);
+        } else if server_side {
             out.sockets.push(e.clone());
         } else if client_side {
             let mut e = e.clone();
@@ -1034,6 +1040,22 @@ pub fn diff_json(old: &serde_json::Value, new: &serde_json::Value) -> Option<ser
         }
         (Value::Array(a), Value::Array(b)) => {
             let (Some(ka), Some(kb)) = (keyed(a), keyed(b)) else {
+                // Unkeyed (or duplicate keys, e.g. three stack dumps of one pid per window):
+                // element by element when the length is the same, which is the common case
+                // of a source that re-reads the same things; whole otherwise.
+                if a.len() == b.len() {
+                    let at: Vec<Value> = a
+                        .iter()
+                        .zip(b)
+                        .enumerate()
+                        .filter_map(|(i, (ea, eb))| diff_json(ea, eb).map(|n| json!([i, n])))
+                        .collect();
+                    let whole = serde_json::to_vec(new).map_or(0, |v| v.len());
+                    let patch = serde_json::to_vec(&at).map_or(usize::MAX, |v| v.len());
+                    if patch < whole {
+                        return Some(json!({ "$i": at }));
+                    }
+                }
                 return Some(json!({ "$v": new }));
             };
             let index: BTreeMap<&String, &Value> = ka.iter().zip(a.iter()).collect();
@@ -1067,7 +1089,22 @@ pub fn diff_json(old: &serde_json::Value, new: &serde_json::Value) -> Option<ser
                 node.insert("$r".into(), json!(removed));
             }
             if order != kb.iter().collect::<Vec<_>>() {
-                node.insert("$o".into(), json!(kb));
+                // The common case: the kept elements are in their old order and new ones
+                // landed in between (a new connection in a socket table). Then the new
+                // elements' positions say it all; a full key list ($o) only otherwise.
+                let kept_new: Vec<&String> = kb.iter().filter(|k| ka_set.contains(k)).collect();
+                let kept_old: Vec<&String> = ka.iter().filter(|k| kb_set.contains(k)).collect();
+                if kept_new == kept_old {
+                    let at: Vec<usize> = kb
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, k)| !ka_set.contains(k))
+                        .map(|(i, _)| i)
+                        .collect();
+                    node.insert("$a".into(), json!(at));
+                } else {
+                    node.insert("$o".into(), json!(kb));
+                }
             }
             Some(Value::Object(node))
         }
@@ -1081,6 +1118,15 @@ pub fn apply_json(base: &serde_json::Value, node: &serde_json::Value) -> Option<
     let n = node.as_object()?;
     if let Some(v) = n.get("$v") {
         return Some(v.clone());
+    }
+    if let Some(at) = n.get("$i").and_then(Value::as_array) {
+        let mut a = base.as_array()?.clone();
+        for pair in at {
+            let i = usize::try_from(pair.get(0)?.as_u64()?).ok()?;
+            let slot = a.get_mut(i)?;
+            *slot = apply_json(slot, pair.get(1)?)?;
+        }
+        return Some(Value::Array(a));
     }
     if let Some(p) = n.get("$p").and_then(Value::as_object) {
         let mut o = base.as_object()?.clone();
@@ -1110,6 +1156,26 @@ pub fn apply_json(base: &serde_json::Value, node: &serde_json::Value) -> Option<
         }
         for e in n.get("$n").and_then(Value::as_array).into_iter().flatten() {
             elems.push((elem_key(e)?, e.clone()));
+        }
+        if let Some(at) = n.get("$a").and_then(Value::as_array) {
+            // `elems` is kept (old order) then added; put the added ones at their places.
+            let added = n.get("$n").and_then(Value::as_array).map_or(0, Vec::len);
+            let split = elems.len().checked_sub(added)?;
+            let new_ones = elems.split_off(split);
+            if at.len() != new_ones.len() {
+                return None;
+            }
+            let mut out: Vec<Value> = Vec::with_capacity(elems.len() + new_ones.len());
+            let mut kept = elems.into_iter().map(|(_, v)| v);
+            for ((_, v), pos) in new_ones.into_iter().zip(at) {
+                let pos = usize::try_from(pos.as_u64()?).ok()?;
+                while out.len() < pos {
+                    out.push(kept.next()?);
+                }
+                out.push(v);
+            }
+            out.extend(kept);
+            return Some(Value::Array(out));
         }
         if let Some(order) = n.get("$o").and_then(Value::as_array) {
             let mut by: BTreeMap<String, Value> = elems.into_iter().collect();
@@ -1285,4 +1351,46 @@ pub async fn record_to_file(
     drop(rx);
     let _ = task.await;
     result.map(|()| n)
+}
+
+#[cfg(test)]
+mod delta_tests {
+    use super::{apply_json, diff_json};
+    use serde_json::json;
+
+    fn round_trip(old: serde_json::Value, new: serde_json::Value) -> serde_json::Value {
+        let patch = diff_json(&old, &new).expect("they differ");
+        assert_eq!(apply_json(&old, &patch), Some(new), "patch {patch}");
+        patch
+    }
+
+    #[test]
+    fn duplicate_keys_are_diffed_by_position() {
+        // Three dumps of one pid per window: the same key three times.
+        let dump = |t: i64, line: i64| json!({"pid": 7, "t_ms": t, "frames": [{"line": line}]});
+        let old = json!([dump(1, 10), dump(2, 10), dump(3, 10)]);
+        let new = json!([dump(4, 10), dump(5, 11), dump(6, 10)]);
+        let patch = round_trip(old, new);
+        assert!(patch.get("$i").is_some(), "{patch}");
+        assert!(
+            !patch.to_string().contains("frames\":[{"),
+            "only what changed: {patch}"
+        );
+        // A different length is written whole.
+        let patch = round_trip(json!([dump(1, 1)]), json!([dump(1, 1), dump(1, 1)]));
+        assert!(patch.get("$v").is_some(), "{patch}");
+    }
+
+    #[test]
+    fn new_elements_in_the_middle_carry_positions_not_the_whole_order() {
+        let s = |l: &str| json!({"local": l, "remote": "r", "state": "ESTABLISHED"});
+        let old = json!([s("a"), s("c"), s("e"), s("g")]);
+        let new = json!([s("a"), s("b"), s("c"), s("g"), s("h"), s("d0")]);
+        let patch = round_trip(old.clone(), new);
+        assert_eq!(patch["$a"], json!([1, 4, 5]), "{patch}");
+        assert!(patch.get("$o").is_none(), "{patch}");
+        // Kept elements reordered: the full order is still written, and still right.
+        let patch = round_trip(old, json!([s("c"), s("a"), s("x")]));
+        assert!(patch.get("$o").is_some(), "{patch}");
+    }
 }

@@ -1,7 +1,17 @@
-//! Smoke test of `tui::run` on a real pseudo-terminal: the `tui_replay` example runs under
-//! tmux on the wedged fixture; we send keys and read the pane. Checks that the Requests view
-//! shows the stuck requests, that `q` exits with status 0, and that the terminal is restored
-//! (the alternate screen is left). Needs tmux; skipped loudly without it.
+//! Smoke test of the real binary on a real pseudo-terminal: `wedgewatch tui --replay FILE`
+//! runs under tmux on a recording of a wedged lab; we send keys and read the pane. Checks
+//! that the Requests view shows the stuck requests (waiting at decode, with their age), that
+//! `q` exits with status 0, and that the terminal is restored (the alternate screen is left).
+//! Needs tmux; skipped loudly without it.
+//!
+//! The recording, `tests/fixtures/recordings/wedged-decode.rec`, is 15 s of
+//! `wedgewatch record` on the lab (`lab.py up --decode-env
+//! SGLANG_DECODE_PREALLOC_SPLIT_TOKENS=100`, then `lab.py load --agents 4 --rounds 5
+//! --timeout 60`, recorded 8 s into the load): four agents' requests accepted and never
+//! answered by decode. They are 8-23 s old in it, so the UI runs with
+//! `short-hang-thresholds.toml` (`wedged_after_ms = 10000`; the default is 30 s).
+//! To make it again: the same commands, then `FAKE_NVML_DIR=<run-dir>/nvml wedgewatch record
+//! -o wedged-decode.rec --for 15s` while no other lab runs on the machine.
 #![cfg(feature = "tui")]
 
 use std::path::{Path, PathBuf};
@@ -44,23 +54,6 @@ fn wait_for(session: &str, what: &str, pred: impl Fn(&str) -> bool) -> String {
     }
 }
 
-fn example_binary() -> PathBuf {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
-    let status = Command::new(cargo)
-        .args(["build", "--quiet", "--example", "tui_replay"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .status()
-        .expect("cargo build runs");
-    assert!(status.success(), "building the tui_replay example failed");
-    // target/debug/deps/<this test> -> target/debug/examples/tui_replay
-    let exe = std::env::current_exe().expect("current exe");
-    let debug = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target dir layout");
-    debug.join("examples").join("tui_replay")
-}
-
 fn tmux_missing() -> bool {
     if Command::new("tmux").arg("-V").output().is_err() {
         eprintln!("SKIPPED: tmux not installed; the pseudo-terminal smoke test did not run");
@@ -69,19 +62,22 @@ fn tmux_missing() -> bool {
     false
 }
 
-/// Starts the replay example on the wedged fixture in a detached 120x32 tmux session. A
+/// Starts `wedgewatch tui --replay` on the wedged recording in a detached 120x40 tmux session. A
 /// shell prints a marker after the UI exits, so we can see the screen was restored and read
 /// the exit status from the returned file.
 fn start(tag: &str) -> (Session, PathBuf) {
-    let bin = example_binary();
+    let bin = Path::new(env!("CARGO_BIN_EXE_wedgewatch"));
     let fixture =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/snapshots/wedged.json");
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/recordings/wedged-decode.rec");
     let name = format!("ww-tui-{tag}-{}", std::process::id());
     let rc_file = std::env::temp_dir().join(format!("{name}.rc"));
     let _ = std::fs::remove_file(&rc_file);
+    let thresholds = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/recordings/short-hang-thresholds.toml");
     let cmd = format!(
-        "{} {}; echo $? > {}; echo UI-EXITED; sleep 30",
+        "{} --thresholds {} tui --replay {}; echo $? > {}; echo UI-EXITED; sleep 30",
         bin.display(),
+        thresholds.display(),
         fixture.display(),
         rc_file.display()
     );
@@ -94,7 +90,7 @@ fn start(tag: &str) -> (Session, PathBuf) {
             "-x",
             "120",
             "-y",
-            "32",
+            "40",
             &cmd,
         ])
         .output()
@@ -113,24 +109,51 @@ fn exit_status(rc_file: &Path) -> String {
     rc.trim().to_string()
 }
 
+/// Rows of the Requests view flagged stuck (`!`) whose stuck hop is decode, waiting.
+fn stuck_at_decode(pane: &str) -> Vec<String> {
+    pane.lines()
+        .filter(|l| l.starts_with("! "))
+        .filter(|l| {
+            let words: Vec<&str> = l.split_whitespace().collect();
+            words.contains(&"decode") && words.iter().any(|w| w.contains("wait"))
+        })
+        .map(str::to_string)
+        .collect()
+}
+
+/// Seconds of an age cell like `21.8s` (None for `736ms` and other forms).
+fn age_seconds(row: &str) -> Option<f64> {
+    let words: Vec<&str> = row.split_whitespace().collect();
+    let at = words.iter().position(|w| *w == "decode")?;
+    words.get(at + 1)?.strip_suffix('s')?.parse().ok()
+}
+
 #[test]
 fn real_terminal_shows_stuck_requests_and_quits_cleanly() {
     if tmux_missing() {
         return;
     }
     let (session, rc_file) = start("keys");
-    wait_for(&session.0, "the Overview", |p| {
+    wait_for(&session.0, "the Overview with the finding", |p| {
         p.contains("CRIT wedged_request")
     });
     tmux(&["send-keys", "-t", &session.0, "2"]);
-    let pane = wait_for(&session.0, "the Requests view", |p| p.contains("2 stuck"));
+    // The recording holds four requests accepted by the proxy and never answered (the decode
+    // engine dropped them); they are on top, flagged, stuck at decode, waiting, with an age.
+    let pane = wait_for(&session.0, "the Requests view", |p| {
+        p.contains("4 stuck") && stuck_at_decode(p).len() == 4
+    });
     let lines: Vec<&str> = pane.lines().collect();
-    let first = lines
+    let header = lines
         .iter()
-        .position(|l| l.contains("ex-0311-p"))
-        .expect("stuck request shown");
-    assert!(lines[first].contains("decode"), "{}", lines[first]);
-    assert!(lines.iter().position(|l| l.contains("ex-0305-p")) > Some(first));
+        .position(|l| l.contains("STUCK AT") && l.contains("AGE"))
+        .expect("Requests header");
+    for (i, row) in stuck_at_decode(&pane).iter().enumerate() {
+        assert_eq!(lines[header + 1 + i], row, "stuck rows first:\n{pane}");
+        assert!(row.contains("proxy@127.0.0.1:"), "{row}");
+        let age = age_seconds(row).unwrap_or_else(|| panic!("age of {row}"));
+        assert!(age >= 5.0, "stuck for seconds already: {row}");
+    }
 
     tmux(&["send-keys", "-t", &session.0, "?"]);
     wait_for(&session.0, "the help overlay", |p| {
@@ -141,7 +164,7 @@ fn real_terminal_shows_stuck_requests_and_quits_cleanly() {
     let pane = wait_for(&session.0, "the UI to exit", |p| p.contains("UI-EXITED"));
     // Back on the normal screen: the UI's rows are gone.
     assert!(
-        !pane.contains("2 stuck"),
+        !pane.contains("STUCK AT") && !pane.contains("4 stuck"),
         "alternate screen not left:\n{pane}"
     );
     assert_eq!(exit_status(&rc_file), "0");
