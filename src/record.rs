@@ -159,6 +159,11 @@ impl Baseline {
             let by_pid = |pid: i32| procs.iter().find(|f| f.pid == pid).unwrap_or(p);
             let env_facts = by_pid(crate::discover::env_pid(c).unwrap_or(p.pid));
             let args_facts = by_pid(crate::discover::args_pid(c).unwrap_or(p.pid));
+            // A process whose environment could not be read (vanished mid-sample, permission)
+            // is baselined next time: an empty env would read as "every variable removed".
+            if env_facts.env.is_none() {
+                continue;
+            }
             let env = env_facts
                 .env
                 .clone()

@@ -23,7 +23,9 @@ pub fn default_cadence(kind: SourceKind) -> (u64, u64) {
         // Three dumps of every Python process of the stack: on a loaded 2-core box one dump
         // of 30 processes took 2.5 s. The stacks source keeps itself within a 6 s budget
         // (fewer dumps, said in its status); this timeout is the backstop.
-        SourceKind::Stacks => (5_000, 8_000),
+        // Every 15 s: py-spy is most of the daemon's CPU (benches/daemon.rs), and a wedge
+        // lasts far longer than that; a one-shot snapshot still dumps at its start.
+        SourceKind::Stacks => (15_000, 8_000),
     }
 }
 

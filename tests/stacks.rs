@@ -146,6 +146,17 @@ fn main_thread_states(window: &wedgewatch::sources::stacks::StackWindow, pid: i3
                 .iter()
                 .find(|t| t.tid == pid)
                 .unwrap_or_else(|| panic!("no main thread in {:?}", c.threads));
+            if std::env::var_os("WW_DEBUG_STACKS").is_some() {
+                eprintln!(
+                    "{} {:?}",
+                    main.state,
+                    main.frames
+                        .iter()
+                        .take(6)
+                        .map(|f| &f.name)
+                        .collect::<Vec<_>>()
+                );
+            }
             main.state.clone()
         })
         .collect()
@@ -480,16 +491,19 @@ fn lab_accepted_and_forgotten_and_spinning_collective() {
         &lab::LabOptions::pd().decode_env("SGLANG_DECODE_PREALLOC_SPLIT_TOKENS", "100"),
     )
     .expect("lab up");
-    let _load = lab.load_background(4, 4, 5.0).expect("load");
+    // A long per-request timeout: agents that gave up would start new, short (served) chats.
+    let _load = lab.load_background(4, 4, 60.0).expect("load");
     // Wait (bounded) until every agent's request sits forgotten at decode: 4 HTTP requests
-    // active there and nothing running. A fixed sleep is too short on a loaded machine.
+    // active there and its token counter flat for 2 s (no stream left running). A fixed
+    // sleep is too short on a loaded machine.
     let metrics_url = lab
         .decode()
         .metrics_url
         .clone()
         .expect("decode metrics url");
-    let loads_url = format!("{}/v1/loads", lab.decode().url);
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    let mut last_tokens = -1.0;
+    let mut flat_since = std::time::Instant::now();
     loop {
         let text = lab::http_get(&metrics_url, Duration::from_secs(2))
             .map(|(_, t)| t)
@@ -499,18 +513,21 @@ fn lab_accepted_and_forgotten_and_spinning_collective() {
             .filter(|l| l.starts_with("sglang:http_requests_active{") && l.contains("chat"))
             .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
             .sum();
-        // /v1/loads, not the gauge: gauges freeze during a stall.
-        let running = lab::http_get(&loads_url, Duration::from_secs(2))
-            .ok()
-            .and_then(|(_, t)| serde_json::from_str::<serde_json::Value>(&t).ok())
-            .and_then(|v| v["loads"][0]["num_running_reqs"].as_f64())
-            .unwrap_or(1.0);
-        if active >= 4.0 && running == 0.0 {
+        let tokens = text
+            .lines()
+            .filter(|l| l.starts_with("sglang:generation_tokens_total"))
+            .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+            .sum::<f64>();
+        if tokens != last_tokens {
+            last_tokens = tokens;
+            flat_since = std::time::Instant::now();
+        }
+        if active >= 4.0 && flat_since.elapsed() >= Duration::from_secs(2) {
             break;
         }
         assert!(
             std::time::Instant::now() < deadline,
-            "agents never all hung at decode: active {active}, running {running}"
+            "agents never all hung at decode: active {active}, tokens {tokens}"
         );
         std::thread::sleep(Duration::from_millis(250));
     }
