@@ -112,6 +112,9 @@ fn event_loop(
     app: &mut App,
 ) -> Result<()> {
     let tick = Duration::from_millis(app.options().tick_ms.max(10));
+    // A hung-up terminal (its window closed, the pty gone) makes poll return at once with
+    // nothing to read, forever: without this the UI would spin on a dead terminal.
+    let mut empty_wakeups = 0u32;
     loop {
         let now = app.options().clock.now_ms();
         if let Some(frame) = feed.latest(now) {
@@ -122,9 +125,19 @@ fn event_loop(
         if STOP.load(Ordering::SeqCst) {
             return Ok(());
         }
+        let waited = std::time::Instant::now();
         if !poll(tick)? {
+            if waited.elapsed() < tick / 2 {
+                empty_wakeups += 1;
+                if empty_wakeups >= 50 {
+                    return Err(Error::Other("terminal: hung up (no input, no wait)".into()));
+                }
+            } else {
+                empty_wakeups = 0;
+            }
             continue;
         }
+        empty_wakeups = 0;
         // Everything already queued, so a burst of keys costs one redraw.
         loop {
             if let Event::Key(key) = event::read().map_err(term_err)? {
