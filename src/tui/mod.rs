@@ -115,6 +115,8 @@ fn event_loop(
     // A hung-up terminal (its window closed, the pty gone) makes poll return at once with
     // nothing to read, forever: without this the UI would spin on a dead terminal.
     let mut empty_wakeups = 0u32;
+    // Likewise an endless stream of non-key events (a dead terminal, not a person).
+    let mut events_without_key = 0u32;
     loop {
         let now = app.options().clock.now_ms();
         if let Some(frame) = feed.latest(now) {
@@ -138,9 +140,25 @@ fn event_loop(
             continue;
         }
         empty_wakeups = 0;
-        // Everything already queued, so a burst of keys costs one redraw.
-        loop {
-            if let Event::Key(key) = event::read().map_err(term_err)? {
+        // Everything already queued, so a burst of keys costs one redraw; bounded, and
+        // re-checking the stop flag, so an endless stream of events from a dead terminal
+        // can neither spin here nor outlive a SIGTERM.
+        for _ in 0..256 {
+            if STOP.load(Ordering::SeqCst) {
+                return Ok(());
+            }
+            let ev = event::read().map_err(term_err)?;
+            if matches!(ev, Event::Key(_)) {
+                events_without_key = 0;
+            } else {
+                events_without_key += 1;
+                if events_without_key >= 10_000 {
+                    return Err(Error::Other(
+                        "terminal: hung up (endless events, no keys)".into(),
+                    ));
+                }
+            }
+            if let Event::Key(key) = ev {
                 if key.kind == KeyEventKind::Press {
                     match app.handle_key(key) {
                         Action::Quit => return Ok(()),
