@@ -25,6 +25,7 @@ pub use render::{fmt_bytes, fmt_ms, sparkline, HELP};
 use crate::error::{Error, Result};
 use ratatui::crossterm::event::{self, Event, KeyEventKind};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 impl App {
@@ -101,9 +102,45 @@ pub fn run(feed: &mut dyn Feed, opts: AppOptions) -> Result<()> {
             return Err(term_err(e));
         }
     };
+    let _watchdog = HangupWatchdog::start();
     let result = event_loop(&mut terminal, feed, &mut app);
     ratatui::restore();
     result
+}
+
+/// When the terminal hangs up (its window is killed), crossterm's `poll` can spin forever
+/// on the dead tty and the loop never sees STOP. Once STOP has been set (SIGHUP/SIGTERM/
+/// SIGINT) and the loop has not returned within 2 s, this thread ends the process, so a UI
+/// never outlives its terminal burning a core.
+struct HangupWatchdog(Arc<AtomicBool>);
+
+impl HangupWatchdog {
+    fn start() -> HangupWatchdog {
+        let done = Arc::new(AtomicBool::new(false));
+        let seen = done.clone();
+        let _ = std::thread::Builder::new()
+            .name("tui-hangup-watchdog".into())
+            .spawn(move || {
+                let mut stopped_for = 0u32;
+                while !seen.load(Ordering::SeqCst) {
+                    std::thread::sleep(Duration::from_millis(100));
+                    if STOP.load(Ordering::SeqCst) {
+                        stopped_for += 1;
+                        if stopped_for >= 20 && !seen.load(Ordering::SeqCst) {
+                            ratatui::restore();
+                            std::process::exit(129);
+                        }
+                    }
+                }
+            });
+        HangupWatchdog(done)
+    }
+}
+
+impl Drop for HangupWatchdog {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
 }
 
 fn event_loop(
