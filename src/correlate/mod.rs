@@ -1206,7 +1206,7 @@ impl Model {
                         .collect(),
                     uuid: d.uuid.clone(),
                     mem_used_bytes: d.mem_used_bytes,
-                    activity: Some(device_activity(d, &[], &self.thresholds).to_string()),
+                    activity: Some(device_activity(d, &self.thresholds).to_string()),
                 });
             }
         }
@@ -1361,35 +1361,21 @@ pub fn summarize_loads(v: &serde_json::Value) -> Option<LoadsSummary> {
     found.then_some(s)
 }
 
-/// GPU activity of one device: `working`, `idle`, `spinning` (high utilization at idle
-/// power: a kernel spinning, e.g. a hung NCCL collective) or `unknown`. `pids` narrows the
-/// per-process SM samples to one component's processes (empty: all).
-pub fn device_activity(d: &crate::model::GpuDevice, pids: &[i32], th: &Thresholds) -> &'static str {
-    let sm: Vec<u32> = d
-        .processes
-        .iter()
-        .filter(|p| pids.is_empty() || pids.contains(&(p.pid as i32)))
-        .filter_map(|p| p.sm_util_pct)
-        .collect();
-    let power_frac = match (d.power_mw, d.power_limit_mw) {
-        (Some(p), Some(l)) if l > 0 => Some(f64::from(p) / f64::from(l)),
-        _ => None,
-    };
-    let util = d.util_gpu_pct;
-    if let (Some(u), Some(pf)) = (util, power_frac) {
-        if u >= th.spin_util_pct && pf < th.spin_power_frac {
-            return "spinning";
-        }
+/// The GPU source's thresholds, from the detectors' named ones.
+fn activity_thresholds(th: &Thresholds) -> crate::sources::gpu::ActivityThresholds {
+    crate::sources::gpu::ActivityThresholds {
+        busy_util_pct: th.busy_util_pct,
+        spin_util_pct: th.spin_util_pct,
+        idle_power_ratio: th.spin_power_frac,
     }
-    if sm.iter().any(|s| *s >= th.busy_sm_pct) {
-        return "working";
-    }
-    match util {
-        Some(u) if u >= th.busy_util_pct => "working",
-        Some(_) => "idle",
-        None if !sm.is_empty() => "idle",
-        None => "unknown",
-    }
+}
+
+/// GPU activity of one device (every process on it), by the GPU source's verdict.
+pub fn device_activity(d: &crate::model::GpuDevice, th: &Thresholds) -> &'static str {
+    let inputs = crate::sources::gpu::ActivityInputs::from_device(d, &[], None);
+    crate::sources::gpu::gpu_activity(&inputs, &activity_thresholds(th))
+        .0
+        .as_str()
 }
 
 /// GPU activity of a component: its GPUs (from the topology, or NVML's process list),
@@ -1409,12 +1395,7 @@ pub fn gpu_activity(c: &Component, g: &GpuReading, th: &Thresholds) -> &'static 
         return "unknown";
     }
     let pids: Vec<u32> = c.pids.iter().map(|p| *p as u32).collect();
-    let at = crate::sources::gpu::ActivityThresholds {
-        busy_util_pct: th.busy_util_pct,
-        spin_util_pct: th.spin_util_pct,
-        idle_power_ratio: th.spin_power_frac,
-    };
-    crate::sources::gpu::component_activity(g, &gpus, &pids, None, &at)
+    crate::sources::gpu::component_activity(g, &gpus, &pids, None, &activity_thresholds(th))
         .0
         .as_str()
 }
