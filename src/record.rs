@@ -631,6 +631,20 @@ impl RecordingWriter {
                 };
                 &trimmed
             }
+            // Recordings travel (an incident recorded on one box is studied on another):
+            // secrets in environments and arguments are never written in clear.
+            (crate::model::Payload::Processes(facts), _) => {
+                let mut facts = facts.clone();
+                let mut redactor = crate::redact::Redactor::new();
+                for f in facts.iter_mut() {
+                    redactor.facts(f);
+                }
+                trimmed = Sample {
+                    payload: crate::model::Payload::Processes(facts),
+                    ..s.clone()
+                };
+                &trimmed
+            }
             _ => s,
         };
         if self.policy.compact {

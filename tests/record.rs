@@ -685,3 +685,46 @@ fn replay_frames_step_through_the_recording_and_end_wedged() {
     assert!(!wedged(&frames[0]));
     assert!(wedged(frames.last().expect("last")));
 }
+
+#[test]
+fn recordings_never_hold_secrets_in_clear() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("rec.wwrec");
+    let mut facts = proc_facts(
+        400,
+        &[("HF_TOKEN", "hf_recorded_secret_99"), ("SGLANG_X", "1")],
+    );
+    facts.cmdline = Some(vec![
+        "python3".into(),
+        "--api-key".into(),
+        "sk-recorded-cli-77".into(),
+    ]);
+    {
+        let mut w = RecordingWriter::create_file(&path, T0).expect("create");
+        w.write_sample(&Sample {
+            t_ms: T0 + 1000,
+            status: SourceStatus::ok(),
+            took_ms: 1,
+            payload: Payload::Processes(vec![facts]),
+        })
+        .expect("write");
+    }
+    let text = std::fs::read_to_string(&path).expect("read");
+    assert!(!text.contains("hf_recorded_secret_99"), "{text}");
+    assert!(!text.contains("sk-recorded-cli-77"), "{text}");
+    // Names and harmless values stay, so replay still shows what was set.
+    let (records, _) = Recording::open(&path).expect("open").read().expect("read");
+    let procs = records
+        .iter()
+        .find_map(|r| match r {
+            Record::Sample { sample } => match &sample.payload {
+                Payload::Processes(p) => Some(p.clone()),
+                _ => None,
+            },
+            _ => None,
+        })
+        .expect("processes sample");
+    let env = procs[0].env.as_ref().expect("env");
+    assert_eq!(env["HF_TOKEN"], REDACTED);
+    assert_eq!(env["SGLANG_X"], "1");
+}
