@@ -339,6 +339,14 @@ fn parts_from_recording(
             replayed.stats.skipped
         );
     }
+    if replayed.stats.undecodable > 0 {
+        eprintln!(
+            "wedgewatch: {}: {} sample(s) could not be rebuilt (their delta base was lost); \
+             the replay has gaps until the next keyframe",
+            path.display(),
+            replayed.stats.undecodable
+        );
+    }
     Ok(replayed.model.parts(replayed.at_ms))
 }
 

@@ -376,3 +376,38 @@ fn half_closed_connection_never_starts_a_new_exchange() {
     let v = sim.model.view(sim.now);
     assert_eq!(v.requests[0].state, RequestState::Done);
 }
+
+/// Sampled once a second (as recordings are), a keep-alive connection can carry a whole
+/// answer and the next question between two samples. The answered request is done; the
+/// new one waits for its first byte, aged from tcp_info's last_data_recv.
+#[test]
+fn answer_and_next_request_between_two_samples_leaves_the_new_one_waiting() {
+    let mut sim = Sim::new(pd_topology());
+    let c = sim.connect(None, 31012, 400);
+    sim.request(c, 800);
+    sim.advance(100);
+    sim.sample_sockets(); // the first request waits
+    sim.advance(300);
+    sim.respond(c, 6000); // answered...
+    sim.advance(200);
+    sim.request(c, 1300); // ...and asked again, all within one second
+    let asked_at = sim.now;
+    sim.advance(500);
+    sim.sample_sockets();
+    sim.advance(9000);
+    sim.sample_sockets();
+
+    let xs: Vec<_> = sim.model.exchanges().cloned().collect();
+    assert_eq!(xs.len(), 2, "{xs:#?}");
+    assert_eq!(xs[0].bytes_out, 6000);
+    assert_eq!(xs[1].bytes_out, 0);
+    assert_eq!(xs[1].request_ms, asked_at);
+    let v = sim.model.view(sim.now);
+    let st = |id: &str| v.request(id).map(|r| (r.state, r.age_ms));
+    assert_eq!(st(&xs[0].id).map(|s| s.0), Some(RequestState::Done));
+    assert_eq!(
+        st(&xs[1].id),
+        Some((RequestState::WaitingFirstByte, 9500)),
+        "the second request has waited since it came in"
+    );
+}

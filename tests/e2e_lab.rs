@@ -786,6 +786,17 @@ fn incident_daemon_reports_wedge_and_config_change_and_recording_survives_sigkil
     let f = std::fs::OpenOptions::new().write(true).open(&last).unwrap();
     f.set_len(len - 37).unwrap();
     drop(f);
+    // Every record but the torn one decodes: no sample lost to a delta that does not
+    // rebuild (a float that came back one ULP off once cost two minutes of metrics).
+    let (_, stats) = wedgewatch::record::Recording::open(&rec)
+        .expect("open recording")
+        .read()
+        .expect("read recording");
+    assert_eq!(
+        (stats.skipped, stats.undecodable),
+        (1, 0),
+        "recording damage beyond the torn tail: {stats:?}"
+    );
     for from in [rec.clone(), last.clone()] {
         let mut c = ww(&lab);
         c.arg("--thresholds")

@@ -728,3 +728,96 @@ fn recordings_never_hold_secrets_in_clear() {
     assert_eq!(env["HF_TOKEN"], REDACTED);
     assert_eq!(env["SGLANG_X"], "1");
 }
+
+/// Metric values are arbitrary floats (rates, seconds totals) and sometimes NaN or
+/// infinite (an empty summary). Every one must come back bit for bit from both encodings;
+/// a float that parses back one ULP off would fail the delta's CRC and lose that source
+/// until the next keyframe (two minutes of metrics at 1 Hz).
+#[test]
+fn every_metric_value_survives_both_encodings_bit_for_bit() {
+    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let specials = [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 5e-324];
+    let mut samples = Vec::new();
+    for i in 0..300i64 {
+        let mut sc = scrape(
+            DECODE,
+            &[
+                (
+                    "forward_seconds_total",
+                    (next() >> 11) as f64 / 9_007_199_254_740_992.0,
+                ),
+                ("running", f64::from_bits(next() >> 2) % 1e6),
+            ],
+        );
+        sc.series = (0..6)
+            .map(|j| Series {
+                name: format!("sglang:s{j}"),
+                labels: Default::default(),
+                value: if j == 0 {
+                    specials[usize::try_from(i).unwrap() % specials.len()]
+                } else {
+                    let v = f64::from_bits(next());
+                    if v.is_finite() {
+                        v
+                    } else {
+                        0.1 + 0.2
+                    }
+                },
+            })
+            .collect();
+        samples.push(Sample {
+            t_ms: T0 + i * 1000,
+            status: SourceStatus::ok(),
+            took_ms: 1,
+            payload: Payload::Metrics(vec![sc]),
+        });
+    }
+    let bits = |s: &Sample| -> Vec<u64> {
+        let Payload::Metrics(sc) = &s.payload else {
+            panic!("not metrics")
+        };
+        sc.iter()
+            .flat_map(|x| {
+                x.mapped
+                    .values()
+                    .copied()
+                    .chain(x.series.iter().map(|s| s.value))
+            })
+            .map(f64::to_bits)
+            .collect()
+    };
+    let dir = tempfile::tempdir().expect("tmp");
+    for compact in [true, false] {
+        let path = dir.path().join(format!("floats-{compact}.wwrec"));
+        let mut w = RecordingWriter::create_file(&path, T0).expect("create");
+        w.policy.compact = compact;
+        w.policy.keep_raw_series = true;
+        w.policy.min_interval_ms.clear();
+        for s in &samples {
+            assert!(w.write_sample(s).expect("write"));
+        }
+        let (recs, st) = Recording::open(&path).expect("open").read().expect("read");
+        assert_eq!(
+            (st.skipped, st.undecodable),
+            (0, 0),
+            "compact={compact}: records lost"
+        );
+        let back: Vec<Sample> = recs
+            .into_iter()
+            .filter_map(|r| match r {
+                Record::Sample { sample } => Some(sample),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(back.len(), samples.len(), "compact={compact}");
+        for (a, b) in back.iter().zip(&samples) {
+            assert_eq!(bits(a), bits(b), "compact={compact} at t={}", b.t_ms);
+        }
+    }
+}

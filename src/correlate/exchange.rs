@@ -279,7 +279,23 @@ impl Conn {
                 .exchanges
                 .back()
                 .is_some_and(|x| x.end.is_none() && !x.started());
-            if waiting {
+            // Between two samples the waiting request got its whole response and the next
+            // request came in after it (the last byte in is no older than the last byte
+            // out): a keep-alive connection reused faster than we sample, as with 1 Hz
+            // recordings. Close the answered one; the new one waits.
+            let answered_then_asked = waiting && dout > 0 && in_at >= out_at;
+            if answered_then_asked {
+                if let Some(cur) = self.current_mut() {
+                    cur.first_byte_ms = Some(out_at);
+                    cur.last_out_ms = Some(out_at);
+                    cur.bytes_out = o.bytes_out.saturating_sub(cur.out_base);
+                    cur.end = Some(End::Done(out_at));
+                }
+                let mut x = self.new_exchange(next_id(), in_at.min(o.t), old_in, o.bytes_out);
+                // How the bytes in split between the two requests is not known.
+                x.seen_mid_flight = true;
+                self.push(x);
+            } else if waiting {
                 if let Some(x) = self.current_mut() {
                     x.last_request_ms = in_at;
                     if dout > 0 {

@@ -378,7 +378,48 @@ pub struct GpuReading {
 pub struct Series {
     pub name: String,
     pub labels: BTreeMap<String, String>,
+    /// Prometheus values may be NaN or infinite (an empty summary's quantiles); JSON has
+    /// no such numbers, so those travel as the strings Prometheus itself writes.
+    #[serde(with = "prom_value")]
     pub value: f64,
+}
+
+/// A float as a JSON number when finite, else `"NaN"`, `"+Inf"`, `"-Inf"`.
+mod prom_value {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
+        if v.is_finite() {
+            s.serialize_f64(*v)
+        } else if v.is_nan() {
+            s.serialize_str("NaN")
+        } else if *v > 0.0 {
+            s.serialize_str("+Inf")
+        } else {
+            s.serialize_str("-Inf")
+        }
+    }
+
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Repr {
+        Number(f64),
+        Text(String),
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+        match Repr::deserialize(d)? {
+            Repr::Number(v) => Ok(v),
+            Repr::Text(t) => match t.as_str() {
+                "NaN" => Ok(f64::NAN),
+                "+Inf" => Ok(f64::INFINITY),
+                "-Inf" => Ok(f64::NEG_INFINITY),
+                other => Err(serde::de::Error::custom(format!(
+                    "not a Prometheus value: {other:?}"
+                ))),
+            },
+        }
+    }
 }
 
 /// The outcome of one HTTP GET against a component endpoint.
