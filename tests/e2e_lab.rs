@@ -792,9 +792,8 @@ fn incident_daemon_reports_wedge_and_config_change_and_recording_survives_sigkil
         .expect("open recording")
         .read()
         .expect("read recording");
-    assert_eq!(
-        (stats.skipped, stats.undecodable),
-        (1, 0),
+    assert!(
+        stats.skipped <= 1 && stats.undecodable == 0,
         "recording damage beyond the torn tail: {stats:?}"
     );
     for from in [rec.clone(), last.clone()] {

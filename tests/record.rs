@@ -54,7 +54,7 @@ fn replay_survives_a_kill_mid_write() {
     let dir = tempfile::tempdir().expect("tmp");
     let path = dir.path().join("rec.wwrec");
     let samples = wedge_samples();
-    {
+    let (before_last, after_last) = {
         let mut w = RecordingWriter::create_file(&path, T0).expect("create");
         w.policy.min_interval_ms.clear(); // every sample, to count them exactly
         w.write(&Record::Topology {
@@ -62,17 +62,29 @@ fn replay_survives_a_kill_mid_write() {
             topology: pd_topology(),
         })
         .expect("topo");
-        for s in &samples {
+        let (last, rest) = samples.split_last().expect("samples");
+        for s in rest {
             w.write_sample(s).expect("write");
         }
-    }
-    // Simulate a kill mid-write: the last record loses its tail (and its newline).
+        // Every record is on disk when write returns (the gzip stream is sync-flushed).
+        let before = std::fs::metadata(&path).expect("md").len();
+        w.write_sample(last).expect("write");
+        let after = std::fs::metadata(&path).expect("md").len();
+        std::mem::forget(w); // killed: no clean end of the file
+        (before, after)
+    };
+    assert!(
+        after_last > before_last + 2,
+        "the last record reached the disk"
+    );
+    // Simulate a kill mid-write: cut the file inside the last record.
     let full = std::fs::read(&path).expect("read");
-    let cut = full.len() - 37;
+    let cut = usize::try_from((before_last + after_last) / 2).expect("size");
     std::fs::write(&path, &full[..cut]).expect("truncate");
     let rec = Recording::open(&path).expect("open");
     let (records, stats) = rec.read().expect("read");
-    assert_eq!(stats.skipped, 1);
+    assert!(stats.skipped <= 1, "{stats:?}");
+    assert_eq!(stats.undecodable, 0, "{stats:?}");
     let n_samples = records
         .iter()
         .filter(|r| matches!(r, Record::Sample { .. }))
@@ -101,7 +113,7 @@ fn replay_survives_a_kill_mid_write() {
         w.write_sample(&samples[samples.len() - 1]).expect("append");
     }
     let (records2, stats2) = Recording::open(&path).expect("open").read().expect("read");
-    assert_eq!(stats2.skipped, 1);
+    assert_eq!(stats2.skipped, 1, "the torn record, once");
     assert_eq!(
         records2
             .iter()
@@ -144,6 +156,7 @@ fn corrupt_line_in_the_middle_is_skipped() {
     let samples = wedge_samples();
     let mut w = RecordingWriter::create_file(&path, T0).expect("create");
     w.policy.compact = false; // whole samples: each line stands alone
+    w.policy.compress = false; // lines as they are on disk, to damage one
     w.policy.min_interval_ms.clear();
     for s in &samples[..3] {
         w.write_sample(s).expect("write");
@@ -173,15 +186,23 @@ fn corrupt_line_in_the_middle_is_skipped() {
 
 #[test]
 fn rotation_keeps_n_bounded_segments_each_replayable() {
+    for compress in [false, true] {
+        rotation_keeps_n_bounded_segments(compress);
+    }
+}
+
+fn rotation_keeps_n_bounded_segments(compress: bool) {
     let dir = tempfile::tempdir().expect("tmp");
     let recdir = dir.path().join("recording");
     let policy = RotationPolicy {
-        max_segment_bytes: 8 * 1024,
+        // Sizes are on disk: gzip-framed segments fill about ten times slower.
+        max_segment_bytes: if compress { 1024 } else { 8 * 1024 },
         keep_segments: 3,
     };
     let samples = wedge_samples();
     let mut w = RecordingWriter::create_dir(&recdir, policy, T0).expect("create");
     w.policy.compact = false; // bigger lines: several rotations from 160 samples
+    w.policy.compress = compress;
     w.policy.min_interval_ms.clear();
     w.write(&Record::Topology {
         t_ms: T0,
@@ -392,20 +413,26 @@ fn busy_samples() -> Vec<Sample> {
 fn compact_encoding_is_lossless_and_much_smaller() {
     let dir = tempfile::tempdir().expect("tmp");
     let samples = busy_samples();
-    let write = |name: &str, compact: bool| {
+    let write = |name: &str, compact: bool, compress: bool| {
         let path = dir.path().join(name);
         let mut w = RecordingWriter::create_file(&path, T0).expect("create");
         w.policy.compact = compact;
+        w.policy.compress = compress;
         w.policy.min_interval_ms.clear();
         for s in &samples {
             assert!(w.write_sample(s).expect("write"));
         }
         (path.clone(), std::fs::metadata(&path).expect("md").len())
     };
-    let (full_path, full) = write("full.wwrec", false);
-    let (compact_path, compact) = write("compact.wwrec", true);
+    let (full_path, full) = write("full.wwrec", false, false);
+    let (compact_path, compact) = write("compact.wwrec", true, false);
+    let (gz_path, gz) = write("compact-gz.wwrec", true, true);
     assert!(compact * 4 < full, "compact {compact} B vs full {full} B");
-    for p in [&full_path, &compact_path] {
+    assert!(
+        gz * 4 < compact,
+        "gzip-framed {gz} B vs plain compact {compact} B"
+    );
+    for p in [&full_path, &compact_path, &gz_path] {
         let (recs, st) = Recording::open(p).expect("open").read().expect("read");
         assert_eq!((st.skipped, st.undecodable), (0, 0));
         let back: Vec<Sample> = recs
@@ -432,6 +459,7 @@ fn compact_recording_recovers_at_the_next_keyframe_after_a_corrupt_line() {
         .collect();
     let mut w = RecordingWriter::create_file(&path, T0).expect("create");
     w.policy.min_interval_ms.clear();
+    w.policy.compress = false; // lines as they are on disk, to damage one
     for s in &samples {
         w.write_sample(s).expect("write");
     }
@@ -623,6 +651,7 @@ fn rotation_carries_the_start_baseline_forward() {
     );
     let mut w = RecordingWriter::create_dir(&recdir, policy, T0).expect("create");
     w.policy.compact = false;
+    w.policy.compress = false; // several rotations from a few samples
     w.policy.min_interval_ms.clear();
     w.write(&Record::Topology {
         t_ms: T0,
@@ -709,7 +738,16 @@ fn recordings_never_hold_secrets_in_clear() {
         })
         .expect("write");
     }
-    let text = std::fs::read_to_string(&path).expect("read");
+    let mut text = String::new();
+    std::io::Read::read_to_string(
+        &mut flate2::read::MultiGzDecoder::new(std::fs::File::open(&path).expect("open")),
+        &mut text,
+    )
+    .expect("gunzip");
+    assert!(
+        text.contains("HF_TOKEN"),
+        "the file is the recording: {text}"
+    );
     assert!(!text.contains("hf_recorded_secret_99"), "{text}");
     assert!(!text.contains("sk-recorded-cli-77"), "{text}");
     // Names and harmless values stay, so replay still shows what was set.

@@ -441,6 +441,9 @@ enum DumpFailure {
     Exited(String),
     Permission(String),
     Timeout(String),
+    /// `--nonblocking` read the target while it changed (py-spy: "Failed to get stack
+    /// traces"): worth one immediate retry.
+    Race(String),
     Other(String),
 }
 
@@ -459,6 +462,10 @@ fn interpret_failure(pid: i32, stderr: &str, code: Option<i32>) -> DumpFailure {
         DumpFailure::Exited(format!("process exited during the dump (py-spy: {first})"))
     } else if lower.contains("permission denied") || lower.contains("operation not permitted") {
         DumpFailure::Permission(format!("{} (py-spy: {first})", ptrace_hint()))
+    } else if lower.contains("failed to get stack traces") {
+        DumpFailure::Race(format!(
+            "py-spy read the process while it changed, twice (py-spy: {first})"
+        ))
     } else {
         DumpFailure::Other(format!(
             "py-spy exited with {}: {first}",
@@ -624,8 +631,13 @@ impl StackSource {
             let target = target.clone();
             set.spawn(async move {
                 let _permit = sem.acquire_owned().await.ok();
-                let out =
-                    run_py_spy(&py_spy, target.pid, mode == CaptureMode::Native, timeout).await;
+                let native = mode == CaptureMode::Native;
+                let mut out = run_py_spy(&py_spy, target.pid, native, timeout).await;
+                if matches!(out.failure, Some(DumpFailure::Race(_))) {
+                    // Reading without pausing races the interpreter now and then (a frame
+                    // freed mid-read); the next read almost always succeeds.
+                    out = run_py_spy(&py_spy, target.pid, native, timeout).await;
+                }
                 (target, t_ms, out, rules)
             });
         }
@@ -668,11 +680,13 @@ impl StackSource {
                 Some(
                     f @ (DumpFailure::Permission(_)
                     | DumpFailure::Timeout(_)
+                    | DumpFailure::Race(_)
                     | DumpFailure::Other(_)),
                 ) => {
                     let r = match &f {
                         DumpFailure::Permission(r)
                         | DumpFailure::Timeout(r)
+                        | DumpFailure::Race(r)
                         | DumpFailure::Other(r) => r.clone(),
                         _ => String::new(),
                     };
@@ -747,7 +761,9 @@ fn failure_status(failures: &[(i32, DumpFailure)]) -> SourceStatus {
     for (pid, f) in failures {
         let reason = match f {
             DumpFailure::Permission(_) => ptrace_hint(),
-            DumpFailure::Timeout(r) | DumpFailure::Other(r) => format!("pid {pid}: {r}"),
+            DumpFailure::Timeout(r) | DumpFailure::Race(r) | DumpFailure::Other(r) => {
+                format!("pid {pid}: {r}")
+            }
             DumpFailure::NotPython(_) | DumpFailure::Exited(_) => continue,
         };
         if seen.insert(reason.clone()) {
@@ -993,6 +1009,14 @@ mod tests {
                 Some(1)
             ),
             DumpFailure::Exited(_)
+        ));
+        assert!(matches!(
+            interpret_failure(
+                me,
+                "Error: Failed to get stack traces\nCaused by: bad address",
+                Some(1)
+            ),
+            DumpFailure::Race(_)
         ));
     }
 

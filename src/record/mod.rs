@@ -1,9 +1,10 @@
 //! Recordings: append-only segment files of samples, topology changes and baselines, which
 //! replay through the same correlator and detectors.
 //!
-//! Format: one record per line, `<crc32 of the JSON, 8 hex digits> <JSON>\n`. A crash
-//! mid-write leaves a line without its newline or with a wrong checksum; readers skip such
-//! lines (counting them) and go on, so everything up to the last whole record replays.
+//! Format: one record per line, `<crc32 of the JSON, 8 hex digits> <JSON>\n`, gzip-framed
+//! by default (see [`gz`]: sync-flushed after every record, a new member every MiB). A
+//! crash mid-write leaves a line without its newline or with a wrong checksum; readers skip
+//! such lines (counting them) and go on, so everything up to the last whole record replays.
 //! A recording is either one file (`record -o FILE`) or a directory of segments
 //! `seg-00000001.wwrec`, ... rotated by size, keeping the newest N. Each new segment starts
 //! with a header and the current topology and baseline, so it replays on its own.
@@ -16,8 +17,10 @@ use crate::model::{Change, ProcessFacts, Role, Sample, Topology};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Write};
+use std::io::BufRead;
 use std::path::{Path, PathBuf};
+
+mod gz;
 
 pub const RECORDING_VERSION: u32 = 1;
 const SEGMENT_PREFIX: &str = "seg-";
@@ -356,7 +359,10 @@ impl Default for RotationPolicy {
 #[derive(Debug)]
 pub struct RecordingWriter {
     target: Target,
-    file: File,
+    sink: gz::Sink,
+    /// Written with the first record, so the policy (set after creation) decides the
+    /// file's framing, header included.
+    pending_header: Option<Record>,
     bytes: u64,
     seq: u64,
     last_topology: Option<Record>,
@@ -386,6 +392,13 @@ pub struct RecordPolicy {
     /// a connection only its owner (the correlator needs the pid, not the counters, which
     /// the server side already has).
     pub trim_sockets: bool,
+    /// Gzip-frame the file (about 10x smaller). Decided at a file's first record.
+    #[serde(default = "yes")]
+    pub compress: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 impl Default for RecordPolicy {
@@ -398,6 +411,7 @@ impl Default for RecordPolicy {
             keep_raw_series: false,
             compact: true,
             trim_sockets: true,
+            compress: true,
         }
     }
 }
@@ -423,6 +437,11 @@ pub fn trim_sockets(
         notes: table.notes.clone(),
     };
     for e in &table.sockets {
+        if e.state == crate::model::TcpState::TimeWait {
+            // Closed for the correlator (no owner, no tcp_info) and kept by the kernel for
+            // a minute: a vanished connection replays the same, one record cheaper.
+            continue;
+        }
         let server_side = e.local_port().is_some_and(|p| ports.contains(&p));
         let client_side = e.remote_port().is_some_and(|p| ports.contains(&p)) && !server_side;
         let owned = e.pid.is_some_and(|p| pids.contains(&p));
@@ -500,7 +519,8 @@ impl RecordingWriter {
         let bytes = file.metadata().map(|m| m.len()).unwrap_or(0);
         let mut w = RecordingWriter {
             target: Target::File(path.to_path_buf()),
-            file,
+            sink: gz::Sink::Fresh(file),
+            pending_header: None,
             bytes,
             seq: 0,
             last_topology: None,
@@ -532,7 +552,8 @@ impl RecordingWriter {
                 dir: dir.to_path_buf(),
                 policy,
             },
-            file,
+            sink: gz::Sink::Fresh(file),
+            pending_header: None,
             bytes: 0,
             seq,
             last_topology: None,
@@ -550,22 +571,28 @@ impl RecordingWriter {
     }
 
     fn write_header(&mut self, now_ms: Millis) -> Result<()> {
-        let h = Record::Header {
+        self.pending_header = Some(Record::Header {
             version: RECORDING_VERSION,
             t_ms: now_ms,
             pid: self.pid,
             tool: self.tool.clone(),
-        };
-        self.write_raw(&h)
+        });
+        Ok(())
     }
 
     fn write_raw(&mut self, rec: &Record) -> Result<()> {
+        if let Some(h) = self.pending_header.take() {
+            let line = encode(&h)?;
+            self.bytes = self
+                .sink
+                .append(&line, self.policy.compress, self.bytes)
+                .map_err(|e| Error::io(self.path(), e))?;
+        }
         let line = encode(rec)?;
-        // One write per record: a crash leaves at most one partial line at the tail.
-        self.file
-            .write_all(&line)
+        self.bytes = self
+            .sink
+            .append(&line, self.policy.compress, self.bytes)
             .map_err(|e| Error::io(self.path(), e))?;
-        self.bytes += line.len() as u64;
         Ok(())
     }
 
@@ -675,10 +702,13 @@ impl RecordingWriter {
         let Target::Dir { dir, .. } = &self.target else {
             return Ok(());
         };
+        let old = dir.join(segment_name(self.seq));
         self.seq += 1;
         let path = dir.join(segment_name(self.seq));
-        self.file.flush().map_err(|e| Error::io(&path, e))?;
-        self.file = open_append(&path)?;
+        let file = open_append(&path)?;
+        std::mem::replace(&mut self.sink, gz::Sink::Fresh(file))
+            .finish()
+            .map_err(|e| Error::io(&old, e))?;
         self.bytes = 0;
         self.delta.reset();
         self.write_header(now_ms)?;
@@ -710,10 +740,11 @@ impl RecordingWriter {
         Ok(())
     }
 
-    /// Flushes to the OS (records are written unbuffered; this is for fsync-minded callers).
+    /// Flushes to the disk (records reach the OS as they are written; this is for
+    /// fsync-minded callers).
     pub fn sync(&mut self) -> Result<()> {
         let p = self.path();
-        self.file.sync_data().map_err(|e| Error::io(p, e))
+        self.sink.sync().map_err(|e| Error::io(p, e))
     }
 }
 
@@ -799,7 +830,7 @@ impl Recording {
 pub struct RecordIter {
     files: Vec<PathBuf>,
     next_file: usize,
-    reader: Option<(PathBuf, BufReader<File>)>,
+    reader: Option<(PathBuf, Box<dyn BufRead + Send>)>,
     delta: DeltaState,
     buf: Vec<u8>,
     pub stats: ReadStats,
@@ -817,8 +848,8 @@ impl Iterator for RecordIter {
             if self.reader.is_none() {
                 let f = self.files.get(self.next_file)?.clone();
                 self.next_file += 1;
-                match File::open(&f) {
-                    Ok(file) => self.reader = Some((f, BufReader::new(file))),
+                match gz::open_lines(&f) {
+                    Ok(lines) => self.reader = Some((f, lines)),
                     Err(e) => {
                         self.failed = true;
                         return Some(Err(Error::io(f, e)));
