@@ -91,6 +91,7 @@ fn capture_wall_time(py_spy: &Path, rt: &tokio::runtime::Runtime) -> [f64; 4] {
             pid: p.0.id() as i32,
             stack: Some("sglang".into()),
             component: None,
+            whole_window: true,
         })
         .collect();
     let rules = wedgewatch::probes::ProbeSet::builtin().unwrap().stack_rules;
@@ -240,6 +241,7 @@ fn pause_felt(py_spy: &Path, rt: &tokio::runtime::Runtime) -> Vec<(Phase, Vec<f6
         pid: target.0.id() as i32,
         stack: None,
         component: None,
+        whole_window: true,
     }];
     let mut spans = Vec::new();
     for phase in plan {

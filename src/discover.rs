@@ -122,7 +122,9 @@ struct ProcTable {
     procs: BTreeMap<i32, Proc>,
     children: BTreeMap<i32, Vec<i32>>,
     /// netns inode -> tcp + tcp6 entries (read once per namespace).
-    net: std::cell::RefCell<BTreeMap<u64, Vec<TcpNetEntry>>>,
+    /// Per network namespace; shared, not copied, for each pid that asks (thousands of
+    /// entries under connection churn, asked once per candidate process).
+    net: std::cell::RefCell<BTreeMap<u64, std::rc::Rc<Vec<TcpNetEntry>>>>,
 }
 
 impl ProcTable {
@@ -210,17 +212,20 @@ impl ProcTable {
     }
 
     /// TCP entries of the network namespace `pid` lives in.
-    fn tcp_of(&self, pid: i32) -> Vec<TcpNetEntry> {
+    fn tcp_of(&self, pid: i32) -> std::rc::Rc<Vec<TcpNetEntry>> {
         let key = self.netns(pid).unwrap_or(0);
         if let Some(v) = self.net.borrow().get(&key) {
-            return v.clone();
+            return std::rc::Rc::clone(v);
         }
         let mut entries = Vec::new();
         if let Ok(p) = Process::new_with_root(self.root.join(pid.to_string())) {
             entries.extend(p.tcp().unwrap_or_default());
             entries.extend(p.tcp6().unwrap_or_default());
         }
-        self.net.borrow_mut().insert(key, entries.clone());
+        let entries = std::rc::Rc::new(entries);
+        self.net
+            .borrow_mut()
+            .insert(key, std::rc::Rc::clone(&entries));
         entries
     }
 
@@ -234,7 +239,7 @@ impl ProcTable {
         }
         let mut out: Vec<SocketAddr> = self
             .tcp_of(pid)
-            .into_iter()
+            .iter()
             .filter(|e| e.state == TcpState::Listen && inodes.contains(&e.inode))
             .map(|e| e.local_address)
             .collect();
@@ -1102,7 +1107,7 @@ impl<'a> Builder<'a> {
                 }
             }
             for &rep in pids_by_ns.values() {
-                for e in self.table.tcp_of(rep) {
+                for e in self.table.tcp_of(rep).iter() {
                     // CLOSE_WAIT too: a proxy that leaks its upstream connections (the
                     // upstream hung up, the proxy never closed) is still that upstream's
                     // client, and exactly the proxy worth finding.

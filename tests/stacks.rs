@@ -212,6 +212,7 @@ fn live_scheduler_idle_batch_dropping_and_nccl() {
         pid,
         stack: Some("sglang".into()),
         component: Some("scheduler@decode".into()),
+        whole_window: true,
     }];
 
     let window = |mode: &str| {
@@ -286,7 +287,10 @@ fn source_trait_samples_the_topology_and_skips_non_python() {
     let Payload::Stacks(caps) = sample.payload else {
         panic!("not stacks")
     };
-    assert_eq!(caps.len(), 4, "2 pids x 2 dumps: {caps:?}");
+    // The scheduler in both dumps of the window, the engine's own process in the first.
+    assert_eq!(caps.len(), 3, "scheduler x 2 + engine x 1: {caps:?}");
+    let of = |pid: i32| caps.iter().filter(|c| c.pid == pid).count();
+    assert_eq!((of(sched.proc.pid()), of(sleeper.pid())), (2, 1));
     for c in &caps {
         if c.pid == sleeper.pid() {
             let why = c.skipped.as_deref().expect("sleep is skipped");
@@ -317,6 +321,7 @@ fn py_spy_absent_is_unavailable_with_install_hint() {
         pid: std::process::id() as i32,
         stack: None,
         component: None,
+        whole_window: true,
     }];
     let w = rt.block_on(src.capture_window(&targets, &SystemClock));
     assert_eq!(w.status.status, Status::Unavailable);
@@ -334,6 +339,41 @@ fn py_spy_absent_is_unavailable_with_install_hint() {
         reason.contains("not an executable") && reason.contains("pip install"),
         "{reason}"
     );
+}
+
+/// Schedulers are dumped on every round of a window (their state across it is the
+/// evidence); other processes once a window, a third of the reads and of py-spy's CPU.
+#[test]
+fn only_whole_window_targets_are_dumped_every_round() {
+    let Some(py_spy) = py_spy() else { return };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let sched = FakeScheduler::start("idle");
+    let front = FakeScheduler::start("idle");
+    let src = StackSource::new(config(py_spy), &rules()).unwrap();
+    let targets = [
+        StackTarget {
+            pid: sched.proc.pid(),
+            stack: Some("sglang".into()),
+            component: Some("scheduler@decode".into()),
+            whole_window: true,
+        },
+        StackTarget {
+            pid: front.proc.pid(),
+            stack: Some("sglang".into()),
+            component: Some("decode".into()),
+            whole_window: false,
+        },
+    ];
+    let w = rt.block_on(src.capture_window(&targets, &SystemClock));
+    assert_eq!(w.status.status, Status::Ok, "{:?}", w.status);
+    let dumps = |pid: i32| {
+        w.captures
+            .iter()
+            .filter(|c| c.pid == pid && c.error.is_none() && !c.threads.is_empty())
+            .count()
+    };
+    assert_eq!(dumps(sched.proc.pid()), 3, "the scheduler, every round");
+    assert_eq!(dumps(front.proc.pid()), 1, "the front end, once");
 }
 
 #[test]
@@ -357,11 +397,13 @@ fn exited_pid_is_recorded_not_fatal_and_timeout_kills_py_spy() {
             pid: gone_pid,
             stack: Some("sglang".into()),
             component: None,
+            whole_window: true,
         },
         StackTarget {
             pid: sched.proc.pid(),
             stack: Some("sglang".into()),
             component: None,
+            whole_window: true,
         },
     ];
     let w = rt.block_on(src.capture_window(&targets, &SystemClock));
@@ -407,6 +449,7 @@ fn native_mode_only_on_request_and_recorded() {
         pid: sched.proc.pid(),
         stack: Some("sglang".into()),
         component: None,
+        whole_window: true,
     }];
     let w = rt.block_on(src.capture_window(&targets, &SystemClock));
     let c = &w.captures[0];
@@ -450,6 +493,7 @@ fn permission_denied_degrades_and_names_ptrace() {
         pid: sched.proc.pid(),
         stack: Some("sglang".into()),
         component: None,
+        whole_window: true,
     }];
     let w = rt.block_on(src.capture_window(&targets, &SystemClock));
     assert_eq!(w.status.status, Status::Degraded, "{:?}", w.status);
@@ -469,6 +513,7 @@ fn lab_window(src: &StackSource, rt: &tokio::runtime::Runtime, pid: u32) -> Vec<
         pid: pid as i32,
         stack: Some("sglang".into()),
         component: None,
+        whole_window: true,
     }];
     let w = rt.block_on(src.capture_window(&targets, &SystemClock));
     assert_eq!(w.status.status, Status::Ok, "{:?}", w.status);

@@ -377,6 +377,11 @@ pub struct StackTarget {
     pub pid: i32,
     pub stack: Option<String>,
     pub component: Option<String>,
+    /// Dumped on every round of a window, not only the first. Schedulers: their state
+    /// across the window ("idle in 18/18 dumps") is the wedge evidence. For the others
+    /// (HTTP front ends, proxies, detokenizers) one dump a window shows where they are, at
+    /// a third of py-spy's cost and of the reads of the target.
+    pub whole_window: bool,
 }
 
 /// Every process of the topology that may run Python (all roles but `client`), once each.
@@ -395,6 +400,7 @@ pub fn targets_from_topology(topo: &Topology) -> Vec<StackTarget> {
                     pid,
                     stack: Some(owner.stack.clone()),
                     component: Some(owner.id.clone()),
+                    whole_window: owner.role == Role::Scheduler,
                 });
             }
         }
@@ -703,15 +709,22 @@ impl StackSource {
         }
     }
 
-    /// `dumps_per_window` dumps of every target, `dump_interval` apart.
+    /// `dumps_per_window` dumps, `dump_interval` apart: every target in the first round,
+    /// the `whole_window` ones in the others.
     pub async fn capture_window(&self, targets: &[StackTarget], clock: &dyn Clock) -> StackWindow {
         let rounds = self.cfg.dumps_per_window.max(1);
         let mut status = SourceStatus::ok();
         let mut captures = Vec::new();
         let window_started = Instant::now();
+        let repeated: Vec<StackTarget> =
+            targets.iter().filter(|t| t.whole_window).cloned().collect();
         for round in 0..rounds {
             let started = Instant::now();
-            let w = self.capture_once(targets, clock).await;
+            let this_round = if round == 0 { targets } else { &repeated[..] };
+            if this_round.is_empty() {
+                break;
+            }
+            let w = self.capture_once(this_round, clock).await;
             let unavailable = w.status.status == crate::model::Status::Unavailable;
             status = status.worst(w.status);
             captures.extend(w.captures);
