@@ -98,7 +98,7 @@ fn main() {
     let empty = Topology::default();
     let cfg = SocketConfig {
         timeout: Duration::from_secs(10),
-        keep_all: false,
+        ..SocketConfig::default()
     };
     let mut warm_map = InodeMap::new();
     let _ = build_table(&mut warm_map, &topo, &cfg); // prime the cache

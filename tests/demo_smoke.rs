@@ -187,3 +187,67 @@ fn demo_without_ui_finds_the_wedge_and_leaves_nothing_behind() {
         "run dir {run_dir} left behind"
     );
 }
+
+/// A demo whose terminal window is killed (tmux session gone: SIGHUP, a dead tty) must not
+/// leave its lab running: the UI's hang-up path ends the process without unwinding, so the
+/// demo registers its teardown there too.
+#[test]
+fn demo_in_a_killed_terminal_leaves_nothing_behind() {
+    if !venv_present() {
+        return;
+    }
+    if Command::new("tmux").arg("-V").output().is_err() {
+        eprintln!("SKIPPED: tmux not installed; the killed-terminal demo test did not run");
+        return;
+    }
+    let name = format!("ww-demo-hup-{}", std::process::id());
+    let cmd = format!("exec {} demo", env!("CARGO_BIN_EXE_wedgewatch"));
+    let tmux = |args: &[&str]| {
+        let out = Command::new("tmux").args(args).output().expect("tmux runs");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    tmux(&[
+        "new-session",
+        "-d",
+        "-s",
+        &name,
+        "-x",
+        "120",
+        "-y",
+        "40",
+        &cmd,
+    ]);
+    let demo_pid = tmux(&["display-message", "-p", "-t", &name, "#{pane_pid}"]);
+    let demo_pid = demo_pid.trim().to_string();
+    assert!(!demo_pid.is_empty(), "the demo runs in the pane");
+    let run_dir = format!("/tmp/wedgewatch-demo-{demo_pid}");
+    // Wait for the UI (the lab is up and the agents are running by then).
+    let started = Instant::now();
+    loop {
+        let pane = tmux(&["capture-pane", "-p", "-t", &name]);
+        if pane.contains("Overview") && processes_mentioning(&run_dir).len() >= 4 {
+            break;
+        }
+        if started.elapsed() > Duration::from_secs(120) {
+            let _ = tmux(&["kill-session", "-t", &name]);
+            panic!("the demo's UI did not come up; pane:\n{pane}");
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    // Kill the terminal, as closing its window does.
+    tmux(&["kill-session", "-t", &name]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let demo_alive = Path::new(&format!("/proc/{demo_pid}")).exists();
+        let left = processes_mentioning(&run_dir);
+        if !demo_alive && left.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "30 s after its terminal died: demo alive {demo_alive}, lab processes left {left:?}"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    assert!(!Path::new(&run_dir).exists(), "{run_dir} removed");
+}

@@ -12,7 +12,7 @@ use wedgewatch::model::{
 };
 use wedgewatch::sources::sockets::{
     apply_edges, build_table, classify, dump_netlink, netns_of, read_proc_net_tcp, InodeMap, Scope,
-    SocketClass, SocketConfig, SocketSource,
+    SocketClass, SocketConfig, SocketSource, TIME_WAIT_REPEATED,
 };
 use wedgewatch::sources::Source;
 
@@ -505,4 +505,103 @@ fn source_trait_samples_within_timeout() {
         .iter()
         .all(|s| s.local_port() == Some(port) || s.remote_port() == Some(port)));
     assert_eq!(t.sockets.len(), 3, "{:#?}", t.sockets);
+}
+
+/// A closed connection the server closed first: the server's end sits in TIME_WAIT.
+fn time_wait_on(listener: &std::net::TcpListener) -> String {
+    let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+    let (server_end, _) = listener.accept().unwrap();
+    let client_addr = client.local_addr().unwrap().to_string();
+    drop(server_end); // active close: TIME_WAIT on the server side
+    let mut buf = [0u8; 1];
+    let mut client = client;
+    let _ = client.read(&mut buf); // sees EOF
+    drop(client);
+    client_addr
+}
+
+/// Under churn TIME_WAIT sockets are most of the table and say nothing new at 4 Hz: the
+/// source lists them every `time_wait_every` and repeats that list in between, saying so.
+#[test]
+fn time_wait_sockets_are_listed_every_few_seconds_and_repeated_between() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let me = std::process::id() as i32;
+    let topo = Topology {
+        components: vec![component(
+            "s",
+            Role::Engine,
+            &[me],
+            &[format!("127.0.0.1:{port}")],
+        )],
+        edges: vec![],
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let tw_remotes = |t: &SocketTable| -> Vec<String> {
+        t.sockets
+            .iter()
+            .filter(|s| s.state == TcpState::TimeWait && s.local_port() == Some(port))
+            .map(|s| s.remote.clone())
+            .collect()
+    };
+    let sample = |src: &SocketSource| -> SocketTable {
+        let s = rt.block_on(src.sample(&topo, &SystemClock));
+        assert_eq!(s.status.status, Status::Ok, "{:?}", s.status);
+        let Payload::Sockets(t) = s.payload else {
+            panic!("wrong payload")
+        };
+        t
+    };
+    let first = time_wait_on(&listener);
+    std::thread::sleep(Duration::from_millis(50));
+    let hourly = SocketSource::new(SocketConfig {
+        time_wait_every: Duration::from_secs(3600),
+        ..SocketConfig::default()
+    });
+    let t1 = sample(&hourly);
+    assert_eq!(
+        tw_remotes(&t1),
+        vec![first.clone()],
+        "listed on the first sample"
+    );
+    assert!(!t1.notes.iter().any(|n| n == TIME_WAIT_REPEATED));
+    assert!(t1
+        .sockets
+        .iter()
+        .any(|s| s.state == TcpState::Listen && s.local_port() == Some(port)));
+
+    let second = time_wait_on(&listener);
+    std::thread::sleep(Duration::from_millis(50));
+    let t2 = sample(&hourly);
+    assert_eq!(
+        tw_remotes(&t2),
+        vec![first.clone()],
+        "repeated, not re-listed"
+    );
+    assert!(
+        t2.notes.iter().any(|n| n == TIME_WAIT_REPEATED),
+        "{:?}",
+        t2.notes
+    );
+    assert!(t2
+        .sockets
+        .iter()
+        .any(|s| s.state == TcpState::Listen && s.local_port() == Some(port)));
+
+    let always = SocketSource::new(SocketConfig {
+        time_wait_every: Duration::ZERO,
+        ..SocketConfig::default()
+    });
+    let mut both = tw_remotes(&sample(&always));
+    both.sort();
+    let mut want = vec![first, second];
+    want.sort();
+    assert_eq!(both, want);
+    let again = sample(&always);
+    assert!(!again.notes.iter().any(|n| n == TIME_WAIT_REPEATED));
+    assert_eq!(tw_remotes(&again).len(), 2);
 }

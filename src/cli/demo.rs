@@ -7,6 +7,7 @@ use super::tui::{watch_socket, InProcessDaemon};
 use crate::{attach_options, Global};
 use anyhow::{bail, Context};
 use clap::Args;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -64,15 +65,20 @@ impl Drop for LabGuard {
             let _ = h.kill();
             let _ = h.wait();
         }
-        eprintln!("wedgewatch demo: tearing the lab down");
-        let _ = self
-            .lab_cmd()
-            .args(["down", "--run-dir"])
-            .arg(&self.run_dir)
-            .stdout(Stdio::null())
-            .status();
-        let _ = std::fs::remove_dir_all(&self.run_dir);
+        tear_down(&self.lab, &self.run_dir);
     }
+}
+
+fn tear_down(lab: &Path, run_dir: &Path) {
+    // Not eprintln!: it panics when the terminal is gone, which is one way we get here.
+    let _ = writeln!(std::io::stderr(), "wedgewatch demo: tearing the lab down");
+    let _ = Command::new("python3")
+        .arg(lab)
+        .args(["down", "--run-dir"])
+        .arg(run_dir)
+        .stdout(Stdio::null())
+        .status();
+    let _ = std::fs::remove_dir_all(run_dir);
 }
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
@@ -229,6 +235,22 @@ pub fn cmd_demo(g: &Global, a: DemoArgs) -> anyhow::Result<i32> {
     if a.no_tui {
         return wait_for_wedge(&session.socket, &assemble, &a);
     }
+    // A killed terminal ends the UI by process exit (see the TUI's hang-up watchdog), where
+    // `guard` never drops: tear the lab down from there too.
+    let harness_pid = guard
+        .harness
+        .as_ref()
+        .and_then(|h| i32::try_from(h.id()).ok());
+    let (lab_path, lab_run_dir) = (guard.lab.clone(), guard.run_dir.clone());
+    wedgewatch::tui::on_forced_exit(move || {
+        if let Some(pid) = harness_pid {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        tear_down(&lab_path, &lab_run_dir);
+    });
     step("opening the UI: the wedge shows within a minute (press ? for keys, q to quit)");
     std::thread::sleep(Duration::from_millis(500));
     let code = watch_socket(&session.socket, assemble)?;

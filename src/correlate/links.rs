@@ -44,7 +44,8 @@ pub(crate) fn link(model: &mut Model, now: Millis) {
     let horizon = 10_000 + window + slack;
     let first_new = model.link_cursor.0;
     let recent: Vec<Lite> = model
-        .exchanges()
+        .conns_since(now - horizon)
+        .flat_map(|c| c.exchanges.iter())
         .filter(|x| now - x.request_ms <= horizon || x.end.is_none())
         .map(|x: &Exchange| Lite {
             id: x.id.clone(),
@@ -122,7 +123,8 @@ pub(crate) fn link(model: &mut Model, now: Millis) {
             .or_default()
             .push(c.clone());
     }
-    for conn in model.conns_mut() {
+    // Children and parents are all in `recent`, so on these connections.
+    for conn in model.conns_since_mut(now - horizon) {
         for x in conn.exchanges.iter_mut() {
             if let Some((p, conf)) = new_links.get(&x.id) {
                 x.parent = Some(p.clone());

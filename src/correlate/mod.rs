@@ -1293,8 +1293,22 @@ impl Model {
         }
     }
 
-    pub(crate) fn conns_mut(&mut self) -> impl Iterator<Item = &mut Conn> {
-        self.closed.iter_mut().chain(self.conns.values_mut())
+    /// Open connections and those closed at or after `since`: every exchange that started
+    /// at or after `since` is on one of them (a connection is last seen no earlier than
+    /// its newest exchange started). What per-sample work iterates, so its cost follows
+    /// the traffic of the last seconds, not the length of the history.
+    pub(crate) fn conns_since(&self, since: Millis) -> impl Iterator<Item = &Conn> {
+        self.closed
+            .iter()
+            .filter(move |c| c.last_seen_ms >= since)
+            .chain(self.conns.values())
+    }
+
+    pub(crate) fn conns_since_mut(&mut self, since: Millis) -> impl Iterator<Item = &mut Conn> {
+        self.closed
+            .iter_mut()
+            .filter(move |c| c.last_seen_ms >= since)
+            .chain(self.conns.values_mut())
     }
 
     /// Failed endpoint probes of a component within the window (newest last).

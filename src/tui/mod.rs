@@ -108,6 +108,18 @@ pub fn run(feed: &mut dyn Feed, opts: AppOptions) -> Result<()> {
     result
 }
 
+/// Run by the hang-up watchdog just before it ends the process, where no destructor runs:
+/// e.g. the demo's lab teardown, so a killed terminal does not leave the lab behind.
+static ON_FORCED_EXIT: std::sync::Mutex<Option<Box<dyn FnOnce() + Send>>> =
+    std::sync::Mutex::new(None);
+
+/// Registers what to clean up if the UI has to end the process on a dead terminal.
+pub fn on_forced_exit(cleanup: impl FnOnce() + Send + 'static) {
+    if let Ok(mut slot) = ON_FORCED_EXIT.lock() {
+        *slot = Some(Box::new(cleanup));
+    }
+}
+
 /// When the terminal hangs up (its window is killed), crossterm's `poll` can spin forever
 /// on the dead tty and the loop never sees STOP. Once STOP has been set (SIGHUP/SIGTERM/
 /// SIGINT) and the loop has not returned within 2 s, this thread ends the process, so a UI
@@ -128,6 +140,10 @@ impl HangupWatchdog {
                         stopped_for += 1;
                         if stopped_for >= 20 && !seen.load(Ordering::SeqCst) {
                             ratatui::restore();
+                            let cleanup = ON_FORCED_EXIT.lock().ok().and_then(|mut c| c.take());
+                            if let Some(cleanup) = cleanup {
+                                cleanup();
+                            }
                             std::process::exit(129);
                         }
                     }
