@@ -8,6 +8,7 @@ use crate::{attach_options, Global};
 use anyhow::{bail, Context};
 use clap::Args;
 use std::io::Write;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -72,11 +73,16 @@ impl Drop for LabGuard {
 fn tear_down(lab: &Path, run_dir: &Path) {
     // Not eprintln!: it panics when the terminal is gone, which is one way we get here.
     let _ = writeln!(std::io::stderr(), "wedgewatch demo: tearing the lab down");
+    // Detached from the terminal: after a hang-up it is gone (writes fail with EIO) and
+    // its process group may still be signalled.
     let _ = Command::new("python3")
         .arg(lab)
         .args(["down", "--run-dir"])
         .arg(run_dir)
+        .stdin(Stdio::null())
         .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
         .status();
     let _ = std::fs::remove_dir_all(run_dir);
 }
@@ -110,7 +116,8 @@ fn check_interrupted() -> anyhow::Result<()> {
 }
 
 fn step(msg: &str) {
-    eprintln!("wedgewatch demo: {msg}");
+    // Ignore write errors: after a hang-up stderr is a dead terminal.
+    let _ = writeln!(std::io::stderr(), "wedgewatch demo: {msg}");
 }
 
 fn run_lab(cmd: &mut Command, what: &str) -> anyhow::Result<String> {

@@ -4,6 +4,7 @@
 
 use crate::{attach_options, daemon_config, runtime, thresholds, Global, TuiArgs};
 use anyhow::Context;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
@@ -100,7 +101,7 @@ pub fn spawn_poller(
                     Some(frame)
                 }
                 Err(e) => {
-                    eprintln!("wedgewatch: bad daemon answer: {e}");
+                    let _ = writeln!(std::io::stderr(), "wedgewatch: bad daemon answer: {e}");
                     None
                 }
             },
@@ -174,7 +175,10 @@ impl InProcessDaemon {
             .name("wedgewatch-daemon".into())
             .spawn(move || {
                 if let Err(e) = rt.block_on(d.run(rx)) {
-                    eprintln!("wedgewatch: in-process sampler stopped: {e}");
+                    let _ = writeln!(
+                        std::io::stderr(),
+                        "wedgewatch: in-process sampler stopped: {e}"
+                    );
                 }
             })
             .context("starting the sampler thread")?;

@@ -98,14 +98,21 @@ pub fn run(feed: &mut dyn Feed, opts: AppOptions) -> Result<()> {
     let mut terminal = match ratatui::try_init() {
         Ok(t) => t,
         Err(e) => {
-            ratatui::restore();
+            restore_terminal();
             return Err(term_err(e));
         }
     };
     let _watchdog = HangupWatchdog::start();
     let result = event_loop(&mut terminal, feed, &mut app);
-    ratatui::restore();
+    restore_terminal();
     result
+}
+
+/// Leaves the alternate screen and raw mode. Never panics: `ratatui::restore` reports a
+/// failure with `eprintln!`, which panics when the terminal is gone (a hang-up, the very
+/// case where we restore from odd places), and a panic there skips every cleanup after it.
+fn restore_terminal() {
+    let _ = ratatui::try_restore();
 }
 
 /// Run by the hang-up watchdog just before it ends the process, where no destructor runs:
@@ -139,7 +146,7 @@ impl HangupWatchdog {
                     if STOP.load(Ordering::SeqCst) {
                         stopped_for += 1;
                         if stopped_for >= 20 && !seen.load(Ordering::SeqCst) {
-                            ratatui::restore();
+                            restore_terminal();
                             let cleanup = ON_FORCED_EXIT.lock().ok().and_then(|mut c| c.take());
                             if let Some(cleanup) = cleanup {
                                 cleanup();
