@@ -517,12 +517,18 @@ impl RecordingWriter {
     pub fn create_file(path: &Path, now_ms: Millis) -> Result<RecordingWriter> {
         let file = open_append(path)?;
         let bytes = file.metadata().map(|m| m.len()).unwrap_or(0);
-        let mut w = RecordingWriter {
-            target: Target::File(path.to_path_buf()),
+        let mut w = RecordingWriter::new(Target::File(path.to_path_buf()), file, bytes, 0);
+        w.write_header(now_ms)?;
+        Ok(w)
+    }
+
+    fn new(target: Target, file: File, bytes: u64, seq: u64) -> RecordingWriter {
+        RecordingWriter {
+            target,
             sink: gz::Sink::Fresh(file),
             pending_header: None,
             bytes,
-            seq: 0,
+            seq,
             last_topology: None,
             last_baseline: None,
             first_baseline: None,
@@ -531,9 +537,7 @@ impl RecordingWriter {
             delta: DeltaState::default(),
             last_written: BTreeMap::new(),
             policy: RecordPolicy::default(),
-        };
-        w.write_header(now_ms)?;
-        Ok(w)
+        }
     }
 
     /// A directory of rotated segments (created 0700 if missing); continues after the
@@ -547,24 +551,11 @@ impl RecordingWriter {
         let seq = segments(dir)?.last().map(|(n, _)| n + 1).unwrap_or(1);
         let path = dir.join(segment_name(seq));
         let file = open_append(&path)?;
-        let mut w = RecordingWriter {
-            target: Target::Dir {
-                dir: dir.to_path_buf(),
-                policy,
-            },
-            sink: gz::Sink::Fresh(file),
-            pending_header: None,
-            bytes: 0,
-            seq,
-            last_topology: None,
-            last_baseline: None,
-            first_baseline: None,
-            pid: std::process::id() as i32,
-            tool: format!("wedgewatch {}", env!("CARGO_PKG_VERSION")),
-            delta: DeltaState::default(),
-            last_written: BTreeMap::new(),
-            policy: RecordPolicy::default(),
+        let target = Target::Dir {
+            dir: dir.to_path_buf(),
+            policy,
         };
+        let mut w = RecordingWriter::new(target, file, 0, seq);
         w.write_header(now_ms)?;
         w.prune()?;
         Ok(w)
