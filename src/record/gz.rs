@@ -69,20 +69,23 @@ impl Sink {
         compress: bool,
         size_before: u64,
     ) -> io::Result<u64> {
-        if let Sink::Fresh(_) = self {
-            let Sink::Fresh(f) = std::mem::replace(self, Sink::Broken) else {
-                return Err(io::Error::other("recording sink in an impossible state"));
-            };
-            *self = if compress {
-                Sink::Gz {
+        let full = matches!(self, Sink::Gz { member_in, .. } if *member_in >= MEMBER_BYTES);
+        if full || matches!(self, Sink::Fresh(_)) {
+            *self = match std::mem::replace(self, Sink::Broken) {
+                Sink::Fresh(file) if compress => Sink::Gz {
                     enc: member(Counting {
-                        file: f,
+                        file,
                         written: size_before,
                     }),
                     member_in: 0,
-                }
-            } else {
-                Sink::Plain(f)
+                },
+                Sink::Fresh(file) => Sink::Plain(file),
+                // The member is full: end it (its trailer) and start the next.
+                Sink::Gz { enc, .. } => Sink::Gz {
+                    enc: member(enc.finish()?),
+                    member_in: 0,
+                },
+                other => other,
             };
         }
         match self {
@@ -95,33 +98,12 @@ impl Sink {
                 enc.write_all(line)?;
                 enc.flush()?;
                 *member_in += line.len() as u64;
-                let written = enc.get_ref().written;
-                if *member_in >= MEMBER_BYTES {
-                    self.next_member()?;
-                }
-                Ok(match self {
-                    Sink::Gz { enc, .. } => enc.get_ref().written,
-                    _ => written,
-                })
+                Ok(enc.get_ref().written)
             }
             Sink::Fresh(_) | Sink::Broken => Err(io::Error::other(
                 "recording file unusable after an earlier write error",
             )),
         }
-    }
-
-    fn next_member(&mut self) -> io::Result<()> {
-        if let Sink::Gz { .. } = self {
-            let Sink::Gz { enc, .. } = std::mem::replace(self, Sink::Broken) else {
-                return Ok(());
-            };
-            let c = enc.finish()?;
-            *self = Sink::Gz {
-                enc: member(c),
-                member_in: 0,
-            };
-        }
-        Ok(())
     }
 
     /// Ends the file cleanly (the gzip trailer), e.g. before rotating away from it.
@@ -147,27 +129,14 @@ impl Sink {
 /// A recording file as lines: plain, or gzip members decoded one after the other.
 pub(crate) fn open_lines(path: &Path) -> io::Result<Box<dyn BufRead + Send>> {
     let mut f = File::open(path)?;
-    let mut head = [0u8; 4];
-    let n = read_up_to(&mut f, &mut head)?;
-    if n == MAGIC.len() && head == MAGIC {
-        let mut data = head.to_vec();
-        f.read_to_end(&mut data)?;
-        Ok(Box::new(BufReader::new(Members::new(data))))
+    let mut head = Vec::with_capacity(MAGIC.len());
+    (&mut f).take(MAGIC.len() as u64).read_to_end(&mut head)?;
+    if head == MAGIC {
+        f.read_to_end(&mut head)?;
+        Ok(Box::new(BufReader::new(Members::new(head))))
     } else {
-        let prefix = Cursor::new(head[..n].to_vec());
-        Ok(Box::new(BufReader::new(prefix.chain(f))))
+        Ok(Box::new(BufReader::new(Cursor::new(head).chain(f))))
     }
-}
-
-fn read_up_to(f: &mut File, buf: &mut [u8]) -> io::Result<usize> {
-    let mut n = 0;
-    while n < buf.len() {
-        match f.read(&mut buf[n..])? {
-            0 => break,
-            k => n += k,
-        }
-    }
-    Ok(n)
 }
 
 /// Decodes consecutive gzip members; on damage, skips to the next member and yields a line

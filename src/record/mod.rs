@@ -572,18 +572,14 @@ impl RecordingWriter {
     }
 
     fn write_raw(&mut self, rec: &Record) -> Result<()> {
-        if let Some(h) = self.pending_header.take() {
-            let line = encode(&h)?;
+        let header = self.pending_header.take();
+        for r in header.iter().chain(std::iter::once(rec)) {
+            let line = encode(r)?;
             self.bytes = self
                 .sink
                 .append(&line, self.policy.compress, self.bytes)
                 .map_err(|e| Error::io(self.path(), e))?;
         }
-        let line = encode(rec)?;
-        self.bytes = self
-            .sink
-            .append(&line, self.policy.compress, self.bytes)
-            .map_err(|e| Error::io(self.path(), e))?;
         Ok(())
     }
 

@@ -958,7 +958,7 @@ fn sample_table(
                 .collect();
             tw.listed_at = Some(Instant::now());
         }
-    } else {
+    } else if status.status != crate::model::Status::Unavailable {
         table.sockets.extend(tw.sockets.iter().cloned());
         table.notes.push(TIME_WAIT_REPEATED.to_string());
     }
