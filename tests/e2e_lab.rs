@@ -329,13 +329,7 @@ fn accepted_and_forgotten_is_wedged_at_decode_with_evidence_at_every_hop() {
 
     // The finding: wedged at decode, first among this lab's findings.
     let mine = lab_findings(&snap, &lab);
-    assert_eq!(
-        mine.first()
-            .map(|f| (f["kind"].clone(), f["component"].clone())),
-        Some((Value::from("wedged_request"), Value::from(decode.as_str()))),
-        "this lab's findings:\n{}",
-        summaries(&mine)
-    );
+    assert_leads_with_wedge_at(&mine, &decode);
     for k in ["wedged_request", "stalled_stream", "busy_without_progress"] {
         for c in [&proxy, &router, &prefill] {
             assert!(
@@ -677,6 +671,17 @@ fn tempdir(tag: &str) -> PathBuf {
 }
 
 /// The newest recording segment in a daemon's state dir.
+/// The first of this lab's findings is `wedged_request`, blamed on `component`.
+fn assert_leads_with_wedge_at(mine: &[&Value], component: &str) {
+    assert_eq!(
+        mine.first()
+            .map(|f| (f["kind"].clone(), f["component"].clone())),
+        Some((Value::from("wedged_request"), Value::from(component))),
+        "this lab's findings:\n{}",
+        summaries(mine)
+    );
+}
+
 fn recording_dir(state_dir: &Path) -> PathBuf {
     state_dir.join("recording")
 }
@@ -727,13 +732,7 @@ fn incident_daemon_reports_wedge_and_config_change_and_recording_survives_sigkil
     );
     let decode = comp_id(&snap, lab.decode().pid);
     let mine = lab_findings(&snap, &lab);
-    assert_eq!(
-        mine.first()
-            .map(|f| (f["kind"].clone(), f["component"].clone())),
-        Some((Value::from("wedged_request"), Value::from(decode.as_str()))),
-        "this lab's findings:\n{}",
-        summaries(&mine)
-    );
+    assert_leads_with_wedge_at(&mine, &decode);
     let cc: Vec<&&Value> = mine
         .iter()
         .filter(|f| f["kind"] == "config_changed")

@@ -58,6 +58,20 @@ impl LabGuard {
         c.arg(&self.lab);
         c
     }
+
+    /// `lab.py load`: `agents` agents chatting for `rounds` rounds, `timeout` s per request.
+    fn load_cmd(&self, agents: u32, rounds: u32, timeout: u32) -> Command {
+        let mut c = self.lab_cmd();
+        c.args(["load", "--run-dir"]).arg(&self.run_dir).args([
+            "--agents",
+            &agents.to_string(),
+            "--rounds",
+            &rounds.to_string(),
+            "--timeout",
+            &timeout.to_string(),
+        ]);
+        c
+    }
 }
 
 impl Drop for LabGuard {
@@ -182,21 +196,7 @@ pub fn cmd_demo(g: &Global, a: DemoArgs) -> anyhow::Result<i32> {
     let session = InProcessDaemon::start(&opts, th, 2_000)?;
 
     step(&format!("running {} agents healthy for 2 rounds", a.agents));
-    let healthy = run_lab(
-        guard
-            .lab_cmd()
-            .args(["load", "--run-dir"])
-            .arg(&run_dir)
-            .args([
-                "--agents",
-                &a.agents.to_string(),
-                "--rounds",
-                "2",
-                "--timeout",
-                "30",
-            ]),
-        "run the healthy load",
-    )?;
+    let healthy = run_lab(&mut guard.load_cmd(a.agents, 2, 30), "run the healthy load")?;
     step(&format!("healthy rounds: {}", summarize_load(&healthy)));
     check_interrupted()?;
 
@@ -216,19 +216,8 @@ pub fn cmd_demo(g: &Global, a: DemoArgs) -> anyhow::Result<i32> {
     step("agents chatting again; they will hang after a few rounds");
     guard.harness = Some(
         guard
-            .lab_cmd()
-            .args(["load", "--run-dir"])
-            .arg(&run_dir)
-            .args([
-                "--agents",
-                &a.agents.to_string(),
-                "--rounds",
-                "12",
-                "--timeout",
-                "900",
-                "--total-timeout",
-                "1000",
-            ])
+            .load_cmd(a.agents, 12, 900)
+            .args(["--total-timeout", "1000"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
