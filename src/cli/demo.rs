@@ -89,7 +89,7 @@ fn tear_down(lab: &Path, run_dir: &Path) {
     let _ = writeln!(std::io::stderr(), "wedgewatch demo: tearing the lab down");
     // Detached from the terminal: after a hang-up it is gone (writes fail with EIO) and
     // its process group may still be signalled.
-    let _ = Command::new("python3")
+    let down = Command::new("python3")
         .arg(lab)
         .args(["down", "--run-dir"])
         .arg(run_dir)
@@ -97,7 +97,16 @@ fn tear_down(lab: &Path, run_dir: &Path) {
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .process_group(0)
-        .status();
+        .spawn();
+    // Bounded: the demo must end even if the teardown hangs.
+    if let Ok(mut down) = down {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while matches!(down.try_wait(), Ok(None)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = down.kill();
+        let _ = down.wait();
+    }
     let _ = std::fs::remove_dir_all(run_dir);
 }
 
