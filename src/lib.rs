@@ -25,6 +25,7 @@ pub mod prom;
 pub mod record;
 pub mod redact;
 pub mod report;
+pub mod safe_fs;
 pub mod sampler;
 pub mod snapshot;
 pub mod sources;

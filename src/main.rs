@@ -76,8 +76,9 @@ struct Global {
     /// Detector thresholds (TOML; missing keys keep their defaults, see docs/findings.md).
     #[arg(long, value_name = "FILE", global = true)]
     thresholds: Option<PathBuf>,
-    /// Where the daemon keeps its recording and socket
-    /// (default: $XDG_STATE_HOME/wedgewatch).
+    /// Where the daemon keeps its recording, lock and socket (default: root:
+    /// $STATE_DIRECTORY or /var/lib/wedgewatch, socket in /run/wedgewatch; others:
+    /// $XDG_STATE_HOME/wedgewatch, socket in $XDG_RUNTIME_DIR/wedgewatch).
     #[arg(long, value_name = "DIR", global = true)]
     state_dir: Option<PathBuf>,
 }
@@ -107,9 +108,13 @@ struct SnapshotArgs {
     /// Print the snapshot JSON to stdout.
     #[arg(long)]
     json: bool,
-    /// Write the bundle (snapshot.json, report.md, raw/) to DIR, atomically.
+    /// Write the bundle (snapshot.json, report.md, raw/) to DIR, atomically. An existing
+    /// non-empty DIR is refused.
     #[arg(short = 'o', long = "output", value_name = "DIR")]
     output: Option<PathBuf>,
+    /// With -o: replace a previous bundle's own files in DIR (anything else there is kept).
+    #[arg(long, requires = "output")]
+    force: bool,
     /// Sampling window in seconds.
     #[arg(long, value_name = "SECS", default_value_t = 3.0)]
     window: f64,
@@ -369,6 +374,15 @@ fn cmd_snapshot(g: &Global, a: SnapshotArgs) -> anyhow::Result<i32> {
     if !(a.window.is_finite() && a.window >= 0.0 && a.window <= 3600.0) {
         bail!("--window must be between 0 and 3600 seconds");
     }
+    let overwrite = if a.force {
+        snapshot::Overwrite::PreviousBundle
+    } else {
+        snapshot::Overwrite::Refuse
+    };
+    if let Some(dir) = &a.output {
+        // refuse before sampling, not after
+        snapshot::check_bundle_target(dir, overwrite)?;
+    }
     let mut parts = match &a.from {
         Some(f) => parts_from_recording(f, a.at.as_deref(), thresholds(g)?)?,
         None => match (!a.no_daemon).then(|| parts_from_daemon(g)).flatten() {
@@ -393,7 +407,7 @@ fn cmd_snapshot(g: &Global, a: SnapshotArgs) -> anyhow::Result<i32> {
     }
     let bundle = snapshot::assemble_bundle(parts, &opts);
     if let Some(dir) = &a.output {
-        snapshot::write_bundle(&bundle.snapshot, &bundle.raw, dir)
+        snapshot::write_bundle(&bundle.snapshot, &bundle.raw, dir, overwrite)
             .with_context(|| format!("writing the bundle to {}", dir.display()))?;
         eprintln!("wedgewatch: bundle written to {}", dir.display());
     }

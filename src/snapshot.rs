@@ -2,6 +2,7 @@
 //!
 //! The correlator hands over [`SnapshotParts`]; [`assemble`] joins them with the topology
 //! and process facts into a [`Snapshot`], applying redaction. Nothing else builds snapshots.
+//! [`write_bundle`] (in `bundle`) writes one to disk.
 
 use crate::clock::Millis;
 use crate::discover;
@@ -11,11 +12,12 @@ use crate::model::{
     SourceKind, SourceStatus, Topology, SNAPSHOT_SCHEMA,
 };
 use crate::redact::Redactor;
-use crate::report;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
+
+mod bundle;
+pub use bundle::{check_bundle_target, write_bundle, Overwrite, MANIFEST};
 
 /// Per-component extras computed by the correlator.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -238,96 +240,6 @@ pub fn assemble_bundle(parts: SnapshotParts, opts: &AssembleOptions) -> Bundle {
         raw,
         redactor,
     }
-}
-
-fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {
-    let mut f = std::fs::File::create(path).map_err(|e| Error::io(path, e))?;
-    f.write_all(bytes).map_err(|e| Error::io(path, e))?;
-    f.sync_all().map_err(|e| Error::io(path, e))
-}
-
-/// Writes `snapshot.json`, `report.md` and `raw/<stem>.json` into `dir`, atomically: all of
-/// it goes to a temporary directory beside `dir`, which is then renamed into place, so a
-/// reader never sees a half-written bundle. An existing bundle at `dir` is replaced; any
-/// other non-empty directory is left alone and is an error.
-pub fn write_bundle(
-    snapshot: &Snapshot,
-    raw: &BTreeMap<String, serde_json::Value>,
-    dir: &Path,
-) -> Result<()> {
-    let name = dir
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .ok_or_else(|| Error::Other(format!("{}: not a directory name", dir.display())))?;
-    let parent = match dir.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    std::fs::create_dir_all(&parent).map_err(|e| Error::io(&parent, e))?;
-    let replacing = match std::fs::read_dir(dir) {
-        Ok(mut rd) => {
-            if rd.next().is_none() {
-                false
-            } else if dir.join("snapshot.json").exists() {
-                true
-            } else {
-                return Err(Error::Other(format!(
-                    "{}: exists and is not a wedgewatch bundle; choose another -o directory",
-                    dir.display()
-                )));
-            }
-        }
-        Err(_) => false,
-    };
-    let stamp = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    let tmp = parent.join(format!(".{name}.tmp-{}-{stamp}", std::process::id()));
-    let result = (|| -> Result<()> {
-        std::fs::create_dir(&tmp).map_err(|e| Error::io(&tmp, e))?;
-        let json = serde_json::to_vec_pretty(snapshot)?;
-        write_file(&tmp.join("snapshot.json"), &json)?;
-        write_file(&tmp.join("report.md"), report::render(snapshot).as_bytes())?;
-        let raw_dir = tmp.join("raw");
-        std::fs::create_dir(&raw_dir).map_err(|e| Error::io(&raw_dir, e))?;
-        for (stem, v) in raw {
-            let safe: String = stem
-                .chars()
-                .map(|c| {
-                    if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
-                        c
-                    } else {
-                        '_'
-                    }
-                })
-                .collect();
-            write_file(
-                &raw_dir.join(format!("{safe}.json")),
-                &serde_json::to_vec_pretty(v)?,
-            )?;
-        }
-        if replacing {
-            let old = parent.join(format!(".{name}.old-{}-{stamp}", std::process::id()));
-            std::fs::rename(dir, &old).map_err(|e| Error::io(dir, e))?;
-            if let Err(e) = std::fs::rename(&tmp, dir) {
-                // put the previous bundle back rather than leave nothing
-                let _ = std::fs::rename(&old, dir);
-                return Err(Error::io(dir, e));
-            }
-            let _ = std::fs::remove_dir_all(&old);
-        } else {
-            if dir.exists() {
-                std::fs::remove_dir(dir).map_err(|e| Error::io(dir, e))?;
-            }
-            std::fs::rename(&tmp, dir).map_err(|e| Error::io(dir, e))?;
-        }
-        Ok(())
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_dir_all(&tmp);
-    }
-    result
 }
 
 /// Reads and checks a snapshot file (for `diff` and `--baseline`): a clear error naming the

@@ -487,8 +487,14 @@ fn open_append(path: &Path) -> Result<File> {
     {
         use std::os::unix::fs::OpenOptionsExt;
         o.mode(0o600); // recordings hold command lines and environments
+        o.custom_flags(libc::O_NOFOLLOW);
     }
     o.open(path).map_err(|e| Error::io(path, e))
+}
+
+/// A new segment: created here, never through a link, never an existing file.
+fn create_segment(path: &Path) -> Result<File> {
+    crate::safe_fs::create_new_private_file(path).map_err(|e| Error::io(path, e))
 }
 
 fn segment_name(seq: u64) -> String {
@@ -550,7 +556,7 @@ impl RecordingWriter {
         create_private_dir(dir)?;
         let seq = segments(dir)?.last().map(|(n, _)| n + 1).unwrap_or(1);
         let path = dir.join(segment_name(seq));
-        let file = open_append(&path)?;
+        let file = create_segment(&path)?;
         let target = Target::Dir {
             dir: dir.to_path_buf(),
             policy,
@@ -692,7 +698,7 @@ impl RecordingWriter {
         let old = dir.join(segment_name(self.seq));
         self.seq += 1;
         let path = dir.join(segment_name(self.seq));
-        let file = open_append(&path)?;
+        let file = create_segment(&path)?;
         std::mem::replace(&mut self.sink, gz::Sink::Fresh(file))
             .finish()
             .map_err(|e| Error::io(&old, e))?;
