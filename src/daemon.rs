@@ -348,26 +348,21 @@ async fn answer(
 ) -> std::io::Result<()> {
     let refused = socket::refuse_client(&stream);
     let (r, mut w) = stream.into_split();
-    let v = match refused {
-        Some(why) => serde_json::json!({ "error": why }),
-        None => {
-            let mut line = Vec::new();
-            BufReader::new(r.take(MAX_REQUEST as u64 + 1))
-                .read_until(b'\n', &mut line)
-                .await?;
-            match parse_request(&line) {
-                Err(e) => serde_json::json!({ "error": e.to_string() }),
-                // Building a snapshot of a large model takes a while and holds the model's
-                // lock: do it off the runtime's workers so sampling never waits behind a client.
-                Ok(req) => {
-                    let now = clock.now_ms();
-                    tokio::task::spawn_blocking(move || respond(&req, &shared, &stats, now))
-                        .await
-                        .unwrap_or_else(
-                            |e| serde_json::json!({ "error": format!("answer failed: {e}") }),
-                        )
-                }
-            }
+    // Read the line even from a refused client, so it gets the reason instead of EPIPE.
+    let mut line = Vec::new();
+    BufReader::new(r.take(MAX_REQUEST as u64 + 1))
+        .read_until(b'\n', &mut line)
+        .await?;
+    let v = match (refused, parse_request(&line)) {
+        (Some(why), _) => serde_json::json!({ "error": why }),
+        (None, Err(e)) => serde_json::json!({ "error": e.to_string() }),
+        // Building a snapshot of a large model takes a while and holds the model's lock: do
+        // it off the runtime's workers so sampling never waits behind a client.
+        (None, Ok(req)) => {
+            let now = clock.now_ms();
+            tokio::task::spawn_blocking(move || respond(&req, &shared, &stats, now))
+                .await
+                .unwrap_or_else(|e| serde_json::json!({ "error": format!("answer failed: {e}") }))
         }
     };
     let mut out =
