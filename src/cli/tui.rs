@@ -41,7 +41,17 @@ pub fn cmd_tui(g: &Global, a: TuiArgs) -> anyhow::Result<i32> {
 }
 
 fn daemon_answers(socket: &Path) -> bool {
-    socket.exists() && daemon::query_blocking(socket, "ping", 1000).is_ok()
+    if !socket.exists() {
+        return false;
+    }
+    match daemon::query_blocking(socket, "ping", 1000) {
+        Ok(_) => true,
+        Err(e) => {
+            // e.g. a socket another user planted: say why it is not used
+            eprintln!("wedgewatch: daemon not usable ({e}); sampling in-process instead");
+            false
+        }
+    }
 }
 
 fn replay(path: &Path, assemble: AssembleOptions, th: Thresholds) -> anyhow::Result<i32> {
