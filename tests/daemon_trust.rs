@@ -292,3 +292,23 @@ async fn an_overflowing_window_gets_an_error_reply_not_a_panic() {
     let _ = stop.send(true);
     task.await.expect("join").expect("daemon");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_at_the_socket_path_is_never_removed() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let state = tmp.path().join("state");
+    std::fs::create_dir(&state).expect("mkdir");
+    chmod(&state, 0o700);
+    let sock = state.join("daemon.sock");
+    std::fs::write(&sock, "not wedgewatch's").expect("write");
+    let (stop, d) = in_process_daemon(&state);
+    let e = tokio::time::timeout(Duration::from_secs(5), d.run(stop.subscribe()))
+        .await
+        .expect("refused at once")
+        .expect_err("not a socket");
+    assert!(e.to_string().contains("is not a socket"), "{e}");
+    assert_eq!(
+        std::fs::read_to_string(&sock).expect("kept"),
+        "not wedgewatch's"
+    );
+}

@@ -157,4 +157,23 @@ mod tests {
         let e = parse_request(long.as_bytes()).expect_err("unknown");
         assert!(e.to_string().len() < 200, "{e}");
     }
+
+    #[test]
+    fn arbitrary_bytes_never_panic() {
+        // a fixed pseudo-random stream (xorshift): deterministic, no extra crates
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let alphabet = b"snapshotperfetto 0123456789-+\n\r\t\xff\x00 ";
+        for _ in 0..20_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let len = (x % 300) as usize;
+            let line: Vec<u8> = (0..len)
+                .map(|i| alphabet[((x >> (i % 57)) as usize + i) % alphabet.len()])
+                .collect();
+            if let Ok(r) = parse_request(&line) {
+                assert!(r.window_ms().unwrap_or(0) <= i64::from(MAX_WINDOW_S) * 1000);
+            }
+        }
+    }
 }
