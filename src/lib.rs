@@ -9,6 +9,7 @@
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod attach;
+pub mod children;
 pub mod clock;
 pub mod correlate;
 pub mod daemon;
