@@ -13,6 +13,7 @@ pub mod children;
 pub mod clock;
 pub mod correlate;
 pub mod daemon;
+pub mod deadline;
 pub mod detect;
 pub mod diff;
 pub mod discover;
