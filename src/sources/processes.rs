@@ -293,9 +293,13 @@ impl ProcessesSource {
         let with_errors: Vec<String> = facts
             .iter()
             .filter(|f| !f.errors.is_empty())
-            .map(|f| {
-                let fields: Vec<&str> = f.errors.iter().map(|e| e.field.as_str()).collect();
-                format!("pid {}: {}", f.pid, fields.join(","))
+            .map(|f| match f.errors.iter().find(|e| e.field == "process") {
+                // Not read at all (blocked, vanished): the reason is the news.
+                Some(e) => format!("pid {}: {}", f.pid, e.reason),
+                None => {
+                    let fields: Vec<&str> = f.errors.iter().map(|e| e.field.as_str()).collect();
+                    format!("pid {}: {}", f.pid, fields.join(","))
+                }
             })
             .collect();
         let status = if with_errors.is_empty() {

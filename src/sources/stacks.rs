@@ -437,6 +437,29 @@ fn not_python_reason(pid: i32) -> Option<String> {
     ))
 }
 
+/// [`not_python_reason`] of each pid, in order, each under a deadline: reading `maps` takes
+/// the target's mmap lock, which a wedged process may hold forever. A blocked read skips the
+/// pid (py-spy would block on the same lock).
+async fn not_python_reasons(pids: Vec<i32>) -> Vec<Option<String>> {
+    let n = pids.len();
+    let items = pids
+        .into_iter()
+        .map(|p| (PathBuf::from(format!("/proc/{p}")), p))
+        .collect();
+    let run = move || {
+        crate::deadline::map(items, NOT_PYTHON_DEADLINE, NOT_PYTHON_DEADLINE * 4, |&p| {
+            not_python_reason(p)
+        })
+    };
+    match tokio::task::spawn_blocking(run).await {
+        Ok(rs) => rs.into_iter().map(|r| r.unwrap_or_else(Some)).collect(),
+        Err(_) => vec![None; n],
+    }
+}
+
+/// Longest wait for one process's `exe` and `maps` (normally well under a millisecond).
+const NOT_PYTHON_DEADLINE: Duration = Duration::from_millis(300);
+
 fn ptrace_hint() -> String {
     let scope = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope")
         .map(|s| s.trim().to_string())
@@ -710,13 +733,15 @@ impl StackSource {
         let sem = Arc::new(tokio::sync::Semaphore::new(self.cfg.concurrency.max(1)));
         let mut set = tokio::task::JoinSet::new();
         let mut captures = Vec::new();
+        let max = self.cfg.max_pids.max(1);
+        let checked = not_python_reasons(targets.iter().take(max).map(|t| t.pid).collect()).await;
         for (i, target) in targets.iter().enumerate() {
             let t_ms = clock.now_ms();
-            if i >= self.cfg.max_pids.max(1) {
+            if i >= max {
                 captures.push(skipped(target.pid, t_ms, mode, "over the max_pids limit"));
                 continue;
             }
-            if let Some(reason) = not_python_reason(target.pid) {
+            if let Some(reason) = checked.get(i).cloned().flatten() {
                 captures.push(skipped(target.pid, t_ms, mode, &reason));
                 continue;
             }
