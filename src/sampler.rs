@@ -17,7 +17,11 @@ use tokio::sync::{mpsc, watch};
 pub fn default_cadence(kind: SourceKind) -> (u64, u64) {
     match kind {
         SourceKind::Sockets => (250, 1_000),
-        SourceKind::Gpu => (250, 1_000),
+        // Longer than the GPU source's own timeout, which can say why (a hung driver).
+        SourceKind::Gpu => (
+            250,
+            crate::sources::gpu::DEFAULT_TIMEOUT.as_millis() as u64 + 500,
+        ),
         SourceKind::Metrics => (1_000, 2_000),
         SourceKind::Processes => (1_000, 2_000),
         // Three dumps of every Python process of the stack: on a loaded 2-core box one dump
