@@ -226,62 +226,9 @@ pub fn classify(rules: &[StackRule], thread: &ThreadStack) -> (String, Option<St
 }
 
 // ---------------------------------------------------------------------------------------
-// py-spy JSON
+// py-spy JSON (its own module; re-exported here, where callers have always found it)
 
-#[derive(Debug, Deserialize)]
-struct PySpyThread {
-    thread_name: Option<String>,
-    os_thread_id: Option<i64>,
-    #[serde(default)]
-    active: bool,
-    #[serde(default)]
-    owns_gil: bool,
-    #[serde(default)]
-    frames: Vec<PySpyFrame>,
-}
-
-#[derive(Debug, Deserialize)]
-struct PySpyFrame {
-    name: String,
-    filename: String,
-    #[serde(default)]
-    line: i64,
-}
-
-/// Parses `py-spy dump --json` output into unclassified threads (state `unknown`).
-pub fn parse_pyspy_json(text: &str) -> Result<Vec<ThreadStack>> {
-    parse_dump(text.as_bytes())
-}
-
-/// Parses the bytes `py-spy dump --json` printed into unclassified threads (state
-/// `unknown`). Pure and total over any input (a fuzz target calls it): malformed JSON is an
-/// error, never a panic.
-pub fn parse_dump(bytes: &[u8]) -> Result<Vec<ThreadStack>> {
-    let threads: Vec<PySpyThread> = serde_json::from_slice(bytes)?;
-    Ok(threads
-        .into_iter()
-        .map(|t| ThreadStack {
-            tid: t
-                .os_thread_id
-                .and_then(|v| i32::try_from(v).ok())
-                .unwrap_or(0),
-            name: t.thread_name,
-            active: t.active,
-            owns_gil: t.owns_gil,
-            frames: t
-                .frames
-                .into_iter()
-                .map(|f| Frame {
-                    name: f.name,
-                    file: f.filename,
-                    line: u32::try_from(f.line).unwrap_or(0),
-                })
-                .collect(),
-            state: STATE_UNKNOWN.to_string(),
-            rule: None,
-        })
-        .collect())
-}
+pub use crate::sources::pyspy_json::{parse_dump, parse_pyspy_json, MAX_FRAMES, MAX_THREADS};
 
 // ---------------------------------------------------------------------------------------
 // configuration and py-spy discovery
@@ -793,6 +740,10 @@ impl StackSource {
                     }
                     if cap.threads.is_empty() {
                         cap.warnings.push("py-spy returned no threads".into());
+                    }
+                    if cap.threads.len() >= MAX_THREADS {
+                        cap.warnings
+                            .push(format!("only the first {MAX_THREADS} threads are kept"));
                     }
                 }
                 Some(DumpFailure::NotPython(r)) => cap.skipped = Some(r),
