@@ -85,7 +85,11 @@ fn snapshot_ends_within_window_plus_2s_when_proc_reads_block() {
     assert_eq!(code, Some(0), "ran {took:?}");
     // Window 1 s + 2 s; typically ~1.5 s (0.25 s blocked read, 1 s window).
     assert!(took < Duration::from_secs(3), "took {took:?}");
-    assert!(json.contains("timed out reading"), "{json:.2000}");
+    // The first tick times out on the read; later ticks say it is still blocked.
+    assert!(
+        json.contains("timed out reading") || json.contains("still blocked reading"),
+        "{json:.2000}"
+    );
 }
 
 #[test]
