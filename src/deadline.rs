@@ -125,6 +125,58 @@ where
         .map(|_| current)
 }
 
+/// The results of one [`map`] call as they come in.
+struct Tally<T> {
+    results: Vec<Option<Result<T, String>>>,
+    paths: Vec<PathBuf>,
+    /// Items without a result yet.
+    left: usize,
+    /// Items given up on (each left a thread behind).
+    gave_up: usize,
+}
+
+impl<T> Tally<T> {
+    fn set(&mut self, i: usize, r: Result<T, String>) {
+        if self.results[i].is_none() {
+            self.results[i] = Some(r);
+            self.left -= 1;
+        }
+    }
+
+    /// Fails the item of each worker that has been on it for `per_item` or more, and marks
+    /// its path blocked. True when some worker can still take the next item.
+    fn give_up_stuck(&mut self, workers: &[Current], per_item: Duration) -> bool {
+        let mut live = false;
+        for w in workers {
+            let mut g = stuck();
+            match *lock(w) {
+                Some((i, since)) if since.elapsed() >= per_item => {
+                    if self.results[i].is_none() {
+                        g.insert(self.paths[i].clone(), since);
+                        self.set(i, Err(timed_out(&self.paths[i], per_item)));
+                        self.gave_up += 1;
+                    }
+                }
+                _ => live = true,
+            }
+        }
+        live
+    }
+
+    fn finish(self, total: Duration) -> Vec<Result<T, String>> {
+        let not_read = |p: &Path| {
+            let ms = total.as_millis();
+            format!("not read: {ms} ms were up before {} was", p.display())
+        };
+        let paths = self.paths;
+        self.results
+            .into_iter()
+            .zip(&paths)
+            .map(|(r, p)| r.unwrap_or_else(|| Err(not_read(p))))
+            .collect()
+    }
+}
+
 /// Applies `f` to every item (`path` names what it reads), one after another on a detached
 /// thread. An item whose read exceeds `per_item` is given up ("timed out reading PATH") and
 /// the rest continue on a fresh thread; whatever is not read when `total` has passed is
@@ -141,15 +193,21 @@ where
     F: Fn(&I) -> T + Send + Sync + 'static,
 {
     let started = Instant::now();
-    let mut results: Vec<Option<Result<T, String>>> = Vec::with_capacity(items.len());
-    let mut paths = Vec::with_capacity(items.len());
+    let mut tally = Tally {
+        results: Vec::with_capacity(items.len()),
+        paths: Vec::with_capacity(items.len()),
+        left: 0,
+        gave_up: 0,
+    };
     let mut queue = VecDeque::new();
     for (i, (path, item)) in items.into_iter().enumerate() {
-        results.push(still_blocked(&path).map(Err));
-        if results[i].is_none() {
+        let blocked = still_blocked(&path);
+        if blocked.is_none() {
             queue.push_back((i, path.clone(), item));
+            tally.left += 1;
         }
-        paths.push(path);
+        tally.results.push(blocked.map(Err));
+        tally.paths.push(path);
     }
     let q = Arc::new(Queue {
         items: Mutex::new(queue),
@@ -158,50 +216,21 @@ where
     });
     let (tx, rx) = mpsc::channel();
     let mut workers: Vec<Current> = Vec::new();
-    let mut gave_up = 0usize;
-    while results.iter().any(Option::is_none) && started.elapsed() < total {
-        // A worker whose item took too long is left behind; its item fails now.
-        for w in &workers {
-            let mut g = stuck();
-            if let Some((i, since)) = *lock(w) {
-                if results[i].is_none() && since.elapsed() >= per_item {
-                    g.insert(paths[i].clone(), since);
-                    results[i] = Some(Err(timed_out(&paths[i], per_item)));
-                    gave_up += 1;
-                }
-            }
-        }
-        let live = workers.iter().any(|w| {
-            lock(w).is_none_or(|(i, since)| results[i].is_none() || since.elapsed() < per_item)
-        });
+    while tally.left > 0 && started.elapsed() < total {
+        let live = tally.give_up_stuck(&workers, per_item);
         let queued = !lock(&q.items).is_empty();
-        if !live && queued && gave_up < MAX_STUCK_PER_CALL {
+        if !live && queued && tally.gave_up < MAX_STUCK_PER_CALL {
             match start_worker(&q, &tx) {
                 Some(w) => workers.push(w),
                 None => break,
             }
         }
-        let wait = per_item.min(Duration::from_millis(50));
-        if let Ok((i, out)) = rx.recv_timeout(wait) {
-            if results[i].is_none() {
-                results[i] = Some(Ok(out));
-            }
+        if let Ok((i, out)) = rx.recv_timeout(per_item.min(Duration::from_millis(50))) {
+            tally.set(i, Ok(out));
         }
     }
     q.done.store(true, Ordering::SeqCst);
-    results
-        .into_iter()
-        .zip(paths)
-        .map(|(r, p)| {
-            r.unwrap_or_else(|| {
-                Err(format!(
-                    "not read: {} ms were up before {} was",
-                    total.as_millis(),
-                    p.display()
-                ))
-            })
-        })
-        .collect()
+    tally.finish(total)
 }
 
 #[cfg(test)]
