@@ -62,13 +62,20 @@ impl AttachOptions {
         }
     }
 
-    /// Discovery once, off the async threads (it reads /proc and may GET `/workers`).
+    /// Discovery once, off the async threads (it reads /proc and may GET `/workers`), on a
+    /// detached thread under [`discover::DISCOVERY_DEADLINE`]: a read that blocks past every
+    /// inner deadline fails discovery with a reason instead of hanging the verb.
     pub async fn discover(&self) -> Result<Topology> {
         let probes = self.probes.clone();
         let opts = self.discover_options();
-        tokio::task::spawn_blocking(move || discover::discover(&probes, &opts))
-            .await
-            .map_err(|e| Error::Other(format!("discovery task failed: {e}")))?
+        let root = opts.proc_root.clone();
+        let run = move || discover::discover(&probes, &opts);
+        tokio::task::spawn_blocking(move || {
+            crate::deadline::call(&root, discover::DISCOVERY_DEADLINE, run)
+        })
+        .await
+        .map_err(|e| Error::Other(format!("discovery task failed: {e}")))?
+        .map_err(|reason| Error::Other(format!("discovery: {reason}")))?
     }
 
     /// Discovery as the daemon's re-discovery hook.

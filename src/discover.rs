@@ -48,6 +48,13 @@ pub const LABEL_FOUND_BY: &str = "found_by";
 const MAX_ANCESTRY: usize = 8;
 const MAX_CHILD_DEPTH: usize = 6;
 const MAX_CHILDREN: usize = 512;
+/// Longest wait for one /proc read of one process (normally microseconds): a process holding
+/// its mmap lock makes reads of its cmdline or environ block for as long as it likes.
+const READ_DEADLINE: Duration = Duration::from_millis(250);
+/// Longest wait for the whole process table; processes not read by then are left out.
+const TABLE_DEADLINE: Duration = Duration::from_millis(2_000);
+/// Backstop for one whole discovery (run on a detached thread by [`crate::attach`]).
+pub const DISCOVERY_DEADLINE: Duration = Duration::from_secs(5);
 /// Body cap for the router's `/workers` answer.
 const MAX_HTTP_BODY: usize = 1 << 20;
 
@@ -136,27 +143,20 @@ impl ProcTable {
                 crate::sources::processes::reason(&e)
             ))
         })?;
-        let mut procs = BTreeMap::new();
-        for p in iter.flatten() {
-            // a process that vanished between readdir and stat is simply not there
-            let Ok(stat) = p.stat() else { continue };
-            if stat.ppid == 2 || p.pid == 2 {
-                continue; // kernel threads
-            }
-            let comm = std::fs::read_to_string(root.join(p.pid.to_string()).join("comm"))
-                .map(|s| s.trim_end_matches('\n').to_string())
-                .unwrap_or(stat.comm);
-            let cmdline = p.cmdline().unwrap_or_default();
-            procs.insert(
-                p.pid,
-                Proc {
-                    pid: p.pid,
-                    ppid: stat.ppid,
-                    comm,
-                    cmdline,
-                },
-            );
-        }
+        // Listing is readdir only; reading each process may block (see `read_proc`).
+        let items: Vec<(PathBuf, i32)> = iter
+            .flatten()
+            .map(|p| (root.join(p.pid.to_string()), p.pid))
+            .collect();
+        let r = root.to_path_buf();
+        let read = move |&pid: &i32| read_proc(&r, pid);
+        let procs: BTreeMap<i32, Proc> =
+            crate::deadline::map(items, READ_DEADLINE, TABLE_DEADLINE, read)
+                .into_iter()
+                // Vanished, a kernel thread, or blocked: not a candidate this pass.
+                .filter_map(|r| r.ok().flatten())
+                .map(|p| (p.pid, p))
+                .collect();
         let mut children: BTreeMap<i32, Vec<i32>> = BTreeMap::new();
         for p in procs.values() {
             children.entry(p.ppid).or_default().push(p.pid);
@@ -248,21 +248,50 @@ impl ProcTable {
         out
     }
 
+    /// The environment of `pid` (empty when unreadable: vanished, denied, or blocked).
     fn environ(&self, pid: i32) -> BTreeMap<String, String> {
-        Process::new_with_root(self.root.join(pid.to_string()))
-            .and_then(|p| p.environ())
-            .map(|m| {
-                m.into_iter()
-                    .map(|(k, v)| {
-                        (
-                            k.to_string_lossy().into_owned(),
-                            v.to_string_lossy().into_owned(),
-                        )
+        let dir = self.root.join(pid.to_string());
+        let read = {
+            let dir = dir.clone();
+            move || {
+                Process::new_with_root(dir)
+                    .and_then(|p| p.environ())
+                    .map(|m| {
+                        m.into_iter()
+                            .map(|(k, v)| {
+                                (
+                                    k.to_string_lossy().into_owned(),
+                                    v.to_string_lossy().into_owned(),
+                                )
+                            })
+                            .collect()
                     })
-                    .collect()
-            })
-            .unwrap_or_default()
+                    .unwrap_or_default()
+            }
+        };
+        crate::deadline::call(&dir.join("environ"), READ_DEADLINE, read).unwrap_or_default()
     }
+}
+
+/// One process's table entry (None: vanished, or a kernel thread). Reading cmdline takes the
+/// process's mmap lock, so this runs under [`READ_DEADLINE`].
+fn read_proc(root: &Path, pid: i32) -> Option<Proc> {
+    let p = Process::new_with_root(root.join(pid.to_string())).ok()?;
+    // a process that vanished between readdir and stat is simply not there
+    let stat = p.stat().ok()?;
+    if stat.ppid == 2 || pid == 2 {
+        return None; // kernel threads
+    }
+    let comm = std::fs::read_to_string(root.join(pid.to_string()).join("comm"))
+        .map(|s| s.trim_end_matches('\n').to_string())
+        .unwrap_or(stat.comm);
+    let cmdline = p.cmdline().unwrap_or_default();
+    Some(Proc {
+        pid,
+        ppid: stat.ppid,
+        comm,
+        cmdline,
+    })
 }
 
 // ---------------------------------------------------------------------------------------

@@ -9,9 +9,11 @@
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod attach;
+pub mod children;
 pub mod clock;
 pub mod correlate;
 pub mod daemon;
+pub mod deadline;
 pub mod detect;
 pub mod diff;
 pub mod discover;

@@ -24,7 +24,10 @@ use wedgewatch::snapshot::{self, AssembleOptions, SnapshotParts};
 use wedgewatch::{diff, doctor, export};
 
 mod cli;
-use cli::{demo as cli_demo, tui as cli_tui};
+use cli::{demo as cli_demo, exit as cli_exit, tui as cli_tui};
+
+/// How long a stopped daemon may take to wind down (socket removed, recording flushed).
+const DAEMON_STOP: Duration = Duration::from_secs(2);
 
 #[derive(Debug, Parser)]
 #[command(
@@ -190,7 +193,10 @@ struct DiffArgs {
 fn main() {
     let cli = Cli::parse();
     match run(cli) {
-        Ok(code) => std::process::exit(code),
+        Ok(code) => {
+            wedgewatch::children::kill_all();
+            std::process::exit(code)
+        }
         Err(e) => {
             eprintln!("wedgewatch: {e:#}");
             std::process::exit(2);
@@ -358,12 +364,11 @@ fn parts_from_recording(
 /// Samples here for the window.
 fn parts_by_sampling(g: &Global, window: Duration) -> anyhow::Result<SnapshotParts> {
     let opts = attach_options(g)?;
-    let rt = runtime()?;
-    let model = rt.block_on(attach::collect_window(
+    let model = cli_exit::block_on(attach::collect_window(
         &opts,
         window.as_millis() as u64,
         Arc::new(SystemClock),
-    ))?;
+    ))??;
     Ok(model.parts(SystemClock.now_ms()))
 }
 
@@ -449,7 +454,7 @@ fn cmd_daemon(g: &Global, a: DaemonArgs) -> anyhow::Result<i32> {
     }
     let run_for = a.run_for.as_deref().map(parse_duration_ms).transpose()?;
     let rt = runtime()?;
-    rt.block_on(async {
+    let ran = rt.block_on(async {
         let mut d = Daemon::new(cfg.clone(), Arc::new(SystemClock), opts.discover_fn());
         for s in opts.sources()? {
             d.add_default_source(s);
@@ -464,27 +469,39 @@ fn cmd_daemon(g: &Global, a: DaemonArgs) -> anyhow::Result<i32> {
                 "off".into()
             }
         );
-        let task = tokio::spawn(d.run(rx));
+        let mut task = tokio::spawn(d.run(rx));
         stop_signal(run_for).await;
         let _ = tx.send(true);
-        task.await.context("daemon task")??;
+        // In-flight samples are cut short on stop; a daemon that still does not end
+        // (a stuck write) is abandoned rather than waited for.
+        match tokio::time::timeout(DAEMON_STOP, &mut task).await {
+            Ok(joined) => joined.context("daemon task")??,
+            Err(_) => {
+                task.abort();
+                eprintln!(
+                    "wedgewatch daemon: did not stop within {} ms; abandoned",
+                    DAEMON_STOP.as_millis()
+                );
+            }
+        }
         anyhow::Ok(())
-    })?;
+    });
+    cli_exit::shut_down(rt);
+    ran?;
     Ok(0)
 }
 
 fn cmd_record(g: &Global, a: RecordArgs) -> anyhow::Result<i32> {
     let opts = attach_options(g)?;
     let ms = parse_duration_ms(&a.run_for)?;
-    let rt = runtime()?;
-    let n = rt.block_on(async {
+    let n = cli_exit::block_on(async {
         let topology = opts.discover().await?;
         let (_tx, rx) = tokio::sync::watch::channel(topology.clone());
         let sampler = opts.sampler(Arc::new(SystemClock), rx)?;
         let n = record::record_to_file(sampler, &a.output, ms, &topology, Arc::new(SystemClock))
             .await?;
         anyhow::Ok(n)
-    })?;
+    })??;
     eprintln!("wedgewatch: recorded {n} samples to {}", a.output.display());
     Ok(0)
 }

@@ -194,6 +194,8 @@ impl InProcessDaemon {
                         "wedgewatch: in-process sampler stopped: {e}"
                     );
                 }
+                // Never wait at exit for a thread stuck in a read.
+                crate::cli::exit::shut_down(rt);
             })
             .context("starting the sampler thread")?;
         // Wait (bounded) for the socket so the first poll finds it.
