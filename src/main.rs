@@ -187,7 +187,7 @@ fn main() {
     match run(cli) {
         Ok(code) => std::process::exit(code),
         Err(e) => {
-            eprintln!("wedgewatch: {e:#}");
+            eprintln!("wedgewatch: {}", wedgewatch::redact::log_line(&format!("{e:#}")));
             std::process::exit(2);
         }
     }
@@ -308,6 +308,7 @@ fn parts_from_daemon(g: &Global) -> Option<SnapshotParts> {
             Some(p)
         }
         Err(e) => {
+            let e = wedgewatch::redact::log_line(&e.to_string());
             eprintln!("wedgewatch: daemon not usable ({e}); sampling here instead");
             None
         }

@@ -259,6 +259,14 @@ pub fn write_bundle(
     raw: &BTreeMap<String, serde_json::Value>,
     dir: &Path,
 ) -> Result<()> {
+    // The bundle writer is a choke point too: whatever a caller assembled, the files get
+    // today's redaction (unless taken with `--no-redact`), raw files included.
+    let mut redactor = Redactor::new();
+    let (mut snapshot, mut raw) = (snapshot.clone(), raw.clone());
+    if snapshot.redacted {
+        redact_outputs(&mut redactor, &mut snapshot, &mut raw);
+    }
+    let (snapshot, raw) = (&snapshot, &raw);
     let name = dir
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())

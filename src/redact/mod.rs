@@ -30,3 +30,29 @@ pub fn log_line(msg: &str) -> String {
     let redacted = Redactor::new().text(msg);
     control::text(&redacted).into_owned()
 }
+
+/// Values as a text output shows them: redacted with one redactor across all of them
+/// (learned from every value first) when `redact`, and every string's control characters
+/// neutralised. `None` if a value does not survive the JSON round trip (never for our own
+/// types); callers then print nothing of it rather than something unredacted.
+pub fn for_output<T>(values: &[&T], redact: bool) -> Option<Vec<T>>
+where
+    T: serde::Serialize + serde::de::DeserializeOwned,
+{
+    let mut trees = values
+        .iter()
+        .map(|v| serde_json::to_value(v).ok())
+        .collect::<Option<Vec<_>>>()?;
+    if redact {
+        let mut r = Redactor::new();
+        trees.iter().for_each(|t| r.learn_json(t));
+        trees.iter_mut().for_each(|t| r.redact_json(t));
+    }
+    trees
+        .into_iter()
+        .map(|mut t| {
+            control::json(&mut t);
+            serde_json::from_value(t).ok()
+        })
+        .collect()
+}

@@ -6,7 +6,7 @@ use super::names::is_secret_name;
 use super::{shapes, structure};
 use crate::model::{ProcessFacts, REDACTED};
 use serde_json::Value;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::ops::Range;
 
 /// Shortest value we scrub from free text: shorter ones (`1`, `on`) would shred unrelated
@@ -15,6 +15,8 @@ use std::ops::Range;
 const MIN_SCRUB_LEN: usize = 4;
 /// Bound on remembered values, so a long-running recorder cannot grow without limit.
 const MAX_SECRETS: usize = 4096;
+/// Bound on the cache of strings known clean.
+const MAX_CLEAN: usize = 1 << 14;
 /// Sibling fields of an object whose `key` names a secret (our own `Change` records).
 const KEYED_VALUE_FIELDS: &[&str] = &["value", "before", "after"];
 
@@ -24,6 +26,9 @@ pub struct Redactor {
     secrets: BTreeSet<String>,
     /// Replace with a keyed mask instead of `<redacted>` (baselines, to stay comparable).
     mask: Option<&'static MaskKey>,
+    /// Strings seen and found clean: a recorder sees the same addresses, state names and
+    /// frames every second. Emptied whenever a new secret is learned.
+    clean: HashSet<String>,
 }
 
 impl std::fmt::Debug for Redactor {
@@ -49,8 +54,8 @@ impl Redactor {
     /// `<redacted>` when there is no key.
     pub fn masking(key: Option<&'static MaskKey>) -> Self {
         Redactor {
-            secrets: BTreeSet::new(),
             mask: key,
+            ..Redactor::default()
         }
     }
 
@@ -60,8 +65,12 @@ impl Redactor {
     }
 
     fn remember(&mut self, v: &str) {
-        if v.len() >= MIN_SCRUB_LEN && !is_placeholder(v) && self.secrets.len() < MAX_SECRETS {
-            self.secrets.insert(v.to_string());
+        if v.len() >= MIN_SCRUB_LEN
+            && !is_placeholder(v)
+            && self.secrets.len() < MAX_SECRETS
+            && self.secrets.insert(v.to_string())
+        {
+            self.clean.clear();
         }
     }
 
@@ -83,10 +92,20 @@ impl Redactor {
 
     /// Redacts one free-text value by structure and shape, then scrubs known secrets.
     pub fn text(&mut self, value: &str) -> String {
+        if self.clean.contains(value) {
+            return value.to_string();
+        }
         let mut spans = structure::find(value);
         spans.extend(shapes::find(value));
         if spans.is_empty() {
-            return self.scrub(value);
+            let out = self.scrub(value);
+            if out == value {
+                if self.clean.len() >= MAX_CLEAN {
+                    self.clean.clear();
+                }
+                self.clean.insert(out.clone());
+            }
+            return out;
         }
         let spans = merge(spans);
         let mut out = String::with_capacity(value.len());

@@ -26,7 +26,18 @@ pub struct FeedFrame {
 }
 
 impl FeedFrame {
+    /// The UI's one way in: the snapshot is redacted again (unless taken with
+    /// `--no-redact`) and its strings neutralised, so a control sequence in a cmdline never
+    /// reaches the terminal.
     pub fn new(snapshot: Snapshot) -> Self {
+        let snapshot = crate::redact::for_output(&[&snapshot], snapshot.redacted)
+            .and_then(|mut v| v.pop())
+            .unwrap_or_else(|| Snapshot {
+                components: Vec::new(),
+                threads: Vec::new(),
+                config_changed: Vec::new(),
+                ..snapshot
+            });
         FeedFrame {
             snapshot,
             sampler: SamplerHealth::default(),
