@@ -187,7 +187,10 @@ fn main() {
     match run(cli) {
         Ok(code) => std::process::exit(code),
         Err(e) => {
-            eprintln!("wedgewatch: {}", wedgewatch::redact::log_line(&format!("{e:#}")));
+            eprintln!(
+                "wedgewatch: {}",
+                wedgewatch::redact::log_line(&format!("{e:#}"))
+            );
             std::process::exit(2);
         }
     }

@@ -50,7 +50,9 @@ fn human_bytes(b: u64) -> String {
 pub fn render(s: &Snapshot) -> String {
     match crate::redact::for_output(&[s], s.redacted).and_then(|mut v| v.pop()) {
         Some(safe) => crate::redact::control::text(&render_safe(&safe)).into_owned(),
-        None => "# wedgewatch snapshot\n\nThis snapshot could not be redacted for the report.\n".into(),
+        None => {
+            "# wedgewatch snapshot\n\nThis snapshot could not be redacted for the report.\n".into()
+        }
     }
 }
 

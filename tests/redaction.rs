@@ -13,6 +13,14 @@ const PLANTED: &[&str] = &[
     "planted-cli-key-9",
     "planted-eq-token-3",
     "planted-url-pw",
+    "planted-db-pass-5",
+    "planted-gh-pat-6",
+    "planted-json-env-7",
+    "plantedsentrykey0123",
+    "planted-query-13",
+    "planted-bearer-14",
+    "planted-positional-15",
+    "planted-json-arg-16",
 ];
 
 fn all_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
@@ -35,6 +43,13 @@ fn start_stack(d: u16, r: u16) -> (Shape, Shape) {
             "--api-key",
             "planted-cli-key-9",
             "--hf-token=planted-eq-token-3",
+            "--url",
+            "http://h/v1?api_key=planted-query-13",
+            "-H",
+            "Authorization: Bearer planted-bearer-14",
+            "model.api_key=planted-positional-15",
+            "--cfg",
+            r#"{"token": "planted-json-arg-16"}"#,
         ],
         &[
             ("OPENAI_API_KEY", "sk-planted-env-4242"),
@@ -42,6 +57,13 @@ fn start_stack(d: u16, r: u16) -> (Shape, Shape) {
             (
                 "DATABASE_URL",
                 "postgres://app:planted-db-pass@db.internal:5432/x",
+            ),
+            ("DB_PASS", "planted-db-pass-5"),
+            ("GH_PAT", "planted-gh-pat-6"),
+            ("MODEL_CFG", r#"{"api_key": "planted-json-env-7"}"#),
+            (
+                "ERROR_REPORTING",
+                "https://plantedsentrykey0123@o1.ingest.example/1",
             ),
         ],
     );
@@ -116,6 +138,9 @@ fn secrets_never_leave_redacted() {
         .expect("engine component");
     assert_eq!(c["env"]["OPENAI_API_KEY"], "<redacted>");
     assert_eq!(c["env"]["HF_TOKEN"], "<redacted>");
+    assert_eq!(c["env"]["DB_PASS"], "<redacted>");
+    assert_eq!(c["env"]["GH_PAT"], "<redacted>");
+    assert_eq!(c["env"]["MODEL_CFG"], r#"{"api_key": "<redacted>"}"#);
     assert_eq!(
         c["env"]["DATABASE_URL"],
         "postgres://app:<redacted>@db.internal:5432/x"

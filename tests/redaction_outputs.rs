@@ -40,8 +40,14 @@ fn facts() -> ProcessFacts {
     let env: BTreeMap<String, String> = [
         ("DB_PASS", "planted-db-pass-1"),
         ("GH_PAT", "planted-gh-pat-2"),
-        ("MODEL_CFG", r#"{"api_key": "planted-json-key-3", "name": "m"}"#),
-        ("ERROR_REPORTING", "https://plantedsentrykey0123@o1.ingest.example/1"),
+        (
+            "MODEL_CFG",
+            r#"{"api_key": "planted-json-key-3", "name": "m"}"#,
+        ),
+        (
+            "ERROR_REPORTING",
+            "https://plantedsentrykey0123@o1.ingest.example/1",
+        ),
         ("EXTRA_YAML", "auth:\n  token: planted-yaml-12\n"),
         ("SGLANG_PORT", "31012"),
         ("EVIL_TITLE", OSC52),
@@ -89,8 +95,10 @@ fn facts() -> ProcessFacts {
 fn topology() -> Topology {
     let mut t = pd_topology();
     if let Some(c) = t.components.iter_mut().find(|c| c.id == DECODE) {
-        c.labels
-            .insert("url".into(), "http://svc:planted-url-pw-11@127.0.0.1:31012".into());
+        c.labels.insert(
+            "url".into(),
+            "http://svc:planted-url-pw-11@127.0.0.1:31012".into(),
+        );
         c.http_url = Some("http://svc:planted-url-pw-11@127.0.0.1:31012".into());
     }
     t
@@ -174,7 +182,10 @@ fn read_tree(dir: &std::path::Path, out: &mut Vec<(String, String)>) {
         if p.is_dir() {
             read_tree(&p, out);
         } else {
-            out.push((p.display().to_string(), std::fs::read_to_string(&p).expect("read")));
+            out.push((
+                p.display().to_string(),
+                std::fs::read_to_string(&p).expect("read"),
+            ));
         }
     }
 }
@@ -189,7 +200,10 @@ fn snapshot_bundle_report_and_export_hold_no_planted_secret() {
     for (stem, v) in &b.raw {
         assert_clean(&format!("raw/{stem}"), &v.to_string());
     }
-    assert!(b.raw["metrics"].to_string().contains("api_key"), "label names stay");
+    assert!(
+        b.raw["metrics"].to_string().contains("api_key"),
+        "label names stay"
+    );
     let tmp = tempfile::tempdir().expect("tmp");
     let dir = tmp.path().join("bundle");
     snapshot::write_bundle(&b.snapshot, &b.raw, &dir).expect("bundle");
@@ -242,12 +256,19 @@ fn diff_text_neutralises_control_characters() {
     a.redacted = false;
     b.redacted = false;
     if let Some(c) = b.components.iter_mut().find(|c| c.id == DECODE) {
-        c.env.insert("NEW_VAR".into(), format!("x{OSC52}\nforged line"));
+        c.env
+            .insert("NEW_VAR".into(), format!("x{OSC52}\nforged line"));
     }
     let text = wedgewatch::diff::render_human(&wedgewatch::diff::diff_snapshots(&a, &b), false);
-    assert!(!text.contains('\u{1b}') && !text.contains('\u{7}'), "{text:?}");
+    assert!(
+        !text.contains('\u{1b}') && !text.contains('\u{7}'),
+        "{text:?}"
+    );
     assert!(text.contains(r"\x1b]52;c;"), "shown, escaped: {text}");
-    assert!(!text.contains("\nforged line"), "input newlines stay escaped: {text}");
+    assert!(
+        !text.contains("\nforged line"),
+        "input newlines stay escaped: {text}"
+    );
 }
 
 #[test]
@@ -263,7 +284,8 @@ fn recordings_and_replays_hold_no_planted_secret() {
         })
         .expect("topology");
         let base = Baseline::take(T0, &topology(), &[facts()], "start");
-        w.write(&Record::Baseline { baseline: base }).expect("baseline");
+        w.write(&Record::Baseline { baseline: base })
+            .expect("baseline");
         for s in samples() {
             w.write_sample(&s).expect("sample");
         }
@@ -290,7 +312,11 @@ fn an_old_recording_replays_clean() {
         t_ms: T0,
         topology: topology(),
     }];
-    records.extend(samples().into_iter().map(|sample| Record::Sample { sample }));
+    records.extend(
+        samples()
+            .into_iter()
+            .map(|sample| Record::Sample { sample }),
+    );
     for r in &records {
         f.write_all(&encode(r).expect("encode")).expect("write");
     }
@@ -334,7 +360,10 @@ fn baseline_masks_are_keyed_and_still_notice_a_changed_secret() {
     let (a, b) = (with("secret-aaaa"), with("secret-bbbb"));
     let mask = |bl: &Baseline| bl.components[0].env["HF_TOKEN"].clone();
     let (ma, mb) = (mask(&a), mask(&b));
-    assert!(!ma.contains("secret-aaaa") && ma.starts_with("<redacted:"), "{ma}");
+    assert!(
+        !ma.contains("secret-aaaa") && ma.starts_with("<redacted:"),
+        "{ma}"
+    );
     let mac = |m: &str| {
         m.trim_end_matches('>')
             .rsplit(':')
@@ -343,7 +372,8 @@ fn baseline_masks_are_keyed_and_still_notice_a_changed_secret() {
             .to_string()
     };
     assert!(mac(&ma).len() >= 16, "at least 64 bits kept: {ma}");
-    let low = |m: &str| u32::from_str_radix(&mac(m)[mac(m).len().saturating_sub(8)..], 16).unwrap_or(0);
+    let low =
+        |m: &str| u32::from_str_radix(&mac(m)[mac(m).len().saturating_sub(8)..], 16).unwrap_or(0);
     let crc_with_zero_salt = |v: &str| {
         let mut d = vec![0u8; 16];
         d.extend_from_slice(v.as_bytes());
@@ -362,5 +392,8 @@ fn baseline_masks_are_keyed_and_still_notice_a_changed_secret() {
         .expect("a changed secret is noticed");
     assert_eq!(c.before.as_deref(), Some(REDACTED));
     assert_eq!(c.after.as_deref(), Some(REDACTED));
-    assert!(a.changes_to(&with("secret-aaaa")).is_empty(), "unchanged: no change");
+    assert!(
+        a.changes_to(&with("secret-aaaa")).is_empty(),
+        "unchanged: no change"
+    );
 }

@@ -94,9 +94,15 @@ mod tests {
         let osc52 = "x\u{1b}]52;c;aGVsbG8=\u{7}y";
         assert_eq!(value(osc52), r"x\x1b]52;c;aGVsbG8=\x07y");
         assert_eq!(value("a\nb\tc\r"), r"a\x0ab\x09c\x0d");
-        assert_eq!(value("csi \u{9b}2J rlo \u{202e}"), r"csi \u{9b}2J rlo \u{202e}");
+        assert_eq!(
+            value("csi \u{9b}2J rlo \u{202e}"),
+            r"csi \u{9b}2J rlo \u{202e}"
+        );
         assert_eq!(text("line\n\tnext\u{1b}[2J"), "line\n\tnext\\x1b[2J");
-        assert!(matches!(value("/usr/bin/python3 --port 1 ünï"), Cow::Borrowed(_)));
+        assert!(matches!(
+            value("/usr/bin/python3 --port 1 ünï"),
+            Cow::Borrowed(_)
+        ));
     }
 
     #[test]

@@ -107,7 +107,10 @@ mod tests {
         let other = MaskKey::from_halves(3, 4);
         assert_ne!(k.mask("hunter22"), other.mask("hunter22"));
         assert!(has_mask(&k.mask("x")) && !k.mask("hunter22").contains("hunter22"));
-        assert_eq!(unmask(&format!("--api-key {}", k.mask("x"))), "--api-key <redacted>");
+        assert_eq!(
+            unmask(&format!("--api-key {}", k.mask("x"))),
+            "--api-key <redacted>"
+        );
     }
 
     /// The old CRC32(salt + value) mask was affine: for equal-length values

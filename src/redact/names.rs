@@ -22,7 +22,15 @@ const SECRET_WORD_ENDS: &[&str] = &["KEY", "KEYS", "TOKEN", "AUTH", "JWT", "BEAR
 /// A word of the name that is exactly one of these makes it secret (as suffixes they
 /// would hit ordinary words: `BYPASS`, `COMPASS`, `SPAT`).
 const SECRET_WORDS: &[&str] = &[
-    "PASS", "PW", "PAT", "CREDS", "DSN", "SIG", "SIGNATURE", "SESSIONID", "SID",
+    "PASS",
+    "PW",
+    "PAT",
+    "CREDS",
+    "DSN",
+    "SIG",
+    "SIGNATURE",
+    "SESSIONID",
+    "SID",
 ];
 /// Names that match the rules above but are ours or plainly not secret. `PWD` is the
 /// working directory; `key` is the env-name column of our own `Change` records.

@@ -248,10 +248,8 @@ impl Redactor {
 
     /// An array of strings may be a command line: flags give context to the next element.
     fn walk_array(&mut self, a: &mut [Value]) {
-        let all_strings: Option<Vec<String>> = a
-            .iter()
-            .map(|x| x.as_str().map(str::to_string))
-            .collect();
+        let all_strings: Option<Vec<String>> =
+            a.iter().map(|x| x.as_str().map(str::to_string)).collect();
         match all_strings {
             Some(words) if !words.is_empty() => {
                 for (x, w) in a.iter_mut().zip(self.args(&words)) {

@@ -66,7 +66,10 @@ mod tests {
         for s in [hf, sk, gh, pat, slack, aws, jwt, pem] {
             assert_eq!(hits(&format!("thread worker-{s} x")), vec![s], "{s}");
         }
-        assert_eq!(hits("cert -----BEGIN CERTIFICATE-----\nMIIB"), vec!["-----BEGIN CERTIFICATE-----\nMIIB"]);
+        assert_eq!(
+            hits("cert -----BEGIN CERTIFICATE-----\nMIIB"),
+            vec!["-----BEGIN CERTIFICATE-----\nMIIB"]
+        );
     }
 
     #[test]

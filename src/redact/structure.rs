@@ -48,7 +48,11 @@ pub fn find(text: &str) -> Vec<Range<usize>> {
     out.extend(key_values(text));
     out.extend(flag_values(text));
     if let Some(re) = BEARER.as_ref() {
-        out.extend(re.captures_iter(text).filter_map(|c| c.name("v")).map(|m| m.range()));
+        out.extend(
+            re.captures_iter(text)
+                .filter_map(|c| c.name("v"))
+                .map(|m| m.range()),
+        );
     }
     out
 }
@@ -142,7 +146,10 @@ mod tests {
             (r#"{"auth":{"password":"p w"}}"#, &["p w"]),
             ("token: y4ml-value\nport: 1", &["y4ml-value"]),
             ("DB_PASS=hunter22 PORT=1", &["hunter22"]),
-            ("https://abcdef0123456789@o1.ingest.example/1", &["abcdef0123456789"]),
+            (
+                "https://abcdef0123456789@o1.ingest.example/1",
+                &["abcdef0123456789"],
+            ),
             ("postgres://u:pw@db/x", &["pw"]),
             ("python -m x --api-key sk1 --port 1", &["sk1"]),
             ("url=http://h/?token=inner", &["inner"]),

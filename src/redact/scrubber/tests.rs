@@ -24,10 +24,19 @@ fn env_names_decide() {
         ("SGLANG_PORT", "30000"),
         ("PROXY", "http://bob:s3cr3t@proxy:8080/"),
         ("EMPTY_SECRET", ""),
-        ("MODEL_CONFIG", r#"{"api_key": "json-in-env-3", "name": "m"}"#),
+        (
+            "MODEL_CONFIG",
+            r#"{"api_key": "json-in-env-3", "name": "m"}"#,
+        ),
     ]);
     r.env(&mut env);
-    for k in ["HF_TOKEN", "OPENAI_API_KEY", "db_password", "DB_PASS", "GH_PAT"] {
+    for k in [
+        "HF_TOKEN",
+        "OPENAI_API_KEY",
+        "db_password",
+        "DB_PASS",
+        "GH_PAT",
+    ] {
         assert_eq!(env[k], REDACTED, "{k}");
     }
     assert_eq!(env["SGLANG_PORT"], "30000");
@@ -76,13 +85,17 @@ fn learned_values_are_scrubbed_everywhere_in_the_output() {
     for s in ["plain-token-xyz", "label-key-1", "q-tok-2"] {
         assert!(!all.contains(s), "{s} leaked: {all}");
     }
-    assert!(all.contains("HF_TOKEN") && all.contains("api_key"), "names stay");
+    assert!(
+        all.contains("HF_TOKEN") && all.contains("api_key"),
+        "names stay"
+    );
 }
 
 #[test]
 fn change_records_keyed_by_a_secret_name_hide_both_sides() {
     let mut r = Redactor::new();
-    let mut c = json!({"field": "env", "key": "DB_PASS", "before": "old-pw-1", "after": "new-pw-2"});
+    let mut c =
+        json!({"field": "env", "key": "DB_PASS", "before": "old-pw-1", "after": "new-pw-2"});
     r.redact_json(&mut c);
     assert_eq!(c["key"], "DB_PASS");
     assert_eq!(c["before"], REDACTED);
@@ -120,7 +133,10 @@ fn ordinary_values_stay_readable() {
         ("MODEL", "meta-llama/Llama-3.1-8B-Instruct"),
         ("LD_PRELOAD", ""),
         ("TOKENIZERS_PARALLELISM", "false"),
-        ("SERVER_URL", "http://127.0.0.1:30000/v1/chat/completions?stream=true"),
+        (
+            "SERVER_URL",
+            "http://127.0.0.1:30000/v1/chat/completions?stream=true",
+        ),
     ]);
     let before = env.clone();
     r.env(&mut env);
