@@ -125,11 +125,6 @@ impl Redactor {
         self.scrub(&out)
     }
 
-    /// Compatibility name of [`Redactor::text`].
-    pub fn value(&mut self, value: &str) -> String {
-        self.text(value)
-    }
-
     /// Redacts an environment map in place.
     pub fn env(&mut self, env: &mut BTreeMap<String, String>) {
         for (k, v) in env.iter_mut() {
@@ -204,8 +199,13 @@ impl Redactor {
     /// Redacts a JSON tree: by key name, structure and shape, then scrubs every value
     /// learned so far (from this tree or earlier ones) from all of it.
     pub fn redact_json(&mut self, v: &mut Value) {
+        let known = self.secrets.len();
         self.walk(v);
-        self.scrub_json(v);
+        // The walk scrubbed each string with what was known when it got there; only values
+        // learned during this walk still have to go from strings visited before them.
+        if self.secrets.len() != known {
+            self.scrub_json(v);
+        }
     }
 
     /// Redacts a serialisable value through its JSON form. `None` when the redacted form no
