@@ -530,6 +530,7 @@ fn cmd_doctor(g: &Global) -> anyhow::Result<i32> {
             discover: discover_options(g),
         },
     );
-    print!("{}", report.render());
+    // doctor quotes host facts (paths, process names): no live control sequences
+    print!("{}", wedgewatch::redact::control::text(&report.render()));
     Ok(if report.fatal() { 1 } else { 0 })
 }
