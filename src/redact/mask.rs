@@ -18,8 +18,13 @@ pub struct MaskKey {
     id: u32,
 }
 
-static MASK: LazyLock<Option<regex::Regex>> =
-    LazyLock::new(|| regex::Regex::new(r"<redacted:([0-9a-f]{8}):[0-9a-f]{16}>").ok());
+/// Today's masks, and the CRC32 masks of earlier versions (`<redacted:8 hex>`), which must
+/// not be re-published from old recordings either: they let anyone test guesses.
+static MASK: LazyLock<Option<regex::Regex>> = LazyLock::new(|| {
+    regex::Regex::new(r"<redacted:(?:(?P<id>[0-9a-f]{8}):[0-9a-f]{16}|[0-9a-f]{8})>").ok()
+});
+/// The "key id" of the old CRC32 masks (one salt per process, none recorded).
+const CRC_KEY_ID: &str = "crc32";
 
 impl MaskKey {
     /// A key from explicit halves (tests).
@@ -76,7 +81,7 @@ fn key_ids(s: &str) -> Vec<&str> {
     MASK.as_ref()
         .map(|re| {
             re.captures_iter(s)
-                .filter_map(|c| c.get(1).map(|m| m.as_str()))
+                .map(|c| c.name("id").map_or(CRC_KEY_ID, |m| m.as_str()))
                 .collect()
         })
         .unwrap_or_default()
@@ -135,5 +140,13 @@ mod tests {
         assert!(!same(&k1.mask("a"), &k1.mask("b")));
         assert!(same(&k1.mask("a"), &k1.mask("a")));
         assert!(MaskKey::random().is_some());
+    }
+
+    #[test]
+    fn old_crc_masks_are_never_republished() {
+        assert_eq!(unmask("<redacted:0badc0de>"), "<redacted>");
+        let k = MaskKey::from_halves(1, 2);
+        assert!(same("<redacted:0badc0de>", &k.mask("a")), "not comparable");
+        assert!(!same("<redacted:0badc0de>", "<redacted:12345678>"));
     }
 }
