@@ -56,3 +56,34 @@ where
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_lines_are_redacted_and_inert() {
+        let line = log_line("GET http://u:log-secret-1@h/m?token=log-secret-2 failed: \u{1b}[2J");
+        assert!(
+            !line.contains("log-secret-1") && !line.contains("log-secret-2"),
+            "{line}"
+        );
+        assert!(
+            !line.contains('\u{1b}') && line.contains(r"\x1b[2J"),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn outputs_share_one_redactor() {
+        let a = serde_json::json!({"env": {"HF_TOKEN": "shared-secret-1"}});
+        let b = serde_json::json!({"frame": "f(shared-secret-1)\u{7}"});
+        let out = for_output(&[&a, &b], true).unwrap_or_default();
+        assert_eq!(out[1]["frame"], "f(<redacted>)\\x07");
+        let plain = for_output(&[&a], false).unwrap_or_default();
+        assert_eq!(
+            plain[0]["env"]["HF_TOKEN"], "shared-secret-1",
+            "--no-redact"
+        );
+    }
+}
