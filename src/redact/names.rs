@@ -32,9 +32,12 @@ const SECRET_WORDS: &[&str] = &[
     "SESSIONID",
     "SID",
 ];
-/// Names that match the rules above but are ours or plainly not secret. `PWD` is the
-/// working directory; `key` is the env-name column of our own `Change` records.
-const NOT_SECRET: &[&str] = &["PWD", "OLDPWD", "KEY", "KEYS"];
+/// Names that match the rules above but are plainly not secret (`PWD` is the working
+/// directory), compared case-insensitively.
+const NOT_SECRET: &[&str] = &["PWD", "OLDPWD"];
+/// Our own JSON field names, compared exactly: `key` is the env-name column of `Change`
+/// records (an env variable named `KEY` is still secret).
+const OUR_FIELDS: &[&str] = &["key", "keys"];
 
 /// Whether a variable/option/label/JSON key name looks like it holds a secret.
 pub fn is_secret_name(name: &str) -> bool {
@@ -53,9 +56,20 @@ pub fn is_secret_name(name: &str) -> bool {
     })
 }
 
+/// Whether a JSON object key names a secret: as [`is_secret_name`], except our own fields.
+pub fn is_secret_field(name: &str) -> bool {
+    !OUR_FIELDS.contains(&name) && is_secret_name(name)
+}
+
 #[cfg(test)]
 mod tests {
-    use super::is_secret_name;
+    use super::{is_secret_field, is_secret_name};
+
+    #[test]
+    fn our_key_field_is_not_a_secret_but_a_key_parameter_is() {
+        assert!(!is_secret_field("key") && is_secret_field("api_key"));
+        assert!(is_secret_name("key"), "?key=... in a URL is a credential");
+    }
 
     #[test]
     fn secrets_by_word_not_counts() {
@@ -79,6 +93,7 @@ mod tests {
             "--hf-token",
             "access_token",
             "sig",
+            "KEY",
         ] {
             assert!(is_secret_name(secret), "{secret} must be redacted");
         }
@@ -91,7 +106,6 @@ mod tests {
             "PWD",
             "OLDPWD",
             "KEYBOARD_LAYOUT",
-            "key",
             "BYPASS_CACHE",
             "PATH",
             "PATCH_LEVEL",

@@ -2,7 +2,7 @@
 //! value it removed, and scrubs those values from everything else in the same output.
 
 use super::mask::MaskKey;
-use super::names::is_secret_name;
+use super::names::{is_secret_field, is_secret_name};
 use super::{shapes, structure};
 use crate::model::{ProcessFacts, REDACTED};
 use serde_json::Value;
@@ -234,7 +234,7 @@ impl Redactor {
                     .and_then(Value::as_str)
                     .is_some_and(is_secret_name);
                 for (k, x) in o.iter_mut() {
-                    let by_key = is_secret_name(k)
+                    let by_key = is_secret_field(k)
                         || (keyed_secret && KEYED_VALUE_FIELDS.contains(&k.as_str()));
                     match x {
                         Value::String(s) if by_key => *s = self.secret(s),
