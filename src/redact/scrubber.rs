@@ -161,8 +161,9 @@ impl Redactor {
                     continue;
                 }
             }
-            let t = a.trim();
-            redact_next = t.eq_ignore_ascii_case("bearer") || t.eq_ignore_ascii_case("basic");
+            // `Bearer` `TOKEN`, `Authorization: Basic` `B64` split over two arguments
+            let last = a.split_whitespace().last().unwrap_or("");
+            redact_next = last.eq_ignore_ascii_case("bearer") || last.eq_ignore_ascii_case("basic");
             out.push(self.text(a));
         }
         out

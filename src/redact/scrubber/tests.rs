@@ -66,6 +66,11 @@ fn args_flags_decide() {
         out,
         v("curl -H Authorization: Bearer <redacted> model.api_key=<redacted> http://h/v1?api_key=<redacted>")
     );
+    let split = r.args(&[
+        "Authorization: Basic".to_string(),
+        "dXNlcjpwYXNz".to_string(),
+    ]);
+    assert_eq!(split[1], REDACTED);
     let one = r.args(&["Authorization: Bearer in-one-arg-1".to_string()]);
     assert_eq!(one, ["Authorization: Bearer <redacted>"]);
 }
