@@ -267,7 +267,8 @@ impl Daemon {
 }
 
 fn tracing_note(msg: &str) {
-    eprintln!("wedgewatch daemon: {msg}");
+    // Logs land in bug reports too: error texts can quote URLs, argv, response bodies.
+    eprintln!("wedgewatch daemon: {}", crate::redact::log_line(msg));
 }
 
 /// Takes a baseline when a component is new or its process identity changed. Returns the

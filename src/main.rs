@@ -198,7 +198,10 @@ fn main() {
             std::process::exit(code)
         }
         Err(e) => {
-            eprintln!("wedgewatch: {e:#}");
+            eprintln!(
+                "wedgewatch: {}",
+                wedgewatch::redact::log_line(&format!("{e:#}"))
+            );
             std::process::exit(2);
         }
     }
@@ -319,6 +322,7 @@ fn parts_from_daemon(g: &Global) -> Option<SnapshotParts> {
             Some(p)
         }
         Err(e) => {
+            let e = wedgewatch::redact::log_line(&e.to_string());
             eprintln!("wedgewatch: daemon not usable ({e}); sampling here instead");
             None
         }
@@ -557,6 +561,7 @@ fn cmd_doctor(g: &Global) -> anyhow::Result<i32> {
             discover: discover_options(g),
         },
     );
-    print!("{}", report.render());
+    // doctor quotes host facts (paths, process names): no live control sequences
+    print!("{}", wedgewatch::redact::control::text(&report.render()));
     Ok(if report.fatal() { 1 } else { 0 })
 }

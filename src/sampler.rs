@@ -170,13 +170,21 @@ impl Sampler {
             tasks.push(tokio::spawn(async move {
                 let mut iv = tokio::time::interval(Duration::from_millis(s.every_ms));
                 iv.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+                // A one-shot collection takes every source at least once, however short
+                // its window (a 0 s snapshot still has processes, sockets, ...).
+                let mut owed_first = finish_by.is_some();
                 loop {
-                    if *shutdown.borrow() {
+                    if *shutdown.borrow() && !owed_first {
                         break;
                     }
-                    tokio::select! {
-                        _ = iv.tick() => {}
-                        r = shutdown.changed() => { if r.is_err() || *shutdown.borrow() { break; } continue; }
+                    if owed_first {
+                        iv.tick().await;
+                        owed_first = false;
+                    } else {
+                        tokio::select! {
+                            _ = iv.tick() => {}
+                            r = shutdown.changed() => { if r.is_err() || *shutdown.borrow() { break; } continue; }
+                        }
                     }
                     let t = topo.borrow().clone();
                     let sampled = take(&s, &t, clock.as_ref(), &stats, finish_by);

@@ -128,15 +128,8 @@ fn rfc(ms: Option<Millis>) -> Option<String> {
 /// Builds the snapshot and its raw files, redacting every value that looks like a secret
 /// (structurally in env/cmdline, then by value everywhere else) unless `opts.redact` is off.
 pub fn assemble_bundle(parts: SnapshotParts, opts: &AssembleOptions) -> Bundle {
-    let mut redactor = Redactor::new();
-    let mut facts: BTreeMap<i32, ProcessFacts> = BTreeMap::new();
-    for f in &parts.processes {
-        let mut f = f.clone();
-        if opts.redact {
-            redactor.facts(&mut f);
-        }
-        facts.insert(f.pid, f);
-    }
+    let facts: BTreeMap<i32, ProcessFacts> =
+        parts.processes.iter().map(|f| (f.pid, f.clone())).collect();
 
     let mut components = Vec::new();
     for c in &parts.topology.components {
@@ -155,12 +148,7 @@ pub fn assemble_bundle(parts: SnapshotParts, opts: &AssembleOptions) -> Bundle {
                 serde_json::to_value(f).unwrap_or(serde_json::Value::Null)
             })
             .collect();
-        let mut labels = c.labels.clone();
-        if opts.redact {
-            for v in labels.values_mut() {
-                *v = redactor.value(v);
-            }
-        }
+        let labels = c.labels.clone();
         components.push(SnapComponent {
             id: c.id.clone(),
             role: c.role,
@@ -223,22 +211,38 @@ pub fn assemble_bundle(parts: SnapshotParts, opts: &AssembleOptions) -> Bundle {
             raw.insert("topology".to_string(), v);
         }
     }
+    let mut redactor = Redactor::new();
     if opts.redact {
-        // belt and braces: any remembered secret anywhere else (frames, labels, raw payloads)
-        if let Ok(mut v) = serde_json::to_value(&snapshot) {
-            redactor.scrub_json(&mut v);
-            if let Ok(s) = serde_json::from_value(v) {
-                snapshot = s;
-            }
-        }
-        for v in raw.values_mut() {
-            redactor.scrub_json(v);
-        }
+        redact_outputs(&mut redactor, &mut snapshot, &mut raw);
     }
     Bundle {
         snapshot,
         raw,
         redactor,
+    }
+}
+
+/// The one redaction pass of a bundle: learn from every part first (a secret named in the
+/// raw process facts must also go from a thread name in the snapshot), then redact each.
+pub(crate) fn redact_outputs(
+    redactor: &mut Redactor,
+    snapshot: &mut Snapshot,
+    raw: &mut BTreeMap<String, serde_json::Value>,
+) {
+    let mut snap = serde_json::to_value(&*snapshot).unwrap_or(serde_json::Value::Null);
+    redactor.learn_json(&snap);
+    raw.values().for_each(|v| redactor.learn_json(v));
+    redactor.redact_json(&mut snap);
+    raw.values_mut().for_each(|v| redactor.redact_json(v));
+    match serde_json::from_value::<Snapshot>(snap) {
+        Ok(s) => *snapshot = s,
+        // Our own types always round-trip; if one ever did not, publish no host facts
+        // rather than unredacted ones.
+        Err(_) => {
+            snapshot.components.clear();
+            snapshot.threads.clear();
+            snapshot.config_changed.clear();
+        }
     }
 }
 

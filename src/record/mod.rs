@@ -84,7 +84,7 @@ pub struct BaselineComponent {
     pub started_at_ms: Option<Millis>,
     pub exe: Option<String>,
     pub cmdline: Vec<String>,
-    /// Secret-looking values are replaced by `<redacted:crc32>` (still comparable).
+    /// Secret values are keyed masks `<redacted:KEYID:MAC>` (comparable within one run).
     pub env: BTreeMap<String, String>,
     pub listen: Vec<String>,
 }
@@ -104,43 +104,18 @@ pub fn is_secret_name(name: &str) -> bool {
     crate::redact::is_secret_name(name)
 }
 
-/// A per-process random salt for masking secret values in baselines: two baselines of one
-/// daemon compare equal when a secret is unchanged, but a shared recording does not let
-/// anyone test guesses against the mask.
-fn secret_salt() -> &'static [u8; 16] {
-    static SALT: std::sync::OnceLock<[u8; 16]> = std::sync::OnceLock::new();
-    SALT.get_or_init(|| {
-        let mut salt = [0u8; 16];
-        let ok = std::fs::File::open("/dev/urandom")
-            .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut salt))
-            .is_ok();
-        if !ok {
-            let t = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos())
-                .unwrap_or_default();
-            salt[..16].copy_from_slice(&(t ^ u128::from(std::process::id())).to_le_bytes());
-        }
-        salt
-    })
-}
-
-/// The stored form of a secret value: a salted checksum, never the value.
-fn mask_secret(v: &str) -> String {
-    let mut data = secret_salt().to_vec();
-    data.extend_from_slice(v.as_bytes());
-    format!("<redacted:{:08x}>", crc32(&data))
-}
-
-/// What leaves the daemon in a `Change`: the mask becomes plain `<redacted>`.
+/// What leaves the daemon in a `Change`: masks become plain `<redacted>`.
 fn unmask(v: Option<String>) -> Option<String> {
-    v.map(|s| {
-        if s.starts_with("<redacted:") {
-            crate::model::REDACTED.to_string()
-        } else {
-            s
-        }
-    })
+    v.map(|s| crate::redact::mask::unmask(&s))
+}
+
+/// Whether two stored values differ (masks under different keys cannot be compared and
+/// do not count as a change).
+fn differs(a: Option<&String>, b: Option<&String>) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) => !crate::redact::mask::same(a, b),
+        (a, b) => a != b,
+    }
 }
 
 impl Baseline {
@@ -167,20 +142,11 @@ impl Baseline {
             if env_facts.env.is_none() {
                 continue;
             }
-            let env = env_facts
-                .env
-                .clone()
-                .unwrap_or_default()
-                .into_iter()
-                .map(|(k, v)| {
-                    if is_secret_name(&k) {
-                        let masked = mask_secret(&v);
-                        (k, masked)
-                    } else {
-                        (k, v)
-                    }
-                })
-                .collect();
+            // Secrets are stored as keyed masks (see `redact::mask`): comparable within one
+            // daemon run, meaningless without the key, which is never written.
+            let mut masker = crate::redact::Redactor::masking(crate::redact::MaskKey::process());
+            let mut env = env_facts.env.clone().unwrap_or_default();
+            masker.env(&mut env);
             components.push(BaselineComponent {
                 id: c.id.clone(),
                 role: c.role,
@@ -193,8 +159,7 @@ impl Baseline {
                 started_at_ms: p.started_at_ms,
                 exe: p.exe.clone(),
                 // Recordings travel: secrets in arguments are never stored in clear.
-                cmdline: crate::redact::Redactor::new()
-                    .args(&args_facts.cmdline.clone().unwrap_or_default()),
+                cmdline: masker.args(&args_facts.cmdline.clone().unwrap_or_default()),
                 env,
                 listen: c.listen.clone(),
             });
@@ -240,11 +205,12 @@ impl Baseline {
                 o.env.keys().chain(n.env.keys()).collect();
             for k in keys {
                 let (b, a) = (o.env.get(k), n.env.get(k));
-                if b != a {
+                if differs(b, a) {
                     out.push(ch("env", Some(k.clone()), b.cloned(), a.cloned()));
                 }
             }
-            if o.cmdline != n.cmdline {
+            let (oc, nc) = (o.cmdline.join(" "), n.cmdline.join(" "));
+            if differs(Some(&oc), Some(&nc)) {
                 out.push(ch(
                     "cmdline",
                     None,
@@ -373,6 +339,10 @@ pub struct RecordingWriter {
     tool: String,
     delta: DeltaState,
     last_written: BTreeMap<crate::model::SourceKind, Millis>,
+    /// Recordings travel (an incident recorded on one box is studied on another): every
+    /// record passes through one redactor for the whole run, so a secret learned in one
+    /// sample is scrubbed from every later one.
+    redactor: crate::redact::Redactor,
     /// What to keep and how often: see [`RecordPolicy`].
     pub policy: RecordPolicy,
 }
@@ -538,6 +508,7 @@ impl RecordingWriter {
             last_topology: None,
             last_baseline: None,
             first_baseline: None,
+            redactor: crate::redact::Redactor::new(),
             pid: std::process::id() as i32,
             tool: format!("wedgewatch {}", env!("CARGO_PKG_VERSION")),
             delta: DeltaState::default(),
@@ -597,8 +568,13 @@ impl RecordingWriter {
         }
     }
 
-    /// Appends a record, rotating first if the segment is full.
+    /// Appends a record, rotating first if the segment is full. A record that would not
+    /// survive redaction is not written.
     pub fn write(&mut self, rec: &Record) -> Result<()> {
+        let Some(redacted) = self.redactor.redact_typed(rec) else {
+            return Ok(());
+        };
+        let rec = &redacted;
         if let Target::Dir { policy, .. } = &self.target {
             let max = policy.max_segment_bytes;
             if self.bytes > 0 && self.bytes >= max {
@@ -651,22 +627,14 @@ impl RecordingWriter {
                 };
                 &trimmed
             }
-            // Recordings travel (an incident recorded on one box is studied on another):
-            // secrets in environments and arguments are never written in clear.
-            (crate::model::Payload::Processes(facts), _) => {
-                let mut facts = facts.clone();
-                let mut redactor = crate::redact::Redactor::new();
-                for f in facts.iter_mut() {
-                    redactor.facts(f);
-                }
-                trimmed = Sample {
-                    payload: crate::model::Payload::Processes(facts),
-                    ..s.clone()
-                };
-                &trimmed
-            }
             _ => s,
         };
+        // After trimming (less to walk). Every kind of payload, not only processes:
+        // secrets also sit in metrics labels, `/v1/loads` bodies, thread names, stacks.
+        let Some(redacted) = self.redactor.redact_typed(s) else {
+            return Ok(false);
+        };
+        let s = &redacted;
         if self.policy.compact {
             // Rotation resets the delta base: check before encoding.
             if let Target::Dir { policy, .. } = &self.target {
@@ -936,6 +904,9 @@ pub struct Replayer {
     pub model: Model,
     pub baselines: Vec<Baseline>,
     pub last_sample_ms: Option<Millis>,
+    /// Re-scrubs every record on read, so recordings made before a redaction rule existed
+    /// replay clean, and a value learned in one record goes from every later one.
+    redactor: crate::redact::Redactor,
 }
 
 impl Replayer {
@@ -947,11 +918,13 @@ impl Replayer {
             model,
             baselines: Vec::new(),
             last_sample_ms: None,
+            redactor: crate::redact::Redactor::new(),
         }
     }
 
     /// Applies one record; returns the sample time when it was a sample.
     pub fn apply(&mut self, r: Record) -> Option<Millis> {
+        let r = self.redactor.redact_typed(&r)?;
         match r {
             Record::Header { pid, .. } => {
                 if !self.model.ignore_client_pids.contains(&pid) {

@@ -181,7 +181,13 @@ pub fn write_bundle(
     overwrite: Overwrite,
 ) -> Result<()> {
     let target = inspect(dir, overwrite)?;
-    let files = bundle_files(snapshot, raw)?;
+    // The bundle writer is a choke point too: whatever a caller assembled, the files get
+    // today's redaction (unless taken with `--no-redact`), raw files included.
+    let (mut snapshot, mut raw) = (snapshot.clone(), raw.clone());
+    if snapshot.redacted {
+        super::redact_outputs(&mut crate::redact::Redactor::new(), &mut snapshot, &mut raw);
+    }
+    let files = bundle_files(&snapshot, &raw)?;
     match target {
         Target::Absent | Target::EmptyDir => write_fresh(&files, dir),
         Target::PreviousBundle(old) => replace_previous(&files, &old, dir),
