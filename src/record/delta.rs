@@ -20,14 +20,15 @@ const RELATIVE_MS_FIELDS: [&str; 3] =
     ["last_data_sent_ms", "last_data_recv_ms", "last_ack_recv_ms"];
 
 /// Rewrites "ms ago" fields to absolute times (`to_abs`) or back.
-/// (`abs = t - ago` and `ago = t - abs`: the same map both ways.)
+/// (`abs = t - ago` and `ago = t - abs`: the same map both ways; wrapping, so hostile
+/// values in a recording cannot overflow, and still its own inverse.)
 fn rebase_times(v: &mut serde_json::Value, t_ms: Millis) {
     match v {
         serde_json::Value::Object(o) => {
             for (k, x) in o.iter_mut() {
                 if RELATIVE_MS_FIELDS.contains(&k.as_str()) {
                     if let Some(n) = x.as_i64() {
-                        *x = serde_json::Value::from(t_ms - n);
+                        *x = serde_json::Value::from(t_ms.wrapping_sub(n));
                     }
                 } else {
                     rebase_times(x, t_ms);
@@ -169,6 +170,18 @@ pub fn diff_json(old: &serde_json::Value, new: &serde_json::Value) -> Option<ser
     }
 }
 
+/// The patch saying "no change". It must fit the data's shape: `{"$p":{}}` alone (what
+/// writers used to write) does not apply to a list, so every unchanged sample of a source
+/// whose data is a list (processes or metrics of an idle host) was lost on replay.
+fn unchanged(state: &serde_json::Value) -> serde_json::Value {
+    use serde_json::{json, Value};
+    match state {
+        Value::Object(_) => json!({ "$p": {} }),
+        Value::Array(_) => json!({ "$i": [] }),
+        other => json!({ "$v": other }),
+    }
+}
+
 /// Applies a patch from [`diff_json`]; None if it does not fit the base.
 pub fn apply_json(base: &serde_json::Value, node: &serde_json::Value) -> Option<serde_json::Value> {
     use serde_json::Value;
@@ -186,6 +199,10 @@ pub fn apply_json(base: &serde_json::Value, node: &serde_json::Value) -> Option<
         return Some(Value::Array(a));
     }
     if let Some(p) = n.get("$p").and_then(Value::as_object) {
+        if p.is_empty() && !n.contains_key("$d") {
+            // "No change", as older writers wrote it for data of any shape.
+            return Some(base.clone());
+        }
         let mut o = base.as_object()?.clone();
         for (k, sub) in p {
             let cur = o.get(k).cloned().unwrap_or(Value::Null);
@@ -269,10 +286,10 @@ impl DeltaState {
         let crc = crc32(&serde_json::to_vec(&state)?);
         let kind = s.kind();
         let (key, data, count) = match self.bases.get(&kind) {
-            Some((base, n)) if *n < KEYFRAME_EVERY => match diff_json(base, &state) {
-                Some(p) => (false, p, n + 1),
-                None => (false, serde_json::json!({ "$p": {} }), n + 1),
-            },
+            Some((base, n)) if *n < KEYFRAME_EVERY => {
+                let patch = diff_json(base, &state).unwrap_or_else(|| unchanged(&state));
+                (false, patch, n + 1)
+            }
             _ => (true, state.clone(), 0),
         };
         self.bases.insert(kind, (state, count));
@@ -331,8 +348,52 @@ impl DeltaState {
 
 #[cfg(test)]
 mod delta_tests {
-    use super::{apply_json, diff_json};
+    use super::{apply_json, diff_json, DeltaState};
+    use crate::model::{Payload, Sample, SourceStatus};
     use serde_json::json;
+
+    fn sample(t_ms: i64, payload: Payload) -> Sample {
+        Sample {
+            t_ms,
+            status: SourceStatus::ok(),
+            took_ms: 1,
+            payload,
+        }
+    }
+
+    #[test]
+    fn an_unchanged_sample_whose_data_is_a_list_replays() {
+        // An idle host: no components, so processes and metrics are `[]` on every sample.
+        let (mut enc, mut dec) = (DeltaState::default(), DeltaState::default());
+        for payload in [Payload::Processes(vec![]), Payload::Metrics(vec![])] {
+            for t in 0..3 {
+                let s = sample(t * 1000, payload.clone());
+                let rec = enc.encode(&s).expect("encode");
+                if let (t @ 1.., super::Record::Delta { data, .. }) = (t, &rec) {
+                    // A form that readers released before this fix also apply.
+                    assert_eq!(data, &json!({"$i": []}), "sample {t}");
+                }
+                assert_eq!(dec.decode(&rec), Some(s), "{rec:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn recordings_written_before_the_list_fix_still_replay() {
+        // Their "unchanged" patch was `{"$p":{}}` whatever the data was.
+        assert_eq!(
+            apply_json(&json!([1]), &json!({"$p": {}})),
+            Some(json!([1]))
+        );
+        assert_eq!(
+            apply_json(&json!(null), &json!({"$p": {}})),
+            Some(json!(null))
+        );
+        assert_eq!(
+            apply_json(&json!([1]), &json!({"$p": {"a": {"$v": 1}}})),
+            None
+        );
+    }
 
     fn round_trip(old: serde_json::Value, new: serde_json::Value) -> serde_json::Value {
         let patch = diff_json(&old, &new).expect("they differ");
