@@ -19,11 +19,16 @@ use std::path::{Path, PathBuf};
 
 mod delta;
 mod gz;
+mod inflate;
 mod read;
+mod recording;
 mod replay;
 
 pub use delta::{apply_json, diff_json, DeltaState, KEYFRAME_EVERY};
-pub use read::{first_record_ms, ReadStats, RecordIter, Recording};
+pub use read::{
+    read_records, NotARecording, ReadError, ReadLimits, ReadStats, Records, DEFAULT_MAX_LINE_BYTES,
+};
+pub use recording::{first_record_ms, RecordIter, Recording};
 pub use replay::{replay, Replayed, Replayer};
 
 pub const RECORDING_VERSION: u32 = 1;
@@ -776,7 +781,7 @@ pub fn parse_at(s: &str, recording_start_ms: Millis) -> Result<Millis> {
             "h" => 3_600_000,
             _ => return Err(bad()),
         };
-        return Ok(recording_start_ms + n * mult);
+        return Ok(recording_start_ms.saturating_add(n.saturating_mul(mult)));
     }
     if let Ok(ms) = s.parse::<i64>() {
         return Ok(ms);

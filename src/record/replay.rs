@@ -39,7 +39,7 @@ pub fn replay(rec: &Recording, at: Option<Millis>, thresholds: Thresholds) -> Re
     Ok(Replayed {
         model: r.model,
         baselines: r.baselines,
-        stats: records.stats,
+        stats: records.stats(),
         at_ms,
     })
 }
