@@ -179,3 +179,210 @@ fn a_recording_of_this_host_replays_every_sample() {
         "a clean replay: {stderr}"
     );
 }
+
+/// A small plain recording: a header, the topology and a few samples.
+fn plain_recording(path: &std::path::Path, compress: bool) {
+    let mut w = RecordingWriter::create_file(path, T0).expect("create");
+    w.policy.compress = compress;
+    w.policy.min_interval_ms.clear();
+    w.write(&Record::Topology {
+        t_ms: T0,
+        topology: pd_topology(),
+    })
+    .expect("topology");
+    for s in random_samples(7, 40) {
+        w.write_sample(&s).expect("write");
+    }
+}
+
+fn foreign_gzip() -> Vec<u8> {
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    std::io::Write::write_all(&mut gz, b"somebody else's data\n").expect("gzip");
+    gz.finish().expect("gzip")
+}
+
+fn random_bytes(n: usize) -> Vec<u8> {
+    let mut rng = Rng(0x5eed);
+    (0..n).map(|_| rng.below(256) as u8).collect()
+}
+
+const PASSWD: &[u8] =
+    b"root:x:0:0:root:/root:/bin/bash\ndaemon:x:1:1:daemon:/usr/sbin:/usr/sbin/nologin\n";
+const SNAPSHOT: &[u8] = b"{\n  \"schema\": \"wedgewatch.snapshot/1\",\n  \"components\": []\n}\n";
+
+#[test]
+fn bytes_that_are_not_recordings_are_refused() {
+    let why = |bytes: &[u8]| match read_records(bytes, ReadLimits::default()) {
+        Ok(_) => None,
+        Err(ReadError::NotARecording(why)) => Some(why),
+        Err(e) => panic!("{e}"),
+    };
+    assert_eq!(why(b""), Some(NotARecording::Empty));
+    assert_eq!(why(PASSWD), Some(NotARecording::NoHeader));
+    assert_eq!(why(&random_bytes(100_000)), Some(NotARecording::NoHeader));
+    assert_eq!(why(&foreign_gzip()), Some(NotARecording::ForeignGzip));
+    assert_eq!(why(SNAPSHOT), Some(NotARecording::Snapshot));
+    assert_eq!(why(b"{\"a\": 1}\n"), Some(NotARecording::Json));
+    // A valid record that is not a header is not a recording's start either.
+    let line = encode(&Record::Topology {
+        t_ms: T0,
+        topology: pd_topology(),
+    })
+    .expect("encode");
+    assert_eq!(why(&line), Some(NotARecording::NoHeader));
+    let dir = tempfile::tempdir().expect("tmp");
+    for compress in [false, true] {
+        let p = dir.path().join(format!("r{compress}"));
+        plain_recording(&p, compress);
+        assert_eq!(why(&std::fs::read(&p).expect("read")), None);
+    }
+}
+
+fn run(args: &[&std::ffi::OsStr]) -> (i32, String, String) {
+    let out = shapes::wedgewatch().args(args).output().expect("run");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn files_that_are_not_recordings_are_an_error_naming_the_file() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let trace = dir.path().join("trace.json");
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        ("empty.wwrec", vec![], "empty file"),
+        (
+            "passwd",
+            PASSWD.to_vec(),
+            "does not start with a recording header",
+        ),
+        (
+            "random.bin",
+            random_bytes(50_000),
+            "does not start with a recording header",
+        ),
+        (
+            "other.gz",
+            foreign_gzip(),
+            "gzip data not written by wedgewatch",
+        ),
+        (
+            "snapshot.json",
+            SNAPSHOT.to_vec(),
+            "a wedgewatch snapshot, not a recording",
+        ),
+    ];
+    for (name, bytes, want) in cases {
+        let p = dir.path().join(name);
+        std::fs::write(&p, bytes).expect("write");
+        let mut commands: Vec<Vec<&std::ffi::OsStr>> = vec![
+            vec![
+                "snapshot".as_ref(),
+                "--json".as_ref(),
+                "--from".as_ref(),
+                p.as_os_str(),
+            ],
+            vec!["tui".as_ref(), "--replay".as_ref(), p.as_os_str()],
+        ];
+        if name != "snapshot.json" {
+            // export reads snapshots too; it refuses the rest.
+            commands.push(vec![
+                "export".as_ref(),
+                "--perfetto".as_ref(),
+                trace.as_os_str(),
+                "--from".as_ref(),
+                p.as_os_str(),
+            ]);
+        }
+        for args in commands {
+            let (code, stdout, stderr) = run(&args);
+            assert_eq!(code, 2, "{name} {args:?}: {stderr}");
+            assert!(stdout.is_empty(), "{name}: {stdout}");
+            assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+            assert!(
+                stderr.contains(name),
+                "{name}: must name the file: {stderr}"
+            );
+            assert!(stderr.contains(want), "{name} {args:?}: {stderr}");
+        }
+    }
+    assert!(!trace.exists(), "no trace written");
+}
+
+/// A plain recording with a damaged line in the middle.
+fn damaged_recording(path: &std::path::Path) {
+    plain_recording(path, false);
+    let mut text = std::fs::read(path).expect("read");
+    let third_line = text
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| **b == b'\n')
+        .nth(4)
+        .map(|(i, _)| i + 1)
+        .expect("line");
+    text[third_line + 20] ^= 0x01;
+    std::fs::write(path, &text).expect("write");
+}
+
+#[test]
+fn damage_is_reported_by_snapshot_and_export() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let p = dir.path().join("damaged.wwrec");
+    damaged_recording(&p);
+    let trace = dir.path().join("trace.json");
+    for args in [
+        vec![
+            "snapshot".as_ref(),
+            "--json".as_ref(),
+            "--from".as_ref(),
+            p.as_os_str(),
+        ],
+        vec![
+            "export".as_ref(),
+            "--perfetto".as_ref(),
+            trace.as_os_str(),
+            "--from".as_ref(),
+            p.as_os_str(),
+        ],
+    ] {
+        let (code, _, stderr) = run(&args);
+        assert_eq!(code, 0, "{stderr}");
+        let line = stderr
+            .lines()
+            .find(|l| l.contains("damaged.wwrec"))
+            .unwrap_or_else(|| panic!("{args:?}: nothing reported: {stderr}"));
+        assert!(line.contains("1 damaged record(s) skipped"), "{line}");
+    }
+}
+
+#[test]
+fn an_over_long_line_is_skipped_unheld_and_reading_goes_on() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let p = dir.path().join("r.wwrec");
+    plain_recording(&p, false);
+    let good = std::fs::read(&p).expect("read");
+    let first_line_end = good.iter().position(|b| *b == b'\n').expect("line") + 1;
+    let mut bytes = good[..first_line_end].to_vec();
+    bytes.extend(std::iter::repeat_n(b'7', 3 << 20));
+    bytes.push(b'\n');
+    bytes.extend_from_slice(&good[first_line_end..]);
+    bytes.extend(std::iter::repeat_n(b'7', 3 << 20)); // and a torn one at the end
+    let limits = ReadLimits {
+        max_line_bytes: 1 << 20,
+    };
+    let count = |bytes: &[u8]| {
+        let mut recs = read_records(bytes, limits).expect("a recording");
+        let n = recs.by_ref().filter(|r| r.is_ok()).count();
+        (n, recs.stats())
+    };
+    let (clean, clean_stats) = count(&good);
+    let (n, stats) = count(&bytes);
+    assert_eq!(n, clean, "every record around the long lines");
+    assert_eq!(stats.oversized, 2, "{stats:?}");
+    assert_eq!((clean_stats.oversized, clean_stats.skipped), (0, 0));
+    assert!(stats
+        .summary()
+        .is_some_and(|s| s.contains("2 over-long line(s)")));
+}
