@@ -312,7 +312,12 @@ impl<R: Read> LineReader<R> {
                     (false, false) => Some(Line::Torn),
                 });
             }
-            let newline = chunk.iter().position(|b| *b == b'\n');
+            // `contains` is memchr: fast over the long stretches of a long line.
+            let newline = if chunk.contains(&b'\n') {
+                chunk.iter().position(|b| *b == b'\n')
+            } else {
+                None
+            };
             let part = &chunk[..newline.unwrap_or(chunk.len())];
             if !too_long && self.line.len() + part.len() > self.max {
                 too_long = true;
@@ -321,8 +326,9 @@ impl<R: Read> LineReader<R> {
             if !too_long {
                 let want = self.line.len() + part.len();
                 if want > self.line.capacity() {
-                    // Grow by doubling, but never past the cap.
-                    let to = want.max(2 * self.line.capacity()).min(self.max);
+                    // Powers of two up to the cap: growing copies, so the peak is the
+                    // last two sizes (1.5 times a power-of-two cap), never more.
+                    let to = want.next_power_of_two().clamp(READ_BUF, self.max.max(want));
                     self.line.reserve_exact(to - self.line.len());
                 }
                 self.line.extend_from_slice(part);
