@@ -386,3 +386,49 @@ fn an_over_long_line_is_skipped_unheld_and_reading_goes_on() {
         .summary()
         .is_some_and(|s| s.contains("2 over-long line(s)")));
 }
+
+#[test]
+fn an_endless_stream_that_is_not_a_recording_is_refused_at_once() {
+    // Digits, like a record's checksum, with never a line break.
+    let endless = std::io::repeat(b'7');
+    let why = read_records(endless, ReadLimits::default()).err();
+    assert!(
+        matches!(why, Some(ReadError::NotARecording(NotARecording::NoHeader))),
+        "{why:?}"
+    );
+}
+
+#[test]
+fn damaged_recordings_never_panic_and_keep_what_is_whole() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let mut rng = Rng(0xdead_beef);
+    for compress in [false, true] {
+        let p = dir.path().join(format!("r{compress}"));
+        plain_recording(&p, compress);
+        let good = std::fs::read(&p).expect("read");
+        let clean = read_records(&good[..], ReadLimits::default())
+            .expect("ok")
+            .count();
+        for _ in 0..150 {
+            let mut bytes = good.clone();
+            // Flip, zero or drop a few bytes anywhere but the first 16 (the signature).
+            for _ in 0..1 + rng.below(4) {
+                let at = 16 + rng.below(bytes.len() as u64 - 16) as usize;
+                match rng.below(3) {
+                    0 => bytes[at] ^= 1 << rng.below(8),
+                    1 => bytes[at] = 0,
+                    _ => bytes.truncate(at.max(17)),
+                }
+            }
+            let Ok(mut recs) = read_records(&bytes[..], ReadLimits::default()) else {
+                continue; // a damaged header line: refused, which is fine too
+            };
+            let n = recs.by_ref().filter(|r| r.is_ok()).count();
+            assert!(
+                n <= clean,
+                "{n} records from damage, {clean} from the original"
+            );
+            let _ = recs.stats().summary();
+        }
+    }
+}

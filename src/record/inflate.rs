@@ -92,7 +92,7 @@ impl<R: Read> Members<R> {
         let done = self.pos;
         self.buf.drain(..done);
         self.pos = 0;
-        self.next_hdr = self.next_hdr.map(|h| h - done);
+        self.next_hdr = self.next_hdr.and_then(|h| h.checked_sub(done));
         self.hdr_scan = self.hdr_scan.saturating_sub(done);
         self.sync_scan = self.sync_scan.saturating_sub(done);
         self.sync_at = self.sync_at.and_then(|m| m.checked_sub(done));
@@ -187,6 +187,7 @@ impl<R: Read> Members<R> {
     }
 
     fn skip_to(&mut self, to: usize) {
+        let to = to.max(self.pos);
         let n = to - self.pos;
         let trailer = n.min(self.trailer);
         self.trailer -= trailer;
@@ -207,7 +208,8 @@ impl<R: Read> Members<R> {
     /// at the end), None when the member ended or was given up (go on with the next).
     fn inflate_some(&mut self, out: &mut [u8]) -> io::Result<Option<usize>> {
         loop {
-            let limit = self.member_limit();
+            // (A member just started may lie past the searchable part of the window.)
+            let limit = self.member_limit().max(self.pos);
             let fed_all = self.eof && limit == self.buf.len();
             // Feed one record at a time: an inflate call that fails reports little of
             // what it inflated before the damage.
@@ -223,7 +225,11 @@ impl<R: Read> Members<R> {
                     end = self.sync_end(end, limit);
                     continue;
                 }
-                break (res, consumed.min(end - self.pos), written.min(out.len()));
+                break (
+                    res,
+                    consumed.min(end.saturating_sub(self.pos)),
+                    written.min(out.len()),
+                );
             };
             self.pos += consumed;
             match res {
@@ -238,7 +244,10 @@ impl<R: Read> Members<R> {
                 Ok(_) if consumed == 0 && written == 0 => {
                     // Input used up mid-member: read on, or it is torn (a crash, or still
                     // being written) and the next member (if any) takes over.
-                    if self.next_hdr.is_some() || fed_all {
+                    // (An inflater that takes nothing from a window this large never will:
+                    // give up rather than buffer on.)
+                    let stalled = self.buf.len() - self.pos > 4 * CHUNK;
+                    if self.next_hdr.is_some() || fed_all || stalled {
                         self.abandon_member();
                         return Ok(None);
                     }

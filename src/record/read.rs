@@ -12,6 +12,8 @@ use std::io::{self, BufRead, BufReader, Chain, Cursor, Read};
 /// stack (thousands of connections, hundreds of processes with their environments, deep
 /// stack dumps of every thread) stays in the low tens of MiB.
 pub const DEFAULT_MAX_LINE_BYTES: usize = 64 << 20;
+/// The longest first line looked at for a header record.
+const HEADER_LINE_MAX: usize = 64 << 10;
 /// How much of a file's start is looked at to tell what it is.
 const SNIFF_BYTES: u64 = 4096;
 /// Read buffer of the line splitter; also the inflater's output per call (at least the
@@ -131,11 +133,12 @@ pub fn read_records<R: Read>(mut input: R, limits: ReadLimits) -> Result<Records
     } else {
         Source::Plain(bytes)
     };
-    let mut lines = LineReader::new(source, limits.max_line_bytes);
+    // A header line is short: do not read far into something else looking for it.
+    let mut lines = LineReader::new(source, limits.max_line_bytes.min(HEADER_LINE_MAX));
     let first = if gzip {
         None
     } else {
-        match lines.next_line()? {
+        match lines.read_line(false)? {
             Some(Line::Whole) => match decode(&lines.line) {
                 Some(h @ Record::Header { .. }) => Some(h),
                 _ => return Err(NotARecording::NoHeader.into()),
@@ -143,6 +146,7 @@ pub fn read_records<R: Read>(mut input: R, limits: ReadLimits) -> Result<Records
             _ => return Err(NotARecording::NoHeader.into()),
         }
     };
+    lines.max = limits.max_line_bytes;
     Ok(Records {
         lines,
         first,
@@ -298,6 +302,12 @@ impl<R: Read> LineReader<R> {
     }
 
     fn next_line(&mut self) -> io::Result<Option<Line>> {
+        self.read_line(true)
+    }
+
+    /// The next line; one over the cap is read to its end (and dropped) when `skip_long`,
+    /// else left where the cap was hit.
+    fn read_line(&mut self, skip_long: bool) -> io::Result<Option<Line>> {
         self.line.clear();
         let mut too_long = false;
         loop {
@@ -322,6 +332,9 @@ impl<R: Read> LineReader<R> {
             if !too_long && self.line.len() + part.len() > self.max {
                 too_long = true;
                 self.line.clear();
+                if !skip_long {
+                    return Ok(Some(Line::TooLong));
+                }
             }
             if !too_long {
                 let want = self.line.len() + part.len();
