@@ -1,6 +1,7 @@
-//! A hostile recording: a gzip member inflating to more than 1 GiB of one line is read in
-//! bounded time and in memory bounded by the line cap. Alone in its test binary, so the
-//! counting allocator sees only this test.
+//! Hostile recordings: a gzip member inflating to more than 1 GiB of one line is read in
+//! bounded time and in memory bounded by the line cap; a line of tiny JSON values costs
+//! memory bounded by the value budget. Alone in their test binary, so the counting
+//! allocator sees only them.
 
 mod correl_common;
 
@@ -85,7 +86,13 @@ fn bomb(before: &[u8], n: u64, after: &[u8]) -> Vec<u8> {
     b.out
 }
 
+/// One test, so the counting allocator sees one thing at a time.
 #[test]
+fn hostile_lines_are_read_in_bounded_time_and_memory() {
+    a_gzip_bomb_of_one_line_is_read_in_bounded_time_and_memory();
+    a_dense_line_costs_memory_bounded_by_the_value_budget();
+}
+
 fn a_gzip_bomb_of_one_line_is_read_in_bounded_time_and_memory() {
     let header = encode(&Record::Header {
         version: 1,
@@ -112,6 +119,7 @@ fn a_gzip_bomb_of_one_line_is_read_in_bounded_time_and_memory() {
             &data[..],
             ReadLimits {
                 max_line_bytes: cap,
+                ..ReadLimits::default()
             },
         )
         .expect("ok");
@@ -147,4 +155,50 @@ fn a_gzip_bomb_of_one_line_is_read_in_bounded_time_and_memory() {
         // About 2 s in a debug build; the old reader ran for minutes, growing.
         assert!(took < Duration::from_secs(60), "{took:?}");
     }
+}
+
+/// A line of tiny JSON values (`[0,0,...]`), checksummed: parsed, it is a tree some 100
+/// times the line's size.
+fn dense_line(values: usize) -> Vec<u8> {
+    let data = format!("[{}0]", "0,".repeat(values - 1));
+    let crc = crc32(data.as_bytes());
+    let rec = format!(
+        r#"{{"type":"delta","t_ms":1,"kind":"gpu","status":{{"status":"ok"}},"took_ms":1,"key":true,"crc":{crc},"data":{data}}}"#
+    );
+    let mut bytes = encode(&Record::Header {
+        version: 1,
+        t_ms: 1,
+        pid: 1,
+        tool: "t".into(),
+    })
+    .expect("encode");
+    bytes.extend_from_slice(format!("{:08x} {rec}\n", crc32(rec.as_bytes())).as_bytes());
+    bytes
+}
+
+/// Peak heap while reading `bytes` to the end, and the stats.
+fn peak_reading(bytes: &[u8], limits: ReadLimits) -> (usize, ReadStats) {
+    let base = NOW.load(Ordering::Relaxed);
+    PEAK.store(base, Ordering::Relaxed);
+    let mut recs = read_records(bytes, limits).expect("a recording");
+    recs.by_ref().for_each(drop);
+    (PEAK.load(Ordering::Relaxed) - base, recs.stats())
+}
+
+fn a_dense_line_costs_memory_bounded_by_the_value_budget() {
+    let limits = ReadLimits {
+        max_line_values: 200_000,
+        ..ReadLimits::default()
+    };
+    let (peak, stats) = peak_reading(&dense_line(150_000), limits);
+    println!(
+        "150k values: peak heap {:.1} MiB ({} B a value)",
+        peak as f64 / f64::from(1 << 20),
+        peak / 150_000
+    );
+    assert_eq!((stats.records, stats.oversized), (1, 0), "{stats:?}");
+    assert!(peak < 300 * 200_000, "{peak} B");
+    let (peak, stats) = peak_reading(&dense_line(250_000), limits);
+    assert_eq!(stats.oversized, 1, "{stats:?}");
+    assert!(peak < 4 << 20, "skipped unparsed: {peak} B");
 }

@@ -371,6 +371,7 @@ fn an_over_long_line_is_skipped_unheld_and_reading_goes_on() {
     bytes.extend(std::iter::repeat_n(b'7', 3 << 20)); // and a torn one at the end
     let limits = ReadLimits {
         max_line_bytes: 1 << 20,
+        ..ReadLimits::default()
     };
     let count = |bytes: &[u8]| {
         let mut recs = read_records(bytes, limits).expect("a recording");
@@ -384,7 +385,7 @@ fn an_over_long_line_is_skipped_unheld_and_reading_goes_on() {
     assert_eq!((clean_stats.oversized, clean_stats.skipped), (0, 0));
     assert!(stats
         .summary()
-        .is_some_and(|s| s.contains("2 over-long line(s)")));
+        .is_some_and(|s| s.contains("2 oversized line(s)")));
 }
 
 #[test]

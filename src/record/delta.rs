@@ -305,8 +305,10 @@ impl DeltaState {
     }
 
     /// Decodes a delta record back into a sample; None if its base is missing or the
-    /// result fails its CRC (a record was lost): wait for the next keyframe.
-    pub fn decode(&mut self, r: &Record) -> Option<Sample> {
+    /// result fails its CRC (a record was lost): wait for the next keyframe. Takes the
+    /// record and never copies its data: a record from a stranger may be as big as the
+    /// reader's line cap allows, and its JSON tree several times that.
+    pub fn decode(&mut self, r: Record) -> Option<Sample> {
         let Record::Delta {
             t_ms,
             kind,
@@ -319,31 +321,49 @@ impl DeltaState {
         else {
             return None;
         };
-        let state = if *key {
-            data.clone()
+        let state = if key {
+            data
         } else {
-            let base = &self.bases.get(kind)?.0;
-            apply_json(base, data)?
+            let (base, patch) = (&self.bases.get(&kind)?.0, data);
+            apply_json(base, &patch)?
         };
         let ok = serde_json::to_vec(&state)
-            .map(|b| crc32(&b) == *crc)
+            .map(|b| crc32(&b) == crc)
             .unwrap_or(false);
         if !ok {
-            self.bases.remove(kind);
+            self.bases.remove(&kind);
             return None;
         }
-        self.bases.insert(*kind, (state.clone(), 0));
-        let mut data = state;
-        rebase_times(&mut data, *t_ms);
-        let payload: crate::model::Payload =
-            serde_json::from_value(serde_json::json!({ "source": kind, "data": data })).ok()?;
+        let (payload, state) = payload_of(kind, state, t_ms);
+        self.bases.insert(kind, (state, 0));
         Some(Sample {
-            t_ms: *t_ms,
-            status: status.clone(),
-            took_ms: *took_ms,
-            payload,
+            t_ms,
+            status,
+            took_ms,
+            payload: payload?,
         })
     }
+}
+
+/// The payload a decoded state stands for, and the state back (unchanged, to be the next
+/// base): times are rebased in place and back rather than on a copy.
+fn payload_of(
+    kind: crate::model::SourceKind,
+    state: serde_json::Value,
+    t_ms: Millis,
+) -> (Option<crate::model::Payload>, serde_json::Value) {
+    use serde::Deserialize;
+    let mut tagged = serde_json::json!({ "source": kind, "data": state });
+    if let Some(d) = tagged.get_mut("data") {
+        rebase_times(d, t_ms);
+    }
+    let payload = crate::model::Payload::deserialize(&tagged).ok();
+    let mut state = tagged
+        .get_mut("data")
+        .map(serde_json::Value::take)
+        .unwrap_or_default();
+    rebase_times(&mut state, t_ms);
+    (payload, state)
 }
 
 #[cfg(test)]
@@ -373,7 +393,7 @@ mod delta_tests {
                     // A form that readers released before this fix also apply.
                     assert_eq!(data, &json!({"$i": []}), "sample {t}");
                 }
-                assert_eq!(dec.decode(&rec), Some(s), "{rec:?}");
+                assert_eq!(dec.decode(rec.clone()), Some(s), "{rec:?}");
             }
         }
     }

@@ -27,6 +27,7 @@ mod replay;
 pub use delta::{apply_json, diff_json, DeltaState, KEYFRAME_EVERY};
 pub use read::{
     read_records, NotARecording, ReadError, ReadLimits, ReadStats, Records, DEFAULT_MAX_LINE_BYTES,
+    DEFAULT_MAX_LINE_VALUES,
 };
 pub use recording::{first_record_ms, RecordIter, Recording};
 pub use replay::{replay, Replayed, Replayer};

@@ -20,17 +20,26 @@ const SNIFF_BYTES: u64 = 4096;
 /// deflate window, so a failing call never keeps decoded bytes back).
 const READ_BUF: usize = 64 << 10;
 
+/// Real records hold 8 to 17 bytes per JSON value (sockets the densest); a line of tiny
+/// values (`[0,0,...]`) decodes to some 200 bytes of heap per value, so the value count,
+/// not the length, bounds what a hostile line costs: about 400 MiB at this default.
+pub const DEFAULT_MAX_LINE_VALUES: usize = 2 << 20;
+
 /// Bounds on what the reader holds in memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReadLimits {
     /// A longer line is skipped (counted in [`ReadStats::oversized`]) without being held.
     pub max_line_bytes: usize,
+    /// A line with more JSON values (counted as `,` `:` `[` `{` bytes, an upper bound) is
+    /// skipped before it is parsed (counted in [`ReadStats::oversized`]).
+    pub max_line_values: usize,
 }
 
 impl Default for ReadLimits {
     fn default() -> Self {
         ReadLimits {
             max_line_bytes: DEFAULT_MAX_LINE_BYTES,
+            max_line_values: DEFAULT_MAX_LINE_VALUES,
         }
     }
 }
@@ -43,7 +52,8 @@ pub struct ReadStats {
     pub skipped: u64,
     /// Delta records whose base was lost with a skipped line (until the next keyframe).
     pub undecodable: u64,
-    /// Lines longer than [`ReadLimits::max_line_bytes`], skipped unread.
+    /// Lines over [`ReadLimits::max_line_bytes`] (skipped unread) or
+    /// [`ReadLimits::max_line_values`] (skipped unparsed).
     pub oversized: u64,
     /// Gzip members given up part-way (damaged, or torn by a crash).
     pub damaged_members: u64,
@@ -80,7 +90,7 @@ impl ReadStats {
     pub fn summary(&self) -> Option<String> {
         let parts: Vec<String> = [
             (self.skipped, "damaged record(s) skipped"),
-            (self.oversized, "over-long line(s) skipped"),
+            (self.oversized, "oversized line(s) skipped"),
             (self.damaged_members, "damaged gzip member(s) skipped"),
             (self.stray_bytes, "stray byte(s) skipped"),
             (
@@ -149,6 +159,7 @@ pub fn read_records<R: Read>(mut input: R, limits: ReadLimits) -> Result<Records
     lines.max = limits.max_line_bytes;
     Ok(Records {
         lines,
+        max_values: limits.max_line_values,
         first,
         delta: DeltaState::default(),
         stats: ReadStats::default(),
@@ -199,6 +210,7 @@ impl<R: Read> Read for Source<R> {
 /// The records of one recording stream; see [`read_records`].
 pub struct Records<R> {
     lines: LineReader<Source<R>>,
+    max_values: usize,
     /// The header, read while checking the stream is a recording.
     first: Option<Record>,
     delta: DeltaState,
@@ -222,12 +234,17 @@ impl<R: Read> Records<R> {
 
     /// A whole line's record, if it is one (deltas turned back into samples).
     fn record(&mut self) -> Option<Record> {
+        let structural = |b: &u8| matches!(b, b',' | b':' | b'[' | b'{');
+        if self.lines.line.iter().filter(|b| structural(b)).count() > self.max_values {
+            self.stats.oversized += 1;
+            return None;
+        }
         let Some(rec) = decode(&self.lines.line) else {
             self.stats.skipped += 1;
             return None;
         };
         let rec = match rec {
-            Record::Delta { .. } => match self.delta.decode(&rec) {
+            Record::Delta { .. } => match self.delta.decode(rec) {
                 Some(sample) => Record::Sample { sample },
                 None => {
                     self.stats.undecodable += 1;
