@@ -191,8 +191,13 @@ pub fn apply_json(base: &serde_json::Value, node: &serde_json::Value) -> Option<
     }
     if let Some(at) = n.get("$i").and_then(Value::as_array) {
         let mut a = base.as_array()?.clone();
+        let mut next = 0; // positions only go up: each element patched at most once
         for pair in at {
             let i = usize::try_from(pair.get(0)?.as_u64()?).ok()?;
+            if i < next {
+                return None;
+            }
+            next = i + 1;
             let slot = a.get_mut(i)?;
             *slot = apply_json(slot, pair.get(1)?)?;
         }
@@ -217,15 +222,22 @@ pub fn apply_json(base: &serde_json::Value, node: &serde_json::Value) -> Option<
         let a = base.as_array()?;
         let keys = keyed(a)?;
         let mut elems: Vec<(String, Value)> = keys.into_iter().zip(a.iter().cloned()).collect();
-        let removed: Vec<&str> = n
+        let removed: std::collections::BTreeSet<&str> = n
             .get("$r")
             .and_then(Value::as_array)
             .map(|r| r.iter().filter_map(Value::as_str).collect())
             .unwrap_or_default();
-        elems.retain(|(k, _)| !removed.contains(&k.as_str()));
+        elems.retain(|(k, _)| !removed.contains(k.as_str()));
+        // Indexed, and each element updated at most once: a patch from a stranger may
+        // name every element of a big table, or one big element many times.
+        let mut index: BTreeMap<String, Option<usize>> = elems
+            .iter()
+            .enumerate()
+            .map(|(i, (k, _))| (k.clone(), Some(i)))
+            .collect();
         for u in n.get("$u").and_then(Value::as_array).into_iter().flatten() {
-            let k = u.get("k")?.as_str()?;
-            let slot = elems.iter_mut().find(|(ek, _)| ek == k)?;
+            let i = index.get_mut(u.get("k")?.as_str()?)?.take()?;
+            let slot = elems.get_mut(i)?;
             slot.1 = apply_json(&slot.1, u.get("n")?)?;
         }
         for e in n.get("$n").and_then(Value::as_array).into_iter().flatten() {
@@ -396,6 +408,24 @@ mod delta_tests {
                 assert_eq!(dec.decode(rec.clone()), Some(s), "{rec:?}");
             }
         }
+    }
+
+    #[test]
+    fn a_patch_touching_every_element_of_a_big_table_applies_in_linear_time() {
+        let row = |i: usize, v: usize| json!({"pid": i, "v": v});
+        let n = 50_000;
+        let old = json!((0..n).map(|i| row(i, 0)).collect::<Vec<_>>());
+        let new = json!((0..n).map(|i| row(i, 1)).collect::<Vec<_>>());
+        let patch = diff_json(&old, &new).expect("differ");
+        let start = std::time::Instant::now();
+        assert_eq!(apply_json(&old, &patch), Some(new));
+        // Quadratic lookups took minutes here.
+        assert!(start.elapsed() < std::time::Duration::from_secs(20));
+        // One element named twice (never written so) is refused, not applied twice.
+        let twice = json!({"$k": 1, "$u": [{"k": "pid|1", "n": {"$v": 1}}, {"k": "pid|1", "n": {"$v": 2}}]});
+        assert_eq!(apply_json(&old, &twice), None);
+        let twice = json!({"$i": [[1, {"$v": 1}], [1, {"$v": 2}]]});
+        assert_eq!(apply_json(&json!([0, 0]), &twice), None);
     }
 
     #[test]
