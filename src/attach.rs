@@ -10,7 +10,7 @@ use crate::discover::{self, DiscoverOptions};
 use crate::error::{Error, Result};
 use crate::model::Topology;
 use crate::probes::ProbeSet;
-use crate::record::{Record, Recording, Replayer};
+use crate::record::{ReadStats, Record, Recording, Replayer};
 use crate::sampler::Sampler;
 use crate::snapshot::SnapshotParts;
 use crate::sources::gpu::{GpuConfig, GpuSource};
@@ -147,25 +147,37 @@ pub fn replay_frames(
     step_ms: i64,
     thresholds: Thresholds,
 ) -> Result<Vec<SnapshotParts>> {
+    replay_frames_counted(rec, step_ms, thresholds).map(|(frames, _)| frames)
+}
+
+/// [`replay_frames`], and what reading the recording skipped (for the UI's header).
+pub fn replay_frames_counted(
+    rec: &Recording,
+    step_ms: i64,
+    thresholds: Thresholds,
+) -> Result<(Vec<SnapshotParts>, ReadStats)> {
     let mut r = Replayer::new(thresholds);
     let mut frames = Vec::new();
     let step = step_ms.max(100);
     let mut next_frame: Option<Millis> = None;
-    for rec in rec.records() {
+    let mut records = rec.records();
+    for rec in records.by_ref() {
         let rec = rec?;
         // A frame shows the model as it was just before the first sample past its time.
         if let (Record::Sample { sample }, Some(due)) = (&rec, next_frame) {
             if sample.t_ms >= due {
                 frames.push(r.model.parts(due));
-                next_frame = Some(due + step * ((sample.t_ms - due) / step + 1));
+                // Saturating: times in a recording from a stranger can be anything.
+                let steps = sample.t_ms.saturating_sub(due) / step + 1;
+                next_frame = Some(due.saturating_add(step.saturating_mul(steps)));
             }
         }
         if let Some(t) = r.apply(rec) {
-            next_frame.get_or_insert(t + step);
+            next_frame.get_or_insert(t.saturating_add(step));
         }
     }
     if let Some(t) = r.last_sample_ms {
         frames.push(r.model.parts(t));
     }
-    Ok(frames)
+    Ok((frames, records.stats()))
 }

@@ -19,7 +19,7 @@ use wedgewatch::daemon::{self, Daemon, DaemonConfig};
 use wedgewatch::detect::Thresholds;
 use wedgewatch::discover::DiscoverOptions;
 use wedgewatch::probes::ProbeSet;
-use wedgewatch::record::{self, Recording};
+use wedgewatch::record::{self, NotARecording, Recording};
 use wedgewatch::snapshot::{self, AssembleOptions, SnapshotParts};
 use wedgewatch::{diff, doctor, export};
 
@@ -347,20 +347,8 @@ fn parts_from_recording(
         }
     };
     let replayed = record::replay(&rec, at_ms, th)?;
-    if replayed.stats.skipped > 0 {
-        eprintln!(
-            "wedgewatch: {}: skipped {} damaged record(s) (a torn tail is normal after a crash)",
-            path.display(),
-            replayed.stats.skipped
-        );
-    }
-    if replayed.stats.undecodable > 0 {
-        eprintln!(
-            "wedgewatch: {}: {} sample(s) could not be rebuilt (their delta base was lost); \
-             the replay has gaps until the next keyframe",
-            path.display(),
-            replayed.stats.undecodable
-        );
+    if let Some(skipped) = replayed.stats.summary() {
+        eprintln!("wedgewatch: {}: {skipped}", path.display());
     }
     Ok(replayed.model.parts(replayed.at_ms))
 }
@@ -512,12 +500,19 @@ fn cmd_record(g: &Global, a: RecordArgs) -> anyhow::Result<i32> {
 
 fn cmd_export(g: &Global, a: ExportArgs) -> anyhow::Result<i32> {
     let trace = match &a.from {
-        Some(f) => match snapshot::read_snapshot(f) {
-            Ok(snap) => export::perfetto_snapshot(&snap),
-            Err(snap_err) => match Recording::open(f) {
-                Ok(_) => export::perfetto(&parts_from_recording(f, None, thresholds(g)?)?),
-                Err(_) => return Err(snap_err.into()),
+        // A recording is recognised by its first bytes: check that first, so a big
+        // recording is never read whole as a would-be snapshot.
+        Some(f) => match Recording::open(f) {
+            Ok(_) => export::perfetto(&parts_from_recording(f, None, thresholds(g)?)?),
+            Err(wedgewatch::error::Error::NotARecording {
+                why: NotARecording::Snapshot | NotARecording::Json,
+                ..
+            }) => export::perfetto_snapshot(&snapshot::read_snapshot(f)?),
+            Err(e) if f.is_dir() => match snapshot::read_snapshot(f) {
+                Ok(snap) => export::perfetto_snapshot(&snap),
+                Err(_) => return Err(e.into()),
             },
+            Err(e) => return Err(e.into()),
         },
         None => {
             let parts = match parts_from_daemon(g) {

@@ -309,10 +309,18 @@ fn an_old_recording_replays_clean() {
     let tmp = tempfile::tempdir().expect("tmp");
     let path = tmp.path().join("old.wwrec");
     let mut f = std::fs::File::create(&path).expect("create");
-    let mut records = vec![Record::Topology {
-        t_ms: T0,
-        topology: topology(),
-    }];
+    let mut records = vec![
+        Record::Header {
+            version: 1,
+            t_ms: T0,
+            pid: 1,
+            tool: "wedgewatch 0.0.9".to_string(),
+        },
+        Record::Topology {
+            t_ms: T0,
+            topology: topology(),
+        },
+    ];
     records.extend(
         samples()
             .into_iter()

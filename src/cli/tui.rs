@@ -56,7 +56,7 @@ fn daemon_answers(socket: &Path) -> bool {
 
 fn replay(path: &Path, assemble: AssembleOptions, th: Thresholds) -> anyhow::Result<i32> {
     let rec = Recording::open(path)?;
-    let frames = attach::replay_frames(&rec, 1000, th)?;
+    let (frames, stats) = attach::replay_frames_counted(&rec, 1000, th)?;
     if frames.is_empty() {
         anyhow::bail!("{}: the recording holds no samples", path.display());
     }
@@ -64,7 +64,7 @@ fn replay(path: &Path, assemble: AssembleOptions, th: Thresholds) -> anyhow::Res
         .into_iter()
         .map(|p| snapshot::assemble(p, &assemble))
         .collect();
-    let mut feed = ReplayFeed::from_snapshots(snaps);
+    let mut feed = ReplayFeed::with_note(snaps, stats.brief());
     tui::run(&mut feed, app_options())?;
     Ok(0)
 }

@@ -198,6 +198,19 @@ impl ReplayFeed {
         ReplayFeed::new(snapshots.into_iter().map(FeedFrame::new).collect())
     }
 
+    /// Frames from snapshots, each with `note` in the header (what reading the recording
+    /// skipped: the engineer must know the replay has gaps).
+    pub fn with_note(snapshots: Vec<Snapshot>, note: Option<String>) -> Self {
+        let frame = |snapshot| FeedFrame {
+            snapshot,
+            sampler: SamplerHealth {
+                note: note.clone(),
+                ..SamplerHealth::default()
+            },
+        };
+        ReplayFeed::new(snapshots.into_iter().map(frame).collect())
+    }
+
     pub fn status(&self) -> ReplayStatus {
         ReplayStatus {
             position: self.position,
