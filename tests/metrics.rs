@@ -180,6 +180,7 @@ fn source(limits: Limits) -> MetricsSource {
         MetricsConfig {
             limits,
             extras: true,
+            ..MetricsConfig::default()
         },
     )
     .unwrap()
