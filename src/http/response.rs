@@ -184,7 +184,7 @@ mod tests {
         assert_eq!(big.body, b"abcd");
         let ch = parse_response(
             b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
-            10,
+            100,
         );
         assert_eq!((ch.outcome, ch.body), (FetchOutcome::Ok, b"abc".to_vec()));
         let nf = parse_response(b"HTTP/1.0 404 Not Found\r\n\r\n", 10);
