@@ -1318,6 +1318,35 @@ mod tests {
     }
 
     #[test]
+    fn scrape_addresses_are_own_listening_sockets() {
+        let sa = |s: &str| s.parse::<SocketAddr>().unwrap();
+        let wild = [sa("0.0.0.0:30000")];
+        assert_eq!(
+            scrape_addr("10.1.2.3", 30000, &wild).as_deref(),
+            Ok("127.0.0.1:30000")
+        );
+        let own = [sa("127.0.0.1:29000"), sa("10.9.9.9:30000")];
+        assert_eq!(
+            scrape_addr("10.9.9.9", 30000, &own).as_deref(),
+            Ok("10.9.9.9:30000")
+        );
+        assert_eq!(
+            scrape_addr("127.0.0.1", 29000, &own).as_deref(),
+            Ok("127.0.0.1:29000")
+        );
+        let remote = scrape_addr("10.1.2.3", 31000, &own).unwrap_err();
+        assert!(remote.contains("not on this host"), "{remote}");
+        let squatted = scrape_addr("127.0.0.1", 31000, &own).unwrap_err();
+        assert!(
+            squatted.contains("not one of its listening sockets"),
+            "{squatted}"
+        );
+        assert!(scrape_addr("localhost", 31000, &[]).is_err());
+        let v6 = [sa("[::]:8000")];
+        assert_eq!(scrape_addr("::", 8000, &v6).as_deref(), Ok("[::1]:8000"));
+    }
+
+    #[test]
     fn workers_json_shapes() {
         assert_eq!(
             worker_urls_from_json(r#"{"workers":[{"url":"http://a:1"},{"url":"http://b:2"}]}"#),

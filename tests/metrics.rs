@@ -304,7 +304,9 @@ fn scrapes_everything_concurrently_and_marks_bad_endpoints() {
     // The capped part is parsed, up to the series limit, and the cut is said.
     assert_eq!(b.series.len(), 20_000);
     assert!(
-        bp.detail.as_deref().is_some_and(|d| d.contains("series cut")),
+        bp.detail
+            .as_deref()
+            .is_some_and(|d| d.contains("series cut")),
         "{bp:?}"
     );
     assert_eq!(b.bad_lines, 0, "the cut line is dropped, not counted");

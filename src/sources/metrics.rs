@@ -331,38 +331,18 @@ fn probe_of(url: &str, r: &http::Response) -> EndpointProbe {
     }
 }
 
+/// Body cap of the JSON endpoints: real `/workers` and `/v1/loads` answers are kilobytes, and
+/// a JSON tree costs many times its text, so a poser's 8 MiB answer is never parsed.
+const EXTRA_CAP: usize = 1 << 20;
+
 async fn scrape_one(c: Component, maps: Vec<MetricMap>, cfg: MetricsConfig) -> MetricsScrape {
-    let limits = cfg.limits;
     let metrics_fut = async {
         match c.metrics_url.as_deref() {
-            Some(u) => Some((u.to_string(), http::get(u, limits).await)),
+            Some(u) => Some((u.to_string(), http::get(u, cfg.limits).await)),
             None => None,
         }
     };
-    let extras = if cfg.extras {
-        extra_endpoints(&c)
-    } else {
-        Vec::new()
-    };
-    let extras_fut = async {
-        let mut set = tokio::task::JoinSet::new();
-        for (i, (key, url)) in extras.into_iter().enumerate() {
-            set.spawn(async move {
-                let r = http::get(&url, limits).await;
-                (i, key, url, r)
-            });
-        }
-        let mut got = Vec::new();
-        while let Some(r) = set.join_next().await {
-            if let Ok(r) = r {
-                got.push(r);
-            }
-        }
-        got.sort_by_key(|r| r.0);
-        got
-    };
-    let (metrics, extras) = tokio::join!(metrics_fut, extras_fut);
-
+    let (metrics, extras) = tokio::join!(metrics_fut, get_extras(&c, cfg));
     let mut scrape = MetricsScrape {
         component: c.id.clone(),
         metrics: None,
@@ -373,44 +353,94 @@ async fn scrape_one(c: Component, maps: Vec<MetricMap>, cfg: MetricsConfig) -> M
         extra_probes: Vec::new(),
     };
     if let Some((url, r)) = metrics {
-        let mut probe = probe_of(&url, &r);
-        // Parse whatever arrived: a truncated body still carries the first series.
-        let parsable = matches!(r.outcome, FetchOutcome::Ok | FetchOutcome::TooLarge)
-            || (r.outcome == FetchOutcome::Timeout && !r.body.is_empty());
-        if parsable {
-            let truncated = r.outcome != FetchOutcome::Ok;
-            let wanted = wanted_names(&maps, &c.stack, c.role);
-            match parse_off_runtime(r.body, truncated, cfg.parse, wanted).await {
-                Ok(e) => {
-                    note_cut(&mut probe, &e, &cfg.parse);
-                    scrape.bad_lines = e.bad_lines;
-                    scrape.mapped = apply_maps(&maps, &c.stack, c.role, &e.series);
-                    scrape.series = e.series;
-                }
-                Err(e) => {
-                    probe.outcome = FetchOutcome::Error;
-                    probe.detail = Some(e.to_string());
-                }
-            }
-        }
-        scrape.metrics = Some(probe);
+        read_metrics(&mut scrape, &c, &maps, cfg.parse, &url, r).await;
     }
-    for (_, key, url, r) in extras {
-        let mut probe = probe_of(&url, &r);
-        if r.outcome == FetchOutcome::Ok {
-            match serde_json::from_slice::<serde_json::Value>(&r.body) {
-                Ok(v) => {
-                    scrape.extra.insert(key, v);
-                }
-                Err(e) => {
-                    probe.outcome = FetchOutcome::Error;
-                    probe.detail = Some(format!("not JSON: {e}"));
-                }
-            }
-        }
-        scrape.extra_probes.push(probe);
+    for (key, url, r) in extras {
+        read_extra(&mut scrape, key, &url, r).await;
     }
     scrape
+}
+
+/// GETs the component's JSON endpoints concurrently: (key, url, response), in their order.
+async fn get_extras(c: &Component, cfg: MetricsConfig) -> Vec<(String, String, http::Response)> {
+    if !cfg.extras {
+        return Vec::new();
+    }
+    let limits = Limits {
+        cap: cfg.limits.cap.min(EXTRA_CAP),
+        ..cfg.limits
+    };
+    let mut set = tokio::task::JoinSet::new();
+    for (i, (key, url)) in extra_endpoints(c).into_iter().enumerate() {
+        set.spawn(async move {
+            let r = http::get(&url, limits).await;
+            (i, key, url, r)
+        });
+    }
+    let mut got = Vec::new();
+    while let Some(r) = set.join_next().await {
+        if let Ok(r) = r {
+            got.push(r);
+        }
+    }
+    got.sort_by_key(|r| r.0);
+    got.into_iter().map(|(_, k, u, r)| (k, u, r)).collect()
+}
+
+/// Parses whatever arrived (a truncated body still carries the first series) and maps it.
+async fn read_metrics(
+    scrape: &mut MetricsScrape,
+    c: &Component,
+    maps: &[MetricMap],
+    limits: ParseLimits,
+    url: &str,
+    r: http::Response,
+) {
+    let mut probe = probe_of(url, &r);
+    let parsable = matches!(r.outcome, FetchOutcome::Ok | FetchOutcome::TooLarge)
+        || (r.outcome == FetchOutcome::Timeout && !r.body.is_empty());
+    if parsable {
+        let truncated = r.outcome != FetchOutcome::Ok;
+        let wanted = wanted_names(maps, &c.stack, c.role);
+        match parse_off_runtime(r.body, truncated, limits, wanted).await {
+            Ok(e) => {
+                note_cut(&mut probe, &e, &limits);
+                scrape.bad_lines = e.bad_lines;
+                scrape.mapped = apply_maps(maps, &c.stack, c.role, &e.series);
+                scrape.series = e.series;
+            }
+            Err(e) => {
+                probe.outcome = FetchOutcome::Error;
+                probe.detail = Some(e.to_string());
+            }
+        }
+    }
+    scrape.metrics = Some(probe);
+}
+
+/// Reads a JSON endpoint's answer, on the blocking pool like the expositions.
+async fn read_extra(scrape: &mut MetricsScrape, key: String, url: &str, r: http::Response) {
+    let mut probe = probe_of(url, &r);
+    if r.outcome == FetchOutcome::Ok {
+        let body = r.body;
+        let parsed =
+            tokio::task::spawn_blocking(move || serde_json::from_slice::<serde_json::Value>(&body))
+                .await;
+        match parsed {
+            Ok(Ok(v)) => {
+                scrape.extra.insert(key, v);
+            }
+            Ok(Err(e)) => {
+                probe.outcome = FetchOutcome::Error;
+                probe.detail = Some(format!("not JSON: {e}"));
+            }
+            Err(e) => {
+                probe.outcome = FetchOutcome::Error;
+                probe.detail = Some(format!("parse task failed: {e}"));
+            }
+        }
+    }
+    scrape.extra_probes.push(probe);
 }
 
 /// A cut exposition is `TooLarge` (parsed in part, as with a body over the cap), and the
