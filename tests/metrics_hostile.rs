@@ -124,7 +124,8 @@ fn label_bytes_per_series_are_bounded() {
     assert!(r.contains("4096-byte label limit"), "{r}");
 }
 
-/// One worker thread only: a parse on it would stop the ticker for the whole parse.
+/// One worker thread only: a parse on it would stop the ticker for the whole parse (seconds
+/// in a debug build).
 #[test]
 fn a_huge_parse_leaves_the_runtime_responsive() {
     let port = serve(tiny_series(2_000_000));
@@ -155,7 +156,9 @@ fn a_huge_parse_leaves_the_runtime_responsive() {
         (ticker.await.expect("ticker"), took)
     });
     eprintln!("scrape + parse took {took:?}; worst tick gap {gap:?}");
-    assert!(gap < Duration::from_millis(200), "runtime stalled {gap:?}");
+    // A debug build parses the 2M lines in seconds; on the worker it would stall the ticker
+    // that long. The bound leaves room for a busy shared host's scheduling.
+    assert!(gap < Duration::from_millis(1000), "runtime stalled {gap:?}");
 }
 
 fn hangs(_: &str) -> std::io::Result<Vec<std::net::SocketAddr>> {
