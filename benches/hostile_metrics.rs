@@ -106,7 +106,7 @@ fn run_snapshot(url: &str) -> Run {
         .expect("tempdir");
     let bundle = out.path().join("bundle");
     let start = Instant::now();
-    let child = Command::new(env!("CARGO_BIN_EXE_wedgewatch"))
+    let mut child = Command::new(env!("CARGO_BIN_EXE_wedgewatch"))
         .args(["snapshot", "--no-daemon", "--window", &WINDOW_S.to_string()])
         .args(["--url", url, "-o"])
         .arg(&bundle)
@@ -121,6 +121,8 @@ fn run_snapshot(url: &str) -> Run {
     // SAFETY: wait4 on the pid of a child we spawned and have not waited for.
     let pid = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut ru) };
     let wall = start.elapsed();
+    // Already reaped by wait4 (so this returns at once); keeps std's bookkeeping honest.
+    let _ = child.wait();
     let snap = std::fs::read_to_string(bundle.join("snapshot.json")).unwrap_or_default();
     Run {
         wall,
