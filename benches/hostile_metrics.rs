@@ -8,7 +8,8 @@
 //! real binary (`CARGO_BIN_EXE_wedgewatch snapshot --url ... --window 1 -o DIR --no-daemon`)
 //! runs `WW_BENCH_RUNS` times (default 3); wall time and peak RSS (`wait4` rusage
 //! `ru_maxrss`) are printed side by side, with the bundle size and whether the metrics status
-//! names the cut. Exits 1 when the hostile endpoint misses a goal.
+//! names the cut; then the parse alone (the CPU a daemon scrape of it costs). Exits 1 when
+//! the hostile endpoint misses a goal.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -138,6 +139,30 @@ fn median(mut v: Vec<f64>) -> f64 {
     v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
+/// The parse alone (what each daemon scrape of the hostile endpoint costs in CPU), in ms.
+fn parse_ms(body: &[u8]) -> (f64, usize) {
+    let maps = wedgewatch::probes::ProbeSet::builtin()
+        .expect("probes")
+        .metric_maps;
+    let wanted = wedgewatch::sources::metrics::wanted_names(
+        &maps,
+        "sglang",
+        wedgewatch::model::Role::Decode,
+    );
+    let limits = wedgewatch::prom::ParseLimits::default();
+    let mut times = Vec::new();
+    let mut kept = 0;
+    for _ in 0..5 {
+        let t = Instant::now();
+        let e = wedgewatch::prom::parse_limited(body, false, &limits, &|n| {
+            wanted.iter().any(|w| w == n)
+        });
+        times.push(t.elapsed().as_secs_f64() * 1000.0);
+        kept = e.series.len();
+    }
+    (median(times), kept)
+}
+
 fn main() {
     let runs: usize = std::env::var("WW_BENCH_RUNS")
         .ok()
@@ -185,6 +210,8 @@ fn main() {
             median(rss) / 1024.0
         );
     }
+    let (ms, kept) = parse_ms(&hostile_body());
+    println!("parse_limited of the hostile body alone: median {ms:.1} ms ({kept} series kept)");
     println!(
         "goals (hostile): maxrss <= {} MiB, wall <= {:.1} s, cut named in the status: {}",
         RSS_GOAL_KIB / 1024,
