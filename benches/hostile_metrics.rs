@@ -155,7 +155,7 @@ fn parse_ms(body: &[u8]) -> (f64, usize) {
     for _ in 0..5 {
         let t = Instant::now();
         let e = wedgewatch::prom::parse_limited(body, false, &limits, &|n| {
-            wanted.iter().any(|w| w == n)
+            wedgewatch::sources::metrics::is_wanted(&wanted, n)
         });
         times.push(t.elapsed().as_secs_f64() * 1000.0);
         kept = e.series.len();
