@@ -8,8 +8,9 @@
 //! real binary (`CARGO_BIN_EXE_wedgewatch snapshot --url ... --window 1 -o DIR --no-daemon`)
 //! runs `WW_BENCH_RUNS` times (default 3); wall time and peak RSS (`wait4` rusage
 //! `ru_maxrss`) are printed side by side, with the bundle size and whether the metrics status
-//! names the cut; then the parse alone (the CPU a daemon scrape of it costs). Exits 1 when
-//! the hostile endpoint misses a goal.
+//! names the cut; then a `daemon --no-record --for 20s` against each (CPU % of one core and
+//! peak RSS, same goal for RSS), and the parse alone (the CPU a daemon scrape of it costs).
+//! Exits 1 when the hostile endpoint misses a goal.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -20,6 +21,8 @@ use std::time::{Duration, Instant};
 const WINDOW_S: f64 = 1.0;
 const RSS_GOAL_KIB: i64 = 256 * 1024;
 const HOSTILE_SERIES: usize = 2_000_000;
+/// How long the daemon phase runs (metrics are scraped every second).
+const DAEMON_S: u64 = 20;
 
 const NORMAL: &str = "# TYPE sglang:num_running_reqs gauge
 sglang:num_running_reqs{engine_type=\"decode\",model_name=\"m\",tp_rank=\"0\"} 3
@@ -100,22 +103,16 @@ fn dir_bytes(p: &std::path::Path) -> u64 {
         .sum()
 }
 
-fn run_snapshot(url: &str) -> Run {
-    let out = tempfile::Builder::new()
-        .prefix("ww-bench-hostile-")
-        .tempdir()
-        .expect("tempdir");
-    let bundle = out.path().join("bundle");
+/// Runs the binary with `args`, waits with `wait4`: (wall, rusage, exited 0).
+fn run_binary(args: &[&str]) -> (Duration, libc::rusage, bool) {
     let start = Instant::now();
     let mut child = Command::new(env!("CARGO_BIN_EXE_wedgewatch"))
-        .args(["snapshot", "--no-daemon", "--window", &WINDOW_S.to_string()])
-        .args(["--url", url, "-o"])
-        .arg(&bundle)
+        .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .expect("spawn wedgewatch snapshot");
+        .expect("spawn wedgewatch");
     let mut status = 0;
     // SAFETY: zeroed rusage is a valid value; wait4 fills it for our own unreaped child.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
@@ -124,14 +121,65 @@ fn run_snapshot(url: &str) -> Run {
     let wall = start.elapsed();
     // Already reaped by wait4 (so this returns at once); keeps std's bookkeeping honest.
     let _ = child.wait();
+    let ok = pid > 0 && libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0;
+    (wall, ru, ok)
+}
+
+fn cpu_s(ru: &libc::rusage) -> f64 {
+    let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
+    t(ru.ru_utime) + t(ru.ru_stime)
+}
+
+fn run_snapshot(url: &str) -> Run {
+    let out = tempfile::Builder::new()
+        .prefix("ww-bench-hostile-")
+        .tempdir()
+        .expect("tempdir");
+    let bundle = out.path().join("bundle");
+    let window = WINDOW_S.to_string();
+    let dir = bundle.to_string_lossy().into_owned();
+    let args = [
+        "snapshot",
+        "--no-daemon",
+        "--window",
+        &window,
+        "--url",
+        url,
+        "-o",
+        &dir,
+    ];
+    let (wall, ru, ok) = run_binary(&args);
     let snap = std::fs::read_to_string(bundle.join("snapshot.json")).unwrap_or_default();
     Run {
         wall,
         max_rss_kib: ru.ru_maxrss,
         bundle_bytes: dir_bytes(&bundle),
         cut_said: snap.contains("series cut"),
-        ok: pid > 0 && libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        ok,
     }
+}
+
+/// A daemon (no recording) for `DAEMON_S` against `url`: (CPU % of one core, maxrss MiB).
+fn run_daemon(url: &str) -> (f64, f64, bool) {
+    let state = tempfile::Builder::new()
+        .prefix("ww-bench-hostile-daemon-")
+        .tempdir()
+        .expect("tempdir");
+    let dir = state.path().to_string_lossy().into_owned();
+    let secs = format!("{DAEMON_S}s");
+    let args = [
+        "daemon",
+        "--no-record",
+        "--for",
+        &secs,
+        "--state-dir",
+        &dir,
+        "--url",
+        url,
+    ];
+    let (wall, ru, ok) = run_binary(&args);
+    let pct = 100.0 * cpu_s(&ru) / wall.as_secs_f64();
+    (pct, ru.ru_maxrss as f64 / 1024.0, ok)
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -209,6 +257,17 @@ fn main() {
             median(walls),
             median(rss) / 1024.0
         );
+    }
+    for kind in ["normal", "hostile"] {
+        let (pct, rss, ok) = run_daemon(&format!("http://127.0.0.1:{port}/{kind}/metrics"));
+        println!(
+            "daemon {kind:<8} {DAEMON_S} s: CPU {pct:.1} % of one core (reaped children \
+             included), maxrss {rss:.1} MiB, exit {}",
+            if ok { "0" } else { "fail" }
+        );
+        if kind == "hostile" {
+            failed |= !ok || rss > RSS_GOAL_KIB as f64 / 1024.0;
+        }
     }
     let (ms, kept) = parse_ms(&hostile_body());
     println!("parse_limited of the hostile body alone: median {ms:.1} ms ({kept} series kept)");
