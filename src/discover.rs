@@ -549,6 +549,75 @@ fn worker_urls_from_json(body: &str) -> Vec<String> {
         .collect()
 }
 
+/// What discovery knows of a component's endpoints.
+struct EndpointFacts<'a> {
+    prof: &'a Profile,
+    args: &'a [String],
+    /// `host:port` its flags (or defaults, or sockets) name.
+    primary: Option<&'a str>,
+    port: Option<u16>,
+    listen: &'a [String],
+    /// Its own listening sockets.
+    own: &'a [SocketAddr],
+    top_level: bool,
+}
+
+/// (HTTP API URL, metrics URL, why each endpoint that is not scraped is not): every URL is
+/// one of the process's own listening sockets ([`scrape_addr`]).
+fn endpoint_urls(f: &EndpointFacts) -> (Option<String>, Option<String>, Vec<String>) {
+    let mut unscraped: Vec<String> = Vec::new();
+    let mut reach = |host: &str, port: u16| match scrape_addr(host, port, f.own) {
+        Ok(a) => Some(a),
+        Err(why) => {
+            if !unscraped.contains(&why) {
+                unscraped.push(why);
+            }
+            None
+        }
+    };
+    let primary = f.primary.and_then(split_addr);
+    let has_port = f.prof.port_flag.is_some() || f.prof.default_port.is_some();
+    let http_url = match (&primary, f.top_level && has_port) {
+        (Some((h, p)), true) => reach(h, *p).map(|a| format!("http://{a}")),
+        _ => None,
+    };
+    let metrics_url = f.prof.metrics_path.as_ref().and_then(|path| {
+        let mhost = f
+            .prof
+            .metrics_host_flag
+            .as_ref()
+            .and_then(|flag| flag_value(f.args, flag))
+            .or_else(|| primary.as_ref().map(|(h, _)| h.clone()))
+            .unwrap_or_else(|| "127.0.0.1".into());
+        let mp = metrics_port(f, primary.as_ref().map(|(_, p)| *p))?;
+        reach(&mhost, mp).map(|a| format!("http://{a}{path}"))
+    });
+    (http_url, metrics_url, unscraped)
+}
+
+/// The metrics port: its flag, else (when setproctitle took the arguments) the one other
+/// listening port (the router listens on exactly its API port and its metrics port), else
+/// the profile's default; without a metrics port flag, the HTTP port.
+fn metrics_port(f: &EndpointFacts, primary_port: Option<u16>) -> Option<u16> {
+    let Some(flag) = &f.prof.metrics_port_flag else {
+        return f.port;
+    };
+    let other_ports: Vec<u16> = f
+        .listen
+        .iter()
+        .filter_map(|a| split_addr(a).map(|(_, p)| p))
+        .filter(|p| Some(*p) != primary_port)
+        .collect();
+    let from_sockets = match other_ports.as_slice() {
+        [only] => Some(*only),
+        _ => None,
+    };
+    flag_value(f.args, flag)
+        .and_then(|v| v.parse::<u16>().ok())
+        .or(from_sockets)
+        .or(f.prof.metrics_default_port)
+}
+
 fn parse_gpu_list(v: &str) -> Vec<u32> {
     v.split(',').filter_map(|s| s.trim().parse().ok()).collect()
 }
@@ -841,57 +910,17 @@ impl<'a> Builder<'a> {
         } else {
             self.table.listen_of(pid)
         };
-        let mut unscraped: Vec<String> = Vec::new();
-        let mut reach = |host: &str, port: u16| match scrape_addr(host, port, &own) {
-            Ok(a) => Some(a),
-            Err(why) => {
-                if !unscraped.contains(&why) {
-                    unscraped.push(why);
-                }
-                None
-            }
-        };
-        if parent.is_none() {
-            if let (Some(a), true) = (
-                &primary,
-                prof.port_flag.is_some() || prof.default_port.is_some(),
-            ) {
-                if let Some((h, p)) = split_addr(a) {
-                    c.http_url = reach(&h, p).map(|a| format!("http://{a}"));
-                }
-            }
-        }
-        if let Some(path) = &prof.metrics_path {
-            // When setproctitle took the arguments, a second listening port is the metrics
-            // exporter (the router listens on exactly its API port and its metrics port).
-            let primary_port = primary.as_ref().and_then(|a| split_addr(a)).map(|(_, p)| p);
-            let other_ports: Vec<u16> = c
-                .listen
-                .iter()
-                .filter_map(|a| split_addr(a).map(|(_, p)| p))
-                .filter(|p| Some(*p) != primary_port)
-                .collect();
-            let from_sockets = match other_ports.as_slice() {
-                [only] => Some(*only),
-                _ => None,
-            };
-            let mport = match &prof.metrics_port_flag {
-                Some(f) => flag_value(&args, f)
-                    .and_then(|v| v.parse::<u16>().ok())
-                    .or(from_sockets)
-                    .or(prof.metrics_default_port),
-                None => port,
-            };
-            let mhost = prof
-                .metrics_host_flag
-                .as_ref()
-                .and_then(|f| flag_value(&args, f))
-                .or_else(|| primary.as_ref().and_then(|a| split_addr(a)).map(|(h, _)| h))
-                .unwrap_or_else(|| "127.0.0.1".into());
-            if let Some(mp) = mport {
-                c.metrics_url = reach(&mhost, mp).map(|a| format!("http://{a}{path}"));
-            }
-        }
+        let (http_url, metrics_url, unscraped) = endpoint_urls(&EndpointFacts {
+            prof,
+            args: &args,
+            primary: primary.as_deref(),
+            port,
+            listen: &c.listen,
+            own: &own,
+            top_level: parent.is_none(),
+        });
+        c.http_url = http_url;
+        c.metrics_url = metrics_url;
         if !unscraped.is_empty() {
             labels.insert(LABEL_METRICS_UNSCRAPED.into(), unscraped.join("; "));
         }
