@@ -37,6 +37,9 @@ pub struct AttachOptions {
     /// `--native` stacks: pauses the targets; only on explicit request.
     pub native: bool,
     pub thresholds: Thresholds,
+    /// Series kept per metrics scrape (`--max-series`): a hostile endpoint's millions of
+    /// series are cut there, and the cut is said in the source status.
+    pub max_series: usize,
 }
 
 impl AttachOptions {
@@ -50,6 +53,7 @@ impl AttachOptions {
             py_spy: None,
             native: false,
             thresholds: Thresholds::default(),
+            max_series: crate::prom::ParseLimits::default().max_series,
         }
     }
 
@@ -78,6 +82,12 @@ impl AttachOptions {
         .map_err(|reason| Error::Other(format!("discovery: {reason}")))?
     }
 
+    fn metrics_config(&self) -> MetricsConfig {
+        let mut cfg = MetricsConfig::default();
+        cfg.parse.max_series = self.max_series;
+        cfg
+    }
+
     /// Discovery as the daemon's re-discovery hook.
     pub fn discover_fn(&self) -> DiscoverFn {
         let me = Arc::new(self.clone());
@@ -104,7 +114,7 @@ impl AttachOptions {
             Arc::new(SocketSource::new(SocketConfig::default())),
             Arc::new(MetricsSource::new(
                 self.probes.metric_maps.clone(),
-                MetricsConfig::default(),
+                self.metrics_config(),
             )?),
             Arc::new(StackSource::new(stacks, &self.probes.stack_rules)?),
             Arc::new(GpuSource::new(gpu)),

@@ -56,7 +56,7 @@ const MAX_CHILDREN: usize = 512;
 /// its mmap lock makes reads of its cmdline or environ block for as long as it likes.
 const READ_DEADLINE: Duration = Duration::from_millis(250);
 /// Longest wait for the whole process table; processes not read by then are left out.
-const TABLE_DEADLINE: Duration = Duration::from_millis(2_000);
+const TABLE_DEADLINE: Duration = Duration::from_millis(1_000);
 /// Backstop for one whole discovery (run on a detached thread by [`crate::attach`]).
 pub const DISCOVERY_DEADLINE: Duration = Duration::from_secs(5);
 /// Body cap for the router's `/workers` answer.

@@ -84,6 +84,11 @@ struct Global {
     /// $XDG_STATE_HOME/wedgewatch, socket in $XDG_RUNTIME_DIR/wedgewatch).
     #[arg(long, value_name = "DIR", global = true)]
     state_dir: Option<PathBuf>,
+    /// Series kept per metrics scrape; an endpoint exporting more is cut there and the
+    /// metrics source says so.
+    #[arg(long, value_name = "N", default_value_t = 20_000,
+          value_parser = clap::value_parser!(u32).range(1..=1_000_000), global = true)]
+    max_series: u32,
 }
 
 #[derive(Debug, Subcommand)]
@@ -251,6 +256,7 @@ fn attach_options(g: &Global) -> anyhow::Result<AttachOptions> {
     o.py_spy = g.py_spy.clone();
     o.native = g.native;
     o.thresholds = thresholds(g)?;
+    o.max_series = g.max_series as usize;
     Ok(o)
 }
 

@@ -284,3 +284,30 @@ fn snapshot_with_a_nonexistent_hostname_ends_within_window_plus_2s() {
     assert!(took < Duration::from_secs(3), "took {took:?}");
     assert!(json.contains("nonexistent.invalid"), "{json}");
 }
+
+/// `--max-series` sets the cut of the real binary's scrapes, and the status says so.
+#[test]
+fn max_series_flag_sets_the_cut() {
+    let port = serve(tiny_series(5_000));
+    let root = tempfile::tempdir().expect("empty proc root");
+    let out = Command::new(env!("CARGO_BIN_EXE_wedgewatch"))
+        .args(["snapshot", "--json", "--no-daemon", "--window", "1"])
+        .args(["--max-series", "100", "--url"])
+        .arg(format!("http://127.0.0.1:{port}/metrics"))
+        .arg("--proc-root")
+        .arg(root.path())
+        .stdin(Stdio::null())
+        .output()
+        .expect("run");
+    let json = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        json.contains("series cut"),
+        "{json}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let bad = Command::new(env!("CARGO_BIN_EXE_wedgewatch"))
+        .args(["snapshot", "--json", "--max-series", "0"])
+        .output()
+        .expect("run");
+    assert_eq!(bad.status.code(), Some(2));
+}
