@@ -138,7 +138,8 @@ fn chat_active(m: &str) -> f64 {
     .unwrap_or(0.0)
 }
 
-/// Poll `cond` every 100 ms until true or `limit` passes.
+/// Poll `cond` every 100 ms until true or `limit` passes. Limits are generous: the lab runs
+/// beside the rest of the suite on 2 cores, and a slow poll is not a lab fault.
 fn wait_until(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) {
     let t0 = Instant::now();
     while !cond() {
@@ -310,7 +311,7 @@ fn healthy_pd_stack_completes_every_round_and_looks_like_sglang() {
         rm.contains("smg_worker_requests_active"),
         "router metrics: {rm}"
     );
-    wait_until(Duration::from_secs(3), "decode GPU idle", || {
+    wait_until(Duration::from_secs(15), "decode GPU idle", || {
         gpu_util_power(&lab, 1) == (0, 70_000)
     });
     if let Some((util, power)) = nvml_lib_util_power(&lab, 1) {
@@ -341,7 +342,7 @@ fn accepted_and_forgotten_agents_hang_with_idle_decode() {
     let run = lab.load_background(4, 4, 5.0).expect("load");
     // All 4 agents stuck: 4 requests active on decode and 4 client connections that have
     // not received a byte for a while (an in-flight healthy request would get tokens).
-    wait_until(Duration::from_secs(5), "4 forgotten requests", || {
+    wait_until(Duration::from_secs(15), "4 forgotten requests", || {
         chat_active(&metrics(&murl)) == 4.0
             && client_conns(&lab)
                 .iter()
@@ -416,7 +417,7 @@ fn stalled_stream_stops_mid_stream() {
         Lab::up(&LabOptions::pd().decode_env("LAB_FAULT_STALL_AFTER_TOKENS", "5")).expect("lab up");
     let murl = lab.decode().metrics_url.clone().unwrap();
     let run = lab.load_background(1, 2, 4.0).expect("load");
-    wait_until(Duration::from_secs(4), "a stalled stream", || {
+    wait_until(Duration::from_secs(15), "a stalled stream", || {
         client_conns(&lab)
             .iter()
             .any(|c| c.num("bytes_received") > 0 && c.num("lastrcv") >= 1000)
@@ -446,7 +447,7 @@ fn busy_without_progress_spins_in_all_reduce_at_idle_power() {
     let lab = Lab::up(&LabOptions::pd().decode_env("LAB_FAULT_SPIN", "1")).expect("lab up");
     let decode = lab.decode().clone();
     let run = lab.load_background(2, 1, 4.0).expect("load");
-    wait_until(Duration::from_secs(3), "GPU spinning", || {
+    wait_until(Duration::from_secs(15), "GPU spinning", || {
         gpu_util_power(&lab, 1).0 >= 99
     });
     let (util, power) = gpu_util_power(&lab, 1);
@@ -490,17 +491,17 @@ fn queue_not_draining_piles_up_in_decode_transfer_queue() {
     let long = lab
         .load_background_with(1, 1, 10.0, 120)
         .expect("long load");
-    wait_until(Duration::from_secs(3), "long request decoding", || {
+    wait_until(Duration::from_secs(15), "long request decoding", || {
         gpu_util_power(&lab, 1).0 >= 90
     });
     // ...then 3 more that stick in the transfer queue.
     let stuck = lab.load_background(3, 1, 5.0).expect("stuck load");
     wait_until(
-        Duration::from_secs(4),
+        Duration::from_secs(15),
         "3 requests in the transfer queue",
         || loads(&decode.url)["disaggregation"]["decode_transfer_queue_reqs"] == 3,
     );
-    wait_until(Duration::from_secs(3), "gauges reporting the queue", || {
+    wait_until(Duration::from_secs(15), "gauges reporting the queue", || {
         metric_value(
             &metrics(decode.metrics_url.as_deref().unwrap()),
             "sglang:num_decode_transfer_queue_reqs",
