@@ -10,6 +10,7 @@
 
 pub mod attach;
 pub mod clock;
+pub mod config_check;
 pub mod correlate;
 pub mod daemon;
 pub mod detect;
