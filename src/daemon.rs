@@ -403,7 +403,7 @@ pub fn respond(
             let model = match window_s {
                 Some(w) => {
                     let mut m = sh.model.clone();
-                    m.window_ms = (w * 1000).min(m.history_ms);
+                    m.window_ms = w.saturating_mul(1000).min(m.history_ms);
                     widened = m;
                     &widened
                 }

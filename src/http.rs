@@ -138,13 +138,13 @@ fn finish(
 }
 
 /// The body after the header block, if the header block is complete.
-fn split_body(raw: &[u8]) -> Option<Vec<u8>> {
+pub fn split_body(raw: &[u8]) -> Option<Vec<u8>> {
     let end = find_header_end(raw)?;
     Some(raw[end..].to_vec())
 }
 
 /// Whether the response headers say `Transfer-Encoding: chunked`.
-fn is_chunked(raw: &[u8]) -> bool {
+pub fn is_chunked(raw: &[u8]) -> bool {
     let Some(end) = find_header_end(raw) else {
         return false;
     };
@@ -153,7 +153,7 @@ fn is_chunked(raw: &[u8]) -> bool {
 }
 
 /// The value of header `name` (lowercase) in a header block.
-fn header_value(head: &[u8], name: &str) -> Option<String> {
+pub fn header_value(head: &[u8], name: &str) -> Option<String> {
     String::from_utf8_lossy(head).lines().skip(1).find_map(|l| {
         let (k, v) = l.split_once(':')?;
         k.trim()
@@ -163,7 +163,7 @@ fn header_value(head: &[u8], name: &str) -> Option<String> {
 }
 
 /// Decodes a complete chunked body; None when it is malformed or incomplete.
-fn dechunk(mut b: &[u8]) -> Option<Vec<u8>> {
+pub fn dechunk(mut b: &[u8]) -> Option<Vec<u8>> {
     let mut out = Vec::with_capacity(b.len());
     loop {
         let line_end = b.windows(2).position(|w| w == b"\r\n")?;
@@ -182,11 +182,11 @@ fn dechunk(mut b: &[u8]) -> Option<Vec<u8>> {
     }
 }
 
-fn find_header_end(raw: &[u8]) -> Option<usize> {
+pub fn find_header_end(raw: &[u8]) -> Option<usize> {
     raw.windows(4).position(|w| w == b"\r\n\r\n").map(|i| i + 4)
 }
 
-fn parse_status(raw: &[u8]) -> Option<u16> {
+pub fn parse_status(raw: &[u8]) -> Option<u16> {
     let line_end = raw.iter().position(|&b| b == b'\n')?;
     let line = std::str::from_utf8(&raw[..line_end]).ok()?;
     let mut parts = line.split_whitespace();

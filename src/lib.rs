@@ -19,6 +19,7 @@ pub mod discover;
 pub mod doctor;
 pub mod error;
 pub mod export;
+pub mod fuzz_entry;
 pub mod http;
 pub mod model;
 pub mod probes;
