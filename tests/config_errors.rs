@@ -233,3 +233,22 @@ fn endless_or_special_config_files_are_refused() {
     ]);
     assert_rejected("fifo", got, "fifo.toml", &["not a regular file"]);
 }
+
+#[test]
+fn an_at_offset_past_the_end_of_time_is_a_bad_at() {
+    for at in [
+        "+9223372036854775807s",
+        "+9223372036854775807h",
+        "+99999999999999999999",
+    ] {
+        let got = run(&[
+            "snapshot".as_ref(),
+            "--json".as_ref(),
+            "--from".as_ref(),
+            recording().as_os_str(),
+            "--at".as_ref(),
+            at.as_ref(),
+        ]);
+        assert_rejected(at, got, at, &["--at"]);
+    }
+}
