@@ -18,8 +18,11 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
+/// One entry point: bytes in, nothing out (a panic or a hang is the failure).
+pub type Entry = fn(&[u8]);
+
 /// Every target, by the name of its fuzz target and corpus directory.
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+pub const TARGETS: &[(&str, Entry)] = &[
     ("prom", prom),
     ("http_response", http_response),
     ("pyspy_json", pyspy_json),

@@ -1,5 +1,5 @@
-//! Replays every committed fuzz corpus file (`fuzz/corpus/<target>/`, crash reproducers
-//! included) through the same entry points the fuzz targets call (`wedgewatch::fuzz_entry`),
+//! Replays every committed fuzz corpus file (`fuzz/corpus/<target>/`) and crash reproducer
+//! (`fuzz/regressions/<target>/`) through the same entry points the fuzz targets call (`wedgewatch::fuzz_entry`),
 //! on stable and without libFuzzer: each input must return without a panic, in bounded time.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -10,16 +10,25 @@ use wedgewatch::fuzz_entry::TARGETS;
 /// Per input, unoptimised: libFuzzer runs the same inputs optimised with `-timeout=10`.
 const MAX_PER_INPUT: Duration = Duration::from_secs(10);
 
+/// The corpus, then the crash reproducers (`fuzz/regressions/<target>/`, kept apart so
+/// that minimising the corpus never drops one).
 fn corpus_files(target: &str) -> Vec<PathBuf> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("fuzz/corpus")
-        .join(target);
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.is_file())
-        .collect();
-    files.sort();
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fuzz");
+    let mut files = Vec::new();
+    for (dir, required) in [("corpus", true), ("regressions", false)] {
+        let dir = root.join(dir).join(target);
+        let rd = match std::fs::read_dir(&dir) {
+            Ok(rd) => rd,
+            Err(_) if !required => continue,
+            Err(e) => panic!("{}: {e}", dir.display()),
+        };
+        let mut found: Vec<PathBuf> = rd
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.is_file())
+            .collect();
+        found.sort();
+        files.extend(found);
+    }
     files
 }
 
