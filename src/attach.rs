@@ -10,7 +10,7 @@ use crate::discover::{self, DiscoverOptions};
 use crate::error::{Error, Result};
 use crate::model::Topology;
 use crate::probes::ProbeSet;
-use crate::record::{Record, Recording, Replayer};
+use crate::record::{ReadStats, Record, Recording, Replayer};
 use crate::sampler::Sampler;
 use crate::snapshot::SnapshotParts;
 use crate::sources::gpu::{GpuConfig, GpuSource};
@@ -37,6 +37,9 @@ pub struct AttachOptions {
     /// `--native` stacks: pauses the targets; only on explicit request.
     pub native: bool,
     pub thresholds: Thresholds,
+    /// Series kept per metrics scrape (`--max-series`): a hostile endpoint's millions of
+    /// series are cut there, and the cut is said in the source status.
+    pub max_series: usize,
 }
 
 impl AttachOptions {
@@ -50,6 +53,7 @@ impl AttachOptions {
             py_spy: None,
             native: false,
             thresholds: Thresholds::default(),
+            max_series: crate::prom::ParseLimits::default().max_series,
         }
     }
 
@@ -62,13 +66,26 @@ impl AttachOptions {
         }
     }
 
-    /// Discovery once, off the async threads (it reads /proc and may GET `/workers`).
+    /// Discovery once, off the async threads (it reads /proc and may GET `/workers`), on a
+    /// detached thread under [`discover::DISCOVERY_DEADLINE`]: a read that blocks past every
+    /// inner deadline fails discovery with a reason instead of hanging the verb.
     pub async fn discover(&self) -> Result<Topology> {
         let probes = self.probes.clone();
         let opts = self.discover_options();
-        tokio::task::spawn_blocking(move || discover::discover(&probes, &opts))
-            .await
-            .map_err(|e| Error::Other(format!("discovery task failed: {e}")))?
+        let root = opts.proc_root.clone();
+        let run = move || discover::discover(&probes, &opts);
+        tokio::task::spawn_blocking(move || {
+            crate::deadline::call(&root, discover::DISCOVERY_DEADLINE, run)
+        })
+        .await
+        .map_err(|e| Error::Other(format!("discovery task failed: {e}")))?
+        .map_err(|reason| Error::Other(format!("discovery: {reason}")))?
+    }
+
+    fn metrics_config(&self) -> MetricsConfig {
+        let mut cfg = MetricsConfig::default();
+        cfg.parse.max_series = self.max_series;
+        cfg
     }
 
     /// Discovery as the daemon's re-discovery hook.
@@ -97,7 +114,7 @@ impl AttachOptions {
             Arc::new(SocketSource::new(SocketConfig::default())),
             Arc::new(MetricsSource::new(
                 self.probes.metric_maps.clone(),
-                MetricsConfig::default(),
+                self.metrics_config(),
             )?),
             Arc::new(StackSource::new(stacks, &self.probes.stack_rules)?),
             Arc::new(GpuSource::new(gpu)),
@@ -140,25 +157,37 @@ pub fn replay_frames(
     step_ms: i64,
     thresholds: Thresholds,
 ) -> Result<Vec<SnapshotParts>> {
+    replay_frames_counted(rec, step_ms, thresholds).map(|(frames, _)| frames)
+}
+
+/// [`replay_frames`], and what reading the recording skipped (for the UI's header).
+pub fn replay_frames_counted(
+    rec: &Recording,
+    step_ms: i64,
+    thresholds: Thresholds,
+) -> Result<(Vec<SnapshotParts>, ReadStats)> {
     let mut r = Replayer::new(thresholds);
     let mut frames = Vec::new();
     let step = step_ms.max(100);
     let mut next_frame: Option<Millis> = None;
-    for rec in rec.records() {
+    let mut records = rec.records();
+    for rec in records.by_ref() {
         let rec = rec?;
         // A frame shows the model as it was just before the first sample past its time.
         if let (Record::Sample { sample }, Some(due)) = (&rec, next_frame) {
             if sample.t_ms >= due {
                 frames.push(r.model.parts(due));
-                next_frame = Some(due + step * ((sample.t_ms - due) / step + 1));
+                // Saturating: times in a recording from a stranger can be anything.
+                let steps = sample.t_ms.saturating_sub(due) / step + 1;
+                next_frame = Some(due.saturating_add(step.saturating_mul(steps)));
             }
         }
         if let Some(t) = r.apply(rec) {
-            next_frame.get_or_insert(t + step);
+            next_frame.get_or_insert(t.saturating_add(step));
         }
     }
     if let Some(t) = r.last_sample_ms {
         frames.push(r.model.parts(t));
     }
-    Ok(frames)
+    Ok((frames, records.stats()))
 }

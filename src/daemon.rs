@@ -9,15 +9,25 @@
 //! `perfetto [SECONDS]` -> Chrome trace-event JSON of the history (see `export`);
 //! `baseline` -> `{oldest, latest, count}` (`latest` = newest facts of every component);
 //! `sources` -> sampler stats; `ping` -> `{ok, pid}`. Errors: `{error: "..."}`.
+//! Requests are parsed by [`protocol::parse_request`]; both ends check the other's uid
+//! ([`socket`]); one daemon per state directory ([`lock`]).
+
+pub mod dirs;
+pub mod lock;
+pub mod protocol;
+pub mod socket;
 
 use crate::clock::{Clock, Millis};
 use crate::correlate::Model;
 use crate::detect::Thresholds;
 use crate::error::{Error, Result};
 use crate::model::{Payload, Sample, Topology};
-use crate::record::{create_private_dir, Baseline, Record, RecordingWriter, RotationPolicy};
+use crate::record::{Baseline, Record, RecordingWriter, RotationPolicy};
+use crate::safe_fs;
 use crate::sampler::{Sampler, StatsHandle};
 use crate::sources::{BoxFuture, Source};
+pub use dirs::{default_runtime_dir, default_state_dir};
+use protocol::{parse_request, Request, MAX_REQUEST};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -26,8 +36,6 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, watch};
 
 pub const DAEMON_SCHEMA: &str = "wedgewatch.daemon/1";
-/// Longest request line accepted on the socket.
-const MAX_REQUEST: u64 = 256;
 /// Largest answer a client reads.
 const MAX_ANSWER: u64 = 256 << 20;
 /// Baselines kept in memory besides the first one.
@@ -49,18 +57,6 @@ pub struct DaemonConfig {
     pub rediscover_every_ms: u64,
 }
 
-/// `$XDG_STATE_HOME/wedgewatch`, else `$HOME/.local/state/wedgewatch`, else
-/// `/var/tmp/wedgewatch-<uid>`.
-pub fn default_state_dir() -> PathBuf {
-    if let Some(x) = std::env::var_os("XDG_STATE_HOME").filter(|x| !x.is_empty()) {
-        return PathBuf::from(x).join("wedgewatch");
-    }
-    if let Some(h) = std::env::var_os("HOME").filter(|x| !x.is_empty()) {
-        return PathBuf::from(h).join(".local/state/wedgewatch");
-    }
-    PathBuf::from(format!("/var/tmp/wedgewatch-{}", nix::unistd::getuid()))
-}
-
 impl DaemonConfig {
     pub fn new(state_dir: PathBuf) -> DaemonConfig {
         DaemonConfig {
@@ -79,8 +75,12 @@ impl DaemonConfig {
 }
 
 impl Default for DaemonConfig {
+    /// The per-user (or, for root, the service) defaults of [`dirs`].
     fn default() -> Self {
-        DaemonConfig::new(default_state_dir())
+        DaemonConfig {
+            socket_path: default_runtime_dir().join("daemon.sock"),
+            ..DaemonConfig::new(default_state_dir())
+        }
     }
 }
 
@@ -152,11 +152,25 @@ impl Daemon {
         self.shared.clone()
     }
 
-    /// Runs until `shutdown` turns true. The socket file is removed on the way out.
-    pub async fn run(self, mut shutdown: watch::Receiver<bool>) -> Result<()> {
+    /// Runs until `shutdown` turns true. The socket file is removed on the way out if it is
+    /// still ours. The state directory is verified (or created 0700) and locked first.
+    pub async fn run(self, shutdown: watch::Receiver<bool>) -> Result<()> {
         let cfg = self.config.clone();
-        create_private_dir(&cfg.state_dir)?;
-        let listener = bind_private(&cfg.socket_path).await?;
+        let state_dir = safe_fs::private_dir(&cfg.state_dir)?;
+        let _lock = lock::lock_state_dir(&state_dir)?;
+        let (listener, bound) = socket::bind_private(&cfg.socket_path).await?;
+        let result = self.serve_and_sample(listener, &state_dir, shutdown).await;
+        bound.remove_if_ours();
+        result
+    }
+
+    async fn serve_and_sample(
+        self,
+        listener: UnixListener,
+        state_dir: &Path,
+        mut shutdown: watch::Receiver<bool>,
+    ) -> Result<()> {
+        let cfg = self.config.clone();
         let topo = match (self.discover)().await {
             Ok(t) => t,
             Err(e) => {
@@ -168,7 +182,7 @@ impl Daemon {
         let (topo_tx, topo_rx) = watch::channel(topo.clone());
         let mut writer = match cfg.rotation {
             Some(p) => Some(RecordingWriter::create_dir(
-                &cfg.recording_dir(),
+                &safe_fs::private_dir(&state_dir.join("recording"))?,
                 p,
                 self.clock.now_ms(),
             )?),
@@ -248,13 +262,13 @@ impl Daemon {
         drop(rx);
         let _ = sampler_task.await;
         server.abort();
-        let _ = std::fs::remove_file(&cfg.socket_path);
         result
     }
 }
 
 fn tracing_note(msg: &str) {
-    eprintln!("wedgewatch daemon: {msg}");
+    // Logs land in bug reports too: error texts can quote URLs, argv, response bodies.
+    eprintln!("wedgewatch daemon: {}", crate::redact::log_line(msg));
 }
 
 /// Takes a baseline when a component is new or its process identity changed. Returns the
@@ -302,32 +316,6 @@ fn take_baseline(
     Some(b)
 }
 
-/// Binds the socket so only the owner can connect: inside a 0700 directory, and the
-/// socket itself chmod 0600. A stale socket file (nobody listening) is replaced; a live
-/// one is an error (another daemon runs).
-async fn bind_private(path: &Path) -> Result<UnixListener> {
-    if let Some(dir) = path.parent() {
-        create_private_dir(dir)?;
-    }
-    if path.exists() {
-        if UnixStream::connect(path).await.is_ok() {
-            return Err(Error::Other(format!(
-                "{}: another wedgewatch daemon is already listening here",
-                path.display()
-            )));
-        }
-        std::fs::remove_file(path).map_err(|e| Error::io(path, e))?;
-    }
-    let l = UnixListener::bind(path).map_err(|e| Error::io(path, e))?;
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
-            .map_err(|e| Error::io(path, e))?;
-    }
-    Ok(l)
-}
-
 async fn serve(
     listener: UnixListener,
     shared: Arc<Mutex<Shared>>,
@@ -359,18 +347,25 @@ async fn answer(
     stats: StatsHandle,
     clock: Arc<dyn Clock>,
 ) -> std::io::Result<()> {
+    let refused = socket::refuse_client(&stream);
     let (r, mut w) = stream.into_split();
-    let mut line = String::new();
-    BufReader::new(r.take(MAX_REQUEST))
-        .read_line(&mut line)
+    // Read the line even from a refused client, so it gets the reason instead of EPIPE.
+    let mut line = Vec::new();
+    BufReader::new(r.take(MAX_REQUEST as u64 + 1))
+        .read_until(b'\n', &mut line)
         .await?;
-    // Building a snapshot of a large model takes a while and holds the model's lock: do it
-    // off the runtime's workers so sampling never waits behind a client.
-    let what = line.trim().to_string();
-    let now = clock.now_ms();
-    let v = tokio::task::spawn_blocking(move || respond(&what, &shared, &stats, now))
-        .await
-        .unwrap_or_else(|e| serde_json::json!({ "error": format!("answer failed: {e}") }));
+    let v = match (refused, parse_request(&line)) {
+        (Some(why), _) => serde_json::json!({ "error": why }),
+        (None, Err(e)) => serde_json::json!({ "error": e.to_string() }),
+        // Building a snapshot of a large model takes a while and holds the model's lock: do
+        // it off the runtime's workers so sampling never waits behind a client.
+        (None, Ok(req)) => {
+            let now = clock.now_ms();
+            tokio::task::spawn_blocking(move || respond(&req, &shared, &stats, now))
+                .await
+                .unwrap_or_else(|e| serde_json::json!({ "error": format!("answer failed: {e}") }))
+        }
+    };
     let mut out =
         serde_json::to_vec(&v).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}").into_bytes());
     out.push(b'\n');
@@ -378,41 +373,35 @@ async fn answer(
     w.shutdown().await
 }
 
-/// The answer to one request line (also usable in-process).
+/// The model a request reads: the daemon's own, or a copy widened to the asked window
+/// (never beyond the history kept).
+fn windowed(model: &Model, window_ms: Option<i64>) -> std::borrow::Cow<'_, Model> {
+    match window_ms {
+        None => std::borrow::Cow::Borrowed(model),
+        Some(w) => {
+            let mut m = model.clone();
+            m.window_ms = w.min(m.history_ms);
+            std::borrow::Cow::Owned(m)
+        }
+    }
+}
+
+/// The answer to one parsed request (also usable in-process).
 pub fn respond(
-    what: &str,
+    req: &Request,
     shared: &Mutex<Shared>,
     stats: &StatsHandle,
     now: Millis,
 ) -> serde_json::Value {
     let sampler = stats.lock().map(|s| s.clone()).unwrap_or_default();
-    let mut words = what.split_whitespace();
-    let verb = words.next().unwrap_or("");
-    // Optional window in seconds: `snapshot 300` reports the last 5 minutes of requests.
-    let window_s: Option<i64> = match words.next().map(str::parse::<i64>) {
-        None => None,
-        Some(Ok(w)) if w > 0 => Some(w),
-        Some(_) => {
-            return serde_json::json!({ "error": format!("bad window in {what:?}: expected seconds") });
-        }
-    };
-    match verb {
-        "snapshot" | "perfetto" => {
+    match req {
+        Request::Perfetto { .. } => {
             let sh = lock(shared);
-            let widened;
-            let model = match window_s {
-                Some(w) => {
-                    let mut m = sh.model.clone();
-                    m.window_ms = w.saturating_mul(1000).min(m.history_ms);
-                    widened = m;
-                    &widened
-                }
-                None => &sh.model,
-            };
-            if verb == "perfetto" {
-                return crate::export::perfetto_model(model, now);
-            }
-            let parts = model.parts(now);
+            crate::export::perfetto_model(&windowed(&sh.model, req.window_ms()), now)
+        }
+        Request::Snapshot { .. } => {
+            let sh = lock(shared);
+            let parts = windowed(&sh.model, req.window_ms()).parts(now);
             serde_json::json!({
                 "schema": DAEMON_SCHEMA,
                 "parts": parts,
@@ -420,7 +409,7 @@ pub fn respond(
                 "daemon": { "pid": std::process::id(), "started_ms": sh.started_ms, "baselines": sh.baselines.len() },
             })
         }
-        "baseline" => {
+        Request::Baseline => {
             let sh = lock(shared);
             serde_json::json!({
                 "schema": DAEMON_SCHEMA,
@@ -429,20 +418,19 @@ pub fn respond(
                 "count": sh.baselines.len(),
             })
         }
-        "sources" => serde_json::json!({ "schema": DAEMON_SCHEMA, "sampler": sampler }),
-        "ping" => serde_json::json!({ "ok": true, "pid": std::process::id() }),
-        other => serde_json::json!({
-            "error": format!("unknown request {other:?}; expected snapshot [SECONDS], perfetto [SECONDS], baseline, sources or ping")
-        }),
+        Request::Sources => serde_json::json!({ "schema": DAEMON_SCHEMA, "sampler": sampler }),
+        Request::Ping => serde_json::json!({ "ok": true, "pid": std::process::id() }),
     }
 }
 
-/// Asks a running daemon. `what` is `snapshot`, `baseline`, `sources` or `ping`.
+/// Asks a running daemon (one running as us or root: see [`socket::check_daemon`]).
+/// `what` is a request line, e.g. `snapshot`, `baseline`, `sources` or `ping`.
 pub async fn query(socket_path: &Path, what: &str, timeout_ms: u64) -> Result<serde_json::Value> {
     let fut = async {
         let mut s = UnixStream::connect(socket_path)
             .await
             .map_err(|e| Error::io(socket_path, e))?;
+        socket::check_daemon(&s, socket_path)?;
         s.write_all(format!("{what}\n").as_bytes())
             .await
             .map_err(|e| Error::io(socket_path, e))?;

@@ -203,8 +203,24 @@ fn loose_key(c: &SnapComponent) -> Option<(Role, Vec<String>)> {
     Some((c.role, l))
 }
 
-/// Compares two snapshots. `before` is the baseline.
+/// Compares two snapshots. `before` is the baseline. Both go through today's redaction
+/// again, with one redactor, when either was taken redacted (an older file may hold what
+/// today's rules hide; a secret named in one is scrubbed from the other), and their strings
+/// are neutralised, so both the JSON and the text of the diff are safe to post.
 pub fn diff_snapshots(before: &Snapshot, after: &Snapshot) -> DiffReport {
+    let redact = before.redacted || after.redacted;
+    match crate::redact::for_output(&[before, after], redact).as_deref() {
+        Some([b, a]) => diff_safe(b, a),
+        _ => DiffReport {
+            schema: DIFF_SCHEMA.to_string(),
+            changes: Vec::new(),
+            before_taken_at: None,
+            after_taken_at: None,
+        },
+    }
+}
+
+fn diff_safe(before: &Snapshot, after: &Snapshot) -> DiffReport {
     let mut out: Vec<Change> = Vec::new();
     let by_id_b: BTreeMap<&str, &SnapComponent> = after
         .components
@@ -373,6 +389,15 @@ pub fn render_change_plain(c: &Change) -> String {
 /// Human output: a summary line, then changes grouped by component in report order.
 /// `color`: ANSI colours (the caller decides: terminal and no `NO_COLOR`).
 pub fn render_human(d: &DiffReport, color: bool) -> String {
+    // The report may not come from `diff_snapshots` (a file, a test): neutralise its
+    // strings here too; our own ANSI colours are added after.
+    match crate::redact::for_output(&[d], false).and_then(|mut v| v.pop()) {
+        Some(safe) => render_human_safe(&safe, color),
+        None => "diff unavailable: it could not be made safe to print\n".into(),
+    }
+}
+
+fn render_human_safe(d: &DiffReport, color: bool) -> String {
     let paint = |code: &str, s: &str| {
         if color {
             format!("\x1b[{code}m{s}\x1b[0m")

@@ -22,6 +22,8 @@
 //! children `name@parent-id` (`scheduler_TP0@decode@127.0.0.1:31012`).
 
 use crate::error::{Error, Result};
+use crate::http::{self, Limits};
+use crate::model::FetchOutcome;
 use crate::model::{Component, Edge, EdgeOrigin, Role, Topology};
 use crate::probes::{ProbeSet, Profile};
 use crate::sources::processes::socket_inodes;
@@ -29,10 +31,9 @@ use procfs::net::{TcpNetEntry, TcpState};
 use procfs::process::Process;
 use regex::Regex;
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{Read, Write};
-use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs};
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Label: pid whose environ stands for this component (its own was clobbered by setproctitle).
 pub const LABEL_ENV_PID: &str = "env_pid";
@@ -42,12 +43,22 @@ pub const LABEL_ARGS_PID: &str = "args_pid";
 pub const LABEL_ARGS_SOURCE: &str = "args_source";
 /// Label: how the component was found (`profile`, `--pid`, `--url`, `sockets`).
 pub const LABEL_FOUND_BY: &str = "found_by";
+/// Label: why the component's HTTP API or metrics endpoint is not scraped (the address its
+/// flags name is not one of its own listening sockets on this host).
+pub const LABEL_METRICS_UNSCRAPED: &str = "metrics_unscraped";
 
 /// How far up we look for a launcher, and how deep down for children: real launch chains are
 /// 1-3 levels (shell -> timeout -> python); bounded so a pathological tree cannot stall us.
 const MAX_ANCESTRY: usize = 8;
 const MAX_CHILD_DEPTH: usize = 6;
 const MAX_CHILDREN: usize = 512;
+/// Longest wait for one /proc read of one process (normally microseconds): a process holding
+/// its mmap lock makes reads of its cmdline or environ block for as long as it likes.
+const READ_DEADLINE: Duration = Duration::from_millis(250);
+/// Longest wait for the whole process table; processes not read by then are left out.
+const TABLE_DEADLINE: Duration = Duration::from_millis(1_000);
+/// Backstop for one whole discovery (run on a detached thread by [`crate::attach`]).
+pub const DISCOVERY_DEADLINE: Duration = Duration::from_secs(5);
 /// Body cap for the router's `/workers` answer.
 const MAX_HTTP_BODY: usize = 1 << 20;
 
@@ -136,27 +147,20 @@ impl ProcTable {
                 crate::sources::processes::reason(&e)
             ))
         })?;
-        let mut procs = BTreeMap::new();
-        for p in iter.flatten() {
-            // a process that vanished between readdir and stat is simply not there
-            let Ok(stat) = p.stat() else { continue };
-            if stat.ppid == 2 || p.pid == 2 {
-                continue; // kernel threads
-            }
-            let comm = std::fs::read_to_string(root.join(p.pid.to_string()).join("comm"))
-                .map(|s| s.trim_end_matches('\n').to_string())
-                .unwrap_or(stat.comm);
-            let cmdline = p.cmdline().unwrap_or_default();
-            procs.insert(
-                p.pid,
-                Proc {
-                    pid: p.pid,
-                    ppid: stat.ppid,
-                    comm,
-                    cmdline,
-                },
-            );
-        }
+        // Listing is readdir only; reading each process may block (see `read_proc`).
+        let items: Vec<(PathBuf, i32)> = iter
+            .flatten()
+            .map(|p| (root.join(p.pid.to_string()), p.pid))
+            .collect();
+        let r = root.to_path_buf();
+        let read = move |&pid: &i32| read_proc(&r, pid);
+        let procs: BTreeMap<i32, Proc> =
+            crate::deadline::map(items, READ_DEADLINE, TABLE_DEADLINE, read)
+                .into_iter()
+                // Vanished, a kernel thread, or blocked: not a candidate this pass.
+                .filter_map(|r| r.ok().flatten())
+                .map(|p| (p.pid, p))
+                .collect();
         let mut children: BTreeMap<i32, Vec<i32>> = BTreeMap::new();
         for p in procs.values() {
             children.entry(p.ppid).or_default().push(p.pid);
@@ -248,21 +252,50 @@ impl ProcTable {
         out
     }
 
+    /// The environment of `pid` (empty when unreadable: vanished, denied, or blocked).
     fn environ(&self, pid: i32) -> BTreeMap<String, String> {
-        Process::new_with_root(self.root.join(pid.to_string()))
-            .and_then(|p| p.environ())
-            .map(|m| {
-                m.into_iter()
-                    .map(|(k, v)| {
-                        (
-                            k.to_string_lossy().into_owned(),
-                            v.to_string_lossy().into_owned(),
-                        )
+        let dir = self.root.join(pid.to_string());
+        let read = {
+            let dir = dir.clone();
+            move || {
+                Process::new_with_root(dir)
+                    .and_then(|p| p.environ())
+                    .map(|m| {
+                        m.into_iter()
+                            .map(|(k, v)| {
+                                (
+                                    k.to_string_lossy().into_owned(),
+                                    v.to_string_lossy().into_owned(),
+                                )
+                            })
+                            .collect()
                     })
-                    .collect()
-            })
-            .unwrap_or_default()
+                    .unwrap_or_default()
+            }
+        };
+        crate::deadline::call(&dir.join("environ"), READ_DEADLINE, read).unwrap_or_default()
     }
+}
+
+/// One process's table entry (None: vanished, or a kernel thread). Reading cmdline takes the
+/// process's mmap lock, so this runs under [`READ_DEADLINE`].
+fn read_proc(root: &Path, pid: i32) -> Option<Proc> {
+    let p = Process::new_with_root(root.join(pid.to_string())).ok()?;
+    // a process that vanished between readdir and stat is simply not there
+    let stat = p.stat().ok()?;
+    if stat.ppid == 2 || pid == 2 {
+        return None; // kernel threads
+    }
+    let comm = std::fs::read_to_string(root.join(pid.to_string()).join("comm"))
+        .map(|s| s.trim_end_matches('\n').to_string())
+        .unwrap_or(stat.comm);
+    let cmdline = p.cmdline().unwrap_or_default();
+    Some(Proc {
+        pid,
+        ppid: stat.ppid,
+        comm,
+        cmdline,
+    })
 }
 
 // ---------------------------------------------------------------------------------------
@@ -473,8 +506,9 @@ fn is_loopback_host(h: &str) -> bool {
             .unwrap_or(false)
 }
 
-/// GET `http://host:port/path` over loopback with one hard deadline; HTTP/1.0 so the server
-/// closes and never chunks. Refuses non-loopback hosts: discovery never talks to the network.
+/// GET `http://host:port/path` over loopback with the one timed, size-capped client
+/// ([`crate::http`]), `timeout` for the whole request. Refuses non-loopback hosts: discovery
+/// never talks to the network.
 pub fn loopback_get(
     host: &str,
     port: u16,
@@ -484,68 +518,44 @@ pub fn loopback_get(
     if !is_loopback_host(host) {
         return Err(format!("{host} is not a loopback address; not asked"));
     }
-    let target = connect_host(host);
-    let deadline = Instant::now() + timeout;
-    let addr = format!(
-        "{}:{port}",
-        target.trim_start_matches('[').trim_end_matches(']')
-    );
-    let addr = if target.starts_with('[') {
-        format!("{target}:{port}")
-    } else {
-        addr
+    let url = format!("http://{}:{port}{path}", connect_host(host));
+    let limits = Limits {
+        connect: timeout,
+        total: timeout,
+        cap: MAX_HTTP_BODY,
     };
-    let sa = addr
-        .to_socket_addrs()
-        .map_err(|e| e.to_string())?
-        .next()
-        .ok_or("no address")?;
-    let mut s = TcpStream::connect_timeout(&sa, timeout).map_err(|e| e.to_string())?;
-    let left = |d: Instant| {
-        d.saturating_duration_since(Instant::now())
-            .max(Duration::from_millis(1))
-    };
-    s.set_write_timeout(Some(left(deadline)))
-        .map_err(|e| e.to_string())?;
-    write!(
-        s,
-        "GET {path} HTTP/1.0\r\nHost: {target}:{port}\r\nAccept: application/json\r\n\r\n"
-    )
-    .map_err(|e| e.to_string())?;
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 16384];
-    loop {
-        if Instant::now() >= deadline {
-            return Err(format!("timed out after {} ms", timeout.as_millis()));
-        }
-        s.set_read_timeout(Some(left(deadline)))
-            .map_err(|e| e.to_string())?;
-        match s.read(&mut chunk) {
-            Ok(0) => break,
-            Ok(n) => {
-                buf.extend_from_slice(&chunk[..n]);
-                if buf.len() > MAX_HTTP_BODY {
-                    return Err("answer larger than 1 MiB".into());
-                }
-            }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) =>
-            {
-                return Err(format!("timed out after {} ms", timeout.as_millis()))
-            }
-            Err(e) => return Err(e.to_string()),
-        }
+    let r = http::get_blocking(&url, limits);
+    match r.outcome {
+        FetchOutcome::Ok => Ok(String::from_utf8_lossy(&r.body).into_owned()),
+        _ => Err(r.detail.unwrap_or_else(|| format!("{:?}", r.outcome))),
     }
-    let text = String::from_utf8_lossy(&buf).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n").ok_or("malformed HTTP answer")?;
-    let status = head.split_whitespace().nth(1).unwrap_or("");
-    if status != "200" {
-        return Err(format!("HTTP {status}"));
+}
+
+/// Where to reach `port` of a process whose flags name `claimed`: one of its own listening
+/// sockets on this host (`own`), a wildcard one at loopback. Any local process can pose as
+/// an engine, so an address the process does not itself listen on is never scraped: not a
+/// remote `--host`, not a loopback port someone else may hold. Err says why.
+pub fn scrape_addr(
+    claimed: &str,
+    port: u16,
+    own: &[SocketAddr],
+) -> std::result::Result<String, String> {
+    let on_port: Vec<&SocketAddr> = own.iter().filter(|s| s.port() == port).collect();
+    let pick = on_port
+        .iter()
+        .find(|s| hosts_equivalent(&s.ip().to_string(), claimed))
+        .or(on_port.first());
+    match pick {
+        Some(s) => Ok(format!("{}:{port}", connect_host(&s.ip().to_string()))),
+        None if is_loopback_host(claimed) => Err(format!(
+            "{}: not one of its listening sockets, so not scraped",
+            addr_string(claimed, port)
+        )),
+        None => Err(format!(
+            "{}: not on this host (no listening socket of its own on port {port}), so not scraped",
+            addr_string(claimed, port)
+        )),
     }
-    Ok(body.to_string())
 }
 
 /// Worker URLs from a `/workers` answer (`[...]` or `{"workers": [...]}`, items with `url`).
@@ -566,6 +576,75 @@ fn worker_urls_from_json(body: &str) -> Vec<String> {
         .iter()
         .filter_map(|i| i.get("url").and_then(|u| u.as_str()).map(str::to_string))
         .collect()
+}
+
+/// What discovery knows of a component's endpoints.
+struct EndpointFacts<'a> {
+    prof: &'a Profile,
+    args: &'a [String],
+    /// `host:port` its flags (or defaults, or sockets) name.
+    primary: Option<&'a str>,
+    port: Option<u16>,
+    listen: &'a [String],
+    /// Its own listening sockets.
+    own: &'a [SocketAddr],
+    top_level: bool,
+}
+
+/// (HTTP API URL, metrics URL, why each endpoint that is not scraped is not): every URL is
+/// one of the process's own listening sockets ([`scrape_addr`]).
+fn endpoint_urls(f: &EndpointFacts) -> (Option<String>, Option<String>, Vec<String>) {
+    let mut unscraped: Vec<String> = Vec::new();
+    let mut reach = |host: &str, port: u16| match scrape_addr(host, port, f.own) {
+        Ok(a) => Some(a),
+        Err(why) => {
+            if !unscraped.contains(&why) {
+                unscraped.push(why);
+            }
+            None
+        }
+    };
+    let primary = f.primary.and_then(split_addr);
+    let has_port = f.prof.port_flag.is_some() || f.prof.default_port.is_some();
+    let http_url = match (&primary, f.top_level && has_port) {
+        (Some((h, p)), true) => reach(h, *p).map(|a| format!("http://{a}")),
+        _ => None,
+    };
+    let metrics_url = f.prof.metrics_path.as_ref().and_then(|path| {
+        let mhost = f
+            .prof
+            .metrics_host_flag
+            .as_ref()
+            .and_then(|flag| flag_value(f.args, flag))
+            .or_else(|| primary.as_ref().map(|(h, _)| h.clone()))
+            .unwrap_or_else(|| "127.0.0.1".into());
+        let mp = metrics_port(f, primary.as_ref().map(|(_, p)| *p))?;
+        reach(&mhost, mp).map(|a| format!("http://{a}{path}"))
+    });
+    (http_url, metrics_url, unscraped)
+}
+
+/// The metrics port: its flag, else (when setproctitle took the arguments) the one other
+/// listening port (the router listens on exactly its API port and its metrics port), else
+/// the profile's default; without a metrics port flag, the HTTP port.
+fn metrics_port(f: &EndpointFacts, primary_port: Option<u16>) -> Option<u16> {
+    let Some(flag) = &f.prof.metrics_port_flag else {
+        return f.port;
+    };
+    let other_ports: Vec<u16> = f
+        .listen
+        .iter()
+        .filter_map(|a| split_addr(a).map(|(_, p)| p))
+        .filter(|p| Some(*p) != primary_port)
+        .collect();
+    let from_sockets = match other_ports.as_slice() {
+        [only] => Some(*only),
+        _ => None,
+    };
+    flag_value(f.args, flag)
+        .and_then(|v| v.parse::<u16>().ok())
+        .or(from_sockets)
+        .or(f.prof.metrics_default_port)
 }
 
 fn parse_gpu_list(v: &str) -> Vec<u32> {
@@ -854,46 +933,25 @@ impl<'a> Builder<'a> {
         c.listen = listen;
         c.parent = parent.map(|p| p.id.clone());
         c.title = comp.title_of(&proc);
-        if parent.is_none() {
-            if let (Some(a), true) = (
-                &primary,
-                prof.port_flag.is_some() || prof.default_port.is_some(),
-            ) {
-                if let Some((h, p)) = split_addr(a) {
-                    c.http_url = Some(format!("http://{}:{p}", connect_host(&h)));
-                }
-            }
-        }
-        if let Some(path) = &prof.metrics_path {
-            // When setproctitle took the arguments, a second listening port is the metrics
-            // exporter (the router listens on exactly its API port and its metrics port).
-            let primary_port = primary.as_ref().and_then(|a| split_addr(a)).map(|(_, p)| p);
-            let other_ports: Vec<u16> = c
-                .listen
-                .iter()
-                .filter_map(|a| split_addr(a).map(|(_, p)| p))
-                .filter(|p| Some(*p) != primary_port)
-                .collect();
-            let from_sockets = match other_ports.as_slice() {
-                [only] => Some(*only),
-                _ => None,
-            };
-            let mport = match &prof.metrics_port_flag {
-                Some(f) => flag_value(&args, f)
-                    .and_then(|v| v.parse::<u16>().ok())
-                    .or(from_sockets)
-                    .or(prof.metrics_default_port),
-                None => port,
-            };
-            let mhost = prof
-                .metrics_host_flag
-                .as_ref()
-                .and_then(|f| flag_value(&args, f))
-                .or_else(|| primary.as_ref().and_then(|a| split_addr(a)).map(|(h, _)| h))
-                .unwrap_or_else(|| "127.0.0.1".into());
-            if let Some(mp) = mport {
-                c.metrics_url = Some(format!("http://{}:{mp}{path}", connect_host(&mhost)));
-            }
+        // Scrape addresses: only the process's own listening sockets (see `scrape_addr`).
+        let own = if prof.ports_from_sockets {
+            sockets.clone()
+        } else {
+            self.table.listen_of(pid)
+        };
+        let (http_url, metrics_url, unscraped) = endpoint_urls(&EndpointFacts {
+            prof,
+            args: &args,
+            primary: primary.as_deref(),
+            port,
+            listen: &c.listen,
+            own: &own,
+            top_level: parent.is_none(),
+        });
+        c.http_url = http_url;
+        c.metrics_url = metrics_url;
+        if !unscraped.is_empty() {
+            labels.insert(LABEL_METRICS_UNSCRAPED.into(), unscraped.join("; "));
         }
 
         // GPUs: hints from the visible-devices variable of the untitled process
@@ -1315,6 +1373,35 @@ mod tests {
         assert!(!hosts_equivalent("10.0.0.1", "10.0.0.2"));
         assert_eq!(connect_host("0.0.0.0"), "127.0.0.1");
         assert!(loopback_get("10.1.2.3", 80, "/", Duration::from_millis(10)).is_err());
+    }
+
+    #[test]
+    fn scrape_addresses_are_own_listening_sockets() {
+        let sa = |s: &str| s.parse::<SocketAddr>().unwrap();
+        let wild = [sa("0.0.0.0:30000")];
+        assert_eq!(
+            scrape_addr("10.1.2.3", 30000, &wild).as_deref(),
+            Ok("127.0.0.1:30000")
+        );
+        let own = [sa("127.0.0.1:29000"), sa("10.9.9.9:30000")];
+        assert_eq!(
+            scrape_addr("10.9.9.9", 30000, &own).as_deref(),
+            Ok("10.9.9.9:30000")
+        );
+        assert_eq!(
+            scrape_addr("127.0.0.1", 29000, &own).as_deref(),
+            Ok("127.0.0.1:29000")
+        );
+        let remote = scrape_addr("10.1.2.3", 31000, &own).unwrap_err();
+        assert!(remote.contains("not on this host"), "{remote}");
+        let squatted = scrape_addr("127.0.0.1", 31000, &own).unwrap_err();
+        assert!(
+            squatted.contains("not one of its listening sockets"),
+            "{squatted}"
+        );
+        assert!(scrape_addr("localhost", 31000, &[]).is_err());
+        let v6 = [sa("[::]:8000")];
+        assert_eq!(scrape_addr("::", 8000, &v6).as_deref(), Ok("[::1]:8000"));
     }
 
     #[test]

@@ -18,6 +18,11 @@ pub enum Error {
     Json(#[from] serde_json::Error),
     #[error("{what} timed out after {ms} ms")]
     Timeout { what: String, ms: u64 },
+    #[error("{path}: {why}")]
+    NotARecording {
+        path: PathBuf,
+        why: crate::record::NotARecording,
+    },
     #[error("{0}")]
     Other(String),
 }

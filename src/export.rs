@@ -175,15 +175,28 @@ fn from_requests(now: Millis, requests: &[Request], findings: &[Finding]) -> Val
     b.finish()
 }
 
+/// A trace is posted like a bundle: redacted, with every secret its inputs reveal (env,
+/// argv, labels of the parts or snapshot it came from) learned first. Always on: a trace
+/// holds requests and findings, nothing `--no-redact` is meant to show.
+fn redacted(mut trace: Value, learn_from: &impl serde::Serialize) -> Value {
+    let mut r = crate::redact::Redactor::new();
+    if let Ok(v) = serde_json::to_value(learn_from) {
+        r.learn_json(&v);
+    }
+    r.redact_json(&mut trace);
+    trace
+}
+
 /// From the correlator's output.
 pub fn perfetto(parts: &SnapshotParts) -> Value {
-    from_requests(parts.taken_at_ms, &parts.requests, &parts.findings)
+    let trace = from_requests(parts.taken_at_ms, &parts.requests, &parts.findings);
+    redacted(trace, parts)
 }
 
 /// From a snapshot file (`wedgewatch export --perfetto FILE` on a bundle).
 pub fn perfetto_snapshot(s: &Snapshot) -> Value {
     let now = parse_rfc3339(&s.taken_at).unwrap_or(0);
-    from_requests(now, &s.requests, &s.findings)
+    redacted(from_requests(now, &s.requests, &s.findings), s)
 }
 
 /// From a live or replayed model: exact phase boundaries (first byte, last byte), over the
@@ -231,5 +244,5 @@ pub fn perfetto_model(model: &Model, now: Millis) -> Value {
     }
     b.links(&parts.requests);
     b.findings(now, &parts.findings);
-    b.finish()
+    redacted(b.finish(), &parts)
 }

@@ -10,12 +10,11 @@ use crate::daemon::{self, Shared};
 use crate::detect::Thresholds;
 use crate::model::{CaptureMode, StackCapture};
 use crate::probes::ProbeSet;
-use crate::record::Recording;
+use crate::record::{read_records, ReadLimits};
 use crate::sampler::StatsHandle;
 use crate::sources::stacks::{self, RuleSet};
 use crate::{http, prom};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 /// One entry point: bytes in, nothing out (a panic or a hang is the failure).
@@ -33,34 +32,33 @@ pub const TARGETS: &[(&str, Entry)] = &[
 ];
 
 /// A Prometheus exposition as scraped; the first byte says whether the body was cut at the
-/// size cap (a cut body drops its partial last line).
+/// size cap (a cut body drops its partial last line). Parsed twice: with small limits and a
+/// `wanted` set, as the metrics source parses (cuts, raw sample, label bytes), and in full.
 pub fn prom(data: &[u8]) {
     let (truncated, body) = match data.split_first() {
         Some((flag, rest)) => (flag & 1 == 1, rest),
         None => (false, data),
     };
+    let limits = prom::ParseLimits {
+        max_series: 64,
+        raw_sample: 8,
+        max_label_bytes: 256,
+    };
+    let wanted = |name: &str| name.starts_with("sglang:") || name.starts_with("vllm:");
+    let _ = prom::parse_limited(body, truncated, &limits, &wanted);
     let _ = prom::parse_bytes(body, truncated);
 }
 
-/// The bytes an HTTP server sent, handled as `http::get` handles what it read.
+/// The bytes an HTTP server sent, read as `http::get` reads them (a small cap, so the cut
+/// paths are reached too).
 pub fn http_response(data: &[u8]) {
-    if let Some(h) = http::find_header_end(data) {
-        let _ = http::parse_status(data);
-        let _ = data
-            .get(..h)
-            .and_then(|head| http::header_value(head, "content-length"))
-            .and_then(|v| v.trim().parse::<usize>().ok());
-    }
-    let body = http::split_body(data).unwrap_or_default();
-    if http::is_chunked(data) {
-        let _ = http::dechunk(&body);
-    }
+    let _ = http::parse_response(data, 4096);
 }
 
 /// `py-spy dump --json` output: parsed, classified by the built-in stack rules, and
 /// summarised as a window of two identical dumps.
 pub fn pyspy_json(data: &[u8]) {
-    let Ok(threads) = stacks::parse_pyspy_json(&String::from_utf8_lossy(data)) else {
+    let Ok(threads) = stacks::parse_dump(data) else {
         return;
     };
     let classified: Vec<_> = threads
@@ -107,46 +105,27 @@ pub fn thresholds_toml(data: &[u8]) {
     }
 }
 
-/// A recording file (plain or gzip-framed), read record by record as `--from` reads it.
-/// The reader takes a path, so the bytes go through a scratch file.
+/// A recording (plain or gzip-framed) from a stranger, read record by record as `--from`
+/// reads it, under small limits so the skip paths are reached too.
 pub fn recording(data: &[u8]) {
-    let path = scratch_path();
-    if std::fs::write(&path, data).is_err() {
-        return;
+    let limits = ReadLimits {
+        max_line_bytes: 16 << 10,
+        max_line_values: 4096,
+    };
+    if let Ok(mut records) = read_records(data, limits) {
+        for _ in records.by_ref() {}
+        let _ = records.stats();
     }
-    let rec = Recording {
-        files: vec![path.clone()],
-    };
-    let mut it = rec.records();
-    for _ in it.by_ref() {}
-    let _ = std::fs::remove_file(&path);
 }
 
-/// A file name of its own for each call (the replay test runs targets in parallel).
-fn scratch_path() -> PathBuf {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    let dir = Path::new("/dev/shm");
-    let dir = if dir.is_dir() {
-        dir.to_path_buf()
-    } else {
-        std::env::temp_dir()
-    };
-    dir.join(format!("wedgewatch-fuzz-{}-{n}.rec", std::process::id()))
-}
-
-/// Longest request line the daemon reads (its `MAX_REQUEST`).
-const MAX_REQUEST: usize = 256;
-
-/// What a client writes to the daemon's socket: the first line of at most 256 bytes, which
-/// must be UTF-8, answered from an empty model.
+/// What a client writes to the daemon's socket: the first line, parsed as the daemon parses
+/// it and, when it is a request, answered from an empty model.
 pub fn daemon_request(data: &[u8]) {
-    let head = data.get(..MAX_REQUEST).unwrap_or(data);
-    let line = match head.iter().position(|&b| b == b'\n') {
-        Some(i) => &head[..=i],
-        None => head,
+    let line = match data.iter().position(|&b| b == b'\n') {
+        Some(i) => &data[..i],
+        None => data,
     };
-    let Ok(line) = std::str::from_utf8(line) else {
+    let Ok(req) = daemon::protocol::parse_request(line) else {
         return;
     };
     let cfg = daemon::DaemonConfig::new(PathBuf::from("/nonexistent"));
@@ -160,6 +139,6 @@ pub fn daemon_request(data: &[u8]) {
         started_ms: 1_700_000_000_000,
     });
     let stats = StatsHandle::default();
-    let answer = daemon::respond(line.trim(), &shared, &stats, 1_700_000_060_000);
+    let answer = daemon::respond(&req, &shared, &stats, 1_700_000_060_000);
     let _ = serde_json::to_vec(&answer);
 }

@@ -9,10 +9,12 @@
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod attach;
+pub mod children;
 pub mod clock;
 pub mod config_check;
 pub mod correlate;
 pub mod daemon;
+pub mod deadline;
 pub mod detect;
 pub mod diff;
 pub mod discover;
@@ -27,6 +29,7 @@ pub mod prom;
 pub mod record;
 pub mod redact;
 pub mod report;
+pub mod safe_fs;
 pub mod sampler;
 pub mod snapshot;
 pub mod sources;

@@ -19,12 +19,15 @@ use wedgewatch::daemon::{self, Daemon, DaemonConfig};
 use wedgewatch::detect::Thresholds;
 use wedgewatch::discover::DiscoverOptions;
 use wedgewatch::probes::ProbeSet;
-use wedgewatch::record::{self, Recording};
+use wedgewatch::record::{self, NotARecording, Recording};
 use wedgewatch::snapshot::{self, AssembleOptions, SnapshotParts};
 use wedgewatch::{diff, doctor, export};
 
 mod cli;
-use cli::{demo as cli_demo, tui as cli_tui};
+use cli::{demo as cli_demo, exit as cli_exit, tui as cli_tui};
+
+/// How long a stopped daemon may take to wind down (socket removed, recording flushed).
+const DAEMON_STOP: Duration = Duration::from_secs(2);
 
 #[derive(Debug, Parser)]
 #[command(
@@ -76,10 +79,16 @@ struct Global {
     /// Detector thresholds (TOML; missing keys keep their defaults, see docs/findings.md).
     #[arg(long, value_name = "FILE", global = true)]
     thresholds: Option<PathBuf>,
-    /// Where the daemon keeps its recording and socket
-    /// (default: $XDG_STATE_HOME/wedgewatch).
+    /// Where the daemon keeps its recording, lock and socket (default: root:
+    /// $STATE_DIRECTORY or /var/lib/wedgewatch, socket in /run/wedgewatch; others:
+    /// $XDG_STATE_HOME/wedgewatch, socket in $XDG_RUNTIME_DIR/wedgewatch).
     #[arg(long, value_name = "DIR", global = true)]
     state_dir: Option<PathBuf>,
+    /// Series kept per metrics scrape; an endpoint exporting more is cut there and the
+    /// metrics source says so.
+    #[arg(long, value_name = "N", default_value_t = 20_000,
+          value_parser = clap::value_parser!(u32).range(1..=1_000_000), global = true)]
+    max_series: u32,
 }
 
 #[derive(Debug, Subcommand)]
@@ -107,9 +116,13 @@ struct SnapshotArgs {
     /// Print the snapshot JSON to stdout.
     #[arg(long)]
     json: bool,
-    /// Write the bundle (snapshot.json, report.md, raw/) to DIR, atomically.
+    /// Write the bundle (snapshot.json, report.md, raw/) to DIR, atomically. An existing
+    /// non-empty DIR is refused.
     #[arg(short = 'o', long = "output", value_name = "DIR")]
     output: Option<PathBuf>,
+    /// With -o: replace a previous bundle's own files in DIR (anything else there is kept).
+    #[arg(long, requires = "output")]
+    force: bool,
     /// Sampling window in seconds.
     #[arg(long, value_name = "SECS", default_value_t = 3.0)]
     window: f64,
@@ -185,9 +198,15 @@ struct DiffArgs {
 fn main() {
     let cli = Cli::parse();
     match run(cli) {
-        Ok(code) => std::process::exit(code),
+        Ok(code) => {
+            wedgewatch::children::kill_all();
+            std::process::exit(code)
+        }
         Err(e) => {
-            eprintln!("wedgewatch: {e:#}");
+            eprintln!(
+                "wedgewatch: {}",
+                wedgewatch::redact::log_line(&format!("{e:#}"))
+            );
             std::process::exit(2);
         }
     }
@@ -237,6 +256,7 @@ fn attach_options(g: &Global) -> anyhow::Result<AttachOptions> {
     o.py_spy = g.py_spy.clone();
     o.native = g.native;
     o.thresholds = thresholds(g)?;
+    o.max_series = g.max_series as usize;
     Ok(o)
 }
 
@@ -307,6 +327,7 @@ fn parts_from_daemon(g: &Global) -> Option<SnapshotParts> {
             Some(p)
         }
         Err(e) => {
+            let e = wedgewatch::redact::log_line(&e.to_string());
             eprintln!("wedgewatch: daemon not usable ({e}); sampling here instead");
             None
         }
@@ -331,20 +352,8 @@ fn parts_from_recording(
         }
     };
     let replayed = record::replay(&rec, at_ms, th)?;
-    if replayed.stats.skipped > 0 {
-        eprintln!(
-            "wedgewatch: {}: skipped {} damaged record(s) (a torn tail is normal after a crash)",
-            path.display(),
-            replayed.stats.skipped
-        );
-    }
-    if replayed.stats.undecodable > 0 {
-        eprintln!(
-            "wedgewatch: {}: {} sample(s) could not be rebuilt (their delta base was lost); \
-             the replay has gaps until the next keyframe",
-            path.display(),
-            replayed.stats.undecodable
-        );
+    if let Some(skipped) = replayed.stats.summary() {
+        eprintln!("wedgewatch: {}: {skipped}", path.display());
     }
     Ok(replayed.model.parts(replayed.at_ms))
 }
@@ -352,12 +361,11 @@ fn parts_from_recording(
 /// Samples here for the window.
 fn parts_by_sampling(g: &Global, window: Duration) -> anyhow::Result<SnapshotParts> {
     let opts = attach_options(g)?;
-    let rt = runtime()?;
-    let model = rt.block_on(attach::collect_window(
+    let model = cli_exit::block_on(attach::collect_window(
         &opts,
         window.as_millis() as u64,
         Arc::new(SystemClock),
-    ))?;
+    ))??;
     Ok(model.parts(SystemClock.now_ms()))
 }
 
@@ -367,6 +375,15 @@ fn cmd_snapshot(g: &Global, a: SnapshotArgs) -> anyhow::Result<i32> {
     }
     if !(a.window.is_finite() && a.window >= 0.0 && a.window <= 3600.0) {
         bail!("--window must be between 0 and 3600 seconds");
+    }
+    let overwrite = if a.force {
+        snapshot::Overwrite::PreviousBundle
+    } else {
+        snapshot::Overwrite::Refuse
+    };
+    if let Some(dir) = &a.output {
+        // refuse before sampling, not after
+        snapshot::check_bundle_target(dir, overwrite)?;
     }
     let mut parts = match &a.from {
         Some(f) => parts_from_recording(f, a.at.as_deref(), thresholds(g)?)?,
@@ -392,7 +409,7 @@ fn cmd_snapshot(g: &Global, a: SnapshotArgs) -> anyhow::Result<i32> {
     }
     let bundle = snapshot::assemble_bundle(parts, &opts);
     if let Some(dir) = &a.output {
-        snapshot::write_bundle(&bundle.snapshot, &bundle.raw, dir)
+        snapshot::write_bundle(&bundle.snapshot, &bundle.raw, dir, overwrite)
             .with_context(|| format!("writing the bundle to {}", dir.display()))?;
         eprintln!("wedgewatch: bundle written to {}", dir.display());
     }
@@ -434,7 +451,7 @@ fn cmd_daemon(g: &Global, a: DaemonArgs) -> anyhow::Result<i32> {
     }
     let run_for = a.run_for.as_deref().map(parse_duration_ms).transpose()?;
     let rt = runtime()?;
-    rt.block_on(async {
+    let ran = rt.block_on(async {
         let mut d = Daemon::new(cfg.clone(), Arc::new(SystemClock), opts.discover_fn());
         for s in opts.sources()? {
             d.add_default_source(s);
@@ -449,39 +466,58 @@ fn cmd_daemon(g: &Global, a: DaemonArgs) -> anyhow::Result<i32> {
                 "off".into()
             }
         );
-        let task = tokio::spawn(d.run(rx));
+        let mut task = tokio::spawn(d.run(rx));
         stop_signal(run_for).await;
         let _ = tx.send(true);
-        task.await.context("daemon task")??;
+        // In-flight samples are cut short on stop; a daemon that still does not end
+        // (a stuck write) is abandoned rather than waited for.
+        match tokio::time::timeout(DAEMON_STOP, &mut task).await {
+            Ok(joined) => joined.context("daemon task")??,
+            Err(_) => {
+                task.abort();
+                eprintln!(
+                    "wedgewatch daemon: did not stop within {} ms; abandoned",
+                    DAEMON_STOP.as_millis()
+                );
+            }
+        }
         anyhow::Ok(())
-    })?;
+    });
+    cli_exit::shut_down(rt);
+    ran?;
     Ok(0)
 }
 
 fn cmd_record(g: &Global, a: RecordArgs) -> anyhow::Result<i32> {
     let opts = attach_options(g)?;
     let ms = parse_duration_ms(&a.run_for)?;
-    let rt = runtime()?;
-    let n = rt.block_on(async {
+    let n = cli_exit::block_on(async {
         let topology = opts.discover().await?;
         let (_tx, rx) = tokio::sync::watch::channel(topology.clone());
         let sampler = opts.sampler(Arc::new(SystemClock), rx)?;
         let n = record::record_to_file(sampler, &a.output, ms, &topology, Arc::new(SystemClock))
             .await?;
         anyhow::Ok(n)
-    })?;
+    })??;
     eprintln!("wedgewatch: recorded {n} samples to {}", a.output.display());
     Ok(0)
 }
 
 fn cmd_export(g: &Global, a: ExportArgs) -> anyhow::Result<i32> {
     let trace = match &a.from {
-        Some(f) => match snapshot::read_snapshot(f) {
-            Ok(snap) => export::perfetto_snapshot(&snap),
-            Err(snap_err) => match Recording::open(f) {
-                Ok(_) => export::perfetto(&parts_from_recording(f, None, thresholds(g)?)?),
-                Err(_) => return Err(snap_err.into()),
+        // A recording is recognised by its first bytes: check that first, so a big
+        // recording is never read whole as a would-be snapshot.
+        Some(f) => match Recording::open(f) {
+            Ok(_) => export::perfetto(&parts_from_recording(f, None, thresholds(g)?)?),
+            Err(wedgewatch::error::Error::NotARecording {
+                why: NotARecording::Snapshot | NotARecording::Json,
+                ..
+            }) => export::perfetto_snapshot(&snapshot::read_snapshot(f)?),
+            Err(e) if f.is_dir() => match snapshot::read_snapshot(f) {
+                Ok(snap) => export::perfetto_snapshot(&snap),
+                Err(_) => return Err(e.into()),
             },
+            Err(e) => return Err(e.into()),
         },
         None => {
             let parts = match parts_from_daemon(g) {
@@ -525,6 +561,7 @@ fn cmd_doctor(g: &Global) -> anyhow::Result<i32> {
             discover: discover_options(g),
         },
     );
-    print!("{}", report.render());
+    // doctor quotes host facts (paths, process names): no live control sequences
+    print!("{}", wedgewatch::redact::control::text(&report.render()));
     Ok(if report.fatal() { 1 } else { 0 })
 }

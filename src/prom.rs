@@ -1,4 +1,4 @@
-//! A lenient Prometheus text-format parser.
+//! A lenient, bounded Prometheus text-format parser.
 //!
 //! Our own because the published crates drop `sglang:`/`vllm:` names (colons) or reject a
 //! whole real exposition over one `_created` line (see the reference notes). Rules:
@@ -8,9 +8,81 @@
 //! - `# HELP` / `# TYPE` lines recorded; other comments and blank lines ignored;
 //! - untyped samples and `_created`/`_bucket`/`_sum`/`_count` series kept as plain series;
 //! - anything else is skipped and counted in `bad_lines`. Never panics, never fails.
+//!
+//! Bounded because any local process can pose as an engine: an 8 MiB body holds two million
+//! tiny series, and keeping them all cost gigabytes. [`parse_limited`] walks the body one line
+//! at a time and allocates only for the series it keeps: the *wanted* ones (a caller's
+//! predicate on the name, e.g. what the metric maps read) up to [`ParseLimits::max_series`],
+//! wherever they appear, plus the first [`ParseLimits::raw_sample`] others. Lines it does not
+//! keep are counted from their name alone, never validated. What was dropped is in [`Cut`].
 
 use crate::model::Series;
 use std::collections::BTreeMap;
+
+/// Bounds of one parse.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ParseLimits {
+    /// Series kept at most (wanted and sampled together).
+    pub max_series: usize,
+    /// Series that are not wanted but kept anyway as a raw sample, at most.
+    pub raw_sample: usize,
+    /// Bytes of label names and values of one series; a series over it is dropped.
+    pub max_label_bytes: usize,
+}
+
+impl Default for ParseLimits {
+    fn default() -> Self {
+        ParseLimits {
+            max_series: 20_000,
+            raw_sample: 256,
+            max_label_bytes: 4096,
+        }
+    }
+}
+
+/// What a bounded parse left out.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Cut {
+    /// Sample lines seen (kept, dropped, or bad after a name).
+    pub seen: u64,
+    /// Wanted series dropped because `max_series` were already kept.
+    pub over_series_limit: u64,
+    /// Series dropped because their labels exceed `max_label_bytes`.
+    pub over_label_bytes: u64,
+    /// Series neither wanted nor in the raw sample (by design, not a failure on its own).
+    pub unsampled: u64,
+}
+
+impl Cut {
+    /// Whether a limit (not just the sampling policy) removed something, or the exposition
+    /// had more series than the limit: then the caller must say so.
+    pub fn is_cut(&self, limits: &ParseLimits) -> bool {
+        self.over_series_limit > 0
+            || self.over_label_bytes > 0
+            || self.seen > limits.max_series as u64
+    }
+
+    /// One sentence for a status.
+    pub fn describe(&self, limits: &ParseLimits, kept: usize) -> String {
+        let mut parts = vec![format!(
+            "{} series seen, {kept} kept (limit {}, raw sample {})",
+            self.seen, limits.max_series, limits.raw_sample
+        )];
+        if self.over_series_limit > 0 {
+            parts.push(format!(
+                "{} wanted series over the series limit dropped",
+                self.over_series_limit
+            ));
+        }
+        if self.over_label_bytes > 0 {
+            parts.push(format!(
+                "{} series over the {}-byte label limit dropped",
+                self.over_label_bytes, limits.max_label_bytes
+            ));
+        }
+        format!("series cut: {}", parts.join("; "))
+    }
+}
 
 /// The kind a `# TYPE` line declared.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,48 +98,111 @@ pub enum MetricType {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Exposition {
     pub series: Vec<Series>,
-    /// Lines that were neither a sample, a comment nor blank.
+    /// Lines that were neither a sample, a comment nor blank (among those looked at).
     pub bad_lines: u32,
-    /// `# TYPE name kind`, by family name.
+    /// `# TYPE name kind`, by family name (at most `max_series` entries).
     pub types: BTreeMap<String, MetricType>,
-    /// `# HELP name text`, by family name.
+    /// `# HELP name text`, by family name (at most `max_series` entries).
     pub help: BTreeMap<String, String>,
+    /// What the limits left out.
+    pub cut: Cut,
 }
 
-/// Parses a whole exposition. Invalid UTF-8 is replaced, never rejected.
+/// Parses a whole exposition, every series wanted, under the default limits. Invalid UTF-8
+/// is replaced, never rejected.
 pub fn parse(text: &str) -> Exposition {
-    let mut out = Exposition::default();
-    for raw in text.lines() {
+    parse_limited(text.as_bytes(), false, &ParseLimits::default(), &|_| true)
+}
+
+/// Parses bytes (a possibly truncated body), every series wanted, under the default limits:
+/// a partial last line is dropped, not counted.
+pub fn parse_bytes(body: &[u8], truncated: bool) -> Exposition {
+    parse_limited(body, truncated, &ParseLimits::default(), &|_| true)
+}
+
+/// The bounded parse: one pass over `body`, line by line, allocating only for kept series.
+/// `wanted(name)` says which series matter; they are kept up to `limits.max_series` wherever
+/// they appear, the first `limits.raw_sample` others too. With `truncated`, a partial last
+/// line is dropped, not counted. Pure: no I/O, never panics.
+pub fn parse_limited(
+    body: &[u8],
+    truncated: bool,
+    limits: &ParseLimits,
+    wanted: &dyn Fn(&str) -> bool,
+) -> Exposition {
+    let mut p = Parser {
+        out: Exposition::default(),
+        limits,
+        wanted,
+        sampled: 0,
+    };
+    let mut lines = body.split(|&b| b == b'\n').peekable();
+    while let Some(raw) = lines.next() {
+        if truncated && lines.peek().is_none() {
+            break;
+        }
+        p.line(&String::from_utf8_lossy(raw));
+    }
+    p.out
+}
+
+struct Parser<'a> {
+    out: Exposition,
+    limits: &'a ParseLimits,
+    wanted: &'a dyn Fn(&str) -> bool,
+    sampled: usize,
+}
+
+impl Parser<'_> {
+    fn line(&mut self, raw: &str) {
         let line = raw.trim();
         if line.is_empty() {
-            continue;
+            return;
         }
         if let Some(rest) = line.strip_prefix('#') {
-            parse_comment(rest, &mut out);
-            continue;
+            parse_comment(rest, &mut self.out, self.limits.max_series);
+            return;
+        }
+        let name_end = metric_name_end(line);
+        if name_end == 0 {
+            self.bad();
+            return;
+        }
+        let cut = &mut self.out.cut;
+        cut.seen = cut.seen.saturating_add(1);
+        let name = &line[..name_end];
+        let full = self.out.series.len() >= self.limits.max_series;
+        let is_wanted = (self.wanted)(name);
+        if is_wanted && full {
+            cut.over_series_limit += 1;
+            return;
+        }
+        if !is_wanted && (full || self.sampled >= self.limits.raw_sample) {
+            cut.unsampled += 1;
+            return;
         }
         match parse_sample(line) {
-            Some(s) => out.series.push(s),
-            None => out.bad_lines = out.bad_lines.saturating_add(1),
+            Some(s) if label_bytes(&s) > self.limits.max_label_bytes => {
+                self.out.cut.over_label_bytes += 1;
+            }
+            Some(s) => {
+                self.sampled += usize::from(!is_wanted);
+                self.out.series.push(s);
+            }
+            None => self.bad(),
         }
     }
-    out
-}
 
-/// Parses bytes (a possibly truncated body): a partial last line is dropped, not counted.
-pub fn parse_bytes(body: &[u8], truncated: bool) -> Exposition {
-    let text = String::from_utf8_lossy(body);
-    if truncated {
-        match text.rfind('\n') {
-            Some(i) => parse(&text[..i]),
-            None => Exposition::default(),
-        }
-    } else {
-        parse(&text)
+    fn bad(&mut self) {
+        self.out.bad_lines = self.out.bad_lines.saturating_add(1);
     }
 }
 
-fn parse_comment(rest: &str, out: &mut Exposition) {
+fn label_bytes(s: &Series) -> usize {
+    s.labels.iter().map(|(k, v)| k.len() + v.len()).sum()
+}
+
+fn parse_comment(rest: &str, out: &mut Exposition, max: usize) {
     let rest = rest.trim_start();
     if let Some(r) = rest.strip_prefix("TYPE") {
         let mut it = r.split_whitespace();
@@ -79,7 +214,7 @@ fn parse_comment(rest: &str, out: &mut Exposition) {
                 "summary" => MetricType::Summary,
                 _ => MetricType::Untyped,
             };
-            if is_metric_name(name) {
+            if is_metric_name(name) && out.types.len() < max {
                 out.types.insert(name.to_string(), t);
             }
         }
@@ -89,7 +224,7 @@ fn parse_comment(rest: &str, out: &mut Exposition) {
             Some(i) => (&r[..i], r[i..].trim_start()),
             None => (r, ""),
         };
-        if is_metric_name(name) {
+        if is_metric_name(name) && out.help.len() < max {
             out.help.insert(name.to_string(), text.to_string());
         }
     }
@@ -111,10 +246,9 @@ fn is_metric_name(s: &str) -> bool {
     }
 }
 
-/// One sample line: `name{labels} value [timestamp]`.
-fn parse_sample(line: &str) -> Option<Series> {
-    let name_end = line
-        .char_indices()
+/// Length of the metric name at the start of `line` (0: none).
+fn metric_name_end(line: &str) -> usize {
+    line.char_indices()
         .find(|&(i, c)| {
             if i == 0 {
                 !is_name_start(c, true)
@@ -123,7 +257,12 @@ fn parse_sample(line: &str) -> Option<Series> {
             }
         })
         .map(|(i, _)| i)
-        .unwrap_or(line.len());
+        .unwrap_or(line.len())
+}
+
+/// One sample line: `name{labels} value [timestamp]`.
+fn parse_sample(line: &str) -> Option<Series> {
+    let name_end = metric_name_end(line);
     if name_end == 0 {
         return None;
     }
@@ -285,6 +424,60 @@ bad_value{x="1"} abc
         }
         assert_eq!(parse("x{a=\"1\",} 2").series.len(), 1);
         assert_eq!(parse("x{} 2").series.len(), 1);
+    }
+
+    /// 100k unwanted series then the wanted one: the cut is on the unwanted, the wanted one
+    /// at the end is kept, and the cut is reported.
+    #[test]
+    fn wanted_series_survive_a_cut_on_unwanted_ones() {
+        let mut body = String::new();
+        for i in 0..100_000 {
+            body.push_str(&format!("# TYPE junk_{i} gauge\njunk_{i}{{i=\"{i}\"}} 1\n"));
+        }
+        body.push_str("sglang:num_running_reqs{tp_rank=\"0\"} 7\n");
+        let limits = ParseLimits {
+            max_series: 1000,
+            raw_sample: 10,
+            max_label_bytes: 64,
+        };
+        let e = parse_limited(body.as_bytes(), false, &limits, &|n| {
+            n.starts_with("sglang:")
+        });
+        assert_eq!(e.series.len(), 11);
+        assert_eq!(e.series[10].name, "sglang:num_running_reqs");
+        assert_eq!(e.cut.seen, 100_001);
+        assert_eq!(e.cut.unsampled, 99_990);
+        assert!(e.cut.is_cut(&limits));
+        assert!(e.types.len() <= 1000);
+        assert!(e.cut.describe(&limits, 11).contains("100001 series seen"));
+    }
+
+    #[test]
+    fn wanted_series_are_bounded_too() {
+        let body: String = (0..50).map(|i| format!("w{{i=\"{i}\"}} 1\n")).collect();
+        let limits = ParseLimits {
+            max_series: 20,
+            ..ParseLimits::default()
+        };
+        let e = parse_limited(body.as_bytes(), false, &limits, &|_| true);
+        assert_eq!(e.series.len(), 20);
+        assert_eq!(e.cut.over_series_limit, 30);
+        assert!(e.cut.describe(&limits, 20).contains("30 wanted"));
+    }
+
+    #[test]
+    fn label_bytes_are_bounded() {
+        let long = "v".repeat(5000);
+        let body = format!("a{{x=\"{long}\"}} 1\nb{{x=\"short\"}} 2\n");
+        let e = parse_limited(body.as_bytes(), false, &ParseLimits::default(), &|_| true);
+        assert_eq!(e.series.len(), 1);
+        assert_eq!(e.series[0].name, "b");
+        assert_eq!(e.cut.over_label_bytes, 1);
+        assert!(e.cut.is_cut(&ParseLimits::default()));
+        assert!(e
+            .cut
+            .describe(&ParseLimits::default(), 1)
+            .contains("4096-byte label limit"));
     }
 
     #[test]

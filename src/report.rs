@@ -44,8 +44,19 @@ fn human_bytes(b: u64) -> String {
     }
 }
 
-/// Renders the whole report.
+/// Renders the whole report. The snapshot goes through today's redaction again (it may be
+/// an old file) and every string from the host is neutralised; the rendered text gets a
+/// last control-character pass, keeping only the newlines and tabs of our own layout.
 pub fn render(s: &Snapshot) -> String {
+    match crate::redact::for_output(&[s], s.redacted).and_then(|mut v| v.pop()) {
+        Some(safe) => crate::redact::control::text(&render_safe(&safe)).into_owned(),
+        None => {
+            "# wedgewatch snapshot\n\nThis snapshot could not be redacted for the report.\n".into()
+        }
+    }
+}
+
+fn render_safe(s: &Snapshot) -> String {
     let mut o = String::new();
     let _ = writeln!(o, "# wedgewatch snapshot {}", s.taken_at);
     let _ = writeln!(o);

@@ -17,7 +17,11 @@ use tokio::sync::{mpsc, watch};
 pub fn default_cadence(kind: SourceKind) -> (u64, u64) {
     match kind {
         SourceKind::Sockets => (250, 1_000),
-        SourceKind::Gpu => (250, 1_000),
+        // Longer than the GPU source's own timeout, which can say why (a hung driver).
+        SourceKind::Gpu => (
+            250,
+            crate::sources::gpu::DEFAULT_TIMEOUT.as_millis() as u64 + 500,
+        ),
         SourceKind::Metrics => (1_000, 2_000),
         SourceKind::Processes => (1_000, 2_000),
         // Three dumps of every Python process of the stack: on a loaded 2-core box one dump
@@ -64,7 +68,15 @@ pub struct Sampler {
     topology: watch::Receiver<Topology>,
     schedules: Vec<Schedule>,
     stats: StatsHandle,
+    /// Set by [`Sampler::collect`]: no sample may run past this (a one-shot verb's window
+    /// plus [`COLLECT_GRACE`]). None: samples are cut short by `shutdown` instead.
+    finish_by: Option<tokio::time::Instant>,
 }
+
+/// How long a one-shot collection waits, after its window, for samples still in flight
+/// (a stacks window, a slow endpoint). Past it they are cut off and said so: a verb ends
+/// within its window plus this, plus process start and exit.
+pub const COLLECT_GRACE: Duration = Duration::from_millis(1_000);
 
 /// An empty payload of a kind, for a sample that carries only a status.
 pub fn empty_payload(kind: SourceKind) -> Payload {
@@ -90,6 +102,7 @@ impl Sampler {
             topology,
             schedules: Vec::new(),
             stats: Arc::new(Mutex::new(BTreeMap::new())),
+            finish_by: None,
         }
     }
 
@@ -135,7 +148,7 @@ impl Sampler {
             let topo = topo.clone();
             let clock = self.clock.clone();
             let stats = self.stats.clone();
-            async move { take(s, &topo, clock.as_ref(), &stats).await.0 }
+            async move { take(s, &topo, clock.as_ref(), &stats, None).await.0 }
         });
         let mut out = Vec::new();
         for f in futs {
@@ -147,6 +160,7 @@ impl Sampler {
     /// Runs until `shutdown` turns true (or is dropped) or the receiver goes away.
     pub async fn run(self, tx: mpsc::Sender<Sample>, shutdown: watch::Receiver<bool>) {
         let mut tasks = Vec::new();
+        let finish_by = self.finish_by;
         for s in self.schedules {
             let clock = self.clock.clone();
             let topo = self.topology.clone();
@@ -156,16 +170,36 @@ impl Sampler {
             tasks.push(tokio::spawn(async move {
                 let mut iv = tokio::time::interval(Duration::from_millis(s.every_ms));
                 iv.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+                // A one-shot collection takes every source at least once, however short
+                // its window (a 0 s snapshot still has processes, sockets, ...).
+                let mut owed_first = finish_by.is_some();
                 loop {
-                    if *shutdown.borrow() {
+                    if *shutdown.borrow() && !owed_first {
                         break;
                     }
-                    tokio::select! {
-                        _ = iv.tick() => {}
-                        r = shutdown.changed() => { if r.is_err() || *shutdown.borrow() { break; } continue; }
+                    if owed_first {
+                        iv.tick().await;
+                        owed_first = false;
+                    } else {
+                        tokio::select! {
+                            _ = iv.tick() => {}
+                            r = shutdown.changed() => { if r.is_err() || *shutdown.borrow() { break; } continue; }
+                        }
                     }
                     let t = topo.borrow().clone();
-                    let (sample, elapsed) = take(&s, &t, clock.as_ref(), &stats).await;
+                    let sampled = take(&s, &t, clock.as_ref(), &stats, finish_by);
+                    // Without a finish time, stopping cuts an in-flight sample short (its
+                    // py-spy children die with the dropped future) instead of waiting for it.
+                    let stopped = async {
+                        match finish_by {
+                            Some(_) => std::future::pending::<()>().await,
+                            None => { let _ = shutdown.wait_for(|v| *v).await; }
+                        }
+                    };
+                    let (sample, elapsed) = tokio::select! {
+                        r = sampled => r,
+                        _ = stopped => break,
+                    };
                     if elapsed > s.every_ms {
                         lock(&stats).entry(s.source.kind()).and_modify(|st| st.late += elapsed / s.every_ms);
                     }
@@ -188,32 +222,39 @@ impl Sampler {
     }
 }
 
-/// Takes one sample under the schedule's timeout; updates stats. Returns the sample and
-/// the (tokio) time it took in ms.
+/// Takes one sample under the schedule's timeout, and never past `finish_by`; updates
+/// stats. Returns the sample and the (tokio) time it took in ms.
 async fn take(
     s: &Schedule,
     topo: &Topology,
     clock: &dyn Clock,
     stats: &StatsHandle,
+    finish_by: Option<tokio::time::Instant>,
 ) -> (Sample, u64) {
     let kind = s.source.kind();
     let start = tokio::time::Instant::now();
-    let res = tokio::time::timeout(
-        Duration::from_millis(s.timeout_ms),
-        s.source.sample(topo, clock),
-    )
-    .await;
+    let mut timeout = Duration::from_millis(s.timeout_ms);
+    let mut cut_by_window = false;
+    if let Some(left) = finish_by.map(|f| f.saturating_duration_since(start)) {
+        if left < timeout {
+            (timeout, cut_by_window) = (left, true);
+        }
+    }
+    let res = tokio::time::timeout(timeout, s.source.sample(topo, clock)).await;
     let elapsed = start.elapsed().as_millis() as u64;
     let timed_out = res.is_err();
     let sample = match res {
         Ok(sample) => sample,
         Err(_) => Sample {
             t_ms: clock.now_ms(),
-            status: SourceStatus::unavailable(format!(
-                "{} timed out after {} ms",
-                kind.as_str(),
-                s.timeout_ms
-            )),
+            status: SourceStatus::unavailable(if cut_by_window {
+                format!(
+                    "{} cut off after {elapsed} ms: still running at the end of the window",
+                    kind.as_str()
+                )
+            } else {
+                format!("{} timed out after {} ms", kind.as_str(), s.timeout_ms)
+            }),
             took_ms: elapsed,
             payload: empty_payload(kind),
         },
@@ -236,27 +277,92 @@ impl Sampler {
     /// Samples for `duration_ms` (tokio time) into `model`, then stops: what a one-shot
     /// `snapshot` without a daemon does. Returns the number of samples ingested.
     /// The model takes the sampler's topology.
-    pub async fn collect(self, model: &mut crate::correlate::Model, duration_ms: u64) -> u64 {
+    pub async fn collect(mut self, model: &mut crate::correlate::Model, duration_ms: u64) -> u64 {
         let topo = self.topology.borrow().clone();
         if model.topology() != &topo {
             model.set_topology(topo);
         }
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(duration_ms);
+        let finish_by = deadline + COLLECT_GRACE;
+        self.finish_by = Some(finish_by);
         let (tx, mut rx) = mpsc::channel(4096);
         let (stop_tx, stop_rx) = watch::channel(false);
-        let task = tokio::spawn(self.run(tx, stop_rx));
-        let deadline = tokio::time::Instant::now() + Duration::from_millis(duration_ms);
+        let mut task = tokio::spawn(self.run(tx, stop_rx));
         let mut n = 0;
         while let Ok(Some(s)) = tokio::time::timeout_at(deadline, rx.recv()).await {
             model.ingest(&s);
             n += 1;
         }
         let _ = stop_tx.send(true);
-        // Samples in flight at the deadline are still taken (bounded by their timeouts).
-        while let Some(s) = rx.recv().await {
+        // Samples in flight at the deadline are still taken (each cut off at `finish_by`).
+        while let Ok(Some(s)) = tokio::time::timeout_at(finish_by, rx.recv()).await {
             model.ingest(&s);
             n += 1;
         }
-        let _ = task.await;
+        // Every take ends by `finish_by`; a source that blocks its thread instead of
+        // awaiting would not, and is abandoned (its future dropped) rather than waited for.
+        let backstop = finish_by + Duration::from_millis(250);
+        if tokio::time::timeout_at(backstop, &mut task).await.is_err() {
+            task.abort();
+        }
+        while let Ok(s) = rx.try_recv() {
+            model.ingest(&s);
+            n += 1;
+        }
         n
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sources::BoxFuture;
+
+    /// A source whose sample never completes (a hung driver, a py-spy that never exits).
+    struct Hangs;
+
+    impl Source for Hangs {
+        fn kind(&self) -> SourceKind {
+            SourceKind::Stacks
+        }
+        fn sample<'a>(&'a self, _: &'a Topology, _: &'a dyn Clock) -> BoxFuture<'a, Sample> {
+            Box::pin(std::future::pending())
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn collect_ends_within_window_plus_grace_whatever_hangs() {
+        let (_tx, rx) = watch::channel(Topology::default());
+        let mut s = Sampler::new(Arc::new(crate::clock::FakeClock::new(0)), rx);
+        // Its own timeout is far past the window: the window must win.
+        s.add(Arc::new(Hangs), 15_000, 60_000);
+        let stats = s.stats();
+        let mut model = crate::correlate::Model::new(Default::default());
+        let t0 = tokio::time::Instant::now();
+        s.collect(&mut model, 1_000).await;
+        let took = t0.elapsed();
+        assert!(took <= Duration::from_millis(2_500), "{took:?}");
+        let st = lock(&stats)[&SourceKind::Stacks].status.clone();
+        assert!(
+            st.reason
+                .as_deref()
+                .is_some_and(|r| r.contains("end of the window")),
+            "{st:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn stopping_run_cuts_an_in_flight_sample_short() {
+        let (_tx, rx) = watch::channel(Topology::default());
+        let mut s = Sampler::new(Arc::new(crate::clock::FakeClock::new(0)), rx);
+        s.add(Arc::new(Hangs), 15_000, 60_000);
+        let (tx, _samples) = mpsc::channel(16);
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let t0 = tokio::time::Instant::now();
+        let task = tokio::spawn(s.run(tx, stop_rx));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let _ = stop_tx.send(true);
+        let _ = task.await;
+        assert!(t0.elapsed() < Duration::from_secs(1), "{:?}", t0.elapsed());
     }
 }

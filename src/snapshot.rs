@@ -2,6 +2,7 @@
 //!
 //! The correlator hands over [`SnapshotParts`]; [`assemble`] joins them with the topology
 //! and process facts into a [`Snapshot`], applying redaction. Nothing else builds snapshots.
+//! [`write_bundle`] (in `bundle`) writes one to disk.
 
 use crate::clock::Millis;
 use crate::discover;
@@ -11,11 +12,12 @@ use crate::model::{
     SourceKind, SourceStatus, Topology, SNAPSHOT_SCHEMA,
 };
 use crate::redact::Redactor;
-use crate::report;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
+
+mod bundle;
+pub use bundle::{check_bundle_target, write_bundle, Overwrite, MANIFEST};
 
 /// Per-component extras computed by the correlator.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -126,15 +128,8 @@ fn rfc(ms: Option<Millis>) -> Option<String> {
 /// Builds the snapshot and its raw files, redacting every value that looks like a secret
 /// (structurally in env/cmdline, then by value everywhere else) unless `opts.redact` is off.
 pub fn assemble_bundle(parts: SnapshotParts, opts: &AssembleOptions) -> Bundle {
-    let mut redactor = Redactor::new();
-    let mut facts: BTreeMap<i32, ProcessFacts> = BTreeMap::new();
-    for f in &parts.processes {
-        let mut f = f.clone();
-        if opts.redact {
-            redactor.facts(&mut f);
-        }
-        facts.insert(f.pid, f);
-    }
+    let facts: BTreeMap<i32, ProcessFacts> =
+        parts.processes.iter().map(|f| (f.pid, f.clone())).collect();
 
     let mut components = Vec::new();
     for c in &parts.topology.components {
@@ -153,12 +148,7 @@ pub fn assemble_bundle(parts: SnapshotParts, opts: &AssembleOptions) -> Bundle {
                 serde_json::to_value(f).unwrap_or(serde_json::Value::Null)
             })
             .collect();
-        let mut labels = c.labels.clone();
-        if opts.redact {
-            for v in labels.values_mut() {
-                *v = redactor.value(v);
-            }
-        }
+        let labels = c.labels.clone();
         components.push(SnapComponent {
             id: c.id.clone(),
             role: c.role,
@@ -221,17 +211,9 @@ pub fn assemble_bundle(parts: SnapshotParts, opts: &AssembleOptions) -> Bundle {
             raw.insert("topology".to_string(), v);
         }
     }
+    let mut redactor = Redactor::new();
     if opts.redact {
-        // belt and braces: any remembered secret anywhere else (frames, labels, raw payloads)
-        if let Ok(mut v) = serde_json::to_value(&snapshot) {
-            redactor.scrub_json(&mut v);
-            if let Ok(s) = serde_json::from_value(v) {
-                snapshot = s;
-            }
-        }
-        for v in raw.values_mut() {
-            redactor.scrub_json(v);
-        }
+        redact_outputs(&mut redactor, &mut snapshot, &mut raw);
     }
     Bundle {
         snapshot,
@@ -240,94 +222,28 @@ pub fn assemble_bundle(parts: SnapshotParts, opts: &AssembleOptions) -> Bundle {
     }
 }
 
-fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {
-    let mut f = std::fs::File::create(path).map_err(|e| Error::io(path, e))?;
-    f.write_all(bytes).map_err(|e| Error::io(path, e))?;
-    f.sync_all().map_err(|e| Error::io(path, e))
-}
-
-/// Writes `snapshot.json`, `report.md` and `raw/<stem>.json` into `dir`, atomically: all of
-/// it goes to a temporary directory beside `dir`, which is then renamed into place, so a
-/// reader never sees a half-written bundle. An existing bundle at `dir` is replaced; any
-/// other non-empty directory is left alone and is an error.
-pub fn write_bundle(
-    snapshot: &Snapshot,
-    raw: &BTreeMap<String, serde_json::Value>,
-    dir: &Path,
-) -> Result<()> {
-    let name = dir
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .ok_or_else(|| Error::Other(format!("{}: not a directory name", dir.display())))?;
-    let parent = match dir.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    std::fs::create_dir_all(&parent).map_err(|e| Error::io(&parent, e))?;
-    let replacing = match std::fs::read_dir(dir) {
-        Ok(mut rd) => {
-            if rd.next().is_none() {
-                false
-            } else if dir.join("snapshot.json").exists() {
-                true
-            } else {
-                return Err(Error::Other(format!(
-                    "{}: exists and is not a wedgewatch bundle; choose another -o directory",
-                    dir.display()
-                )));
-            }
+/// The one redaction pass of a bundle: learn from every part first (a secret named in the
+/// raw process facts must also go from a thread name in the snapshot), then redact each.
+pub(crate) fn redact_outputs(
+    redactor: &mut Redactor,
+    snapshot: &mut Snapshot,
+    raw: &mut BTreeMap<String, serde_json::Value>,
+) {
+    let mut snap = serde_json::to_value(&*snapshot).unwrap_or(serde_json::Value::Null);
+    redactor.learn_json(&snap);
+    raw.values().for_each(|v| redactor.learn_json(v));
+    redactor.redact_json(&mut snap);
+    raw.values_mut().for_each(|v| redactor.redact_json(v));
+    match serde_json::from_value::<Snapshot>(snap) {
+        Ok(s) => *snapshot = s,
+        // Our own types always round-trip; if one ever did not, publish no host facts
+        // rather than unredacted ones.
+        Err(_) => {
+            snapshot.components.clear();
+            snapshot.threads.clear();
+            snapshot.config_changed.clear();
         }
-        Err(_) => false,
-    };
-    let stamp = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    let tmp = parent.join(format!(".{name}.tmp-{}-{stamp}", std::process::id()));
-    let result = (|| -> Result<()> {
-        std::fs::create_dir(&tmp).map_err(|e| Error::io(&tmp, e))?;
-        let json = serde_json::to_vec_pretty(snapshot)?;
-        write_file(&tmp.join("snapshot.json"), &json)?;
-        write_file(&tmp.join("report.md"), report::render(snapshot).as_bytes())?;
-        let raw_dir = tmp.join("raw");
-        std::fs::create_dir(&raw_dir).map_err(|e| Error::io(&raw_dir, e))?;
-        for (stem, v) in raw {
-            let safe: String = stem
-                .chars()
-                .map(|c| {
-                    if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
-                        c
-                    } else {
-                        '_'
-                    }
-                })
-                .collect();
-            write_file(
-                &raw_dir.join(format!("{safe}.json")),
-                &serde_json::to_vec_pretty(v)?,
-            )?;
-        }
-        if replacing {
-            let old = parent.join(format!(".{name}.old-{}-{stamp}", std::process::id()));
-            std::fs::rename(dir, &old).map_err(|e| Error::io(dir, e))?;
-            if let Err(e) = std::fs::rename(&tmp, dir) {
-                // put the previous bundle back rather than leave nothing
-                let _ = std::fs::rename(&old, dir);
-                return Err(Error::io(dir, e));
-            }
-            let _ = std::fs::remove_dir_all(&old);
-        } else {
-            if dir.exists() {
-                std::fs::remove_dir(dir).map_err(|e| Error::io(dir, e))?;
-            }
-            std::fs::rename(&tmp, dir).map_err(|e| Error::io(dir, e))?;
-        }
-        Ok(())
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_dir_all(&tmp);
     }
-    result
 }
 
 /// Reads and checks a snapshot file (for `diff` and `--baseline`): a clear error naming the

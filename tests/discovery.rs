@@ -4,7 +4,9 @@ mod shapes;
 
 use shapes::{fixture_proc, free_port, Shape};
 use std::time::Duration;
-use wedgewatch::discover::{self, DiscoverOptions, LABEL_ARGS_PID, LABEL_ENV_PID};
+use wedgewatch::discover::{
+    self, DiscoverOptions, LABEL_ARGS_PID, LABEL_ENV_PID, LABEL_METRICS_UNSCRAPED,
+};
 use wedgewatch::model::{EdgeOrigin, Role, Topology};
 use wedgewatch::probes::ProbeSet;
 use wedgewatch::sources::processes;
@@ -234,6 +236,70 @@ fn extra_pid_and_url_are_added() {
         Some(format!("http://127.0.0.1:{port}/metrics"))
     );
     drop(l);
+}
+
+/// Issue 10 item 13: a `--host` naming another machine is never scraped. An engine that says
+/// `--host 10.1.2.3` but listens on 0.0.0.0 is scraped on loopback; one that says so and does
+/// not listen on its port here is not scraped at all, and its metrics status says why.
+#[test]
+fn remote_host_flags_are_not_scraped() {
+    let (p, q) = (free_port(), free_port());
+    let (ps, qs) = (p.to_string(), q.to_string());
+    let wildcard = Shape::engine(
+        "decode",
+        p,
+        1,
+        &["--host", "10.1.2.3", "--shape-bind", "0.0.0.0"],
+        &[],
+    );
+    let remote = Shape::engine(
+        "prefill",
+        q,
+        1,
+        &["--host", "10.1.2.3", "--shape-bind", "none"],
+        &[],
+    );
+    let probes = ProbeSet::builtin().expect("built-in probes");
+    let topo = discover::discover(&probes, &DiscoverOptions::default()).expect("discover");
+
+    let w = comp(&topo, &format!("decode@10.1.2.3:{ps}"));
+    assert_eq!(w.main_pid, Some(wildcard.pid));
+    assert_eq!(w.http_url, Some(format!("http://127.0.0.1:{p}")));
+    assert_eq!(w.metrics_url, Some(format!("http://127.0.0.1:{p}/metrics")));
+    assert!(!w.labels.contains_key(LABEL_METRICS_UNSCRAPED), "{w:?}");
+
+    let r = comp(&topo, &format!("prefill@10.1.2.3:{qs}"));
+    assert_eq!(r.main_pid, Some(remote.pid));
+    assert_eq!(r.metrics_url, None, "a remote --host is never scraped");
+    assert_eq!(r.http_url, None);
+    let why = r
+        .labels
+        .get(LABEL_METRICS_UNSCRAPED)
+        .expect("why not scraped");
+    assert!(
+        why.contains(&format!("10.1.2.3:{q}")) && why.contains("not on this host"),
+        "{why}"
+    );
+
+    // The metrics source says why in its status.
+    let src = wedgewatch::sources::metrics::MetricsSource::new(
+        probes.metric_maps.clone(),
+        Default::default(),
+    )
+    .expect("source");
+    let only = wedgewatch::model::Topology {
+        components: vec![r.clone()],
+        ..Default::default()
+    };
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let s = rt.block_on(wedgewatch::sources::Source::sample(
+        &src,
+        &only,
+        &wedgewatch::clock::SystemClock,
+    ));
+    let reason = s.status.reason.unwrap_or_default();
+    assert!(reason.contains("not on this host"), "{reason}");
+    drop((wildcard, remote));
 }
 
 fn fixture_opts(name: &str) -> DiscoverOptions {

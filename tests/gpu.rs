@@ -12,9 +12,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 use wedgewatch::clock::SystemClock;
 use wedgewatch::model::{Component, Payload, ProcessFacts, Role, Status, Topology};
+use wedgewatch::sampler::Sampler;
 use wedgewatch::sources::gpu::{
     component_activity, component_gpus, map_gpu_pids, ActivityThresholds, GpuActivity, GpuConfig,
-    GpuSource,
+    GpuSource, MAX_DEVICES,
 };
 use wedgewatch::sources::Source;
 
@@ -184,7 +185,7 @@ fn fake_nvml_busy_idle_spinning_errors_and_hangs() {
         .status
         .reason
         .unwrap()
-        .contains("did not answer within 300 ms"));
+        .contains("did not answer within 300 ms (hung driver?)"));
     let r = rt.block_on(slow.read());
     assert!(
         r.status
@@ -208,6 +209,44 @@ fn fake_nvml_busy_idle_spinning_errors_and_hangs() {
         recovered,
         "the source did not recover after the driver answered"
     );
+
+    // An absurd device count is capped, and the cap said, instead of being looped over.
+    write_state(
+        d,
+        "devices",
+        "device_count=4294967295\ndriver_version=550.54.15\n",
+    );
+    let r = rt.block_on(source(Duration::from_secs(20)).read());
+    assert_eq!(
+        r.reading.devices.len(),
+        MAX_DEVICES as usize,
+        "{:.300?}",
+        r.status
+    );
+    let reason = r.status.reason.unwrap_or_default();
+    assert!(
+        reason.contains("4294967295 devices; only the first 64"),
+        "{reason:.300}"
+    );
+    write_state(d, "devices", "device_count=3\ndriver_version=550.54.15\n");
+
+    // Through the sampler at the default cadence and timeouts, a hung driver is reported by
+    // the GPU source (which knows why), not as a bare sampler timeout.
+    write_state(
+        d,
+        "devices",
+        "device_count=3\ndriver_version=550.54.15\ncall_delay_ms=4000\n",
+    );
+    let (_topo_tx, topo_rx) = tokio::sync::watch::channel(Topology::default());
+    let mut sampler = Sampler::new(std::sync::Arc::new(SystemClock), topo_rx);
+    sampler.add_default(std::sync::Arc::new(GpuSource::new(GpuConfig {
+        lib_path: Some(fake_lib()),
+        ..GpuConfig::from_env()
+    })));
+    let samples = rt.block_on(sampler.sample_once());
+    let reason = samples[0].status.reason.clone().unwrap_or_default();
+    assert!(reason.contains("hung driver?"), "{reason}");
+    write_state(d, "devices", "device_count=3\ndriver_version=550.54.15\n");
 
     // init_error=9: a fresh source cannot initialise: unavailable, with the reason.
     write_state(

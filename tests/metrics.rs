@@ -180,6 +180,7 @@ fn source(limits: Limits) -> MetricsSource {
         MetricsConfig {
             limits,
             extras: true,
+            ..MetricsConfig::default()
         },
     )
     .unwrap()
@@ -300,7 +301,14 @@ fn scrapes_everything_concurrently_and_marks_bad_endpoints() {
     let bp = b.metrics.as_ref().unwrap();
     assert_eq!(bp.outcome, FetchOutcome::TooLarge, "{bp:?}");
     assert_eq!(bp.body_bytes, 1024 * 1024);
-    assert!(b.series.len() > 20_000, "the capped part is parsed");
+    // The capped part is parsed, up to the series limit, and the cut is said.
+    assert_eq!(b.series.len(), 20_000);
+    assert!(
+        bp.detail
+            .as_deref()
+            .is_some_and(|d| d.contains("series cut")),
+        "{bp:?}"
+    );
     assert_eq!(b.bad_lines, 0, "the cut line is dropped, not counted");
 
     let j = by_id(s, "junk");

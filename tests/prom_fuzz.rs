@@ -182,3 +182,67 @@ fn generated_valid_lines_round_trip() {
         assert_eq!(e.series[0].value, value);
     }
 }
+
+/// The bounded parse under tight limits: never more series than the limit, never more
+/// unwanted ones than the sample, never a series over the label-byte bound.
+#[test]
+fn bounded_parse_respects_its_limits_on_garbage() {
+    use wedgewatch::prom::{parse_limited, ParseLimits};
+    let mut rng = Rng(0xDEAD_BEEF);
+    let base = REAL.as_bytes();
+    for round in 0..2000 {
+        let mut b: Vec<u8> = Vec::new();
+        for _ in 0..rng.below(6) {
+            b.extend_from_slice(base);
+        }
+        for _ in 0..rng.below(20) {
+            if b.is_empty() {
+                break;
+            }
+            let i = rng.below(b.len());
+            const SYNTAX: &[u8] = b"{}\"\\=, \nab:_0";
+            b[i] = SYNTAX[rng.below(SYNTAX.len())];
+        }
+        let limits = ParseLimits {
+            max_series: rng.below(40),
+            raw_sample: rng.below(10),
+            max_label_bytes: rng.below(80),
+        };
+        let wanted = |n: &str| n.starts_with("sglang");
+        let e = parse_limited(&b, rng.below(2) == 0, &limits, &wanted);
+        assert!(e.series.len() <= limits.max_series, "round {round}");
+        let unwanted = e.series.iter().filter(|s| !wanted(&s.name)).count();
+        assert!(unwanted <= limits.raw_sample, "round {round}");
+        for s in &e.series {
+            let lb: usize = s.labels.iter().map(|(k, v)| k.len() + v.len()).sum();
+            assert!(lb <= limits.max_label_bytes, "round {round}: {s:?}");
+        }
+        assert!(e.types.len() <= limits.max_series && e.help.len() <= limits.max_series);
+    }
+}
+
+/// The HTTP answer reader on random and mutated answers: never panics, never keeps more than
+/// the cap.
+#[test]
+fn http_answers_never_panic_and_respect_the_cap() {
+    use wedgewatch::http::parse_response;
+    let mut rng = Rng(42);
+    let good = b"HTTP/1.1 200 OK\r\nContent-Length: 12\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n";
+    for round in 0..3000 {
+        let mut b = good.to_vec();
+        for _ in 0..1 + rng.below(10) {
+            if b.is_empty() {
+                break;
+            }
+            let i = rng.below(b.len());
+            match rng.below(3) {
+                0 => b[i] = rng.next() as u8,
+                1 => b.truncate(i),
+                _ => b.insert(i, b"\r\n:0f;"[rng.below(6)]),
+            }
+        }
+        let cap = rng.below(64);
+        let p = parse_response(&b, cap);
+        assert!(p.body.len() <= cap, "round {round}: {b:?}");
+    }
+}

@@ -341,14 +341,17 @@ fn open_reports_missing_and_empty() {
     assert!(err.to_string().contains("nope"));
     let err = Recording::open(dir.path()).expect_err("empty dir");
     assert!(err.to_string().contains("no recording segments"), "{err}");
-    // Garbage file: opens, every line skipped, replay gives an empty model.
+    // A file that is not a recording is refused, naming it (not an empty replay).
     let p = dir.path().join("garbage");
     std::fs::File::create(&p)
         .and_then(|mut f| f.write_all(b"hello\nworld\n"))
         .expect("write");
-    let (recs, st) = Recording::open(&p).expect("open").read().expect("read");
-    assert!(recs.is_empty());
-    assert_eq!(st.skipped, 2);
+    let err = Recording::open(&p).expect_err("garbage");
+    assert!(err.to_string().contains("garbage"), "{err}");
+    assert!(
+        err.to_string().contains("not a wedgewatch recording"),
+        "{err}"
+    );
 }
 
 /// A busy-ish stack: 30 connections, a few of them moving, GPU and metrics every tick,

@@ -3,7 +3,7 @@
 
 mod shapes;
 
-use shapes::{free_port, wedgewatch, Shape};
+use shapes::{fixture_proc, free_port, wedgewatch, Shape};
 use std::path::Path;
 
 const PLANTED: &[&str] = &[
@@ -13,6 +13,14 @@ const PLANTED: &[&str] = &[
     "planted-cli-key-9",
     "planted-eq-token-3",
     "planted-url-pw",
+    "planted-db-pass-5",
+    "planted-gh-pat-6",
+    "planted-json-env-7",
+    "plantedsentrykey0123",
+    "planted-query-13",
+    "planted-bearer-14",
+    "planted-positional-15",
+    "planted-json-arg-16",
 ];
 
 fn all_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
@@ -35,6 +43,13 @@ fn start_stack(d: u16, r: u16) -> (Shape, Shape) {
             "--api-key",
             "planted-cli-key-9",
             "--hf-token=planted-eq-token-3",
+            "--url",
+            "http://h/v1?api_key=planted-query-13",
+            "-H",
+            "Authorization: Bearer planted-bearer-14",
+            "model.api_key=planted-positional-15",
+            "--cfg",
+            r#"{"token": "planted-json-arg-16"}"#,
         ],
         &[
             ("OPENAI_API_KEY", "sk-planted-env-4242"),
@@ -42,6 +57,13 @@ fn start_stack(d: u16, r: u16) -> (Shape, Shape) {
             (
                 "DATABASE_URL",
                 "postgres://app:planted-db-pass@db.internal:5432/x",
+            ),
+            ("DB_PASS", "planted-db-pass-5"),
+            ("GH_PAT", "planted-gh-pat-6"),
+            ("MODEL_CFG", r#"{"api_key": "planted-json-env-7"}"#),
+            (
+                "ERROR_REPORTING",
+                "https://plantedsentrykey0123@o1.ingest.example/1",
             ),
         ],
     );
@@ -116,6 +138,9 @@ fn secrets_never_leave_redacted() {
         .expect("engine component");
     assert_eq!(c["env"]["OPENAI_API_KEY"], "<redacted>");
     assert_eq!(c["env"]["HF_TOKEN"], "<redacted>");
+    assert_eq!(c["env"]["DB_PASS"], "<redacted>");
+    assert_eq!(c["env"]["GH_PAT"], "<redacted>");
+    assert_eq!(c["env"]["MODEL_CFG"], r#"{"api_key": "<redacted>"}"#);
     assert_eq!(
         c["env"]["DATABASE_URL"],
         "postgres://app:<redacted>@db.internal:5432/x"
@@ -167,4 +192,93 @@ fn no_redact_shows_and_says_so() {
     let report = std::fs::read_to_string(dir.join("report.md")).expect("report");
     assert!(report.contains("--no-redact"), "the report states it");
     drop((engine, router));
+}
+
+/// Planted in the `leaky` fake /proc tree (tests/fixtures/proc/make_fixtures.py).
+const LEAKY_PLANTED: &[&str] = &[
+    "planted-pass-5",
+    "planted-gh-pat-6",
+    "planted-json-env-7",
+    "plantedsentrykey0123",
+    "planted-query-13",
+    "planted-bearer-14",
+    "planted-positional-15",
+    "planted-json-arg-16",
+];
+
+fn snapshot_of_tree(tree: &str, dir: &Path) -> String {
+    let out = wedgewatch()
+        .args([
+            "snapshot",
+            "--json",
+            "--no-daemon",
+            "--window",
+            "0",
+            "--proc-root",
+        ])
+        .arg(fixture_proc(tree))
+        .arg("-o")
+        .arg(dir)
+        .output()
+        .expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn assert_clean(name: &str, text: &str) {
+    for s in LEAKY_PLANTED {
+        assert!(!text.contains(s), "{s} leaked into {name}");
+    }
+    assert!(
+        !text.contains('\u{1b}') && !text.contains('\u{7}'),
+        "raw control characters in {name}"
+    );
+}
+
+#[test]
+fn a_leaky_proc_tree_leaks_nothing_through_the_cli() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+    let leaky = snapshot_of_tree("leaky", &b);
+    assert_clean("stdout", &leaky);
+    for n in [
+        "DB_PASS",
+        "GH_PAT",
+        "MODEL_CFG",
+        "model.api_key",
+        "EVIL_TITLE",
+    ] {
+        assert!(leaky.contains(n), "name {n} stays visible");
+    }
+    let mut files = Vec::new();
+    all_files(&b, &mut files);
+    assert!(files.iter().any(|f| f.ends_with("report.md")), "{files:?}");
+    for f in &files {
+        assert_clean(
+            &f.display().to_string(),
+            &std::fs::read_to_string(f).expect("read"),
+        );
+    }
+    // diff against the same engine without the leaks: text and JSON
+    snapshot_of_tree("container", &a);
+    for json in [false, true] {
+        let mut cmd = wedgewatch();
+        cmd.arg("diff")
+            .arg(a.join("snapshot.json"))
+            .arg(b.join("snapshot.json"));
+        if json {
+            cmd.arg("--json");
+        }
+        let out = cmd.output().expect("diff");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains("EVIL_TITLE"),
+            "the diff shows the change: {text}"
+        );
+        assert_clean(if json { "diff --json" } else { "diff" }, &text);
+    }
 }

@@ -151,14 +151,25 @@ fn live_bundle_is_complete_and_atomic() {
         .collect();
     assert_eq!(left, vec![std::ffi::OsString::from("bundle")]);
 
-    // a second snapshot replaces the bundle whole
+    // a second snapshot replaces the previous bundle only when asked to (--force)
     let before = std::fs::read_to_string(dir.join("snapshot.json")).expect("read");
     let out = wedgewatch()
         .args(["snapshot", "-o"])
         .arg(&dir)
         .output()
         .expect("run");
-    assert!(out.status.success());
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--force"));
+    let out = wedgewatch()
+        .args(["snapshot", "--force", "-o"])
+        .arg(&dir)
+        .output()
+        .expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let after = std::fs::read_to_string(dir.join("snapshot.json")).expect("read");
     assert_ne!(before, after, "taken_at differs");
     let left: Vec<_> = std::fs::read_dir(tmp.path())

@@ -650,3 +650,99 @@ fn bad_stack_rules_in_probe_files_are_named() {
         }
     }
 }
+
+/// A fake "py-spy" (a shell script) in `dir`, executable.
+fn fake_py_spy(dir: &Path, name: &str, body: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let p = dir.join(name);
+    std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    p
+}
+
+fn pid_alive(pid: &str) -> bool {
+    // A zombie is dead for our purpose (it holds no memory and runs nothing).
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        !s.rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z')
+    })
+}
+
+#[test]
+fn huge_py_spy_output_is_capped_and_the_py_spy_killed() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().display();
+    // A Python target: the source only runs py-spy on Python processes.
+    let target = Proc(
+        Command::new("python3")
+            .args(["-c", "import time; time.sleep(60)"])
+            .spawn()
+            .expect("python3"),
+    );
+    // python3 may be a shim script that execs the interpreter a moment later.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !std::fs::read_link(format!("/proc/{}/exe", target.pid()))
+        .is_ok_and(|e| e.to_string_lossy().contains("python"))
+    {
+        assert!(Instant::now() < deadline, "python3 did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let targets = [StackTarget {
+        pid: target.pid(),
+        stack: Some("sglang".into()),
+        component: None,
+        whole_window: false,
+    }];
+    // 500 MB on stdout, 300 MB on stderr: each would be held whole before the cap.
+    let cases = [
+        (
+            "stdout",
+            "yes '[{\"thread_name\": \"x\"}]' | head -c 500000000",
+        ),
+        (
+            "stderr",
+            "yes 'Error: noise' | head -c 300000000 >&2; exit 1",
+        ),
+    ];
+    for (stream, body) in cases {
+        let script = format!("echo $$ > {d}/{stream}.pid\n{body}");
+        let mut cfg = config(fake_py_spy(dir.path(), stream, &script));
+        cfg.dumps_per_window = 1;
+        // Generous: the cap, not the timeout, must end it.
+        cfg.timeout = Duration::from_secs(60);
+        let src = StackSource::new(cfg, &rules()).unwrap();
+        let w = rt.block_on(src.capture_window(&targets, &SystemClock));
+        let e = w.captures[0].error.clone().unwrap_or_default();
+        assert!(
+            e.contains(&format!("to {stream} and was killed")),
+            "{stream}: {e:.300} {:.300?}",
+            w.captures
+        );
+        let reason = w.status.reason.clone().unwrap_or_default();
+        assert_eq!(w.status.status, Status::Degraded, "{reason:.300}");
+        assert!(
+            e.len() < 1000 && reason.len() < 1000,
+            "{stream}: reasons are short"
+        );
+        let pid = std::fs::read_to_string(dir.path().join(format!("{stream}.pid"))).unwrap();
+        assert!(
+            !pid_alive(pid.trim()),
+            "{stream}: the fake py-spy still runs"
+        );
+    }
+}
+
+#[test]
+fn parse_dump_takes_bytes_and_rejects_garbage_without_panicking() {
+    use wedgewatch::sources::stacks::parse_dump;
+    let ok = br#"[{"thread_name":"MainThread","os_thread_id":7,"frames":[{"name":"f","filename":"a.py","line":3}]}]"#;
+    let t = parse_dump(ok).unwrap();
+    assert_eq!((t.len(), t[0].tid, t[0].frames[0].line), (1, 7, 3));
+    for bad in [&b"\xff\xfe"[..], b"", b"[", b"{}", b"[{\"frames\": 3}]"] {
+        assert!(parse_dump(bad).is_err(), "{bad:?}");
+    }
+}

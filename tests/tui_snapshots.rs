@@ -587,3 +587,31 @@ fn fixtures_are_the_story_they_claim() {
         Some(wedgewatch::model::Status::Degraded)
     );
 }
+
+#[test]
+fn replay_header_says_what_reading_the_recording_skipped() {
+    let fixture =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/recordings/wedged-decode.rec");
+    let mut bytes = std::fs::read(fixture).expect("fixture");
+    // Damage one record in the middle (its checksum no longer matches).
+    let mid = bytes.len() / 2;
+    bytes[mid] = if bytes[mid] == b'0' { b'1' } else { b'0' };
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("damaged.rec");
+    std::fs::write(&path, &bytes).expect("write");
+    let rec = wedgewatch::record::Recording::open(&path).expect("open");
+    let (frames, stats) =
+        wedgewatch::attach::replay_frames_counted(&rec, 1000, Default::default()).expect("replay");
+    let snaps = frames
+        .into_iter()
+        .map(|p| wedgewatch::snapshot::assemble(p, &Default::default()))
+        .collect();
+    let mut feed = ReplayFeed::with_note(snaps, stats.brief());
+    let mut a = App::new(AppOptions::default());
+    a.ingest(feed.latest(0).expect("a frame"));
+    let header = &screen_rows(&a, 200, 30)[0];
+    assert!(
+        header.contains("recording damaged: skipped 1 record(s)"),
+        "{header}"
+    );
+}

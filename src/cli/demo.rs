@@ -318,7 +318,7 @@ fn wait_for_wedge(socket: &Path, assemble: &AssembleOptions, a: &DemoArgs) -> an
     };
     match &a.output {
         Some(dir) => {
-            snapshot::write_bundle(&snap, &Default::default(), dir)?;
+            snapshot::write_bundle(&snap, &Default::default(), dir, snapshot::Overwrite::Refuse)?;
             step(&format!("bundle written to {}", dir.display()));
         }
         None => println!("{}", serde_json::to_string_pretty(&snap)?),

@@ -1,4 +1,6 @@
-//! Binary-side front ends that need the terminal UI: `tui` and `demo`.
+//! Binary-side front ends: `tui` and `demo` (they need the terminal UI), and how every
+//! verb's async work ends (`exit`).
 
 pub mod demo;
+pub mod exit;
 pub mod tui;

@@ -41,12 +41,22 @@ pub fn cmd_tui(g: &Global, a: TuiArgs) -> anyhow::Result<i32> {
 }
 
 fn daemon_answers(socket: &Path) -> bool {
-    socket.exists() && daemon::query_blocking(socket, "ping", 1000).is_ok()
+    if !socket.exists() {
+        return false;
+    }
+    match daemon::query_blocking(socket, "ping", 1000) {
+        Ok(_) => true,
+        Err(e) => {
+            // e.g. a socket another user planted: say why it is not used
+            eprintln!("wedgewatch: daemon not usable ({e}); sampling in-process instead");
+            false
+        }
+    }
 }
 
 fn replay(path: &Path, assemble: AssembleOptions, th: Thresholds) -> anyhow::Result<i32> {
     let rec = Recording::open(path)?;
-    let frames = attach::replay_frames(&rec, 1000, th)?;
+    let (frames, stats) = attach::replay_frames_counted(&rec, 1000, th)?;
     if frames.is_empty() {
         anyhow::bail!("{}: the recording holds no samples", path.display());
     }
@@ -54,7 +64,7 @@ fn replay(path: &Path, assemble: AssembleOptions, th: Thresholds) -> anyhow::Res
         .into_iter()
         .map(|p| snapshot::assemble(p, &assemble))
         .collect();
-    let mut feed = ReplayFeed::from_snapshots(snaps);
+    let mut feed = ReplayFeed::with_note(snaps, stats.brief());
     tui::run(&mut feed, app_options())?;
     Ok(0)
 }
@@ -66,7 +76,7 @@ fn app_options() -> AppOptions {
             "wedgewatch-snapshot-{}",
             snap.taken_at.replace([':', '.'], "-")
         ));
-        snapshot::write_bundle(snap, &Default::default(), &dir)
+        snapshot::write_bundle(snap, &Default::default(), &dir, snapshot::Overwrite::Refuse)
             .map(|_| dir)
             .map_err(|e| e.to_string())
     }));
@@ -130,8 +140,12 @@ fn sampler_health(v: Option<&serde_json::Value>) -> SamplerHealth {
     let lag = stats
         .iter()
         .filter_map(|s| {
-            s.last_t_ms
-                .map(|t| (now - t - s.every_ms as i64).max(0) as u64)
+            // the daemon's numbers, not ours: saturating, never a panic
+            s.last_t_ms.map(|t| {
+                now.saturating_sub(t)
+                    .saturating_sub(i64::try_from(s.every_ms).unwrap_or(i64::MAX))
+                    .max(0) as u64
+            })
         })
         .max();
     let late: u64 = stats.iter().map(|s| s.late).sum();
@@ -157,7 +171,7 @@ impl InProcessDaemon {
         thresholds: Thresholds,
         rediscover_every_ms: u64,
     ) -> anyhow::Result<InProcessDaemon> {
-        let dir = std::env::temp_dir().join(format!("wedgewatch-session-{}", std::process::id()));
+        let dir = session_dir()?;
         let mut cfg = DaemonConfig::new(dir.clone());
         cfg.rotation = None;
         cfg.thresholds = thresholds.clone();
@@ -180,6 +194,8 @@ impl InProcessDaemon {
                         "wedgewatch: in-process sampler stopped: {e}"
                     );
                 }
+                // Never wait at exit for a thread stuck in a read.
+                crate::cli::exit::shut_down(rt);
             })
             .context("starting the sampler thread")?;
         // Wait (bounded) for the socket so the first poll finds it.
@@ -196,6 +212,23 @@ impl InProcessDaemon {
             thread: Some(thread),
         })
     }
+}
+
+/// A new 0700 directory for the session's socket. Created exclusively (an existing one, e.g.
+/// planted in a shared /tmp, is an error), so removing it on drop removes only what we made.
+fn session_dir() -> anyhow::Result<PathBuf> {
+    use std::os::unix::fs::DirBuilderExt;
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    let dir =
+        std::env::temp_dir().join(format!("wedgewatch-session-{}-{stamp}", std::process::id()));
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&dir)
+        .with_context(|| format!("creating the session directory {}", dir.display()))?;
+    Ok(dir)
 }
 
 impl Drop for InProcessDaemon {

@@ -10,19 +10,19 @@
 //!   `wwrec`, so damage in the middle of a file loses one member, not the rest: the reader
 //!   resynchronises on the next member header.
 //!
-//! A file is read as gzip when it starts with the gzip magic, else as plain lines, so
-//! uncompressed recordings (older ones, `compress = false`) read the same way.
+//! Reading is in [`super::inflate`].
 
 use flate2::write::GzEncoder;
-use flate2::{Compression, Decompress, FlushDecompress, GzBuilder, Status};
+use flate2::{Compression, GzBuilder};
 use std::fs::File;
-use std::io::{self, BufRead, BufReader, Cursor, Read, Write};
-use std::path::Path;
+use std::io::{self, Write};
 
 /// Start a new member after this much uncompressed input.
 pub(crate) const MEMBER_BYTES: u64 = 1 << 20;
 /// gzip ID1 ID2, deflate, FNAME set: how every member we write begins.
-const MAGIC: [u8; 4] = [0x1f, 0x8b, 0x08, 0x08];
+pub(crate) const MAGIC: [u8; 4] = [0x1f, 0x8b, 0x08, 0x08];
+/// gzip header bytes 10..16 as we write them: FNAME "wwrec" and its terminator.
+pub(crate) const NAME: &[u8] = b"wwrec\0";
 
 /// Counts the bytes that reach the file (rotation is by size on disk).
 #[derive(Debug)]
@@ -126,164 +126,11 @@ impl Sink {
     }
 }
 
-/// A recording file as lines: plain, or gzip members decoded one after the other.
-pub(crate) fn open_lines(path: &Path) -> io::Result<Box<dyn BufRead + Send>> {
-    let mut f = File::open(path)?;
-    let mut head = Vec::with_capacity(MAGIC.len());
-    (&mut f).take(MAGIC.len() as u64).read_to_end(&mut head)?;
-    if head == MAGIC {
-        f.read_to_end(&mut head)?;
-        Ok(Box::new(BufReader::new(Members::new(head))))
-    } else {
-        Ok(Box::new(BufReader::new(Cursor::new(head).chain(f))))
-    }
-}
-
-/// Decodes consecutive gzip members; on damage, skips to the next member and yields a line
-/// break there, so the damaged member's partial line stays a line of its own (it fails its
-/// checksum and is counted as skipped) and the next member's lines are whole.
-///
-/// Inflates with `Decompress` directly, one sync-flushed record at a time, rather than
-/// with `GzDecoder`: on a corrupt or torn stream the decoder's `read` reports the error and
-/// drops whatever that call had already inflated (with a large buffer, every record before
-/// the damage).
-struct Members {
-    data: Vec<u8>,
-    /// Where the current member's header starts, and where the next one does (or the end).
-    start: usize,
-    limit: usize,
-    /// Next compressed byte to inflate; None: this member has nothing more to give.
-    at: Option<usize>,
-    z: Decompress,
-    /// Bytes to yield before inflating on (the break after a resync).
-    pending: &'static [u8],
-}
-
-/// gzip header bytes 10..16 as we write them: FNAME "wwrec" and its terminator.
-const NAME: &[u8] = b"wwrec\0";
-
-impl Members {
-    fn new(data: Vec<u8>) -> Members {
-        let mut m = Members {
-            data,
-            start: 0,
-            limit: 0,
-            at: None,
-            z: Decompress::new(false),
-            pending: b"",
-        };
-        m.begin(0);
-        m
-    }
-
-    fn is_member(&self, i: usize) -> bool {
-        self.data.get(i..i + MAGIC.len()) == Some(&MAGIC[..])
-            && self.data.get(i + 10..i + 10 + NAME.len()) == Some(NAME)
-    }
-
-    /// The next member header after `from`, else the end of the data.
-    fn next_member(&self, from: usize) -> usize {
-        (from..self.data.len())
-            .find(|&i| self.data[i] == MAGIC[0] && self.is_member(i))
-            .unwrap_or(self.data.len())
-    }
-
-    /// Starts the member at `at`; data that is not one (garbage after a torn tail) is
-    /// skipped up to the next member.
-    fn begin(&mut self, at: usize) {
-        let at = if self.is_member(at) {
-            at
-        } else {
-            self.next_member(at)
-        };
-        self.start = at;
-        self.limit = self.next_member(at + 1);
-        self.z.reset(false);
-        self.at = (at < self.data.len()).then_some(at + 10 + NAME.len());
-    }
-
-    /// The current member is torn or damaged: go on with the next one, after a line break.
-    fn skip_to_next(&mut self) {
-        self.at = None;
-        if self.limit < self.data.len() {
-            self.begin(self.limit);
-            self.pending = b"\n";
-        }
-    }
-
-    /// Just past the next sync-flush marker (the empty stored block 00 00 ff ff) at or
-    /// after `from`, or `limit`.
-    fn sync_point_after(&self, from: usize) -> usize {
-        const SYNC: [u8; 4] = [0x00, 0x00, 0xff, 0xff];
-        self.data
-            .get(from..self.limit)
-            .and_then(|d| d.windows(SYNC.len()).position(|w| w == SYNC))
-            .map_or(self.limit, |i| from + i + SYNC.len())
-    }
-}
-
-impl Read for Members {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        loop {
-            if !self.pending.is_empty() {
-                let n = self.pending.len().min(buf.len());
-                buf[..n].copy_from_slice(&self.pending[..n]);
-                self.pending = &self.pending[n..];
-                return Ok(n);
-            }
-            if buf.is_empty() {
-                return Ok(0);
-            }
-            let Some(at) = self.at else {
-                return Ok(0);
-            };
-            // Feed one record at a time: an inflate call that fails reports little of
-            // what it inflated before the damage.
-            let mut end = self.sync_point_after(at);
-            let (res, consumed, written) = loop {
-                let input = self.data.get(at..end).unwrap_or_default();
-                let (in0, out0) = (self.z.total_in(), self.z.total_out());
-                let res = self.z.decompress(input, buf, FlushDecompress::None);
-                let consumed = usize::try_from(self.z.total_in() - in0).unwrap_or(usize::MAX);
-                let written = usize::try_from(self.z.total_out() - out0).unwrap_or(usize::MAX);
-                if consumed == 0 && written == 0 && res.is_ok() && end < self.limit {
-                    // A marker-like run inside compressed data, not a flush: more input.
-                    end = self.sync_point_after(end);
-                    continue;
-                }
-                break (res, consumed, written);
-            };
-            match res {
-                Ok(Status::StreamEnd) => {
-                    // Member complete. Its trailer (CRC32, size) is not checked: every line
-                    // carries its own checksum.
-                    let after = at.saturating_add(consumed).saturating_add(8);
-                    if after < self.data.len() {
-                        self.begin(after);
-                    } else {
-                        self.at = None;
-                    }
-                }
-                Ok(_) if consumed == 0 && written == 0 => {
-                    // Input used up mid-member: torn by a crash, or still being written.
-                    self.skip_to_next();
-                }
-                Ok(_) => self.at = Some(at + consumed),
-                Err(_) => {
-                    // Output of a failing call may hold garbage; lines are checksummed.
-                    self.skip_to_next();
-                }
-            }
-            if written > 0 {
-                return Ok(written);
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Read;
+    use std::path::Path;
 
     fn lines(n: usize) -> Vec<String> {
         (0..n)
@@ -315,7 +162,10 @@ mod tests {
 
     fn read(path: &Path) -> String {
         let mut out = Vec::new();
-        open_lines(path).unwrap().read_to_end(&mut out).unwrap();
+        let f = File::open(path).unwrap();
+        super::super::inflate::Members::new(f)
+            .read_to_end(&mut out)
+            .unwrap();
         // Damaged members may inflate to any bytes; the reader's lines are checksummed.
         String::from_utf8_lossy(&out).into_owned()
     }
@@ -417,15 +267,5 @@ mod tests {
         // Only the torn tail is missing at the end: the last whole records are there.
         assert!(kept.last().copied().unwrap() >= ls.len() - 2);
         assert_eq!(got.last(), Some(&"appended\n"));
-    }
-
-    #[test]
-    fn plain_files_read_as_they_are() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("r");
-        std::fs::write(&p, "ab\nc").unwrap();
-        assert_eq!(read(&p), "ab\nc");
-        std::fs::write(&p, "").unwrap();
-        assert_eq!(read(&p), "");
     }
 }

@@ -10,17 +10,27 @@
 //! with a header and the current topology and baseline, so it replays on its own.
 
 use crate::clock::{Clock, Millis};
-use crate::correlate::Model;
-use crate::detect::Thresholds;
 use crate::error::{Error, Result};
 use crate::model::{Change, ProcessFacts, Role, Sample, Topology};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
-use std::io::BufRead;
 use std::path::{Path, PathBuf};
 
+mod delta;
 mod gz;
+mod inflate;
+mod read;
+mod recording;
+mod replay;
+
+pub use delta::{apply_json, diff_json, DeltaState, KEYFRAME_EVERY};
+pub use read::{
+    read_records, NotARecording, ReadError, ReadLimits, ReadStats, Records, DEFAULT_MAX_LINE_BYTES,
+    DEFAULT_MAX_LINE_VALUES,
+};
+pub use recording::{first_record_ms, RecordIter, Recording};
+pub use replay::{replay, Replayed, Replayer};
 
 pub const RECORDING_VERSION: u32 = 1;
 const SEGMENT_PREFIX: &str = "seg-";
@@ -84,7 +94,7 @@ pub struct BaselineComponent {
     pub started_at_ms: Option<Millis>,
     pub exe: Option<String>,
     pub cmdline: Vec<String>,
-    /// Secret-looking values are replaced by `<redacted:crc32>` (still comparable).
+    /// Secret values are keyed masks `<redacted:KEYID:MAC>` (comparable within one run).
     pub env: BTreeMap<String, String>,
     pub listen: Vec<String>,
 }
@@ -104,43 +114,18 @@ pub fn is_secret_name(name: &str) -> bool {
     crate::redact::is_secret_name(name)
 }
 
-/// A per-process random salt for masking secret values in baselines: two baselines of one
-/// daemon compare equal when a secret is unchanged, but a shared recording does not let
-/// anyone test guesses against the mask.
-fn secret_salt() -> &'static [u8; 16] {
-    static SALT: std::sync::OnceLock<[u8; 16]> = std::sync::OnceLock::new();
-    SALT.get_or_init(|| {
-        let mut salt = [0u8; 16];
-        let ok = std::fs::File::open("/dev/urandom")
-            .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut salt))
-            .is_ok();
-        if !ok {
-            let t = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos())
-                .unwrap_or_default();
-            salt[..16].copy_from_slice(&(t ^ u128::from(std::process::id())).to_le_bytes());
-        }
-        salt
-    })
-}
-
-/// The stored form of a secret value: a salted checksum, never the value.
-fn mask_secret(v: &str) -> String {
-    let mut data = secret_salt().to_vec();
-    data.extend_from_slice(v.as_bytes());
-    format!("<redacted:{:08x}>", crc32(&data))
-}
-
-/// What leaves the daemon in a `Change`: the mask becomes plain `<redacted>`.
+/// What leaves the daemon in a `Change`: masks become plain `<redacted>`.
 fn unmask(v: Option<String>) -> Option<String> {
-    v.map(|s| {
-        if s.starts_with("<redacted:") {
-            crate::model::REDACTED.to_string()
-        } else {
-            s
-        }
-    })
+    v.map(|s| crate::redact::mask::unmask(&s))
+}
+
+/// Whether two stored values differ (masks under different keys cannot be compared and
+/// do not count as a change).
+fn differs(a: Option<&String>, b: Option<&String>) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) => !crate::redact::mask::same(a, b),
+        (a, b) => a != b,
+    }
 }
 
 impl Baseline {
@@ -167,20 +152,11 @@ impl Baseline {
             if env_facts.env.is_none() {
                 continue;
             }
-            let env = env_facts
-                .env
-                .clone()
-                .unwrap_or_default()
-                .into_iter()
-                .map(|(k, v)| {
-                    if is_secret_name(&k) {
-                        let masked = mask_secret(&v);
-                        (k, masked)
-                    } else {
-                        (k, v)
-                    }
-                })
-                .collect();
+            // Secrets are stored as keyed masks (see `redact::mask`): comparable within one
+            // daemon run, meaningless without the key, which is never written.
+            let mut masker = crate::redact::Redactor::masking(crate::redact::MaskKey::process());
+            let mut env = env_facts.env.clone().unwrap_or_default();
+            masker.env(&mut env);
             components.push(BaselineComponent {
                 id: c.id.clone(),
                 role: c.role,
@@ -193,8 +169,7 @@ impl Baseline {
                 started_at_ms: p.started_at_ms,
                 exe: p.exe.clone(),
                 // Recordings travel: secrets in arguments are never stored in clear.
-                cmdline: crate::redact::Redactor::new()
-                    .args(&args_facts.cmdline.clone().unwrap_or_default()),
+                cmdline: masker.args(&args_facts.cmdline.clone().unwrap_or_default()),
                 env,
                 listen: c.listen.clone(),
             });
@@ -240,11 +215,12 @@ impl Baseline {
                 o.env.keys().chain(n.env.keys()).collect();
             for k in keys {
                 let (b, a) = (o.env.get(k), n.env.get(k));
-                if b != a {
+                if differs(b, a) {
                     out.push(ch("env", Some(k.clone()), b.cloned(), a.cloned()));
                 }
             }
-            if o.cmdline != n.cmdline {
+            let (oc, nc) = (o.cmdline.join(" "), n.cmdline.join(" "));
+            if differs(Some(&oc), Some(&nc)) {
                 out.push(ch(
                     "cmdline",
                     None,
@@ -373,6 +349,10 @@ pub struct RecordingWriter {
     tool: String,
     delta: DeltaState,
     last_written: BTreeMap<crate::model::SourceKind, Millis>,
+    /// Recordings travel (an incident recorded on one box is studied on another): every
+    /// record passes through one redactor for the whole run, so a secret learned in one
+    /// sample is scrubbed from every later one.
+    redactor: crate::redact::Redactor,
     /// What to keep and how often: see [`RecordPolicy`].
     pub policy: RecordPolicy,
 }
@@ -487,8 +467,14 @@ fn open_append(path: &Path) -> Result<File> {
     {
         use std::os::unix::fs::OpenOptionsExt;
         o.mode(0o600); // recordings hold command lines and environments
+        o.custom_flags(libc::O_NOFOLLOW);
     }
     o.open(path).map_err(|e| Error::io(path, e))
+}
+
+/// A new segment: created here, never through a link, never an existing file.
+fn create_segment(path: &Path) -> Result<File> {
+    crate::safe_fs::create_new_private_file(path).map_err(|e| Error::io(path, e))
 }
 
 fn segment_name(seq: u64) -> String {
@@ -532,6 +518,7 @@ impl RecordingWriter {
             last_topology: None,
             last_baseline: None,
             first_baseline: None,
+            redactor: crate::redact::Redactor::new(),
             pid: std::process::id() as i32,
             tool: format!("wedgewatch {}", env!("CARGO_PKG_VERSION")),
             delta: DeltaState::default(),
@@ -550,7 +537,7 @@ impl RecordingWriter {
         create_private_dir(dir)?;
         let seq = segments(dir)?.last().map(|(n, _)| n + 1).unwrap_or(1);
         let path = dir.join(segment_name(seq));
-        let file = open_append(&path)?;
+        let file = create_segment(&path)?;
         let target = Target::Dir {
             dir: dir.to_path_buf(),
             policy,
@@ -591,8 +578,13 @@ impl RecordingWriter {
         }
     }
 
-    /// Appends a record, rotating first if the segment is full.
+    /// Appends a record, rotating first if the segment is full. A record that would not
+    /// survive redaction is not written.
     pub fn write(&mut self, rec: &Record) -> Result<()> {
+        let Some(redacted) = self.redactor.redact_typed(rec) else {
+            return Ok(());
+        };
+        let rec = &redacted;
         if let Target::Dir { policy, .. } = &self.target {
             let max = policy.max_segment_bytes;
             if self.bytes > 0 && self.bytes >= max {
@@ -645,22 +637,14 @@ impl RecordingWriter {
                 };
                 &trimmed
             }
-            // Recordings travel (an incident recorded on one box is studied on another):
-            // secrets in environments and arguments are never written in clear.
-            (crate::model::Payload::Processes(facts), _) => {
-                let mut facts = facts.clone();
-                let mut redactor = crate::redact::Redactor::new();
-                for f in facts.iter_mut() {
-                    redactor.facts(f);
-                }
-                trimmed = Sample {
-                    payload: crate::model::Payload::Processes(facts),
-                    ..s.clone()
-                };
-                &trimmed
-            }
             _ => s,
         };
+        // After trimming (less to walk). Every kind of payload, not only processes:
+        // secrets also sit in metrics labels, `/v1/loads` bodies, thread names, stacks.
+        let Some(redacted) = self.redactor.redact_typed(s) else {
+            return Ok(false);
+        };
+        let s = &redacted;
         if self.policy.compact {
             // Rotation resets the delta base: check before encoding.
             if let Target::Dir { policy, .. } = &self.target {
@@ -692,7 +676,7 @@ impl RecordingWriter {
         let old = dir.join(segment_name(self.seq));
         self.seq += 1;
         let path = dir.join(segment_name(self.seq));
-        let file = open_append(&path)?;
+        let file = create_segment(&path)?;
         std::mem::replace(&mut self.sink, gz::Sink::Fresh(file))
             .finish()
             .map_err(|e| Error::io(&old, e))?;
@@ -752,563 +736,6 @@ pub fn create_private_dir(dir: &Path) -> Result<()> {
     }
 }
 
-/// A recording opened for reading.
-#[derive(Debug, Clone)]
-pub struct Recording {
-    pub files: Vec<PathBuf>,
-}
-
-/// What reading skipped.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ReadStats {
-    pub records: u64,
-    /// Lines that were truncated or failed their checksum.
-    pub skipped: u64,
-    /// Delta records whose base was lost with a skipped line (until the next keyframe).
-    pub undecodable: u64,
-}
-
-impl Recording {
-    /// A file, or a directory of segments.
-    pub fn open(path: &Path) -> Result<Recording> {
-        let md = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
-        let files = if md.is_dir() {
-            let s = segments(path)?;
-            if s.is_empty() {
-                return Err(Error::Other(format!(
-                    "{}: no recording segments (seg-*.wwrec) in this directory",
-                    path.display()
-                )));
-            }
-            s.into_iter().map(|(_, p)| p).collect()
-        } else {
-            vec![path.to_path_buf()]
-        };
-        Ok(Recording { files })
-    }
-
-    /// Every whole record, in file order; truncated or corrupt lines are skipped and
-    /// counted. Loads everything: for long recordings use [`Recording::records`].
-    pub fn read(&self) -> Result<(Vec<Record>, ReadStats)> {
-        let mut it = self.records();
-        let mut out = Vec::new();
-        for r in it.by_ref() {
-            out.push(r?);
-        }
-        Ok((out, it.stats))
-    }
-
-    /// Streams the records (deltas already turned back into samples), one line in memory
-    /// at a time. An I/O error ends the stream after yielding it.
-    pub fn records(&self) -> RecordIter {
-        RecordIter {
-            files: self.files.clone(),
-            next_file: 0,
-            reader: None,
-            delta: DeltaState::default(),
-            buf: Vec::new(),
-            stats: ReadStats::default(),
-            failed: false,
-        }
-    }
-}
-
-/// Iterator over a recording's records; `stats` counts what was skipped so far.
-pub struct RecordIter {
-    files: Vec<PathBuf>,
-    next_file: usize,
-    reader: Option<(PathBuf, Box<dyn BufRead + Send>)>,
-    delta: DeltaState,
-    buf: Vec<u8>,
-    pub stats: ReadStats,
-    failed: bool,
-}
-
-impl Iterator for RecordIter {
-    type Item = Result<Record>;
-
-    fn next(&mut self) -> Option<Result<Record>> {
-        if self.failed {
-            return None;
-        }
-        loop {
-            if self.reader.is_none() {
-                let f = self.files.get(self.next_file)?.clone();
-                self.next_file += 1;
-                match gz::open_lines(&f) {
-                    Ok(lines) => self.reader = Some((f, lines)),
-                    Err(e) => {
-                        self.failed = true;
-                        return Some(Err(Error::io(f, e)));
-                    }
-                }
-                // Delta bases never cross a segment: each starts with keyframes.
-                self.delta.reset();
-            }
-            let Some((path, r)) = self.reader.as_mut() else {
-                continue;
-            };
-            self.buf.clear();
-            let n = match r.read_until(b'\n', &mut self.buf) {
-                Ok(n) => n,
-                Err(e) => {
-                    self.failed = true;
-                    return Some(Err(Error::io(path.clone(), e)));
-                }
-            };
-            if n == 0 {
-                self.reader = None;
-                continue;
-            }
-            let complete = self.buf.last() == Some(&b'\n');
-            let line = if complete {
-                &self.buf[..self.buf.len() - 1]
-            } else {
-                &self.buf[..]
-            };
-            match (complete, decode(line)) {
-                (true, Some(rec @ Record::Delta { .. })) => match self.delta.decode(&rec) {
-                    Some(sample) => {
-                        self.stats.records += 1;
-                        return Some(Ok(Record::Sample { sample }));
-                    }
-                    None => self.stats.undecodable += 1,
-                },
-                (true, Some(rec)) => {
-                    self.stats.records += 1;
-                    return Some(Ok(rec));
-                }
-                _ => self.stats.skipped += 1,
-            }
-        }
-    }
-}
-
-/// A model rebuilt from a recording.
-#[derive(Debug, Clone)]
-pub struct Replayed {
-    pub model: Model,
-    /// Baselines in the recording up to the replay time, oldest first.
-    pub baselines: Vec<Baseline>,
-    pub stats: ReadStats,
-    /// The time the model was replayed to.
-    pub at_ms: Millis,
-}
-
-/// Feeds a recording through the correlator up to `at` (inclusive; None: the end), so
-/// `snapshot --from FILE --at TIME` sees what a live snapshot would have seen then.
-/// `config_changed` is set from the oldest baseline to the newest one up to `at`.
-pub fn replay(rec: &Recording, at: Option<Millis>, thresholds: Thresholds) -> Result<Replayed> {
-    let mut records = rec.records();
-    let mut r = Replayer::new(thresholds);
-    for rec in records.by_ref() {
-        let rec = rec?;
-        if at.is_some_and(|a| rec.t_ms() > a) {
-            // Headers/context re-written at rotation carry the rotation time; only samples
-            // define the timeline, so stop at the first sample past `at`.
-            if matches!(rec, Record::Sample { .. }) {
-                break;
-            }
-            continue;
-        }
-        r.apply(rec);
-    }
-    let at_ms = at.or(r.last_sample_ms).unwrap_or(0);
-    Ok(Replayed {
-        model: r.model,
-        baselines: r.baselines,
-        stats: records.stats,
-        at_ms,
-    })
-}
-
-/// Feeds records through the correlator one at a time: what `replay` and the UI's
-/// `--replay` share. `config_changed` always compares the oldest baseline with the newest
-/// facts seen so far.
-#[derive(Debug)]
-pub struct Replayer {
-    pub model: Model,
-    pub baselines: Vec<Baseline>,
-    pub last_sample_ms: Option<Millis>,
-}
-
-impl Replayer {
-    pub fn new(thresholds: Thresholds) -> Replayer {
-        let mut model = Model::new(thresholds);
-        // The recorder's own pid comes from the recording's header, not from this process.
-        model.ignore_client_pids.clear();
-        Replayer {
-            model,
-            baselines: Vec::new(),
-            last_sample_ms: None,
-        }
-    }
-
-    /// Applies one record; returns the sample time when it was a sample.
-    pub fn apply(&mut self, r: Record) -> Option<Millis> {
-        match r {
-            Record::Header { pid, .. } => {
-                if !self.model.ignore_client_pids.contains(&pid) {
-                    self.model.ignore_client_pids.push(pid);
-                }
-                None
-            }
-            Record::Topology { topology, .. } => {
-                self.model.set_topology(topology);
-                None
-            }
-            Record::Baseline { baseline } => {
-                if self.baselines.last() != Some(&baseline) {
-                    self.baselines.push(baseline);
-                    if let Some(first) = self.baselines.first() {
-                        let merged = self
-                            .baselines
-                            .iter()
-                            .skip(1)
-                            .fold(first.clone(), |acc, b| acc.merged(b));
-                        self.model.set_config_changes(first.changes_to(&merged));
-                    }
-                }
-                None
-            }
-            // Decoded into samples by `read`.
-            Record::Delta { .. } => None,
-            Record::Sample { sample } => {
-                let t = sample.t_ms;
-                self.last_sample_ms = Some(self.last_sample_ms.map_or(t, |l| l.max(t)));
-                self.model.ingest(&sample);
-                Some(t)
-            }
-        }
-    }
-}
-
-// ---------------------------------------------------------------------------------------
-// Compact sample encoding: keyframes and deltas.
-//
-// Consecutive samples of one source are mostly the same (idle connections, unchanged stacks,
-// environments). A `delta` record carries only what changed against the previous sample of
-// the same kind, as a JSON patch; every `KEYFRAME_EVERY` samples, and at the start of every
-// segment, a keyframe carries it whole. Each record holds the CRC of the full reconstructed
-// sample, so a reader that lost a record (a corrupt line) never applies a delta to the
-// wrong base: it waits for the next keyframe. The kernel's "ms since last data" fields are
-// stored as absolute times so an idle connection is byte-for-byte unchanged.
-
-/// A keyframe at least this often per source kind.
-pub const KEYFRAME_EVERY: u32 = 120;
-const RELATIVE_MS_FIELDS: [&str; 3] =
-    ["last_data_sent_ms", "last_data_recv_ms", "last_ack_recv_ms"];
-
-/// Rewrites "ms ago" fields to absolute times (`to_abs`) or back.
-/// (`abs = t - ago` and `ago = t - abs`: the same map both ways.)
-fn rebase_times(v: &mut serde_json::Value, t_ms: Millis) {
-    match v {
-        serde_json::Value::Object(o) => {
-            for (k, x) in o.iter_mut() {
-                if RELATIVE_MS_FIELDS.contains(&k.as_str()) {
-                    if let Some(n) = x.as_i64() {
-                        *x = serde_json::Value::from(t_ms - n);
-                    }
-                } else {
-                    rebase_times(x, t_ms);
-                }
-            }
-        }
-        serde_json::Value::Array(a) => a.iter_mut().for_each(|x| rebase_times(x, t_ms)),
-        _ => {}
-    }
-}
-
-/// Identity of an array element, for keyed array diffs.
-fn elem_key(v: &serde_json::Value) -> Option<String> {
-    let o = v.as_object()?;
-    if let (Some(l), Some(r)) = (o.get("local"), o.get("remote")) {
-        return Some(format!(
-            "s|{l}|{r}|{}",
-            o.get("netns").unwrap_or(&serde_json::Value::Null)
-        ));
-    }
-    if let (Some(n), Some(l)) = (o.get("name"), o.get("labels")) {
-        return Some(format!("m|{n}|{l}"));
-    }
-    for k in ["tid", "pid", "component", "index"] {
-        if let Some(x) = o.get(k) {
-            return Some(format!("{k}|{x}"));
-        }
-    }
-    None
-}
-
-fn keyed(a: &[serde_json::Value]) -> Option<Vec<String>> {
-    let keys: Option<Vec<String>> = a.iter().map(elem_key).collect();
-    let keys = keys?;
-    let uniq: std::collections::BTreeSet<&String> = keys.iter().collect();
-    (uniq.len() == keys.len()).then_some(keys)
-}
-
-/// The patch turning `old` into `new`, or None if equal.
-pub fn diff_json(old: &serde_json::Value, new: &serde_json::Value) -> Option<serde_json::Value> {
-    use serde_json::{json, Map, Value};
-    if old == new {
-        return None;
-    }
-    match (old, new) {
-        (Value::Object(a), Value::Object(b)) => {
-            let mut p = Map::new();
-            for (k, vb) in b {
-                match a.get(k) {
-                    Some(va) => {
-                        if let Some(n) = diff_json(va, vb) {
-                            p.insert(k.clone(), n);
-                        }
-                    }
-                    None => {
-                        p.insert(k.clone(), json!({ "$v": vb }));
-                    }
-                }
-            }
-            let d: Vec<&String> = a.keys().filter(|k| !b.contains_key(*k)).collect();
-            let mut node = Map::new();
-            node.insert("$p".into(), Value::Object(p));
-            if !d.is_empty() {
-                node.insert("$d".into(), json!(d));
-            }
-            Some(Value::Object(node))
-        }
-        (Value::Array(a), Value::Array(b)) => {
-            let (Some(ka), Some(kb)) = (keyed(a), keyed(b)) else {
-                // Unkeyed (or duplicate keys, e.g. three stack dumps of one pid per window):
-                // element by element when the length is the same, which is the common case
-                // of a source that re-reads the same things; whole otherwise.
-                if a.len() == b.len() {
-                    let at: Vec<Value> = a
-                        .iter()
-                        .zip(b)
-                        .enumerate()
-                        .filter_map(|(i, (ea, eb))| diff_json(ea, eb).map(|n| json!([i, n])))
-                        .collect();
-                    let whole = serde_json::to_vec(new).map_or(0, |v| v.len());
-                    let patch = serde_json::to_vec(&at).map_or(usize::MAX, |v| v.len());
-                    if patch < whole {
-                        return Some(json!({ "$i": at }));
-                    }
-                }
-                return Some(json!({ "$v": new }));
-            };
-            let index: BTreeMap<&String, &Value> = ka.iter().zip(a.iter()).collect();
-            let mut upd = Vec::new();
-            let mut added = Vec::new();
-            for (k, eb) in kb.iter().zip(b.iter()) {
-                match index.get(k) {
-                    Some(ea) => {
-                        if let Some(n) = diff_json(ea, eb) {
-                            upd.push(json!({ "k": k, "n": n }));
-                        }
-                    }
-                    None => added.push(eb.clone()),
-                }
-            }
-            let kb_set: std::collections::BTreeSet<&String> = kb.iter().collect();
-            let removed: Vec<&String> = ka.iter().filter(|k| !kb_set.contains(k)).collect();
-            // Order after apply: old order minus removed, then the added ones.
-            let mut order: Vec<&String> = ka.iter().filter(|k| kb_set.contains(k)).collect();
-            let ka_set: std::collections::BTreeSet<&String> = ka.iter().collect();
-            order.extend(kb.iter().filter(|k| !ka_set.contains(k)));
-            let mut node = Map::new();
-            node.insert("$k".into(), json!(1));
-            if !upd.is_empty() {
-                node.insert("$u".into(), Value::Array(upd));
-            }
-            if !added.is_empty() {
-                node.insert("$n".into(), Value::Array(added));
-            }
-            if !removed.is_empty() {
-                node.insert("$r".into(), json!(removed));
-            }
-            if order != kb.iter().collect::<Vec<_>>() {
-                // The common case: the kept elements are in their old order and new ones
-                // landed in between (a new connection in a socket table). Then the new
-                // elements' positions say it all; a full key list ($o) only otherwise.
-                let kept_new: Vec<&String> = kb.iter().filter(|k| ka_set.contains(k)).collect();
-                let kept_old: Vec<&String> = ka.iter().filter(|k| kb_set.contains(k)).collect();
-                if kept_new == kept_old {
-                    let at: Vec<usize> = kb
-                        .iter()
-                        .enumerate()
-                        .filter(|(_, k)| !ka_set.contains(k))
-                        .map(|(i, _)| i)
-                        .collect();
-                    node.insert("$a".into(), json!(at));
-                } else {
-                    node.insert("$o".into(), json!(kb));
-                }
-            }
-            Some(Value::Object(node))
-        }
-        _ => Some(json!({ "$v": new })),
-    }
-}
-
-/// Applies a patch from [`diff_json`]; None if it does not fit the base.
-pub fn apply_json(base: &serde_json::Value, node: &serde_json::Value) -> Option<serde_json::Value> {
-    use serde_json::Value;
-    let n = node.as_object()?;
-    if let Some(v) = n.get("$v") {
-        return Some(v.clone());
-    }
-    if let Some(at) = n.get("$i").and_then(Value::as_array) {
-        let mut a = base.as_array()?.clone();
-        for pair in at {
-            let i = usize::try_from(pair.get(0)?.as_u64()?).ok()?;
-            let slot = a.get_mut(i)?;
-            *slot = apply_json(slot, pair.get(1)?)?;
-        }
-        return Some(Value::Array(a));
-    }
-    if let Some(p) = n.get("$p").and_then(Value::as_object) {
-        let mut o = base.as_object()?.clone();
-        for (k, sub) in p {
-            let cur = o.get(k).cloned().unwrap_or(Value::Null);
-            o.insert(k.clone(), apply_json(&cur, sub)?);
-        }
-        for d in n.get("$d").and_then(Value::as_array).into_iter().flatten() {
-            o.remove(d.as_str()?);
-        }
-        return Some(Value::Object(o));
-    }
-    if n.contains_key("$k") {
-        let a = base.as_array()?;
-        let keys = keyed(a)?;
-        let mut elems: Vec<(String, Value)> = keys.into_iter().zip(a.iter().cloned()).collect();
-        let removed: Vec<&str> = n
-            .get("$r")
-            .and_then(Value::as_array)
-            .map(|r| r.iter().filter_map(Value::as_str).collect())
-            .unwrap_or_default();
-        elems.retain(|(k, _)| !removed.contains(&k.as_str()));
-        for u in n.get("$u").and_then(Value::as_array).into_iter().flatten() {
-            let k = u.get("k")?.as_str()?;
-            let slot = elems.iter_mut().find(|(ek, _)| ek == k)?;
-            slot.1 = apply_json(&slot.1, u.get("n")?)?;
-        }
-        for e in n.get("$n").and_then(Value::as_array).into_iter().flatten() {
-            elems.push((elem_key(e)?, e.clone()));
-        }
-        if let Some(at) = n.get("$a").and_then(Value::as_array) {
-            // `elems` is kept (old order) then added; put the added ones at their places.
-            let added = n.get("$n").and_then(Value::as_array).map_or(0, Vec::len);
-            let split = elems.len().checked_sub(added)?;
-            let new_ones = elems.split_off(split);
-            if at.len() != new_ones.len() {
-                return None;
-            }
-            let mut out: Vec<Value> = Vec::with_capacity(elems.len() + new_ones.len());
-            let mut kept = elems.into_iter().map(|(_, v)| v);
-            for ((_, v), pos) in new_ones.into_iter().zip(at) {
-                let pos = usize::try_from(pos.as_u64()?).ok()?;
-                while out.len() < pos {
-                    out.push(kept.next()?);
-                }
-                out.push(v);
-            }
-            out.extend(kept);
-            return Some(Value::Array(out));
-        }
-        if let Some(order) = n.get("$o").and_then(Value::as_array) {
-            let mut by: BTreeMap<String, Value> = elems.into_iter().collect();
-            let mut out = Vec::new();
-            for k in order {
-                out.push(by.remove(k.as_str()?)?);
-            }
-            return Some(Value::Array(out));
-        }
-        return Some(Value::Array(elems.into_iter().map(|(_, v)| v).collect()));
-    }
-    None
-}
-
-/// Per-kind state of the delta encoder / decoder.
-#[derive(Debug, Default, Clone)]
-pub struct DeltaState {
-    bases: BTreeMap<crate::model::SourceKind, (serde_json::Value, u32)>,
-}
-
-impl DeltaState {
-    pub fn reset(&mut self) {
-        self.bases.clear();
-    }
-
-    /// Encodes a sample as a keyframe or a delta record.
-    pub fn encode(&mut self, s: &Sample) -> Result<Record> {
-        let mut full = serde_json::to_value(&s.payload)?;
-        let mut state = full
-            .get_mut("data")
-            .map(serde_json::Value::take)
-            .unwrap_or_default();
-        rebase_times(&mut state, s.t_ms);
-        let crc = crc32(&serde_json::to_vec(&state)?);
-        let kind = s.kind();
-        let (key, data, count) = match self.bases.get(&kind) {
-            Some((base, n)) if *n < KEYFRAME_EVERY => match diff_json(base, &state) {
-                Some(p) => (false, p, n + 1),
-                None => (false, serde_json::json!({ "$p": {} }), n + 1),
-            },
-            _ => (true, state.clone(), 0),
-        };
-        self.bases.insert(kind, (state, count));
-        Ok(Record::Delta {
-            t_ms: s.t_ms,
-            kind,
-            status: s.status.clone(),
-            took_ms: s.took_ms,
-            key,
-            crc,
-            data,
-        })
-    }
-
-    /// Decodes a delta record back into a sample; None if its base is missing or the
-    /// result fails its CRC (a record was lost): wait for the next keyframe.
-    pub fn decode(&mut self, r: &Record) -> Option<Sample> {
-        let Record::Delta {
-            t_ms,
-            kind,
-            status,
-            took_ms,
-            key,
-            crc,
-            data,
-        } = r
-        else {
-            return None;
-        };
-        let state = if *key {
-            data.clone()
-        } else {
-            let base = &self.bases.get(kind)?.0;
-            apply_json(base, data)?
-        };
-        let ok = serde_json::to_vec(&state)
-            .map(|b| crc32(&b) == *crc)
-            .unwrap_or(false);
-        if !ok {
-            self.bases.remove(kind);
-            return None;
-        }
-        self.bases.insert(*kind, (state.clone(), 0));
-        let mut data = state;
-        rebase_times(&mut data, *t_ms);
-        let payload: crate::model::Payload =
-            serde_json::from_value(serde_json::json!({ "source": kind, "data": data })).ok()?;
-        Some(Sample {
-            t_ms: *t_ms,
-            status: status.clone(),
-            took_ms: *took_ms,
-            payload,
-        })
-    }
-}
-
 /// Parses `--at TIME` for a replay: RFC 3339 (`2026-11-29T12:00:00Z`), epoch milliseconds,
 /// or an offset from the recording's first record (`+90s`, `+5m`, `+1h`, `+1500ms`).
 pub fn parse_at(s: &str, recording_start_ms: Millis) -> Result<Millis> {
@@ -1339,11 +766,6 @@ pub fn parse_at(s: &str, recording_start_ms: Millis) -> Result<Millis> {
         return Ok(ms);
     }
     crate::clock::parse_rfc3339(s).ok_or_else(bad)
-}
-
-/// Time of the first record (for relative `--at`), without reading past it.
-pub fn first_record_ms(rec: &Recording) -> Option<Millis> {
-    rec.records().find_map(|r| r.ok()).map(|r| r.t_ms())
 }
 
 /// `wedgewatch record -o FILE --for DURATION` in one call: runs the sampler for
@@ -1392,46 +814,4 @@ pub async fn record_to_file(
     drop(rx);
     let _ = task.await;
     result.map(|()| n)
-}
-
-#[cfg(test)]
-mod delta_tests {
-    use super::{apply_json, diff_json};
-    use serde_json::json;
-
-    fn round_trip(old: serde_json::Value, new: serde_json::Value) -> serde_json::Value {
-        let patch = diff_json(&old, &new).expect("they differ");
-        assert_eq!(apply_json(&old, &patch), Some(new), "patch {patch}");
-        patch
-    }
-
-    #[test]
-    fn duplicate_keys_are_diffed_by_position() {
-        // Three dumps of one pid per window: the same key three times.
-        let dump = |t: i64, line: i64| json!({"pid": 7, "t_ms": t, "frames": [{"line": line}]});
-        let old = json!([dump(1, 10), dump(2, 10), dump(3, 10)]);
-        let new = json!([dump(4, 10), dump(5, 11), dump(6, 10)]);
-        let patch = round_trip(old, new);
-        assert!(patch.get("$i").is_some(), "{patch}");
-        assert!(
-            !patch.to_string().contains("frames\":[{"),
-            "only what changed: {patch}"
-        );
-        // A different length is written whole.
-        let patch = round_trip(json!([dump(1, 1)]), json!([dump(1, 1), dump(1, 1)]));
-        assert!(patch.get("$v").is_some(), "{patch}");
-    }
-
-    #[test]
-    fn new_elements_in_the_middle_carry_positions_not_the_whole_order() {
-        let s = |l: &str| json!({"local": l, "remote": "r", "state": "ESTABLISHED"});
-        let old = json!([s("a"), s("c"), s("e"), s("g")]);
-        let new = json!([s("a"), s("b"), s("c"), s("g"), s("h"), s("d0")]);
-        let patch = round_trip(old.clone(), new);
-        assert_eq!(patch["$a"], json!([1, 4, 5]), "{patch}");
-        assert!(patch.get("$o").is_none(), "{patch}");
-        // Kept elements reordered: the full order is still written, and still right.
-        let patch = round_trip(old, json!([s("c"), s("a"), s("x")]));
-        assert!(patch.get("$o").is_some(), "{patch}");
-    }
 }

@@ -29,6 +29,14 @@ use std::time::{Duration, Instant};
 /// Environment variable naming the `libnvidia-ml.so` to load.
 pub const NVML_LIB_ENV: &str = "WEDGEWATCH_NVML_LIB";
 
+/// Most devices read per sample (see [`NvmlWorker::sample`]).
+pub const MAX_DEVICES: u32 = 64;
+
+/// Default hard timeout of one sample. Under the sampler's timeout for the GPU source
+/// ([`crate::sampler::default_cadence`]), so a hung driver is reported by this source, which
+/// knows why, rather than by the sampler, which only knows it took too long.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(1_000);
+
 /// How the GPU source loads NVML and judges activity.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GpuConfig {
@@ -45,7 +53,7 @@ impl GpuConfig {
             lib_path: std::env::var_os(NVML_LIB_ENV)
                 .filter(|v| !v.is_empty())
                 .map(PathBuf::from),
-            timeout: Duration::from_secs(2),
+            timeout: DEFAULT_TIMEOUT,
         }
     }
 }
@@ -137,7 +145,7 @@ impl GpuSource {
             Ok(Ok(r)) => r,
             Ok(Err(_)) => unavailable("the NVML worker thread died".into()),
             Err(_) => unavailable(format!(
-                "NVML did not answer within {} ms",
+                "NVML did not answer within {} ms (hung driver?)",
                 self.cfg.timeout.as_millis()
             )),
         }
@@ -246,7 +254,13 @@ impl NvmlWorker {
             }
         };
         let mut status = SourceStatus::ok();
-        for index in 0..count {
+        // A broken or hostile library may claim billions; the largest machines have 16.
+        if count > MAX_DEVICES {
+            status = SourceStatus::degraded(format!(
+                "NVML reports {count} devices; only the first {MAX_DEVICES} are read"
+            ));
+        }
+        for index in 0..count.min(MAX_DEVICES) {
             let dev = self.read_device(&nvml, index);
             for err in &dev.errors {
                 status = status.worst(SourceStatus::degraded(format!(

@@ -6,6 +6,13 @@
 //! [`crate::prom`] and reduced to logical values (`running`, `queued`, ...) by the metric maps
 //! of `probes/*.toml`. Counters (logical names ending in `_total`) become per-second rates
 //! between two scrapes with [`rates`].
+//!
+//! Any local process can pose as an engine, so a scrape is bounded twice: the body by the
+//! HTTP cap, the series by [`ParseLimits`] (only the series the maps or the correlator read
+//! are kept, plus a small raw sample; see [`crate::prom`]). Parsing runs on the blocking pool,
+//! never on the runtime's workers, and a cut turns the probe into `TooLarge` with the cut in
+//! its detail, hence in the source status. A component discovery refused to scrape (its
+//! address is not one of its own listening sockets) is named in the status with the reason.
 
 use crate::clock::Clock;
 use crate::error::{Error, Result};
@@ -14,6 +21,7 @@ use crate::model::{
     Component, EndpointProbe, FetchOutcome, MetricsScrape, Payload, Role, Sample, Series,
     SourceKind, SourceStatus, Topology,
 };
+use crate::prom::{self, Exposition, ParseLimits};
 use crate::sources::{BoxFuture, Source};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -224,6 +232,8 @@ pub struct MetricsConfig {
     pub limits: Limits,
     /// Also GET the router's `/workers` and SGLang engines' `/v1/loads`.
     pub extras: bool,
+    /// Series kept per scrape (default 20,000), raw sample, label bytes per series.
+    pub parse: ParseLimits,
 }
 
 impl Default for MetricsConfig {
@@ -231,8 +241,52 @@ impl Default for MetricsConfig {
         MetricsConfig {
             limits: Limits::default(),
             extras: true,
+            parse: ParseLimits::default(),
         }
     }
+}
+
+/// Series the correlator reads by name rather than through a map (per-worker and per-endpoint
+/// breakdowns); kept like mapped series.
+const READ_RAW_SUFFIXES: [&str; 3] = [
+    "http_requests_active",
+    "worker_requests_active",
+    "router_running_requests",
+];
+
+/// The series names a component's scrape keeps in full (besides [`READ_RAW_SUFFIXES`]): what
+/// its maps read, sorted and deduplicated for [`is_wanted`].
+pub fn wanted_names(maps: &[MetricMap], stack: &str, role: Role) -> Vec<String> {
+    let mut names: Vec<String> = maps
+        .iter()
+        .filter(|m| m.applies_to(stack, role))
+        .flat_map(|m| m.series.iter().cloned())
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// Whether a series is kept in full. Runs once per line of a possibly hostile exposition
+/// (millions), hence the binary search over [`wanted_names`].
+pub fn is_wanted(wanted: &[String], name: &str) -> bool {
+    wanted.binary_search_by(|w| w.as_str().cmp(name)).is_ok()
+        || READ_RAW_SUFFIXES.iter().any(|s| name.ends_with(s))
+}
+
+/// Parses a body under `limits`, on the blocking pool: a hostile 8 MiB exposition takes
+/// CPU time that must not stall the runtime's workers (other sources, the daemon's socket).
+pub async fn parse_off_runtime(
+    body: Vec<u8>,
+    truncated: bool,
+    limits: ParseLimits,
+    wanted: Vec<String>,
+) -> Result<Exposition> {
+    tokio::task::spawn_blocking(move || {
+        prom::parse_limited(&body, truncated, &limits, &|n| is_wanted(&wanted, n))
+    })
+    .await
+    .map_err(|e| Error::Other(format!("parse task failed: {e}")))
 }
 
 /// Scrapes every component's metrics endpoint (and `/workers`, `/v1/loads`) concurrently.
@@ -284,38 +338,18 @@ fn probe_of(url: &str, r: &http::Response) -> EndpointProbe {
     }
 }
 
+/// Body cap of the JSON endpoints: real `/workers` and `/v1/loads` answers are kilobytes, and
+/// a JSON tree costs many times its text, so a poser's 8 MiB answer is never parsed.
+const EXTRA_CAP: usize = 1 << 20;
+
 async fn scrape_one(c: Component, maps: Vec<MetricMap>, cfg: MetricsConfig) -> MetricsScrape {
-    let limits = cfg.limits;
     let metrics_fut = async {
         match c.metrics_url.as_deref() {
-            Some(u) => Some((u.to_string(), http::get(u, limits).await)),
+            Some(u) => Some((u.to_string(), http::get(u, cfg.limits).await)),
             None => None,
         }
     };
-    let extras = if cfg.extras {
-        extra_endpoints(&c)
-    } else {
-        Vec::new()
-    };
-    let extras_fut = async {
-        let mut set = tokio::task::JoinSet::new();
-        for (i, (key, url)) in extras.into_iter().enumerate() {
-            set.spawn(async move {
-                let r = http::get(&url, limits).await;
-                (i, key, url, r)
-            });
-        }
-        let mut got = Vec::new();
-        while let Some(r) = set.join_next().await {
-            if let Ok(r) = r {
-                got.push(r);
-            }
-        }
-        got.sort_by_key(|r| r.0);
-        got
-    };
-    let (metrics, extras) = tokio::join!(metrics_fut, extras_fut);
-
+    let (metrics, extras) = tokio::join!(metrics_fut, get_extras(&c, cfg));
     let mut scrape = MetricsScrape {
         component: c.id.clone(),
         metrics: None,
@@ -326,34 +360,110 @@ async fn scrape_one(c: Component, maps: Vec<MetricMap>, cfg: MetricsConfig) -> M
         extra_probes: Vec::new(),
     };
     if let Some((url, r)) = metrics {
-        scrape.metrics = Some(probe_of(&url, &r));
-        // Parse whatever arrived: a truncated body still carries the first series.
-        let parsable = matches!(r.outcome, FetchOutcome::Ok | FetchOutcome::TooLarge)
-            || (r.outcome == FetchOutcome::Timeout && !r.body.is_empty());
-        if parsable {
-            let truncated = r.outcome != FetchOutcome::Ok;
-            let e = crate::prom::parse_bytes(&r.body, truncated);
-            scrape.bad_lines = e.bad_lines;
-            scrape.mapped = apply_maps(&maps, &c.stack, c.role, &e.series);
-            scrape.series = e.series;
-        }
+        read_metrics(&mut scrape, &c, &maps, cfg.parse, &url, r).await;
     }
-    for (_, key, url, r) in extras {
-        let mut probe = probe_of(&url, &r);
-        if r.outcome == FetchOutcome::Ok {
-            match serde_json::from_slice::<serde_json::Value>(&r.body) {
-                Ok(v) => {
-                    scrape.extra.insert(key, v);
-                }
-                Err(e) => {
-                    probe.outcome = FetchOutcome::Error;
-                    probe.detail = Some(format!("not JSON: {e}"));
-                }
-            }
-        }
-        scrape.extra_probes.push(probe);
+    for (key, url, r) in extras {
+        read_extra(&mut scrape, key, &url, r).await;
     }
     scrape
+}
+
+/// GETs the component's JSON endpoints concurrently: (key, url, response), in their order.
+async fn get_extras(c: &Component, cfg: MetricsConfig) -> Vec<(String, String, http::Response)> {
+    if !cfg.extras {
+        return Vec::new();
+    }
+    let limits = Limits {
+        cap: cfg.limits.cap.min(EXTRA_CAP),
+        ..cfg.limits
+    };
+    let mut set = tokio::task::JoinSet::new();
+    for (i, (key, url)) in extra_endpoints(c).into_iter().enumerate() {
+        set.spawn(async move {
+            let r = http::get(&url, limits).await;
+            (i, key, url, r)
+        });
+    }
+    let mut got = Vec::new();
+    while let Some(r) = set.join_next().await {
+        if let Ok(r) = r {
+            got.push(r);
+        }
+    }
+    got.sort_by_key(|r| r.0);
+    got.into_iter().map(|(_, k, u, r)| (k, u, r)).collect()
+}
+
+/// Parses whatever arrived (a truncated body still carries the first series) and maps it.
+async fn read_metrics(
+    scrape: &mut MetricsScrape,
+    c: &Component,
+    maps: &[MetricMap],
+    limits: ParseLimits,
+    url: &str,
+    r: http::Response,
+) {
+    let mut probe = probe_of(url, &r);
+    let parsable = matches!(r.outcome, FetchOutcome::Ok | FetchOutcome::TooLarge)
+        || (r.outcome == FetchOutcome::Timeout && !r.body.is_empty());
+    if parsable {
+        let truncated = r.outcome != FetchOutcome::Ok;
+        let wanted = wanted_names(maps, &c.stack, c.role);
+        match parse_off_runtime(r.body, truncated, limits, wanted).await {
+            Ok(e) => {
+                note_cut(&mut probe, &e, &limits);
+                scrape.bad_lines = e.bad_lines;
+                scrape.mapped = apply_maps(maps, &c.stack, c.role, &e.series);
+                scrape.series = e.series;
+            }
+            Err(e) => {
+                probe.outcome = FetchOutcome::Error;
+                probe.detail = Some(e.to_string());
+            }
+        }
+    }
+    scrape.metrics = Some(probe);
+}
+
+/// Reads a JSON endpoint's answer, on the blocking pool like the expositions.
+async fn read_extra(scrape: &mut MetricsScrape, key: String, url: &str, r: http::Response) {
+    let mut probe = probe_of(url, &r);
+    if r.outcome == FetchOutcome::Ok {
+        let body = r.body;
+        let parsed =
+            tokio::task::spawn_blocking(move || serde_json::from_slice::<serde_json::Value>(&body))
+                .await;
+        match parsed {
+            Ok(Ok(v)) => {
+                scrape.extra.insert(key, v);
+            }
+            Ok(Err(e)) => {
+                probe.outcome = FetchOutcome::Error;
+                probe.detail = Some(format!("not JSON: {e}"));
+            }
+            Err(e) => {
+                probe.outcome = FetchOutcome::Error;
+                probe.detail = Some(format!("parse task failed: {e}"));
+            }
+        }
+    }
+    scrape.extra_probes.push(probe);
+}
+
+/// A cut exposition is `TooLarge` (parsed in part, as with a body over the cap), and the
+/// cut is said in the detail.
+fn note_cut(probe: &mut EndpointProbe, e: &Exposition, limits: &ParseLimits) {
+    if !e.cut.is_cut(limits) {
+        return;
+    }
+    let said = e.cut.describe(limits, e.series.len());
+    if probe.outcome == FetchOutcome::Ok {
+        probe.outcome = FetchOutcome::TooLarge;
+    }
+    probe.detail = Some(match probe.detail.take() {
+        Some(d) => format!("{d}; {said}"),
+        None => said,
+    });
 }
 
 /// The status a set of scrapes deserves: degraded naming each endpoint that failed. A 404 on
@@ -378,6 +488,19 @@ pub fn status_of(scrapes: &[MetricsScrape]) -> SourceStatus {
     } else {
         SourceStatus::degraded(problems.join("; "))
     }
+}
+
+/// Components discovery would not scrape, with why (`metrics_unscraped` label).
+fn unscraped(topo: &Topology) -> Option<String> {
+    let all: Vec<String> = topo
+        .components
+        .iter()
+        .filter_map(|c| {
+            let why = c.labels.get(crate::discover::LABEL_METRICS_UNSCRAPED)?;
+            Some(format!("{}: {why}", c.id))
+        })
+        .collect();
+    (!all.is_empty()).then(|| all.join("; "))
 }
 
 fn describe(component: &str, p: &EndpointProbe) -> String {
@@ -415,12 +538,15 @@ impl Source for MetricsSource {
                 })
                 .cloned()
                 .collect();
+            let refused = unscraped(topo);
             if targets.is_empty() {
+                let why = match refused {
+                    Some(r) => format!("no component has a scrapable endpoint ({r})"),
+                    None => "no component has a metrics endpoint or an HTTP API".into(),
+                };
                 return Sample {
                     t_ms,
-                    status: SourceStatus::unavailable(
-                        "no component has a metrics endpoint or an HTTP API",
-                    ),
+                    status: SourceStatus::unavailable(why),
                     took_ms: start.elapsed().as_millis() as u64,
                     payload: Payload::Metrics(Vec::new()),
                 };
@@ -444,6 +570,9 @@ impl Source for MetricsSource {
             let mut status = status_of(&scrapes);
             if !failed.is_empty() {
                 status = status.worst(SourceStatus::degraded(failed.join("; ")));
+            }
+            if let Some(r) = refused {
+                status = status.worst(SourceStatus::degraded(r));
             }
             Sample {
                 t_ms,

@@ -4,6 +4,7 @@
 pub mod gpu;
 pub mod metrics;
 pub mod processes;
+pub mod pyspy_json;
 pub mod sockets;
 pub mod stacks;
 

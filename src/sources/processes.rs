@@ -15,11 +15,16 @@ use procfs::process::{FDTarget, Process};
 use procfs::ProcError;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Most threads we name per process: a scheduler has a few dozen; a runaway process with
 /// thousands must not make a 1 Hz source slow.
 const MAX_THREADS: usize = 512;
+/// Longest wait for one process's facts (normally well under a millisecond).
+const PER_PID: Duration = Duration::from_millis(300);
+/// Longest wait for all of them: under the sampler's 2 s timeout for this source, so a
+/// blocked process shows up as a named field error rather than a source timeout.
+const ALL_PIDS: Duration = Duration::from_millis(1500);
 
 /// Boot time (epoch ms) from `<proc_root>/stat`'s `btime` line.
 pub fn boot_time_ms(proc_root: &Path) -> Option<Millis> {
@@ -284,17 +289,17 @@ impl ProcessesSource {
                 )),
             );
         }
-        let boot = boot_time_ms(&self.proc_root);
-        let facts: Vec<ProcessFacts> = pids
-            .iter()
-            .map(|&pid| facts_with_boot(&self.proc_root, pid, boot))
-            .collect();
+        let facts = self.read_bounded(pids);
         let with_errors: Vec<String> = facts
             .iter()
             .filter(|f| !f.errors.is_empty())
-            .map(|f| {
-                let fields: Vec<&str> = f.errors.iter().map(|e| e.field.as_str()).collect();
-                format!("pid {}: {}", f.pid, fields.join(","))
+            .map(|f| match f.errors.iter().find(|e| e.field == "process") {
+                // Not read at all (blocked, vanished): the reason is the news.
+                Some(e) => format!("pid {}: {}", f.pid, e.reason),
+                None => {
+                    let fields: Vec<&str> = f.errors.iter().map(|e| e.field.as_str()).collect();
+                    format!("pid {}: {}", f.pid, fields.join(","))
+                }
             })
             .collect();
         let status = if with_errors.is_empty() {
@@ -306,6 +311,29 @@ impl ProcessesSource {
             ))
         };
         (facts, status)
+    }
+
+    /// Facts of each pid, each under [`PER_PID`] and all under [`ALL_PIDS`]: a process
+    /// whose reads block (its mmap lock held) gets an error naming the read, not our hang.
+    fn read_bounded(&self, pids: &[i32]) -> Vec<ProcessFacts> {
+        let root = self.proc_root.clone();
+        let boot = boot_time_ms(&root);
+        let items = pids.iter().map(|&p| (proc_dir(&root, p), p)).collect();
+        let read = move |&pid: &i32| facts_with_boot(&root, pid, boot);
+        let results = crate::deadline::map(items, PER_PID, ALL_PIDS, read);
+        pids.iter()
+            .zip(results)
+            .map(|(&pid, r)| {
+                r.unwrap_or_else(|reason| ProcessFacts {
+                    pid,
+                    errors: vec![FieldError {
+                        field: "process".into(),
+                        reason,
+                    }],
+                    ..ProcessFacts::default()
+                })
+            })
+            .collect()
     }
 }
 
@@ -413,5 +441,48 @@ mod tests {
             .errors
             .iter()
             .any(|e| e.field == "cmdline" && e.reason.contains("vanished")));
+    }
+
+    /// Copies a fixture procfs tree (files, directories, symlinks).
+    pub(crate) fn copy_tree(from: &Path, to: &Path) {
+        std::fs::create_dir_all(to).unwrap();
+        for e in std::fs::read_dir(from).unwrap().flatten() {
+            let (src, dst) = (e.path(), to.join(e.file_name()));
+            let ft = e.file_type().unwrap();
+            if ft.is_symlink() {
+                std::os::unix::fs::symlink(std::fs::read_link(&src).unwrap(), &dst).unwrap();
+            } else if ft.is_dir() {
+                copy_tree(&src, &dst);
+            } else {
+                std::fs::copy(&src, &dst).unwrap();
+            }
+        }
+    }
+
+    #[test]
+    fn a_process_whose_reads_block_is_named_not_waited_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/proc/container");
+        copy_tree(&fixture, dir.path());
+        // A FIFO nobody writes: reading it blocks forever, as /proc/PID/cmdline does while
+        // the process holds its mmap lock.
+        let cmdline = dir.path().join("101/cmdline");
+        std::fs::remove_file(&cmdline).unwrap();
+        nix::unistd::mkfifo(&cmdline, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let src = ProcessesSource::new(dir.path());
+        let t0 = Instant::now();
+        let (facts, status) = src.collect(&[100, 101]);
+        assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+        assert!(facts[0].cmdline.is_some(), "{:?}", facts[0].errors);
+        let why = &facts[1].errors[0].reason;
+        assert!(
+            why.contains("timed out reading") && why.contains("101"),
+            "{why}"
+        );
+        assert_eq!(status.status, crate::model::Status::Degraded);
+        // The reader left behind is not doubled by the next tick.
+        let (facts, _) = src.collect(&[101]);
+        assert!(facts[0].errors[0].reason.contains("still blocked"));
+        drop(std::fs::OpenOptions::new().write(true).open(&cmdline));
     }
 }

@@ -9,6 +9,7 @@
 //! One dump is a guess: [`StackSource::capture_window`] takes several dumps a few hundred ms
 //! apart, and [`summarize_window`] says which threads sat in the same state in every dump.
 
+use crate::children::Spawned;
 use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::model::{
@@ -225,55 +226,9 @@ pub fn classify(rules: &[StackRule], thread: &ThreadStack) -> (String, Option<St
 }
 
 // ---------------------------------------------------------------------------------------
-// py-spy JSON
+// py-spy JSON (its own module; re-exported here, where callers have always found it)
 
-#[derive(Debug, Deserialize)]
-struct PySpyThread {
-    thread_name: Option<String>,
-    os_thread_id: Option<i64>,
-    #[serde(default)]
-    active: bool,
-    #[serde(default)]
-    owns_gil: bool,
-    #[serde(default)]
-    frames: Vec<PySpyFrame>,
-}
-
-#[derive(Debug, Deserialize)]
-struct PySpyFrame {
-    name: String,
-    filename: String,
-    #[serde(default)]
-    line: i64,
-}
-
-/// Parses `py-spy dump --json` output into unclassified threads (state `unknown`).
-pub fn parse_pyspy_json(text: &str) -> Result<Vec<ThreadStack>> {
-    let threads: Vec<PySpyThread> = serde_json::from_str(text)?;
-    Ok(threads
-        .into_iter()
-        .map(|t| ThreadStack {
-            tid: t
-                .os_thread_id
-                .and_then(|v| i32::try_from(v).ok())
-                .unwrap_or(0),
-            name: t.thread_name,
-            active: t.active,
-            owns_gil: t.owns_gil,
-            frames: t
-                .frames
-                .into_iter()
-                .map(|f| Frame {
-                    name: f.name,
-                    file: f.filename,
-                    line: u32::try_from(f.line).unwrap_or(0),
-                })
-                .collect(),
-            state: STATE_UNKNOWN.to_string(),
-            rule: None,
-        })
-        .collect())
-}
+pub use crate::sources::pyspy_json::{parse_dump, parse_pyspy_json, MAX_FRAMES, MAX_THREADS};
 
 // ---------------------------------------------------------------------------------------
 // configuration and py-spy discovery
@@ -429,6 +384,29 @@ fn not_python_reason(pid: i32) -> Option<String> {
     ))
 }
 
+/// [`not_python_reason`] of each pid, in order, each under a deadline: reading `maps` takes
+/// the target's mmap lock, which a wedged process may hold forever. A blocked read skips the
+/// pid (py-spy would block on the same lock).
+async fn not_python_reasons(pids: Vec<i32>) -> Vec<Option<String>> {
+    let n = pids.len();
+    let items = pids
+        .into_iter()
+        .map(|p| (PathBuf::from(format!("/proc/{p}")), p))
+        .collect();
+    let run = move || {
+        crate::deadline::map(items, NOT_PYTHON_DEADLINE, NOT_PYTHON_DEADLINE * 4, |&p| {
+            not_python_reason(p)
+        })
+    };
+    match tokio::task::spawn_blocking(run).await {
+        Ok(rs) => rs.into_iter().map(|r| r.unwrap_or_else(Some)).collect(),
+        Err(_) => vec![None; n],
+    }
+}
+
+/// Longest wait for one process's `exe` and `maps` (normally well under a millisecond).
+const NOT_PYTHON_DEADLINE: Duration = Duration::from_millis(300);
+
 fn ptrace_hint() -> String {
     let scope = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope")
         .map(|s| s.trim().to_string())
@@ -454,12 +432,7 @@ enum DumpFailure {
 }
 
 fn interpret_failure(pid: i32, stderr: &str, code: Option<i32>) -> DumpFailure {
-    let first: String = stderr
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .take(2)
-        .collect::<Vec<_>>()
-        .join(" / ");
+    let first = excerpt(stderr);
     let lower = stderr.to_lowercase();
     let alive = Path::new(&format!("/proc/{pid}")).exists();
     if lower.contains("failed to find python version") {
@@ -485,9 +458,85 @@ struct DumpOutcome {
     failure: Option<DumpFailure>,
 }
 
-/// Runs one `py-spy dump` in its own process group under a hard timeout; on timeout the
-/// whole group is killed (py-spy stops ptrace on exit, so the target resumes).
-async fn run_py_spy(py_spy: &Path, pid: i32, native: bool, timeout: Duration) -> DumpOutcome {
+/// py-spy's JSON for one process is a few MB even with hundreds of deep threads; more is not
+/// a stack dump, and reading it whole would cost us its size in memory.
+pub const MAX_PY_SPY_STDOUT: usize = 16 << 20;
+/// py-spy's errors are a few lines; more is noise we must not carry into a snapshot.
+pub const MAX_PY_SPY_STDERR: usize = 64 << 10;
+/// How much of py-spy's error output a status quotes.
+const EXCERPT_CHARS: usize = 200;
+
+/// The start of `text` on one line, at most [`EXCERPT_CHARS`] characters.
+fn excerpt(text: &str) -> String {
+    let one_line: String = text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .take(2)
+        .collect::<Vec<_>>()
+        .join(" / ");
+    let mut out: String = one_line.chars().take(EXCERPT_CHARS).collect();
+    if out.len() < one_line.len() {
+        out.push_str("...");
+    }
+    out
+}
+
+/// Reads at most `cap` bytes; true when there was more (the rest is left unread).
+async fn read_capped<R>(r: Option<&mut R>, cap: usize) -> (Vec<u8>, bool)
+where
+    R: tokio::io::AsyncRead + Unpin,
+{
+    let mut buf = Vec::new();
+    if let Some(r) = r {
+        let limit = u64::try_from(cap).unwrap_or(u64::MAX).saturating_add(1);
+        let _ = r.take(limit).read_to_end(&mut buf).await;
+    }
+    let over = buf.len() > cap;
+    buf.truncate(cap);
+    (buf, over)
+}
+
+/// What one py-spy run printed, each stream capped, and how it ended.
+struct Captured {
+    out: Vec<u8>,
+    err: Vec<u8>,
+    /// The stream that went over its cap (the child was killed then).
+    overflow: Option<(&'static str, usize)>,
+    status: std::io::Result<std::process::ExitStatus>,
+}
+
+/// Reads both streams of `child` (each capped: past its cap the group is killed at once,
+/// not when the timeout comes) and reaps it.
+async fn capture(child: &mut tokio::process::Child, group: &Spawned) -> Captured {
+    let mut stdout = child.stdout.take();
+    let mut stderr = child.stderr.take();
+    // Past its cap a stream is left unread and the group killed: the other stream then ends.
+    let capped = |name: &'static str, cap: usize, (buf, over): (Vec<u8>, bool)| {
+        if over {
+            group.kill();
+        }
+        (buf, over.then_some((name, cap)))
+    };
+    let ((out, o1), (err, o2)) = tokio::join!(
+        async {
+            let r = read_capped(stdout.as_mut(), MAX_PY_SPY_STDOUT).await;
+            capped("stdout", MAX_PY_SPY_STDOUT, r)
+        },
+        async {
+            let r = read_capped(stderr.as_mut(), MAX_PY_SPY_STDERR).await;
+            capped("stderr", MAX_PY_SPY_STDERR, r)
+        },
+    );
+    Captured {
+        out,
+        err,
+        overflow: o1.or(o2),
+        status: child.wait().await,
+    }
+}
+
+/// The py-spy command line for one dump.
+fn py_spy_command(py_spy: &Path, pid: i32, native: bool) -> tokio::process::Command {
     let mut cmd = tokio::process::Command::new(py_spy);
     cmd.arg("dump").arg("--json");
     if native {
@@ -505,11 +554,18 @@ async fn run_py_spy(py_spy: &Path, pid: i32, native: bool, timeout: Duration) ->
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
+    crate::children::die_with_parent(&mut cmd);
+    cmd
+}
+
+/// Runs one `py-spy dump` in its own process group under a hard timeout; on timeout the
+/// whole group is killed (py-spy stops ptrace on exit, so the target resumes).
+async fn run_py_spy(py_spy: &Path, pid: i32, native: bool, timeout: Duration) -> DumpOutcome {
     let fail = |f| DumpOutcome {
         threads: Vec::new(),
         failure: Some(f),
     };
-    let mut child = match cmd.spawn() {
+    let mut child = match py_spy_command(py_spy, pid, native).spawn() {
         Ok(c) => c,
         Err(e) => {
             return fail(DumpFailure::Other(format!(
@@ -518,54 +574,57 @@ async fn run_py_spy(py_spy: &Path, pid: i32, native: bool, timeout: Duration) ->
             )))
         }
     };
-    let pgid = child.id().and_then(|id| i32::try_from(id).ok());
-    let mut stdout = child.stdout.take();
-    let mut stderr = child.stderr.take();
-    let work = async {
-        let mut out = Vec::new();
-        let mut err = Vec::new();
-        let read_out = async {
-            if let Some(s) = stdout.as_mut() {
-                let _ = s.read_to_end(&mut out).await;
-            }
-        };
-        let read_err = async {
-            if let Some(s) = stderr.as_mut() {
-                let _ = s.read_to_end(&mut err).await;
-            }
-        };
-        tokio::join!(read_out, read_err);
-        let status = child.wait().await;
-        (out, err, status)
+    let Some(pgid) = child.id().and_then(|id| i32::try_from(id).ok()) else {
+        return fail(DumpFailure::Other(
+            "py-spy exited before it could be tracked".into(),
+        ));
     };
-    match tokio::time::timeout(timeout, work).await {
-        Ok((out, err, status)) => {
-            let stderr = String::from_utf8_lossy(&err).to_string();
-            match status {
-                Ok(s) if s.success() => match parse_pyspy_json(&String::from_utf8_lossy(&out)) {
-                    Ok(threads) => DumpOutcome {
-                        threads,
-                        failure: None,
-                    },
-                    Err(e) => fail(DumpFailure::Other(format!("unreadable py-spy output: {e}"))),
-                },
-                Ok(s) => fail(interpret_failure(pid, &stderr, s.code())),
-                Err(e) => fail(DumpFailure::Other(format!("waiting for py-spy: {e}"))),
-            }
-        }
-        Err(_) => {
-            if let Some(g) = pgid {
-                let _ = nix::sys::signal::killpg(
-                    nix::unistd::Pid::from_raw(g),
-                    nix::sys::signal::Signal::SIGKILL,
-                );
-            }
-            // kill_on_drop reaps the direct child when `child` drops here.
-            fail(DumpFailure::Timeout(format!(
-                "py-spy did not finish within {} ms and was killed",
-                timeout.as_millis()
-            )))
-        }
+    // Killed on every early exit of this function, by a timeout or by the future being
+    // dropped (a signal, the end of a window).
+    let mut group = Spawned::register(pgid);
+    let Ok(c) = tokio::time::timeout(timeout, capture(&mut child, &group)).await else {
+        group.kill();
+        return fail(DumpFailure::Timeout(format!(
+            "py-spy did not finish within {} ms and was killed",
+            timeout.as_millis()
+        )));
+    };
+    group.reaped();
+    interpret_run(pid, c)
+}
+
+/// What a finished py-spy run means.
+fn interpret_run(pid: i32, c: Captured) -> DumpOutcome {
+    let fail = |f| DumpOutcome {
+        threads: Vec::new(),
+        failure: Some(f),
+    };
+    let stderr = String::from_utf8_lossy(&c.err);
+    if let Some((stream, cap)) = c.overflow {
+        let shown = if stream == "stdout" {
+            String::from_utf8_lossy(&c.out[..c.out.len().min(EXCERPT_CHARS)]).into_owned()
+        } else {
+            stderr.to_string()
+        };
+        return fail(DumpFailure::Other(format!(
+            "py-spy wrote more than {} KiB to {stream} and was killed (starts: {})",
+            cap >> 10,
+            excerpt(&shown)
+        )));
+    }
+    match c.status {
+        Ok(s) if s.success() => match parse_dump(&c.out) {
+            Ok(threads) => DumpOutcome {
+                threads,
+                failure: None,
+            },
+            Err(e) => fail(DumpFailure::Other(format!(
+                "unreadable py-spy output: {}",
+                excerpt(&e.to_string())
+            ))),
+        },
+        Ok(s) => fail(interpret_failure(pid, &stderr, s.code())),
+        Err(e) => fail(DumpFailure::Other(format!("waiting for py-spy: {e}"))),
     }
 }
 
@@ -621,13 +680,15 @@ impl StackSource {
         let sem = Arc::new(tokio::sync::Semaphore::new(self.cfg.concurrency.max(1)));
         let mut set = tokio::task::JoinSet::new();
         let mut captures = Vec::new();
+        let max = self.cfg.max_pids.max(1);
+        let checked = not_python_reasons(targets.iter().take(max).map(|t| t.pid).collect()).await;
         for (i, target) in targets.iter().enumerate() {
             let t_ms = clock.now_ms();
-            if i >= self.cfg.max_pids.max(1) {
+            if i >= max {
                 captures.push(skipped(target.pid, t_ms, mode, "over the max_pids limit"));
                 continue;
             }
-            if let Some(reason) = not_python_reason(target.pid) {
+            if let Some(reason) = checked.get(i).cloned().flatten() {
                 captures.push(skipped(target.pid, t_ms, mode, &reason));
                 continue;
             }
@@ -679,6 +740,10 @@ impl StackSource {
                     }
                     if cap.threads.is_empty() {
                         cap.warnings.push("py-spy returned no threads".into());
+                    }
+                    if cap.threads.len() >= MAX_THREADS {
+                        cap.warnings
+                            .push(format!("only the first {MAX_THREADS} threads are kept"));
                     }
                 }
                 Some(DumpFailure::NotPython(r)) => cap.skipped = Some(r),

@@ -26,7 +26,18 @@ pub struct FeedFrame {
 }
 
 impl FeedFrame {
+    /// The UI's one way in: the snapshot is redacted again (unless taken with
+    /// `--no-redact`) and its strings neutralised, so a control sequence in a cmdline never
+    /// reaches the terminal.
     pub fn new(snapshot: Snapshot) -> Self {
+        let snapshot = crate::redact::for_output(&[&snapshot], snapshot.redacted)
+            .and_then(|mut v| v.pop())
+            .unwrap_or_else(|| Snapshot {
+                components: Vec::new(),
+                threads: Vec::new(),
+                config_changed: Vec::new(),
+                ..snapshot
+            });
         FeedFrame {
             snapshot,
             sampler: SamplerHealth::default(),
@@ -187,6 +198,19 @@ impl ReplayFeed {
         ReplayFeed::new(snapshots.into_iter().map(FeedFrame::new).collect())
     }
 
+    /// Frames from snapshots, each with `note` in the header (what reading the recording
+    /// skipped: the engineer must know the replay has gaps).
+    pub fn with_note(snapshots: Vec<Snapshot>, note: Option<String>) -> Self {
+        let frame = |snapshot| FeedFrame {
+            snapshot,
+            sampler: SamplerHealth {
+                note: note.clone(),
+                ..SamplerHealth::default()
+            },
+        };
+        ReplayFeed::new(snapshots.into_iter().map(frame).collect())
+    }
+
     pub fn status(&self) -> ReplayStatus {
         ReplayStatus {
             position: self.position,
@@ -292,6 +316,26 @@ mod tests {
             config_changed: vec![],
             tool: BTreeMap::new(),
         }
+    }
+
+    /// What reaches the terminal: no live escape sequence, no secret.
+    #[test]
+    fn frames_are_redacted_and_neutralised() {
+        let mut s = snap("2026-11-29T12:00:00.000Z");
+        s.threads.push(crate::model::SnapThread {
+            pid: 1,
+            tid: 1,
+            name: Some("t\u{1b}]52;c;aGk=\u{7}".into()),
+            state: "idle".into(),
+            frames: vec!["f (x.py:1) Authorization: Bearer tui-secret-1".into()],
+            component: None,
+            states_over_window: Vec::new(),
+        });
+        let f = FeedFrame::new(s);
+        let text = serde_json::to_string(&f.snapshot).unwrap_or_default();
+        assert!(!text.contains("tui-secret-1"), "{text}");
+        let t = &f.snapshot.threads[0];
+        assert_eq!(t.name.as_deref(), Some("t\\x1b]52;c;aGk=\\x07"));
     }
 
     fn three() -> ReplayFeed {

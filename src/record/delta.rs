@@ -1,0 +1,483 @@
+//! Compact sample encoding: keyframes and deltas.
+//!
+//! Consecutive samples of one source are mostly the same (idle connections, unchanged stacks,
+//! environments). A `delta` record carries only what changed against the previous sample of
+//! the same kind, as a JSON patch; every `KEYFRAME_EVERY` samples, and at the start of every
+//! segment, a keyframe carries it whole. Each record holds the CRC of the full reconstructed
+//! sample, so a reader that lost a record (a corrupt line) never applies a delta to the
+//! wrong base: it waits for the next keyframe. The kernel's "ms since last data" fields are
+//! stored as absolute times so an idle connection is byte-for-byte unchanged.
+
+use super::{crc32, Record};
+use crate::clock::Millis;
+use crate::error::Result;
+use crate::model::Sample;
+use std::collections::BTreeMap;
+
+/// A keyframe at least this often per source kind.
+pub const KEYFRAME_EVERY: u32 = 120;
+const RELATIVE_MS_FIELDS: [&str; 3] =
+    ["last_data_sent_ms", "last_data_recv_ms", "last_ack_recv_ms"];
+
+/// Rewrites "ms ago" fields to absolute times (`to_abs`) or back.
+/// (`abs = t - ago` and `ago = t - abs`: the same map both ways; wrapping, so hostile
+/// values in a recording cannot overflow, and still its own inverse.)
+fn rebase_times(v: &mut serde_json::Value, t_ms: Millis) {
+    match v {
+        serde_json::Value::Object(o) => {
+            for (k, x) in o.iter_mut() {
+                if RELATIVE_MS_FIELDS.contains(&k.as_str()) {
+                    if let Some(n) = x.as_i64() {
+                        *x = serde_json::Value::from(t_ms.wrapping_sub(n));
+                    }
+                } else {
+                    rebase_times(x, t_ms);
+                }
+            }
+        }
+        serde_json::Value::Array(a) => a.iter_mut().for_each(|x| rebase_times(x, t_ms)),
+        _ => {}
+    }
+}
+
+/// Identity of an array element, for keyed array diffs.
+fn elem_key(v: &serde_json::Value) -> Option<String> {
+    let o = v.as_object()?;
+    if let (Some(l), Some(r)) = (o.get("local"), o.get("remote")) {
+        return Some(format!(
+            "s|{l}|{r}|{}",
+            o.get("netns").unwrap_or(&serde_json::Value::Null)
+        ));
+    }
+    if let (Some(n), Some(l)) = (o.get("name"), o.get("labels")) {
+        return Some(format!("m|{n}|{l}"));
+    }
+    for k in ["tid", "pid", "component", "index"] {
+        if let Some(x) = o.get(k) {
+            return Some(format!("{k}|{x}"));
+        }
+    }
+    None
+}
+
+fn keyed(a: &[serde_json::Value]) -> Option<Vec<String>> {
+    let keys: Option<Vec<String>> = a.iter().map(elem_key).collect();
+    let keys = keys?;
+    let uniq: std::collections::BTreeSet<&String> = keys.iter().collect();
+    (uniq.len() == keys.len()).then_some(keys)
+}
+
+/// The patch turning `old` into `new`, or None if equal.
+pub fn diff_json(old: &serde_json::Value, new: &serde_json::Value) -> Option<serde_json::Value> {
+    use serde_json::{json, Map, Value};
+    if old == new {
+        return None;
+    }
+    match (old, new) {
+        (Value::Object(a), Value::Object(b)) => {
+            let mut p = Map::new();
+            for (k, vb) in b {
+                match a.get(k) {
+                    Some(va) => {
+                        if let Some(n) = diff_json(va, vb) {
+                            p.insert(k.clone(), n);
+                        }
+                    }
+                    None => {
+                        p.insert(k.clone(), json!({ "$v": vb }));
+                    }
+                }
+            }
+            let d: Vec<&String> = a.keys().filter(|k| !b.contains_key(*k)).collect();
+            let mut node = Map::new();
+            node.insert("$p".into(), Value::Object(p));
+            if !d.is_empty() {
+                node.insert("$d".into(), json!(d));
+            }
+            Some(Value::Object(node))
+        }
+        (Value::Array(a), Value::Array(b)) => {
+            let (Some(ka), Some(kb)) = (keyed(a), keyed(b)) else {
+                // Unkeyed (or duplicate keys, e.g. three stack dumps of one pid per window):
+                // element by element when the length is the same, which is the common case
+                // of a source that re-reads the same things; whole otherwise.
+                if a.len() == b.len() {
+                    let at: Vec<Value> = a
+                        .iter()
+                        .zip(b)
+                        .enumerate()
+                        .filter_map(|(i, (ea, eb))| diff_json(ea, eb).map(|n| json!([i, n])))
+                        .collect();
+                    let whole = serde_json::to_vec(new).map_or(0, |v| v.len());
+                    let patch = serde_json::to_vec(&at).map_or(usize::MAX, |v| v.len());
+                    if patch < whole {
+                        return Some(json!({ "$i": at }));
+                    }
+                }
+                return Some(json!({ "$v": new }));
+            };
+            let index: BTreeMap<&String, &Value> = ka.iter().zip(a.iter()).collect();
+            let mut upd = Vec::new();
+            let mut added = Vec::new();
+            for (k, eb) in kb.iter().zip(b.iter()) {
+                match index.get(k) {
+                    Some(ea) => {
+                        if let Some(n) = diff_json(ea, eb) {
+                            upd.push(json!({ "k": k, "n": n }));
+                        }
+                    }
+                    None => added.push(eb.clone()),
+                }
+            }
+            let kb_set: std::collections::BTreeSet<&String> = kb.iter().collect();
+            let removed: Vec<&String> = ka.iter().filter(|k| !kb_set.contains(k)).collect();
+            // Order after apply: old order minus removed, then the added ones.
+            let mut order: Vec<&String> = ka.iter().filter(|k| kb_set.contains(k)).collect();
+            let ka_set: std::collections::BTreeSet<&String> = ka.iter().collect();
+            order.extend(kb.iter().filter(|k| !ka_set.contains(k)));
+            let mut node = Map::new();
+            node.insert("$k".into(), json!(1));
+            if !upd.is_empty() {
+                node.insert("$u".into(), Value::Array(upd));
+            }
+            if !added.is_empty() {
+                node.insert("$n".into(), Value::Array(added));
+            }
+            if !removed.is_empty() {
+                node.insert("$r".into(), json!(removed));
+            }
+            if order != kb.iter().collect::<Vec<_>>() {
+                // The common case: the kept elements are in their old order and new ones
+                // landed in between (a new connection in a socket table). Then the new
+                // elements' positions say it all; a full key list ($o) only otherwise.
+                let kept_new: Vec<&String> = kb.iter().filter(|k| ka_set.contains(k)).collect();
+                let kept_old: Vec<&String> = ka.iter().filter(|k| kb_set.contains(k)).collect();
+                if kept_new == kept_old {
+                    let at: Vec<usize> = kb
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, k)| !ka_set.contains(k))
+                        .map(|(i, _)| i)
+                        .collect();
+                    node.insert("$a".into(), json!(at));
+                } else {
+                    node.insert("$o".into(), json!(kb));
+                }
+            }
+            Some(Value::Object(node))
+        }
+        _ => Some(json!({ "$v": new })),
+    }
+}
+
+/// The patch saying "no change". It must fit the data's shape: `{"$p":{}}` alone (what
+/// writers used to write) does not apply to a list, so every unchanged sample of a source
+/// whose data is a list (processes or metrics of an idle host) was lost on replay.
+fn unchanged(state: &serde_json::Value) -> serde_json::Value {
+    use serde_json::{json, Value};
+    match state {
+        Value::Object(_) => json!({ "$p": {} }),
+        Value::Array(_) => json!({ "$i": [] }),
+        other => json!({ "$v": other }),
+    }
+}
+
+/// Applies a patch from [`diff_json`]; None if it does not fit the base.
+pub fn apply_json(base: &serde_json::Value, node: &serde_json::Value) -> Option<serde_json::Value> {
+    use serde_json::Value;
+    let n = node.as_object()?;
+    if let Some(v) = n.get("$v") {
+        return Some(v.clone());
+    }
+    if let Some(at) = n.get("$i").and_then(Value::as_array) {
+        let mut a = base.as_array()?.clone();
+        let mut next = 0; // positions only go up: each element patched at most once
+        for pair in at {
+            let i = usize::try_from(pair.get(0)?.as_u64()?).ok()?;
+            if i < next {
+                return None;
+            }
+            next = i + 1;
+            let slot = a.get_mut(i)?;
+            *slot = apply_json(slot, pair.get(1)?)?;
+        }
+        return Some(Value::Array(a));
+    }
+    if let Some(p) = n.get("$p").and_then(Value::as_object) {
+        if p.is_empty() && !n.contains_key("$d") {
+            // "No change", as older writers wrote it for data of any shape.
+            return Some(base.clone());
+        }
+        let mut o = base.as_object()?.clone();
+        for (k, sub) in p {
+            let cur = o.get(k).cloned().unwrap_or(Value::Null);
+            o.insert(k.clone(), apply_json(&cur, sub)?);
+        }
+        for d in n.get("$d").and_then(Value::as_array).into_iter().flatten() {
+            o.remove(d.as_str()?);
+        }
+        return Some(Value::Object(o));
+    }
+    if n.contains_key("$k") {
+        let a = base.as_array()?;
+        let keys = keyed(a)?;
+        let mut elems: Vec<(String, Value)> = keys.into_iter().zip(a.iter().cloned()).collect();
+        let removed: std::collections::BTreeSet<&str> = n
+            .get("$r")
+            .and_then(Value::as_array)
+            .map(|r| r.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        elems.retain(|(k, _)| !removed.contains(k.as_str()));
+        // Indexed, and each element updated at most once: a patch from a stranger may
+        // name every element of a big table, or one big element many times.
+        let mut index: BTreeMap<String, Option<usize>> = elems
+            .iter()
+            .enumerate()
+            .map(|(i, (k, _))| (k.clone(), Some(i)))
+            .collect();
+        for u in n.get("$u").and_then(Value::as_array).into_iter().flatten() {
+            let i = index.get_mut(u.get("k")?.as_str()?)?.take()?;
+            let slot = elems.get_mut(i)?;
+            slot.1 = apply_json(&slot.1, u.get("n")?)?;
+        }
+        for e in n.get("$n").and_then(Value::as_array).into_iter().flatten() {
+            elems.push((elem_key(e)?, e.clone()));
+        }
+        if let Some(at) = n.get("$a").and_then(Value::as_array) {
+            // `elems` is kept (old order) then added; put the added ones at their places.
+            let added = n.get("$n").and_then(Value::as_array).map_or(0, Vec::len);
+            let split = elems.len().checked_sub(added)?;
+            let new_ones = elems.split_off(split);
+            if at.len() != new_ones.len() {
+                return None;
+            }
+            let mut out: Vec<Value> = Vec::with_capacity(elems.len() + new_ones.len());
+            let mut kept = elems.into_iter().map(|(_, v)| v);
+            for ((_, v), pos) in new_ones.into_iter().zip(at) {
+                let pos = usize::try_from(pos.as_u64()?).ok()?;
+                while out.len() < pos {
+                    out.push(kept.next()?);
+                }
+                out.push(v);
+            }
+            out.extend(kept);
+            return Some(Value::Array(out));
+        }
+        if let Some(order) = n.get("$o").and_then(Value::as_array) {
+            let mut by: BTreeMap<String, Value> = elems.into_iter().collect();
+            let mut out = Vec::new();
+            for k in order {
+                out.push(by.remove(k.as_str()?)?);
+            }
+            return Some(Value::Array(out));
+        }
+        return Some(Value::Array(elems.into_iter().map(|(_, v)| v).collect()));
+    }
+    None
+}
+
+/// Per-kind state of the delta encoder / decoder.
+#[derive(Debug, Default, Clone)]
+pub struct DeltaState {
+    bases: BTreeMap<crate::model::SourceKind, (serde_json::Value, u32)>,
+}
+
+impl DeltaState {
+    pub fn reset(&mut self) {
+        self.bases.clear();
+    }
+
+    /// Encodes a sample as a keyframe or a delta record.
+    pub fn encode(&mut self, s: &Sample) -> Result<Record> {
+        let mut full = serde_json::to_value(&s.payload)?;
+        let mut state = full
+            .get_mut("data")
+            .map(serde_json::Value::take)
+            .unwrap_or_default();
+        rebase_times(&mut state, s.t_ms);
+        let crc = crc32(&serde_json::to_vec(&state)?);
+        let kind = s.kind();
+        let (key, data, count) = match self.bases.get(&kind) {
+            Some((base, n)) if *n < KEYFRAME_EVERY => {
+                let patch = diff_json(base, &state).unwrap_or_else(|| unchanged(&state));
+                (false, patch, n + 1)
+            }
+            _ => (true, state.clone(), 0),
+        };
+        self.bases.insert(kind, (state, count));
+        Ok(Record::Delta {
+            t_ms: s.t_ms,
+            kind,
+            status: s.status.clone(),
+            took_ms: s.took_ms,
+            key,
+            crc,
+            data,
+        })
+    }
+
+    /// Decodes a delta record back into a sample; None if its base is missing or the
+    /// result fails its CRC (a record was lost): wait for the next keyframe. Takes the
+    /// record and never copies its data: a record from a stranger may be as big as the
+    /// reader's line cap allows, and its JSON tree several times that.
+    pub fn decode(&mut self, r: Record) -> Option<Sample> {
+        let Record::Delta {
+            t_ms,
+            kind,
+            status,
+            took_ms,
+            key,
+            crc,
+            data,
+        } = r
+        else {
+            return None;
+        };
+        let state = if key {
+            data
+        } else {
+            let (base, patch) = (&self.bases.get(&kind)?.0, data);
+            apply_json(base, &patch)?
+        };
+        let ok = serde_json::to_vec(&state)
+            .map(|b| crc32(&b) == crc)
+            .unwrap_or(false);
+        if !ok {
+            self.bases.remove(&kind);
+            return None;
+        }
+        let (payload, state) = payload_of(kind, state, t_ms);
+        self.bases.insert(kind, (state, 0));
+        Some(Sample {
+            t_ms,
+            status,
+            took_ms,
+            payload: payload?,
+        })
+    }
+}
+
+/// The payload a decoded state stands for, and the state back (unchanged, to be the next
+/// base): times are rebased in place and back rather than on a copy.
+fn payload_of(
+    kind: crate::model::SourceKind,
+    state: serde_json::Value,
+    t_ms: Millis,
+) -> (Option<crate::model::Payload>, serde_json::Value) {
+    use serde::Deserialize;
+    let mut tagged = serde_json::json!({ "source": kind, "data": state });
+    if let Some(d) = tagged.get_mut("data") {
+        rebase_times(d, t_ms);
+    }
+    let payload = crate::model::Payload::deserialize(&tagged).ok();
+    let mut state = tagged
+        .get_mut("data")
+        .map(serde_json::Value::take)
+        .unwrap_or_default();
+    rebase_times(&mut state, t_ms);
+    (payload, state)
+}
+
+#[cfg(test)]
+mod delta_tests {
+    use super::{apply_json, diff_json, DeltaState};
+    use crate::model::{Payload, Sample, SourceStatus};
+    use serde_json::json;
+
+    fn sample(t_ms: i64, payload: Payload) -> Sample {
+        Sample {
+            t_ms,
+            status: SourceStatus::ok(),
+            took_ms: 1,
+            payload,
+        }
+    }
+
+    #[test]
+    fn an_unchanged_sample_whose_data_is_a_list_replays() {
+        // An idle host: no components, so processes and metrics are `[]` on every sample.
+        let (mut enc, mut dec) = (DeltaState::default(), DeltaState::default());
+        for payload in [Payload::Processes(vec![]), Payload::Metrics(vec![])] {
+            for t in 0..3 {
+                let s = sample(t * 1000, payload.clone());
+                let rec = enc.encode(&s).expect("encode");
+                if let (t @ 1.., super::Record::Delta { data, .. }) = (t, &rec) {
+                    // A form that readers released before this fix also apply.
+                    assert_eq!(data, &json!({"$i": []}), "sample {t}");
+                }
+                assert_eq!(dec.decode(rec.clone()), Some(s), "{rec:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_patch_touching_every_element_of_a_big_table_applies_in_linear_time() {
+        let row = |i: usize, v: usize| json!({"pid": i, "v": v});
+        let n = 50_000;
+        let old = json!((0..n).map(|i| row(i, 0)).collect::<Vec<_>>());
+        let new = json!((0..n).map(|i| row(i, 1)).collect::<Vec<_>>());
+        let patch = diff_json(&old, &new).expect("differ");
+        let start = std::time::Instant::now();
+        assert_eq!(apply_json(&old, &patch), Some(new));
+        // Quadratic lookups took minutes here.
+        assert!(start.elapsed() < std::time::Duration::from_secs(20));
+        // One element named twice (never written so) is refused, not applied twice.
+        let twice = json!({"$k": 1, "$u": [{"k": "pid|1", "n": {"$v": 1}}, {"k": "pid|1", "n": {"$v": 2}}]});
+        assert_eq!(apply_json(&old, &twice), None);
+        let twice = json!({"$i": [[1, {"$v": 1}], [1, {"$v": 2}]]});
+        assert_eq!(apply_json(&json!([0, 0]), &twice), None);
+    }
+
+    #[test]
+    fn recordings_written_before_the_list_fix_still_replay() {
+        // Their "unchanged" patch was `{"$p":{}}` whatever the data was.
+        assert_eq!(
+            apply_json(&json!([1]), &json!({"$p": {}})),
+            Some(json!([1]))
+        );
+        assert_eq!(
+            apply_json(&json!(null), &json!({"$p": {}})),
+            Some(json!(null))
+        );
+        assert_eq!(
+            apply_json(&json!([1]), &json!({"$p": {"a": {"$v": 1}}})),
+            None
+        );
+    }
+
+    fn round_trip(old: serde_json::Value, new: serde_json::Value) -> serde_json::Value {
+        let patch = diff_json(&old, &new).expect("they differ");
+        assert_eq!(apply_json(&old, &patch), Some(new), "patch {patch}");
+        patch
+    }
+
+    #[test]
+    fn duplicate_keys_are_diffed_by_position() {
+        // Three dumps of one pid per window: the same key three times.
+        let dump = |t: i64, line: i64| json!({"pid": 7, "t_ms": t, "frames": [{"line": line}]});
+        let old = json!([dump(1, 10), dump(2, 10), dump(3, 10)]);
+        let new = json!([dump(4, 10), dump(5, 11), dump(6, 10)]);
+        let patch = round_trip(old, new);
+        assert!(patch.get("$i").is_some(), "{patch}");
+        assert!(
+            !patch.to_string().contains("frames\":[{"),
+            "only what changed: {patch}"
+        );
+        // A different length is written whole.
+        let patch = round_trip(json!([dump(1, 1)]), json!([dump(1, 1), dump(1, 1)]));
+        assert!(patch.get("$v").is_some(), "{patch}");
+    }
+
+    #[test]
+    fn new_elements_in_the_middle_carry_positions_not_the_whole_order() {
+        let s = |l: &str| json!({"local": l, "remote": "r", "state": "ESTABLISHED"});
+        let old = json!([s("a"), s("c"), s("e"), s("g")]);
+        let new = json!([s("a"), s("b"), s("c"), s("g"), s("h"), s("d0")]);
+        let patch = round_trip(old.clone(), new);
+        assert_eq!(patch["$a"], json!([1, 4, 5]), "{patch}");
+        assert!(patch.get("$o").is_none(), "{patch}");
+        // Kept elements reordered: the full order is still written, and still right.
+        let patch = round_trip(old, json!([s("c"), s("a"), s("x")]));
+        assert!(patch.get("$o").is_some(), "{patch}");
+    }
+}
