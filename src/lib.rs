@@ -11,6 +11,7 @@
 pub mod attach;
 pub mod children;
 pub mod clock;
+pub mod config_check;
 pub mod correlate;
 pub mod daemon;
 pub mod deadline;
@@ -20,6 +21,7 @@ pub mod discover;
 pub mod doctor;
 pub mod error;
 pub mod export;
+pub mod fuzz_entry;
 pub mod http;
 pub mod model;
 pub mod probes;

@@ -264,9 +264,8 @@ fn thresholds(g: &Global) -> anyhow::Result<Thresholds> {
     match &g.thresholds {
         None => Ok(Thresholds::default()),
         Some(p) => {
-            let text = std::fs::read_to_string(p)
-                .with_context(|| format!("reading thresholds {}", p.display()))?;
-            Thresholds::from_toml(&text).with_context(|| format!("in {}", p.display()))
+            let text = wedgewatch::config_check::read_config(p).context("reading thresholds")?;
+            Thresholds::from_toml(&text).with_context(|| format!("thresholds {}", p.display()))
         }
     }
 }

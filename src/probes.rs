@@ -214,18 +214,28 @@ impl ProbeSet {
             .collect();
         files.sort();
         for f in files {
-            let text = std::fs::read_to_string(&f).map_err(|e| Error::io(&f, e))?;
+            // A FIFO or device named *.toml in a shared directory must not hang or flood us.
+            if !f.metadata().is_ok_and(|m| m.is_file()) {
+                return Err(Error::Probe {
+                    path: f,
+                    message: "not a regular file".into(),
+                });
+            }
+            let text = crate::config_check::read_config(&f)?;
             self.add_text(&f, &text)?;
         }
         Ok(())
     }
 
     pub fn add_text(&mut self, path: &Path, text: &str) -> Result<()> {
+        // Regex errors span several lines (pattern, caret, reason): one line per error.
         let bad = |message: String| Error::Probe {
             path: path.to_path_buf(),
-            message,
+            message: crate::config_check::one_line(&message),
         };
-        let file: ProbeFile = toml::from_str(text).map_err(|e| bad(e.to_string()))?;
+        let file: ProbeFile =
+            toml::from_str(text).map_err(|e| bad(crate::config_check::toml_message(text, &e)))?;
+        crate::config_check::check_probe_file(&file).map_err(bad)?;
         for p in &file.profile {
             p.validate().map_err(bad)?;
             if self.profiles.iter().any(|q| q.name == p.name) {

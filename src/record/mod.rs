@@ -756,7 +756,11 @@ pub fn parse_at(s: &str, recording_start_ms: Millis) -> Result<Millis> {
             "h" => 3_600_000,
             _ => return Err(bad()),
         };
-        return Ok(recording_start_ms.saturating_add(n.saturating_mul(mult)));
+        // Checked: `+9223372036854775807s` must be a bad --at, not an overflow panic.
+        return n
+            .checked_mul(mult)
+            .and_then(|off| recording_start_ms.checked_add(off))
+            .ok_or_else(bad);
     }
     if let Ok(ms) = s.parse::<i64>() {
         return Ok(ms);

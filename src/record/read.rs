@@ -358,7 +358,12 @@ impl<R: Read> LineReader<R> {
                 if want > self.line.capacity() {
                     // Powers of two up to the cap: growing copies, so the peak is the
                     // last two sizes (1.5 times a power-of-two cap), never more.
-                    let to = want.next_power_of_two().clamp(READ_BUF, self.max.max(want));
+                    // (`max` below `READ_BUF` is a small configured cap, not a bigger buffer.)
+                    let ceiling = self.max.max(want);
+                    let to = want
+                        .next_power_of_two()
+                        .max(READ_BUF.min(ceiling))
+                        .min(ceiling);
                     self.line.reserve_exact(to - self.line.len());
                 }
                 self.line.extend_from_slice(part);

@@ -1,0 +1,144 @@
+//! Entry points over raw bytes for the fuzz targets (`fuzz/fuzz_targets/*.rs`) and for the
+//! corpus replay test (`tests/fuzz_corpora.rs`), so the test replays exactly what was fuzzed.
+//!
+//! Each function feeds hostile bytes to one parser the way wedgewatch meets them in the
+//! field, and throws the result away: the only property checked is "no panic, bounded
+//! time". Each is a thin adapter; when a parser's signature changes, only its adapter does.
+
+use crate::correlate::Model;
+use crate::daemon::{self, Shared};
+use crate::detect::Thresholds;
+use crate::model::{CaptureMode, StackCapture};
+use crate::probes::ProbeSet;
+use crate::record::{read_records, ReadLimits};
+use crate::sampler::StatsHandle;
+use crate::sources::stacks::{self, RuleSet};
+use crate::{http, prom};
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
+
+/// One entry point: bytes in, nothing out (a panic or a hang is the failure).
+pub type Entry = fn(&[u8]);
+
+/// Every target, by the name of its fuzz target and corpus directory.
+pub const TARGETS: &[(&str, Entry)] = &[
+    ("prom", prom),
+    ("http_response", http_response),
+    ("pyspy_json", pyspy_json),
+    ("probe_toml", probe_toml),
+    ("thresholds_toml", thresholds_toml),
+    ("recording", recording),
+    ("daemon_request", daemon_request),
+];
+
+/// A Prometheus exposition as scraped; the first byte says whether the body was cut at the
+/// size cap (a cut body drops its partial last line). Parsed twice: with small limits and a
+/// `wanted` set, as the metrics source parses (cuts, raw sample, label bytes), and in full.
+pub fn prom(data: &[u8]) {
+    let (truncated, body) = match data.split_first() {
+        Some((flag, rest)) => (flag & 1 == 1, rest),
+        None => (false, data),
+    };
+    let limits = prom::ParseLimits {
+        max_series: 64,
+        raw_sample: 8,
+        max_label_bytes: 256,
+    };
+    let wanted = |name: &str| name.starts_with("sglang:") || name.starts_with("vllm:");
+    let _ = prom::parse_limited(body, truncated, &limits, &wanted);
+    let _ = prom::parse_bytes(body, truncated);
+}
+
+/// The bytes an HTTP server sent, read as `http::get` reads them (a small cap, so the cut
+/// paths are reached too).
+pub fn http_response(data: &[u8]) {
+    let _ = http::parse_response(data, 4096);
+}
+
+/// `py-spy dump --json` output: parsed, classified by the built-in stack rules, and
+/// summarised as a window of two identical dumps.
+pub fn pyspy_json(data: &[u8]) {
+    let Ok(threads) = stacks::parse_dump(data) else {
+        return;
+    };
+    let classified: Vec<_> = threads
+        .into_iter()
+        .map(|mut t| {
+            let (state, rule) = builtin_rules().classify(Some("sglang"), &t);
+            (t.state, t.rule) = (state, rule);
+            t
+        })
+        .collect();
+    let capture = |t_ms| StackCapture {
+        pid: 1,
+        t_ms,
+        mode: CaptureMode::Nonblocking,
+        error: None,
+        skipped: None,
+        warnings: Vec::new(),
+        threads: classified.clone(),
+    };
+    let _ = stacks::summarize_window(&[capture(0), capture(1000)]);
+}
+
+/// The stack rules of the built-in probes, compiled once.
+fn builtin_rules() -> &'static RuleSet {
+    static RULES: OnceLock<RuleSet> = OnceLock::new();
+    RULES.get_or_init(|| {
+        ProbeSet::builtin()
+            .and_then(|p| RuleSet::new(&p.stack_rules))
+            .unwrap_or_default()
+    })
+}
+
+/// A probe file from a `--probes` directory.
+pub fn probe_toml(data: &[u8]) {
+    if let Ok(text) = std::str::from_utf8(data) {
+        let _ = ProbeSet::default().add_text(Path::new("fuzz.toml"), text);
+    }
+}
+
+/// A `--thresholds` file.
+pub fn thresholds_toml(data: &[u8]) {
+    if let Ok(text) = std::str::from_utf8(data) {
+        let _ = Thresholds::from_toml(text);
+    }
+}
+
+/// A recording (plain or gzip-framed) from a stranger, read record by record as `--from`
+/// reads it, under small limits so the skip paths are reached too.
+pub fn recording(data: &[u8]) {
+    let limits = ReadLimits {
+        max_line_bytes: 16 << 10,
+        max_line_values: 4096,
+    };
+    if let Ok(mut records) = read_records(data, limits) {
+        for _ in records.by_ref() {}
+        let _ = records.stats();
+    }
+}
+
+/// What a client writes to the daemon's socket: the first line, parsed as the daemon parses
+/// it and, when it is a request, answered from an empty model.
+pub fn daemon_request(data: &[u8]) {
+    let line = match data.iter().position(|&b| b == b'\n') {
+        Some(i) => &data[..i],
+        None => data,
+    };
+    let Ok(req) = daemon::protocol::parse_request(line) else {
+        return;
+    };
+    let cfg = daemon::DaemonConfig::new(PathBuf::from("/nonexistent"));
+    let mut model = Model::new(cfg.thresholds.clone());
+    model.history_ms = cfg.history_ms;
+    model.window_ms = cfg.window_ms;
+    let shared = Mutex::new(Shared {
+        model,
+        baselines: Vec::new(),
+        latest_facts: None,
+        started_ms: 1_700_000_000_000,
+    });
+    let stats = StatsHandle::default();
+    let answer = daemon::respond(&req, &shared, &stats, 1_700_000_060_000);
+    let _ = serde_json::to_vec(&answer);
+}
