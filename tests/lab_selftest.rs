@@ -501,13 +501,17 @@ fn queue_not_draining_piles_up_in_decode_transfer_queue() {
         "3 requests in the transfer queue",
         || loads(&decode.url)["disaggregation"]["decode_transfer_queue_reqs"] == 3,
     );
-    wait_until(Duration::from_secs(15), "gauges reporting the queue", || {
-        metric_value(
-            &metrics(decode.metrics_url.as_deref().unwrap()),
-            "sglang:num_decode_transfer_queue_reqs",
-            &[("engine_type", "decode")],
-        ) == Some(3.0)
-    });
+    wait_until(
+        Duration::from_secs(15),
+        "gauges reporting the queue",
+        || {
+            metric_value(
+                &metrics(decode.metrics_url.as_deref().unwrap()),
+                "sglang:num_decode_transfer_queue_reqs",
+                &[("engine_type", "decode")],
+            ) == Some(3.0)
+        },
+    );
     let long_report = long.wait().expect("long report");
     assert_eq!(
         long_report["summary"]["all_completed"], true,
