@@ -13,7 +13,7 @@
 //! `spin_util_pct` / `spin_power_frac` in `correlate`).
 
 use super::secs;
-use crate::correlate::{Model, RequestView, View};
+use crate::correlate::{ComponentState, Model, RequestView, View};
 use crate::model::{Evidence, Finding, Severity};
 
 /// `busy_without_progress`: the GPU is busy (or spinning in a collective) yet no response
@@ -45,56 +45,14 @@ pub fn busy_without_progress(m: &Model, v: &View) -> Vec<Finding> {
         if !tokens_flat && last_out.is_some_and(|t| v.now - t < th.busy_after_ms) {
             continue; // bytes are moving: progress
         }
-        let collective = cs.threads.iter().find(|t| {
-            t.states.len() >= th.scheduler_min_dumps
-                && t.states.iter().all(|s| s == "nccl_collective")
-        });
-        // Plain "GPU working" with no bytes out is also a long non-streaming generation;
-        // count it only when the engine's own token counter says nothing is generated.
-        let no_tokens = cs.gen_rate.is_some_and(|r| r <= 0.0);
-        let busy = match (cs.gpu_activity, collective) {
-            ("spinning", _) => {
-                Some("GPU at high utilization but idle power (kernel spinning)".to_string())
-            }
-            (_, Some(t)) => Some(format!(
-                "scheduler tid {} in an NCCL collective in {}/{} dumps",
-                t.tid,
-                t.states.len(),
-                t.states.len()
-            )),
-            ("working", _) if no_tokens => Some("GPU working, 0 tokens generated".to_string()),
-            _ if no_tokens => cs
-                .forward_rate
-                .filter(|r| *r > 0.01)
-                .map(|r| format!("forward time rate {r:.2} s/s, 0 tokens generated")),
-            _ => None,
+        let Some(busy) = busy_reason(cs, th.scheduler_min_dumps) else {
+            continue;
         };
-        let Some(busy) = busy else { continue };
         let quiet = last_out.map_or_else(
             || open.iter().map(|r| r.age_ms).max().unwrap_or(0),
             |t| v.now - t,
         );
-        let mut evidence = vec![Evidence::new(
-            "gpu",
-            format!("GPU activity: {}", cs.gpu_activity),
-        )];
-        evidence.extend(open.iter().map(|r| {
-            Evidence::new(
-                "sockets",
-                format!(
-                    "{} {} -> {}: state {}, {} bytes out, age {}",
-                    r.x.id,
-                    r.x.client,
-                    r.x.server,
-                    r.state.as_str(),
-                    r.x.bytes_out,
-                    secs(r.age_ms)
-                ),
-            )
-        }));
-        if let Some(s) = cs.thread_summary() {
-            evidence.push(Evidence::new("stacks", s));
-        }
+        let evidence = busy_evidence(cs, &open);
         out.push(Finding {
             kind: "busy_without_progress".into(),
             severity: Severity::Critical,
@@ -112,4 +70,59 @@ pub fn busy_without_progress(m: &Model, v: &View) -> Vec<Finding> {
         });
     }
     out
+}
+
+/// What says the engine is busy: a spinning GPU, a scheduler thread in an NCCL collective in
+/// every one of at least `min_dumps` dumps, or GPU work / forward time with no token generated.
+fn busy_reason(cs: &ComponentState, min_dumps: usize) -> Option<String> {
+    let collective = cs
+        .threads
+        .iter()
+        .find(|t| t.states.len() >= min_dumps && t.states.iter().all(|s| s == "nccl_collective"));
+    // Plain "GPU working" with no bytes out is also a long non-streaming generation;
+    // count it only when the engine's own token counter says nothing is generated.
+    let no_tokens = cs.gen_rate.is_some_and(|r| r <= 0.0);
+    match (cs.gpu_activity, collective) {
+        ("spinning", _) => {
+            Some("GPU at high utilization but idle power (kernel spinning)".to_string())
+        }
+        (_, Some(t)) => Some(format!(
+            "scheduler tid {} in an NCCL collective in {}/{} dumps",
+            t.tid,
+            t.states.len(),
+            t.states.len()
+        )),
+        ("working", _) if no_tokens => Some("GPU working, 0 tokens generated".to_string()),
+        _ if no_tokens => cs
+            .forward_rate
+            .filter(|r| *r > 0.01)
+            .map(|r| format!("forward time rate {r:.2} s/s, 0 tokens generated")),
+        _ => None,
+    }
+}
+
+/// The GPU's activity, the open requests and the engine's threads.
+fn busy_evidence(cs: &ComponentState, open: &[&RequestView]) -> Vec<Evidence> {
+    let mut evidence = vec![Evidence::new(
+        "gpu",
+        format!("GPU activity: {}", cs.gpu_activity),
+    )];
+    evidence.extend(open.iter().map(|r| {
+        Evidence::new(
+            "sockets",
+            format!(
+                "{} {} -> {}: state {}, {} bytes out, age {}",
+                r.x.id,
+                r.x.client,
+                r.x.server,
+                r.state.as_str(),
+                r.x.bytes_out,
+                secs(r.age_ms)
+            ),
+        )
+    }));
+    if let Some(s) = cs.thread_summary() {
+        evidence.push(Evidence::new("stacks", s));
+    }
+    evidence
 }
