@@ -14,7 +14,7 @@
 use super::secs;
 use crate::clock::Millis;
 use crate::correlate::{Model, View};
-use crate::model::{Evidence, Finding, Severity};
+use crate::model::{Evidence, Finding, FindingKind, Severity};
 
 /// `accumulating_state`: connections, CLOSE_WAIT sockets, fds or threads keep growing.
 pub fn accumulating_state(m: &Model, v: &View) -> Vec<Finding> {
@@ -61,7 +61,7 @@ pub fn accumulating_state(m: &Model, v: &View) -> Vec<Finding> {
             let (t0, v0) = pts[0];
             let (t1, v1) = pts[pts.len() - 1];
             out.push(Finding {
-                kind: "accumulating_state".into(),
+                kind: FindingKind::AccumulatingState,
                 severity: Severity::Warning,
                 component: Some(c.id.clone()),
                 role: Some(c.role),

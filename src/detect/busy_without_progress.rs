@@ -14,7 +14,7 @@
 
 use super::secs;
 use crate::correlate::{ComponentState, Model, RequestView, View};
-use crate::model::{Evidence, Finding, Severity};
+use crate::model::{Evidence, Finding, FindingKind, Severity};
 
 /// `busy_without_progress`: the GPU is busy (or spinning in a collective) yet no response
 /// bytes move at the component for >= `busy_after_ms`.
@@ -54,7 +54,7 @@ pub fn busy_without_progress(m: &Model, v: &View) -> Vec<Finding> {
         );
         let evidence = busy_evidence(cs, &open);
         out.push(Finding {
-            kind: "busy_without_progress".into(),
+            kind: FindingKind::BusyWithoutProgress,
             severity: Severity::Critical,
             component: Some(cs.id.clone()),
             role: Some(cs.role),

@@ -10,7 +10,7 @@
 
 use crate::clock::Millis;
 use crate::correlate::{probe_failed, Model, View};
-use crate::model::{Evidence, Finding, Severity};
+use crate::model::{Evidence, Finding, FindingKind, Severity};
 use std::collections::BTreeMap;
 
 /// `endpoint_unresponsive`: a metrics/health endpoint failed `endpoint_failures` times in a
@@ -51,7 +51,7 @@ pub fn endpoint_unresponsive(m: &Model, v: &View) -> Vec<Finding> {
                 }
             };
             out.push(Finding {
-                kind: "endpoint_unresponsive".into(),
+                kind: FindingKind::EndpointUnresponsive,
                 severity: Severity::Warning,
                 component: Some(c.id.clone()),
                 role: Some(c.role),

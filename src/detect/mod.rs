@@ -9,7 +9,7 @@
 //! documented in `docs/findings.md`).
 
 use crate::correlate::{ComponentState, Model, RequestView, View};
-use crate::model::{Evidence, Finding, RequestState, Role};
+use crate::model::{Evidence, Finding, FindingKind, RequestState, Role};
 use std::collections::{BTreeMap, BTreeSet};
 
 mod accumulating_state;
@@ -39,16 +39,16 @@ pub use wedged_request::wedged_request;
 pub type Detector = fn(&Model, &View) -> Vec<Finding>;
 
 /// Every detector, by the finding kind it produces.
-pub const DETECTORS: &[(&str, Detector)] = &[
-    ("wedged_request", wedged_request),
-    ("stalled_stream", stalled_stream),
-    ("busy_without_progress", busy_without_progress),
-    ("queue_not_draining", queue_not_draining),
-    ("scheduler_stuck", scheduler_stuck),
-    ("accumulating_state", accumulating_state),
-    ("process_restarted", process_restarted),
-    ("endpoint_unresponsive", endpoint_unresponsive),
-    ("config_changed", config_changed_detector),
+pub const DETECTORS: &[(FindingKind, Detector)] = &[
+    (FindingKind::WedgedRequest, wedged_request),
+    (FindingKind::StalledStream, stalled_stream),
+    (FindingKind::BusyWithoutProgress, busy_without_progress),
+    (FindingKind::QueueNotDraining, queue_not_draining),
+    (FindingKind::SchedulerStuck, scheduler_stuck),
+    (FindingKind::AccumulatingState, accumulating_state),
+    (FindingKind::ProcessRestarted, process_restarted),
+    (FindingKind::EndpointUnresponsive, endpoint_unresponsive),
+    (FindingKind::ConfigChanged, config_changed_detector),
 ];
 
 /// Runs every detector; findings sorted most severe first, then by kind order above.
@@ -65,7 +65,7 @@ pub fn run_all(model: &Model, view: &View) -> Vec<Finding> {
 
 /// Kinds whose findings on child processes (scheduler, detokenizer) only repeat their
 /// engine's: children inherit the engine's environment and restart with it.
-const FOLDED_KINDS: &[&str] = &["config_changed", "process_restarted"];
+const FOLDED_KINDS: &[FindingKind] = &[FindingKind::ConfigChanged, FindingKind::ProcessRestarted];
 
 /// Drops a child's finding when its parent has one of the same kind, and names the child
 /// in the parent's summary instead: one restart of an engine is one finding, not three.
@@ -76,17 +76,17 @@ fn fold_into_parents(model: &Model, findings: Vec<Finding>) -> Vec<Finding> {
             .component(id)
             .and_then(|c| c.parent.clone())
     };
-    let has = |kind: &str, comp: &str| {
+    let has = |kind: &FindingKind, comp: &str| {
         findings
             .iter()
-            .any(|f| f.kind == kind && f.component.as_deref() == Some(comp))
+            .any(|f| f.kind == *kind && f.component.as_deref() == Some(comp))
     };
-    let mut folded: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+    let mut folded: BTreeMap<(FindingKind, String), Vec<String>> = BTreeMap::new();
     let mut kept = Vec::new();
     for f in &findings {
         let parent = f.component.as_deref().and_then(parent_of);
         match parent {
-            Some(p) if FOLDED_KINDS.contains(&f.kind.as_str()) && has(&f.kind, &p) => {
+            Some(p) if FOLDED_KINDS.contains(&f.kind) && has(&f.kind, &p) => {
                 let child = f.component.clone().unwrap_or_default();
                 folded.entry((f.kind.clone(), p)).or_default().push(child);
             }

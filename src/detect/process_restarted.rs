@@ -11,7 +11,7 @@
 
 use super::secs;
 use crate::correlate::{Model, View};
-use crate::model::{Evidence, Finding, Severity};
+use crate::model::{Evidence, Finding, FindingKind, Severity};
 
 /// `process_restarted`: a component's process changed (pid or start time).
 pub fn process_restarted(m: &Model, v: &View) -> Vec<Finding> {
@@ -24,7 +24,7 @@ pub fn process_restarted(m: &Model, v: &View) -> Vec<Finding> {
                 None => format!("process {} is gone", r.before),
             };
             Finding {
-                kind: "process_restarted".into(),
+                kind: FindingKind::ProcessRestarted,
                 severity: Severity::Warning,
                 component: Some(r.component.clone()),
                 role: Some(r.role),

@@ -13,7 +13,7 @@
 use super::secs;
 use crate::clock::Millis;
 use crate::correlate::{ComponentState, MetricsPoint, Model, View};
-use crate::model::{Evidence, Finding, Severity};
+use crate::model::{Evidence, Finding, FindingKind, Severity};
 
 /// A `/v1/loads` snapshot older than this when scraped is frozen (SGLang republishes it
 /// continuously while its loop cycles, stalls included).
@@ -39,7 +39,7 @@ pub fn queue_not_draining(m: &Model, v: &View) -> Vec<Finding> {
             .map(|r| r.x.id.clone())
             .collect();
         out.push(Finding {
-            kind: "queue_not_draining".into(),
+            kind: FindingKind::QueueNotDraining,
             severity: Severity::Critical,
             component: Some(cs.id.clone()),
             role: Some(cs.role),

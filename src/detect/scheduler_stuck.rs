@@ -12,7 +12,7 @@
 //! Thresholds read: `scheduler_min_dumps`.
 
 use crate::correlate::{Model, View};
-use crate::model::{Evidence, Finding, Role, Severity};
+use crate::model::{Evidence, Finding, FindingKind, Role, Severity};
 
 /// `scheduler_stuck`: a scheduler thread in the same frame outside its loop in every dump.
 pub fn scheduler_stuck(m: &Model, v: &View) -> Vec<Finding> {
@@ -53,7 +53,7 @@ pub fn scheduler_stuck(m: &Model, v: &View) -> Vec<Finding> {
             }
             let frame = t.top_frames.last().cloned().unwrap_or_default();
             out.push(Finding {
-                kind: "scheduler_stuck".into(),
+                kind: FindingKind::SchedulerStuck,
                 severity: Severity::Critical,
                 component: Some(cs.id.clone()),
                 role: Some(cs.role),

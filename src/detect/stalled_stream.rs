@@ -16,7 +16,7 @@ use super::{
     outstanding_child, role_of, secs,
 };
 use crate::correlate::{Model, RequestView, View};
-use crate::model::{Evidence, Finding, RequestState, Severity};
+use crate::model::{Evidence, Finding, FindingKind, RequestState, Severity};
 
 /// `stalled_stream`: a response started, then stopped for >= `stall_after_ms` while the
 /// component still has the request open and does no work.
@@ -66,7 +66,7 @@ pub fn stalled_stream(m: &Model, v: &View) -> Vec<Finding> {
         }
         let n = ls.len();
         out.push(Finding {
-            kind: "stalled_stream".into(),
+            kind: FindingKind::StalledStream,
             severity: Severity::Critical,
             component: Some(comp.clone()),
             role: Some(role),

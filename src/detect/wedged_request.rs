@@ -21,7 +21,7 @@ use super::{
 };
 use crate::clock::Millis;
 use crate::correlate::{ComponentState, Model, RequestView, View};
-use crate::model::{Evidence, Finding, RequestState, Role, Severity};
+use crate::model::{Evidence, Finding, FindingKind, RequestState, Role, Severity};
 use std::collections::BTreeSet;
 
 /// After a request arrives, counters may still move for this long from batches already
@@ -267,7 +267,7 @@ impl Stuck<'_> {
             words.join(", ")
         );
         Finding {
-            kind: "wedged_request".into(),
+            kind: FindingKind::WedgedRequest,
             severity: if has_idle_data || !role.is_engine() {
                 Severity::Critical
             } else {
