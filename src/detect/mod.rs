@@ -284,3 +284,16 @@ fn group_by_component(leaves: Vec<&RequestView>) -> BTreeMap<String, Vec<&Reques
 fn role_of(m: &Model, comp: &str) -> Option<Role> {
     m.topology().component(comp).map(|c| c.role)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::DETECTORS;
+    use crate::model::FindingKind;
+
+    #[test]
+    fn every_known_kind_has_its_detector_in_order() {
+        let kinds: Vec<&FindingKind> = DETECTORS.iter().map(|(k, _)| k).collect();
+        let known: Vec<&FindingKind> = FindingKind::KNOWN.iter().collect();
+        assert_eq!(kinds, known);
+    }
+}
