@@ -8,7 +8,8 @@
 //! first line of the human output.
 
 use crate::model::{
-    Change, DiffReport, Evidence, Finding, Role, Severity, SnapComponent, Snapshot, DIFF_SCHEMA,
+    Change, DiffReport, Evidence, Finding, FindingKind, Role, Severity, SnapComponent, Snapshot,
+    DIFF_SCHEMA,
 };
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -346,7 +347,7 @@ pub fn findings_from_changes(changes: &[Change]) -> Vec<Finding> {
                 shown.push(format!("{} more", cs.len() - 3));
             }
             Finding {
-                kind: "config_changed".into(),
+                kind: FindingKind::ConfigChanged,
                 severity: Severity::Warning,
                 component: Some(comp.to_string()),
                 role: Some(role),

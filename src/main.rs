@@ -401,7 +401,9 @@ fn cmd_snapshot(g: &Global, a: SnapshotArgs) -> anyhow::Result<i32> {
         // compare like with like: the baseline was redacted (or not) the same way
         let now = snapshot::assemble(parts.clone(), &opts);
         let d = diff::diff_snapshots(&before, &now);
-        parts.findings.retain(|f| f.kind != "config_changed");
+        parts
+            .findings
+            .retain(|f| f.kind != wedgewatch::model::FindingKind::ConfigChanged);
         parts
             .findings
             .extend(diff::findings_from_changes(&d.changes));

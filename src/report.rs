@@ -374,13 +374,14 @@ fn render_safe(s: &Snapshot) -> String {
 mod tests {
     use super::*;
     use crate::model::{
-        Change, Evidence, Finding, Request, Role, Severity, SourceStatus, SNAPSHOT_SCHEMA,
+        Change, Evidence, Finding, FindingKind, Request, Role, Severity, SourceStatus,
+        SNAPSHOT_SCHEMA,
     };
 
     #[test]
     fn what_is_wrong_comes_first() {
-        let finding = |sev, kind: &str| Finding {
-            kind: kind.into(),
+        let finding = |sev, kind: FindingKind| Finding {
+            kind: kind.clone(),
             severity: sev,
             component: Some("decode@127.0.0.1:2".into()),
             role: Some(Role::Decode),
@@ -419,8 +420,8 @@ mod tests {
             gpus: vec![],
             threads: vec![],
             findings: vec![
-                finding(Severity::Critical, "wedged_request"),
-                finding(Severity::Warning, "config_changed"),
+                finding(Severity::Critical, FindingKind::WedgedRequest),
+                finding(Severity::Warning, FindingKind::ConfigChanged),
             ],
             edges: vec![],
             redacted: false,

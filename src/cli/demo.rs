@@ -14,7 +14,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use wedgewatch::daemon;
-use wedgewatch::model::Snapshot;
+use wedgewatch::model::{FindingKind, Snapshot};
 use wedgewatch::snapshot::{self, AssembleOptions};
 
 /// The decode engine's added variable: the one change since the known-good state.
@@ -300,8 +300,14 @@ fn wait_for_wedge(socket: &Path, assemble: &AssembleOptions, a: &DemoArgs) -> an
             .and_then(|v| daemon::parts_from_answer(&v))
         {
             let snap = snapshot::assemble(parts, assemble);
-            let wedged = snap.findings.iter().any(|f| f.kind == "wedged_request");
-            let changed = snap.findings.iter().any(|f| f.kind == "config_changed");
+            let wedged = snap
+                .findings
+                .iter()
+                .any(|f| f.kind == FindingKind::WedgedRequest);
+            let changed = snap
+                .findings
+                .iter()
+                .any(|f| f.kind == FindingKind::ConfigChanged);
             last = Some(snap);
             if wedged && changed {
                 break true;

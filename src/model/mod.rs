@@ -1,10 +1,12 @@
 //! The one data model every output renders: topology, samples from each source, and the
 //! snapshot contract (`wedgewatch.snapshot/1`, `wedgewatch.diff/1`).
 
+pub mod finding_kind;
 pub mod sample;
 pub mod snapshot;
 pub mod topology;
 
+pub use finding_kind::FindingKind;
 pub use sample::*;
 pub use snapshot::*;
 pub use topology::*;

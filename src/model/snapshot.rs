@@ -1,6 +1,7 @@
 //! The snapshot/diff contract (`wedgewatch.snapshot/1`, `wedgewatch.diff/1`). Fields may be
 //! added; none of the contract's may change meaning without a new schema version.
 
+use super::finding_kind::FindingKind;
 use super::sample::SourceStatus;
 use super::topology::{Edge, Role};
 use serde::{Deserialize, Serialize};
@@ -198,7 +199,8 @@ impl Evidence {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Finding {
-    pub kind: String,
+    /// Serialized as the contract's snake_case string (`"wedged_request"`, ...).
+    pub kind: FindingKind,
     pub severity: Severity,
     pub component: Option<String>,
     pub role: Option<Role>,

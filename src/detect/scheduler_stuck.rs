@@ -1,0 +1,84 @@
+//! `scheduler_stuck` (critical).
+//!
+//! Fires when a scheduler process's main thread is in `stuck_outside_loop` in every dump of
+//! the window, or in the same innermost frame in every dump while classified `unknown` /
+//! `stuck_outside_loop`, over at least `scheduler_min_dumps` dumps. An engine's own HTTP process
+//! and helper threads (watchdogs, transfer threads) are not judged.
+//!
+//! What to do: a long or infinite operation (eviction, tree cache, grammar, a lock) holds the
+//! loop; `/health` may still answer. Take a native stack (`py-spy dump --native`) and read the
+//! frame's source.
+//!
+//! Thresholds read: `scheduler_min_dumps`.
+
+use crate::correlate::{Model, View};
+use crate::model::{Evidence, Finding, FindingKind, Role, Severity};
+
+/// `scheduler_stuck`: a scheduler thread in the same frame outside its loop in every dump.
+pub fn scheduler_stuck(m: &Model, v: &View) -> Vec<Finding> {
+    let th = &m.thresholds;
+    let mut out = Vec::new();
+    for cs in v.components.values() {
+        if !(cs.role.is_engine() || cs.role == Role::Scheduler) {
+            continue;
+        }
+        let engine_main = m.topology().component(&cs.id).and_then(|c| c.main_pid);
+        for t in &cs.threads {
+            // Only scheduler processes run the loop this judges: an engine's own HTTP
+            // process legitimately sits in one frame (epoll, queue waits) forever.
+            if cs.role.is_engine() && Some(t.pid) == engine_main {
+                continue;
+            }
+            // Threads are judged under their most specific component only.
+            if m.topology().component_of_pid(t.pid).map(|c| c.id.as_str()) != Some(cs.id.as_str()) {
+                continue;
+            }
+            // The loop runs on the main thread; watchdogs and transfer threads wait by design.
+            if t.tid != t.pid && t.name.as_deref() != Some("MainThread") {
+                continue;
+            }
+            if t.states.len() < th.scheduler_min_dumps {
+                continue;
+            }
+            let all_stuck = t.states.iter().all(|s| s == "stuck_outside_loop");
+            let same_frame = t
+                .top_frames
+                .iter()
+                .all(|f| !f.is_empty() && *f == t.top_frames[0])
+                && t.states
+                    .iter()
+                    .all(|s| s == "stuck_outside_loop" || s == "unknown");
+            if !(all_stuck || same_frame) {
+                continue;
+            }
+            let frame = t.top_frames.last().cloned().unwrap_or_default();
+            out.push(Finding {
+                kind: FindingKind::SchedulerStuck,
+                severity: Severity::Critical,
+                component: Some(cs.id.clone()),
+                role: Some(cs.role),
+                summary: format!(
+                    "{} thread {} ({}) is stuck in {frame} in {}/{} dumps, outside the scheduler loop",
+                    cs.id,
+                    t.tid,
+                    t.name.as_deref().unwrap_or("?"),
+                    t.states.len(),
+                    t.states.len()
+                ),
+                requests: v
+                    .requests
+                    .iter()
+                    .filter(|r| r.x.component == cs.id && View::is_outstanding(r))
+                    .map(|r| r.x.id.clone())
+                    .collect(),
+                evidence: vec![
+                    Evidence::new("stacks", format!("states: {}", t.states.join(", "))),
+                    Evidence::new("stacks", format!("latest stack: {}", t.frames.join(" <- "))),
+                    Evidence::new("gpu", format!("GPU activity: {}", cs.gpu_activity)),
+                ],
+                explanation: Some("The scheduler's main thread is not cycling its event loop: a long or infinite operation (eviction, tree cache, grammar, a lock) holds it. /health may still answer. Capture a native stack (py-spy dump --native) and the frame's source.".into()),
+            });
+        }
+    }
+    out
+}

@@ -1,0 +1,89 @@
+//! `stalled_stream` (critical).
+//!
+//! Fires when a response started, then moved no byte for `stall_after_ms` while the component
+//! still counts the request open and does no work (no work evidence, GPU not spinning). Blames
+//! the deepest stalled hop: a proxy/router stream stalled behind a stalled downstream request
+//! is that request's consequence.
+//!
+//! What to do: check the blamed component's scheduler and detokenizer stacks; suspect a request
+//! dropped from the running batch (retraction, lost abort) or a stuck output path.
+//!
+//! Thresholds read: none directly; the request state `stalled` comes from `stall_after_ms`
+//! (and `done_quiet_ms`) in `correlate`.
+
+use super::{
+    chain, chain_text, downstream_stalled, group_by_component, idle_evidence, ids_with_ancestors,
+    outstanding_child, role_of, secs,
+};
+use crate::correlate::{Model, RequestView, View};
+use crate::model::{Evidence, Finding, FindingKind, RequestState, Severity};
+
+/// `stalled_stream`: a response started, then stopped for >= `stall_after_ms` while the
+/// component still has the request open and does no work.
+pub fn stalled_stream(m: &Model, v: &View) -> Vec<Finding> {
+    if !v.sockets_fresh {
+        return Vec::new();
+    }
+    let leaves: Vec<&RequestView> = v
+        .requests
+        .iter()
+        .filter(|r| r.state == RequestState::Stalled && outstanding_child(v, r).is_none())
+        // A proxy/router stream that stopped while a request it sent downstream stopped
+        // too is that request's consequence, even when the hop link was not made (e.g. a
+        // keep-alive connection first seen mid-stream): blame the deepest stalled hop.
+        .filter(|r| r.x.role.is_engine() || !downstream_stalled(v, &r.x.component))
+        .collect();
+    let mut out = Vec::new();
+    for (comp, ls) in group_by_component(leaves) {
+        let cs = v.components.get(&comp);
+        if cs.is_some_and(|cs| !cs.working_evidence().is_empty() || cs.gpu_activity == "spinning") {
+            continue;
+        }
+        let role = role_of(m, &comp).unwrap_or(ls[0].x.role);
+        let quiet = ls.iter().map(|r| r.idle_out_ms).max().unwrap_or(0);
+        let mut words = Vec::new();
+        let mut evidence: Vec<Evidence> = ls
+            .iter()
+            .map(|r| {
+                Evidence::new(
+                    "sockets",
+                    format!(
+                        "{} {} -> {}: {} bytes out, then nothing for {}; path: {}",
+                        r.x.id,
+                        r.x.client,
+                        r.x.server,
+                        r.x.bytes_out,
+                        secs(r.idle_out_ms),
+                        chain_text(&chain(v, r))
+                    ),
+                )
+            })
+            .collect();
+        if let Some(cs) = cs {
+            let (w, ev) = idle_evidence(cs);
+            words.extend(w);
+            evidence.extend(ev);
+        }
+        let n = ls.len();
+        out.push(Finding {
+            kind: FindingKind::StalledStream,
+            severity: Severity::Critical,
+            component: Some(comp.clone()),
+            role: Some(role),
+            summary: format!(
+                "{n} response stream{} at {comp} stopped {} ago and {} still open{}{}",
+                if n == 1 { "" } else { "s" },
+                secs(quiet),
+                if n == 1 { "is" } else { "are" },
+                if words.is_empty() { "" } else { ": " },
+                words.join(", ")
+            ),
+            requests: ids_with_ancestors(v, &ls),
+            evidence,
+            explanation: Some(format!(
+                "{comp} began answering, then stopped sending while it still counts the request as in flight and is not working on it. Check its scheduler and detokenizer stacks; a stream that stops mid-way with an idle engine usually means the request was dropped from the running batch (retraction, abort lost, or an output path stuck)."
+            )),
+        });
+    }
+    out
+}
