@@ -1,7 +1,7 @@
 //! Diff view: configuration changes against the baseline.
 
 use super::{fit, para, scroll_offset, Theme};
-use crate::model::Snapshot;
+use crate::model::{Change, Snapshot};
 use crate::tui::app::App;
 use ratatui::layout::Rect;
 use ratatui::style::Color;
@@ -33,7 +33,19 @@ pub(super) fn render(app: &App, s: &Snapshot, theme: Theme, frame: &mut Frame, a
     // Wide screens: one line per change. Narrow ones: before -> after on a second line, so
     // the key (an env var name can be long) is never cut.
     let wide = w >= 120;
-    let header = if wide {
+    lines.push(Line::styled(fit(&column_heading(wide), w), theme.dim()));
+    let per_item = if wide { 1 } else { 2 };
+    let rows_h = (area.height as usize).saturating_sub(2) / per_item;
+    let sel = app.selected();
+    let offset = scroll_offset(sel, rows_h);
+    for (pos, &ci) in d.changes.iter().enumerate().skip(offset).take(rows_h) {
+        lines.extend(change_lines(&s.config_changed[ci], wide, theme, pos == sel));
+    }
+    frame.render_widget(para(lines), area);
+}
+
+fn column_heading(wide: bool) -> String {
+    if wide {
         format!(
             "{} {} {} {} BEFORE -> AFTER",
             fit("COMPONENT", 26),
@@ -47,50 +59,46 @@ pub(super) fn render(app: &App, s: &Snapshot, theme: Theme, frame: &mut Frame, a
             fit("COMPONENT", 24),
             fit("FIELD", 8)
         )
-    };
-    lines.push(Line::styled(fit(&header, w), theme.dim()));
-    let per_item = if wide { 1 } else { 2 };
-    let rows_h = (area.height as usize).saturating_sub(2) / per_item;
-    let sel = app.selected();
-    let offset = scroll_offset(sel, rows_h);
-    for (pos, &ci) in d.changes.iter().enumerate().skip(offset).take(rows_h) {
-        let c = &s.config_changed[ci];
-        let before = c.before.as_deref().unwrap_or("(absent)");
-        let after = c.after.as_deref().unwrap_or("(absent)");
-        let key = c.key.as_deref().unwrap_or("-");
-        let change = vec![
-            Span::styled(before.to_string(), theme.fg(Color::Red)),
-            Span::raw(" -> "),
-            Span::styled(after.to_string(), theme.fg(Color::Green)),
-        ];
-        let mut first = if wide {
-            let mut spans = vec![
-                Span::raw(format!(
-                    "{} {} {} ",
-                    fit(&c.component, 26),
-                    fit(c.role.as_str(), 8),
-                    fit(&c.field, 8)
-                )),
-                Span::styled(fit(key, 36), theme.bold()),
-                Span::raw(" "),
-            ];
-            spans.extend(change.clone());
-            Line::from(spans)
-        } else {
-            Line::from(vec![
-                Span::raw(format!("{} {} ", fit(&c.component, 24), fit(&c.field, 8))),
-                Span::styled(key.to_string(), theme.bold()),
-            ])
-        };
-        if pos == sel {
-            first = first.patch_style(theme.selected());
-        }
-        lines.push(first);
-        if !wide {
-            let mut spans = vec![Span::raw("    ")];
-            spans.extend(change);
-            lines.push(Line::from(spans));
-        }
     }
-    frame.render_widget(para(lines), area);
+}
+
+/// One change: a single line on wide screens, key then `before -> after` on narrow ones.
+fn change_lines(c: &Change, wide: bool, theme: Theme, selected: bool) -> Vec<Line<'static>> {
+    let before = c.before.as_deref().unwrap_or("(absent)");
+    let after = c.after.as_deref().unwrap_or("(absent)");
+    let key = c.key.as_deref().unwrap_or("-");
+    let change = vec![
+        Span::styled(before.to_string(), theme.fg(Color::Red)),
+        Span::raw(" -> "),
+        Span::styled(after.to_string(), theme.fg(Color::Green)),
+    ];
+    let mut first = if wide {
+        let mut spans = vec![
+            Span::raw(format!(
+                "{} {} {} ",
+                fit(&c.component, 26),
+                fit(c.role.as_str(), 8),
+                fit(&c.field, 8)
+            )),
+            Span::styled(fit(key, 36), theme.bold()),
+            Span::raw(" "),
+        ];
+        spans.extend(change.clone());
+        Line::from(spans)
+    } else {
+        Line::from(vec![
+            Span::raw(format!("{} {} ", fit(&c.component, 24), fit(&c.field, 8))),
+            Span::styled(key.to_string(), theme.bold()),
+        ])
+    };
+    if selected {
+        first = first.patch_style(theme.selected());
+    }
+    let mut lines = vec![first];
+    if !wide {
+        let mut spans = vec![Span::raw("    ")];
+        spans.extend(change);
+        lines.push(Line::from(spans));
+    }
+    lines
 }

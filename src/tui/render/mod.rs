@@ -304,6 +304,27 @@ fn source_summary(st: &SourceStatus) -> &'static str {
     }
 }
 
+/// `"<name> source degraded: <reason>"`, cut to `width`, when the source `name` is not ok.
+fn source_problem_line(
+    s: &Snapshot,
+    name: &str,
+    theme: Theme,
+    width: usize,
+) -> Option<Line<'static>> {
+    let st = s.sources.get(name).filter(|st| st.status != Status::Ok)?;
+    Some(Line::styled(
+        fit(
+            &format!(
+                "{name} source {}: {}",
+                source_summary(st),
+                st.reason.as_deref().unwrap_or("no reason given")
+            ),
+            width,
+        ),
+        theme.status(st.status),
+    ))
+}
+
 /// Sources in the contract's order (processes, sockets, stacks, gpu, metrics), then others.
 fn ordered_sources(s: &Snapshot) -> Vec<(&String, &SourceStatus)> {
     let rank = |name: &str| {
