@@ -2,8 +2,8 @@
 //! selected request.
 
 use super::{fit, fmt_bytes, fmt_ms, para, rfit, scroll_offset, sev_tag, Theme};
-use crate::model::{RequestState, Snapshot, Status};
-use crate::tui::app::{lane_of, request_role, App, Lane, RequestRow, LANES};
+use crate::model::{Request, RequestState, Snapshot, Status};
+use crate::tui::app::{lane_of, request_role, App, Derived, Lane, RequestRow, LANES};
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};
@@ -142,8 +142,25 @@ pub(super) fn render(app: &App, s: &Snapshot, theme: Theme, frame: &mut Frame, a
     } else {
         (area, None)
     };
-    let w = list_area.width as usize;
-    let rows_h = (list_area.height as usize).saturating_sub(2);
+    frame.render_widget(para(list_lines(app, s, theme, list_area)), list_area);
+
+    if let Some(area) = detail_area {
+        let Some(row) = d
+            .request_order
+            .get(app.selected())
+            .and_then(|&i| d.rows.get(i))
+        else {
+            return;
+        };
+        frame.render_widget(para(hop_lines(s, d, row, theme, area.width as usize)), area);
+    }
+}
+
+/// The request list: title, column heads, then the visible rows (or why there are none).
+fn list_lines(app: &App, s: &Snapshot, theme: Theme, area: Rect) -> Vec<Line<'static>> {
+    let d = app.derived();
+    let w = area.width as usize;
+    let rows_h = (area.height as usize).saturating_sub(2);
     let sel = app.selected();
     let offset = scroll_offset(sel, rows_h);
     // The id column fits the visible ids (formats differ between correlator versions).
@@ -156,8 +173,24 @@ pub(super) fn render(app: &App, s: &Snapshot, theme: Theme, frame: &mut Frame, a
         .max()
         .unwrap_or(8);
     let cols = ReqCols::for_width(w, id_w);
+    let mut lines = vec![Line::styled(fit(&list_title(app, d), w), theme.bold())];
+    lines.push(Line::styled(
+        fit(&column_heading(&cols), w),
+        theme.bold().patch(theme.dim()),
+    ));
+    if d.request_order.is_empty() {
+        lines.push(Line::styled(empty_message(app, s), theme.dim()));
+    }
+    for (pos, &ri) in d.request_order.iter().enumerate().skip(offset).take(rows_h) {
+        lines.push(request_line(s, &d.rows[ri], &cols, theme, pos == sel));
+    }
+    lines
+}
+
+/// `"12 requests (3 stuck) · sort: stuck · one row per request (a: all hops)"`.
+fn list_title(app: &App, d: &Derived) -> String {
     let stuck = d.request_order.iter().filter(|&&i| d.rows[i].stuck).count();
-    let title = format!(
+    format!(
         "{} {} ({} stuck) · sort: {} · {}",
         d.request_order.len(),
         if app.all_hops() {
@@ -172,8 +205,10 @@ pub(super) fn render(app: &App, s: &Snapshot, theme: Theme, frame: &mut Frame, a
         } else {
             "one row per request (a: all hops)"
         }
-    );
-    let mut lines = vec![Line::styled(fit(&title, w), theme.bold())];
+    )
+}
+
+fn column_heading(cols: &ReqCols) -> String {
     let mut head = format!("  {}", fit("ID", cols.id));
     if cols.entry > 0 {
         head.push_str(&fit("AT", cols.entry));
@@ -190,83 +225,94 @@ pub(super) fn render(app: &App, s: &Snapshot, theme: Theme, frame: &mut Frame, a
     if cols.client > 0 {
         head.push_str(&format!("  {}", fit("CLIENT", cols.client - 2)));
     }
-    lines.push(Line::styled(fit(&head, w), theme.bold().patch(theme.dim())));
-    if d.request_order.is_empty() {
-        let msg = if app.filter().is_empty() {
-            let sockets_ok = s
-                .sources
-                .get("sockets")
-                .is_none_or(|st| st.status == Status::Ok);
-            if sockets_ok {
-                "no exchanges in this window".to_string()
-            } else {
-                "no exchanges: the sockets source is not ok (see header)".to_string()
-            }
-        } else {
-            format!("nothing matches the filter {:?}", app.filter())
-        };
-        lines.push(Line::styled(msg, theme.dim()));
-    }
-    for (pos, &ri) in d.request_order.iter().enumerate().skip(offset).take(rows_h) {
-        lines.push(request_line(s, &d.rows[ri], &cols, theme, pos == sel));
-    }
-    frame.render_widget(para(lines), list_area);
+    head
+}
 
-    if let Some(area) = detail_area {
-        let Some(row) = d.request_order.get(sel).and_then(|&i| d.rows.get(i)) else {
-            return;
-        };
-        let w = area.width as usize;
-        let mut lines = vec![Line::styled(
-            fit("hops of the selected request (esc closes)", w),
-            theme.bold().add_modifier(Modifier::UNDERLINED),
-        )];
-        let members = d.chains.get(row.chain).cloned().unwrap_or_default();
-        for m in members {
-            let r = &s.requests[m];
-            let role = request_role(s, &d.component_index, r);
-            let conf = r
-                .link_confidence
-                .map_or(String::new(), |c| format!(" link {:.0}%", c * 100.0));
-            let text = format!(
-                "{:<8} {} {} {} -> {}  {}  age {} silence {}  in {} out {}{conf}",
-                LANES[lane_of(role)],
-                r.id,
-                r.component,
-                r.client,
-                r.server,
-                r.state.as_str(),
-                fmt_ms(r.age_ms),
-                fmt_ms(r.idle_out_ms),
-                r.bytes_in,
-                r.bytes_out
-            );
-            let lane = Lane {
-                state: r.state,
-                idle_out_ms: r.idle_out_ms,
-                stuck: row.stuck && row.stuck_at == Some(lane_of(role)),
-            };
-            lines.push(Line::styled(fit(&text, w), theme.lane(&lane)));
+/// Why the list is empty: the filter, a sockets source that is not ok, or a quiet window.
+fn empty_message(app: &App, s: &Snapshot) -> String {
+    if app.filter().is_empty() {
+        let sockets_ok = s
+            .sources
+            .get("sockets")
+            .is_none_or(|st| st.status == Status::Ok);
+        if sockets_ok {
+            "no exchanges in this window".to_string()
+        } else {
+            "no exchanges: the sockets source is not ok (see header)".to_string()
         }
-        let ids: BTreeSet<usize> = d
-            .chains
-            .get(row.chain)
-            .into_iter()
-            .flatten()
-            .filter_map(|&m| d.findings_by_request.get(&s.requests[m].id))
-            .flatten()
-            .copied()
-            .collect();
-        for fi in ids {
-            let f = &s.findings[fi];
-            lines.push(Line::styled(
-                fit(
-                    &format!("{} {}: {}", sev_tag(f.severity), f.kind, f.summary),
-                    w,
-                ),
-                theme.severity(f.severity),
-            ));
-        }
-        frame.render_widget(para(lines), area);
+    } else {
+        format!("nothing matches the filter {:?}", app.filter())
     }
+}
+
+/// The detail pane: every hop of the selected request's chain, then the findings that name
+/// any of them.
+fn hop_lines(
+    s: &Snapshot,
+    d: &Derived,
+    row: &RequestRow,
+    theme: Theme,
+    w: usize,
+) -> Vec<Line<'static>> {
+    let mut lines = vec![Line::styled(
+        fit("hops of the selected request (esc closes)", w),
+        theme.bold().add_modifier(Modifier::UNDERLINED),
+    )];
+    let members = d.chains.get(row.chain).cloned().unwrap_or_default();
+    for m in members {
+        lines.push(hop_line(s, d, row, &s.requests[m], theme, w));
+    }
+    let ids: BTreeSet<usize> = d
+        .chains
+        .get(row.chain)
+        .into_iter()
+        .flatten()
+        .filter_map(|&m| d.findings_by_request.get(&s.requests[m].id))
+        .flatten()
+        .copied()
+        .collect();
+    for fi in ids {
+        let f = &s.findings[fi];
+        lines.push(Line::styled(
+            fit(
+                &format!("{} {}: {}", sev_tag(f.severity), f.kind, f.summary),
+                w,
+            ),
+            theme.severity(f.severity),
+        ));
+    }
+    lines
+}
+
+fn hop_line(
+    s: &Snapshot,
+    d: &Derived,
+    row: &RequestRow,
+    r: &Request,
+    theme: Theme,
+    w: usize,
+) -> Line<'static> {
+    let role = request_role(s, &d.component_index, r);
+    let conf = r
+        .link_confidence
+        .map_or(String::new(), |c| format!(" link {:.0}%", c * 100.0));
+    let text = format!(
+        "{:<8} {} {} {} -> {}  {}  age {} silence {}  in {} out {}{conf}",
+        LANES[lane_of(role)],
+        r.id,
+        r.component,
+        r.client,
+        r.server,
+        r.state.as_str(),
+        fmt_ms(r.age_ms),
+        fmt_ms(r.idle_out_ms),
+        r.bytes_in,
+        r.bytes_out
+    );
+    let lane = Lane {
+        state: r.state,
+        idle_out_ms: r.idle_out_ms,
+        stuck: row.stuck && row.stuck_at == Some(lane_of(role)),
+    };
+    Line::styled(fit(&text, w), theme.lane(&lane))
 }
