@@ -338,7 +338,17 @@ fn ordered_sources(s: &Snapshot) -> Vec<(&String, &SourceStatus)> {
     v
 }
 
+/// The header: the feed line, then the sources (when a snapshot is on screen).
 fn header_lines(app: &App, theme: Theme, width: usize) -> Vec<Line<'static>> {
+    let mut lines = vec![Line::from(feed_spans(app, theme))];
+    if let Some(s) = app.snapshot() {
+        lines.extend(source_lines(s, theme, width));
+    }
+    lines
+}
+
+/// The first header line: feed mode, freeze, snapshot time and window, sampler lag.
+fn feed_spans(app: &App, theme: Theme) -> Vec<Span<'static>> {
     let mut first = vec![Span::styled("wedgewatch", theme.bold())];
     let mode = match app.feed_state() {
         FeedState::Live => Span::styled(" LIVE", theme.fg(Color::Green)),
@@ -388,11 +398,12 @@ fn header_lines(app: &App, theme: Theme, width: usize) -> Vec<Line<'static>> {
             first.push(Span::styled(format!("  {n}"), theme.fg(Color::Yellow)));
         }
     }
-    let mut lines = vec![Line::from(first)];
-    let Some(s) = app.snapshot() else {
-        return lines;
-    };
-    // Sources: one compact line, then one line per source that is not ok, with its reason.
+    first
+}
+
+/// Sources: one compact line, then one line per source that is not ok, with its reason.
+fn source_lines(s: &Snapshot, theme: Theme, width: usize) -> Vec<Line<'static>> {
+    let mut lines = Vec::new();
     let sources = ordered_sources(s);
     let mut spans = vec![Span::raw("sources:")];
     for (k, (name, st)) in sources.iter().enumerate() {
