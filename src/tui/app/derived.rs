@@ -110,30 +110,58 @@ pub fn derive(
     for (i, c) in s.components.iter().enumerate() {
         d.component_index.insert(c.id.clone(), i);
     }
+    d.findings = finding_order(s, &filter);
+    d.findings_by_request = findings_by_request(s);
+    let (chains, chain_of) = request_chains(s);
+    d.chains = chains;
+    d.rows = request_rows(s, &d, &chain_of, stuck_after_ms);
+    d.request_order = request_order(s, &d.rows, &filter, sort, all_hops);
+    d.threads = thread_order(s, &filter);
+    d.connections = connection_order(s, &d.rows, &filter);
+    d.metric_lines = metric_lines(s, &filter);
+    d.changes = change_order(s, &filter);
+    d
+}
 
+/// The `/` filter (already lower-cased): empty matches everything, else any part contains it.
+fn matches(filter: &str, parts: &[&str]) -> bool {
+    filter.is_empty() || parts.iter().any(|p| p.to_lowercase().contains(filter))
+}
+
+/// Overview: findings that match the filter, most severe first.
+fn finding_order(s: &Snapshot, filter: &str) -> Vec<usize> {
     let mut findings: Vec<usize> = (0..s.findings.len())
         .filter(|&i| {
             let f = &s.findings[i];
-            filter.is_empty()
-                || [
+            matches(
+                filter,
+                &[
                     f.kind.as_str(),
                     f.component.as_deref().unwrap_or(""),
                     f.summary.as_str(),
-                ]
-                .iter()
-                .any(|p| p.to_lowercase().contains(&filter))
+                ],
+            )
         })
         .collect();
     findings.sort_by_key(|&i| std::cmp::Reverse(s.findings[i].severity));
-    d.findings = findings;
+    findings
+}
+
+/// Request id -> the findings (all of them, unfiltered) that name it.
+fn findings_by_request(s: &Snapshot) -> HashMap<String, Vec<usize>> {
+    let mut by_request: HashMap<String, Vec<usize>> = HashMap::new();
     for (fi, f) in s.findings.iter().enumerate() {
         for r in &f.requests {
-            d.findings_by_request.entry(r.clone()).or_default().push(fi);
+            by_request.entry(r.clone()).or_default().push(fi);
         }
     }
+    by_request
+}
 
-    // Chains: roots are exchanges nobody links to; walk links breadth first. Exchanges left
-    // over (a link cycle) start their own chain, so every exchange is in exactly one.
+/// Chains: roots are exchanges nobody links to; walk links breadth first. Exchanges left
+/// over (a link cycle) start their own chain, so every exchange is in exactly one.
+/// Returns the chains (members, root first) and each exchange's chain.
+fn request_chains(s: &Snapshot) -> (Vec<Vec<usize>>, Vec<usize>) {
     let by_id: HashMap<&str, usize> = s
         .requests
         .iter()
@@ -148,6 +176,7 @@ pub fn derive(
             }
         }
     }
+    let mut chains: Vec<Vec<usize>> = Vec::new();
     let mut chain_of = vec![usize::MAX; s.requests.len()];
     let starts = (0..s.requests.len())
         .filter(|&i| !linked[i])
@@ -156,7 +185,7 @@ pub fn derive(
         if chain_of[start] != usize::MAX {
             continue;
         }
-        let chain = d.chains.len();
+        let chain = chains.len();
         let mut members = vec![start];
         chain_of[start] = chain;
         let mut k = 0;
@@ -172,52 +201,69 @@ pub fn derive(
             }
             k += 1;
         }
-        d.chains.push(members);
+        chains.push(members);
     }
+    (chains, chain_of)
+}
 
-    // Lanes per chain.
+/// One chain's hop lanes and the deepest lane where it is stuck.
+fn chain_lanes(
+    s: &Snapshot,
+    members: &[usize],
+    roles: &[Role],
+    findings_by_request: &HashMap<String, Vec<usize>>,
+    stuck_after_ms: f64,
+) -> ([Option<Lane>; 4], Option<usize>) {
+    let mut lanes: [Option<Lane>; 4] = [None; 4];
+    let mut stuck_at = None;
+    for &m in members {
+        let r = &s.requests[m];
+        let lane = lane_of(roles[m]);
+        let stuck = is_stuck(r, stuck_after_ms) || findings_by_request.contains_key(&r.id);
+        let stuck = stuck && r.state != RequestState::Done && r.state != RequestState::Closed;
+        // Several exchanges in one lane (retries): the stuck or the most silent one shows.
+        let replace = match lanes[lane] {
+            None => true,
+            Some(l) => (stuck, r.idle_out_ms) > (l.stuck, l.idle_out_ms),
+        };
+        if replace {
+            lanes[lane] = Some(Lane {
+                state: r.state,
+                idle_out_ms: r.idle_out_ms,
+                stuck,
+            });
+        }
+        if stuck {
+            stuck_at = Some(stuck_at.map_or(lane, |s: usize| s.max(lane)));
+        }
+    }
+    (lanes, stuck_at)
+}
+
+/// One row per exchange, with its chain's lanes and the text the filter matches against.
+/// Needs `d.component_index`, `d.findings_by_request` and `d.chains`.
+fn request_rows(
+    s: &Snapshot,
+    d: &Derived,
+    chain_of: &[usize],
+    stuck_after_ms: f64,
+) -> Vec<RequestRow> {
     let roles: Vec<Role> = s
         .requests
         .iter()
         .map(|r| request_role(s, &d.component_index, r))
         .collect();
-    let mut chain_lanes: Vec<[Option<Lane>; 4]> = Vec::with_capacity(d.chains.len());
-    let mut chain_stuck_at: Vec<Option<usize>> = Vec::with_capacity(d.chains.len());
-    for members in &d.chains {
-        let mut lanes: [Option<Lane>; 4] = [None; 4];
-        let mut stuck_at = None;
-        for &m in members {
-            let r = &s.requests[m];
-            let lane = lane_of(roles[m]);
-            let stuck = is_stuck(r, stuck_after_ms) || d.findings_by_request.contains_key(&r.id);
-            let stuck = stuck && r.state != RequestState::Done && r.state != RequestState::Closed;
-            // Several exchanges in one lane (retries): the stuck or the most silent one shows.
-            let replace = match lanes[lane] {
-                None => true,
-                Some(l) => (stuck, r.idle_out_ms) > (l.stuck, l.idle_out_ms),
-            };
-            if replace {
-                lanes[lane] = Some(Lane {
-                    state: r.state,
-                    idle_out_ms: r.idle_out_ms,
-                    stuck,
-                });
-            }
-            if stuck {
-                stuck_at = Some(stuck_at.map_or(lane, |s: usize| s.max(lane)));
-            }
-        }
-        chain_lanes.push(lanes);
-        chain_stuck_at.push(stuck_at);
-    }
-
-    d.rows = s
-        .requests
+    let per_chain: Vec<([Option<Lane>; 4], Option<usize>)> = d
+        .chains
+        .iter()
+        .map(|members| chain_lanes(s, members, &roles, &d.findings_by_request, stuck_after_ms))
+        .collect();
+    s.requests
         .iter()
         .enumerate()
         .map(|(i, r)| {
             let chain = chain_of[i];
-            let stuck_at = chain_stuck_at[chain];
+            let (lanes, stuck_at) = per_chain[chain];
             let mut search = String::with_capacity(96);
             for part in [
                 r.id.as_str(),
@@ -235,26 +281,46 @@ pub fn derive(
                 chain,
                 is_root: d.chains[chain].first() == Some(&i),
                 lane: lane_of(roles[i]),
-                lanes: chain_lanes[chain],
+                lanes,
                 stuck: stuck_at.is_some(),
                 stuck_at,
                 search,
             }
         })
-        .collect();
+        .collect()
+}
 
-    let mut order: Vec<usize> = d
-        .rows
+/// Requests view: the rows shown (roots only unless `all_hops`), filtered and sorted.
+fn request_order(
+    s: &Snapshot,
+    rows: &[RequestRow],
+    filter: &str,
+    sort: SortKey,
+    all_hops: bool,
+) -> Vec<usize> {
+    let mut order: Vec<usize> = rows
         .iter()
         .enumerate()
         .filter(|(_, row)| all_hops || row.is_root)
-        .filter(|(_, row)| filter.is_empty() || row.search.contains(&filter))
+        .filter(|(_, row)| filter.is_empty() || row.search.contains(filter))
         .map(|(i, _)| i)
         .collect();
-    let key_req = |i: usize| &s.requests[d.rows[i].index];
+    order.sort_by(|&a, &b| compare_rows(s, rows, sort, a, b));
+    order
+}
+
+/// The Requests view's order of rows `a` and `b` under `sort`; ties end on the id.
+fn compare_rows(
+    s: &Snapshot,
+    rows: &[RequestRow],
+    sort: SortKey,
+    a: usize,
+    b: usize,
+) -> std::cmp::Ordering {
+    let key_req = |i: usize| &s.requests[rows[i].index];
     match sort {
-        SortKey::Stuck => order.sort_by(|&a, &b| {
-            let (ra, rb) = (&d.rows[a], &d.rows[b]);
+        SortKey::Stuck => {
+            let (ra, rb) = (&rows[a], &rows[b]);
             rb.stuck
                 .cmp(&ra.stuck)
                 .then(rb.stuck_at.cmp(&ra.stuck_at))
@@ -268,52 +334,50 @@ pub fn derive(
                 .then(key_req(b).idle_out_ms.total_cmp(&key_req(a).idle_out_ms))
                 .then(key_req(b).age_ms.total_cmp(&key_req(a).age_ms))
                 .then(key_req(a).id.cmp(&key_req(b).id))
-        }),
-        SortKey::Age => order.sort_by(|&a, &b| {
-            key_req(b)
-                .age_ms
-                .total_cmp(&key_req(a).age_ms)
-                .then(key_req(a).id.cmp(&key_req(b).id))
-        }),
-        SortKey::Silence => order.sort_by(|&a, &b| {
-            key_req(b)
-                .idle_out_ms
-                .total_cmp(&key_req(a).idle_out_ms)
-                .then(key_req(a).id.cmp(&key_req(b).id))
-        }),
-        SortKey::Component => order.sort_by(|&a, &b| {
-            key_req(a)
-                .component
-                .cmp(&key_req(b).component)
-                .then(key_req(a).id.cmp(&key_req(b).id))
-        }),
-        SortKey::Id => order.sort_by(|&a, &b| key_req(a).id.cmp(&key_req(b).id)),
+        }
+        SortKey::Age => key_req(b)
+            .age_ms
+            .total_cmp(&key_req(a).age_ms)
+            .then(key_req(a).id.cmp(&key_req(b).id)),
+        SortKey::Silence => key_req(b)
+            .idle_out_ms
+            .total_cmp(&key_req(a).idle_out_ms)
+            .then(key_req(a).id.cmp(&key_req(b).id)),
+        SortKey::Component => key_req(a)
+            .component
+            .cmp(&key_req(b).component)
+            .then(key_req(a).id.cmp(&key_req(b).id)),
+        SortKey::Id => key_req(a).id.cmp(&key_req(b).id),
     }
-    d.request_order = order;
+}
 
-    let matches = |parts: &[&str]| {
-        filter.is_empty() || parts.iter().any(|p| p.to_lowercase().contains(&filter))
-    };
-
+/// Threads view: threads that match the filter, grouped by component, then pid, tid.
+fn thread_order(s: &Snapshot, filter: &str) -> Vec<usize> {
     let mut threads: Vec<usize> = (0..s.threads.len())
         .filter(|&i| {
             let t = &s.threads[i];
-            matches(&[
-                t.component.as_deref().unwrap_or(""),
-                t.name.as_deref().unwrap_or(""),
-                &t.state,
-                &t.pid.to_string(),
-            ])
+            matches(
+                filter,
+                &[
+                    t.component.as_deref().unwrap_or(""),
+                    t.name.as_deref().unwrap_or(""),
+                    &t.state,
+                    &t.pid.to_string(),
+                ],
+            )
         })
         .collect();
     threads.sort_by(|&a, &b| {
         let (ta, tb) = (&s.threads[a], &s.threads[b]);
         (ta.component.as_deref(), ta.pid, ta.tid).cmp(&(tb.component.as_deref(), tb.pid, tb.tid))
     });
-    d.threads = threads;
+    threads
+}
 
+/// Sockets view: every exchange that matches the filter, in flight and most silent first.
+fn connection_order(s: &Snapshot, rows: &[RequestRow], filter: &str) -> Vec<usize> {
     let mut conns: Vec<usize> = (0..s.requests.len())
-        .filter(|&i| d.rows[i].search.contains(&filter))
+        .filter(|&i| rows[i].search.contains(filter))
         .collect();
     conns.sort_by(|&a, &b| {
         let (ra, rb) = (&s.requests[a], &s.requests[b]);
@@ -322,30 +386,40 @@ pub fn derive(
             .then(rb.idle_out_ms.total_cmp(&ra.idle_out_ms))
             .then(ra.id.cmp(&rb.id))
     });
-    d.connections = conns;
+    conns
+}
 
+/// Metrics view: (component, metric) lines that match the filter.
+fn metric_lines(s: &Snapshot, filter: &str) -> Vec<(usize, String)> {
+    let mut lines = Vec::new();
     for (ci, c) in s.components.iter().enumerate() {
         for name in c.metrics.keys() {
             // Rates are shown next to their metric, not as lines of their own.
             if name.ends_with("_rate") && c.metrics.contains_key(name.trim_end_matches("_rate")) {
                 continue;
             }
-            if matches(&[&c.id, name]) {
-                d.metric_lines.push((ci, name.clone()));
+            if matches(filter, &[&c.id, name]) {
+                lines.push((ci, name.clone()));
             }
         }
     }
+    lines
+}
 
-    d.changes = (0..s.config_changed.len())
+/// Diff view: configuration changes that match the filter.
+fn change_order(s: &Snapshot, filter: &str) -> Vec<usize> {
+    (0..s.config_changed.len())
         .filter(|&i| {
             let ch = &s.config_changed[i];
-            matches(&[
-                &ch.component,
-                &ch.field,
-                ch.key.as_deref().unwrap_or(""),
-                ch.after.as_deref().unwrap_or(""),
-            ])
+            matches(
+                filter,
+                &[
+                    &ch.component,
+                    &ch.field,
+                    ch.key.as_deref().unwrap_or(""),
+                    ch.after.as_deref().unwrap_or(""),
+                ],
+            )
         })
-        .collect();
-    d
+        .collect()
 }
