@@ -438,28 +438,13 @@ impl App {
             return Action::Quit;
         }
         if self.filter_editing {
-            match key.code {
-                KeyCode::Esc => {
-                    self.filter.clear();
-                    self.filter_editing = false;
-                }
-                KeyCode::Enter => self.filter_editing = false,
-                KeyCode::Backspace => {
-                    self.filter.pop();
-                }
-                KeyCode::Char(c) if !ctrl => self.filter.push(c),
-                _ => return Action::None,
-            }
-            self.recompute();
-            return Action::None;
+            return self.filter_key(key.code, ctrl);
         }
         if self.help {
-            match key.code {
-                KeyCode::Char('q') => return Action::Quit,
-                KeyCode::Esc | KeyCode::Char('?') | KeyCode::Enter => self.help = false,
-                _ => {}
-            }
-            return Action::None;
+            return self.help_key(key.code);
+        }
+        if let Some(cmd) = replay_command(key.code) {
+            return Action::Replay(cmd);
         }
         match key.code {
             KeyCode::Char('q') => return Action::Quit,
@@ -481,16 +466,7 @@ impl App {
             KeyCode::Home | KeyCode::Char('g') => self.move_selection(i64::MIN / 2),
             KeyCode::End | KeyCode::Char('G') => self.move_selection(i64::MAX / 2),
             KeyCode::Enter => self.toggle_enter(),
-            KeyCode::Esc => {
-                if self.detail {
-                    self.detail = false;
-                } else if !self.filter.is_empty() {
-                    self.filter.clear();
-                    self.recompute();
-                } else {
-                    self.status = None;
-                }
-            }
+            KeyCode::Esc => self.escape(),
             KeyCode::Char('f') => self.toggle_freeze(),
             KeyCode::Char('s') => self.write_snapshot(),
             KeyCode::Char('o') => {
@@ -501,18 +477,64 @@ impl App {
                 self.all_hops = !self.all_hops;
                 self.recompute();
             }
-            KeyCode::Char(' ') => return Action::Replay(ReplayCommand::TogglePause),
-            KeyCode::Char('.') => return Action::Replay(ReplayCommand::Step(1)),
-            KeyCode::Char(',') => return Action::Replay(ReplayCommand::Step(-1)),
-            KeyCode::Char(']') => return Action::Replay(ReplayCommand::Seek(10)),
-            KeyCode::Char('[') => return Action::Replay(ReplayCommand::Seek(-10)),
-            KeyCode::Char('+') | KeyCode::Char('=') => {
-                return Action::Replay(ReplayCommand::Faster)
-            }
-            KeyCode::Char('-') => return Action::Replay(ReplayCommand::Slower),
             _ => {}
         }
         Action::None
+    }
+
+    /// A key while the `/` filter is being typed: text, except esc (clear), enter (keep)
+    /// and backspace.
+    fn filter_key(&mut self, code: KeyCode, ctrl: bool) -> Action {
+        match code {
+            KeyCode::Esc => {
+                self.filter.clear();
+                self.filter_editing = false;
+            }
+            KeyCode::Enter => self.filter_editing = false,
+            KeyCode::Backspace => {
+                self.filter.pop();
+            }
+            KeyCode::Char(c) if !ctrl => self.filter.push(c),
+            _ => return Action::None,
+        }
+        self.recompute();
+        Action::None
+    }
+
+    /// A key while the help overlay is open: it swallows everything but quit and close.
+    fn help_key(&mut self, code: KeyCode) -> Action {
+        match code {
+            KeyCode::Char('q') => return Action::Quit,
+            KeyCode::Esc | KeyCode::Char('?') | KeyCode::Enter => self.help = false,
+            _ => {}
+        }
+        Action::None
+    }
+
+    /// Esc: close the detail, else clear the filter, else clear the status line.
+    fn escape(&mut self) {
+        if self.detail {
+            self.detail = false;
+        } else if !self.filter.is_empty() {
+            self.filter.clear();
+            self.recompute();
+        } else {
+            self.status = None;
+        }
+    }
+}
+
+/// The replay keys (forwarded to the feed).
+fn replay_command(code: KeyCode) -> Option<ReplayCommand> {
+    match code {
+        KeyCode::Char(' ') => Some(ReplayCommand::TogglePause),
+        KeyCode::Char('.') => Some(ReplayCommand::Step(1)),
+        KeyCode::Char(',') => Some(ReplayCommand::Step(-1)),
+        KeyCode::Char(']') => Some(ReplayCommand::Seek(10)),
+        KeyCode::Char('[') => Some(ReplayCommand::Seek(-10)),
+        KeyCode::Char('+') | KeyCode::Char('=') => Some(ReplayCommand::Faster),
+        KeyCode::Char('-') => Some(ReplayCommand::Slower),
+        _ => None,
     }
 }
 
