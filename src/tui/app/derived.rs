@@ -1,0 +1,425 @@
+//! What the views list, derived from the snapshot on screen once per frame, filter or sort
+//! change (never while rendering): finding order, request chains and their hop lanes, and
+//! each view's rows.
+
+use super::SortKey;
+use crate::model::{Request, RequestState, Role, Snapshot};
+use std::collections::HashMap;
+
+/// The hop lanes of the Requests view.
+pub const LANES: [&str; 4] = ["proxy", "router", "prefill", "decode"];
+
+/// Which lane a role's exchanges go in. A unified engine shares the decode lane: it is the
+/// hop that serves the tokens.
+pub fn lane_of(role: Role) -> usize {
+    match role {
+        Role::Client | Role::Proxy | Role::Other => 0,
+        Role::Router => 1,
+        Role::Prefill => 2,
+        Role::Decode | Role::Engine | Role::Scheduler | Role::Detokenizer => 3,
+    }
+}
+
+/// One hop of a request chain as shown in a lane.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Lane {
+    pub state: RequestState,
+    pub idle_out_ms: f64,
+    pub stuck: bool,
+}
+
+/// One exchange with what the Requests view needs about its chain, computed once per frame.
+#[derive(Debug, Clone)]
+pub struct RequestRow {
+    /// Index into `snapshot.requests`.
+    pub index: usize,
+    /// Index of the chain (request entering the stack) this exchange belongs to.
+    pub chain: usize,
+    /// Not the next hop of another exchange.
+    pub is_root: bool,
+    pub lane: usize,
+    pub lanes: [Option<Lane>; 4],
+    /// The chain has a stuck hop.
+    pub stuck: bool,
+    /// Deepest lane where the chain is stuck.
+    pub stuck_at: Option<usize>,
+    /// Lower-cased text the `/` filter matches against.
+    search: String,
+}
+
+/// Everything derived from the displayed snapshot: recomputed on a new frame, a filter or a
+/// sort change, never while rendering.
+#[derive(Debug, Clone, Default)]
+pub struct Derived {
+    /// Findings indices, most severe first.
+    pub findings: Vec<usize>,
+    pub rows: Vec<RequestRow>,
+    /// Rows shown in the Requests view, in order (indices into `rows`).
+    pub request_order: Vec<usize>,
+    /// Members of each chain (indices into `snapshot.requests`), root first.
+    pub chains: Vec<Vec<usize>>,
+    /// Threads shown, grouped by component then pid, tid (indices into `snapshot.threads`).
+    pub threads: Vec<usize>,
+    /// Exchanges for the Sockets connection list, longest silence first.
+    pub connections: Vec<usize>,
+    /// Component id -> index.
+    pub component_index: HashMap<String, usize>,
+    /// Request id -> findings indices that name it.
+    pub findings_by_request: HashMap<String, Vec<usize>>,
+    /// Metrics view lines: (component index, metric name).
+    pub metric_lines: Vec<(usize, String)>,
+    /// Diff view: indices into `config_changed`.
+    pub changes: Vec<usize>,
+}
+
+pub fn in_flight(state: RequestState) -> bool {
+    matches!(
+        state,
+        RequestState::WaitingFirstByte | RequestState::Streaming | RequestState::Stalled
+    )
+}
+/// Role of an exchange: its own, else its component's.
+pub fn request_role(s: &Snapshot, index: &HashMap<String, usize>, r: &Request) -> Role {
+    r.role
+        .or_else(|| {
+            index
+                .get(&r.component)
+                .and_then(|&i| s.components.get(i))
+                .map(|c| c.role)
+        })
+        .unwrap_or(Role::Other)
+}
+
+fn is_stuck(r: &Request, stuck_after_ms: f64) -> bool {
+    matches!(
+        r.state,
+        RequestState::WaitingFirstByte | RequestState::Stalled
+    ) && r.idle_out_ms >= stuck_after_ms
+}
+
+/// Computes everything the views list, once per frame/filter/sort change.
+pub fn derive(
+    s: &Snapshot,
+    filter: &str,
+    sort: SortKey,
+    all_hops: bool,
+    stuck_after_ms: f64,
+) -> Derived {
+    let filter = filter.to_lowercase();
+    let mut d = Derived::default();
+    for (i, c) in s.components.iter().enumerate() {
+        d.component_index.insert(c.id.clone(), i);
+    }
+    d.findings = finding_order(s, &filter);
+    d.findings_by_request = findings_by_request(s);
+    let (chains, chain_of) = request_chains(s);
+    d.chains = chains;
+    d.rows = request_rows(s, &d, &chain_of, stuck_after_ms);
+    d.request_order = request_order(s, &d.rows, &filter, sort, all_hops);
+    d.threads = thread_order(s, &filter);
+    d.connections = connection_order(s, &d.rows, &filter);
+    d.metric_lines = metric_lines(s, &filter);
+    d.changes = change_order(s, &filter);
+    d
+}
+
+/// The `/` filter (already lower-cased): empty matches everything, else any part contains it.
+fn matches(filter: &str, parts: &[&str]) -> bool {
+    filter.is_empty() || parts.iter().any(|p| p.to_lowercase().contains(filter))
+}
+
+/// Overview: findings that match the filter, most severe first.
+fn finding_order(s: &Snapshot, filter: &str) -> Vec<usize> {
+    let mut findings: Vec<usize> = (0..s.findings.len())
+        .filter(|&i| {
+            let f = &s.findings[i];
+            matches(
+                filter,
+                &[
+                    f.kind.as_str(),
+                    f.component.as_deref().unwrap_or(""),
+                    f.summary.as_str(),
+                ],
+            )
+        })
+        .collect();
+    findings.sort_by_key(|&i| std::cmp::Reverse(s.findings[i].severity));
+    findings
+}
+
+/// Request id -> the findings (all of them, unfiltered) that name it.
+fn findings_by_request(s: &Snapshot) -> HashMap<String, Vec<usize>> {
+    let mut by_request: HashMap<String, Vec<usize>> = HashMap::new();
+    for (fi, f) in s.findings.iter().enumerate() {
+        for r in &f.requests {
+            by_request.entry(r.clone()).or_default().push(fi);
+        }
+    }
+    by_request
+}
+
+/// Chains: roots are exchanges nobody links to; walk links breadth first. Exchanges left
+/// over (a link cycle) start their own chain, so every exchange is in exactly one.
+/// Returns the chains (members, root first) and each exchange's chain.
+fn request_chains(s: &Snapshot) -> (Vec<Vec<usize>>, Vec<usize>) {
+    let by_id: HashMap<&str, usize> = s
+        .requests
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (r.id.as_str(), i))
+        .collect();
+    let mut linked = vec![false; s.requests.len()];
+    for r in &s.requests {
+        for l in &r.links {
+            if let Some(&j) = by_id.get(l.as_str()) {
+                linked[j] = true;
+            }
+        }
+    }
+    let mut chains: Vec<Vec<usize>> = Vec::new();
+    let mut chain_of = vec![usize::MAX; s.requests.len()];
+    let starts = (0..s.requests.len())
+        .filter(|&i| !linked[i])
+        .chain(0..s.requests.len());
+    for start in starts {
+        if chain_of[start] != usize::MAX {
+            continue;
+        }
+        let chain = chains.len();
+        let mut members = vec![start];
+        chain_of[start] = chain;
+        let mut k = 0;
+        while k < members.len() {
+            let r = &s.requests[members[k]];
+            for l in &r.links {
+                if let Some(&j) = by_id.get(l.as_str()) {
+                    if chain_of[j] == usize::MAX {
+                        chain_of[j] = chain;
+                        members.push(j);
+                    }
+                }
+            }
+            k += 1;
+        }
+        chains.push(members);
+    }
+    (chains, chain_of)
+}
+
+/// One chain's hop lanes and the deepest lane where it is stuck.
+fn chain_lanes(
+    s: &Snapshot,
+    members: &[usize],
+    roles: &[Role],
+    findings_by_request: &HashMap<String, Vec<usize>>,
+    stuck_after_ms: f64,
+) -> ([Option<Lane>; 4], Option<usize>) {
+    let mut lanes: [Option<Lane>; 4] = [None; 4];
+    let mut stuck_at = None;
+    for &m in members {
+        let r = &s.requests[m];
+        let lane = lane_of(roles[m]);
+        let stuck = is_stuck(r, stuck_after_ms) || findings_by_request.contains_key(&r.id);
+        let stuck = stuck && r.state != RequestState::Done && r.state != RequestState::Closed;
+        // Several exchanges in one lane (retries): the stuck or the most silent one shows.
+        let replace = match lanes[lane] {
+            None => true,
+            Some(l) => (stuck, r.idle_out_ms) > (l.stuck, l.idle_out_ms),
+        };
+        if replace {
+            lanes[lane] = Some(Lane {
+                state: r.state,
+                idle_out_ms: r.idle_out_ms,
+                stuck,
+            });
+        }
+        if stuck {
+            stuck_at = Some(stuck_at.map_or(lane, |s: usize| s.max(lane)));
+        }
+    }
+    (lanes, stuck_at)
+}
+
+/// One row per exchange, with its chain's lanes and the text the filter matches against.
+/// Needs `d.component_index`, `d.findings_by_request` and `d.chains`.
+fn request_rows(
+    s: &Snapshot,
+    d: &Derived,
+    chain_of: &[usize],
+    stuck_after_ms: f64,
+) -> Vec<RequestRow> {
+    let roles: Vec<Role> = s
+        .requests
+        .iter()
+        .map(|r| request_role(s, &d.component_index, r))
+        .collect();
+    let per_chain: Vec<([Option<Lane>; 4], Option<usize>)> = d
+        .chains
+        .iter()
+        .map(|members| chain_lanes(s, members, &roles, &d.findings_by_request, stuck_after_ms))
+        .collect();
+    s.requests
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let chain = chain_of[i];
+            let (lanes, stuck_at) = per_chain[chain];
+            let mut search = String::with_capacity(96);
+            for part in [
+                r.id.as_str(),
+                r.component.as_str(),
+                r.client.as_str(),
+                r.server.as_str(),
+                r.state.as_str(),
+                stuck_at.map_or("", |l| LANES[l]),
+            ] {
+                search.push_str(&part.to_lowercase());
+                search.push(' ');
+            }
+            RequestRow {
+                index: i,
+                chain,
+                is_root: d.chains[chain].first() == Some(&i),
+                lane: lane_of(roles[i]),
+                lanes,
+                stuck: stuck_at.is_some(),
+                stuck_at,
+                search,
+            }
+        })
+        .collect()
+}
+
+/// Requests view: the rows shown (roots only unless `all_hops`), filtered and sorted.
+fn request_order(
+    s: &Snapshot,
+    rows: &[RequestRow],
+    filter: &str,
+    sort: SortKey,
+    all_hops: bool,
+) -> Vec<usize> {
+    let mut order: Vec<usize> = rows
+        .iter()
+        .enumerate()
+        .filter(|(_, row)| all_hops || row.is_root)
+        .filter(|(_, row)| filter.is_empty() || row.search.contains(filter))
+        .map(|(i, _)| i)
+        .collect();
+    order.sort_by(|&a, &b| compare_rows(s, rows, sort, a, b));
+    order
+}
+
+/// The Requests view's order of rows `a` and `b` under `sort`; ties end on the id.
+fn compare_rows(
+    s: &Snapshot,
+    rows: &[RequestRow],
+    sort: SortKey,
+    a: usize,
+    b: usize,
+) -> std::cmp::Ordering {
+    let key_req = |i: usize| &s.requests[rows[i].index];
+    match sort {
+        SortKey::Stuck => {
+            let (ra, rb) = (&rows[a], &rows[b]);
+            rb.stuck
+                .cmp(&ra.stuck)
+                .then(rb.stuck_at.cmp(&ra.stuck_at))
+                // All-hops mode: the deepest hop of a chain first (where it is stuck).
+                .then(if ra.stuck && rb.stuck {
+                    rb.lane.cmp(&ra.lane)
+                } else {
+                    std::cmp::Ordering::Equal
+                })
+                .then(in_flight(key_req(b).state).cmp(&in_flight(key_req(a).state)))
+                .then(key_req(b).idle_out_ms.total_cmp(&key_req(a).idle_out_ms))
+                .then(key_req(b).age_ms.total_cmp(&key_req(a).age_ms))
+                .then(key_req(a).id.cmp(&key_req(b).id))
+        }
+        SortKey::Age => key_req(b)
+            .age_ms
+            .total_cmp(&key_req(a).age_ms)
+            .then(key_req(a).id.cmp(&key_req(b).id)),
+        SortKey::Silence => key_req(b)
+            .idle_out_ms
+            .total_cmp(&key_req(a).idle_out_ms)
+            .then(key_req(a).id.cmp(&key_req(b).id)),
+        SortKey::Component => key_req(a)
+            .component
+            .cmp(&key_req(b).component)
+            .then(key_req(a).id.cmp(&key_req(b).id)),
+        SortKey::Id => key_req(a).id.cmp(&key_req(b).id),
+    }
+}
+
+/// Threads view: threads that match the filter, grouped by component, then pid, tid.
+fn thread_order(s: &Snapshot, filter: &str) -> Vec<usize> {
+    let mut threads: Vec<usize> = (0..s.threads.len())
+        .filter(|&i| {
+            let t = &s.threads[i];
+            matches(
+                filter,
+                &[
+                    t.component.as_deref().unwrap_or(""),
+                    t.name.as_deref().unwrap_or(""),
+                    &t.state,
+                    &t.pid.to_string(),
+                ],
+            )
+        })
+        .collect();
+    threads.sort_by(|&a, &b| {
+        let (ta, tb) = (&s.threads[a], &s.threads[b]);
+        (ta.component.as_deref(), ta.pid, ta.tid).cmp(&(tb.component.as_deref(), tb.pid, tb.tid))
+    });
+    threads
+}
+
+/// Sockets view: every exchange that matches the filter, in flight and most silent first.
+fn connection_order(s: &Snapshot, rows: &[RequestRow], filter: &str) -> Vec<usize> {
+    let mut conns: Vec<usize> = (0..s.requests.len())
+        .filter(|&i| rows[i].search.contains(filter))
+        .collect();
+    conns.sort_by(|&a, &b| {
+        let (ra, rb) = (&s.requests[a], &s.requests[b]);
+        in_flight(rb.state)
+            .cmp(&in_flight(ra.state))
+            .then(rb.idle_out_ms.total_cmp(&ra.idle_out_ms))
+            .then(ra.id.cmp(&rb.id))
+    });
+    conns
+}
+
+/// Metrics view: (component, metric) lines that match the filter.
+fn metric_lines(s: &Snapshot, filter: &str) -> Vec<(usize, String)> {
+    let mut lines = Vec::new();
+    for (ci, c) in s.components.iter().enumerate() {
+        for name in c.metrics.keys() {
+            // Rates are shown next to their metric, not as lines of their own.
+            if name.ends_with("_rate") && c.metrics.contains_key(name.trim_end_matches("_rate")) {
+                continue;
+            }
+            if matches(filter, &[&c.id, name]) {
+                lines.push((ci, name.clone()));
+            }
+        }
+    }
+    lines
+}
+
+/// Diff view: configuration changes that match the filter.
+fn change_order(s: &Snapshot, filter: &str) -> Vec<usize> {
+    (0..s.config_changed.len())
+        .filter(|&i| {
+            let ch = &s.config_changed[i];
+            matches(
+                filter,
+                &[
+                    &ch.component,
+                    &ch.field,
+                    ch.key.as_deref().unwrap_or(""),
+                    ch.after.as_deref().unwrap_or(""),
+                ],
+            )
+        })
+        .collect()
+}

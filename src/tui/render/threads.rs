@@ -1,0 +1,153 @@
+//! Threads view: per-thread state over the window's dumps, and the frames of the selected one.
+
+use super::{fit, para, rfit, scroll_offset, source_summary, Theme};
+use crate::model::{SnapThread, Snapshot, Status};
+use crate::tui::app::App;
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::style::Modifier;
+use ratatui::text::{Line, Span};
+use ratatui::Frame;
+
+fn state_letter(state: &str) -> char {
+    match state {
+        "idle" => 'i',
+        "running_batch" => 'R',
+        "waiting_gpu" | "waiting_gpu_result" => 'W',
+        "collective" | "nccl_collective" | "gloo_collective" => 'C',
+        "pd_queue_polling" => 'P',
+        "kv_transfer" => 'K',
+        "stuck" | "stuck_outside_loop" => 'S',
+        "" => ' ',
+        _ => '?',
+    }
+}
+
+pub(super) fn render(app: &App, s: &Snapshot, theme: Theme, frame: &mut Frame, area: Rect) {
+    let d = app.derived();
+    let w = area.width as usize;
+    if s.threads.is_empty() {
+        frame.render_widget(para(no_dump_lines(s, theme)), area);
+        return;
+    }
+    let frames_h = if app.detail_open() {
+        area.height / 2
+    } else {
+        (area.height / 3).max(3).min(area.height)
+    };
+    let [top, bottom] =
+        Layout::vertical([Constraint::Min(0), Constraint::Length(frames_h)]).areas(area);
+    // Fixed columns take 47; the component gets the rest, leaving room for ~10 dumps.
+    let comp_w = w.saturating_sub(57).clamp(12, 40);
+    let mut lines = thread_heading(comp_w, theme, w);
+    let rows_h = (top.height as usize).saturating_sub(2);
+    let sel = app.selected();
+    let offset = scroll_offset(sel, rows_h);
+    for (pos, &ti) in d.threads.iter().enumerate().skip(offset).take(rows_h) {
+        lines.push(thread_line(&s.threads[ti], comp_w, theme, pos == sel));
+    }
+    frame.render_widget(para(lines), top);
+
+    let fl = match d.threads.get(sel).and_then(|&i| s.threads.get(i)) {
+        Some(t) => frame_lines(t, app.detail_open(), theme, w),
+        None => Vec::new(),
+    };
+    frame.render_widget(para(fl), bottom);
+}
+
+/// No dumps: say so, and why when the stacks source is not ok.
+fn no_dump_lines(s: &Snapshot, theme: Theme) -> Vec<Line<'static>> {
+    let st = s.sources.get("stacks");
+    let mut lines = vec![Line::styled("no thread dumps in this window", theme.bold())];
+    if let Some(st) = st.filter(|st| st.status != Status::Ok) {
+        lines.push(Line::styled(
+            format!(
+                "stacks {}: {}",
+                source_summary(st),
+                st.reason.as_deref().unwrap_or("no reason given")
+            ),
+            theme.status(st.status),
+        ));
+        lines.push(Line::raw(
+            "install py-spy (see `wedgewatch doctor`) to see what each scheduler thread does",
+        ));
+    }
+    lines
+}
+
+/// The legend of the state letters, then the column heads.
+fn thread_heading(comp_w: usize, theme: Theme, w: usize) -> Vec<Line<'static>> {
+    vec![
+        Line::styled(
+            fit(
+                "state per dump, oldest → newest: i idle · R running batch · W waiting GPU · C collective · P PD queue poll · K KV transfer · S stuck · ? other",
+                w,
+            ),
+            theme.dim(),
+        ),
+        Line::styled(
+            fit(
+                &format!(
+                    "{} {} {} {} {} {}",
+                    fit("COMPONENT", comp_w),
+                    rfit("PID", 7),
+                    rfit("TID", 7),
+                    fit("NAME", 14),
+                    fit("STATE", 14),
+                    "DUMPS"
+                ),
+                w,
+            ),
+            theme.bold(),
+        ),
+    ]
+}
+
+fn thread_line(t: &SnapThread, comp_w: usize, theme: Theme, selected: bool) -> Line<'static> {
+    let mut spans = vec![
+        Span::raw(format!(
+            "{} {} {} {} ",
+            fit(t.component.as_deref().unwrap_or("-"), comp_w),
+            rfit(&t.pid.to_string(), 7),
+            rfit(&t.tid.to_string(), 7),
+            fit(t.name.as_deref().unwrap_or("-"), 14)
+        )),
+        Span::styled(fit(&t.state, 14), theme.thread_state(&t.state)),
+        Span::raw(" "),
+    ];
+    for st in &t.states_over_window {
+        spans.push(Span::styled(
+            state_letter(st).to_string(),
+            theme.thread_state(st),
+        ));
+    }
+    let line = Line::from(spans);
+    if selected {
+        line.patch_style(theme.selected())
+    } else {
+        line
+    }
+}
+
+/// The selected thread's frames, innermost first.
+fn frame_lines(t: &SnapThread, detail_open: bool, theme: Theme, w: usize) -> Vec<Line<'static>> {
+    let mut fl = vec![Line::styled(
+        fit(
+            &format!(
+                "frames of {} tid {} ({}), innermost first{}",
+                t.name.as_deref().unwrap_or("thread"),
+                t.tid,
+                t.state,
+                if detail_open { "" } else { " — enter: more" }
+            ),
+            w,
+        ),
+        theme.bold().add_modifier(Modifier::UNDERLINED),
+    )];
+    if t.frames.is_empty() {
+        fl.push(Line::styled("  (no frames captured)", theme.dim()));
+    }
+    for f in &t.frames {
+        fl.push(Line::raw(fit(&format!("  {f}"), w)));
+    }
+    fl
+}
