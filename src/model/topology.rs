@@ -192,3 +192,19 @@ impl Topology {
         }
     }
 }
+
+/// The labels discovery writes on a component and sources read back (model layer, so that
+/// neither `discover` nor `sources` imports the other for them).
+pub mod labels {
+    /// Label: pid whose environ stands for this component (its own was clobbered by setproctitle).
+    pub const LABEL_ENV_PID: &str = "env_pid";
+    /// Label: pid whose cmdline holds this component's original arguments (a launcher).
+    pub const LABEL_ARGS_PID: &str = "args_pid";
+    /// Label: where the arguments came from (`own`, `launcher pid N`, `unavailable`).
+    pub const LABEL_ARGS_SOURCE: &str = "args_source";
+    /// Label: how the component was found (`profile`, `--pid`, `--url`, `sockets`).
+    pub const LABEL_FOUND_BY: &str = "found_by";
+    /// Label: why the component's HTTP API or metrics endpoint is not scraped (the address its
+    /// flags name is not one of its own listening sockets on this host).
+    pub const LABEL_METRICS_UNSCRAPED: &str = "metrics_unscraped";
+}

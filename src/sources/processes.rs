@@ -254,8 +254,8 @@ pub fn topology_pids(topo: &Topology) -> Vec<i32> {
     for c in &topo.components {
         pids.extend(c.pids.iter().copied());
         for key in [
-            crate::discover::LABEL_ENV_PID,
-            crate::discover::LABEL_ARGS_PID,
+            crate::model::topology::labels::LABEL_ENV_PID,
+            crate::model::topology::labels::LABEL_ARGS_PID,
         ] {
             if let Some(p) = c.labels.get(key).and_then(|v| v.parse().ok()) {
                 pids.insert(p);
@@ -400,7 +400,7 @@ mod tests {
         let mut c = crate::model::Component::new("engine@x", crate::model::Role::Engine, "t");
         c.pids = vec![me];
         c.labels
-            .insert(crate::discover::LABEL_ENV_PID.into(), "1".into());
+            .insert(crate::model::topology::labels::LABEL_ENV_PID.into(), "1".into());
         topo.components.push(c);
         let mut gone = crate::model::Component::new("other@y", crate::model::Role::Other, "t");
         gone.pids = vec![i32::MAX - 3];
