@@ -176,7 +176,7 @@ pub fn replay_frames_counted(
         // A frame shows the model as it was just before the first sample past its time.
         if let (Record::Sample { sample }, Some(due)) = (&rec, next_frame) {
             if sample.t_ms >= due {
-                frames.push(r.model.parts(due));
+                frames.push(crate::pipeline::parts(&r.model, due));
                 // Saturating: times in a recording from a stranger can be anything.
                 let steps = sample.t_ms.saturating_sub(due) / step + 1;
                 next_frame = Some(due.saturating_add(step.saturating_mul(steps)));
@@ -187,7 +187,7 @@ pub fn replay_frames_counted(
         }
     }
     if let Some(t) = r.last_sample_ms {
-        frames.push(r.model.parts(t));
+        frames.push(crate::pipeline::parts(&r.model, t));
     }
     Ok((frames, records.stats()))
 }

@@ -401,7 +401,7 @@ pub fn respond(
         }
         Request::Snapshot { .. } => {
             let sh = lock(shared);
-            let parts = windowed(&sh.model, req.window_ms()).parts(now);
+            let parts = crate::pipeline::parts(&windowed(&sh.model, req.window_ms()), now);
             serde_json::json!({
                 "schema": DAEMON_SCHEMA,
                 "parts": parts,

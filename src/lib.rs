@@ -24,6 +24,7 @@ pub mod export;
 pub mod fuzz_entry;
 pub mod http;
 pub mod model;
+pub mod pipeline;
 pub mod probes;
 pub mod prom;
 pub mod record;

@@ -355,7 +355,7 @@ fn parts_from_recording(
     if let Some(skipped) = replayed.stats.summary() {
         eprintln!("wedgewatch: {}: {skipped}", path.display());
     }
-    Ok(replayed.model.parts(replayed.at_ms))
+    Ok(wedgewatch::pipeline::parts(&replayed.model, replayed.at_ms))
 }
 
 /// Samples here for the window.
@@ -366,7 +366,7 @@ fn parts_by_sampling(g: &Global, window: Duration) -> anyhow::Result<SnapshotPar
         window.as_millis() as u64,
         Arc::new(SystemClock),
     ))??;
-    Ok(model.parts(SystemClock.now_ms()))
+    Ok(wedgewatch::pipeline::parts(&model, SystemClock.now_ms()))
 }
 
 fn cmd_snapshot(g: &Global, a: SnapshotArgs) -> anyhow::Result<i32> {

@@ -1,6 +1,6 @@
 //! Building the snapshot (contract) and writing the bundle atomically.
 //!
-//! The correlator hands over [`SnapshotParts`]; [`assemble`] joins them with the topology
+//! The pipeline (`pipeline::parts`) hands over [`SnapshotParts`]; [`assemble`] joins them with the topology
 //! and process facts into a [`Snapshot`], applying redaction. Nothing else builds snapshots.
 //! [`write_bundle`] (in `bundle`) writes one to disk.
 
@@ -8,47 +8,17 @@ use crate::clock::Millis;
 use crate::discover;
 use crate::error::{Error, Result};
 use crate::model::{
-    Change, Finding, ProcessFacts, Request, SnapComponent, SnapGpu, SnapThread, Snapshot,
-    SourceKind, SourceStatus, Topology, SNAPSHOT_SCHEMA,
+    ProcessFacts, SnapComponent, Snapshot, SourceKind, SourceStatus, Topology, SNAPSHOT_SCHEMA,
 };
 use crate::redact::Redactor;
-use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;
 
 mod bundle;
 pub use bundle::{check_bundle_target, write_bundle, Overwrite, MANIFEST};
 
-/// Per-component extras computed by the correlator.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct ComponentExtras {
-    /// Socket counts by TCP state name.
-    pub sockets: BTreeMap<String, u32>,
-    /// Selected metrics and their rates.
-    pub metrics: BTreeMap<String, f64>,
-    /// GPU activity verdict: `working`, `idle`, `spinning`, `unknown`.
-    pub gpu_activity: Option<String>,
-}
-
-/// Everything a snapshot is made of, before redaction and assembly.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct SnapshotParts {
-    pub taken_at_ms: Millis,
-    pub window_ms: u64,
-    pub sources: BTreeMap<SourceKind, SourceStatus>,
-    pub topology: Topology,
-    /// Latest facts of every process of the topology.
-    pub processes: Vec<ProcessFacts>,
-    pub requests: Vec<Request>,
-    pub gpus: Vec<SnapGpu>,
-    pub threads: Vec<SnapThread>,
-    pub findings: Vec<Finding>,
-    /// Keyed by component id.
-    pub extras: BTreeMap<String, ComponentExtras>,
-    pub config_changed: Vec<Change>,
-    /// Raw per-source payloads (JSON) for the bundle's raw files, keyed by file stem.
-    pub raw: BTreeMap<String, serde_json::Value>,
-}
+// The parts a snapshot is assembled from are model types (the correlator fills them in).
+pub use crate::model::{ComponentExtras, SnapshotParts};
 
 /// How to assemble.
 #[derive(Debug, Clone)]

@@ -42,7 +42,7 @@ fn keep_alive_connection_carries_successive_exchanges() {
     assert_eq!(st(&xs[1].id), Some(RequestState::Streaming));
     // later: quiet, nothing says it is still open -> done, and the connection is idle
     sim.run(5000, |_| {});
-    let parts = sim.model.parts(sim.now);
+    let parts = wedgewatch::pipeline::parts(&sim.model, sim.now);
     let r2 = parts
         .requests
         .iter()
@@ -146,7 +146,7 @@ fn hop_links_follow_proxy_router_prefill_and_decode() {
     let first_router = xs.iter().find(|x| x.component == ROUTER).expect("r1");
     assert!(!first_router.links.contains(&dx.id));
 
-    let parts = sim.model.parts(sim.now);
+    let parts = wedgewatch::pipeline::parts(&sim.model, sim.now);
     let rr = parts
         .requests
         .iter()
@@ -179,7 +179,7 @@ fn socket_counts_and_process_identity_reach_the_parts() {
     let c = sim.connect(Some(200), 31012, 400);
     sim.request(c, 10);
     sim.run(250, |_| {});
-    let parts = sim.model.parts(sim.now);
+    let parts = wedgewatch::pipeline::parts(&sim.model, sim.now);
     let ex = parts.extras.get(DECODE).expect("decode extras");
     assert_eq!(ex.sockets.get("ESTABLISHED"), Some(&1));
     assert_eq!(ex.sockets.get("LISTEN"), Some(&1));
@@ -346,7 +346,7 @@ fn measure_ingest_cost() {
         ingest_total += t.elapsed();
     }
     let t = std::time::Instant::now();
-    let parts = sim.model.parts(sim.now);
+    let parts = wedgewatch::pipeline::parts(&sim.model, sim.now);
     let parts_time = t.elapsed();
     println!(
         "ingest: {:.2} ms per sockets sample (1000 conns, {} exchanges); parts: {:.1} ms ({} requests)",

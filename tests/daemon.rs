@@ -350,7 +350,7 @@ async fn collect_samples_a_window_into_a_model() {
     let mut model = wedgewatch::correlate::Model::default();
     let n = sampler.collect(&mut model, 3_000).await;
     assert!((24..=26).contains(&n), "{n}");
-    let parts = model.parts(clock.now_ms());
+    let parts = wedgewatch::pipeline::parts(&model, clock.now_ms());
     assert_eq!(parts.sources[&SourceKind::Sockets].status, Status::Ok);
     assert_eq!(
         parts
@@ -487,7 +487,7 @@ async fn record_to_file_then_replay() {
     let rec = wedgewatch::record::Recording::open(&path).expect("open");
     let r = wedgewatch::record::replay(&rec, None, Default::default()).expect("replay");
     assert_eq!(r.baselines.len(), 1);
-    let parts = r.model.parts(r.at_ms);
+    let parts = wedgewatch::pipeline::parts(&r.model, r.at_ms);
     let w: Vec<_> = parts
         .findings
         .iter()

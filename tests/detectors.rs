@@ -101,7 +101,7 @@ impl Env {
 }
 
 fn findings(sim: &Sim) -> Vec<Finding> {
-    sim.model.parts(sim.now).findings
+    wedgewatch::pipeline::parts(&sim.model, sim.now).findings
 }
 
 fn assert_none_of(fs: &[Finding], ks: &[&str]) {
@@ -152,7 +152,7 @@ fn wedged_request_blames_the_decode_hop() {
         assert!(f.summary.contains(want), "{want} missing: {}", f.summary);
     }
     // The request chain: proxy and router exchanges are named too, the decode one last.
-    let parts = sim.model.parts(sim.now);
+    let parts = wedgewatch::pipeline::parts(&sim.model, sim.now);
     let comp_of = |id: &str| {
         parts
             .requests
@@ -198,7 +198,7 @@ fn healthy_streaming_load_raises_nothing() {
     let fs = findings(&sim);
     assert_none_of(&fs, &NEVER);
     assert!(fs.is_empty(), "{fs:#?}");
-    let parts = sim.model.parts(sim.now);
+    let parts = wedgewatch::pipeline::parts(&sim.model, sim.now);
     let streaming = parts
         .requests
         .iter()
@@ -229,7 +229,7 @@ fn idle_keep_alive_connections_raise_nothing() {
                 env.tick(s)
             }
         });
-        let parts = sim.model.parts(sim.now);
+        let parts = wedgewatch::pipeline::parts(&sim.model, sim.now);
         assert_none_of(&parts.findings, &NEVER);
         assert!(parts.findings.is_empty(), "{:#?}", parts.findings);
         let idle = parts
@@ -261,7 +261,7 @@ fn slow_but_progressing_stream_raises_nothing() {
     });
     let fs = findings(&sim);
     assert_none_of(&fs, &NEVER);
-    let parts = sim.model.parts(sim.now);
+    let parts = wedgewatch::pipeline::parts(&sim.model, sim.now);
     let dreq = parts
         .requests
         .iter()
@@ -296,7 +296,7 @@ fn stalled_stream_blames_the_deepest_stalled_hop() {
     );
     assert_eq!(st[0].requests.len(), 3);
     assert_none_of(&fs, &["wedged_request", "busy_without_progress"]);
-    let parts = sim.model.parts(sim.now);
+    let parts = wedgewatch::pipeline::parts(&sim.model, sim.now);
     assert_eq!(
         parts
             .requests
@@ -719,7 +719,7 @@ fn own_metrics_scrape_in_http_active_does_not_make_a_stall() {
         });
         s.ingest(Payload::Metrics(vec![sc]));
     });
-    let parts = sim.model.parts(sim.now);
+    let parts = wedgewatch::pipeline::parts(&sim.model, sim.now);
     assert!(parts.findings.is_empty(), "{:#?}", parts.findings);
     assert_eq!(parts.extras[DECODE].metrics.get("http_active"), Some(&1.0));
 }
@@ -801,7 +801,7 @@ fn engine_state_includes_its_scheduler_child_processes() {
         "{}",
         w[0].summary
     );
-    let parts = sim.model.parts(sim.now);
+    let parts = wedgewatch::pipeline::parts(&sim.model, sim.now);
     let t = parts.threads.iter().find(|t| t.pid == 401).expect("thread");
     assert_eq!(
         t.component.as_deref(),
@@ -833,7 +833,7 @@ fn no_request_findings_when_the_sockets_source_went_silent() {
         };
         sim.model.ingest(&s);
     }
-    let parts = sim.model.parts(sim.now);
+    let parts = wedgewatch::pipeline::parts(&sim.model, sim.now);
     assert_none_of(&parts.findings, &NEVER);
     assert_eq!(
         parts.sources[&SourceKind::Sockets].status,
@@ -865,7 +865,7 @@ fn parts_fit_the_snapshot_contract() {
     sim.run(250, |s| env.tick(s));
     sim.respond(p, 150);
     sim.run(40_000, |s| env.tick(s));
-    let parts = sim.model.parts(sim.now);
+    let parts = wedgewatch::pipeline::parts(&sim.model, sim.now);
     assert!(parts.findings.iter().any(|f| f.kind == "wedged_request"));
     let components: Vec<serde_json::Value> = parts
         .topology

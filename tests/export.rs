@@ -116,7 +116,7 @@ fn perfetto_from_model_has_tracks_phases_flows_and_findings() {
 #[test]
 fn perfetto_from_parts_and_snapshot_requests() {
     let sim = wedged_sim();
-    let parts = sim.model.parts(sim.now);
+    let parts = wedgewatch::pipeline::parts(&sim.model, sim.now);
     let trace = export::perfetto(&parts);
     let evs = validate(&trace);
     assert!(evs

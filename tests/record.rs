@@ -97,7 +97,7 @@ fn replay_survives_a_kill_mid_write() {
 
     let r = replay(&rec, None, Thresholds::default()).expect("replay");
     assert_eq!(r.at_ms, samples[samples.len() - 2].t_ms);
-    let parts = r.model.parts(r.at_ms);
+    let parts = wedgewatch::pipeline::parts(&r.model, r.at_ms);
     let w: Vec<_> = parts
         .findings
         .iter()
@@ -141,7 +141,7 @@ fn replay_at_a_time_sees_the_past() {
     let rec = Recording::open(&path).expect("open");
     let early = replay(&rec, Some(T0 + 10_000), Thresholds::default()).expect("replay");
     assert_eq!(early.at_ms, T0 + 10_000);
-    let parts = early.model.parts(early.at_ms);
+    let parts = wedgewatch::pipeline::parts(&early.model, early.at_ms);
     assert!(
         parts.findings.iter().all(|f| f.kind != "wedged_request"),
         "only 10 s old then"
@@ -254,7 +254,7 @@ fn rotation_keeps_n_bounded_segments(compress: bool) {
     )
     .expect("replay");
     assert_eq!(r.model.topology().components.len(), 4);
-    let parts = r.model.parts(r.at_ms);
+    let parts = wedgewatch::pipeline::parts(&r.model, r.at_ms);
     assert!(
         parts.findings.iter().any(|f| f.kind == "wedged_request"),
         "{:#?}",
@@ -327,7 +327,7 @@ fn baselines_give_config_changed_on_replay() {
         "secret change detected without its value: {ch:#?}"
     );
     assert!(ch.iter().all(|c| c.after.as_deref() != Some("abd")));
-    let parts = r.model.parts(r.at_ms);
+    let parts = wedgewatch::pipeline::parts(&r.model, r.at_ms);
     assert!(parts
         .findings
         .iter()
@@ -579,9 +579,7 @@ fn default_policy_thins_sockets_to_one_hertz_and_drops_raw_series() {
         Thresholds::default(),
     )
     .expect("replay");
-    assert!(r
-        .model
-        .parts(T0 + 40_000)
+    assert!(wedgewatch::pipeline::parts(&r.model, T0 + 40_000)
         .findings
         .iter()
         .any(|f| f.kind == "wedged_request"));

@@ -340,7 +340,7 @@ fn check_replay(path: &std::path::Path) {
         Thresholds::default(),
     )
     .expect("replay");
-    let parts = r.model.parts(r.at_ms);
+    let parts = wedgewatch::pipeline::parts(&r.model, r.at_ms);
     assert_clean(
         "the replayed model",
         &serde_json::to_string(&parts).expect("json"),

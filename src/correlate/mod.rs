@@ -4,7 +4,7 @@
 //! [`Model`] is fed [`Sample`]s in time order (live from the sampler, or replayed from a
 //! recording) and keeps a bounded history: time-bounded ring buffers per source. Everything
 //! derived (request states, GPU verdicts, findings) is computed on demand by
-//! [`Model::view`] / [`Model::parts`], so the same samples always give the same answer.
+//! [`Model::view`] / [`Model::parts_with`], so the same samples always give the same answer.
 //!
 //! Logical metric names consumed (from `MetricsScrape.mapped`, summed over series):
 //! `running`, `queued`, `http_active`, `forward_seconds_total`, `idle_seconds_total`,
@@ -18,13 +18,12 @@ pub mod exchange;
 pub mod links;
 
 use crate::clock::Millis;
-use crate::detect::{self, Thresholds};
 use crate::model::{
     Change, Component, EndpointProbe, FetchOutcome, GpuReading, MetricsScrape, Payload,
     ProcessFacts, Request, RequestState, Role, Sample, SnapGpu, SnapGpuProcess, SnapThread,
     SocketTable, SourceKind, SourceStatus, StackCapture, Status, Topology,
 };
-use crate::snapshot::{ComponentExtras, SnapshotParts};
+use crate::model::{ComponentExtras, SnapshotParts, Thresholds};
 use exchange::{Conn, ConnKey, End, Exchange, Obs};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -1129,14 +1128,8 @@ impl Model {
         }
     }
 
-    /// Everything a snapshot needs, findings included.
-    pub fn parts(&self, now: Millis) -> SnapshotParts {
-        let view = self.view(now);
-        let findings = detect::run_all(self, &view);
-        self.parts_with(now, &view, findings)
-    }
-
-    /// Like [`Model::parts`] with findings computed by the caller.
+    /// Everything a snapshot needs, with the findings computed by the caller (the pipeline
+    /// step [`crate::pipeline::parts`] runs the detectors over `view` and calls this).
     pub fn parts_with(
         &self,
         now: Millis,

@@ -23,6 +23,7 @@ mod stalled_stream;
 mod thresholds;
 mod wedged_request;
 
+pub use crate::model::Thresholds;
 pub use accumulating_state::accumulating_state;
 pub use busy_without_progress::busy_without_progress;
 pub use config_changed::config_changed;
@@ -32,7 +33,6 @@ pub use process_restarted::process_restarted;
 pub use queue_not_draining::queue_not_draining;
 pub use scheduler_stuck::scheduler_stuck;
 pub use stalled_stream::stalled_stream;
-pub use thresholds::Thresholds;
 pub use wedged_request::wedged_request;
 
 /// A detector: a pure function over the model and its view at one instant.

@@ -2,11 +2,15 @@
 //! snapshot contract (`wedgewatch.snapshot/1`, `wedgewatch.diff/1`).
 
 pub mod finding_kind;
+pub mod parts;
 pub mod sample;
 pub mod snapshot;
+pub mod thresholds;
 pub mod topology;
 
 pub use finding_kind::FindingKind;
+pub use parts::{ComponentExtras, SnapshotParts};
 pub use sample::*;
 pub use snapshot::*;
+pub use thresholds::Thresholds;
 pub use topology::*;

@@ -496,7 +496,9 @@ fn unscraped(topo: &Topology) -> Option<String> {
         .components
         .iter()
         .filter_map(|c| {
-            let why = c.labels.get(crate::model::topology::labels::LABEL_METRICS_UNSCRAPED)?;
+            let why = c
+                .labels
+                .get(crate::model::topology::labels::LABEL_METRICS_UNSCRAPED)?;
             Some(format!("{}: {why}", c.id))
         })
         .collect();

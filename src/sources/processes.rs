@@ -399,8 +399,10 @@ mod tests {
         let mut topo = Topology::default();
         let mut c = crate::model::Component::new("engine@x", crate::model::Role::Engine, "t");
         c.pids = vec![me];
-        c.labels
-            .insert(crate::model::topology::labels::LABEL_ENV_PID.into(), "1".into());
+        c.labels.insert(
+            crate::model::topology::labels::LABEL_ENV_PID.into(),
+            "1".into(),
+        );
         topo.components.push(c);
         let mut gone = crate::model::Component::new("other@y", crate::model::Role::Other, "t");
         gone.pids = vec![i32::MAX - 3];

@@ -1,0 +1,41 @@
+//! What a snapshot is assembled from: the correlator's per-component extras and the
+//! findings, before redaction and assembly (`snapshot::assemble`). Model-layer types so the
+//! correlator can fill them in without depending on the outputs.
+
+use super::{
+    Change, Finding, ProcessFacts, Request, SnapGpu, SnapThread, SourceKind, SourceStatus, Topology,
+};
+use crate::clock::Millis;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Per-component extras computed by the correlator.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ComponentExtras {
+    /// Socket counts by TCP state name.
+    pub sockets: BTreeMap<String, u32>,
+    /// Selected metrics and their rates.
+    pub metrics: BTreeMap<String, f64>,
+    /// GPU activity verdict: `working`, `idle`, `spinning`, `unknown`.
+    pub gpu_activity: Option<String>,
+}
+
+/// Everything a snapshot is made of, before redaction and assembly.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct SnapshotParts {
+    pub taken_at_ms: Millis,
+    pub window_ms: u64,
+    pub sources: BTreeMap<SourceKind, SourceStatus>,
+    pub topology: Topology,
+    /// Latest facts of every process of the topology.
+    pub processes: Vec<ProcessFacts>,
+    pub requests: Vec<Request>,
+    pub gpus: Vec<SnapGpu>,
+    pub threads: Vec<SnapThread>,
+    pub findings: Vec<Finding>,
+    /// Keyed by component id.
+    pub extras: BTreeMap<String, ComponentExtras>,
+    pub config_changed: Vec<Change>,
+    /// Raw per-source payloads (JSON) for the bundle's raw files, keyed by file stem.
+    pub raw: BTreeMap<String, serde_json::Value>,
+}
