@@ -7,10 +7,8 @@
 //! consequences (topology, process restarts), so an added variable on one engine is the
 //! first line of the human output.
 
-use crate::model::{
-    Change, DiffReport, Evidence, Finding, FindingKind, Role, Severity, SnapComponent, Snapshot,
-    DIFF_SCHEMA,
-};
+pub use crate::model::changes::render_change_plain;
+use crate::model::{Change, DiffReport, Role, SnapComponent, Snapshot, DIFF_SCHEMA};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Field names of the contract, in reporting order.
@@ -326,64 +324,11 @@ fn diff_safe(before: &Snapshot, after: &Snapshot) -> DiffReport {
     }
 }
 
-/// `config_changed` findings for a snapshot taken with `--baseline`: one per component with
-/// env/cmdline/version/config changes, naming the changed keys.
-pub fn findings_from_changes(changes: &[Change]) -> Vec<Finding> {
-    let mut by_comp: BTreeMap<(&str, Role), Vec<&Change>> = BTreeMap::new();
-    for c in changes {
-        if matches!(c.field.as_str(), "env" | "cmdline" | "version" | "config") {
-            by_comp
-                .entry((c.component.as_str(), c.role))
-                .or_default()
-                .push(c);
-        }
-    }
-    by_comp
-        .into_iter()
-        .map(|((comp, role), cs)| {
-            // The change itself in the summary: an added variable must be readable at once.
-            let mut shown: Vec<String> = cs.iter().take(3).map(|c| render_change_plain(c)).collect();
-            if cs.len() > 3 {
-                shown.push(format!("{} more", cs.len() - 3));
-            }
-            Finding {
-                kind: FindingKind::ConfigChanged,
-                severity: Severity::Warning,
-                component: Some(comp.to_string()),
-                role: Some(role),
-                summary: format!("{comp} changed since the baseline: {}", shown.join("; ")),
-                requests: Vec::new(),
-                evidence: cs
-                    .iter()
-                    .map(|c| Evidence::new("diff", render_change_plain(c)))
-                    .collect(),
-                explanation: Some(
-                    "A configuration change since the baseline is the first suspect when behaviour changed.".into(),
-                ),
-            }
-        })
-        .collect()
-}
-
 fn sign(c: &Change) -> char {
     match (&c.before, &c.after) {
         (None, Some(_)) => '+',
         (Some(_), None) => '-',
         _ => '~',
-    }
-}
-
-/// One change as a line without colour: `+ env SGLANG_X=1`.
-pub fn render_change_plain(c: &Change) -> String {
-    let key = c.key.as_deref().unwrap_or("");
-    match (c.field.as_str(), &c.before, &c.after) {
-        ("topology", None, Some(_)) if key == "component" => "+ component appeared".into(),
-        ("topology", Some(_), None) if key == "component" => "- component gone".into(),
-        ("process", Some(b), Some(a)) => format!("~ process restarted: {b} -> {a}"),
-        (f, None, Some(a)) => format!("+ {f} {key}={a}"),
-        (f, Some(b), None) => format!("- {f} {key} (was {b})"),
-        (f, Some(b), Some(a)) => format!("~ {f} {key}: {b} -> {a}"),
-        (f, None, None) => format!("? {f} {key}"),
     }
 }
 
@@ -591,7 +536,7 @@ mod tests {
         let human = render_human(&r, true);
         assert!(human.contains("\x1b[1;32m+ env KNOB=1"), "{human}");
         assert!(!render_human(&r, false).contains('\x1b'));
-        let f = findings_from_changes(&r.changes);
+        let f = crate::detect::config_changed(&r.changes);
         assert_eq!(f.len(), 2, "decode env, prefill cmdline: {f:#?}");
     }
 

@@ -406,7 +406,7 @@ fn cmd_snapshot(g: &Global, a: SnapshotArgs) -> anyhow::Result<i32> {
             .retain(|f| f.kind != wedgewatch::model::FindingKind::ConfigChanged);
         parts
             .findings
-            .extend(diff::findings_from_changes(&d.changes));
+            .extend(wedgewatch::detect::config_changed(&d.changes));
         parts.config_changed = d.changes;
     }
     let bundle = snapshot::assemble_bundle(parts, &opts);
