@@ -205,7 +205,7 @@ pub fn perfetto_model(model: &Model, now: Millis) -> Value {
     let mut whole = model.clone();
     whole.window_ms = whole.history_ms;
     let m = &whole;
-    let parts = crate::pipeline::parts(&m, now);
+    let parts = crate::pipeline::parts(m, now);
     let view = m.view(now);
     let mut b = Builder::new();
     for r in &parts.requests {
