@@ -1129,7 +1129,7 @@ impl Model {
     }
 
     /// Everything a snapshot needs, with the findings computed by the caller (the pipeline
-    /// step [`crate::pipeline::parts`] runs the detectors over `view` and calls this).
+    /// step `pipeline::parts` runs the detectors over `view` and calls this).
     pub fn parts_with(
         &self,
         now: Millis,
