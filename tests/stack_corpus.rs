@@ -122,3 +122,93 @@ fn every_real_dump_gets_its_true_state() {
     }
     assert!(wrong.is_empty(), "misclassified:\n{}", wrong.join("\n"));
 }
+
+/// A real dump with loop frames added outside the quoted ones (the quotes stop early; these
+/// are the frames the issue names as the cause of the old misclassification).
+fn extended(file: &str, outer: &[(&str, &str)]) -> (Option<String>, ThreadStack) {
+    let d = load().into_iter().find(|d| d.file == file).expect(file);
+    let mut t = d.thread;
+    t.frames.extend(outer.iter().map(|(n, f)| Frame {
+        name: n.to_string(),
+        file: f.to_string(),
+        line: 1,
+    }));
+    (d.stack, t)
+}
+
+#[test]
+fn a_collective_beats_the_idle_loop_frames_around_it() {
+    // sglang 0.5.13: check_prefetch_progress -> all_reduce under get_next_batch_to_run was "idle".
+    let (stack, t) = extended(
+        "sglang-22607-tp0-hicache-all_reduce.txt",
+        &[
+            ("get_next_batch_to_run", "sglang/srt/managers/scheduler.py"),
+            ("event_loop_overlap", "sglang/srt/managers/scheduler.py"),
+            ("run_scheduler_process", "sglang/srt/managers/scheduler.py"),
+        ],
+    );
+    let (state, rule) = rules().classify(stack.as_deref(), &t);
+    assert_eq!(state, "collective");
+    assert_eq!(rule.as_deref(), Some("collective.all_reduce"));
+}
+
+#[test]
+fn the_engine_core_waiting_on_workers_is_not_running_a_batch() {
+    // vLLM: zmq poll/recv above dequeue under _process_engine_step was "running_batch".
+    let (stack, t) = extended(
+        "vllm-50835-enginecore-dequeue.txt",
+        &[
+            ("_process_engine_step", "vllm/v1/engine/core.py"),
+            ("run_busy_loop", "vllm/v1/engine/core.py"),
+            ("run_engine_core", "vllm/v1/engine/core.py"),
+        ],
+    );
+    let (state, rule) = rules().classify(stack.as_deref(), &t);
+    assert_eq!(state, "waiting_workers");
+    assert_eq!(rule.as_deref(), Some("vllm.waiting_workers"));
+}
+
+#[test]
+fn every_collective_or_p2p_rule_outranks_every_idle_rule() {
+    let rules = ProbeSet::builtin().unwrap().stack_rules;
+    let waits = [
+        "collective",
+        "nccl_collective",
+        "gloo_collective",
+        "p2p_wait",
+    ];
+    let idle = ["idle", "helper_idle"];
+    let min_wait = rules
+        .iter()
+        .filter(|r| waits.contains(&r.state.as_str()))
+        .map(|r| r.priority)
+        .min()
+        .unwrap();
+    let max_idle = rules
+        .iter()
+        .filter(|r| idle.contains(&r.state.as_str()))
+        .map(|r| r.priority)
+        .max()
+        .unwrap();
+    assert!(
+        min_wait > max_idle,
+        "a collective rule ({min_wait}) <= an idle rule ({max_idle})"
+    );
+}
+
+#[test]
+fn no_rule_means_unknown_not_a_guess() {
+    let t = ThreadStack {
+        tid: 1,
+        name: Some("MainThread".into()),
+        active: true,
+        owns_gil: true,
+        frames: vec![parse_frame("mystery (somewhere/else.py:3)")],
+        state: String::new(),
+        rule: None,
+    };
+    assert_eq!(
+        rules().classify(Some("sglang"), &t),
+        ("unknown".to_string(), None)
+    );
+}

@@ -1082,6 +1082,28 @@ mod tests {
     }
 
     #[test]
+    fn innermost_depth_counts_python_frames_and_sees_native_ones() {
+        let mut r = rule("w", STATE_IDLE, 1, &[]);
+        r.any_frame = vec![];
+        r.innermost = vec!["wait@threading\\.py$".into()];
+        r.innermost_depth = 1;
+        let set = RuleSet::new(&[r]).unwrap();
+        // py-spy --native: libc and the lock call sit inside the Python frame.
+        let mut t = thread(&[
+            ("0x7f00", "libc.so.6"),
+            ("PyThread_acquire_lock_timed", "python3.12"),
+            ("wait", "threading.py"),
+            ("run", "tqdm/_monitor.py"),
+        ]);
+        for f in &mut t.frames[..2] {
+            f.line = 0;
+        }
+        assert_eq!(set.classify(None, &t).0, STATE_IDLE);
+        assert_eq!(innermost_window(&t.frames, 1), 3);
+        assert_eq!(innermost_window(&t.frames, 99), 4);
+    }
+
+    #[test]
     fn bad_rules_are_named() {
         let e = RuleSet::new(&[rule("x", "napping", 0, &["a"])]).unwrap_err();
         assert!(e.to_string().contains("stack_rule x: unknown state"), "{e}");
