@@ -216,6 +216,30 @@ pub(crate) fn redact_outputs(
     }
 }
 
+/// The largest snapshot file read (`diff`, `--baseline`, `--replay`): a snapshot of a big
+/// stack is a few MiB; a file from a stranger is not allowed to take the memory it likes.
+pub const MAX_SNAPSHOT_BYTES: u64 = 256 << 20;
+
+/// The text of `path` when it is at most `cap` bytes (None: larger), read without following
+/// a larger file to its end.
+fn read_capped(path: &Path, cap: u64) -> Result<Option<String>> {
+    use std::io::Read;
+    let f = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    let mut bytes = Vec::new();
+    f.take(cap + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| Error::io(path, e))?;
+    if bytes.len() as u64 > cap {
+        return Ok(None);
+    }
+    String::from_utf8(bytes)
+        .map(Some)
+        .map_err(|_| Error::BadSnapshot {
+            path: path.to_path_buf(),
+            message: "not UTF-8 text".to_string(),
+        })
+}
+
 /// Reads and checks a snapshot file (for `diff` and `--baseline`): a clear error naming the
 /// file when it is not JSON, truncated, or not a `wedgewatch.snapshot/1`.
 pub fn read_snapshot(path: &Path) -> Result<Snapshot> {
@@ -228,7 +252,8 @@ pub fn read_snapshot(path: &Path) -> Result<Snapshot> {
     } else {
         path.to_path_buf()
     };
-    let text = std::fs::read_to_string(&path_to_read).map_err(|e| Error::io(&path_to_read, e))?;
+    let text = read_capped(&path_to_read, MAX_SNAPSHOT_BYTES)?
+        .ok_or_else(|| bad(format!("larger than {} MiB", MAX_SNAPSHOT_BYTES >> 20)))?;
     let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
         if e.is_eof() {
             bad(format!("truncated JSON ({e})"))

@@ -178,3 +178,21 @@ fn doctor_fails_without_procfs() {
         "{line}"
     );
 }
+
+/// A snapshot file from a stranger may be huge: it is refused at the cap (exit 2, the file
+/// named), not read to its end. The file is sparse, so the test costs no disk.
+#[test]
+fn diff_refuses_an_oversized_snapshot_without_reading_it_all() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let good = good_snapshot(tmp.path());
+    let huge = tmp.path().join("huge.json");
+    let f = std::fs::File::create(&huge).expect("create");
+    f.set_len(wedgewatch::snapshot::MAX_SNAPSHOT_BYTES + 1)
+        .expect("sparse");
+    let (code, _, err) = run(&["diff".as_ref(), good.as_os_str(), huge.as_os_str()]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("huge.json") && err.contains("larger than 256 MiB"),
+        "{err}"
+    );
+}

@@ -458,6 +458,15 @@ fn scheduler_stuck_in_the_same_frame_in_every_dump() {
     assert!(run(["unknown"; 3], ["tree_cache_walk"; 3])
         .iter()
         .any(|f| f.kind == "scheduler_stuck"));
+    // A scheduler that left its loop (`threading._shutdown`) is stuck, even as its frames
+    // move; start-up only when the same frame is seen in every dump.
+    assert!(run(["shutdown"; 3], ["_shutdown", "join", "_shutdown"])
+        .iter()
+        .any(|f| f.kind == "scheduler_stuck"));
+    assert!(run(["startup"; 3], ["load_weights"; 3])
+        .iter()
+        .any(|f| f.kind == "scheduler_stuck"));
+    assert!(run(["startup"; 3], ["a", "b", "c"]).is_empty());
     // An idle loop sitting in the same poll is not stuck; two dumps are not enough.
     assert!(run(["idle"; 3], ["maybe_sleep"; 3]).is_empty());
     assert!(run(

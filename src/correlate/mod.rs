@@ -158,9 +158,9 @@ impl ComponentState {
             .threads
             .iter()
             .filter(|t| {
-                t.states
-                    .last()
-                    .is_some_and(|s| s == "running_batch" || s == "waiting_gpu_result")
+                t.states.last().is_some_and(|s| {
+                    s == "running_batch" || s == "waiting_gpu_result" || s == "waiting_workers"
+                })
             })
             .count();
         if busy > 0 {
@@ -181,7 +181,9 @@ impl ComponentState {
                 (
                     // A thread some scheduler rule recognised (the loop), before the engine's
                     // HTTP thread, which no rule knows.
-                    t.states.iter().any(|s| s != "unknown"),
+                    t.states
+                        .iter()
+                        .any(|s| s != "unknown" && s != "helper_idle"),
                     t.name.as_deref() == Some("MainThread"),
                     t.states.len(),
                     std::cmp::Reverse(t.pid),

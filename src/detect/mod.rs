@@ -219,7 +219,11 @@ fn idle_evidence(cs: &ComponentState) -> (Vec<String>, Vec<Evidence>) {
             .threads
             .iter()
             // Threads no rule recognised (HTTP loops, helpers) say nothing about the work.
-            .filter(|t| t.states.iter().any(|s| s != "unknown"))
+            .filter(|t| {
+                t.states
+                    .iter()
+                    .any(|s| s != "unknown" && s != "helper_idle")
+            })
             .map(|t| {
                 format!(
                     "pid {} tid {} ({}): {}",

@@ -40,14 +40,22 @@ pub fn scheduler_stuck(m: &Model, v: &View) -> Vec<Finding> {
             if t.states.len() < th.scheduler_min_dumps {
                 continue;
             }
-            let all_stuck = t.states.iter().all(|s| s == "stuck_outside_loop");
+            // Left the loop for good (`threading._shutdown`) counts like stuck outside it;
+            // start-up only when the very same frame is seen in every dump.
+            let all_stuck = t
+                .states
+                .iter()
+                .all(|s| s == "stuck_outside_loop" || s == "shutdown");
             let same_frame = t
                 .top_frames
                 .iter()
                 .all(|f| !f.is_empty() && *f == t.top_frames[0])
-                && t.states
-                    .iter()
-                    .all(|s| s == "stuck_outside_loop" || s == "unknown");
+                && t.states.iter().all(|s| {
+                    matches!(
+                        s.as_str(),
+                        "stuck_outside_loop" | "unknown" | "shutdown" | "startup"
+                    )
+                });
             if !(all_stuck || same_frame) {
                 continue;
             }

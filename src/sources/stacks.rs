@@ -36,6 +36,12 @@ pub const STATES: &[&str] = &[
     STATE_GLOO_COLLECTIVE,
     STATE_PD_QUEUE_POLLING,
     STATE_STUCK_OUTSIDE_LOOP,
+    STATE_COLLECTIVE,
+    STATE_P2P_WAIT,
+    STATE_WAITING_WORKERS,
+    STATE_STARTUP,
+    STATE_SHUTDOWN,
+    STATE_HELPER_IDLE,
     STATE_UNKNOWN,
 ];
 pub const STATE_IDLE: &str = "idle";
@@ -47,6 +53,19 @@ pub const STATE_GLOO_COLLECTIVE: &str = "gloo_collective";
 pub const STATE_PD_QUEUE_POLLING: &str = "pd_queue_polling";
 /// A serving process's main thread whose frames contain none of its stack's loop functions.
 pub const STATE_STUCK_OUTSIDE_LOOP: &str = "stuck_outside_loop";
+/// Inside a torch.distributed collective whose backend the frames do not show; the rule's
+/// name says which collective (`collective.all_reduce`).
+pub const STATE_COLLECTIVE: &str = "collective";
+/// Waiting in a point-to-point receive/send (pipeline-parallel stage hand-off).
+pub const STATE_P2P_WAIT: &str = "p2p_wait";
+/// An engine core waiting for its workers' output (vLLM shared-memory broadcast queue).
+pub const STATE_WAITING_WORKERS: &str = "waiting_workers";
+/// Start-up: loading, profiling memory, compiling or warming up the model.
+pub const STATE_STARTUP: &str = "startup";
+/// The main thread left its loop and is shutting down (`threading._shutdown`).
+pub const STATE_SHUTDOWN: &str = "shutdown";
+/// A helper thread (tqdm monitor, a queue or socket poller) waiting for work.
+pub const STATE_HELPER_IDLE: &str = "helper_idle";
 pub const STATE_UNKNOWN: &str = "unknown";
 
 /// Maps a thread's frames to a state. Lives in `probes/*.toml` as `[[stack_rule]]`.
@@ -54,9 +73,9 @@ pub const STATE_UNKNOWN: &str = "unknown";
 /// A frame pattern is `NAME` or `NAME@FILE`: `NAME` is a regex matched against the whole
 /// function name, both as py-spy reports it (3.11+: qualified, `Scheduler.run_batch`) and
 /// its last dotted part (`run_batch`); `FILE` is a regex searched in the frame's file path.
-/// A rule matches when at least one frame matches `any_frame` (if given), one of the
-/// `innermost_depth` innermost frames matches `innermost` (if given), and no frame matches
-/// `not_frame`. Among matching rules the highest `priority` wins (ties: file order).
+/// A rule matches when at least one frame anywhere in the stack matches `any_frame` (if
+/// given), one of the `innermost_depth` innermost Python frames (or a native frame among or
+/// inside them) matches `innermost` (if given), and no frame matches `not_frame`. Among matching rules the highest `priority` wins (ties: file order).
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct StackRule {
@@ -133,13 +152,34 @@ impl CompiledRule {
             return false;
         }
         if !self.innermost.is_empty() {
-            let depth = self.rule.innermost_depth.max(1).min(frames.len());
-            if !any(&self.innermost, &frames[..depth]) {
+            let window = innermost_window(frames, self.rule.innermost_depth);
+            if !any(&self.innermost, &frames[..window]) {
                 return false;
             }
         }
         !any(&self.not_frame, frames)
     }
+}
+
+/// A native frame (`py-spy --native`: libc, libtorch, an address): no Python file, no line.
+fn is_native(f: &Frame) -> bool {
+    f.line == 0 && !f.file.ends_with(".py")
+}
+
+/// How many innermost frames `innermost` looks at: the `depth` innermost Python frames and
+/// every native frame among or inside them (so `--native` dumps match like Python-only ones).
+fn innermost_window(frames: &[Frame], depth: usize) -> usize {
+    let depth = depth.max(1);
+    let mut python = 0;
+    for (i, f) in frames.iter().enumerate() {
+        if !is_native(f) {
+            python += 1;
+            if python == depth {
+                return i + 1;
+            }
+        }
+    }
+    frames.len()
 }
 
 /// Stack rules compiled once (regexes checked, sorted by priority).
@@ -1039,6 +1079,28 @@ mod tests {
             ("run_scheduler_process", "/s.py"),
         ]);
         assert_eq!(set.classify(None, &t).0, STATE_UNKNOWN);
+    }
+
+    #[test]
+    fn innermost_depth_counts_python_frames_and_sees_native_ones() {
+        let mut r = rule("w", STATE_IDLE, 1, &[]);
+        r.any_frame = vec![];
+        r.innermost = vec!["wait@threading\\.py$".into()];
+        r.innermost_depth = 1;
+        let set = RuleSet::new(&[r]).unwrap();
+        // py-spy --native: libc and the lock call sit inside the Python frame.
+        let mut t = thread(&[
+            ("0x7f00", "libc.so.6"),
+            ("PyThread_acquire_lock_timed", "python3.12"),
+            ("wait", "threading.py"),
+            ("run", "tqdm/_monitor.py"),
+        ]);
+        for f in &mut t.frames[..2] {
+            f.line = 0;
+        }
+        assert_eq!(set.classify(None, &t).0, STATE_IDLE);
+        assert_eq!(innermost_window(&t.frames, 1), 3);
+        assert_eq!(innermost_window(&t.frames, 99), 4);
     }
 
     #[test]

@@ -79,11 +79,13 @@ impl Theme {
         match state {
             "running_batch" | "kv_transfer" => self.fg(Color::Green),
             "waiting_gpu" | "waiting_gpu_result" => self.fg(Color::Cyan),
-            "collective" | "nccl_collective" | "gloo_collective" | "pd_queue_polling" => {
-                self.fg(Color::Yellow)
+            "waiting_workers" => self.fg(Color::Cyan),
+            "collective" | "nccl_collective" | "gloo_collective" | "p2p_wait"
+            | "pd_queue_polling" => self.fg(Color::Yellow),
+            "stuck" | "stuck_outside_loop" | "shutdown" => {
+                self.fg(Color::Red).add_modifier(Modifier::BOLD)
             }
-            "stuck" | "stuck_outside_loop" => self.fg(Color::Red).add_modifier(Modifier::BOLD),
-            "idle" => self.dim(),
+            "idle" | "helper_idle" => self.dim(),
             _ => Style::default(),
         }
     }

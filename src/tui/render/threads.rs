@@ -14,9 +14,14 @@ fn state_letter(state: &str) -> char {
         "running_batch" => 'R',
         "waiting_gpu" | "waiting_gpu_result" => 'W',
         "collective" | "nccl_collective" | "gloo_collective" => 'C',
+        "p2p_wait" => 'X',
+        "waiting_workers" => 'w',
         "pd_queue_polling" => 'P',
         "kv_transfer" => 'K',
         "stuck" | "stuck_outside_loop" => 'S',
+        "startup" => 'u',
+        "shutdown" => 'D',
+        "helper_idle" => 'h',
         "" => ' ',
         _ => '?',
     }
@@ -79,7 +84,7 @@ fn thread_heading(comp_w: usize, theme: Theme, w: usize) -> Vec<Line<'static>> {
     vec![
         Line::styled(
             fit(
-                "state per dump, oldest → newest: i idle · R running batch · W waiting GPU · C collective · P PD queue poll · K KV transfer · S stuck · ? other",
+                "state per dump, oldest → newest: i idle · h helper · R running · W wait GPU · w wait workers · C collective · X p2p · P PD poll · K KV · u startup · D shutdown · S stuck · ? other",
                 w,
             ),
             theme.dim(),
@@ -119,6 +124,12 @@ fn thread_line(t: &SnapThread, comp_w: usize, theme: Theme, selected: bool) -> L
             state_letter(st).to_string(),
             theme.thread_state(st),
         ));
+    }
+    // No rule matched: say where it is rather than guess.
+    if t.state == "unknown" {
+        if let Some(top) = t.frames.first() {
+            spans.push(Span::styled(format!("  top: {top}"), theme.dim()));
+        }
     }
     let line = Line::from(spans);
     if selected {

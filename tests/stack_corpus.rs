@@ -1,0 +1,214 @@
+//! Every real dump in tests/fixtures/realdumps/ (frames copied from public SGLang/vLLM issue
+//! threads, each with its source and true state) classified with the built-in rules.
+
+use std::path::Path;
+use wedgewatch::model::{Frame, ThreadStack};
+use wedgewatch::probes::ProbeSet;
+use wedgewatch::sources::stacks::{RuleSet, STATES};
+
+struct Dump {
+    file: String,
+    source: String,
+    stack: Option<String>,
+    expect: String,
+    expect_rule: Option<String>,
+    thread: ThreadStack,
+}
+
+/// `function (file:line)` or `function (lib)` (a native frame: no line).
+fn parse_frame(line: &str) -> Frame {
+    let (name, rest) = line
+        .rsplit_once(" (")
+        .unwrap_or_else(|| panic!("frame without ' (': {line:?}"));
+    let loc = rest.strip_suffix(')').expect("frame ends with ')'");
+    let (file, line_no) = match loc.rsplit_once(':') {
+        Some((f, n)) if n.chars().all(|c| c.is_ascii_digit()) && !n.is_empty() => {
+            (f, n.parse().unwrap())
+        }
+        _ => (loc, 0),
+    };
+    Frame {
+        name: name.to_string(),
+        file: file.to_string(),
+        line: line_no,
+    }
+}
+
+fn load() -> Vec<Dump> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/realdumps");
+    let mut paths: Vec<_> = std::fs::read_dir(&dir)
+        .expect("realdumps dir")
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "txt"))
+        .collect();
+    paths.sort();
+    paths
+        .iter()
+        .map(|p| {
+            let text = std::fs::read_to_string(p).unwrap();
+            let mut head = std::collections::BTreeMap::new();
+            let mut frames = vec![];
+            for line in text.lines().filter(|l| !l.trim().is_empty()) {
+                if let Some(h) = line.strip_prefix("# ") {
+                    let (k, v) = h.split_once(": ").expect("header is '# key: value'");
+                    head.insert(k.to_string(), v.to_string());
+                } else {
+                    frames.push(parse_frame(line));
+                }
+            }
+            let file = p.file_name().unwrap().to_string_lossy().into_owned();
+            let need = |k: &str| {
+                head.get(k)
+                    .cloned()
+                    .unwrap_or_else(|| panic!("{file}: no '# {k}:' header"))
+            };
+            Dump {
+                source: need("source"),
+                expect: need("expect"),
+                stack: head.get("stack").cloned(),
+                expect_rule: head.get("expect_rule").cloned(),
+                thread: ThreadStack {
+                    tid: 1,
+                    name: head.get("thread").cloned(),
+                    active: false,
+                    owns_gil: false,
+                    frames,
+                    state: String::new(),
+                    rule: None,
+                },
+                file,
+            }
+        })
+        .collect()
+}
+
+fn rules() -> RuleSet {
+    RuleSet::new(&ProbeSet::builtin().expect("built-in probes").stack_rules).expect("rules")
+}
+
+#[test]
+fn corpus_is_well_formed() {
+    let dumps = load();
+    assert!(dumps.len() >= 8, "only {} real dumps", dumps.len());
+    for d in &dumps {
+        assert!(
+            d.source.starts_with("https://github.com/"),
+            "{}: source",
+            d.file
+        );
+        assert!(
+            STATES.contains(&d.expect.as_str()),
+            "{}: unknown state {}",
+            d.file,
+            d.expect
+        );
+        assert!(!d.thread.frames.is_empty(), "{}: no frames", d.file);
+    }
+}
+
+#[test]
+fn every_real_dump_gets_its_true_state() {
+    let set = rules();
+    let mut wrong = vec![];
+    for d in load() {
+        let (state, rule) = set.classify(d.stack.as_deref(), &d.thread);
+        let rule_ok = d.expect_rule.is_none() || d.expect_rule == rule;
+        if state != d.expect || !rule_ok {
+            wrong.push(format!(
+                "{}: got {state} ({rule:?}), want {} ({:?})  [{}]",
+                d.file, d.expect, d.expect_rule, d.source
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "misclassified:\n{}", wrong.join("\n"));
+}
+
+/// A real dump with loop frames added outside the quoted ones (the quotes stop early; these
+/// are the frames the issue names as the cause of the old misclassification).
+fn extended(file: &str, outer: &[(&str, &str)]) -> (Option<String>, ThreadStack) {
+    let d = load().into_iter().find(|d| d.file == file).expect(file);
+    let mut t = d.thread;
+    t.frames.extend(outer.iter().map(|(n, f)| Frame {
+        name: n.to_string(),
+        file: f.to_string(),
+        line: 1,
+    }));
+    (d.stack, t)
+}
+
+#[test]
+fn a_collective_beats_the_idle_loop_frames_around_it() {
+    // sglang 0.5.13: check_prefetch_progress -> all_reduce under get_next_batch_to_run was "idle".
+    let (stack, t) = extended(
+        "sglang-22607-tp0-hicache-all_reduce.txt",
+        &[
+            ("get_next_batch_to_run", "sglang/srt/managers/scheduler.py"),
+            ("event_loop_overlap", "sglang/srt/managers/scheduler.py"),
+            ("run_scheduler_process", "sglang/srt/managers/scheduler.py"),
+        ],
+    );
+    let (state, rule) = rules().classify(stack.as_deref(), &t);
+    assert_eq!(state, "collective");
+    assert_eq!(rule.as_deref(), Some("collective.all_reduce"));
+}
+
+#[test]
+fn the_engine_core_waiting_on_workers_is_not_running_a_batch() {
+    // vLLM: zmq poll/recv above dequeue under _process_engine_step was "running_batch".
+    let (stack, t) = extended(
+        "vllm-50835-enginecore-dequeue.txt",
+        &[
+            ("_process_engine_step", "vllm/v1/engine/core.py"),
+            ("run_busy_loop", "vllm/v1/engine/core.py"),
+            ("run_engine_core", "vllm/v1/engine/core.py"),
+        ],
+    );
+    let (state, rule) = rules().classify(stack.as_deref(), &t);
+    assert_eq!(state, "waiting_workers");
+    assert_eq!(rule.as_deref(), Some("vllm.waiting_workers"));
+}
+
+#[test]
+fn every_collective_or_p2p_rule_outranks_every_idle_rule() {
+    let rules = ProbeSet::builtin().unwrap().stack_rules;
+    let waits = [
+        "collective",
+        "nccl_collective",
+        "gloo_collective",
+        "p2p_wait",
+    ];
+    let idle = ["idle", "helper_idle"];
+    let min_wait = rules
+        .iter()
+        .filter(|r| waits.contains(&r.state.as_str()))
+        .map(|r| r.priority)
+        .min()
+        .unwrap();
+    let max_idle = rules
+        .iter()
+        .filter(|r| idle.contains(&r.state.as_str()))
+        .map(|r| r.priority)
+        .max()
+        .unwrap();
+    assert!(
+        min_wait > max_idle,
+        "a collective rule ({min_wait}) <= an idle rule ({max_idle})"
+    );
+}
+
+#[test]
+fn no_rule_means_unknown_not_a_guess() {
+    let t = ThreadStack {
+        tid: 1,
+        name: Some("MainThread".into()),
+        active: true,
+        owns_gil: true,
+        frames: vec![parse_frame("mystery (somewhere/else.py:3)")],
+        state: String::new(),
+        rule: None,
+    };
+    assert_eq!(
+        rules().classify(Some("sglang"), &t),
+        ("unknown".to_string(), None)
+    );
+}
