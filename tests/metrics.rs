@@ -620,10 +620,12 @@ print(srv.server_address[1], flush=True); srv.serve_forever()
         );
         // The worker's socket has an owner only once it is accept()ed (before that it sits
         // in the kernel's accept queue with no fd): on a loaded machine that takes a moment.
+        // And the router forwards the request a moment after it accepted the connection.
         let accepted = t.sockets.iter().any(|s| {
             s.local_port() == Some(dport)
                 && s.pid == Some(d_pid as i32)
                 && s.state == wedgewatch::model::TcpState::Established
+                && s.tcp_info.is_some_and(|ti| ti.bytes_received > 0)
         });
         if classify(&full, &t).edges.len() == 3 && ms.mapped.get(&key) == Some(&1.0) && accepted {
             break (t, ms);
