@@ -536,6 +536,8 @@ fn real_sglang_router_is_discovered() {
             && t.component(&r2id).is_some_and(|c| {
                 c.labels.get("workers_source").map(String::as_str) == Some("GET /workers")
             })
+            // The router adds its workers a moment after it answers /workers at all.
+            && has_edge(t, &r2id, &did, EdgeOrigin::Config)
     });
     let rc = comp(&topo, &rid);
     assert_eq!(rc.role, Role::Router);
