@@ -161,6 +161,7 @@ pub fn assemble_bundle(parts: SnapshotParts, opts: &AssembleOptions) -> Bundle {
         sources,
         components,
         requests: parts.requests.clone(),
+        logical_requests: parts.logical_requests.clone(),
         gpus: parts.gpus.clone(),
         threads: parts.threads.clone(),
         findings,

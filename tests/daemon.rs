@@ -393,7 +393,7 @@ async fn incident_wedge_at_decode_with_the_added_variable() {
     let dir = tempfile::tempdir().expect("tmp");
     let mut cfg = DaemonConfig::new(dir.path().join("state"));
     cfg.rotation = None;
-    cfg.thresholds.wedged_after_ms = 400; // the real default is 30 s
+    cfg.thresholds.correlate.wedged_after_ms = 400; // the real default is 30 s
     let sock = cfg.socket_path.clone();
     let discover: DiscoverFn = Arc::new(|| Box::pin(async { Ok(pd_topology()) }));
     let idle = Sim::new(pd_topology()).socket_table();

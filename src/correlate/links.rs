@@ -39,8 +39,8 @@ fn num_of(id: &str) -> u64 {
 
 /// Links recently started exchanges to their parents. Existing links are kept.
 pub(crate) fn link(model: &mut Model, now: Millis) {
-    let window = model.thresholds.link_window_ms;
-    let slack = model.thresholds.link_slack_ms;
+    let window = model.thresholds.correlate.link_window_ms;
+    let slack = model.thresholds.correlate.link_slack_ms;
     let horizon = 10_000 + window + slack;
     let first_new = model.link_cursor.0;
     let recent: Vec<Lite> = model

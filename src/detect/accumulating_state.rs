@@ -22,21 +22,21 @@ pub fn accumulating_state(m: &Model, v: &View) -> Vec<Finding> {
     let mut out = Vec::new();
     for c in &m.topology().components {
         let Some(q) = m.counts(&c.id) else { continue };
-        let from = v.now - th.accumulate_window_ms;
+        let from = v.now - th.detect.accumulate_window_ms;
         type Pick = fn(&crate::correlate::CountPoint) -> Option<u32>;
         let metrics: [(&str, Pick, u32); 4] = [
             (
                 "established connections",
                 |p| p.established,
-                th.accumulate_min_connections,
+                th.detect.accumulate_min_connections,
             ),
             (
                 "CLOSE_WAIT sockets",
                 |p| p.close_wait,
-                th.accumulate_min_close_wait,
+                th.detect.accumulate_min_close_wait,
             ),
-            ("open fds", |p| p.fds, th.accumulate_min_fds),
-            ("threads", |p| p.threads, th.accumulate_min_threads),
+            ("open fds", |p| p.fds, th.detect.accumulate_min_fds),
+            ("threads", |p| p.threads, th.detect.accumulate_min_threads),
         ];
         for (what, pick, min_growth) in metrics {
             let pts: Vec<(Millis, u32)> = q
@@ -44,7 +44,8 @@ pub fn accumulating_state(m: &Model, v: &View) -> Vec<Finding> {
                 .filter(|p| p.t_ms >= from && p.t_ms <= v.now)
                 .filter_map(|p| pick(p).map(|x| (p.t_ms, x)))
                 .collect();
-            if pts.len() < 6 || pts[pts.len() - 1].0 - pts[0].0 < th.accumulate_window_ms / 2 {
+            if pts.len() < 6 || pts[pts.len() - 1].0 - pts[0].0 < th.detect.accumulate_window_ms / 2
+            {
                 continue;
             }
             let third = pts.len() / 3;

@@ -6,12 +6,11 @@ pub mod finding_kind;
 pub mod parts;
 pub mod sample;
 pub mod snapshot;
-pub mod thresholds;
 pub mod topology;
 
+pub use crate::config::Thresholds;
 pub use finding_kind::FindingKind;
 pub use parts::{ComponentExtras, SnapshotParts};
 pub use sample::*;
 pub use snapshot::*;
-pub use thresholds::Thresholds;
 pub use topology::*;
