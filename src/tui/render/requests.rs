@@ -206,6 +206,14 @@ fn row_label(r: &Request, all_hops: bool) -> &str {
     name.as_deref().unwrap_or(&r.id)
 }
 
+/// A hop in the drill-in: its leg and, to find it in the Sockets view, its exchange id.
+fn hop_name(r: &Request) -> String {
+    match &r.leg {
+        Some(leg) => format!("{leg} ({})", r.id),
+        None => r.id.clone(),
+    }
+}
+
 /// `"12 requests (3 stuck, 2 waiting) · sort: stuck · one row per request (a: all hops)"`.
 /// Stuck and waiting count logical requests (the correlator's verdicts), also in the
 /// all-hops list.
@@ -338,7 +346,7 @@ fn hop_line(
     let text = format!(
         "{:<8} {} {} {} -> {}  {}  age {} silence {}  in {} out {}{conf}",
         LANES[lane_of(role)],
-        row_label(r, true),
+        hop_name(r),
         r.component,
         r.client,
         r.server,
