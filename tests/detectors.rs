@@ -998,3 +998,46 @@ fn wedged_when_work_stopped_before_the_request_arrived() {
     sim.run(10_000, |s| env.tick(s));
     assert_none_of(&findings(&sim), &["wedged_request"]);
 }
+
+/// Probes (a router's health check, a scrape: requests too small to be inference requests)
+/// are never stuck requests, however long they wait; an inference request beside them is.
+/// Every exchange is a leg of one logical request, named after it.
+#[test]
+fn probes_are_never_stuck_requests() {
+    let mut sim = Sim::new(pd_topology());
+    let mut env = Env::idle();
+    let probe = sim.connect(Some(200), 31012, 400);
+    sim.request(probe, 90);
+    let real = sim.connect(Some(200), 31012, 400);
+    sim.request(real, 900);
+    sim.run(40_000, |s| env.tick(s));
+    let parts = wedgewatch::pipeline::parts(&sim.model, sim.now);
+    let w: Vec<_> = parts
+        .findings
+        .iter()
+        .filter(|f| f.kind == "wedged_request")
+        .collect();
+    assert_eq!(w.len(), 1, "{:#?}", parts.findings);
+    assert_eq!(w[0].requests.len(), 1, "{:?}", w[0].requests);
+    let by_id = |id: &str| {
+        parts
+            .logical_requests
+            .iter()
+            .find(|l| l.id == id)
+            .expect("logical request")
+    };
+    let stuck = by_id(&w[0].requests[0]);
+    assert!(!stuck.probe && stuck.verdict == Verdict::Stuck);
+    let probes: Vec<_> = parts.logical_requests.iter().filter(|l| l.probe).collect();
+    assert_eq!(probes.len(), 1, "{:#?}", parts.logical_requests);
+    assert_eq!(probes[0].verdict, Verdict::Waiting);
+    for r in parts
+        .requests
+        .iter()
+        .filter(|r| r.state != RequestState::Idle)
+    {
+        let id = r.request.as_deref().expect("a leg of a logical request");
+        assert_eq!(r.leg.as_deref(), Some(format!("{id}@decode").as_str()));
+        assert!(by_id(id).legs.contains(&r.id));
+    }
+}

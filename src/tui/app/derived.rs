@@ -46,7 +46,8 @@ pub struct RequestRow {
     pub lanes: [Option<Lane>; 4],
     /// The chain's logical request is stuck (the correlator's verdict).
     pub stuck: bool,
-    /// The chain's logical request waits for its first byte and is not stuck (yet).
+    /// The chain's logical request waits for its first byte and is not stuck (yet); probes
+    /// (health checks, scrapes) are not counted as waiting requests.
     pub waiting: bool,
     /// Deepest lane where the chain is stuck.
     pub stuck_at: Option<usize>,
@@ -254,6 +255,7 @@ fn request_rows(s: &Snapshot, d: &Derived, chain_of: &[usize]) -> Vec<RequestRow
             let chain = chain_of[i];
             let (lanes, stuck_at) = per_chain[chain];
             let verdict = logical(chain).map(|l| l.verdict);
+            let probe = logical(chain).is_some_and(|l| l.probe);
             let mut search = String::with_capacity(96);
             for part in [
                 r.id.as_str(),
@@ -276,7 +278,7 @@ fn request_rows(s: &Snapshot, d: &Derived, chain_of: &[usize]) -> Vec<RequestRow
                 lane: lane_of(roles[i]),
                 lanes,
                 stuck: verdict == Some(Verdict::Stuck),
-                waiting: verdict == Some(Verdict::Waiting),
+                waiting: verdict == Some(Verdict::Waiting) && !probe,
                 stuck_at,
                 search,
             }
