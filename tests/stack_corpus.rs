@@ -2,15 +2,15 @@
 //! threads, each with its source and true state) classified with the built-in rules.
 
 use std::path::Path;
-use wedgewatch::model::{Frame, ThreadStack};
+use wedgewatch::model::{Frame, ThreadStack, ThreadState};
 use wedgewatch::probes::ProbeSet;
-use wedgewatch::sources::stacks::{RuleSet, STATES};
+use wedgewatch::sources::stacks::{Classification, RuleSet};
 
 struct Dump {
     file: String,
     source: String,
     stack: Option<String>,
-    expect: String,
+    expect: ThreadState,
     expect_rule: Option<String>,
     thread: ThreadStack,
 }
@@ -64,7 +64,7 @@ fn load() -> Vec<Dump> {
             };
             Dump {
                 source: need("source"),
-                expect: need("expect"),
+                expect: ThreadState::from(need("expect")),
                 stack: head.get("stack").cloned(),
                 expect_rule: head.get("expect_rule").cloned(),
                 thread: ThreadStack {
@@ -73,8 +73,9 @@ fn load() -> Vec<Dump> {
                     active: false,
                     owns_gil: false,
                     frames,
-                    state: String::new(),
+                    state: ThreadState::Unknown,
                     rule: None,
+                    decided_by: None,
                 },
                 file,
             }
@@ -89,7 +90,7 @@ fn rules() -> RuleSet {
 #[test]
 fn corpus_is_well_formed() {
     let dumps = load();
-    assert!(dumps.len() >= 8, "only {} real dumps", dumps.len());
+    assert!(dumps.len() >= 22, "only {} real dumps", dumps.len());
     for d in &dumps {
         assert!(
             d.source.starts_with("https://github.com/"),
@@ -97,7 +98,7 @@ fn corpus_is_well_formed() {
             d.file
         );
         assert!(
-            STATES.contains(&d.expect.as_str()),
+            d.expect.is_known(),
             "{}: unknown state {}",
             d.file,
             d.expect
@@ -111,7 +112,7 @@ fn every_real_dump_gets_its_true_state() {
     let set = rules();
     let mut wrong = vec![];
     for d in load() {
-        let (state, rule) = set.classify(d.stack.as_deref(), &d.thread);
+        let Classification { state, rule, .. } = set.classify(d.stack.as_deref(), &d.thread);
         let rule_ok = d.expect_rule.is_none() || d.expect_rule == rule;
         if state != d.expect || !rule_ok {
             wrong.push(format!(
@@ -147,9 +148,14 @@ fn a_collective_beats_the_idle_loop_frames_around_it() {
             ("run_scheduler_process", "sglang/srt/managers/scheduler.py"),
         ],
     );
-    let (state, rule) = rules().classify(stack.as_deref(), &t);
-    assert_eq!(state, "collective");
-    assert_eq!(rule.as_deref(), Some("collective.all_reduce"));
+    let c = rules().classify(stack.as_deref(), &t);
+    assert_eq!(c.state, ThreadState::Collective);
+    assert_eq!(c.rule.as_deref(), Some("collective.all_reduce"));
+    // The snapshot says which frame decided: the collective itself, not the loop around it.
+    assert_eq!(
+        c.decided_by.as_deref(),
+        Some("all_reduce (torch/distributed/distributed_c10d.py:3075)")
+    );
 }
 
 #[test]
@@ -163,9 +169,9 @@ fn the_engine_core_waiting_on_workers_is_not_running_a_batch() {
             ("run_engine_core", "vllm/v1/engine/core.py"),
         ],
     );
-    let (state, rule) = rules().classify(stack.as_deref(), &t);
-    assert_eq!(state, "waiting_workers");
-    assert_eq!(rule.as_deref(), Some("vllm.waiting_workers"));
+    let c = rules().classify(stack.as_deref(), &t);
+    assert_eq!(c.state, ThreadState::WaitingWorkers);
+    assert_eq!(c.rule.as_deref(), Some("vllm.waiting_workers"));
 }
 
 #[test]
@@ -204,11 +210,12 @@ fn no_rule_means_unknown_not_a_guess() {
         active: true,
         owns_gil: true,
         frames: vec![parse_frame("mystery (somewhere/else.py:3)")],
-        state: String::new(),
+        state: ThreadState::Unknown,
         rule: None,
+        decided_by: None,
     };
     assert_eq!(
         rules().classify(Some("sglang"), &t),
-        ("unknown".to_string(), None)
+        Classification::default()
     );
 }
