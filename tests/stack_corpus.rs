@@ -369,3 +369,19 @@ fn native_frames_decide_when_the_python_frames_say_nothing() {
     assert_eq!(c.state, ThreadState::GlooCollective, "{c:?}");
     assert_eq!(c.rule.as_deref(), Some("native.gloo_collective"));
 }
+
+/// Start-up frame names also occur while serving (a `Req.__init__` in scheduler.py, a weight
+/// update that loads a model): inside the event loop they are not start-up. sglang#6891's
+/// scheduler, with such a frame put inside its batch, stays `running_batch`.
+#[test]
+fn start_up_names_inside_the_event_loop_are_serving() {
+    let d = load()
+        .into_iter()
+        .find(|d| d.file == "sglang-6891-eagle-draft-running.txt")
+        .expect("fixture");
+    let mut t = d.thread;
+    t.frames
+        .insert(0, parse_frame("__init__ (scheduler.py:56)"));
+    let c = rules().classify(d.stack.as_deref(), &t);
+    assert_eq!(c.state, ThreadState::RunningBatch, "{c:?}");
+}
