@@ -178,3 +178,47 @@ fn frame_lines(t: &SnapThread, detail_open: bool, theme: Theme, w: usize) -> Vec
     }
     fl
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(lines: &[Line<'_>]) -> Vec<String> {
+        lines
+            .iter()
+            .map(|l| l.spans.iter().map(|s| s.content.as_ref()).collect())
+            .collect()
+    }
+
+    /// The frame panel names the deciding rule and frame, so the collective is on screen.
+    #[test]
+    fn frames_say_which_rule_decided() {
+        let mut t = SnapThread {
+            pid: 7,
+            tid: 7,
+            name: Some("MainThread".into()),
+            state: ThreadState::Collective,
+            frames: vec!["all_reduce (distributed_c10d.py:3075)".into()],
+            component: None,
+            states_over_window: vec![],
+            rule: Some("collective.all_reduce".into()),
+            decided_by: Some("all_reduce (distributed_c10d.py:3075)".into()),
+        };
+        let theme = Theme { no_color: true };
+        let lines = text(&frame_lines(&t, true, theme, 100));
+        assert_eq!(
+            lines[1].trim_end(),
+            "  rule collective.all_reduce at all_reduce (distributed_c10d.py:3075)"
+        );
+        t.rule = None;
+        t.decided_by = None;
+        let lines = text(&frame_lines(&t, true, theme, 100));
+        assert_eq!(
+            lines[1].trim_end(),
+            "  all_reduce (distributed_c10d.py:3075)"
+        );
+        assert_eq!(state_letter(&ThreadState::P2pWait), 'X');
+        assert_eq!(state_letter(&ThreadState::from("waiting_gpu")), 'W');
+        assert_eq!(state_letter(&ThreadState::from("")), ' ');
+    }
+}
