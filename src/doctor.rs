@@ -286,6 +286,50 @@ fn netlink_check() -> Check {
     }
 }
 
+/// The discovered top-level components, in one line.
+fn targets_check(topo: &crate::model::Topology) -> Check {
+    let summary: Vec<String> = topo
+        .components
+        .iter()
+        .filter(|c| c.parent.is_none())
+        .map(|c| format!("{} ({})", c.id, c.role))
+        .collect();
+    check(
+        "targets",
+        CheckStatus::Ok,
+        format!(
+            "{} components: {}",
+            topo.components.len(),
+            summary.join(", ")
+        ),
+    )
+}
+
+/// Whether any of the pids lies in a namespace other than `mine`, and a text listing the
+/// pids by namespace inode (None: unreadable).
+fn describe_namespaces(m: &BTreeMap<Option<u64>, Vec<i32>>, mine: Option<u64>) -> (bool, String) {
+    let foreign = m.keys().any(|k| k.is_some() && *k != mine);
+    let parts: Vec<String> = m
+        .iter()
+        .map(|(k, pids)| {
+            let name = match k {
+                Some(k) if Some(*k) == mine => format!("{k} (ours)"),
+                Some(k) => k.to_string(),
+                None => "unknown".into(),
+            };
+            format!(
+                "{name}: pids {}",
+                pids.iter()
+                    .map(|p| p.to_string())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            )
+        })
+        .collect();
+    (foreign, parts.join("; "))
+}
+
+/// Targets, their network and pid namespaces, and whether their /proc files are readable.
 fn namespace_checks(probes: &ProbeSet, opts: &DoctorOptions) -> Vec<Check> {
     let topo = match discover::discover(probes, &opts.discover) {
         Ok(t) => t,
@@ -307,21 +351,7 @@ fn namespace_checks(probes: &ProbeSet, opts: &DoctorOptions) -> Vec<Check> {
         ));
         return out;
     }
-    let summary: Vec<String> = topo
-        .components
-        .iter()
-        .filter(|c| c.parent.is_none())
-        .map(|c| format!("{} ({})", c.id, c.role))
-        .collect();
-    out.push(check(
-        "targets",
-        CheckStatus::Ok,
-        format!(
-            "{} components: {}",
-            topo.components.len(),
-            summary.join(", ")
-        ),
-    ));
+    out.push(targets_check(&topo));
     let mut netns: BTreeMap<Option<u64>, Vec<i32>> = BTreeMap::new();
     let mut pidns: BTreeMap<Option<u64>, Vec<i32>> = BTreeMap::new();
     let mut unreadable = Vec::new();
@@ -336,28 +366,7 @@ fn namespace_checks(probes: &ProbeSet, opts: &DoctorOptions) -> Vec<Check> {
             unreadable.push(pid);
         }
     }
-    let describe = |m: &BTreeMap<Option<u64>, Vec<i32>>, mine: Option<u64>| -> (bool, String) {
-        let foreign = m.keys().any(|k| k.is_some() && *k != mine);
-        let parts: Vec<String> = m
-            .iter()
-            .map(|(k, pids)| {
-                let name = match k {
-                    Some(k) if Some(*k) == mine => format!("{k} (ours)"),
-                    Some(k) => k.to_string(),
-                    None => "unknown".into(),
-                };
-                format!(
-                    "{name}: pids {}",
-                    pids.iter()
-                        .map(|p| p.to_string())
-                        .collect::<Vec<_>>()
-                        .join(",")
-                )
-            })
-            .collect();
-        (foreign, parts.join("; "))
-    };
-    let (foreign_net, net_txt) = describe(&netns, me.netns);
+    let (foreign_net, net_txt) = describe_namespaces(&netns, me.netns);
     out.push(check(
         "netns",
         if foreign_net { CheckStatus::Warn } else { CheckStatus::Ok },
@@ -367,7 +376,7 @@ fn namespace_checks(probes: &ProbeSet, opts: &DoctorOptions) -> Vec<Check> {
             net_txt
         },
     ));
-    let (foreign_pid, pid_txt) = describe(&pidns, me.pidns);
+    let (foreign_pid, pid_txt) = describe_namespaces(&pidns, me.pidns);
     out.push(check(
         "pidns",
         if foreign_pid {
