@@ -19,6 +19,6 @@ pub mod proc_fs;
 pub mod proc_net;
 pub mod sock_diag;
 
-pub use proc_fs::{FdScan, ProcFs, ProcFsError};
+pub use proc_fs::{CgroupEntry, FdScan, ProcFs, ProcFsError};
 pub use sock_diag::{Dump, NetlinkSockDiag, SockDiag, SockDiagError};
 pub use url::Url;

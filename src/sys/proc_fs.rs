@@ -1,9 +1,9 @@
 //! [`ProcFs`]: every read of `/proc`, or of a fixture tree standing in for it.
 //!
-//! Discovery, the processes source and the sockets source read the process table, cmdline,
-//! environ, stat, status, comm, threads, namespace links, fd -> socket-inode links and the
-//! `net/tcp{,6}` tables through one value with a configurable root, so a test can point all
-//! of them at a tree in a tempdir. Files are read with [`safe_fs::read_capped`]: never
+//! Discovery, the processes source, the sockets source and the doctor read the process
+//! table, cmdline, environ, stat, status, comm, threads, cgroups, namespace links, fd ->
+//! socket-inode links and the `net/tcp{,6}` tables through one value with a configurable
+//! root, so a test can point all of them at a tree in a tempdir. Files are read with [`safe_fs::read_capped`]: never
 //! through a link at the last component and never more than a cap (a process's environment
 //! is written by whoever started it). These reads are blocking and some of them (cmdline,
 //! environ) block for as long as the target holds its mmap lock: callers run them under a
@@ -68,6 +68,16 @@ pub struct FdScan {
     pub fds_read: u64,
     /// `socket:[N]` inodes, in fd directory order (duplicates possible: dup'ed fds).
     pub socket_inodes: Vec<u64>,
+}
+
+/// One line of `/proc/PID/cgroup`: `hierarchy-id:controllers:path` (cgroup v2: `0::/path`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CgroupEntry {
+    pub hierarchy: u32,
+    /// Empty for cgroup v2.
+    pub controllers: Vec<String>,
+    /// The cgroup's path (a container's id usually appears in it).
+    pub path: String,
 }
 
 /// A procfs tree: `/proc`, or a fixture tree with the same layout.
@@ -186,6 +196,12 @@ impl ProcFs {
             path: path.to_path_buf(),
             what: e.to_string(),
         })
+    }
+
+    /// The cgroups `pid` belongs to (malformed lines skipped).
+    pub fn cgroups(&self, pid: i32) -> Result<Vec<CgroupEntry>> {
+        let text = self.read_text(&self.path(pid, "cgroup"), MAX_SMALL_FILE)?;
+        Ok(text.lines().filter_map(parse_cgroup_line).collect())
     }
 
     /// The executable (`exe` link's target).
@@ -340,6 +356,20 @@ impl ProcFs {
             .ok()?;
         Some(secs * 1000)
     }
+}
+
+fn parse_cgroup_line(line: &str) -> Option<CgroupEntry> {
+    let (hierarchy, rest) = line.split_once(':')?;
+    let (controllers, path) = rest.split_once(':')?;
+    Some(CgroupEntry {
+        hierarchy: hierarchy.parse().ok()?,
+        controllers: controllers
+            .split(',')
+            .filter(|c| !c.is_empty())
+            .map(str::to_string)
+            .collect(),
+        path: path.to_string(),
+    })
 }
 
 /// `socket:[12345]` -> 12345.

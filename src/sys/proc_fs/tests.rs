@@ -33,6 +33,10 @@ fn fake_tree() -> tempfile::TempDir {
     let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/proc/container/100");
     std::fs::copy(fixture.join("status"), p.join("status")).unwrap();
     write("task/42/comm", "main\n");
+    write(
+        "cgroup",
+        "0::/system.slice/docker-abc123.scope\n4:cpu,cpuacct:/docker/abc123\ngarbage\n",
+    );
     write("task/43/comm", "detokenizer\n");
     write(
         "net/tcp",
@@ -75,6 +79,11 @@ fn reads_every_kind_of_file_of_a_fake_tree() {
     assert_eq!(status.nspid, Some(vec![100, 1]));
     assert_eq!(status.vmrss, Some(51200));
     assert_eq!(fs.exe(42).unwrap(), Path::new("/usr/bin/python3.11"));
+    let cgroups = fs.cgroups(42).unwrap();
+    assert_eq!(cgroups.len(), 2, "{cgroups:?}");
+    assert_eq!(cgroups[0].path, "/system.slice/docker-abc123.scope");
+    assert!(cgroups[0].controllers.is_empty());
+    assert_eq!((cgroups[1].hierarchy, cgroups[1].controllers.len()), (4, 2));
     let threads = fs.threads(42, 10).unwrap();
     let names: Vec<&str> = threads.iter().map(|t| t.name.as_str()).collect();
     assert_eq!(names, ["main", "detokenizer"]);
@@ -147,6 +156,7 @@ fn reads_our_own_process_in_the_real_proc() {
     assert!(fs.pids().unwrap().contains(&me));
     assert!(!fs.cmdline(me).unwrap().is_empty());
     assert!(fs.environ(me).is_ok());
+    assert!(!fs.cgroups(me).unwrap().is_empty());
     assert_eq!(fs.stat(me).unwrap().pid, me);
     assert!(fs.status(me).unwrap().nspid.is_some());
     assert!(!fs.threads(me, 512).unwrap().is_empty());
