@@ -74,10 +74,10 @@ struct Target {
 /// Parses a plain `http://` URL (the only scheme the scraped endpoints speak); the port
 /// defaults to 80.
 fn parse_url(raw: &str) -> Result<Target, String> {
-    // The url crate reads `http:///x` as host `x`; a URL without a host is refused here.
     if !raw.starts_with("http://") {
         return Err(format!("{raw}: only http:// URLs are supported"));
     }
+    // The url crate reads `http:///x` as host `x`; a URL without a host is refused here.
     if raw["http://".len()..].starts_with('/') {
         return Err(format!("{raw}: no host"));
     }
