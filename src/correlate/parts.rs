@@ -136,6 +136,8 @@ impl Model {
                     frames: t.frames.clone(),
                     component: owner,
                     states_over_window: t.states.clone(),
+                    rule: t.rule.clone(),
+                    decided_by: t.decided_by.clone(),
                 });
             }
         }

@@ -2,7 +2,7 @@
 
 use super::Model;
 use crate::clock::Millis;
-use crate::model::{Component, StackCapture};
+use crate::model::{Component, StackCapture, ThreadState};
 use std::collections::BTreeMap;
 
 /// One scheduler (or other) thread across the stack dumps of the window.
@@ -12,11 +12,14 @@ pub struct ThreadWindow {
     pub tid: i32,
     pub name: Option<String>,
     /// Classified state per dump, oldest first.
-    pub states: Vec<String>,
+    pub states: Vec<ThreadState>,
     /// Innermost frame per dump, oldest first.
     pub top_frames: Vec<String>,
     /// Frames of the latest dump, rendered.
     pub frames: Vec<String>,
+    /// The rule that decided the latest dump's state, and the frame it matched.
+    pub rule: Option<String>,
+    pub decided_by: Option<String>,
 }
 
 impl Model {
@@ -51,8 +54,12 @@ impl Model {
                     states: Vec::new(),
                     top_frames: Vec::new(),
                     frames: Vec::new(),
+                    rule: None,
+                    decided_by: None,
                 });
                 w.states.push(th.state.clone());
+                w.rule.clone_from(&th.rule);
+                w.decided_by.clone_from(&th.decided_by);
                 w.top_frames
                     .push(th.frames.first().map(|f| f.render()).unwrap_or_default());
                 w.frames = th.frames.iter().map(|f| f.render()).collect();

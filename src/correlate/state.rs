@@ -6,7 +6,7 @@ use super::metrics::PD_QUEUE_KEYS;
 use super::stacks::ThreadWindow;
 use super::Model;
 use crate::clock::Millis;
-use crate::model::{Component, Role};
+use crate::model::{Component, Role, ThreadState};
 use crate::sources::gpu::GpuActivity;
 use std::collections::BTreeMap;
 
@@ -114,11 +114,7 @@ impl ComponentState {
         let busy = self
             .threads
             .iter()
-            .filter(|t| {
-                t.states.last().is_some_and(|s| {
-                    s == "running_batch" || s == "waiting_gpu_result" || s == "waiting_workers"
-                })
-            })
+            .filter(|t| t.states.last().is_some_and(ThreadState::is_working))
             .count();
         if busy > 0 {
             v.push(WorkSignal::SchedulerBusy(busy));
@@ -138,9 +134,7 @@ impl ComponentState {
                 (
                     // A thread some scheduler rule recognised (the loop), before the engine's
                     // HTTP thread, which no rule knows.
-                    t.states
-                        .iter()
-                        .any(|s| s != "unknown" && s != "helper_idle"),
+                    t.states.iter().any(|s| !s.is_uninformative()),
                     t.name.as_deref() == Some("MainThread"),
                     t.states.len(),
                     std::cmp::Reverse(t.pid),

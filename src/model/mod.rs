@@ -6,6 +6,7 @@ pub mod finding_kind;
 pub mod parts;
 pub mod sample;
 pub mod snapshot;
+pub mod thread_state;
 pub mod topology;
 
 pub use crate::config::Thresholds;
@@ -13,4 +14,5 @@ pub use finding_kind::FindingKind;
 pub use parts::{ComponentExtras, SnapshotParts};
 pub use sample::*;
 pub use snapshot::*;
+pub use thread_state::ThreadState;
 pub use topology::*;
