@@ -68,6 +68,8 @@ pub struct DiscoverOptions {
     pub http_timeout: Duration,
     /// Pids never to report (the tool itself).
     pub exclude_pids: Vec<i32>,
+    /// `--router-key-env NAME` (see `sources::router_key`).
+    pub router_key_env: Option<String>,
 }
 
 impl Default for DiscoverOptions {
@@ -79,6 +81,7 @@ impl Default for DiscoverOptions {
             query_endpoints: true,
             http_timeout: Duration::from_millis(500),
             exclude_pids: vec![std::process::id() as i32],
+            router_key_env: None,
         }
     }
 }
@@ -506,6 +509,17 @@ pub fn loopback_get(
     path: &str,
     timeout: Duration,
 ) -> std::result::Result<String, String> {
+    loopback_get_with(host, port, path, timeout, None)
+}
+
+/// [`loopback_get`] with an `Authorization` value (a router's own API key).
+fn loopback_get_with(
+    host: &str,
+    port: u16,
+    path: &str,
+    timeout: Duration,
+    authorization: Option<String>,
+) -> std::result::Result<String, String> {
     if !is_loopback_host(host) {
         return Err(format!("{host} is not a loopback address; not asked"));
     }
@@ -515,7 +529,7 @@ pub fn loopback_get(
         total: timeout,
         cap: MAX_HTTP_BODY,
     };
-    let r = http::get_blocking(&url, limits);
+    let r = http::get_blocking_with(&url, limits, authorization);
     match r.outcome {
         FetchOutcome::Ok => Ok(String::from_utf8_lossy(&r.body).into_owned()),
         _ => Err(r.detail.unwrap_or_else(|| format!("{:?}", r.outcome))),
@@ -851,12 +865,16 @@ impl<'a> Builder<'a> {
         {
             prof.workers_endpoint.as_ref().and_then(|path| {
                 sockets.iter().take(4).find_map(|s| {
-                    let body =
-                        loopback_get(&s.ip().to_string(), s.port(), path, self.opts.http_timeout)
-                            .ok()?;
-                    serde_json::from_str::<serde_json::Value>(&body)
-                        .ok()
-                        .map(|_| s.port())
+                    match loopback_get(&s.ip().to_string(), s.port(), path, self.opts.http_timeout)
+                    {
+                        Ok(body) => serde_json::from_str::<serde_json::Value>(&body)
+                            .ok()
+                            .map(|_| s.port()),
+                        // A router started with --api-key refuses /workers without its key:
+                        // the refusal still marks its HTTP API (the metrics port says 404).
+                        Err(e) if crate::sources::router_key::is_auth_refusal(&e) => Some(s.port()),
+                        Err(_) => None,
+                    }
                 })
             })
         } else {
@@ -1076,7 +1094,12 @@ impl<'a> Builder<'a> {
             if urls.is_empty() && self.opts.query_endpoints {
                 if let (Some(path), Some(base)) = (&prof.workers_endpoint, &c.http_url) {
                     if let Some((_, host, port, _)) = parse_url(base) {
-                        match loopback_get(&host, port, path, self.opts.http_timeout) {
+                        let key = crate::sources::router_key::discovery_key(
+                            &c,
+                            &self.opts.proc_root,
+                            self.opts.router_key_env.as_deref(),
+                        );
+                        match loopback_get_with(&host, port, path, self.opts.http_timeout, key) {
                             Ok(body) => {
                                 urls = worker_urls_from_json(&body)
                                     .into_iter()
@@ -1315,6 +1338,9 @@ impl<'a> Builder<'a> {
                 format!("{base}/metrics")
             });
             c.labels.insert(LABEL_FOUND_BY.into(), "--url".into());
+            if self.opts.query_endpoints {
+                crate::sources::metrics::infer_url_component(&mut c, self.opts.http_timeout);
+            }
             self.push_unique(c);
         }
     }

@@ -99,15 +99,30 @@ pub async fn get(url: &str, limits: Limits) -> Response {
     get_via(url, limits, resolve::system).await
 }
 
+/// [`get`] with an `Authorization` header (a router's own API key, sent back to that router
+/// only: see [`crate::sources::router_key`]). The header value is never part of a detail.
+pub async fn get_authorized(url: &str, limits: Limits, authorization: &str) -> Response {
+    get_with(url, limits, resolve::system, Some(authorization)).await
+}
+
 /// [`get`] with another resolver (tests: one that hangs).
 pub async fn get_via(url: &str, limits: Limits, resolver: Resolver) -> Response {
+    get_with(url, limits, resolver, None).await
+}
+
+async fn get_with(
+    url: &str,
+    limits: Limits,
+    resolver: Resolver,
+    authorization: Option<&str>,
+) -> Response {
     let start = Instant::now();
     let parsed = match parse_url(url) {
         Ok(u) => u,
         Err(e) => return finish(start, FetchOutcome::Error, None, Vec::new(), Some(e)),
     };
     let mut raw = Vec::new();
-    let work = fetch(&parsed, limits, resolver, &mut raw);
+    let work = fetch(&parsed, limits, resolver, authorization, &mut raw);
     match tokio::time::timeout(limits.total, work).await {
         Ok(Err((outcome, detail))) => finish(start, outcome, None, Vec::new(), Some(detail)),
         Ok(Ok(())) => {
@@ -130,6 +145,11 @@ pub async fn get_via(url: &str, limits: Limits, resolver: Resolver) -> Response 
 /// [`get`] for synchronous callers (discovery), on its own thread and runtime so it works
 /// inside or outside an async context; returns within `limits.total` plus a margin.
 pub fn get_blocking(url: &str, limits: Limits) -> Response {
+    get_blocking_with(url, limits, None)
+}
+
+/// [`get_blocking`] with an `Authorization` value (see [`get_authorized`]).
+pub fn get_blocking_with(url: &str, limits: Limits, authorization: Option<String>) -> Response {
     let start = Instant::now();
     let (tx, rx) = std::sync::mpsc::channel();
     let owned = url.to_string();
@@ -140,7 +160,12 @@ pub fn get_blocking(url: &str, limits: Limits) -> Response {
                 .enable_all()
                 .build();
             let r = match rt {
-                Ok(rt) => rt.block_on(get(&owned, limits)),
+                Ok(rt) => rt.block_on(get_with(
+                    &owned,
+                    limits,
+                    resolve::system,
+                    authorization.as_deref(),
+                )),
                 Err(e) => finish(
                     start,
                     FetchOutcome::Error,
@@ -224,11 +249,17 @@ async fn fetch(
     url: &Url,
     limits: Limits,
     resolver: Resolver,
+    authorization: Option<&str>,
     raw: &mut Vec<u8>,
 ) -> Result<(), Failure> {
     let mut stream = connect(url, limits, resolver).await?;
+    // A value with a line break would smuggle headers: such a header is not sent at all.
+    let auth = authorization
+        .filter(|a| !a.contains(['\r', '\n']))
+        .map(|a| format!("Authorization: {a}\r\n"))
+        .unwrap_or_default();
     let req = format!(
-        "GET {} HTTP/1.0\r\nHost: {}\r\nUser-Agent: wedgewatch\r\nAccept: */*\r\nConnection: close\r\n\r\n",
+        "GET {} HTTP/1.0\r\nHost: {}\r\nUser-Agent: wedgewatch\r\nAccept: */*\r\n{auth}Connection: close\r\n\r\n",
         url.path, url.host
     );
     if let Err(e) = stream.write_all(req.as_bytes()).await {
