@@ -147,7 +147,8 @@ pub fn lookup(c: &Component, src: &KeySources, own_env: &dyn Fn(&str) -> Option<
             None => tried.push(format!("${name} is not set for wedgewatch")),
         }
     } else {
-        tried.push("no --router-key-env given".into());
+        // Worded so that no word follows the option: the redactor would take it for its value.
+        tried.push("no key variable named with --router-key-env".into());
     }
     Lookup::None(tried.join("; "))
 }
