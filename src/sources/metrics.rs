@@ -934,6 +934,43 @@ mod tests {
     }
 
     #[test]
+    fn excludes_and_replicas() {
+        let mut m = map("queued", ValueKind::Gauge, &["q"]);
+        m.exclude_labels.insert("priority".into(), ".+".into());
+        m.replica_labels = vec!["tp_rank".into()];
+        m.by_label = Some("dp_rank".into());
+        let s = vec![
+            ser(
+                "q",
+                &[("tp_rank", "0"), ("dp_rank", "0"), ("priority", "")],
+                3.0,
+            ),
+            ser(
+                "q",
+                &[("tp_rank", "1"), ("dp_rank", "0"), ("priority", "")],
+                3.0,
+            ),
+            ser(
+                "q",
+                &[("tp_rank", "0"), ("dp_rank", "0"), ("priority", "5")],
+                3.0,
+            ),
+            ser(
+                "q",
+                &[("tp_rank", "2"), ("dp_rank", "1"), ("priority", "")],
+                2.0,
+            ),
+        ];
+        let out = apply_maps(&[m.clone()], "sglang", Role::Decode, &s);
+        assert_eq!(out["queued"], 5.0, "{out:?}");
+        assert_eq!(out[&labelled_key("queued", "dp_rank", "0")], 3.0);
+        assert_eq!(out[&labelled_key("queued", "dp_rank", "1")], 2.0);
+        m.exclude_labels.insert("path".into(), "(".into());
+        let err = m.validate().expect_err("bad regex");
+        assert!(err.contains("exclude_labels.path"), "{err}");
+    }
+
+    #[test]
     fn rates_handle_resets_and_gauges() {
         let mk = |pairs: &[(&str, f64)]| MetricsScrape {
             component: "c".into(),
