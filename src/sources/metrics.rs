@@ -624,7 +624,7 @@ fn explain_auth(mut r: http::Response, key: Option<&Lookup>) -> http::Response {
         }
         (true, Some(Lookup::Found(_, from))) => {
             r.detail = Some(format!(
-                "the router refused the API key it was started with (HTTP {}; key from {from})",
+                "the router refused its API key (HTTP {}; key from {from})",
                 r.status.unwrap_or_default()
             ));
         }
