@@ -265,6 +265,31 @@ fn routers_with_api_keys_are_read_with_their_own_key_and_the_key_is_never_writte
         s["extra"]["workers"].to_string().contains(&engine_url),
         "{s}"
     );
+    // Discovery read the lab router's /workers with the key too: config edge to the engine.
+    let snap: Value = serde_json::from_str(
+        &std::fs::read_to_string(bundle2.join("snapshot.json")).expect("snapshot.json"),
+    )
+    .expect("json");
+    let id_of = |pid: u32| {
+        snap["components"]
+            .as_array()
+            .expect("components")
+            .iter()
+            .find(|c| c["main_pid"].as_u64() == Some(u64::from(pid)))
+            .and_then(|c| c["id"].as_str())
+            .unwrap_or_else(|| panic!("no component with main pid {pid}"))
+            .to_string()
+    };
+    let (rid, eid) = (id_of(router.pid), id_of(lab.engine().pid));
+    assert!(
+        snap["edges"]
+            .as_array()
+            .is_some_and(|es| es.iter().any(|e| e["from"] == rid.as_str()
+                && e["to"] == eid.as_str()
+                && e["origin"] == "config")),
+        "no config edge {rid} -> {eid}: {}",
+        snap["edges"]
+    );
 
     // 3. A recording with the key in use.
     let rec = b2.path().join("rec.wwrec");
