@@ -202,7 +202,7 @@ fn one_snapshot_names_the_proxy_holding_close_wait_sockets() {
     }
     assert!(
         all.contains(&format!(
-            "fds held against peers that hung up: {LEAKS} of {LEAKS}"
+            "fds held against peers that are gone: {LEAKS} of {LEAKS}"
         )),
         "{all}"
     );

@@ -27,10 +27,7 @@
 use super::secs;
 use crate::clock::Millis;
 use crate::correlate::{Model, View};
-use crate::model::{
-    Evidence, Finding, FindingKind, Severity, SocketEntry, SocketTable, SourceKind, Status,
-    TcpState,
-};
+use crate::model::{Evidence, Finding, FindingKind, Severity, SocketEntry, SocketTable, TcpState};
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
@@ -121,14 +118,24 @@ fn growth(m: &Model, v: &View) -> Vec<(&'static str, Finding)> {
 }
 
 /// What is known of the other end of a CLOSE_WAIT socket.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Peer {
     /// The peer's socket is on this host and no longer exists: nobody is at the other end.
     Gone,
-    /// The peer's socket still exists in this state (FIN_WAIT2 after its close, typically).
-    Closing(TcpState),
-    /// The peer is not on this host, or the table may be incomplete: cannot say.
+    /// The peer's socket still exists in this state (FIN_WAIT2, typically) but no process
+    /// holds it: its process closed it and only the kernel keeps it (`tcp_fin_timeout`).
+    Orphaned(TcpState),
+    /// The peer's socket is still held by a process (it half-closed: `shutdown(SHUT_WR)`).
+    HalfClosed(TcpState, Option<i32>),
+    /// The peer is not on this host (or its socket was not in the table): cannot say.
     Unknown,
+}
+
+impl Peer {
+    /// Nobody is left at the other end.
+    fn gone(self) -> bool {
+        matches!(self, Peer::Gone | Peer::Orphaned(_))
+    }
 }
 
 /// One CLOSE_WAIT socket of a component in the newest table.
@@ -165,15 +172,21 @@ fn silent_of(e: &SocketEntry) -> Option<u32> {
 
 /// The other end of `e`, if this table can tell. The sockets source keeps every socket that
 /// touches a component's listen port, so for a socket on such a port whose peer address is on
-/// this host, an absent reversed 4-tuple means the peer socket is gone, provided the table is
-/// complete (a degraded one may miss a namespace).
-fn peer_of(m: &Model, table: &SocketTable, e: &SocketEntry, complete: bool) -> Peer {
+/// this host, an absent reversed 4-tuple means the peer socket is gone. Only asked of sockets
+/// with `tcp_info`: their namespace was dumped whole by sock_diag (a `/proc/net/tcp` fallback
+/// or a namespace that could not be read would make "absent" mean nothing).
+fn peer_of(m: &Model, table: &SocketTable, e: &SocketEntry) -> Peer {
     if let Some(p) = table
         .sockets
         .iter()
         .find(|p| p.netns == e.netns && p.local == e.remote && p.remote == e.local)
     {
-        return Peer::Closing(p.state);
+        // The kernel reports inode 0 for a socket no fd refers to any more.
+        return if p.pid.is_none() && p.inode == 0 {
+            Peer::Orphaned(p.state)
+        } else {
+            Peer::HalfClosed(p.state, p.pid)
+        };
     }
     let ports: Vec<u16> = m
         .topology()
@@ -192,7 +205,7 @@ fn peer_of(m: &Model, table: &SocketTable, e: &SocketEntry, complete: bool) -> P
                 .iter()
                 .any(|s| s.netns == e.netns && host_of(&s.local) == Some(ip))
     });
-    if complete && on_known_port && on_this_host {
+    if on_known_port && on_this_host {
         Peer::Gone
     } else {
         Peer::Unknown
@@ -238,10 +251,6 @@ fn held_close_wait(m: &Model, v: &View) -> Vec<Finding> {
     let Some((t_table, table)) = m.latest_sockets() else {
         return Vec::new();
     };
-    let complete = m
-        .sources_seen()
-        .get(&SourceKind::Sockets)
-        .is_some_and(|s| s.status.status == Status::Ok);
     // The table's "ms ago" values age with the time since it was taken.
     let aged = (v.now - t_table).max(0);
     let mut held: BTreeMap<String, Vec<Held>> = BTreeMap::new();
@@ -270,7 +279,7 @@ fn held_close_wait(m: &Model, v: &View) -> Vec<Finding> {
             e,
             silent_ms,
             toward: toward_of(m, table, &c.id, e),
-            peer: peer_of(m, table, e, complete),
+            peer: peer_of(m, table, e),
         });
     }
     let min = usize::try_from(th.accumulate_close_wait_silent_min).unwrap_or(usize::MAX);
@@ -301,11 +310,7 @@ fn held_close_wait(m: &Model, v: &View) -> Vec<Finding> {
             .map(|(t, k)| format!("{k} {t}"))
             .collect::<Vec<_>>()
             .join(", ");
-        let span = if oldest - newest < 1000 {
-            secs(oldest)
-        } else {
-            format!("{} to {}", secs(newest), secs(oldest))
-        };
+        let silences = span(newest, oldest);
         let mut evidence = vec![Evidence::new(
             "sockets",
             format!(
@@ -336,36 +341,27 @@ fn held_close_wait(m: &Model, v: &View) -> Vec<Finding> {
             evidence.push(Evidence::new(
                 "sockets",
                 format!(
-                    "... and {} more CLOSE_WAIT sockets silent {} to {}",
+                    "... and {} more CLOSE_WAIT sockets silent {}",
                     rest.len(),
-                    secs(lo),
-                    secs(hi)
+                    span(lo, hi)
                 ),
             ));
         }
-        let gone = socks.iter().filter(|h| h.peer == Peer::Gone).count();
-        let mut closing: BTreeMap<&str, usize> = BTreeMap::new();
+        // One count per way the other end is described, in a stable order.
+        let mut peers: BTreeMap<String, usize> = BTreeMap::new();
         for h in &socks {
-            if let Peer::Closing(st) = h.peer {
-                *closing.entry(st.as_str()).or_default() += 1;
-            }
+            *peers.entry(peer_text(h.peer)).or_default() += 1;
         }
-        let unknown = socks.iter().filter(|h| h.peer == Peer::Unknown).count();
-        let mut peers = vec![format!("peer socket gone: {gone}")];
-        peers.extend(
-            closing
-                .iter()
-                .map(|(st, k)| format!("peer closed its end ({st}): {k}")),
-        );
-        if unknown > 0 {
-            peers.push(format!("peer not seen from here (another host): {unknown}"));
-        }
+        let gone = socks.iter().filter(|h| h.peer.gone()).count();
         evidence.push(Evidence::new(
             "sockets",
             format!(
-                "fds held against peers that hung up: {} of {n} ({})",
-                n - unknown,
-                peers.join(", ")
+                "fds held against peers that are gone: {gone} of {n} ({})",
+                peers
+                    .iter()
+                    .map(|(what, k)| format!("{what}: {k}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
         ));
         evidence.extend(fd_evidence(m, &socks));
@@ -375,7 +371,7 @@ fn held_close_wait(m: &Model, v: &View) -> Vec<Finding> {
             component: Some(id.clone()),
             role: Some(c.role),
             summary: format!(
-                "{id} holds {n} sockets in CLOSE_WAIT ({groups_text}), silent {span}: the peer \
+                "{id} holds {n} sockets in CLOSE_WAIT ({groups_text}), silent {silences}: the peer \
                  hung up and it never closed them"
             ),
             requests: Vec::new(),
@@ -383,7 +379,7 @@ fn held_close_wait(m: &Model, v: &View) -> Vec<Finding> {
             explanation: Some(format!(
                 "Seen in one look, no history needed: a socket in CLOSE_WAIT has received the \
                  peer's FIN and waits for this process to close it, which a working program \
-                 does within milliseconds. These have been silent for {span}, longer than any \
+                 does within milliseconds. These have been silent for {silences}, longer than any \
                  close in progress: they are held. Each is an fd (and often a connection-pool \
                  slot or a request) that is never released; when the pool or a limit runs dry \
                  the component accepts requests and never forwards them, and a restart frees \
@@ -394,6 +390,31 @@ fn held_close_wait(m: &Model, v: &View) -> Vec<Finding> {
         });
     }
     out
+}
+
+/// "41 s" when the silences are within a second of each other, else "35 s to 41 s".
+fn span(lo: i64, hi: i64) -> String {
+    if hi - lo < 1000 {
+        secs(hi)
+    } else {
+        format!("{} to {}", secs(lo), secs(hi))
+    }
+}
+
+/// How the other end of a held socket is described, per socket and in the counts.
+fn peer_text(p: Peer) -> String {
+    match p {
+        Peer::Gone => "peer socket gone".into(),
+        Peer::Orphaned(st) => format!("peer closed by its process ({}, kernel only)", st.as_str()),
+        Peer::HalfClosed(st, Some(pid)) => {
+            format!(
+                "peer half-closed ({}), still held by pid {pid}",
+                st.as_str()
+            )
+        }
+        Peer::HalfClosed(st, None) => format!("peer half-closed ({})", st.as_str()),
+        Peer::Unknown => "peer not on this host".into(),
+    }
 }
 
 /// "127.0.0.1:57930 -> 127.0.0.1:32156 (to router@...): CLOSE_WAIT, silent 41 s (...)".
@@ -411,11 +432,7 @@ fn socket_line(h: &Held, aged: i64) -> String {
         ),
         None => String::new(),
     };
-    let peer = match h.peer {
-        Peer::Gone => "peer socket gone".to_string(),
-        Peer::Closing(st) => format!("peer closed its end ({})", st.as_str()),
-        Peer::Unknown => "peer not seen from here".to_string(),
-    };
+    let peer = peer_text(h.peer);
     let holder = e
         .pid
         .map_or_else(String::new, |p| format!("; fd held by pid {p}"));
@@ -564,7 +581,7 @@ mod tests {
         );
         assert!(all.contains("... and 16 more CLOSE_WAIT sockets"), "{all}");
         assert!(
-            all.contains("fds held against peers that hung up: 24 of 24 (peer socket gone: 12, peer closed its end (FIN_WAIT2): 12)"),
+            all.contains("fds held against peers that are gone: 24 of 24 (peer closed by its process (FIN_WAIT2, kernel only): 12, peer socket gone: 12)"),
             "{all}"
         );
     }
@@ -604,6 +621,77 @@ mod tests {
         assert_eq!(fs.len(), 1, "{fs:#?}");
         assert!(fs[0].evidence[0].detail.contains("fires at 3"), "{fs:#?}");
         assert!(run(s, Thresholds::default()).is_empty());
+    }
+
+    /// A socket table captured from the lab (`tests/fixtures/sockets/`, see its `source`),
+    /// ingested at its time and looked at right then.
+    fn lab_capture(json: &str, th: Thresholds) -> Vec<Finding> {
+        let v: serde_json::Value = serde_json::from_str(json).expect("fixture JSON");
+        let t = v["taken_at_ms"].as_i64().expect("taken_at_ms");
+        let topo: Topology = serde_json::from_value(v["topology"].clone()).expect("topology");
+        let table: SocketTable = serde_json::from_value(v["sockets"].clone()).expect("sockets");
+        let mut m = Model::new(th);
+        m.set_topology(topo);
+        m.ingest(&Sample {
+            t_ms: t,
+            status: SourceStatus::ok(),
+            took_ms: 3,
+            payload: Payload::Sockets(table),
+        });
+        accumulating_state(&m, &m.view(t))
+    }
+
+    const HELD: &str = include_str!("../../tests/fixtures/sockets/close-wait-held.json");
+    const FRESH: &str = include_str!("../../tests/fixtures/sockets/close-wait-fresh.json");
+
+    #[test]
+    fn lab_capture_of_held_close_wait_names_the_proxy() {
+        let fs = lab_capture(HELD, Thresholds::default());
+        assert_eq!(fs.len(), 1, "{fs:#?}");
+        let f = &fs[0];
+        assert_eq!(f.component.as_deref(), Some("proxy@127.0.0.1:27318"));
+        assert_eq!(f.role, Some(Role::Proxy));
+        assert_eq!(
+            f.summary,
+            "proxy@127.0.0.1:27318 holds 24 sockets in CLOSE_WAIT (24 to router@127.0.0.1:22291), \
+             silent 39 s to 40 s: the peer hung up and it never closed them"
+        );
+        let lines: Vec<&str> = f.evidence.iter().map(|e| e.detail.as_str()).collect();
+        let listed: Vec<&&str> = lines
+            .iter()
+            .filter(|l| {
+                l.contains(
+                    "-> 127.0.0.1:22291 (to router@127.0.0.1:22291): CLOSE_WAIT, silent 40 s",
+                )
+            })
+            .collect();
+        assert_eq!(listed.len(), LISTED_SOCKETS, "{lines:#?}");
+        assert!(
+            listed.iter().all(|l| l.contains("fd held by pid 6071")
+                && l.ends_with("peer closed by its process (FIN_WAIT2, kernel only)")),
+            "{listed:#?}"
+        );
+        assert!(
+            lines.contains(&"fds held against peers that are gone: 24 of 24 (peer closed by its process (FIN_WAIT2, kernel only): 24)"),
+            "{lines:#?}"
+        );
+    }
+
+    #[test]
+    fn lab_capture_of_the_same_leak_seconds_old_says_nothing_yet() {
+        assert!(lab_capture(FRESH, Thresholds::default()).is_empty());
+        // The same 24 sockets count once they are old enough: age, not count, held it back.
+        let th = Thresholds {
+            accumulate_close_wait_silent_ms: 3000,
+            ..Thresholds::default()
+        };
+        let fs = lab_capture(FRESH, th);
+        assert_eq!(fs.len(), 1, "{fs:#?}");
+        assert!(
+            fs[0].summary.contains("holds 24 sockets"),
+            "{}",
+            fs[0].summary
+        );
     }
 
     #[test]
@@ -667,7 +755,7 @@ mod tests {
         let all: Vec<&str> = fs[0].evidence.iter().map(|e| e.detail.as_str()).collect();
         assert!(
             all.iter().any(|d| d.contains(
-                "3 of 6 (peer socket gone: 0, peer closed its end (FIN_WAIT2): 3, peer not seen from here (another host): 3)"
+                "0 of 6 (peer half-closed (FIN_WAIT2), still held by pid 100: 3, peer not on this host: 3)"
             )),
             "{all:#?}"
         );
