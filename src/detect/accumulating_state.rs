@@ -695,6 +695,42 @@ mod tests {
     }
 
     #[test]
+    fn growth_and_held_sockets_on_one_component_are_one_finding() {
+        // A daemon watching the leak for 6 minutes: one more held socket every 10 s.
+        let mut m = Model::new(Thresholds::default());
+        m.set_topology(topo());
+        for i in 0..36u16 {
+            let sockets = (0..i)
+                .map(|j| close_wait(41000 + j, u32::from(i - j) * 10_000))
+                .collect();
+            m.ingest(&Sample {
+                t_ms: T + i64::from(i) * 10_000,
+                status: SourceStatus::ok(),
+                took_ms: 3,
+                payload: Payload::Sockets(SocketTable {
+                    sockets,
+                    notes: vec![],
+                }),
+            });
+        }
+        let v = m.view(T + 350_000);
+        let fs = accumulating_state(&m, &v);
+        assert_eq!(fs.len(), 1, "{fs:#?}");
+        assert!(
+            fs[0].summary.contains("CLOSE_WAIT sockets grew from"),
+            "{}",
+            fs[0].summary
+        );
+        assert!(
+            fs[0].evidence.iter().any(|e| e
+                .detail
+                .starts_with("one look, no history needed: 33 sockets")),
+            "{:#?}",
+            fs[0].evidence
+        );
+    }
+
+    #[test]
     fn a_stale_table_says_nothing_about_now() {
         let s: Vec<SocketEntry> = (0..24u16).map(|i| close_wait(41000 + i, 60_000)).collect();
         let mut m = Model::new(Thresholds::default());
