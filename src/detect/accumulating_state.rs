@@ -212,7 +212,9 @@ fn peer_of(m: &Model, table: &SocketTable, e: &SocketEntry) -> Peer {
     }
 }
 
-/// "to router@127.0.0.1:30000", "from 127.0.0.1:5000 (proxy@...)", "to 10.0.0.9:443".
+/// Where a held socket leads, the key its sockets are counted under: "to router@...",
+/// "from proxy@...", "to 10.0.0.9:443", "from 10.0.0.7" (a client's ephemeral port is left
+/// out, so a hundred sockets from one client host are one group; each socket's line has it).
 fn toward_of(m: &Model, table: &SocketTable, owner: &str, e: &SocketEntry) -> String {
     let topo = m.topology();
     let inbound = topo
@@ -227,9 +229,10 @@ fn toward_of(m: &Model, table: &SocketTable, owner: &str, e: &SocketEntry) -> St
             .find(|p| p.netns == e.netns && p.local == e.remote && p.remote == e.local)
             .and_then(|p| p.pid)
             .and_then(|pid| topo.component_of_pid(pid));
-        return match client {
-            Some(c) => format!("from {}", c.id),
-            None => format!("from {}", e.remote),
+        return match (client, host_of(&e.remote)) {
+            (Some(c), _) => format!("from {}", c.id),
+            (None, Some(ip)) => format!("from {ip}"),
+            (None, None) => format!("from {}", e.remote),
         };
     }
     let local_peer = host_of(&e.remote).is_some_and(|ip| ip.is_loopback());
@@ -305,11 +308,17 @@ fn held_close_wait(m: &Model, v: &View) -> Vec<Finding> {
         }
         let mut groups: Vec<(&str, usize)> = by_toward.into_iter().collect();
         groups.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
-        let groups_text = groups
+        // The three biggest groups by name; a leak toward many places stays one line.
+        let mut named: Vec<String> = groups
             .iter()
+            .take(3)
             .map(|(t, k)| format!("{k} {t}"))
-            .collect::<Vec<_>>()
-            .join(", ");
+            .collect();
+        let elsewhere: usize = groups.iter().skip(3).map(|g| g.1).sum();
+        if elsewhere > 0 {
+            named.push(format!("{elsewhere} elsewhere"));
+        }
+        let groups_text = named.join(", ");
         let silences = span(newest, oldest);
         let mut evidence = vec![Evidence::new(
             "sockets",
@@ -775,8 +784,17 @@ mod tests {
                 ..close_wait(0, 50_000)
             });
         }
+        // An outside client (its socket is on its own host): one group whatever its ports.
+        for i in 0..2u16 {
+            s.push(SocketEntry {
+                local: "127.0.0.1:30000".into(),
+                remote: format!("10.0.0.7:{}", 50000 + i),
+                pid: Some(200),
+                ..close_wait(0, 50_000)
+            });
+        }
         let th = Thresholds {
-            accumulate_close_wait_silent_min: 6,
+            accumulate_close_wait_silent_min: 8,
             ..Thresholds::default()
         };
         let fs = run(s, th);
@@ -784,16 +802,51 @@ mod tests {
         assert!(
             fs[0]
                 .summary
-                .contains("(3 from proxy@127.0.0.1:8000, 3 to 10.0.0.9:443)"),
+                .contains("(3 from proxy@127.0.0.1:8000, 3 to 10.0.0.9:443, 2 from 10.0.0.7)"),
             "{}",
             fs[0].summary
         );
         let all: Vec<&str> = fs[0].evidence.iter().map(|e| e.detail.as_str()).collect();
         assert!(
             all.iter().any(|d| d.contains(
-                "0 of 6 (peer half-closed (FIN_WAIT2), still held by pid 100: 3, peer not on this host: 3)"
+                "0 of 8 (peer half-closed (FIN_WAIT2), still held by pid 100: 3, peer not on this host: 5)"
             )),
             "{all:#?}"
+        );
+    }
+
+    #[test]
+    fn a_leak_toward_many_places_names_the_biggest_three() {
+        let mut s = Vec::new();
+        for (i, host) in [
+            "10.0.0.9",
+            "10.0.0.9",
+            "10.0.0.9",
+            "10.0.0.10",
+            "10.0.0.11",
+            "10.0.0.12",
+        ]
+        .iter()
+        .enumerate()
+        {
+            s.push(SocketEntry {
+                local: format!("127.0.0.1:{}", 44000 + i),
+                remote: format!("{host}:443"),
+                ..close_wait(0, 50_000)
+            });
+        }
+        let th = Thresholds {
+            accumulate_close_wait_silent_min: 6,
+            ..Thresholds::default()
+        };
+        let fs = run(s, th);
+        assert_eq!(fs.len(), 1, "{fs:#?}");
+        assert!(
+            fs[0].summary.contains(
+                "(3 to 10.0.0.9:443, 1 to 10.0.0.10:443, 1 to 10.0.0.11:443, 1 elsewhere)"
+            ),
+            "{}",
+            fs[0].summary
         );
     }
 }
