@@ -2,13 +2,16 @@
 //! snapshot contract (`wedgewatch.snapshot/1`, `wedgewatch.diff/1`).
 
 pub mod changes;
+pub mod facts;
 pub mod finding_kind;
+pub mod masked;
 pub mod parts;
 pub mod sample;
 pub mod snapshot;
 pub mod thresholds;
 pub mod topology;
 
+pub use facts::ComponentFacts;
 pub use finding_kind::FindingKind;
 pub use parts::{ComponentExtras, SnapshotParts};
 pub use sample::*;
