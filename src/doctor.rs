@@ -6,6 +6,7 @@
 //! discovered targets live in. Only a missing procfs is fatal: without it nothing works.
 
 use crate::discover::{self, DiscoverOptions};
+use crate::model::Topology;
 use crate::probes::ProbeSet;
 use crate::sources::processes;
 use std::collections::BTreeMap;
@@ -355,66 +356,16 @@ fn namespace_checks(probes: &ProbeSet, opts: &DoctorOptions) -> Vec<Check> {
         }
     };
     let me = processes::facts(&opts.proc_root, std::process::id() as i32);
-    let mut out = Vec::new();
     if topo.components.is_empty() {
-        out.push(check(
+        return vec![check(
             "targets",
             CheckStatus::Warn,
             "no inference-stack process found (use --pid/--url, or --probes DIR for other stacks)",
-        ));
-        return out;
+        )];
     }
-    let summary: Vec<String> = topo
-        .components
-        .iter()
-        .filter(|c| c.parent.is_none())
-        .map(|c| format!("{} ({})", c.id, c.role))
-        .collect();
-    out.push(check(
-        "targets",
-        CheckStatus::Ok,
-        format!(
-            "{} components: {}",
-            topo.components.len(),
-            summary.join(", ")
-        ),
-    ));
-    let mut netns: BTreeMap<Option<u64>, Vec<i32>> = BTreeMap::new();
-    let mut pidns: BTreeMap<Option<u64>, Vec<i32>> = BTreeMap::new();
-    let mut unreadable = Vec::new();
-    for pid in processes::topology_pids(&topo) {
-        let f = processes::facts(&opts.proc_root, pid);
-        netns.entry(f.netns).or_default().push(pid);
-        pidns.entry(f.pidns).or_default().push(pid);
-        if f.errors
-            .iter()
-            .any(|e| e.reason.contains("permission denied"))
-        {
-            unreadable.push(pid);
-        }
-    }
-    let describe = |m: &BTreeMap<Option<u64>, Vec<i32>>, mine: Option<u64>| -> (bool, String) {
-        let foreign = m.keys().any(|k| k.is_some() && *k != mine);
-        let parts: Vec<String> = m
-            .iter()
-            .map(|(k, pids)| {
-                let name = match k {
-                    Some(k) if Some(*k) == mine => format!("{k} (ours)"),
-                    Some(k) => k.to_string(),
-                    None => "unknown".into(),
-                };
-                format!(
-                    "{name}: pids {}",
-                    pids.iter()
-                        .map(|p| p.to_string())
-                        .collect::<Vec<_>>()
-                        .join(",")
-                )
-            })
-            .collect();
-        (foreign, parts.join("; "))
-    };
-    let (foreign_net, net_txt) = describe(&netns, me.netns);
+    let mut out = vec![targets_check(&topo)];
+    let ns = Namespaces::of(&topo, &opts.proc_root);
+    let (foreign_net, net_txt) = describe_namespaces(&ns.net, me.netns);
     out.push(check(
         "netns",
         if foreign_net { CheckStatus::Warn } else { CheckStatus::Ok },
@@ -424,7 +375,7 @@ fn namespace_checks(probes: &ProbeSet, opts: &DoctorOptions) -> Vec<Check> {
             net_txt
         },
     ));
-    let (foreign_pid, pid_txt) = describe(&pidns, me.pidns);
+    let (foreign_pid, pid_txt) = describe_namespaces(&ns.pid, me.pidns);
     out.push(check(
         "pidns",
         if foreign_pid {
@@ -438,14 +389,89 @@ fn namespace_checks(probes: &ProbeSet, opts: &DoctorOptions) -> Vec<Check> {
             pid_txt
         },
     ));
-    if !unreadable.is_empty() {
+    if !ns.unreadable.is_empty() {
         out.push(check(
             "permissions",
             CheckStatus::Warn,
-            format!("cannot read some /proc files of pids {unreadable:?} (other user): run as that user or root"),
+            format!(
+                "cannot read some /proc files of pids {:?} (other user): run as that user or root",
+                ns.unreadable
+            ),
         ));
     }
     out
+}
+
+/// The components found, top-level ones named.
+fn targets_check(topo: &Topology) -> Check {
+    let summary: Vec<String> = topo
+        .components
+        .iter()
+        .filter(|c| c.parent.is_none())
+        .map(|c| format!("{} ({})", c.id, c.role))
+        .collect();
+    check(
+        "targets",
+        CheckStatus::Ok,
+        format!(
+            "{} components: {}",
+            topo.components.len(),
+            summary.join(", ")
+        ),
+    )
+}
+
+/// The targets' pids by network and pid namespace, and those whose `/proc` files we may
+/// not read.
+struct Namespaces {
+    net: BTreeMap<Option<u64>, Vec<i32>>,
+    pid: BTreeMap<Option<u64>, Vec<i32>>,
+    unreadable: Vec<i32>,
+}
+
+impl Namespaces {
+    fn of(topo: &Topology, proc_root: &Path) -> Namespaces {
+        let mut ns = Namespaces {
+            net: BTreeMap::new(),
+            pid: BTreeMap::new(),
+            unreadable: Vec::new(),
+        };
+        for pid in processes::topology_pids(topo) {
+            let f = processes::facts(proc_root, pid);
+            ns.net.entry(f.netns).or_default().push(pid);
+            ns.pid.entry(f.pidns).or_default().push(pid);
+            if f.errors
+                .iter()
+                .any(|e| e.reason.contains("permission denied"))
+            {
+                ns.unreadable.push(pid);
+            }
+        }
+        ns
+    }
+}
+
+/// Whether any target is in a namespace other than `mine`, and each namespace's pids.
+fn describe_namespaces(m: &BTreeMap<Option<u64>, Vec<i32>>, mine: Option<u64>) -> (bool, String) {
+    let foreign = m.keys().any(|k| k.is_some() && *k != mine);
+    let parts: Vec<String> = m
+        .iter()
+        .map(|(k, pids)| {
+            let name = match k {
+                Some(k) if Some(*k) == mine => format!("{k} (ours)"),
+                Some(k) => k.to_string(),
+                None => "unknown".into(),
+            };
+            format!(
+                "{name}: pids {}",
+                pids.iter()
+                    .map(|p| p.to_string())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            )
+        })
+        .collect();
+    (foreign, parts.join("; "))
 }
 
 #[cfg(test)]
