@@ -232,10 +232,13 @@ mod tests {
         }
     }
 
-    #[test]
-    fn inherited_child_changes_are_reported_once_and_env_first() {
-        let d = "decode@127.0.0.1:2";
-        let s = "scheduler@decode@127.0.0.1:2";
+    const D: &str = "decode@127.0.0.1:2";
+    const S: &str = "scheduler@decode@127.0.0.1:2";
+
+    /// Decode (and its scheduler) restarted with one more variable, prefill's port flag
+    /// changed, the proxy gone and a router new.
+    fn decode_restarted_with_knob() -> (Snapshot, Snapshot) {
+        let (d, s) = (D, S);
         let a = snap(vec![
             comp(d, Role::Decode, None, &[("A", "1")], "1:10"),
             comp(s, Role::Scheduler, Some(d), &[("A", "1")], "2:11"),
@@ -267,6 +270,13 @@ mod tests {
             comp("router@127.0.0.1:9", Role::Router, None, &[], "9:1"),
         ]);
         b.components[2].cmdline[4] = "7".into();
+        (a, b)
+    }
+
+    #[test]
+    fn inherited_child_changes_are_reported_once_and_env_first() {
+        let (d, s) = (D, S);
+        let (a, b) = decode_restarted_with_knob();
         let r = diff_snapshots(&a, &b);
         let first = &r.changes[0];
         assert_eq!(
