@@ -105,3 +105,18 @@ fn facts_of(c: &crate::model::Component, procs: &[ProcessFacts]) -> Option<Compo
         version: c.labels.get("version").cloned(),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A baseline line as versions before `ComponentFacts` wrote it (`BaselineComponent`).
+    const WRITTEN_BEFORE: &str = r#"{"t_ms":1795963857073,"reason":"start","components":[{"id":"decode@127.0.0.1:2","role":"decode","stack":"sglang","main_pid":7,"identity":"7:100","started_at_ms":1795963850000,"exe":"/usr/bin/python3","cmdline":["python","-m","sglang.launch_server","--api-key","<redacted:0000abcd:0123456789abcdef>"],"env":{"HF_TOKEN":"<redacted:0000abcd:0123456789abcdef>","PATH":"/bin"},"listen":["127.0.0.1:2"]}]}"#;
+
+    #[test]
+    fn baselines_on_disk_read_and_write_the_same() {
+        let b: Baseline = serde_json::from_str(WRITTEN_BEFORE).expect("reads");
+        assert_eq!(b.components[0].version, None);
+        assert_eq!(serde_json::to_string(&b).expect("writes"), WRITTEN_BEFORE);
+    }
+}
