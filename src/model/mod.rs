@@ -8,6 +8,7 @@ pub mod masked;
 pub mod parts;
 pub mod sample;
 pub mod snapshot;
+pub mod thread_state;
 pub mod thresholds;
 pub mod topology;
 
@@ -16,5 +17,6 @@ pub use finding_kind::FindingKind;
 pub use parts::{ComponentExtras, SnapshotParts};
 pub use sample::*;
 pub use snapshot::*;
+pub use thread_state::ThreadState;
 pub use thresholds::Thresholds;
 pub use topology::*;
