@@ -63,6 +63,13 @@ pub struct DetectThresholds {
     pub accumulate_min_close_wait: u32,
     pub accumulate_min_fds: u32,
     pub accumulate_min_threads: u32,
+    /// `accumulating_state` from one look (no history): at least this many sockets of a
+    /// component in CLOSE_WAIT (the peer hung up, the component never closed) ...
+    pub accumulate_close_wait_silent_min: u32,
+    /// ... each silent (no byte or ACK either way, from `tcp_info`) for at least this long.
+    /// A normal close leaves CLOSE_WAIT within milliseconds; a client pool that closes idle
+    /// connections lazily holds a few, bounded by its size.
+    pub accumulate_close_wait_silent_ms: i64,
     /// `process_restarted`: report restarts this recent.
     pub restart_recent_ms: i64,
     /// `endpoint_unresponsive`: this many consecutive failed probes of one URL ...
@@ -101,6 +108,8 @@ impl Default for DetectThresholds {
             accumulate_min_close_wait: 10,
             accumulate_min_fds: 100,
             accumulate_min_threads: 20,
+            accumulate_close_wait_silent_min: 20,
+            accumulate_close_wait_silent_ms: 30_000,
             restart_recent_ms: 600_000,
             endpoint_failures: 2,
             endpoint_slow_ms: 5_000,
@@ -125,6 +134,8 @@ struct Flat {
     accumulate_min_close_wait: u32,
     accumulate_min_fds: u32,
     accumulate_min_threads: u32,
+    accumulate_close_wait_silent_min: u32,
+    accumulate_close_wait_silent_ms: i64,
     restart_recent_ms: i64,
     endpoint_failures: usize,
     endpoint_slow_ms: u64,
@@ -159,6 +170,8 @@ impl From<Thresholds> for Flat {
             accumulate_min_close_wait: t.detect.accumulate_min_close_wait,
             accumulate_min_fds: t.detect.accumulate_min_fds,
             accumulate_min_threads: t.detect.accumulate_min_threads,
+            accumulate_close_wait_silent_min: t.detect.accumulate_close_wait_silent_min,
+            accumulate_close_wait_silent_ms: t.detect.accumulate_close_wait_silent_ms,
             restart_recent_ms: t.detect.restart_recent_ms,
             endpoint_failures: t.detect.endpoint_failures,
             endpoint_slow_ms: t.detect.endpoint_slow_ms,
@@ -200,6 +213,8 @@ impl From<Flat> for Thresholds {
                 accumulate_min_close_wait: f.accumulate_min_close_wait,
                 accumulate_min_fds: f.accumulate_min_fds,
                 accumulate_min_threads: f.accumulate_min_threads,
+                accumulate_close_wait_silent_min: f.accumulate_close_wait_silent_min,
+                accumulate_close_wait_silent_ms: f.accumulate_close_wait_silent_ms,
                 restart_recent_ms: f.restart_recent_ms,
                 endpoint_failures: f.endpoint_failures,
                 endpoint_slow_ms: f.endpoint_slow_ms,
@@ -228,6 +243,10 @@ impl Thresholds {
             ("busy_after_ms", self.detect.busy_after_ms),
             ("queue_after_ms", self.detect.queue_after_ms),
             ("accumulate_window_ms", self.detect.accumulate_window_ms),
+            (
+                "accumulate_close_wait_silent_ms",
+                self.detect.accumulate_close_wait_silent_ms,
+            ),
             ("restart_recent_ms", self.detect.restart_recent_ms),
             ("link_window_ms", self.correlate.link_window_ms),
             ("rate_window_ms", self.correlate.rate_window_ms),
@@ -258,6 +277,10 @@ impl Thresholds {
             (
                 "accumulate_min_threads",
                 self.detect.accumulate_min_threads.into(),
+            ),
+            (
+                "accumulate_close_wait_silent_min",
+                self.detect.accumulate_close_wait_silent_min.into(),
             ),
         ] {
             count(key, v)?;

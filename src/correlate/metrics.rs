@@ -6,13 +6,16 @@ use crate::clock::Millis;
 use crate::model::{Component, EndpointProbe, FetchOutcome, MetricsScrape, Role};
 use std::collections::BTreeMap;
 
-/// Logical metric names for PD queues, summed into one "PD queued" figure.
-pub const PD_QUEUE_KEYS: [&str; 5] = [
+/// Logical metric names for queues outside SGLang's `num_queue_reqs` (PD queues, and the
+/// grammar queue of requests waiting for their grammar to compile), summed into one figure.
+pub const PD_QUEUE_KEYS: [&str; 7] = [
     "prefill_bootstrap_queue",
     "prefill_inflight_queue",
     "decode_prealloc_queue",
     "decode_transfer_queue",
     "decode_retracted_queue",
+    "decode_host_receive_queue",
+    "grammar_queue",
 ];
 
 /// A compact metrics observation of one component (raw series are kept only for the latest
