@@ -13,19 +13,26 @@ mod cli;
 use cli::exit;
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
+    // not env::args(): it panics on an argument that is not UTF-8
+    let args: Vec<String> = std::env::args_os()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
     let is_check = cli::verb_in(&args).as_deref() == Some("check");
     let parsed = match cli::Cli::try_parse_from(std::env::args_os()) {
         Ok(c) => c,
-        Err(e) if is_check && !is_help(e.kind()) => {
+        Err(e) if is_help(e.kind()) => e.exit(),
+        Err(e) => {
+            let line = usage_line(&e);
+            let _ = writeln!(std::io::stderr(), "wedgewatch: {line}");
             // a monitoring system reads stdout and must see UNKNOWN, not a CRITICAL 2
-            let _ = e.print();
-            let first = e.to_string();
-            let first = first.lines().next().unwrap_or("usage error");
-            let json = args.iter().any(|a| a == "--json");
-            std::process::exit(cli::check::unknown(json, first.trim_start_matches("error: ")));
+            let code = if is_check {
+                let json = args.iter().any(|a| a == "--json");
+                cli::check::unknown(json, &line)
+            } else {
+                exit::code::USAGE
+            };
+            std::process::exit(code);
         }
-        Err(e) => e.exit(),
     };
     let check_json = match &parsed.verb {
         Some(cli::Verb::Check(a)) => Some(a.json),
@@ -45,6 +52,20 @@ fn main() {
     };
     wedgewatch::children::kill_all();
     std::process::exit(code)
+}
+
+/// clap's error on one line: its message and its tip, not the usage block after them.
+fn usage_line(e: &clap::Error) -> String {
+    let text = e.render().to_string();
+    let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
+    let first = lines.next().unwrap_or("usage error");
+    let mut line = first.trim_start_matches("error: ").to_string();
+    for tip in lines.filter(|l| l.starts_with("tip:")) {
+        line.push_str(&format!(" ({tip})"));
+    }
+    line.push_str("; see --help");
+    // the message quotes the command line, which may hold a secret (a URL's password)
+    wedgewatch::redact::log_line(&line)
 }
 
 fn is_help(kind: ErrorKind) -> bool {

@@ -59,7 +59,12 @@ where
 fn assert_usage(case: &str, o: &Out, want: &[&str]) {
     assert_eq!(o.code, 2, "{case}: exit code; stderr: {}", o.stderr);
     assert!(o.stdout.is_empty(), "{case}: stdout: {}", o.stdout);
-    assert_eq!(o.stderr.trim_end().lines().count(), 1, "{case}: one line: {}", o.stderr);
+    assert_eq!(
+        o.stderr.trim_end().lines().count(),
+        1,
+        "{case}: one line: {}",
+        o.stderr
+    );
     assert!(!o.stderr.contains("panicked"), "{case}: {}", o.stderr);
     for w in want {
         assert!(o.stderr.contains(w), "{case}: wants {w:?}: {}", o.stderr);
@@ -82,10 +87,16 @@ fn check_follows_the_monitoring_plugin_convention() {
     ]);
     assert_eq!(o.code, 2, "{}{}", o.stdout, o.stderr);
     let lines: Vec<&str> = o.stdout.lines().collect();
-    assert!(lines[0].starts_with("WEDGEWATCH CRITICAL - "), "{}", o.stdout);
+    assert!(
+        lines[0].starts_with("WEDGEWATCH CRITICAL - "),
+        "{}",
+        o.stdout
+    );
     assert!(lines[0].contains("| findings="), "perfdata: {}", o.stdout);
     assert!(
-        lines[1..].iter().any(|l| l.starts_with("CRITICAL wedged_request at decode@")),
+        lines[1..]
+            .iter()
+            .any(|l| l.starts_with("CRITICAL wedged_request at decode@")),
         "{}",
         o.stdout
     );
@@ -134,17 +145,32 @@ fn check_that_cannot_run_is_unknown_not_critical() {
     // a usage error: exit 3 and UNKNOWN on stdout, where the monitoring system looks
     let o = run(["check", "--bogus"]);
     assert_eq!(o.code, 3, "{}{}", o.stdout, o.stderr);
-    assert!(o.stdout.starts_with("WEDGEWATCH UNKNOWN - "), "{}", o.stdout);
+    assert!(
+        o.stdout.starts_with("WEDGEWATCH UNKNOWN - "),
+        "{}",
+        o.stdout
+    );
     // bad input: the same
     let o = run(["check", "--from", "/etc/passwd"]);
     assert_eq!(o.code, 3, "{}{}", o.stdout, o.stderr);
-    assert!(o.stdout.starts_with("WEDGEWATCH UNKNOWN - "), "{}", o.stdout);
-    assert!(o.stdout.contains("does not start with a recording header"), "{}", o.stdout);
+    assert!(
+        o.stdout.starts_with("WEDGEWATCH UNKNOWN - "),
+        "{}",
+        o.stdout
+    );
+    assert!(
+        o.stdout.contains("does not start with a recording header"),
+        "{}",
+        o.stdout
+    );
     let o = run(["check", "--json", "--from", "/etc/passwd"]);
     assert_eq!(o.code, 3);
     let v: serde_json::Value = serde_json::from_str(&o.stdout).expect("json");
     assert_eq!(v["status"], "UNKNOWN");
-    assert!(v["error"].as_str().is_some_and(|e| e.contains("passwd")), "{v}");
+    assert!(
+        v["error"].as_str().is_some_and(|e| e.contains("passwd")),
+        "{v}"
+    );
     // help is still help
     let o = run(["check", "--help"]);
     assert_eq!(o.code, 0);
@@ -172,15 +198,24 @@ fn snapshot_exits_1_only_when_asked_to_fail_on_findings() {
     assert_eq!(base(&["--fail-on", "warning"]).code, 1);
     // early in the recording with the default thresholds nothing is critical
     let mut early: Vec<&OsStr> = vec!["snapshot".as_ref(), "--json".as_ref()];
-    early.extend(["--from".as_ref(), os(&recording()), "--at".as_ref(), "1s".as_ref()]);
-    early.extend(["--fail-on".as_ref(), "critical".as_ref()]);
+    let rec = recording();
+    early.extend([
+        OsStr::new("--from"),
+        os(&rec),
+        OsStr::new("--at"),
+        OsStr::new("1s"),
+    ]);
+    early.extend([OsStr::new("--fail-on"), OsStr::new("critical")]);
     let o = run(early);
     assert_eq!(o.code, 0, "{}", o.stderr);
 }
 
 #[test]
 fn diff_exits_like_diff_1() {
-    let (h, w) = (fixture("snapshots/healthy.json"), fixture("snapshots/wedged.json"));
+    let (h, w) = (
+        fixture("snapshots/healthy.json"),
+        fixture("snapshots/wedged.json"),
+    );
     let o = run([OsStr::new("diff"), os(&h), os(&w)]);
     assert_eq!(o.code, 1, "differences: {}", o.stderr);
     assert!(!o.stdout.is_empty());
@@ -199,15 +234,28 @@ fn diff_exits_like_diff_1() {
 fn files_that_are_not_recordings_fail_loudly() {
     let tmp = tempfile::tempdir().expect("tmp");
     let random = tmp.path().join("random.bin");
-    std::fs::write(&random, (0..4096u32).map(|i| (i * 7919 % 251) as u8).collect::<Vec<_>>())
-        .expect("write");
+    std::fs::write(
+        &random,
+        (0..4096u32)
+            .map(|i| (i * 7919 % 251) as u8)
+            .collect::<Vec<_>>(),
+    )
+    .expect("write");
     let snap = fixture("snapshots/wedged.json");
     for (file, want) in [
-        (PathBuf::from("/etc/passwd"), "does not start with a recording header"),
+        (
+            PathBuf::from("/etc/passwd"),
+            "does not start with a recording header",
+        ),
         (random.clone(), "does not start with a recording header"),
         (snap.clone(), "a wedgewatch snapshot, not a recording"),
     ] {
-        let o = run([OsStr::new("snapshot"), "--json".as_ref(), "--from".as_ref(), os(&file)]);
+        let o = run([
+            OsStr::new("snapshot"),
+            "--json".as_ref(),
+            "--from".as_ref(),
+            os(&file),
+        ]);
         assert_usage("snapshot --from", &o, &[want, &file.display().to_string()]);
     }
     let trace = tmp.path().join("trace.json");
@@ -222,7 +270,12 @@ fn files_that_are_not_recordings_fail_loudly() {
     assert!(!trace.exists());
     // a missing file: one line, the OS error once
     let missing = tmp.path().join("missing.wwrec");
-    let o = run([OsStr::new("snapshot"), "--json".as_ref(), "--from".as_ref(), os(&missing)]);
+    let o = run([
+        OsStr::new("snapshot"),
+        "--json".as_ref(),
+        "--from".as_ref(),
+        os(&missing),
+    ]);
     assert_usage("missing", &o, &["missing.wwrec", "No such file"]);
     assert_eq!(o.stderr.matches("No such file").count(), 1, "{}", o.stderr);
 }
@@ -252,11 +305,19 @@ fn at_takes_the_duration_grammar_and_stays_inside_the_recording() {
     assert!(taken(&end) > taken(&a));
     for outside in ["1h", "-1h", "2020-01-01T00:00:00Z"] {
         let o = at(outside);
-        assert_usage(outside, &o, &["--at", outside, "outside the recording", "span"]);
+        assert_usage(
+            outside,
+            &o,
+            &["--at", outside, "outside the recording", "span"],
+        );
     }
     let o = at("soon");
     assert_eq!(o.code, 2);
-    assert!(o.stderr.contains("1h30m"), "says the grammar: {}", o.stderr);
+    assert!(
+        o.stderr.contains("+1m30s") && o.stderr.contains("RFC 3339"),
+        "says the grammar: {}",
+        o.stderr
+    );
 }
 
 #[test]
@@ -295,7 +356,13 @@ fn dash_is_stdout() {
     let tmp = tempfile::tempdir().expect("tmp");
     let o = run_in(
         Some(tmp.path()),
-        [OsStr::new("snapshot"), "-o".as_ref(), "-".as_ref(), "--from".as_ref(), os(&recording())],
+        [
+            OsStr::new("snapshot"),
+            "-o".as_ref(),
+            "-".as_ref(),
+            "--from".as_ref(),
+            os(&recording()),
+        ],
     );
     assert_eq!(o.code, 0, "{}", o.stderr);
     let v: serde_json::Value = serde_json::from_str(&o.stdout).expect("snapshot -o -");
@@ -312,8 +379,15 @@ fn dash_is_stdout() {
     );
     assert_eq!(o.code, 0, "{}", o.stderr);
     let v: serde_json::Value = serde_json::from_str(&o.stdout).expect("export --perfetto -");
-    assert!(v["traceEvents"].is_array() || v.is_array(), "{}", &o.stdout[..200.min(o.stdout.len())]);
-    assert!(!tmp.path().join("-").exists(), "no file or directory named -");
+    assert!(
+        v["traceEvents"].is_array() || v.is_array(),
+        "{}",
+        &o.stdout[..200.min(o.stdout.len())]
+    );
+    assert!(
+        !tmp.path().join("-").exists(),
+        "no file or directory named -"
+    );
 }
 
 #[test]
@@ -325,11 +399,19 @@ fn record_to_stdout_is_a_recording() {
         .current_dir(tmp.path())
         .output()
         .expect("run");
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(!tmp.path().join("-").exists());
     let rec = tmp.path().join("back.wwrec");
     std::fs::write(&rec, &out.stdout).expect("write");
-    assert!(wedgewatch::record::Recording::open(&rec).is_ok(), "stdout holds a recording");
+    assert!(
+        wedgewatch::record::Recording::open(&rec).is_ok(),
+        "stdout holds a recording"
+    );
     // --json says what was recorded
     let o = run([
         OsStr::new("record"),
@@ -352,7 +434,9 @@ fn doctor_speaks_json_and_urls_are_checked_when_parsed() {
     assert_eq!(o.code, 0, "{}", o.stderr);
     let v: serde_json::Value = serde_json::from_str(&o.stdout).expect("doctor --json");
     assert_eq!(v["fatal"], false);
-    assert!(v["checks"].as_array().is_some_and(|c| c.iter().any(|c| c["name"] == "procfs")));
+    assert!(v["checks"]
+        .as_array()
+        .is_some_and(|c| c.iter().any(|c| c["name"] == "procfs")));
     // no procfs: nothing can be sampled, exit 3
     let o = run(["doctor", "--json", "--proc-root", "/nonexistent/proc"]);
     assert_eq!(o.code, 3, "{}", o.stdout);
@@ -375,13 +459,22 @@ fn a_pid_that_does_not_exist_is_refused() {
         vec!["doctor", "--pid", "999999999"],
     ] {
         let o = run(&args);
-        assert_usage(&format!("{args:?}"), &o, &["--pid 999999999", "no such process"]);
+        assert_usage(
+            &format!("{args:?}"),
+            &o,
+            &["--pid 999999999", "no such process"],
+        );
     }
 }
 
 #[test]
 fn the_live_ui_needs_a_terminal() {
-    for args in [vec![], vec!["tui"], vec!["tui", "--no-daemon"], vec!["demo"]] {
+    for args in [
+        vec![],
+        vec!["tui"],
+        vec!["tui", "--no-daemon"],
+        vec!["demo"],
+    ] {
         let o = run(&args);
         assert_usage(&format!("{args:?}"), &o, &["not a terminal", "wedgewatch"]);
         assert!(!o.stderr.contains('\x1b'));
@@ -406,7 +499,11 @@ fn progress_is_silent_off_a_terminal_and_quiet_silences_notes() {
         os(&proc),
     ]);
     assert_eq!(o.code, 0, "{}", o.stderr);
-    assert!(!o.stderr.contains('\r') && !o.stderr.contains('\x1b'), "{:?}", o.stderr);
+    assert!(
+        !o.stderr.contains('\r') && !o.stderr.contains('\x1b'),
+        "{:?}",
+        o.stderr
+    );
     assert!(o.stderr.contains("bundle written"), "a note: {}", o.stderr);
     let o = run([
         OsStr::new("-q"),
@@ -425,7 +522,9 @@ fn progress_is_silent_off_a_terminal_and_quiet_silences_notes() {
 
 #[test]
 fn completions_and_man_pages_know_every_verb() {
-    let verbs = ["snapshot", "check", "daemon", "record", "export", "diff", "doctor", "demo"];
+    let verbs = [
+        "snapshot", "check", "daemon", "record", "export", "diff", "doctor", "demo",
+    ];
     for shell in ["bash", "zsh", "fish"] {
         let o = run(["completions", shell]);
         assert_eq!(o.code, 0, "{shell}: {}", o.stderr);
@@ -436,7 +535,10 @@ fn completions_and_man_pages_know_every_verb() {
     assert_eq!(run(["completions", "tcsh"]).code, 2);
     let o = run(["man"]);
     assert_eq!(o.code, 0, "{}", o.stderr);
-    assert!(o.stdout.starts_with(".ie") || o.stdout.contains(".TH"), "roff");
+    assert!(
+        o.stdout.starts_with(".ie") || o.stdout.contains(".TH"),
+        "roff"
+    );
     for v in verbs {
         assert!(o.stdout.contains(v), "man page lacks {v}");
     }
@@ -450,19 +552,40 @@ fn completions_and_man_pages_know_every_verb() {
 #[test]
 fn help_shows_examples_exit_codes_and_only_options_that_apply() {
     let o = run(["--help"]);
-    assert!(o.stdout.contains("Exit status") && o.stdout.contains("could not sample"), "{}", o.stdout);
+    assert!(
+        o.stdout.contains("Exit status") && o.stdout.contains("could not sample"),
+        "{}",
+        o.stdout
+    );
     assert!(o.stdout.contains("Sampling options"), "{}", o.stdout);
-    for verb in ["snapshot", "check", "daemon", "record", "export", "diff", "doctor", "demo", "tui"] {
+    for verb in [
+        "snapshot", "check", "daemon", "record", "export", "diff", "doctor", "demo", "tui",
+    ] {
         let o = run([verb, "--help"]);
         assert_eq!(o.code, 0, "{verb}");
-        assert!(o.stdout.contains("Examples:"), "{verb} --help: {}", o.stdout);
-        assert!(o.stdout.contains("Exit status"), "{verb} --help: {}", o.stdout);
+        assert!(
+            o.stdout.contains("Examples:"),
+            "{verb} --help: {}",
+            o.stdout
+        );
+        assert!(
+            o.stdout.contains("Exit status"),
+            "{verb} --help: {}",
+            o.stdout
+        );
     }
     let o = run(["snapshot", "--help"]);
     assert!(o.stdout.contains("Sampling options:") && o.stdout.contains("--native"));
     let o = run(["diff", "--help"]);
-    assert!(!o.stdout.contains("--native") && !o.stdout.contains("--pid"), "{}", o.stdout);
-    let (h, w) = (fixture("snapshots/healthy.json"), fixture("snapshots/wedged.json"));
+    assert!(
+        !o.stdout.contains("--native") && !o.stdout.contains("--pid"),
+        "{}",
+        o.stdout
+    );
+    let (h, w) = (
+        fixture("snapshots/healthy.json"),
+        fixture("snapshots/wedged.json"),
+    );
     let o = run([OsStr::new("diff"), "--native".as_ref(), os(&h), os(&w)]);
     assert_eq!(o.code, 2, "{}", o.stderr);
     let o = run([OsStr::new("--native"), "diff".as_ref(), os(&h), os(&w)]);
@@ -478,4 +601,75 @@ fn help_shows_examples_exit_codes_and_only_options_that_apply() {
         "--no-daemon".as_ref(),
     ]);
     assert_eq!(o.code, 0, "{}", o.stderr);
+}
+
+#[test]
+fn nothing_to_sample_is_exit_3() {
+    let none = [
+        "--no-daemon",
+        "--window",
+        "0",
+        "--proc-root",
+        "/nonexistent/proc",
+    ];
+    let o = run(["snapshot", "--json"].iter().chain(none.iter()));
+    assert_eq!(o.code, 3, "{}", o.stderr);
+    assert!(o.stdout.is_empty());
+    assert!(o.stderr.contains("could not sample"), "{}", o.stderr);
+    let o = run(["check"].iter().chain(none.iter()));
+    assert_eq!(o.code, 3, "{}", o.stderr);
+    assert!(
+        o.stdout
+            .starts_with("WEDGEWATCH UNKNOWN - could not sample"),
+        "{}",
+        o.stdout
+    );
+}
+
+#[test]
+fn check_against_a_baseline_warns_of_changes() {
+    // the recording's own first second, with a variable the decode engine did not have
+    let tmp = tempfile::tempdir().expect("tmp");
+    let o = run([
+        OsStr::new("snapshot"),
+        "--json".as_ref(),
+        "--from".as_ref(),
+        os(&recording()),
+        "--at".as_ref(),
+        "1s".as_ref(),
+    ]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let mut base: serde_json::Value = serde_json::from_str(&o.stdout).expect("json");
+    let decode = base["components"]
+        .as_array_mut()
+        .and_then(|c| c.iter_mut().find(|c| c["role"] == "decode"))
+        .expect("a decode component");
+    decode["env"]["WEDGEWATCH_TEST_ONLY_VAR"] = "1".into();
+    let path = tmp.path().join("noon.json");
+    std::fs::write(&path, serde_json::to_vec(&base).expect("ser")).expect("write");
+    let check = |base: &Path| {
+        run([
+            OsStr::new("check"),
+            "--baseline".as_ref(),
+            os(base),
+            "--from".as_ref(),
+            os(&recording()),
+            "--at".as_ref(),
+            "1s".as_ref(),
+        ])
+    };
+    let o = check(&path);
+    assert_eq!(o.code, 1, "{}{}", o.stdout, o.stderr);
+    assert!(
+        o.stdout.starts_with("WEDGEWATCH WARNING - "),
+        "{}",
+        o.stdout
+    );
+    assert!(
+        o.stdout.contains("\nWARNING config_changed"),
+        "{}",
+        o.stdout
+    );
+    let o = check(Path::new("/etc/passwd"));
+    assert_eq!(o.code, 3, "a bad baseline is UNKNOWN: {}", o.stdout);
 }

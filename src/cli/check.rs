@@ -7,16 +7,20 @@ use super::options::Sampling;
 use super::source::{self, SourceArgs};
 use clap::{Args, ValueEnum};
 use serde::Serialize;
+use std::path::PathBuf;
 use wedgewatch::model::{Finding, Severity, Snapshot};
 use wedgewatch::snapshot;
 
 /// The least severity that counts as found (`--fail-on`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum FailOn {
-    /// Never: exit 0 whatever was found.
+    /// Exit 0 whatever was found.
     Never,
+    /// Any finding.
     Info,
+    /// A warning or critical finding.
     Warning,
+    /// A critical finding only.
     Critical,
 }
 
@@ -47,6 +51,7 @@ Examples:
   wedgewatch check --fail-on critical     # warnings are listed but the check stays OK
   wedgewatch check --json                 # the same as JSON (schema wedgewatch.check/1)
   wedgewatch check --from rec.wwrec --at -10s
+  wedgewatch check --baseline noon.json     # a change since noon is a WARNING
 
 Exit status (monitoring-plugin convention):
   0 OK        nothing at or above --fail-on
@@ -64,6 +69,9 @@ pub struct CheckArgs {
     /// Print the result as JSON (schema wedgewatch.check/1) instead of plugin lines.
     #[arg(long)]
     pub json: bool,
+    /// Compare with this earlier snapshot: what changed since is a config_changed finding.
+    #[arg(long, value_name = "FILE")]
+    pub baseline: Option<PathBuf>,
     #[command(flatten)]
     pub source: SourceArgs,
     #[command(flatten)]
@@ -123,8 +131,12 @@ struct CheckJson<'a> {
 
 pub fn run(top: Sampling, a: CheckArgs) -> anyhow::Result<i32> {
     let s = Sampling::merge(top, a.sampling);
-    let parts = source::parts(&s, &a.source)?;
-    let snap = snapshot::assemble(parts, &s.assemble());
+    let mut parts = source::parts(&s, &a.source)?;
+    let opts = s.assemble();
+    if let Some(base) = &a.baseline {
+        super::snapshot::against_baseline(&mut parts, base, &opts)?;
+    }
+    let snap = snapshot::assemble(parts, &opts);
     let status = Status::of(a.fail_on.worst(&snap.findings));
     if a.json {
         print_json(status, Some(&snap), None)?;
@@ -161,7 +173,7 @@ fn print_json(status: Status, snap: Option<&Snapshot>, error: Option<&str>) -> a
 /// The status line with perfdata, then one line per finding, most severe first.
 fn plugin_text(status: Status, f: &[Finding]) -> String {
     let mut sorted: Vec<&Finding> = f.iter().collect();
-    sorted.sort_by(|a, b| b.severity.cmp(&a.severity));
+    sorted.sort_by_key(|f| std::cmp::Reverse(f.severity));
     let count = |s: Severity| f.iter().filter(|x| x.severity == s).count();
     let (c, w, i) = (
         count(Severity::Critical),
@@ -183,7 +195,11 @@ fn plugin_text(status: Status, f: &[Finding]) -> String {
         f.len()
     );
     for x in sorted {
-        out.push_str(&format!("{} {}\n", x.severity.as_str().to_uppercase(), one_line(x)));
+        out.push_str(&format!(
+            "{} {}\n",
+            x.severity.as_str().to_uppercase(),
+            one_line(x)
+        ));
     }
     out
 }
@@ -225,11 +241,11 @@ mod tests {
         let i = finding(FindingKind::ProcessRestarted, Severity::Info);
         let st = |fail: FailOn, f: &[Finding]| Status::of(fail.worst(f)).code();
         assert_eq!(st(FailOn::Warning, &[]), 0);
-        assert_eq!(st(FailOn::Warning, &[i.clone()]), 0);
-        assert_eq!(st(FailOn::Info, &[i.clone()]), 1);
+        assert_eq!(st(FailOn::Warning, std::slice::from_ref(&i)), 0);
+        assert_eq!(st(FailOn::Info, std::slice::from_ref(&i)), 1);
         assert_eq!(st(FailOn::Warning, &[w.clone(), i.clone()]), 1);
         assert_eq!(st(FailOn::Warning, &[w.clone(), c.clone()]), 2);
-        assert_eq!(st(FailOn::Critical, &[w.clone()]), 0);
+        assert_eq!(st(FailOn::Critical, std::slice::from_ref(&w)), 0);
         assert_eq!(st(FailOn::Critical, &[w, c.clone()]), 2);
         assert_eq!(st(FailOn::Never, &[c]), 0);
     }
@@ -243,9 +259,18 @@ mod tests {
         let text = plugin_text(Status::Critical, &findings);
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 3, "{text}");
-        assert!(lines[0].starts_with("WEDGEWATCH CRITICAL - 2 findings"), "{text}");
-        assert!(lines[0].ends_with("| findings=2 critical=1 warning=1 info=0"), "{text}");
-        assert!(lines[1].starts_with("CRITICAL wedged_request at decode@"), "{text}");
+        assert!(
+            lines[0].starts_with("WEDGEWATCH CRITICAL - 2 findings"),
+            "{text}"
+        );
+        assert!(
+            lines[0].ends_with("| findings=2 critical=1 warning=1 info=0"),
+            "{text}"
+        );
+        assert!(
+            lines[1].starts_with("CRITICAL wedged_request at decode@"),
+            "{text}"
+        );
         assert!(lines[2].starts_with("WARNING config_changed"), "{text}");
     }
 }

@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+use wedgewatch::attach::AttachOptions;
 use wedgewatch::daemon;
 use wedgewatch::model::{FindingKind, Snapshot};
 use wedgewatch::snapshot::{self, AssembleOptions};
@@ -207,6 +208,21 @@ pub fn cmd_demo(top: Sampling, mut a: DemoArgs) -> anyhow::Result<i32> {
         serde_json::from_str(up.trim()).context("reading the lab's lab.json")?;
     check_interrupted()?;
 
+    let opts = lab_attach_options(&g, &info)?;
+    step("attaching wedgewatch (baseline of the healthy stack taken now)");
+    let th = opts.thresholds.clone();
+    let session = InProcessDaemon::start(&opts, th, 2_000)?;
+    wedge(&mut guard, a.agents)?;
+
+    let assemble = g.assemble();
+    if a.no_tui {
+        return wait_for_wedge(&session.socket, &assemble, &a);
+    }
+    open_ui(session, guard, assemble)
+}
+
+/// The sampling options pointed at the lab's fake GPUs and its py-spy.
+fn lab_attach_options(g: &Sampling, info: &serde_json::Value) -> anyhow::Result<AttachOptions> {
     // The lab's GPUs are a fake libnvidia-ml.so reading the schedulers' state files; point
     // NVML and py-spy at the lab's (no threads run yet, so setting the env is safe).
     if let Some(dir) = info.get("nvml_dir").and_then(|v| v.as_str()) {
@@ -224,13 +240,13 @@ pub fn cmd_demo(top: Sampling, mut a: DemoArgs) -> anyhow::Result<i32> {
             }
         }
     }
+    Ok(opts)
+}
 
-    step("attaching wedgewatch (baseline of the healthy stack taken now)");
-    let th = opts.thresholds.clone();
-    let session = InProcessDaemon::start(&opts, th, 2_000)?;
-
-    step(&format!("running {} agents healthy for 2 rounds", a.agents));
-    let healthy = run_lab(&mut guard.load_cmd(a.agents, 2, 30), "run the healthy load")?;
+/// Healthy rounds, the change since noon, then the agents that will hang.
+fn wedge(guard: &mut LabGuard, agents: u32) -> anyhow::Result<()> {
+    step(&format!("running {agents} agents healthy for 2 rounds"));
+    let healthy = run_lab(&mut guard.load_cmd(agents, 2, 30), "run the healthy load")?;
     step(&format!("healthy rounds: {}", summarize_load(&healthy)));
     check_interrupted()?;
 
@@ -241,7 +257,7 @@ pub fn cmd_demo(top: Sampling, mut a: DemoArgs) -> anyhow::Result<i32> {
         guard
             .lab_cmd()
             .args(["restart", "--run-dir"])
-            .arg(&run_dir)
+            .arg(&guard.run_dir)
             .args(["decode", "--env", &format!("{TUNING_VAR}={TUNING_VALUE}")]),
         "restart the decode engine",
     )?;
@@ -250,18 +266,22 @@ pub fn cmd_demo(top: Sampling, mut a: DemoArgs) -> anyhow::Result<i32> {
     step("agents chatting again; they will hang after a few rounds");
     guard.harness = Some(
         guard
-            .load_cmd(a.agents, 12, 900)
+            .load_cmd(agents, 12, 900)
             .args(["--total-timeout", "1000"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .context("starting the harness")?,
     );
+    Ok(())
+}
 
-    let assemble = g.assemble();
-    if a.no_tui {
-        return wait_for_wedge(&session.socket, &assemble, &a);
-    }
+/// The UI on the wedged lab, until the user quits; the lab is torn down after.
+fn open_ui(
+    session: InProcessDaemon,
+    guard: LabGuard,
+    assemble: AssembleOptions,
+) -> anyhow::Result<i32> {
     // A killed terminal ends the UI by process exit (see the TUI's hang-up watchdog), where
     // `guard` never drops: tear the lab down from there too.
     let harness_pid = guard

@@ -8,18 +8,22 @@
 use std::time::Duration;
 use wedgewatch::clock::{self, Millis};
 
-
-/// Parses a duration in the one grammar (clap value parser).
+/// Parses a duration in the one grammar (clap value parser; clap names the flag and value).
 pub fn parse(s: &str) -> Result<Duration, String> {
+    parse_bare(s)
+        .map_err(|e| format!("{e} (expected e.g. 500ms, 90s, 5m, 1h30m; a bare number is seconds)"))
+}
+
+/// [`parse`] without saying what is expected.
+fn parse_bare(s: &str) -> Result<Duration, String> {
     let t = s.trim();
     if t.is_empty() {
-        return Err("empty duration: expected e.g. 500ms, 90s, 5m, 1h30m".into());
+        return Err("empty duration".into());
     }
     if let Ok(secs) = t.parse::<f64>() {
-        return Duration::try_from_secs_f64(secs)
-            .map_err(|e| format!("{t:?}: {e} (expected e.g. 500ms, 90s, 5m, 1h30m)"));
+        return Duration::try_from_secs_f64(secs).map_err(|e| e.to_string());
     }
-    humantime::parse_duration(t).map_err(|e| format!("{t:?}: {e} (expected e.g. 500ms, 90s, 5m, 1h30m)"))
+    humantime::parse_duration(t).map_err(|e| e.to_string())
 }
 
 /// A clap value parser for a duration of at most `max`.
@@ -27,10 +31,7 @@ pub fn at_most(max: Duration) -> impl Fn(&str) -> Result<Duration, String> + Clo
     move |s: &str| {
         let d = parse(s)?;
         if d > max {
-            return Err(format!(
-                "{s:?} is longer than {}",
-                humantime::format_duration(max)
-            ));
+            return Err(format!("longer than {}", humantime::format_duration(max)));
         }
         Ok(d)
     }
@@ -76,7 +77,7 @@ impl At {
                 (_, Some(r)) => (r, true),
                 _ => (t, false),
             };
-            let d = parse(rest).map_err(|e| format!("--at {s:?}: {e}; expected {AT_GRAMMAR}"))?;
+            let d = parse_bare(rest).map_err(|e| format!("{e}; expected {AT_GRAMMAR}"))?;
             if from_end {
                 Point::BeforeEnd(d)
             } else {
@@ -156,7 +157,7 @@ mod tests {
         assert_eq!(p("-10s"), Ok(Point::BeforeEnd(s(10))));
         assert!(matches!(p("2026-11-29T14:50:57.073Z"), Ok(Point::Time(_))));
         let e = At::parse("yesterday").expect_err("garbage");
-        assert!(e.contains("--at \"yesterday\""), "{e}");
+        assert!(e.contains("RFC 3339"), "{e}");
         assert!(At::parse("+5x").is_err());
         assert!(At::parse("+99999999999999999999").is_err());
     }

@@ -154,7 +154,10 @@ mod tests {
         let e: anyhow::Error = wedgewatch::error::Error::io("/x/missing.rec", io).into();
         let line = one_line(&e.context("opening the recording"));
         assert_eq!(line.matches("os error 2").count(), 1, "{line}");
-        assert!(line.starts_with("opening the recording: /x/missing.rec"), "{line}");
+        assert!(
+            line.starts_with("opening the recording: /x/missing.rec"),
+            "{line}"
+        );
     }
 
     #[test]

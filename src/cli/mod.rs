@@ -194,7 +194,10 @@ mod tests {
             verb_in(&args("ww --pid 5 --native check --bogus")).as_deref(),
             Some("check")
         );
-        assert_eq!(verb_in(&args("ww --pid=5 -q snapshot")).as_deref(), Some("snapshot"));
+        assert_eq!(
+            verb_in(&args("ww --pid=5 -q snapshot")).as_deref(),
+            Some("snapshot")
+        );
         assert_eq!(verb_in(&args("ww --quiet")), None);
     }
 

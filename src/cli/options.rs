@@ -73,15 +73,20 @@ pub struct Sampling {
 
 /// Accepts what the HTTP client can fetch: `http://host[:port][/path]`.
 pub fn parse_url(s: &str) -> Result<String, String> {
-    let u = wedgewatch::http::parse_url(s).map_err(|e| format!("{e} (e.g. http://127.0.0.1:8000)"))?;
+    let u =
+        wedgewatch::http::parse_url(s).map_err(|e| format!("{e} (e.g. http://127.0.0.1:8000)"))?;
     // parse_url always gives the authority a port (80 when none was written)
     let (host, port) = u.authority.rsplit_once(':').unwrap_or(("", ""));
     if port.parse::<u16>().map_or(true, |p| p == 0) {
-        return Err(format!("{s}: bad port {port:?} (e.g. http://127.0.0.1:8000)"));
+        return Err(format!(
+            "{s}: bad port {port:?} (e.g. http://127.0.0.1:8000)"
+        ));
     }
     let bad_char = |c: char| c.is_whitespace() || c.is_control() || "/?#@".contains(c);
     if host.is_empty() || host.chars().any(bad_char) {
-        return Err(format!("{s}: bad host {host:?} (e.g. http://127.0.0.1:8000)"));
+        return Err(format!(
+            "{s}: bad host {host:?} (e.g. http://127.0.0.1:8000)"
+        ));
     }
     Ok(s.to_string())
 }

@@ -55,7 +55,10 @@ pub fn run(top: Sampling, a: RecordArgs) -> anyhow::Result<i32> {
         None => a.output.clone(),
     };
     let n = exit::block_on(async {
-        let topology = opts.discover().await.map_err(|e| CouldNotSample(e.into()))?;
+        let topology = opts
+            .discover()
+            .await
+            .map_err(|e| CouldNotSample(e.into()))?;
         let (_tx, rx) = tokio::sync::watch::channel(topology.clone());
         let sampler = opts.sampler(Arc::new(SystemClock), rx)?;
         let ms = duration::millis(a.run_for);
@@ -67,7 +70,11 @@ pub fn run(top: Sampling, a: RecordArgs) -> anyhow::Result<i32> {
     if tmp.is_some() {
         copy_to_stdout(&path)?;
     }
-    let shown = if tmp.is_some() { "stdout".into() } else { a.output.display().to_string() };
+    let shown = if tmp.is_some() {
+        "stdout".into()
+    } else {
+        a.output.display().to_string()
+    };
     if a.json {
         let v = serde_json::json!({ "samples": n, "output": shown });
         println!("{}", serde_json::to_string_pretty(&v)?);

@@ -92,7 +92,7 @@ pub fn run(top: Sampling, a: SnapshotArgs) -> anyhow::Result<i32> {
 }
 
 /// Replaces the parts' config_changed findings by the changes against `base`.
-fn against_baseline(
+pub fn against_baseline(
     parts: &mut SnapshotParts,
     base: &Path,
     opts: &AssembleOptions,
@@ -101,7 +101,9 @@ fn against_baseline(
     // compare like with like: the baseline was redacted (or not) the same way
     let now = snapshot::assemble(parts.clone(), opts);
     let d = diff::diff_snapshots(&before, &now);
-    parts.findings.retain(|f| f.kind != FindingKind::ConfigChanged);
+    parts
+        .findings
+        .retain(|f| f.kind != FindingKind::ConfigChanged);
     parts.findings.extend(detect::config_changed(&d.changes));
     parts.config_changed = d.changes;
     Ok(())
