@@ -673,3 +673,81 @@ fn check_against_a_baseline_warns_of_changes() {
     let o = check(Path::new("/etc/passwd"));
     assert_eq!(o.code, 3, "a bad baseline is UNKNOWN: {}", o.stdout);
 }
+
+/// Runs the binary with stderr on a pseudo-terminal (stdout a pipe); what the terminal got.
+fn stderr_on_a_terminal(args: &[&OsStr]) -> (i32, String) {
+    use std::io::Read;
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let (mut master, mut slave) = (0, 0);
+    // SAFETY: openpty writes two fresh descriptors into the out-pointers; the null name,
+    // termios and window size pointers are allowed.
+    let rc = unsafe {
+        libc::openpty(
+            &mut master,
+            &mut slave,
+            std::ptr::null_mut(),
+            std::ptr::null(),
+            std::ptr::null(),
+        )
+    };
+    assert_eq!(rc, 0, "openpty");
+    // SAFETY: both descriptors were just opened by openpty and are owned here only.
+    let (master, slave) = unsafe { (OwnedFd::from_raw_fd(master), OwnedFd::from_raw_fd(slave)) };
+    let mut child = wedgewatch()
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::from(slave))
+        .spawn()
+        .expect("spawn");
+    // read on a thread: the terminal's buffer must not fill while the child runs
+    let reader = std::thread::spawn(move || {
+        let mut f = std::fs::File::from(master);
+        let mut buf = Vec::new();
+        let _ = f.read_to_end(&mut buf); // ends with EIO once the child closed the slave
+        String::from_utf8_lossy(&buf).into_owned()
+    });
+    let mut out = String::new();
+    if let Some(mut s) = child.stdout.take() {
+        let _ = s.read_to_string(&mut out);
+    }
+    let code = child.wait().expect("wait").code().unwrap_or(-1);
+    (code, reader.join().expect("reader"))
+}
+
+#[test]
+fn progress_is_drawn_on_a_terminal_unless_quiet() {
+    let proc = fixture_proc("container");
+    let args = |quiet: bool| {
+        let mut a: Vec<&OsStr> = Vec::new();
+        if quiet {
+            a.push("--quiet".as_ref());
+        }
+        a.extend(
+            [
+                "snapshot",
+                "--json",
+                "--no-daemon",
+                "--window",
+                "2s",
+                "--proc-root",
+            ]
+            .map(OsStr::new),
+        );
+        a.push(proc.as_os_str());
+        a
+    };
+    let (code, term) = stderr_on_a_terminal(&args(false));
+    assert_eq!(code, 0, "{term}");
+    assert!(
+        term.contains("wedgewatch: sampling:") && term.contains("s left)"),
+        "{term:?}"
+    );
+    assert!(
+        term.contains("\x1b[2K"),
+        "the line is cleared at the end: {term:?}"
+    );
+    let (code, term) = stderr_on_a_terminal(&args(true));
+    assert_eq!(code, 0, "{term}");
+    assert!(!term.contains("sampling"), "--quiet: {term:?}");
+}
