@@ -141,7 +141,9 @@ pub fn run(top: Sampling, a: CheckArgs) -> anyhow::Result<i32> {
     if a.json {
         print_json(status, Some(&snap), None)?;
     } else {
-        print!("{}", plugin_text(status, &snap.findings));
+        // findings quote host text (ids, names): no live control sequences
+        let text = plugin_text(status, &snap.findings);
+        print!("{}", wedgewatch::redact::control::text(&text));
     }
     Ok(status.code())
 }

@@ -80,7 +80,10 @@ fn daemon_answers(socket: &Path) -> bool {
         Ok(_) => true,
         Err(e) => {
             // e.g. a socket another user planted: say why it is not used
-            eprintln!("wedgewatch: daemon not usable ({e}); sampling in-process instead");
+            let e = wedgewatch::redact::log_line(&e.to_string());
+            super::progress::note(&format!(
+                "daemon not usable ({e}); sampling in-process instead"
+            ));
             false
         }
     }
