@@ -64,8 +64,7 @@ pub fn pyspy_json(data: &[u8]) {
     let classified: Vec<_> = threads
         .into_iter()
         .map(|mut t| {
-            let (state, rule) = builtin_rules().classify(Some("sglang"), &t);
-            (t.state, t.rule) = (state, rule);
+            builtin_rules().classify(Some("sglang"), &t).apply(&mut t);
             t
         })
         .collect();

@@ -353,7 +353,7 @@ fn render_safe(s: &Snapshot) -> String {
         for t in &s.threads {
             let _ = writeln!(
                 o,
-                "**pid {} tid {}** {} `{}`{}",
+                "**pid {} tid {}** {} `{}`{}{}",
                 t.pid,
                 t.tid,
                 t.name.as_deref().unwrap_or(""),
@@ -361,6 +361,10 @@ fn render_safe(s: &Snapshot) -> String {
                 t.component
                     .as_deref()
                     .map(|c| format!(" in `{c}`"))
+                    .unwrap_or_default(),
+                t.rule
+                    .as_deref()
+                    .map(|r| format!(" (rule `{r}`)"))
                     .unwrap_or_default()
             );
             let _ = write!(o, "{}", fenced(&t.frames.join("\n")));

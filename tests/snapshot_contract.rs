@@ -210,3 +210,49 @@ fn live_bundle_is_complete_and_atomic() {
     assert!(!other.join("snapshot.json").exists());
     drop(engine);
 }
+
+/// A thread's deciding rule and frame are in the contract (additive: absent when no rule
+/// matched, so a snapshot without them reads as before), and its state is the same string.
+#[test]
+fn thread_rule_and_deciding_frame_fit_the_contract() {
+    use wedgewatch::model::{SnapThread, ThreadState};
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/schema/snapshot-1.schema.json");
+    let schema: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).expect("read")).expect("json");
+    let thread_schema = serde_json::json!({"$defs": schema["$defs"], "$ref": "#/$defs/thread"});
+    let validator = jsonschema::validator_for(&thread_schema).expect("compiles");
+    let mut t = SnapThread {
+        pid: 7,
+        tid: 7,
+        name: Some("MainThread".into()),
+        state: ThreadState::Collective,
+        frames: vec!["all_reduce (torch/distributed/distributed_c10d.py:3075)".into()],
+        component: Some("scheduler_TP0@decode".into()),
+        states_over_window: vec![ThreadState::Collective; 3],
+        rule: Some("collective.all_reduce".into()),
+        decided_by: Some("all_reduce (torch/distributed/distributed_c10d.py:3075)".into()),
+    };
+    let v = serde_json::to_value(&t).expect("serialize");
+    assert_eq!(v["state"], "collective");
+    assert_eq!(v["rule"], "collective.all_reduce");
+    assert!(validator.is_valid(&v), "{v}");
+    let back: SnapThread = serde_json::from_value(v).expect("read back");
+    assert_eq!(back, t);
+    // No rule: neither key is written, and a snapshot from before them still reads.
+    t.state = ThreadState::Unknown;
+    t.rule = None;
+    t.decided_by = None;
+    let v = serde_json::to_value(&t).expect("serialize");
+    assert!(
+        v.get("rule").is_none() && v.get("decided_by").is_none(),
+        "{v}"
+    );
+    assert!(validator.is_valid(&v), "{v}");
+    let old = serde_json::json!({"pid": 1, "tid": 1, "name": null, "state": "idle", "frames": []});
+    let old: SnapThread = serde_json::from_value(old).expect("old snapshot thread");
+    assert_eq!(old.state, ThreadState::Idle);
+    assert_eq!(old.rule, None);
+    assert!(!validator.is_valid(
+        &serde_json::json!({"pid": 1, "tid": 1, "state": "idle", "frames": [], "rule": 3})
+    ));
+}

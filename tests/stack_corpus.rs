@@ -2,15 +2,15 @@
 //! threads, each with its source and true state) classified with the built-in rules.
 
 use std::path::Path;
-use wedgewatch::model::{Frame, ThreadStack};
+use wedgewatch::model::{Frame, ThreadStack, ThreadState};
 use wedgewatch::probes::ProbeSet;
-use wedgewatch::sources::stacks::{RuleSet, STATES};
+use wedgewatch::sources::stacks::{Classification, RuleSet};
 
 struct Dump {
     file: String,
     source: String,
     stack: Option<String>,
-    expect: String,
+    expect: ThreadState,
     expect_rule: Option<String>,
     thread: ThreadStack,
 }
@@ -64,7 +64,7 @@ fn load() -> Vec<Dump> {
             };
             Dump {
                 source: need("source"),
-                expect: need("expect"),
+                expect: ThreadState::from(need("expect")),
                 stack: head.get("stack").cloned(),
                 expect_rule: head.get("expect_rule").cloned(),
                 thread: ThreadStack {
@@ -73,8 +73,9 @@ fn load() -> Vec<Dump> {
                     active: false,
                     owns_gil: false,
                     frames,
-                    state: String::new(),
+                    state: ThreadState::Unknown,
                     rule: None,
+                    decided_by: None,
                 },
                 file,
             }
@@ -89,7 +90,7 @@ fn rules() -> RuleSet {
 #[test]
 fn corpus_is_well_formed() {
     let dumps = load();
-    assert!(dumps.len() >= 8, "only {} real dumps", dumps.len());
+    assert!(dumps.len() >= 22, "only {} real dumps", dumps.len());
     for d in &dumps {
         assert!(
             d.source.starts_with("https://github.com/"),
@@ -97,7 +98,7 @@ fn corpus_is_well_formed() {
             d.file
         );
         assert!(
-            STATES.contains(&d.expect.as_str()),
+            d.expect.is_known(),
             "{}: unknown state {}",
             d.file,
             d.expect
@@ -111,7 +112,7 @@ fn every_real_dump_gets_its_true_state() {
     let set = rules();
     let mut wrong = vec![];
     for d in load() {
-        let (state, rule) = set.classify(d.stack.as_deref(), &d.thread);
+        let Classification { state, rule, .. } = set.classify(d.stack.as_deref(), &d.thread);
         let rule_ok = d.expect_rule.is_none() || d.expect_rule == rule;
         if state != d.expect || !rule_ok {
             wrong.push(format!(
@@ -147,9 +148,14 @@ fn a_collective_beats_the_idle_loop_frames_around_it() {
             ("run_scheduler_process", "sglang/srt/managers/scheduler.py"),
         ],
     );
-    let (state, rule) = rules().classify(stack.as_deref(), &t);
-    assert_eq!(state, "collective");
-    assert_eq!(rule.as_deref(), Some("collective.all_reduce"));
+    let c = rules().classify(stack.as_deref(), &t);
+    assert_eq!(c.state, ThreadState::Collective);
+    assert_eq!(c.rule.as_deref(), Some("collective.all_reduce"));
+    // The snapshot says which frame decided: the collective itself, not the loop around it.
+    assert_eq!(
+        c.decided_by.as_deref(),
+        Some("all_reduce (torch/distributed/distributed_c10d.py:3075)")
+    );
 }
 
 #[test]
@@ -163,9 +169,9 @@ fn the_engine_core_waiting_on_workers_is_not_running_a_batch() {
             ("run_engine_core", "vllm/v1/engine/core.py"),
         ],
     );
-    let (state, rule) = rules().classify(stack.as_deref(), &t);
-    assert_eq!(state, "waiting_workers");
-    assert_eq!(rule.as_deref(), Some("vllm.waiting_workers"));
+    let c = rules().classify(stack.as_deref(), &t);
+    assert_eq!(c.state, ThreadState::WaitingWorkers);
+    assert_eq!(c.rule.as_deref(), Some("vllm.waiting_workers"));
 }
 
 #[test]
@@ -204,11 +210,178 @@ fn no_rule_means_unknown_not_a_guess() {
         active: true,
         owns_gil: true,
         frames: vec![parse_frame("mystery (somewhere/else.py:3)")],
-        state: String::new(),
+        state: ThreadState::Unknown,
         rule: None,
+        decided_by: None,
     };
     assert_eq!(
         rules().classify(Some("sglang"), &t),
-        ("unknown".to_string(), None)
+        Classification::default()
     );
+}
+
+/// Every dump a rule knows says which rule and which of its own frames decided: the
+/// snapshot's `rule` / `decided_by` of that thread.
+#[test]
+fn every_classified_dump_names_its_rule_and_deciding_frame() {
+    let set = rules();
+    for d in load() {
+        let c = set.classify(d.stack.as_deref(), &d.thread);
+        if c.state == ThreadState::Unknown {
+            assert_eq!((c.rule, c.decided_by), (None, None), "{}", d.file);
+            continue;
+        }
+        assert!(c.rule.is_some(), "{}: no rule", d.file);
+        let frame = c
+            .decided_by
+            .unwrap_or_else(|| panic!("{}: no frame", d.file));
+        assert!(
+            d.thread.frames.iter().any(|f| f.render() == frame),
+            "{}: {frame} is not one of its frames",
+            d.file
+        );
+    }
+}
+
+/// sglang#4205: CUDA graph capture at start-up blocked in pynccl. Its quote stops at
+/// `forward_absorb`; the capture path above it is the one the start-up tracebacks of
+/// sglang#1751 and sglang#4489 print (`capture_one_batch_size` <- `capture` <-
+/// `CudaGraphRunner.__init__` <- `init_cuda_graphs` <- `initialize` <- `ModelRunner.__init__`
+/// <- `TpModelWorker.__init__` <- `Scheduler.__init__` <- `run_scheduler_process`).
+#[test]
+fn a_collective_during_start_up_is_the_collective_and_the_rest_is_start_up() {
+    let (stack, mut t) = extended(
+        "sglang-4205-capture-cuda-graph-pynccl.txt",
+        &[
+            (
+                "capture_one_batch_size",
+                "sglang/srt/model_executor/cuda_graph_runner.py",
+            ),
+            ("capture", "sglang/srt/model_executor/cuda_graph_runner.py"),
+            ("__init__", "sglang/srt/model_executor/cuda_graph_runner.py"),
+            (
+                "init_cuda_graphs",
+                "sglang/srt/model_executor/model_runner.py",
+            ),
+            ("initialize", "sglang/srt/model_executor/model_runner.py"),
+            ("__init__", "sglang/srt/model_executor/model_runner.py"),
+            ("__init__", "sglang/srt/managers/tp_worker.py"),
+            ("__init__", "sglang/srt/managers/scheduler.py"),
+            ("run_scheduler_process", "sglang/srt/managers/scheduler.py"),
+        ],
+    );
+    let set = rules();
+    let c = set.classify(stack.as_deref(), &t);
+    assert_eq!(c.state, ThreadState::NcclCollective, "{c:?}");
+    assert_eq!(c.rule.as_deref(), Some("sglang.nccl_collective"));
+    // The same capture outside the collective (the layer's own kernels): start-up, not a
+    // scheduler stuck outside its loop, not a batch being served.
+    let collective = t
+        .frames
+        .iter()
+        .position(|f| f.name == "tensor_model_parallel_all_reduce")
+        .expect("quoted frame");
+    t.frames.drain(..=collective);
+    let c = set.classify(stack.as_deref(), &t);
+    assert_eq!(c.state, ThreadState::Startup, "{c:?}");
+    assert_eq!(c.rule.as_deref(), Some("sglang.startup"));
+}
+
+fn native(name: &str, lib: &str) -> Frame {
+    Frame {
+        name: name.to_string(),
+        file: lib.to_string(),
+        line: 0,
+    }
+}
+
+fn thread_of(frames: Vec<Frame>) -> ThreadStack {
+    ThreadStack {
+        tid: 1,
+        name: Some("MainThread".into()),
+        active: false,
+        owns_gil: false,
+        frames,
+        state: ThreadState::Unknown,
+        rule: None,
+        decided_by: None,
+    }
+}
+
+/// With `py-spy --native`, native frames decide when the Python frames above them say
+/// nothing. Built from frame names public threads print but do not quote whole (so not
+/// corpus files): vllm#42897 (the engine core blocked in `_to_list` -> `cuEventSynchronize`),
+/// pytorch#52916 (gdb: `ncclGroupEnd` under `c10d::ProcessGroupNCCL::getNCCLComm` in a
+/// broadcast), sglang#17941 (gloo's `UnboundBuffer::waitRecv`).
+#[test]
+fn native_frames_decide_when_the_python_frames_say_nothing() {
+    let set = rules();
+    let c = set.classify(
+        Some("vllm"),
+        &thread_of(vec![
+            native("cuEventSynchronize", "libcuda.so.1"),
+            parse_frame("_to_list (vllm/v1/worker/gpu_model_runner.py:2203)"),
+        ]),
+    );
+    assert_eq!(c.state, ThreadState::WaitingGpuResult, "{c:?}");
+    assert_eq!(
+        c.decided_by.as_deref(),
+        Some("cuEventSynchronize (libcuda.so.1:0)")
+    );
+    let c = set.classify(
+        None,
+        &thread_of(vec![
+            native("ncclGroupEnd", "libnccl.so.2"),
+            native("c10d::ProcessGroupNCCL::getNCCLComm", "libtorch_python.so"),
+        ]),
+    );
+    assert_eq!(c.state, ThreadState::NcclCollective, "{c:?}");
+    assert_eq!(c.rule.as_deref(), Some("native.nccl_collective"));
+    // A point-to-point NCCL receive outranks the collective rules.
+    let c = set.classify(None, &thread_of(vec![native("ncclRecv", "libnccl.so.2")]));
+    assert_eq!(c.state, ThreadState::P2pWait, "{c:?}");
+    // Gloo receives inside every collective: with a collective frame it is that collective,
+    // not a pipeline receive (TP1's request broadcast, sglang#22607, dumped natively).
+    let (stack, mut t) = extended("sglang-22607-tp1-broadcast_pyobj.txt", &[]);
+    t.frames.splice(
+        0..0,
+        [
+            native(
+                "gloo::transport::tcp::UnboundBuffer::waitRecv",
+                "libtorch_cpu.so",
+            ),
+            native("gloo::broadcast", "libtorch_cpu.so"),
+        ],
+    );
+    let c = set.classify(stack.as_deref(), &t);
+    assert_eq!(c.state, ThreadState::GlooCollective, "{c:?}");
+    // Only native frames of a gloo collective, no Python ones: still the collective.
+    let c = set.classify(
+        None,
+        &thread_of(vec![
+            native(
+                "gloo::transport::tcp::UnboundBuffer::waitRecv",
+                "libtorch_cpu.so",
+            ),
+            native("gloo::allreduce", "libtorch_cpu.so"),
+        ]),
+    );
+    assert_eq!(c.state, ThreadState::GlooCollective, "{c:?}");
+    assert_eq!(c.rule.as_deref(), Some("native.gloo_collective"));
+}
+
+/// Start-up frame names also occur while serving (a `Req.__init__` in scheduler.py, a weight
+/// update that loads a model): inside the event loop they are not start-up. sglang#6891's
+/// scheduler, with such a frame put inside its batch, stays `running_batch`.
+#[test]
+fn start_up_names_inside_the_event_loop_are_serving() {
+    let d = load()
+        .into_iter()
+        .find(|d| d.file == "sglang-6891-eagle-draft-running.txt")
+        .expect("fixture");
+    let mut t = d.thread;
+    t.frames
+        .insert(0, parse_frame("__init__ (scheduler.py:56)"));
+    let c = rules().classify(d.stack.as_deref(), &t);
+    assert_eq!(c.state, ThreadState::RunningBatch, "{c:?}");
 }

@@ -11,11 +11,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use wedgewatch::clock::SystemClock;
-use wedgewatch::model::{CaptureMode, Component, Payload, Role, Status, Topology};
+use wedgewatch::model::{CaptureMode, Component, Payload, Role, Status, ThreadState, Topology};
 use wedgewatch::probes::ProbeSet;
 use wedgewatch::sources::stacks::{
     classify, parse_pyspy_json, summarize_window, RuleSet, StackSource, StackTarget, StacksConfig,
-    STATE_IDLE, STATE_NCCL_COLLECTIVE, STATE_PD_QUEUE_POLLING, STATE_RUNNING_BATCH,
 };
 use wedgewatch::sources::Source;
 
@@ -133,7 +132,10 @@ fn assert_not_stopped(pid: i32) {
     );
 }
 
-fn main_thread_states(window: &wedgewatch::sources::stacks::StackWindow, pid: i32) -> Vec<String> {
+fn main_thread_states(
+    window: &wedgewatch::sources::stacks::StackWindow,
+    pid: i32,
+) -> Vec<ThreadState> {
     window
         .captures
         .iter()
@@ -182,21 +184,32 @@ fn recorded_and_synthesized_fixtures_classify_as_expected() {
         } else {
             "sglang"
         };
-        let (state, rule) = set.classify(Some(stack), main);
+        let c = set.classify(Some(stack), main);
+        let (state, rule) = (c.state, c.rule);
         assert_eq!(
-            &state, want,
+            state,
+            want.as_str(),
             "{file}: rule {rule:?}, frames {:?}",
             main.frames
         );
         // The free fn (all stacks' rules) agrees on these fixtures.
-        assert_eq!(&classify(&rules, main).0, want, "{file} via classify()");
+        assert_eq!(
+            classify(&rules, main).state,
+            want.as_str(),
+            "{file} via classify()"
+        );
         // Helper threads (watchdog, workers) are not scheduler states.
         for t in threads
             .iter()
             .filter(|t| t.name.as_deref() != Some("MainThread"))
         {
-            let (s, _) = set.classify(Some(stack), t);
-            assert_ne!(s, STATE_RUNNING_BATCH, "{file}: helper thread {:?}", t.name);
+            let s = set.classify(Some(stack), t).state;
+            assert_ne!(
+                s,
+                ThreadState::RunningBatch,
+                "{file}: helper thread {:?}",
+                t.name
+            );
         }
     }
 }
@@ -226,15 +239,18 @@ fn live_scheduler_idle_batch_dropping_and_nccl() {
 
     let w = window("idle");
     let states = main_thread_states(&w, pid);
-    assert!(states.iter().all(|s| s == STATE_IDLE), "idle: {states:?}");
+    assert!(
+        states.iter().all(|s| *s == ThreadState::Idle),
+        "idle: {states:?}"
+    );
     let ev = summarize_window(&w.captures);
     let main = ev.iter().find(|e| e.tid == pid).unwrap();
-    assert_eq!(main.consistent_state.as_deref(), Some(STATE_IDLE));
+    assert_eq!(main.consistent_state, Some(ThreadState::Idle));
 
     let w = window("batch");
     let states = main_thread_states(&w, pid);
     assert!(
-        states.iter().all(|s| s == STATE_RUNNING_BATCH),
+        states.iter().all(|s| *s == ThreadState::RunningBatch),
         "batch: {states:?}"
     );
 
@@ -245,18 +261,18 @@ fn live_scheduler_idle_batch_dropping_and_nccl() {
     assert!(
         states
             .iter()
-            .all(|s| s == STATE_PD_QUEUE_POLLING || s == STATE_IDLE),
+            .all(|s| *s == ThreadState::PdQueuePolling || *s == ThreadState::Idle),
         "drop: {states:?}"
     );
     assert!(
-        states.iter().any(|s| s == STATE_PD_QUEUE_POLLING),
+        states.contains(&ThreadState::PdQueuePolling),
         "drop: {states:?}"
     );
 
     let w = window("nccl");
     let states = main_thread_states(&w, pid);
     assert!(
-        states.iter().all(|s| s == STATE_NCCL_COLLECTIVE),
+        states.iter().all(|s| *s == ThreadState::NcclCollective),
         "nccl: {states:?}"
     );
     // Helper threads stay out of the scheduler states.
@@ -299,7 +315,7 @@ fn source_trait_samples_the_topology_and_skips_non_python() {
         } else {
             assert!(c.skipped.is_none() && c.error.is_none(), "{c:?}");
             let main = c.threads.iter().find(|t| t.tid == c.pid).unwrap();
-            assert_eq!(main.state, STATE_RUNNING_BATCH);
+            assert_eq!(main.state, ThreadState::RunningBatch);
             assert_eq!(main.rule.as_deref(), Some("sglang.running_batch"));
         }
     }
@@ -459,7 +475,7 @@ fn native_mode_only_on_request_and_recorded() {
     // Native unwinding works on this kind of machine (ptrace, no yama restrictions).
     assert!(c.error.is_none(), "{c:?}");
     let main = c.threads.iter().find(|t| t.tid == c.pid).unwrap();
-    assert_eq!(main.state, STATE_RUNNING_BATCH, "{:?}", main.frames);
+    assert_eq!(main.state, ThreadState::RunningBatch, "{:?}", main.frames);
 }
 
 #[test]
@@ -508,7 +524,7 @@ fn permission_denied_degrades_and_names_ptrace() {
 }
 
 /// Main-thread states of `pid` over one window of the lab (3 dumps).
-fn lab_window(src: &StackSource, rt: &tokio::runtime::Runtime, pid: u32) -> Vec<String> {
+fn lab_window(src: &StackSource, rt: &tokio::runtime::Runtime, pid: u32) -> Vec<ThreadState> {
     let targets = [StackTarget {
         pid: pid as i32,
         stack: Some("sglang".into()),
@@ -530,7 +546,7 @@ fn lab_accepted_and_forgotten_and_spinning_collective() {
     let Some(py_spy) = py_spy() else { return };
     let rt = tokio::runtime::Runtime::new().unwrap();
     let src = StackSource::new(config(py_spy), &rules()).unwrap();
-    let calm = [STATE_IDLE, STATE_PD_QUEUE_POLLING];
+    let calm = [ThreadState::Idle, ThreadState::PdQueuePolling];
 
     let lab = lab::Lab::up(
         &lab::LabOptions::pd().decode_env("SGLANG_DECODE_PREALLOC_SPLIT_TOKENS", "100"),
@@ -579,13 +595,13 @@ fn lab_accepted_and_forgotten_and_spinning_collective() {
     let decode = lab.decode().scheduler_pids[0];
     let states = lab_window(&src, &rt, decode);
     assert!(
-        states.iter().all(|s| calm.contains(&s.as_str())),
+        states.iter().all(|s| calm.contains(s)),
         "wedged decode scheduler: {states:?}"
     );
     let prefill = lab.prefill().scheduler_pids[0];
     let states = lab_window(&src, &rt, prefill);
     assert!(
-        states.iter().all(|s| calm.contains(&s.as_str())),
+        states.iter().all(|s| calm.contains(s)),
         "prefill scheduler: {states:?}"
     );
     drop(_load);
@@ -598,12 +614,12 @@ fn lab_accepted_and_forgotten_and_spinning_collective() {
     let deadline = Instant::now() + Duration::from_secs(10);
     let states = loop {
         let states = lab_window(&src, &rt, decode);
-        if states.iter().all(|s| s == STATE_NCCL_COLLECTIVE) || Instant::now() > deadline {
+        if states.iter().all(|s| *s == ThreadState::NcclCollective) || Instant::now() > deadline {
             break states;
         }
     };
     assert!(
-        states.iter().all(|s| s == STATE_NCCL_COLLECTIVE),
+        states.iter().all(|s| *s == ThreadState::NcclCollective),
         "spinning decode scheduler: {states:?}"
     );
 }
@@ -641,10 +657,10 @@ fn bad_stack_rules_in_probe_files_are_named() {
     assert!(e.contains("unknown state \"sleepy\""), "{e}");
     // The built-in tables load, and cover every state but `unknown`.
     let rules = rules();
-    for state in wedgewatch::sources::stacks::STATES {
-        if *state != "unknown" {
+    for state in ThreadState::KNOWN {
+        if state != ThreadState::Unknown {
             assert!(
-                rules.iter().any(|r| r.state == *state),
+                rules.iter().any(|r| state == r.state.as_str()),
                 "no rule for {state}"
             );
         }

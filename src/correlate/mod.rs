@@ -23,7 +23,7 @@ use crate::model::{
     ProcessFacts, Request, RequestState, Role, Sample, SnapGpu, SnapGpuProcess, SnapThread,
     SocketTable, SourceKind, SourceStatus, StackCapture, Status, Topology,
 };
-use crate::model::{ComponentExtras, SnapshotParts, Thresholds};
+use crate::model::{ComponentExtras, SnapshotParts, ThreadState, Thresholds};
 use exchange::{Conn, ConnKey, End, Exchange, Obs};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -113,11 +113,14 @@ pub struct ThreadWindow {
     pub tid: i32,
     pub name: Option<String>,
     /// Classified state per dump, oldest first.
-    pub states: Vec<String>,
+    pub states: Vec<ThreadState>,
     /// Innermost frame per dump, oldest first.
     pub top_frames: Vec<String>,
     /// Frames of the latest dump, rendered.
     pub frames: Vec<String>,
+    /// The rule that decided the latest dump's state, and the frame it matched.
+    pub rule: Option<String>,
+    pub decided_by: Option<String>,
 }
 
 /// The state of one component at `now`, derived from the history.
@@ -157,11 +160,7 @@ impl ComponentState {
         let busy = self
             .threads
             .iter()
-            .filter(|t| {
-                t.states.last().is_some_and(|s| {
-                    s == "running_batch" || s == "waiting_gpu_result" || s == "waiting_workers"
-                })
-            })
+            .filter(|t| t.states.last().is_some_and(ThreadState::is_working))
             .count();
         if busy > 0 {
             v.push(format!("{busy} scheduler thread(s) running a batch"));
@@ -181,9 +180,7 @@ impl ComponentState {
                 (
                     // A thread some scheduler rule recognised (the loop), before the engine's
                     // HTTP thread, which no rule knows.
-                    t.states
-                        .iter()
-                        .any(|s| s != "unknown" && s != "helper_idle"),
+                    t.states.iter().any(|s| !s.is_uninformative()),
                     t.name.as_deref() == Some("MainThread"),
                     t.states.len(),
                     std::cmp::Reverse(t.pid),
@@ -826,8 +823,12 @@ impl Model {
                     states: Vec::new(),
                     top_frames: Vec::new(),
                     frames: Vec::new(),
+                    rule: None,
+                    decided_by: None,
                 });
                 w.states.push(th.state.clone());
+                w.rule.clone_from(&th.rule);
+                w.decided_by.clone_from(&th.decided_by);
                 w.top_frames
                     .push(th.frames.first().map(|f| f.render()).unwrap_or_default());
                 w.frames = th.frames.iter().map(|f| f.render()).collect();
@@ -1221,6 +1222,8 @@ impl Model {
                     frames: t.frames.clone(),
                     component: owner,
                     states_over_window: t.states.clone(),
+                    rule: t.rule.clone(),
+                    decided_by: t.decided_by.clone(),
                 });
             }
         }

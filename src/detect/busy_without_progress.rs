@@ -14,7 +14,7 @@
 
 use super::secs;
 use crate::correlate::{ComponentState, Model, RequestView, View};
-use crate::model::{Evidence, Finding, FindingKind, Severity};
+use crate::model::{Evidence, Finding, FindingKind, Severity, ThreadState};
 
 /// `busy_without_progress`: the GPU is busy (or spinning in a collective) yet no response
 /// bytes move at the component for >= `busy_after_ms`.
@@ -75,10 +75,9 @@ pub fn busy_without_progress(m: &Model, v: &View) -> Vec<Finding> {
 /// What says the engine is busy: a spinning GPU, a scheduler thread in an NCCL collective in
 /// every one of at least `min_dumps` dumps, or GPU work / forward time with no token generated.
 fn busy_reason(cs: &ComponentState, min_dumps: usize) -> Option<String> {
-    let collective = cs
-        .threads
-        .iter()
-        .find(|t| t.states.len() >= min_dumps && t.states.iter().all(|s| s == "nccl_collective"));
+    let collective = cs.threads.iter().find(|t| {
+        t.states.len() >= min_dumps && t.states.iter().all(|s| *s == ThreadState::NcclCollective)
+    });
     // Plain "GPU working" with no bytes out is also a long non-streaming generation;
     // count it only when the engine's own token counter says nothing is generated.
     let no_tokens = cs.gen_rate.is_some_and(|r| r <= 0.0);

@@ -9,7 +9,7 @@
 //! documented in `docs/findings.md`).
 
 use crate::correlate::{ComponentState, Model, RequestView, View};
-use crate::model::{Evidence, Finding, FindingKind, RequestState, Role};
+use crate::model::{Evidence, Finding, FindingKind, RequestState, Role, ThreadState};
 use std::collections::{BTreeMap, BTreeSet};
 
 mod accumulating_state;
@@ -175,8 +175,14 @@ fn downstream_stalled(v: &View, comp: &str) -> bool {
         .any(|r| r.x.client_component.as_deref() == Some(comp) && r.state == RequestState::Stalled)
 }
 
+/// `idle, idle` -> `idle, idle`: the states of a window as the evidence text lists them.
+pub(crate) fn join_states(states: &[ThreadState]) -> String {
+    let names: Vec<&str> = states.iter().map(ThreadState::as_str).collect();
+    names.join(", ")
+}
+
 /// `idle, idle, idle, polling` -> `idle x3, polling`.
-fn run_lengths(states: &[String]) -> String {
+fn run_lengths(states: &[ThreadState]) -> String {
     let mut out: Vec<String> = Vec::new();
     let mut i = 0;
     while i < states.len() {
@@ -187,7 +193,7 @@ fn run_lengths(states: &[String]) -> String {
         out.push(if j - i > 1 {
             format!("{} x{}", states[i], j - i)
         } else {
-            states[i].clone()
+            states[i].to_string()
         });
         i = j;
     }
@@ -219,11 +225,7 @@ fn idle_evidence(cs: &ComponentState) -> (Vec<String>, Vec<Evidence>) {
             .threads
             .iter()
             // Threads no rule recognised (HTTP loops, helpers) say nothing about the work.
-            .filter(|t| {
-                t.states
-                    .iter()
-                    .any(|s| s != "unknown" && s != "helper_idle")
-            })
+            .filter(|t| t.states.iter().any(|s| !s.is_uninformative()))
             .map(|t| {
                 format!(
                     "pid {} tid {} ({}): {}",

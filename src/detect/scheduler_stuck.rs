@@ -11,8 +11,9 @@
 //!
 //! Thresholds read: `scheduler_min_dumps`.
 
+use super::join_states;
 use crate::correlate::{Model, View};
-use crate::model::{Evidence, Finding, FindingKind, Role, Severity};
+use crate::model::{Evidence, Finding, FindingKind, Role, Severity, ThreadState};
 
 /// `scheduler_stuck`: a scheduler thread in the same frame outside its loop in every dump.
 pub fn scheduler_stuck(m: &Model, v: &View) -> Vec<Finding> {
@@ -45,15 +46,18 @@ pub fn scheduler_stuck(m: &Model, v: &View) -> Vec<Finding> {
             let all_stuck = t
                 .states
                 .iter()
-                .all(|s| s == "stuck_outside_loop" || s == "shutdown");
+                .all(|s| matches!(s, ThreadState::StuckOutsideLoop | ThreadState::Shutdown));
             let same_frame = t
                 .top_frames
                 .iter()
                 .all(|f| !f.is_empty() && *f == t.top_frames[0])
                 && t.states.iter().all(|s| {
                     matches!(
-                        s.as_str(),
-                        "stuck_outside_loop" | "unknown" | "shutdown" | "startup"
+                        s,
+                        ThreadState::StuckOutsideLoop
+                            | ThreadState::Unknown
+                            | ThreadState::Shutdown
+                            | ThreadState::Startup
                     )
                 });
             if !(all_stuck || same_frame) {
@@ -80,7 +84,7 @@ pub fn scheduler_stuck(m: &Model, v: &View) -> Vec<Finding> {
                     .map(|r| r.x.id.clone())
                     .collect(),
                 evidence: vec![
-                    Evidence::new("stacks", format!("states: {}", t.states.join(", "))),
+                    Evidence::new("stacks", format!("states: {}", join_states(&t.states))),
                     Evidence::new("stacks", format!("latest stack: {}", t.frames.join(" <- "))),
                     Evidence::new("gpu", format!("GPU activity: {}", cs.gpu_activity)),
                 ],

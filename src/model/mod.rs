@@ -6,6 +6,7 @@ pub mod finding_kind;
 pub mod parts;
 pub mod sample;
 pub mod snapshot;
+pub mod thread_state;
 pub mod thresholds;
 pub mod topology;
 
@@ -13,5 +14,6 @@ pub use finding_kind::FindingKind;
 pub use parts::{ComponentExtras, SnapshotParts};
 pub use sample::*;
 pub use snapshot::*;
+pub use thread_state::ThreadState;
 pub use thresholds::Thresholds;
 pub use topology::*;

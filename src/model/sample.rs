@@ -1,6 +1,7 @@
 //! What each source produces per tick. Samples are plain data (serde), written as-is into
 //! recordings and replayed through the same correlator.
 
+use super::thread_state::ThreadState;
 use crate::clock::Millis;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -316,9 +317,13 @@ pub struct ThreadStack {
     /// Innermost first.
     pub frames: Vec<Frame>,
     /// Classified state from the probe rules (`idle`, `running_batch`, ...).
-    pub state: String,
+    pub state: ThreadState,
     /// Which rule classified it.
     pub rule: Option<String>,
+    /// The frame that rule matched, rendered `function (file:line)`. Absent in recordings
+    /// made before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decided_by: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

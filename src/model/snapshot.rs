@@ -3,6 +3,7 @@
 
 use super::finding_kind::FindingKind;
 use super::sample::SourceStatus;
+use super::thread_state::ThreadState;
 use super::topology::{Edge, Role};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -155,13 +156,20 @@ pub struct SnapThread {
     pub pid: i32,
     pub tid: i32,
     pub name: Option<String>,
-    pub state: String,
+    pub state: ThreadState,
     pub frames: Vec<String>,
     #[serde(default)]
     pub component: Option<String>,
     /// The classified state in each dump of the window, oldest first.
     #[serde(default)]
-    pub states_over_window: Vec<String>,
+    pub states_over_window: Vec<ThreadState>,
+    /// The stack rule that decided `state` in the newest dump (`collective.all_reduce`
+    /// names the collective); absent when no rule matched.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
+    /// The frame that rule matched (`all_reduce (torch/distributed/distributed_c10d.py:3075)`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decided_by: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

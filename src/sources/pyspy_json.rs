@@ -6,8 +6,8 @@
 //! cannot become GBs of thread records.
 
 use crate::error::Result;
+use crate::model::ThreadState;
 use crate::model::{Frame, ThreadStack};
-use crate::sources::stacks::STATE_UNKNOWN;
 use serde::de::{Deserializer, IgnoredAny, SeqAccess, Visitor};
 use serde::Deserialize;
 use std::marker::PhantomData;
@@ -106,8 +106,9 @@ fn thread(t: PySpyThread) -> ThreadStack {
                 line: u32::try_from(f.line).unwrap_or(0),
             })
             .collect(),
-        state: STATE_UNKNOWN.to_string(),
+        state: ThreadState::Unknown,
         rule: None,
+        decided_by: None,
     }
 }
 

@@ -326,10 +326,12 @@ mod tests {
             pid: 1,
             tid: 1,
             name: Some("t\u{1b}]52;c;aGk=\u{7}".into()),
-            state: "idle".into(),
+            state: crate::model::ThreadState::Idle,
             frames: vec!["f (x.py:1) Authorization: Bearer tui-secret-1".into()],
             component: None,
             states_over_window: Vec::new(),
+            rule: None,
+            decided_by: None,
         });
         let f = FeedFrame::new(s);
         let text = serde_json::to_string(&f.snapshot).unwrap_or_default();

@@ -286,6 +286,7 @@ pub fn stack(pid: i32, t: Millis, state: &str, top: &str) -> StackCapture {
             ],
             state: state.into(),
             rule: None,
+            decided_by: None,
         }],
     }
 }

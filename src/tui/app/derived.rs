@@ -361,7 +361,7 @@ fn thread_order(s: &Snapshot, filter: &str) -> Vec<usize> {
                 &[
                     t.component.as_deref().unwrap_or(""),
                     t.name.as_deref().unwrap_or(""),
-                    &t.state,
+                    t.state.as_str(),
                     &t.pid.to_string(),
                 ],
             )

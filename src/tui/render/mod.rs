@@ -15,7 +15,9 @@ mod threads;
 
 use super::app::{App, Lane, View};
 use super::feed::FeedState;
-use crate::model::{RequestState, Severity, Snapshot, SourceKind, SourceStatus, Status};
+use crate::model::{
+    RequestState, Severity, Snapshot, SourceKind, SourceStatus, Status, ThreadState,
+};
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};
@@ -75,18 +77,26 @@ impl Theme {
             RequestState::Idle | RequestState::Closed => self.dim(),
         }
     }
-    fn thread_state(self, state: &str) -> Style {
+    fn thread_state(self, state: &ThreadState) -> Style {
         match state {
-            "running_batch" | "kv_transfer" => self.fg(Color::Green),
-            "waiting_gpu" | "waiting_gpu_result" => self.fg(Color::Cyan),
-            "waiting_workers" => self.fg(Color::Cyan),
-            "collective" | "nccl_collective" | "gloo_collective" | "p2p_wait"
-            | "pd_queue_polling" => self.fg(Color::Yellow),
-            "stuck" | "stuck_outside_loop" | "shutdown" => {
+            ThreadState::RunningBatch => self.fg(Color::Green),
+            ThreadState::WaitingGpuResult | ThreadState::WaitingWorkers => self.fg(Color::Cyan),
+            // Names of earlier builds, still in old snapshots and recordings.
+            ThreadState::Other(s) if s == "kv_transfer" => self.fg(Color::Green),
+            ThreadState::Other(s) if s == "waiting_gpu" => self.fg(Color::Cyan),
+            ThreadState::Other(s) if s == "stuck" => {
                 self.fg(Color::Red).add_modifier(Modifier::BOLD)
             }
-            "idle" | "helper_idle" => self.dim(),
-            _ => Style::default(),
+            ThreadState::Collective
+            | ThreadState::NcclCollective
+            | ThreadState::GlooCollective
+            | ThreadState::P2pWait
+            | ThreadState::PdQueuePolling => self.fg(Color::Yellow),
+            ThreadState::StuckOutsideLoop | ThreadState::Shutdown => {
+                self.fg(Color::Red).add_modifier(Modifier::BOLD)
+            }
+            ThreadState::Idle | ThreadState::HelperIdle => self.dim(),
+            ThreadState::Startup | ThreadState::Unknown | ThreadState::Other(_) => Style::default(),
         }
     }
     fn activity(self, a: &str) -> Style {

@@ -1,29 +1,33 @@
 //! Threads view: per-thread state over the window's dumps, and the frames of the selected one.
 
 use super::{fit, para, rfit, scroll_offset, source_summary, Theme};
-use crate::model::{SnapThread, Snapshot, Status};
+use crate::model::{SnapThread, Snapshot, Status, ThreadState};
 use crate::tui::app::App;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::Modifier;
 use ratatui::text::{Line, Span};
 use ratatui::Frame;
 
-fn state_letter(state: &str) -> char {
+fn state_letter(state: &ThreadState) -> char {
     match state {
-        "idle" => 'i',
-        "running_batch" => 'R',
-        "waiting_gpu" | "waiting_gpu_result" => 'W',
-        "collective" | "nccl_collective" | "gloo_collective" => 'C',
-        "p2p_wait" => 'X',
-        "waiting_workers" => 'w',
-        "pd_queue_polling" => 'P',
-        "kv_transfer" => 'K',
-        "stuck" | "stuck_outside_loop" => 'S',
-        "startup" => 'u',
-        "shutdown" => 'D',
-        "helper_idle" => 'h',
-        "" => ' ',
-        _ => '?',
+        ThreadState::Idle => 'i',
+        ThreadState::RunningBatch => 'R',
+        ThreadState::WaitingGpuResult => 'W',
+        ThreadState::Collective | ThreadState::NcclCollective | ThreadState::GlooCollective => 'C',
+        ThreadState::P2pWait => 'X',
+        ThreadState::WaitingWorkers => 'w',
+        ThreadState::PdQueuePolling => 'P',
+        ThreadState::StuckOutsideLoop => 'S',
+        ThreadState::Startup => 'u',
+        ThreadState::Shutdown => 'D',
+        ThreadState::HelperIdle => 'h',
+        // Names of earlier builds, still in old snapshots and recordings.
+        ThreadState::Other(s) if s == "waiting_gpu" => 'W',
+        ThreadState::Other(s) if s == "kv_transfer" => 'K',
+        ThreadState::Other(s) if s == "stuck" => 'S',
+        // An empty state: a thread from a snapshot that had none.
+        ThreadState::Other(s) if s.is_empty() => ' ',
+        ThreadState::Unknown | ThreadState::Other(_) => '?',
     }
 }
 
@@ -116,7 +120,7 @@ fn thread_line(t: &SnapThread, comp_w: usize, theme: Theme, selected: bool) -> L
             rfit(&t.tid.to_string(), 7),
             fit(t.name.as_deref().unwrap_or("-"), 14)
         )),
-        Span::styled(fit(&t.state, 14), theme.thread_state(&t.state)),
+        Span::styled(fit(t.state.as_str(), 14), theme.thread_state(&t.state)),
         Span::raw(" "),
     ];
     for st in &t.states_over_window {
@@ -126,7 +130,7 @@ fn thread_line(t: &SnapThread, comp_w: usize, theme: Theme, selected: bool) -> L
         ));
     }
     // No rule matched: say where it is rather than guess.
-    if t.state == "unknown" {
+    if t.state == ThreadState::Unknown {
         if let Some(top) = t.frames.first() {
             spans.push(Span::styled(format!("  top: {top}"), theme.dim()));
         }
@@ -154,6 +158,18 @@ fn frame_lines(t: &SnapThread, detail_open: bool, theme: Theme, w: usize) -> Vec
         ),
         theme.bold().add_modifier(Modifier::UNDERLINED),
     )];
+    // Which rule decided, at which frame: names the collective and where the thread waits.
+    if let Some(rule) = &t.rule {
+        let at = t
+            .decided_by
+            .as_deref()
+            .map(|f| format!(" at {f}"))
+            .unwrap_or_default();
+        fl.push(Line::styled(
+            fit(&format!("  rule {rule}{at}"), w),
+            theme.dim(),
+        ));
+    }
     if t.frames.is_empty() {
         fl.push(Line::styled("  (no frames captured)", theme.dim()));
     }
@@ -161,4 +177,48 @@ fn frame_lines(t: &SnapThread, detail_open: bool, theme: Theme, w: usize) -> Vec
         fl.push(Line::raw(fit(&format!("  {f}"), w)));
     }
     fl
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(lines: &[Line<'_>]) -> Vec<String> {
+        lines
+            .iter()
+            .map(|l| l.spans.iter().map(|s| s.content.as_ref()).collect())
+            .collect()
+    }
+
+    /// The frame panel names the deciding rule and frame, so the collective is on screen.
+    #[test]
+    fn frames_say_which_rule_decided() {
+        let mut t = SnapThread {
+            pid: 7,
+            tid: 7,
+            name: Some("MainThread".into()),
+            state: ThreadState::Collective,
+            frames: vec!["all_reduce (distributed_c10d.py:3075)".into()],
+            component: None,
+            states_over_window: vec![],
+            rule: Some("collective.all_reduce".into()),
+            decided_by: Some("all_reduce (distributed_c10d.py:3075)".into()),
+        };
+        let theme = Theme { no_color: true };
+        let lines = text(&frame_lines(&t, true, theme, 100));
+        assert_eq!(
+            lines[1].trim_end(),
+            "  rule collective.all_reduce at all_reduce (distributed_c10d.py:3075)"
+        );
+        t.rule = None;
+        t.decided_by = None;
+        let lines = text(&frame_lines(&t, true, theme, 100));
+        assert_eq!(
+            lines[1].trim_end(),
+            "  all_reduce (distributed_c10d.py:3075)"
+        );
+        assert_eq!(state_letter(&ThreadState::P2pWait), 'X');
+        assert_eq!(state_letter(&ThreadState::from("waiting_gpu")), 'W');
+        assert_eq!(state_letter(&ThreadState::from("")), ' ');
+    }
 }

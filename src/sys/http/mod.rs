@@ -8,9 +8,14 @@
 //! on a thread nobody waits for ([`resolve`]), so a hung resolver cannot outlive the GET nor
 //! hold the runtime at exit. The answer's bytes are read by [`parse_response`], a pure
 //! function. Discovery, which is synchronous, uses the same client through [`get_blocking`].
+//! The TCP connection may be made by a caller-supplied [`Connector`] ([`get_using`]): the
+//! seam for reaching an endpoint from inside another network namespace.
 
+mod connect;
 mod resolve;
 mod response;
+
+pub use connect::Connector;
 
 pub use resolve::{system as system_resolver, Resolver, MAX_PENDING as MAX_PENDING_LOOKUPS};
 pub use response::{parse_response, Parsed, MAX_HEADER};
@@ -21,6 +26,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use url::Url;
 
 /// Timeouts and size cap of one GET.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,42 +60,41 @@ pub struct Response {
     pub detail: Option<String>,
 }
 
-/// The parts of an `http://host:port/path` URL.
+/// Where one GET goes: parsed once with the one URL type ([`url::Url`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Url {
-    /// `host:port` to connect to (IPv6 in brackets).
+struct Target {
+    /// `host:port` to connect to (IPv6 in brackets; the port defaults to 80).
     pub authority: String,
-    /// Host header value.
+    /// Host header value (the port only when the URL names a non-default one).
     pub host: String,
+    /// Path and query sent in the request line.
     pub path: String,
 }
 
-/// Parses a plain `http://` URL; the port defaults to 80.
-pub fn parse_url(url: &str) -> Result<Url, String> {
-    let rest = url
-        .strip_prefix("http://")
-        .ok_or_else(|| format!("{url}: only http:// URLs are supported"))?;
-    let (auth, path) = match rest.find('/') {
-        Some(i) => (&rest[..i], &rest[i..]),
-        None => (rest, "/"),
-    };
-    if auth.is_empty() {
-        return Err(format!("{url}: no host"));
+/// Parses a plain `http://` URL (the only scheme the scraped endpoints speak); the port
+/// defaults to 80.
+fn parse_url(raw: &str) -> Result<Target, String> {
+    if !raw.starts_with("http://") {
+        return Err(format!("{raw}: only http:// URLs are supported"));
     }
-    let has_port = if auth.starts_with('[') {
-        auth.contains("]:")
-    } else {
-        auth.contains(':')
-    };
-    let authority = if has_port {
-        auth.to_string()
-    } else {
-        format!("{auth}:80")
-    };
-    Ok(Url {
-        authority,
-        host: auth.to_string(),
-        path: path.to_string(),
+    // The url crate reads `http:///x` as host `x`; a URL without a host is refused here.
+    if raw["http://".len()..].starts_with('/') {
+        return Err(format!("{raw}: no host"));
+    }
+    let url = Url::parse(raw).map_err(|e| format!("{raw}: {e}"))?;
+    let host = url
+        .host_str()
+        .filter(|h| !h.is_empty())
+        .ok_or_else(|| format!("{raw}: no host"))?;
+    let port = url.port_or_known_default().unwrap_or(80);
+    let path = &url[url::Position::BeforePath..url::Position::AfterQuery];
+    Ok(Target {
+        authority: format!("{host}:{port}"),
+        host: match url.port() {
+            Some(p) => format!("{host}:{p}"),
+            None => host.to_string(),
+        },
+        path: if path.is_empty() { "/" } else { path }.to_string(),
     })
 }
 
@@ -101,13 +106,24 @@ pub async fn get(url: &str, limits: Limits) -> Response {
 
 /// [`get`] with another resolver (tests: one that hangs).
 pub async fn get_via(url: &str, limits: Limits, resolver: Resolver) -> Response {
+    get_using(url, limits, resolver, None).await
+}
+
+/// [`get_via`] whose TCP connection is made by `connector` (None: from this process, by
+/// tokio). The seam for scraping from inside another network namespace.
+pub async fn get_using(
+    url: &str,
+    limits: Limits,
+    resolver: Resolver,
+    connector: Option<Connector>,
+) -> Response {
     let start = Instant::now();
     let parsed = match parse_url(url) {
         Ok(u) => u,
         Err(e) => return finish(start, FetchOutcome::Error, None, Vec::new(), Some(e)),
     };
     let mut raw = Vec::new();
-    let work = fetch(&parsed, limits, resolver, &mut raw);
+    let work = fetch(&parsed, limits, resolver, connector, &mut raw);
     match tokio::time::timeout(limits.total, work).await {
         Ok(Err((outcome, detail))) => finish(start, outcome, None, Vec::new(), Some(detail)),
         Ok(Ok(())) => {
@@ -187,7 +203,12 @@ fn finish(
 type Failure = (FetchOutcome, String);
 
 /// Resolves (under the connect timeout) and connects to the first address that answers.
-async fn connect(url: &Url, limits: Limits, resolver: Resolver) -> Result<TcpStream, Failure> {
+async fn connect(
+    url: &Target,
+    limits: Limits,
+    resolver: Resolver,
+    connector: Option<Connector>,
+) -> Result<TcpStream, Failure> {
     let addrs = resolve::resolve(&url.authority, limits.connect, resolver)
         .await
         .map_err(|e| (FetchOutcome::Error, e))?;
@@ -196,7 +217,11 @@ async fn connect(url: &Url, limits: Limits, resolver: Resolver) -> Result<TcpStr
         format!("{}: no address", url.authority),
     );
     for sa in addrs {
-        last = match connect_one(sa, limits.connect).await {
+        let attempt = match &connector {
+            Some(c) => connect::via(c, sa, limits.connect).await,
+            None => connect_one(sa, limits.connect).await,
+        };
+        last = match attempt {
             Ok(s) => return Ok(s),
             Err(f) => f,
         };
@@ -221,12 +246,13 @@ async fn connect_one(sa: SocketAddr, within: Duration) -> Result<TcpStream, Fail
 /// Connect, send, read until EOF, cap or `Content-Length`. Writes what it got into `raw` so a
 /// timeout still keeps the partial answer; [`parse_response`] reads it afterwards.
 async fn fetch(
-    url: &Url,
+    url: &Target,
     limits: Limits,
     resolver: Resolver,
+    connector: Option<Connector>,
     raw: &mut Vec<u8>,
 ) -> Result<(), Failure> {
-    let mut stream = connect(url, limits, resolver).await?;
+    let mut stream = connect(url, limits, resolver, connector).await?;
     let req = format!(
         "GET {} HTTP/1.0\r\nHost: {}\r\nUser-Agent: wedgewatch\r\nAccept: */*\r\nConnection: close\r\n\r\n",
         url.path, url.host
@@ -279,5 +305,51 @@ mod tests {
         assert_eq!(u.authority, "example:80");
         assert!(parse_url("https://x/").is_err());
         assert!(parse_url("http:///x").is_err());
+        let u = parse_url("http://u:p@127.0.0.1:29000/m?x=1#f").unwrap();
+        assert_eq!(
+            (u.authority.as_str(), u.path.as_str()),
+            ("127.0.0.1:29000", "/m?x=1")
+        );
+    }
+
+    #[tokio::test]
+    async fn a_supplied_connector_makes_the_connection_and_cannot_hang_the_get() {
+        use std::io::{Read, Write};
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::Arc;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut buf = [0u8; 1024];
+            let _ = s.read(&mut buf);
+            let _ = s.write_all(b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok");
+        });
+        let used = Arc::new(AtomicBool::new(false));
+        let seen = Arc::clone(&used);
+        let direct: Connector = Arc::new(move |sa, within| {
+            seen.store(true, Ordering::SeqCst);
+            std::net::TcpStream::connect_timeout(&sa, within)
+        });
+        let url = format!("http://127.0.0.1:{port}/x");
+        let r = get_using(&url, Limits::default(), resolve::system, Some(direct)).await;
+        assert_eq!(
+            (r.outcome, r.body.as_slice()),
+            (FetchOutcome::Ok, &b"ok"[..])
+        );
+        assert!(used.load(Ordering::SeqCst));
+
+        let hangs: Connector = Arc::new(|_, _| {
+            std::thread::sleep(Duration::from_secs(5));
+            Err(std::io::Error::other("late"))
+        });
+        let limits = Limits {
+            connect: Duration::from_millis(100),
+            ..Limits::default()
+        };
+        let t = Instant::now();
+        let r = get_using("http://127.0.0.1:9/", limits, resolve::system, Some(hangs)).await;
+        assert_eq!(r.outcome, FetchOutcome::Timeout, "{r:?}");
+        assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
     }
 }

@@ -1,0 +1,164 @@
+//! Python stacks through py-spy, one subprocess per pid, classified by probe rules.
+//!
+//! Why a subprocess per pid: `py-spy dump --subprocesses --json` drops children and aborts on
+//! a non-Python child, so every Python process of the topology gets its own `py-spy dump`,
+//! run in parallel with bounded concurrency, each under a hard timeout that kills py-spy's
+//! whole process group. Periodic sampling never pauses the target (`--nonblocking`);
+//! `--native` (which pauses it) only runs when the configuration asks for it.
+//!
+//! One dump is a guess: [`StackSource::capture_window`] takes several dumps a few hundred ms
+//! apart, and [`summarize_window`] says which threads sat in the same state in every dump.
+//!
+//! The rooms: this file holds the configuration and which pids to dump; `rules.rs` the
+//! stack rules and the classification of one thread; `pyspy.rs` one `py-spy dump` of one
+//! pid; `sampler.rs` the source (a window of dumps, classified); `evidence.rs` what the
+//! dumps of a window say together.
+
+mod evidence;
+mod pyspy;
+mod rules;
+mod sampler;
+
+pub use evidence::{summarize_window, ThreadEvidence};
+pub use pyspy::{MAX_PY_SPY_STDERR, MAX_PY_SPY_STDOUT};
+pub use rules::{classify, Classification, RuleSet, StackRule};
+pub use sampler::{StackSource, StackWindow};
+
+use crate::model::{Role, Topology};
+use std::collections::BTreeSet;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+// py-spy JSON (its own module; re-exported here, where callers have always found it)
+pub use crate::sources::pyspy_json::{parse_dump, parse_pyspy_json, MAX_FRAMES, MAX_THREADS};
+
+/// Environment variable naming the py-spy binary.
+pub const PY_SPY_ENV: &str = "WEDGEWATCH_PY_SPY";
+
+/// How the stacks source runs py-spy.
+#[derive(Debug, Clone)]
+pub struct StacksConfig {
+    /// Explicit py-spy binary; wins over everything else.
+    pub py_spy: Option<PathBuf>,
+    /// `$WEDGEWATCH_PY_SPY`, captured by [`StacksConfig::from_env`].
+    pub py_spy_env: Option<PathBuf>,
+    /// Directories searched for `py-spy` (`$PATH`, captured by `from_env`).
+    pub search_path: Option<OsString>,
+    /// Dumps per window (one dump is a guess; agreeing dumps are evidence).
+    pub dumps_per_window: u32,
+    /// Spacing between the starts of two dumps of a window.
+    pub dump_interval: Duration,
+    /// Hard timeout of one `py-spy dump --nonblocking`.
+    pub timeout: Duration,
+    /// At most this many py-spy processes at once.
+    pub concurrency: usize,
+    /// `--native`: pauses the target. Only on explicit request.
+    pub native: bool,
+    /// Hard timeout of one `--native` dump (slower: it unwinds native stacks).
+    pub native_timeout: Duration,
+    /// Upper bound on pids sampled per dump; the rest are reported as skipped.
+    pub max_pids: usize,
+    /// Time budget of one window: no further dump starts when the next one would end past
+    /// it, so a loaded machine gets fewer dumps (said in the status) instead of a window
+    /// the sampler's timeout throws away whole. Keep it under the sampler's stacks timeout (8 s).
+    pub window_budget: Duration,
+}
+
+impl StacksConfig {
+    /// Defaults, with py-spy looked up through `$WEDGEWATCH_PY_SPY` and `$PATH`.
+    pub fn from_env() -> StacksConfig {
+        StacksConfig {
+            py_spy: None,
+            py_spy_env: std::env::var_os(PY_SPY_ENV)
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from),
+            search_path: std::env::var_os("PATH"),
+            dumps_per_window: 3,
+            dump_interval: Duration::from_millis(300),
+            timeout: Duration::from_secs(2),
+            concurrency: 4,
+            native: false,
+            native_timeout: Duration::from_secs(5),
+            max_pids: 64,
+            window_budget: Duration::from_millis(6_000),
+        }
+    }
+
+    /// Which py-spy to run, or why there is none (with the install hint).
+    pub fn resolve_py_spy(&self) -> std::result::Result<PathBuf, String> {
+        for (origin, p) in [("--py-spy", &self.py_spy), (PY_SPY_ENV, &self.py_spy_env)] {
+            if let Some(p) = p {
+                return if is_executable(p) {
+                    Ok(p.clone())
+                } else {
+                    Err(format!(
+                        "py-spy not found: {origin}={} is not an executable file \
+                         (install with `pip install py-spy`)",
+                        p.display()
+                    ))
+                };
+            }
+        }
+        if let Some(path) = &self.search_path {
+            for dir in std::env::split_paths(path) {
+                let cand = dir.join("py-spy");
+                if is_executable(&cand) {
+                    return Ok(cand);
+                }
+            }
+        }
+        Err(format!(
+            "py-spy not found in PATH (install with `pip install py-spy`, or point {PY_SPY_ENV} \
+             at the binary)"
+        ))
+    }
+}
+
+impl Default for StacksConfig {
+    fn default() -> Self {
+        StacksConfig::from_env()
+    }
+}
+
+fn is_executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// One process to dump, with the stack kind of its component (selects the rules).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StackTarget {
+    pub pid: i32,
+    pub stack: Option<String>,
+    pub component: Option<String>,
+    /// Dumped on every round of a window, not only the first. Schedulers: their state
+    /// across the window ("idle in 18/18 dumps") is the wedge evidence. For the others
+    /// (HTTP front ends, proxies, detokenizers) one dump a window shows where they are, at
+    /// a third of py-spy's cost and of the reads of the target.
+    pub whole_window: bool,
+}
+
+/// Every process of the topology that may run Python (all roles but `client`), once each.
+pub fn targets_from_topology(topo: &Topology) -> Vec<StackTarget> {
+    let mut seen = BTreeSet::new();
+    let mut out = Vec::new();
+    for c in &topo.components {
+        if c.role == Role::Client {
+            continue;
+        }
+        for &pid in &c.pids {
+            if seen.insert(pid) {
+                // The most specific component owns the pid (a scheduler before its engine).
+                let owner = topo.component_of_pid(pid).unwrap_or(c);
+                out.push(StackTarget {
+                    pid,
+                    stack: Some(owner.stack.clone()),
+                    component: Some(owner.id.clone()),
+                    whole_window: owner.role == Role::Scheduler,
+                });
+            }
+        }
+    }
+    out
+}

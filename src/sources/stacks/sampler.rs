@@ -1,0 +1,294 @@
+//! The stacks source: a window of py-spy dumps of every Python process of the topology, in
+//! parallel with bounded concurrency, each thread classified by the rules as it arrives.
+
+use super::pyspy::{not_python_reasons, ptrace_hint, run_py_spy, DumpFailure, DumpOutcome};
+use super::{targets_from_topology, RuleSet, StackRule, StackTarget, StacksConfig};
+use crate::clock::Clock;
+use crate::error::Result;
+use crate::model::{
+    CaptureMode, Payload, Sample, SourceKind, SourceStatus, StackCapture, Topology,
+};
+use crate::sources::pyspy_json::MAX_THREADS;
+use crate::sources::{BoxFuture, Source};
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Stacks captured over one window, and how complete they are.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StackWindow {
+    pub status: SourceStatus,
+    pub captures: Vec<StackCapture>,
+}
+
+/// The stacks source: py-spy dumps of every Python process, classified by probe rules.
+#[derive(Debug, Clone)]
+pub struct StackSource {
+    cfg: StacksConfig,
+    rules: Arc<RuleSet>,
+}
+
+/// One finished py-spy task: the target, when its dump started, and what came back.
+type Dumped = (StackTarget, i64, DumpOutcome);
+
+impl StackSource {
+    pub fn new(cfg: StacksConfig, rules: &[StackRule]) -> Result<StackSource> {
+        Ok(StackSource {
+            cfg,
+            rules: Arc::new(RuleSet::new(rules)?),
+        })
+    }
+
+    pub fn config(&self) -> &StacksConfig {
+        &self.cfg
+    }
+
+    pub fn rules(&self) -> &RuleSet {
+        &self.rules
+    }
+
+    fn mode(&self) -> (CaptureMode, Duration) {
+        if self.cfg.native {
+            (CaptureMode::Native, self.cfg.native_timeout)
+        } else {
+            (CaptureMode::Nonblocking, self.cfg.timeout)
+        }
+    }
+
+    /// One dump of each target, in parallel (at most `concurrency` py-spy at once).
+    pub async fn capture_once(&self, targets: &[StackTarget], clock: &dyn Clock) -> StackWindow {
+        let py_spy = match self.cfg.resolve_py_spy() {
+            Ok(p) => p,
+            Err(reason) => {
+                return StackWindow {
+                    status: SourceStatus::unavailable(reason),
+                    captures: Vec::new(),
+                }
+            }
+        };
+        let (mode, _) = self.mode();
+        let (mut set, mut captures) = self.spawn_dumps(&py_spy, targets, clock).await;
+        let mut failures = Vec::new();
+        while let Some(joined) = set.join_next().await {
+            let Ok((target, t_ms, out)) = joined else {
+                continue;
+            };
+            let (cap, failure) = self.finish_capture(&target, t_ms, mode, out);
+            if let Some(f) = failure {
+                failures.push((target.pid, f));
+            }
+            captures.push(cap);
+        }
+        captures.sort_by_key(|c| c.pid);
+        StackWindow {
+            status: failure_status(&failures),
+            captures,
+        }
+    }
+
+    /// Starts one py-spy task per target (past `max_pids`, or not Python: a skipped capture
+    /// instead, returned at once).
+    async fn spawn_dumps(
+        &self,
+        py_spy: &Path,
+        targets: &[StackTarget],
+        clock: &dyn Clock,
+    ) -> (tokio::task::JoinSet<Dumped>, Vec<StackCapture>) {
+        let (mode, timeout) = self.mode();
+        let sem = Arc::new(tokio::sync::Semaphore::new(self.cfg.concurrency.max(1)));
+        let mut set = tokio::task::JoinSet::new();
+        let mut skipped_now = Vec::new();
+        let max = self.cfg.max_pids.max(1);
+        let checked = not_python_reasons(targets.iter().take(max).map(|t| t.pid).collect()).await;
+        for (i, target) in targets.iter().enumerate() {
+            let t_ms = clock.now_ms();
+            if i >= max {
+                skipped_now.push(skipped(target.pid, t_ms, mode, "over the max_pids limit"));
+                continue;
+            }
+            if let Some(reason) = checked.get(i).cloned().flatten() {
+                skipped_now.push(skipped(target.pid, t_ms, mode, &reason));
+                continue;
+            }
+            let sem = Arc::clone(&sem);
+            let py_spy = py_spy.to_path_buf();
+            let target = target.clone();
+            set.spawn(async move {
+                let _permit = sem.acquire_owned().await.ok();
+                let native = mode == CaptureMode::Native;
+                let mut out = run_py_spy(&py_spy, target.pid, native, timeout).await;
+                if matches!(out.failure, Some(DumpFailure::Race(_))) {
+                    // Reading without pausing races the interpreter now and then (a frame
+                    // freed mid-read); the next read almost always succeeds.
+                    out = run_py_spy(&py_spy, target.pid, native, timeout).await;
+                }
+                (target, t_ms, out)
+            });
+        }
+        (set, skipped_now)
+    }
+
+    /// The capture of one finished dump, its threads classified; a failure that degrades
+    /// the source is handed back for the window's status.
+    fn finish_capture(
+        &self,
+        target: &StackTarget,
+        t_ms: i64,
+        mode: CaptureMode,
+        out: DumpOutcome,
+    ) -> (StackCapture, Option<DumpFailure>) {
+        let mut cap = StackCapture {
+            pid: target.pid,
+            t_ms,
+            mode,
+            error: None,
+            skipped: None,
+            warnings: Vec::new(),
+            threads: Vec::new(),
+        };
+        if mode == CaptureMode::Native {
+            cap.warnings
+                .push("--native: the target was paused while its stacks were read".into());
+        }
+        match out.failure {
+            None => {
+                cap.threads = out.threads;
+                self.classify_all(target, &mut cap);
+                (cap, None)
+            }
+            Some(DumpFailure::NotPython(r)) => {
+                cap.skipped = Some(r);
+                (cap, None)
+            }
+            Some(DumpFailure::Exited(r)) => {
+                cap.error = Some(r);
+                (cap, None)
+            }
+            Some(
+                f @ (DumpFailure::Permission(_)
+                | DumpFailure::Timeout(_)
+                | DumpFailure::Race(_)
+                | DumpFailure::Other(_)),
+            ) => {
+                cap.error = Some(f.reason().to_string());
+                (cap, Some(f))
+            }
+        }
+    }
+
+    /// Classifies every thread of a successful dump, with warnings for what looks off.
+    fn classify_all(&self, target: &StackTarget, cap: &mut StackCapture) {
+        for th in &mut cap.threads {
+            self.rules.classify(target.stack.as_deref(), th).apply(th);
+            if th.tid == 0 {
+                cap.warnings
+                    .push(format!("thread {:?} without an OS thread id", th.name));
+            }
+        }
+        if cap.threads.is_empty() {
+            cap.warnings.push("py-spy returned no threads".into());
+        }
+        if cap.threads.len() >= MAX_THREADS {
+            cap.warnings
+                .push(format!("only the first {MAX_THREADS} threads are kept"));
+        }
+    }
+
+    /// `dumps_per_window` dumps, `dump_interval` apart: every target in the first round,
+    /// the `whole_window` ones in the others.
+    pub async fn capture_window(&self, targets: &[StackTarget], clock: &dyn Clock) -> StackWindow {
+        let rounds = self.cfg.dumps_per_window.max(1);
+        let mut status = SourceStatus::ok();
+        let mut captures = Vec::new();
+        let window_started = Instant::now();
+        let repeated: Vec<StackTarget> =
+            targets.iter().filter(|t| t.whole_window).cloned().collect();
+        for round in 0..rounds {
+            let started = Instant::now();
+            let this_round = if round == 0 { targets } else { &repeated[..] };
+            if this_round.is_empty() {
+                break;
+            }
+            let w = self.capture_once(this_round, clock).await;
+            let unavailable = w.status.status == crate::model::Status::Unavailable;
+            status = status.worst(w.status);
+            captures.extend(w.captures);
+            if unavailable {
+                break;
+            }
+            // Another dump (and its spacing) would overrun the budget: stop with what we
+            // have, and say so.
+            let one = started.elapsed().max(self.cfg.dump_interval);
+            if round + 1 < rounds && window_started.elapsed() + one > self.cfg.window_budget {
+                status = status.worst(SourceStatus::degraded(format!(
+                    "{} of {rounds} dumps: one dump of {} processes took {} ms (window budget {} ms)",
+                    round + 1,
+                    targets.len(),
+                    started.elapsed().as_millis(),
+                    self.cfg.window_budget.as_millis()
+                )));
+                break;
+            }
+            if round + 1 < rounds {
+                if let Some(rest) = self.cfg.dump_interval.checked_sub(started.elapsed()) {
+                    tokio::time::sleep(rest).await;
+                }
+            }
+        }
+        StackWindow { status, captures }
+    }
+}
+
+fn skipped(pid: i32, t_ms: i64, mode: CaptureMode, reason: &str) -> StackCapture {
+    StackCapture {
+        pid,
+        t_ms,
+        mode,
+        error: None,
+        skipped: Some(reason.to_string()),
+        warnings: Vec::new(),
+        threads: Vec::new(),
+    }
+}
+
+/// Exited pids and non-Python pids do not degrade the source; permission problems,
+/// timeouts and other py-spy failures do, each named once.
+fn failure_status(failures: &[(i32, DumpFailure)]) -> SourceStatus {
+    let mut status = SourceStatus::ok();
+    let mut seen = BTreeSet::new();
+    for (pid, f) in failures {
+        let reason = match f {
+            DumpFailure::Permission(_) => ptrace_hint(),
+            DumpFailure::Timeout(r) | DumpFailure::Race(r) | DumpFailure::Other(r) => {
+                format!("pid {pid}: {r}")
+            }
+            DumpFailure::NotPython(_) | DumpFailure::Exited(_) => continue,
+        };
+        if seen.insert(reason.clone()) {
+            status = status.worst(SourceStatus::degraded(reason));
+        }
+    }
+    status
+}
+
+impl Source for StackSource {
+    fn kind(&self) -> SourceKind {
+        SourceKind::Stacks
+    }
+
+    fn sample<'a>(&'a self, topo: &'a Topology, clock: &'a dyn Clock) -> BoxFuture<'a, Sample> {
+        Box::pin(async move {
+            let t_ms = clock.now_ms();
+            let started = Instant::now();
+            let targets = targets_from_topology(topo);
+            let w = self.capture_window(&targets, clock).await;
+            Sample {
+                t_ms,
+                status: w.status,
+                took_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+                payload: Payload::Stacks(w.captures),
+            }
+        })
+    }
+}
