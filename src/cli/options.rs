@@ -73,22 +73,24 @@ pub struct Sampling {
 
 /// Accepts what the HTTP client can fetch: `http://host[:port][/path]`.
 pub fn parse_url(s: &str) -> Result<String, String> {
-    let u =
-        wedgewatch::http::parse_url(s).map_err(|e| format!("{e} (e.g. http://127.0.0.1:8000)"))?;
-    // parse_url always gives the authority a port (80 when none was written)
-    let (host, port) = u.authority.rsplit_once(':').unwrap_or(("", ""));
-    if port.parse::<u16>().map_or(true, |p| p == 0) {
-        return Err(format!(
-            "{s}: bad port {port:?} (e.g. http://127.0.0.1:8000)"
-        ));
+    let eg = "(e.g. http://127.0.0.1:8000)";
+    let url = url::Url::parse(s).map_err(|e| format!("{e} {eg}"))?;
+    if url.scheme() != "http" {
+        return Err(format!("only http:// endpoints are scraped {eg}"));
     }
-    let bad_char = |c: char| c.is_whitespace() || c.is_control() || "/?#@".contains(c);
-    if host.is_empty() || host.chars().any(bad_char) {
-        return Err(format!(
-            "{s}: bad host {host:?} (e.g. http://127.0.0.1:8000)"
-        ));
+    // the url crate reads `http:///x` as host `x` and `http:x` as `http://x/`: only the
+    // plain form with a host is taken
+    let written = s
+        .get(..7)
+        .is_some_and(|p| p.eq_ignore_ascii_case("http://"));
+    if !written || s.get(7..).is_none_or(|rest| rest.starts_with('/')) {
+        return Err(format!("expected http://host[:port][/path] {eg}"));
     }
-    Ok(s.to_string())
+    match wedgewatch::sys::addr::url_endpoint(&url) {
+        Some((_, 0)) => Err(format!("port 0 {eg}")),
+        Some(_) => Ok(s.to_string()),
+        None => Err(format!("no host {eg}")),
+    }
 }
 
 impl Targets {
@@ -136,10 +138,13 @@ impl Targets {
     /// Every `--pid` names a process that exists now: a typo is a usage error, not a
     /// component listed as "not found" in a snapshot.
     pub fn check_pids(&self) -> anyhow::Result<()> {
-        let root = self.proc_root();
+        let proc = wedgewatch::sys::ProcFs::new(self.proc_root());
         for pid in &self.pids {
-            if !root.join(pid.to_string()).exists() {
-                bail!("--pid {pid}: no such process (not in {})", root.display());
+            if proc.exists(*pid).is_err() {
+                bail!(
+                    "--pid {pid}: no such process (not in {})",
+                    proc.root().display()
+                );
             }
         }
         Ok(())
@@ -245,6 +250,11 @@ mod tests {
             "http://h:0",
             "http://h:x",
             "http://a b:80",
+            "http:///metrics",
+            "localhost:8000",
+            "http:x",
+            "http:",
+            "HTTP:/",
         ] {
             assert!(parse_url(bad).is_err(), "{bad}");
         }
