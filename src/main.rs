@@ -54,14 +54,15 @@ fn main() {
     std::process::exit(code)
 }
 
-/// clap's error on one line: its message and its tip, not the usage block after them.
+/// clap's error on one line: its message, the possible values and its tip, not the usage
+/// block after them.
 fn usage_line(e: &clap::Error) -> String {
     let text = e.render().to_string();
     let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
     let first = lines.next().unwrap_or("usage error");
     let mut line = first.trim_start_matches("error: ").to_string();
-    for tip in lines.filter(|l| l.starts_with("tip:")) {
-        line.push_str(&format!(" ({tip})"));
+    for more in lines.filter(|l| l.starts_with("tip:") || l.starts_with("[possible values")) {
+        line.push_str(&format!(" {more}"));
     }
     line.push_str("; see --help");
     // the message quotes the command line, which may hold a secret (a URL's password)

@@ -751,3 +751,22 @@ fn progress_is_drawn_on_a_terminal_unless_quiet() {
     assert_eq!(code, 0, "{term}");
     assert!(!term.contains("sampling"), "--quiet: {term:?}");
 }
+
+#[test]
+fn usage_errors_are_one_line_with_the_hint() {
+    let o = run(["snapshot", "--jsno"]);
+    assert_usage(
+        "typo",
+        &o,
+        &["--jsno", "tip: a similar argument exists: '--json'"],
+    );
+    let o = run(["snapshot", "--json", "--fail-on", "sometimes"]);
+    assert_usage(
+        "value",
+        &o,
+        &[
+            "sometimes",
+            "[possible values: never, info, warning, critical]",
+        ],
+    );
+}
