@@ -41,6 +41,11 @@ pub struct Targets {
     /// The py-spy binary to run (default: $WEDGEWATCH_PY_SPY, else PATH).
     #[arg(long, value_name = "PATH")]
     pub py_spy: Option<PathBuf>,
+    /// Environment variable holding a router's API key, for a router whose own arguments
+    /// have no --api-key: read from the router's environment, else from this one (sent only
+    /// to a router run by root or by you). Never written to any output.
+    #[arg(long, value_name = "NAME")]
+    pub router_key_env: Option<String>,
 }
 
 /// How to sample, judge and show: every verb that samples or replays.
@@ -103,6 +108,7 @@ impl Targets {
             proc_root: verb.proc_root.or(top.proc_root),
             nvml_lib: verb.nvml_lib.or(top.nvml_lib),
             py_spy: verb.py_spy.or(top.py_spy),
+            router_key_env: verb.router_key_env.or(top.router_key_env),
         }
     }
 
@@ -131,6 +137,7 @@ impl Targets {
             proc_root: self.proc_root(),
             extra_pids: self.pids.clone(),
             extra_urls: self.urls.clone(),
+            router_key_env: self.router_key_env.clone(),
             ..DiscoverOptions::default()
         }
     }
@@ -174,6 +181,7 @@ impl Sampling {
             (t.proc_root.is_some(), "--proc-root"),
             (t.nvml_lib.is_some(), "--nvml-lib"),
             (t.py_spy.is_some(), "--py-spy"),
+            (t.router_key_env.is_some(), "--router-key-env"),
             (self.native, "--native"),
             (self.thresholds.is_some(), "--thresholds"),
             (self.state_dir.is_some(), "--state-dir"),
@@ -197,6 +205,7 @@ impl Sampling {
         o.native = self.native;
         o.thresholds = self.thresholds()?;
         o.max_series = self.max_series.unwrap_or(DEFAULT_MAX_SERIES) as usize;
+        o.router_key_env = t.router_key_env.clone();
         Ok(o)
     }
 
