@@ -169,7 +169,7 @@ fn overtaken(m: &Model, r: &RequestView) -> usize {
         .filter(|o| o.component == r.x.component && o.request_ms > r.x.request_ms + 1000)
         .filter(|o| o.client_component == r.x.client_component)
         .filter(|o| o.bytes_in >= min_in)
-        .filter(|o| o.first_byte_ms.is_some())
+        .filter(|o| o.answered())
         .count()
 }
 
@@ -238,7 +238,11 @@ impl Stuck<'_> {
         let comp = self.comp;
         let ls = self.ls;
         let role = role_of(m, comp).unwrap_or(ls[0].x.role);
-        let mut words = vec!["no response byte".to_string()];
+        let mut words = vec![if ls.iter().all(|r| r.x.headers_only()) {
+            "response headers only, no body byte".to_string()
+        } else {
+            "no response byte".to_string()
+        }];
         let mut evidence: Vec<Evidence> = ls.iter().map(|r| waiting_evidence(v, r)).collect();
         let has_idle_data = if let Some(note) = self.skipped_note {
             words.push(note.clone());
@@ -305,11 +309,12 @@ fn waiting_evidence(v: &View, r: &RequestView) -> Evidence {
     Evidence::new(
         "sockets",
         format!(
-            "{} {} -> {}: {} bytes in, 0 out, waiting {}{}; path: {}",
+            "{} {} -> {}: {} bytes in, {}, waiting {}{}; path: {}",
             r.x.id,
             r.x.client,
             r.x.server,
             r.x.bytes_in,
+            r.x.out_text(),
             secs(r.age_ms),
             if r.x.seen_mid_flight {
                 " (age from tcp_info last_data_recv)"
