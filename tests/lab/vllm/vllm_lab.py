@@ -245,7 +245,7 @@ def serve_cmd(port):
             "--max-num-seqs", "8"]
 
 
-def up(run_dir, extra_env, port=None, timeout=240.0, attempts=2):
+def up(run_dir, extra_env, port=None, timeout=400.0, attempts=2):
     os.makedirs(os.path.join(run_dir, "logs"), exist_ok=True)
     last = None
     for attempt in range(attempts):
@@ -373,7 +373,7 @@ def main(argv=None):
     u.add_argument("--run-dir", required=True)
     u.add_argument("--env", action="append", default=[])
     u.add_argument("--port", type=int)
-    u.add_argument("--timeout", type=float, default=240.0)
+    u.add_argument("--timeout", type=float, default=400.0)
     d = sub.add_parser("down")
     d.add_argument("--run-dir", required=True)
     c = sub.add_parser("chat")
