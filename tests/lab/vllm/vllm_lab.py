@@ -9,8 +9,9 @@ Standard library only; runs with the system python3. Subcommands:
                              tests/lab/.vllm-venv/lab-model (random weights, tokenizer trained
                              here; nothing from a hub). Prints the seconds each step took.
   up --run-dir DIR [--env K=V]... [--port N]
-                             start `vllm serve` (own session), wait for /health (bounded, with a
-                             retry on a new port if start-up fails), write and print DIR/vllm.json
+                             start `vllm serve` (own session), wait for /health (bounded, one
+                             retry if start-up fails: on a new free port unless --port), write
+                             and print DIR/vllm.json
   down --run-dir DIR         SIGINT the recorded API server, then SIGKILL its process group and
                              the recorded children if still there; exits 1 if any remains
   chat --run-dir DIR [--max-tokens N] [--stream] [--timeout S]
@@ -253,10 +254,9 @@ def up(run_dir, extra_env, port=None, timeout=400.0, attempts=2):
         try:
             return _up_once(run_dir, extra_env, p, timeout)
         except LabError as e:
+            # (a fixed --port is retried as is: the failed server's group is gone by now)
             last = e
             log(f"start attempt {attempt + 1} failed: {e}")
-            if port:
-                break
     raise last
 
 
