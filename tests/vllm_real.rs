@@ -555,6 +555,8 @@ fn real_vllm_discovery_metrics_stacks_and_forgotten_streams() {
         .expect("requests")
         .iter()
         .filter(|r| r["component"] == cid.as_str() && r["state"] == "waiting_first_byte")
+        // (not a probe caught in flight: a scrape or health check, ours or anyone's)
+        .filter(|r| r["bytes_in"].as_u64().is_some_and(|b| b >= 200))
         .collect();
     assert_eq!(waiting.len(), 2, "{}", snap["requests"]);
     assert!(
