@@ -158,6 +158,28 @@ pub async fn collect_window(
     Ok(model)
 }
 
+/// `wedgewatch record -o FILE --for DURATION` in one call: runs `sampler` for
+/// `duration_ms` (tokio time) and writes its samples, the topology and a baseline to `path`
+/// ([`crate::record::record_samples`]). Returns the samples written.
+pub async fn record_to_file(
+    sampler: Sampler,
+    path: &std::path::Path,
+    duration_ms: u64,
+    topology: &Topology,
+    clock: Arc<dyn Clock>,
+) -> Result<u64> {
+    let (tx, mut rx) = tokio::sync::mpsc::channel(4096);
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let task = tokio::spawn(sampler.run(tx, stop_rx));
+    let until = tokio::time::Instant::now() + std::time::Duration::from_millis(duration_ms);
+    let result = crate::record::record_samples(&mut rx, path, until, topology, &*clock).await;
+    // Stopped on every outcome: a write error must not leave the sampler running.
+    let _ = stop_tx.send(true);
+    drop(rx);
+    let _ = task.await;
+    result
+}
+
 /// Replays a recording as a sequence of snapshot parts, one every `step_ms` of recorded
 /// time, through the same correlator and detectors as live sampling (for `tui --replay`).
 pub fn replay_frames(

@@ -5,8 +5,7 @@
 //! fine and then panics deep in time arithmetic or slice bounds (issue 10, item 8). Every
 //! value is checked here at load time instead, and a bad one is reported naming its key.
 
-use crate::detect::Thresholds;
-use crate::probes::ProbeFile;
+use crate::model::Thresholds;
 use std::fmt::Display;
 use std::io::Read;
 use std::path::Path;
@@ -49,8 +48,8 @@ pub struct RangeError {
     pub expected: String,
 }
 
-/// `lo <= v <= hi`, else an error naming `key`.
-fn in_range<T: PartialOrd + Display>(
+/// `lo <= v <= hi`, else an error naming `key` (`unit` follows the range in the message).
+pub fn in_range<T: PartialOrd + Display>(
     key: &str,
     v: T,
     lo: T,
@@ -140,44 +139,6 @@ impl Thresholds {
         }
         Ok(())
     }
-}
-
-/// What serde cannot check in a probe file: ports, paths and depths that make sense.
-/// (Regexes and roles are checked by the profile and stack-rule loaders.)
-pub fn check_probe_file(file: &ProbeFile) -> Result<(), String> {
-    for p in &file.profile {
-        let ctx = |e: RangeError| format!("profile {:?}: {e}", p.name);
-        if p.name.trim().is_empty() {
-            return Err("profile with an empty name".into());
-        }
-        for (key, port) in [
-            ("default_port", p.default_port),
-            ("metrics_default_port", p.metrics_default_port),
-        ] {
-            if let Some(port) = port {
-                in_range(key, port, 1, u16::MAX, "").map_err(ctx)?;
-            }
-        }
-        for (key, path) in [
-            ("metrics_path", &p.metrics_path),
-            ("workers_endpoint", &p.workers_endpoint),
-        ] {
-            if let Some(path) = path.as_deref().filter(|s| !s.starts_with('/')) {
-                return Err(format!(
-                    "profile {:?}: {key} = {path:?}: expected a path starting with /",
-                    p.name
-                ));
-            }
-        }
-    }
-    for m in &file.metric_map {
-        m.validate()?;
-    }
-    for r in &file.stack_rule {
-        in_range("innermost_depth", r.innermost_depth, 1, MAX_STACK_DEPTH, "")
-            .map_err(|e| format!("stack_rule {:?}: {e}", r.name))?;
-    }
-    Ok(())
 }
 
 /// `s` with every run of whitespace (line breaks included) turned into one space.

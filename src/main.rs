@@ -504,7 +504,7 @@ fn cmd_record(g: &Global, a: RecordArgs) -> anyhow::Result<i32> {
         let topology = opts.discover().await?;
         let (_tx, rx) = tokio::sync::watch::channel(topology.clone());
         let sampler = opts.sampler(Arc::new(SystemClock), rx)?;
-        let n = record::record_to_file(sampler, &a.output, ms, &topology, Arc::new(SystemClock))
+        let n = attach::record_to_file(sampler, &a.output, ms, &topology, Arc::new(SystemClock))
             .await?;
         anyhow::Ok(n)
     })??;
