@@ -19,6 +19,7 @@ use crate::sources::processes::ProcessesSource;
 use crate::sources::sockets::{SocketConfig, SocketSource};
 use crate::sources::stacks::{StackSource, StacksConfig};
 use crate::sources::Source;
+use crate::sys::ProcFs;
 use std::path::PathBuf;
 use std::sync::Arc;
 use tokio::sync::watch;
@@ -120,10 +121,12 @@ impl AttachOptions {
             Arc::new(
                 MetricsSource::new(self.probes.metric_maps.clone(), self.metrics_config())?
                     .with_router_keys(crate::sources::router_key::KeySources {
-                        proc_root: self.proc_root.clone(),
+                        proc: ProcFs::new(&self.proc_root),
                         env_name: self.router_key_env.clone(),
                     }),
             ),
+            // Not `proc_root`: py-spy reads the kernel's `/proc` whatever our root is, and
+            // whether a target is Python or has exited is a question about what py-spy sees.
             Arc::new(StackSource::new(stacks, &self.probes.stack_rules)?),
             Arc::new(GpuSource::new(gpu)),
         ])
