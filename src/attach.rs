@@ -16,7 +16,7 @@ use crate::snapshot::SnapshotParts;
 use crate::sources::gpu::{GpuConfig, GpuSource};
 use crate::sources::metrics::{MetricsConfig, MetricsSource};
 use crate::sources::processes::ProcessesSource;
-use crate::sources::sockets::{SocketConfig, SocketSource};
+use crate::sources::sockets::{SocketConfig, SocketOs, SocketSource};
 use crate::sources::stacks::{StackSource, StacksConfig};
 use crate::sources::Source;
 use crate::sys::ProcFs;
@@ -117,7 +117,10 @@ impl AttachOptions {
         }
         Ok(vec![
             Arc::new(ProcessesSource::new(self.proc_root.clone())),
-            Arc::new(SocketSource::new(SocketConfig::default())),
+            Arc::new(SocketSource::with_os(
+                SocketConfig::default(),
+                SocketOs::kernel(ProcFs::new(&self.proc_root)),
+            )),
             Arc::new(
                 MetricsSource::new(self.probes.metric_maps.clone(), self.metrics_config())?
                     .with_router_keys(crate::sources::router_key::KeySources {
