@@ -49,7 +49,7 @@ pub struct AttachOptions {
 impl AttachOptions {
     pub fn new(probes: ProbeSet) -> AttachOptions {
         AttachOptions {
-            proc_root: PathBuf::from("/proc"),
+            proc_root: PathBuf::from(crate::sys::PROC_ROOT),
             probes,
             extra_pids: Vec::new(),
             extra_urls: Vec::new(),

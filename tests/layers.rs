@@ -232,6 +232,62 @@ fn no_module_names_a_higher_layer() {
     );
 }
 
+/// Modules above `sys` that must reach the OS only through it: they read other processes,
+/// the network or the kernel, never files of their own. (Outputs, recordings, the daemon,
+/// probes and the front end open their own files and sockets, through `safe_fs` or not.)
+const THROUGH_SYS_ONLY: &[&str] = &[
+    "sources",
+    "discover",
+    "correlate",
+    "detect",
+    "pipeline",
+    "sampler",
+    "attach",
+    "doctor",
+];
+
+/// What names direct OS access in code.
+const OS_ACCESS: &[&str] = &[
+    "std::fs",
+    "fs::File",
+    "File::open",
+    "OpenOptions",
+    "read_link",
+    "read_dir",
+    "TcpStream",
+    "TcpListener",
+    "UdpSocket",
+    "tokio::net",
+    "socket::",
+    "\"/proc",
+    "\"/sys/",
+];
+
+#[test]
+fn only_sys_reads_the_os() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut found = Vec::new();
+    for f in files {
+        let rel = f.strip_prefix(&src).unwrap().to_path_buf();
+        if is_test_file(&rel) || !THROUGH_SYS_ONLY.contains(&module_of(&rel).as_str()) {
+            continue;
+        }
+        let code = production_code(&std::fs::read_to_string(&f).unwrap());
+        for line in code.lines() {
+            if let Some(token) = OS_ACCESS.iter().find(|t| line.contains(*t)) {
+                found.push(format!("{}: `{token}` in: {}", rel.display(), line.trim()));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "OS access above sys (go through crate::sys):\n{}",
+        found.join("\n")
+    );
+}
+
 #[test]
 fn allow_list_entries_are_still_needed() {
     // An entry whose reference is gone must be removed, so the list only shrinks.

@@ -18,6 +18,8 @@ use std::collections::BTreeMap;
 use std::io;
 use std::path::{Path, PathBuf};
 
+/// The kernel's procfs: the default root (`--proc-root`).
+pub const PROC_ROOT: &str = "/proc";
 /// Cap of `cmdline` and `environ` (the kernel allows a few MiB of arguments).
 pub const MAX_ARGS_BYTES: usize = 4 << 20;
 /// Cap of `stat`, `status`, `comm` (a few hundred bytes each).
@@ -102,7 +104,7 @@ impl ProcFs {
 
     /// The kernel's `/proc`.
     pub fn real() -> Self {
-        ProcFs::new("/proc")
+        ProcFs::new(PROC_ROOT)
     }
 
     pub fn root(&self) -> &Path {
@@ -112,7 +114,7 @@ impl ProcFs {
     /// Whether this is the kernel's procfs (its directory sizes mean fd counts; a fixture
     /// tree's do not).
     pub fn is_real(&self) -> bool {
-        self.root == Path::new("/proc")
+        self.root == Path::new(PROC_ROOT)
     }
 
     /// `<root>/<pid>`.
