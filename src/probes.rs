@@ -221,7 +221,7 @@ impl ProbeSet {
                     message: "not a regular file".into(),
                 });
             }
-            let text = crate::config_check::read_config(&f)?;
+            let text = crate::config::read_config(&f)?;
             self.add_text(&f, &text)?;
         }
         Ok(())
@@ -231,10 +231,10 @@ impl ProbeSet {
         // Regex errors span several lines (pattern, caret, reason): one line per error.
         let bad = |message: String| Error::Probe {
             path: path.to_path_buf(),
-            message: crate::config_check::one_line(&message),
+            message: crate::config::one_line(&message),
         };
         let file: ProbeFile =
-            toml::from_str(text).map_err(|e| bad(crate::config_check::toml_message(text, &e)))?;
+            toml::from_str(text).map_err(|e| bad(crate::config::toml_message(text, &e)))?;
         check_probe_file(&file).map_err(bad)?;
         for p in &file.profile {
             p.validate().map_err(bad)?;
@@ -257,12 +257,11 @@ impl ProbeSet {
     }
 }
 
-/// What serde cannot check in a probe file: ports, paths and depths that make sense (the
-/// ranges are `config_check`'s; the probe tables are ours, so the walk over them is here).
+/// What serde cannot check in a probe file: ports, paths and depths that make sense.
 /// (Regexes and roles are checked by the profile and stack-rule loaders.)
-fn check_probe_file(file: &ProbeFile) -> Result<(), String> {
+pub fn check_probe_file(file: &ProbeFile) -> Result<(), String> {
     for p in &file.profile {
-        let ctx = |e: crate::config_check::RangeError| format!("profile {:?}: {e}", p.name);
+        let ctx = |e: crate::config::RangeError| format!("profile {:?}: {e}", p.name);
         if p.name.trim().is_empty() {
             return Err("profile with an empty name".into());
         }
@@ -271,7 +270,7 @@ fn check_probe_file(file: &ProbeFile) -> Result<(), String> {
             ("metrics_default_port", p.metrics_default_port),
         ] {
             if let Some(port) = port {
-                crate::config_check::in_range(key, port, 1, u16::MAX, "").map_err(ctx)?;
+                crate::config::in_range(key, port, 1, u16::MAX, "").map_err(ctx)?;
             }
         }
         for (key, path) in [
@@ -290,11 +289,11 @@ fn check_probe_file(file: &ProbeFile) -> Result<(), String> {
         m.validate()?;
     }
     for r in &file.stack_rule {
-        crate::config_check::in_range(
+        crate::config::in_range(
             "innermost_depth",
             r.innermost_depth,
             1,
-            crate::config_check::MAX_STACK_DEPTH,
+            crate::config::MAX_STACK_DEPTH,
             "",
         )
         .map_err(|e| format!("stack_rule {:?}: {e}", r.name))?;
