@@ -208,6 +208,35 @@ impl Obs {
     }
 }
 
+/// What moved on a connection between the previous sample and this one.
+struct Moved {
+    /// Bytes in and out since the previous sample.
+    din: u64,
+    dout: u64,
+    /// When the last byte in and out moved, bounded to the interval since the previous sample.
+    in_at: Millis,
+    out_at: Millis,
+    /// The connection's counters at the previous sample.
+    old_in: u64,
+    old_out: u64,
+}
+
+impl Moved {
+    fn since(c: &Conn, o: &Obs) -> Moved {
+        // Bound estimates to the interval since the previous sample.
+        let prev = c.last_seen_ms;
+        let est = |at: Option<Millis>| at.unwrap_or(o.t).clamp(prev.min(o.t), o.t);
+        Moved {
+            din: o.bytes_in.saturating_sub(c.in_total),
+            dout: o.bytes_out.saturating_sub(c.out_total),
+            in_at: est(o.last_in_at),
+            out_at: est(o.last_out_at),
+            old_in: c.in_total,
+            old_out: c.out_total,
+        }
+    }
+}
+
 pub(crate) fn is_open(state: TcpState) -> bool {
     matches!(
         state,
@@ -313,107 +342,128 @@ impl Conn {
     /// A later observation: cut the byte deltas into exchanges.
     pub(crate) fn observe(&mut self, o: &Obs, next_id: &mut dyn FnMut() -> String) {
         if self.closed_ms.is_some() {
-            // Half-closed (CLOSE_WAIT, FIN_WAIT...): bytes still moving are the tail of the
-            // last exchange, never a new request.
-            let dout = o.bytes_out.saturating_sub(self.out_total);
-            if let Some(x) = self.exchanges.back_mut() {
-                if dout > 0 && x.started() {
-                    x.bytes_out = o.bytes_out.saturating_sub(x.out_base);
-                }
-            }
-            self.in_total = o.bytes_in;
-            self.out_total = o.bytes_out;
-            self.tcp_state = o.state;
-            self.last_seen_ms = o.t;
+            self.observe_half_closed(o);
             return;
         }
-        let din = o.bytes_in.saturating_sub(self.in_total);
-        let dout = o.bytes_out.saturating_sub(self.out_total);
-        // Bound estimates to the interval since the previous sample.
-        let prev = self.last_seen_ms;
-        let est = |at: Option<Millis>| at.unwrap_or(o.t).clamp(prev.min(o.t), o.t);
-        let in_at = est(o.last_in_at);
-        let out_at = est(o.last_out_at);
-        let old_in = self.in_total;
-        let old_out = self.out_total;
+        let m = Moved::since(self, o);
+        if m.din > 0 {
+            self.bytes_came_in(o, &m, next_id);
+        } else if m.dout > 0 {
+            self.bytes_went_out(&m, next_id);
+        }
+        self.settle(o, &m);
+    }
 
-        if din > 0 {
-            let waiting = self
-                .exchanges
-                .back()
-                .is_some_and(|x| x.end.is_none() && !x.started());
-            // Between two samples the waiting request got its whole response and the next
-            // request came in after it (the last byte in is no older than the last byte
-            // out): a keep-alive connection reused faster than we sample, as with 1 Hz
-            // recordings. Close the answered one; the new one waits.
-            let answered_then_asked = waiting && dout > 0 && in_at >= out_at;
-            if answered_then_asked {
-                if let Some(cur) = self.current_mut() {
-                    cur.first_byte_ms = Some(out_at);
-                    cur.last_out_ms = Some(out_at);
-                    cur.bytes_out = o.bytes_out.saturating_sub(cur.out_base);
-                    cur.end = Some(End::Done(out_at));
-                }
-                let mut x = self.new_exchange(next_id(), in_at.min(o.t), old_in, o.bytes_out);
-                // How the bytes in split between the two requests is not known.
-                x.seen_mid_flight = true;
-                self.push(x);
-            } else if waiting {
-                if let Some(x) = self.current_mut() {
-                    x.last_request_ms = in_at;
-                    if dout > 0 {
-                        x.first_byte_ms = Some(out_at);
-                        x.last_out_ms = Some(out_at);
-                    }
-                }
-            } else {
-                // Response bytes that came before the new request belong to the old one.
-                let out_to_old = dout > 0 && out_at <= in_at;
-                if let Some(cur) = self.current_mut() {
-                    if out_to_old {
-                        cur.last_out_ms = Some(out_at);
-                        cur.bytes_out = o.bytes_out.saturating_sub(cur.out_base);
-                    }
-                    let end_at = cur.last_activity_ms();
-                    cur.end = Some(End::Done(end_at));
-                }
-                // The new request's start: no earlier than the previous sample.
-                let start = in_at.min(o.t);
-                let out_base = if out_to_old { o.bytes_out } else { old_out };
-                let mut x = self.new_exchange(next_id(), start, old_in, out_base);
-                if dout > 0 && !out_to_old {
-                    x.first_byte_ms = Some(out_at);
-                    x.last_out_ms = Some(out_at);
-                }
-                self.push(x);
-            }
-        } else if dout > 0 {
-            match self.current_mut() {
-                Some(x) => {
-                    if x.first_byte_ms.is_none() {
-                        x.first_byte_ms = Some(out_at);
-                    }
-                    x.last_out_ms = Some(out_at);
-                }
-                None => {
-                    // Bytes out with no request seen (server push, or an exchange that
-                    // started before a counter wrap): account them to a new exchange.
-                    let mut x = self.new_exchange(next_id(), out_at, old_in, old_out);
-                    x.first_byte_ms = Some(out_at);
-                    x.last_out_ms = Some(out_at);
-                    self.push(x);
-                }
+    /// Half-closed (CLOSE_WAIT, FIN_WAIT...): bytes still moving are the tail of the last
+    /// exchange, never a new request.
+    fn observe_half_closed(&mut self, o: &Obs) {
+        let dout = o.bytes_out.saturating_sub(self.out_total);
+        if let Some(x) = self.exchanges.back_mut() {
+            if dout > 0 && x.started() {
+                x.bytes_out = o.bytes_out.saturating_sub(x.out_base);
             }
         }
+        self.in_total = o.bytes_in;
+        self.out_total = o.bytes_out;
+        self.tcp_state = o.state;
+        self.last_seen_ms = o.t;
+    }
+
+    /// Request bytes came in since the previous sample: the waiting request goes on, or was
+    /// answered and followed by the next, or a new request starts.
+    fn bytes_came_in(&mut self, o: &Obs, m: &Moved, next_id: &mut dyn FnMut() -> String) {
+        let waiting = self
+            .exchanges
+            .back()
+            .is_some_and(|x| x.end.is_none() && !x.started());
+        // Between two samples the waiting request got its whole response and the next
+        // request came in after it (the last byte in is no older than the last byte
+        // out): a keep-alive connection reused faster than we sample, as with 1 Hz
+        // recordings. Close the answered one; the new one waits.
+        let answered_then_asked = waiting && m.dout > 0 && m.in_at >= m.out_at;
+        if answered_then_asked {
+            self.answered_then_asked(o, m, next_id);
+        } else if waiting {
+            if let Some(x) = self.current_mut() {
+                x.last_request_ms = m.in_at;
+                if m.dout > 0 {
+                    x.first_byte_ms = Some(m.out_at);
+                    x.last_out_ms = Some(m.out_at);
+                }
+            }
+        } else {
+            self.next_request(o, m, next_id);
+        }
+    }
+
+    /// The waiting request was answered and the next one asked between two samples.
+    fn answered_then_asked(&mut self, o: &Obs, m: &Moved, next_id: &mut dyn FnMut() -> String) {
+        if let Some(cur) = self.current_mut() {
+            cur.first_byte_ms = Some(m.out_at);
+            cur.last_out_ms = Some(m.out_at);
+            cur.bytes_out = o.bytes_out.saturating_sub(cur.out_base);
+            cur.end = Some(End::Done(m.out_at));
+        }
+        let mut x = self.new_exchange(next_id(), m.in_at.min(o.t), m.old_in, o.bytes_out);
+        // How the bytes in split between the two requests is not known.
+        x.seen_mid_flight = true;
+        self.push(x);
+    }
+
+    /// A new request on a connection with no request waiting: the current exchange ends.
+    fn next_request(&mut self, o: &Obs, m: &Moved, next_id: &mut dyn FnMut() -> String) {
+        // Response bytes that came before the new request belong to the old one.
+        let out_to_old = m.dout > 0 && m.out_at <= m.in_at;
+        if let Some(cur) = self.current_mut() {
+            if out_to_old {
+                cur.last_out_ms = Some(m.out_at);
+                cur.bytes_out = o.bytes_out.saturating_sub(cur.out_base);
+            }
+            let end_at = cur.last_activity_ms();
+            cur.end = Some(End::Done(end_at));
+        }
+        // The new request's start: no earlier than the previous sample.
+        let start = m.in_at.min(o.t);
+        let out_base = if out_to_old { o.bytes_out } else { m.old_out };
+        let mut x = self.new_exchange(next_id(), start, m.old_in, out_base);
+        if m.dout > 0 && !out_to_old {
+            x.first_byte_ms = Some(m.out_at);
+            x.last_out_ms = Some(m.out_at);
+        }
+        self.push(x);
+    }
+
+    /// Only response bytes went out since the previous sample.
+    fn bytes_went_out(&mut self, m: &Moved, next_id: &mut dyn FnMut() -> String) {
+        match self.current_mut() {
+            Some(x) => {
+                if x.first_byte_ms.is_none() {
+                    x.first_byte_ms = Some(m.out_at);
+                }
+                x.last_out_ms = Some(m.out_at);
+            }
+            None => {
+                // Bytes out with no request seen (server push, or an exchange that
+                // started before a counter wrap): account them to a new exchange.
+                let mut x = self.new_exchange(next_id(), m.out_at, m.old_in, m.old_out);
+                x.first_byte_ms = Some(m.out_at);
+                x.last_out_ms = Some(m.out_at);
+                self.push(x);
+            }
+        }
+    }
+
+    /// After the exchanges are cut: the current one's sizes and the connection's counters.
+    fn settle(&mut self, o: &Obs, m: &Moved) {
         if let Some(x) = self.current_mut() {
             x.bytes_in = o.bytes_in.saturating_sub(x.in_base);
             x.bytes_out = o.bytes_out.saturating_sub(x.out_base);
         }
-        if din > 0 {
-            self.last_in_ms = Some(in_at);
+        if m.din > 0 {
+            self.last_in_ms = Some(m.in_at);
         }
-        if dout > 0 {
-            self.last_out_ms = Some(out_at);
+        if m.dout > 0 {
+            self.last_out_ms = Some(m.out_at);
         }
         self.in_total = o.bytes_in;
         self.out_total = o.bytes_out;
