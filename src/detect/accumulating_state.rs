@@ -251,38 +251,10 @@ fn held_close_wait(m: &Model, v: &View) -> Vec<Finding> {
     };
     // The table's "ms ago" values age with the time since it was taken.
     let aged = (v.now - t_table).max(0);
-    let mut held: BTreeMap<String, Vec<Held>> = BTreeMap::new();
-    let mut fresh: BTreeMap<String, u32> = BTreeMap::new();
-    let mut unclocked: BTreeMap<String, u32> = BTreeMap::new();
-    for e in table
-        .sockets
-        .iter()
-        .filter(|e| e.state == TcpState::CloseWait)
-    {
-        let Some(c) = e.pid.and_then(|p| m.topology().component_of_pid(p)) else {
-            continue;
-        };
-        let Some(silent) = silent_of(e) else {
-            // Read without tcp_info (another namespace through /proc/net/tcp): how long it
-            // has been there is unknown, so it does not count.
-            *unclocked.entry(c.id.clone()).or_default() += 1;
-            continue;
-        };
-        let silent_ms = i64::from(silent) + aged;
-        if silent_ms < th.detect.accumulate_close_wait_silent_ms {
-            *fresh.entry(c.id.clone()).or_default() += 1;
-            continue;
-        }
-        held.entry(c.id.clone()).or_default().push(Held {
-            e,
-            silent_ms,
-            toward: toward_of(m, table, &c.id, e),
-            peer: peer_of(m, table, e),
-        });
-    }
+    let scan = CloseWaits::scan(m, table, aged);
     let min = usize::try_from(th.detect.accumulate_close_wait_silent_min).unwrap_or(usize::MAX);
     let mut out = Vec::new();
-    for (id, mut socks) in held {
+    for (id, mut socks) in scan.held {
         if socks.len() < min {
             continue;
         }
@@ -294,106 +266,206 @@ fn held_close_wait(m: &Model, v: &View) -> Vec<Finding> {
                 .cmp(&a.silent_ms)
                 .then(a.e.local.cmp(&b.e.local))
         });
-        let n = socks.len();
-        let oldest = socks.first().map_or(0, |h| h.silent_ms);
-        let newest = socks.last().map_or(0, |h| h.silent_ms);
-        let mut by_toward: BTreeMap<&str, usize> = BTreeMap::new();
-        for h in &socks {
-            *by_toward.entry(h.toward.as_str()).or_default() += 1;
-        }
-        let mut groups: Vec<(&str, usize)> = by_toward.into_iter().collect();
-        groups.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
-        // The three biggest groups by name; a leak toward many places stays one line.
-        let mut named: Vec<String> = groups
+        let not_counted = NotCounted {
+            fresh: scan.fresh.get(&id).copied(),
+            unclocked: scan.unclocked.get(&id).copied(),
+        };
+        out.push(held_finding(m, c, &socks, not_counted, aged));
+    }
+    out
+}
+
+/// The newest table's CLOSE_WAIT sockets of each component, by whether they count.
+struct CloseWaits<'a> {
+    /// Silent for at least `accumulate_close_wait_silent_ms`: held.
+    held: BTreeMap<String, Vec<Held<'a>>>,
+    /// In CLOSE_WAIT for less: a close in progress.
+    fresh: BTreeMap<String, u32>,
+    /// Without `tcp_info`: how long they have been there is unknown.
+    unclocked: BTreeMap<String, u32>,
+}
+
+impl<'a> CloseWaits<'a> {
+    fn scan(m: &Model, table: &'a SocketTable, aged: i64) -> CloseWaits<'a> {
+        let th = &m.thresholds;
+        let mut scan = CloseWaits {
+            held: BTreeMap::new(),
+            fresh: BTreeMap::new(),
+            unclocked: BTreeMap::new(),
+        };
+        for e in table
+            .sockets
             .iter()
-            .take(3)
-            .map(|(t, k)| format!("{k} {t}"))
-            .collect();
-        let elsewhere: usize = groups.iter().skip(3).map(|g| g.1).sum();
-        if elsewhere > 0 {
-            named.push(format!("{elsewhere} elsewhere"));
+            .filter(|e| e.state == TcpState::CloseWait)
+        {
+            let Some(c) = e.pid.and_then(|p| m.topology().component_of_pid(p)) else {
+                continue;
+            };
+            let Some(silent) = silent_of(e) else {
+                // Read without tcp_info (another namespace through /proc/net/tcp): how long it
+                // has been there is unknown, so it does not count.
+                *scan.unclocked.entry(c.id.clone()).or_default() += 1;
+                continue;
+            };
+            let silent_ms = i64::from(silent) + aged;
+            if silent_ms < th.detect.accumulate_close_wait_silent_ms {
+                *scan.fresh.entry(c.id.clone()).or_default() += 1;
+                continue;
+            }
+            scan.held.entry(c.id.clone()).or_default().push(Held {
+                e,
+                silent_ms,
+                toward: toward_of(m, table, &c.id, e),
+                peer: peer_of(m, table, e),
+            });
         }
-        let groups_text = named.join(", ");
-        let silences = span(newest, oldest);
-        let mut evidence = vec![Evidence::new(
-            "sockets",
-            format!(
-                "one look, no history needed: {n} sockets in CLOSE_WAIT silent for at least {} \
-                 ({groups_text}); fires at {} such sockets (accumulate_close_wait_silent_min / \
-                 _ms){}{}",
-                secs(th.detect.accumulate_close_wait_silent_ms),
-                th.detect.accumulate_close_wait_silent_min,
-                match fresh.get(&id) {
-                    Some(k) => format!(
-                        "; {k} more in CLOSE_WAIT for less (a close in progress, not counted)"
-                    ),
-                    None => String::new(),
-                },
-                match unclocked.get(&id) {
-                    Some(k) => format!("; {k} more without tcp_info (age unknown, not counted)"),
-                    None => String::new(),
-                },
-            ),
-        )];
-        for h in socks.iter().take(LISTED_SOCKETS) {
-            evidence.push(Evidence::new("sockets", socket_line(h, aged)));
-        }
-        if n > LISTED_SOCKETS {
-            let rest = &socks[LISTED_SOCKETS..];
-            let hi = rest.first().map_or(0, |h| h.silent_ms);
-            let lo = rest.last().map_or(0, |h| h.silent_ms);
-            evidence.push(Evidence::new(
-                "sockets",
-                format!(
-                    "... and {} more CLOSE_WAIT sockets silent {}",
-                    rest.len(),
-                    span(lo, hi)
-                ),
-            ));
-        }
-        // One count per way the other end is described, in a stable order.
-        let mut peers: BTreeMap<String, usize> = BTreeMap::new();
-        for h in &socks {
-            *peers.entry(peer_text(h.peer)).or_default() += 1;
-        }
-        let gone = socks.iter().filter(|h| h.peer.gone()).count();
+        scan
+    }
+}
+
+/// A component's CLOSE_WAIT sockets that were seen but do not count.
+#[derive(Clone, Copy)]
+struct NotCounted {
+    fresh: Option<u32>,
+    unclocked: Option<u32>,
+}
+
+/// The finding of one component's held sockets, `socks` sorted the most silent first.
+fn held_finding(
+    m: &Model,
+    c: &crate::model::Component,
+    socks: &[Held],
+    not_counted: NotCounted,
+    aged: i64,
+) -> Finding {
+    let id = &c.id;
+    let n = socks.len();
+    let oldest = socks.first().map_or(0, |h| h.silent_ms);
+    let newest = socks.last().map_or(0, |h| h.silent_ms);
+    let groups = groups_toward(socks);
+    let groups_text = groups_text(&groups);
+    let silences = span(newest, oldest);
+    let mut evidence = vec![held_headline(m, n, &groups_text, not_counted)];
+    evidence.extend(listed_sockets(socks, aged));
+    evidence.push(peers_evidence(socks));
+    evidence.extend(fd_evidence(m, socks));
+    Finding {
+        kind: FindingKind::AccumulatingState,
+        severity: Severity::Warning,
+        component: Some(id.clone()),
+        role: Some(c.role),
+        summary: format!(
+            "{id} holds {n} sockets in CLOSE_WAIT ({groups_text}), silent {silences}: the peer \
+             hung up and it never closed them"
+        ),
+        requests: Vec::new(),
+        evidence,
+        explanation: Some(format!(
+            "Seen in one look, no history needed: a socket in CLOSE_WAIT has received the \
+             peer's FIN and waits for this process to close it, which a working program \
+             does within milliseconds. These have been silent for {silences}, longer than any \
+             close in progress: they are held. Each is an fd (and often a connection-pool \
+             slot or a request) that is never released; when the pool or a limit runs dry \
+             the component accepts requests and never forwards them, and a restart frees \
+             everything so it works again for a while. Look for a response or connection \
+             on the path {} that is not closed or released when the peer closes it.",
+            groups.first().map_or("", |g| g.0)
+        )),
+    }
+}
+
+/// How many held sockets lead where, the biggest group first.
+fn groups_toward<'h>(socks: &'h [Held]) -> Vec<(&'h str, usize)> {
+    let mut by_toward: BTreeMap<&str, usize> = BTreeMap::new();
+    for h in socks {
+        *by_toward.entry(h.toward.as_str()).or_default() += 1;
+    }
+    let mut groups: Vec<(&str, usize)> = by_toward.into_iter().collect();
+    groups.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    groups
+}
+
+/// The three biggest groups by name; a leak toward many places stays one line.
+fn groups_text(groups: &[(&str, usize)]) -> String {
+    let mut named: Vec<String> = groups
+        .iter()
+        .take(3)
+        .map(|(t, k)| format!("{k} {t}"))
+        .collect();
+    let elsewhere: usize = groups.iter().skip(3).map(|g| g.1).sum();
+    if elsewhere > 0 {
+        named.push(format!("{elsewhere} elsewhere"));
+    }
+    named.join(", ")
+}
+
+/// The first line: how many are held, where they lead, and those that do not count.
+fn held_headline(m: &Model, n: usize, groups_text: &str, not_counted: NotCounted) -> Evidence {
+    let th = &m.thresholds;
+    Evidence::new(
+        "sockets",
+        format!(
+            "one look, no history needed: {n} sockets in CLOSE_WAIT silent for at least {} \
+             ({groups_text}); fires at {} such sockets (accumulate_close_wait_silent_min / \
+             _ms){}{}",
+            secs(th.detect.accumulate_close_wait_silent_ms),
+            th.detect.accumulate_close_wait_silent_min,
+            match not_counted.fresh {
+                Some(k) => {
+                    format!("; {k} more in CLOSE_WAIT for less (a close in progress, not counted)")
+                }
+                None => String::new(),
+            },
+            match not_counted.unclocked {
+                Some(k) => format!("; {k} more without tcp_info (age unknown, not counted)"),
+                None => String::new(),
+            },
+        ),
+    )
+}
+
+/// The most silent sockets one by one, the rest summed up.
+fn listed_sockets(socks: &[Held], aged: i64) -> Vec<Evidence> {
+    let mut evidence: Vec<Evidence> = socks
+        .iter()
+        .take(LISTED_SOCKETS)
+        .map(|h| Evidence::new("sockets", socket_line(h, aged)))
+        .collect();
+    if socks.len() > LISTED_SOCKETS {
+        let rest = &socks[LISTED_SOCKETS..];
+        let hi = rest.first().map_or(0, |h| h.silent_ms);
+        let lo = rest.last().map_or(0, |h| h.silent_ms);
         evidence.push(Evidence::new(
             "sockets",
             format!(
-                "fds held against peers that are gone: {gone} of {n} ({})",
-                peers
-                    .iter()
-                    .map(|(what, k)| format!("{what}: {k}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                "... and {} more CLOSE_WAIT sockets silent {}",
+                rest.len(),
+                span(lo, hi)
             ),
         ));
-        evidence.extend(fd_evidence(m, &socks));
-        out.push(Finding {
-            kind: FindingKind::AccumulatingState,
-            severity: Severity::Warning,
-            component: Some(id.clone()),
-            role: Some(c.role),
-            summary: format!(
-                "{id} holds {n} sockets in CLOSE_WAIT ({groups_text}), silent {silences}: the peer \
-                 hung up and it never closed them"
-            ),
-            requests: Vec::new(),
-            evidence,
-            explanation: Some(format!(
-                "Seen in one look, no history needed: a socket in CLOSE_WAIT has received the \
-                 peer's FIN and waits for this process to close it, which a working program \
-                 does within milliseconds. These have been silent for {silences}, longer than any \
-                 close in progress: they are held. Each is an fd (and often a connection-pool \
-                 slot or a request) that is never released; when the pool or a limit runs dry \
-                 the component accepts requests and never forwards them, and a restart frees \
-                 everything so it works again for a while. Look for a response or connection \
-                 on the path {} that is not closed or released when the peer closes it.",
-                groups.first().map_or("", |g| g.0)
-            )),
-        });
     }
-    out
+    evidence
+}
+
+/// One count per way the other end is described, in a stable order.
+fn peers_evidence(socks: &[Held]) -> Evidence {
+    let mut peers: BTreeMap<String, usize> = BTreeMap::new();
+    for h in socks {
+        *peers.entry(peer_text(h.peer)).or_default() += 1;
+    }
+    let gone = socks.iter().filter(|h| h.peer.gone()).count();
+    Evidence::new(
+        "sockets",
+        format!(
+            "fds held against peers that are gone: {gone} of {} ({})",
+            socks.len(),
+            peers
+                .iter()
+                .map(|(what, k)| format!("{what}: {k}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    )
 }
 
 /// "41 s" when the silences are within a second of each other, else "35 s to 41 s".
