@@ -133,6 +133,7 @@ pub fn render(s: &Snapshot) -> String {
     }
 }
 
+#[allow(clippy::too_many_lines, clippy::cognitive_complexity)] // being split into src/report/ (issue 13)
 fn render_safe(s: &Snapshot) -> String {
     let mut o = String::new();
     let _ = writeln!(o, "# wedgewatch snapshot {}", s.taken_at);
