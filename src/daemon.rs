@@ -14,6 +14,7 @@
 
 pub mod dirs;
 pub mod lock;
+pub mod log;
 pub mod protocol;
 pub mod socket;
 
@@ -55,6 +56,8 @@ pub struct DaemonConfig {
     pub window_ms: i64,
     pub thresholds: Thresholds,
     pub rediscover_every_ms: u64,
+    /// How often findings and source health are evaluated for the log ([`log`]).
+    pub log_every_ms: u64,
 }
 
 impl DaemonConfig {
@@ -67,6 +70,9 @@ impl DaemonConfig {
             window_ms: 30 * 1000,
             thresholds: Thresholds::default(),
             rediscover_every_ms: 10_000,
+            // Findings take 20-30 s to open (thresholds); a line 2 s late is fine, and one
+            // detector pass every 2 s is a small cost beside sampling.
+            log_every_ms: 2_000,
         }
     }
     pub fn recording_dir(&self) -> PathBuf {
@@ -159,8 +165,22 @@ impl Daemon {
         let state_dir = safe_fs::private_dir(&cfg.state_dir)?;
         let _lock = lock::lock_state_dir(&state_dir)?;
         let (listener, bound) = socket::bind_private(&cfg.socket_path).await?;
+        let recording = match cfg.rotation {
+            Some(_) => cfg.recording_dir().display().to_string(),
+            None => "off".to_string(),
+        };
+        tracing::info!(
+            socket = %cfg.socket_path.display(),
+            recording = %recording,
+            pid = std::process::id(),
+            "daemon started"
+        );
         let result = self.serve_and_sample(listener, &state_dir, shutdown).await;
         bound.remove_if_ours();
+        match &result {
+            Ok(()) => tracing::info!("daemon stopped"),
+            Err(e) => tracing::error!("daemon stopped: {e}"),
+        }
         result
     }
 
@@ -171,14 +191,11 @@ impl Daemon {
         mut shutdown: watch::Receiver<bool>,
     ) -> Result<()> {
         let cfg = self.config.clone();
-        let topo = match (self.discover)().await {
-            Ok(t) => t,
-            Err(e) => {
-                // Sampling an empty topology still records sockets/GPU; retry discovery later.
-                tracing_note(&format!("discovery failed, retrying: {e}"));
-                Topology::default()
-            }
-        };
+        let mut discovery = log::HealthTracker::default();
+        let found = (self.discover)().await;
+        log_discovery(&mut discovery, &found, self.clock.now_ms());
+        // Sampling an empty topology still records sockets/GPU; discovery is retried later.
+        let topo = found.unwrap_or_default();
         let (topo_tx, topo_rx) = watch::channel(topo.clone());
         let mut writer = match cfg.rotation {
             Some(p) => Some(RecordingWriter::create_dir(
@@ -205,6 +222,12 @@ impl Daemon {
         let (tx, mut rx) = mpsc::channel::<Sample>(4096);
         let (stop_tx, stop_rx) = watch::channel(false);
         let sampler_task = tokio::spawn(sampler.run(tx, stop_rx));
+        let logger = tokio::spawn(log::watch(
+            self.shared.clone(),
+            stats.clone(),
+            self.clock.clone(),
+            Duration::from_millis(cfg.log_every_ms.max(100)),
+        ));
         let server = tokio::spawn(serve(
             listener,
             self.shared.clone(),
@@ -226,7 +249,7 @@ impl Daemon {
                     if let Some(w) = writer.as_mut() {
                         if let Err(e) = w.write_sample(&s) {
                             // A full disk must not stop the live view; say so once.
-                            tracing_note(&format!("recording stopped: {e}"));
+                            tracing::error!("recording stopped: {e}");
                             writer = None;
                         }
                     }
@@ -243,10 +266,13 @@ impl Daemon {
                     }
                 }
                 _ = rediscover.tick() => {
-                    if let Ok(t) = (self.discover)().await {
+                    let found = (self.discover)().await;
+                    log_discovery(&mut discovery, &found, self.clock.now_ms());
+                    if let Ok(t) = found {
                         let k = topology_key(&t);
                         if k != topo_key {
                             topo_key = k;
+                            tracing::info!(components = t.components.len(), "topology changed");
                             lock(&self.shared).model.set_topology(t.clone());
                             if let Some(w) = writer.as_mut() {
                                 let _ = w.write(&Record::Topology { t_ms: self.clock.now_ms(), topology: t.clone() });
@@ -262,13 +288,21 @@ impl Daemon {
         drop(rx);
         let _ = sampler_task.await;
         server.abort();
+        logger.abort();
         result
     }
 }
 
-fn tracing_note(msg: &str) {
-    // Logs land in bug reports too: error texts can quote URLs, argv, response bodies.
-    eprintln!("wedgewatch daemon: {}", crate::redact::log_line(msg));
+/// Discovery's failures are logged like a source's: when it starts failing and when it
+/// works again, not at every retry.
+fn log_discovery(t: &mut log::HealthTracker, found: &Result<Topology>, now: Millis) {
+    let st = match found {
+        Ok(_) => crate::model::SourceStatus::ok(),
+        Err(e) => crate::model::SourceStatus::unavailable(e.to_string()),
+    };
+    if let Some(e) = t.update("discovery", &st, now) {
+        log::emit(&e);
+    }
 }
 
 /// Takes a baseline when a component is new or its process identity changed. Returns the
@@ -304,6 +338,7 @@ fn take_baseline(
         Some(l) => l.merged(&b),
         None => b.clone(),
     };
+    tracing::info!(reason = %b.reason, "baseline taken");
     sh.latest_facts = Some(merged.clone());
     sh.baselines.push(b.clone());
     if sh.baselines.len() > KEEP_BASELINES + 1 {

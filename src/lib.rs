@@ -22,6 +22,7 @@ pub mod doctor;
 pub mod error;
 pub mod export;
 pub mod fuzz_entry;
+pub mod logging;
 pub mod model;
 pub mod pipeline;
 pub mod probes;

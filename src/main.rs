@@ -89,6 +89,10 @@ struct Global {
     #[arg(long, value_name = "N", default_value_t = 20_000,
           value_parser = clap::value_parser!(u32).range(1..=1_000_000), global = true)]
     max_series: u32,
+    /// More log detail on stderr: -v debug, -vv trace (default: the daemon logs info,
+    /// other verbs warnings; else RUST_LOG decides).
+    #[arg(short = 'v', long = "verbose", action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
 }
 
 #[derive(Debug, Subcommand)]
@@ -214,6 +218,7 @@ fn main() {
 
 fn run(cli: Cli) -> anyhow::Result<i32> {
     let g = cli.global;
+    init_logging(&g, cli.verb.as_ref())?;
     match cli.verb {
         Some(Verb::Snapshot(a)) => cmd_snapshot(&g, a),
         Some(Verb::Diff(a)) => cmd_diff(a),
@@ -231,6 +236,24 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             },
         ),
     }
+}
+
+/// Logs (`tracing`, see `wedgewatch::logging`) for every verb but the terminal UI's, whose
+/// screen a log line on stderr would tear. The daemon logs at info by default: its log is
+/// all a service says.
+fn init_logging(g: &Global, verb: Option<&Verb>) -> anyhow::Result<()> {
+    let default_level = match verb {
+        None | Some(Verb::Tui(_)) | Some(Verb::Demo(_)) => return Ok(()),
+        Some(Verb::Daemon(_)) => tracing::Level::INFO,
+        Some(_) => tracing::Level::WARN,
+    };
+    wedgewatch::logging::init(&wedgewatch::logging::LogOptions {
+        verbose: g.verbose,
+        // TODO(merge): the CLI branch's `--quiet`.
+        quiet: false,
+        default_level,
+    })?;
+    Ok(())
 }
 
 fn load_probes(g: &Global) -> anyhow::Result<ProbeSet> {
@@ -459,15 +482,6 @@ fn cmd_daemon(g: &Global, a: DaemonArgs) -> anyhow::Result<i32> {
             d.add_default_source(s);
         }
         let (tx, rx) = tokio::sync::watch::channel(false);
-        eprintln!(
-            "wedgewatch daemon: socket {}, recording {}",
-            cfg.socket_path.display(),
-            if cfg.rotation.is_some() {
-                cfg.recording_dir().display().to_string()
-            } else {
-                "off".into()
-            }
-        );
         let mut task = tokio::spawn(d.run(rx));
         stop_signal(run_for).await;
         let _ = tx.send(true);
@@ -477,8 +491,8 @@ fn cmd_daemon(g: &Global, a: DaemonArgs) -> anyhow::Result<i32> {
             Ok(joined) => joined.context("daemon task")??,
             Err(_) => {
                 task.abort();
-                eprintln!(
-                    "wedgewatch daemon: did not stop within {} ms; abandoned",
+                tracing::warn!(
+                    "daemon did not stop within {} ms; abandoned",
                     DAEMON_STOP.as_millis()
                 );
             }
