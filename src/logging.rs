@@ -11,6 +11,10 @@
 //! Under systemd (stderr is the journal, `$JOURNAL_STREAM`), each line also starts with the
 //! `<N>` syslog priority journald reads, so `journalctl -p warning` works.
 //!
+//! Lines are written by a thread of their own through a bounded queue, dropped (and the drop
+//! said) when it is full: the daemon's sampling loop must never wait on a stalled journal or
+//! a pipe nobody reads. [`flush`] before exiting, or the last lines may be lost.
+//!
 //! Which events are shown: `-v`/`-vv`/`--quiet` when given, else `RUST_LOG`, else the
 //! verb's default ([`LogOptions::default_level`]). Command line before environment, the usual
 //! order: `systemctl edit` can add `-v` to a unit whose environment sets `RUST_LOG`.
@@ -18,7 +22,10 @@
 use crate::model::ProcessFacts;
 use crate::redact::{control, Redactor};
 use std::io::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
 use tracing::{Level, Metadata};
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::EnvFilter;
@@ -208,10 +215,101 @@ impl Drop for LineWriter {
             line.insert_str(0, &format!("<{p}>"));
         }
         line.push('\n');
-        // Not eprintln!: it panics when stderr is gone (a closed pipe, a stopped journal),
-        // and a daemon must outlive its log.
-        let _ = std::io::stderr().lock().write_all(line.as_bytes());
+        write_line(line, self.priority.is_some());
     }
+}
+
+/// Lines queued for stderr at most; past that they are dropped and counted.
+const QUEUE: usize = 1024;
+
+enum Msg {
+    Line(String),
+    /// Answered once every line queued before it is written.
+    Flush(SyncSender<()>),
+}
+
+struct Sink {
+    tx: SyncSender<Msg>,
+    dropped: AtomicU64,
+}
+
+static SINK: OnceLock<Option<Sink>> = OnceLock::new();
+
+fn sink() -> Option<&'static Sink> {
+    SINK.get_or_init(|| {
+        let (tx, rx) = sync_channel(QUEUE);
+        std::thread::Builder::new()
+            .name("wedgewatch-log".into())
+            .spawn(move || write_all(rx))
+            .ok()?;
+        Some(Sink {
+            tx,
+            dropped: AtomicU64::new(0),
+        })
+    })
+    .as_ref()
+}
+
+fn write_all(rx: Receiver<Msg>) {
+    for m in rx {
+        match m {
+            // Not eprintln!: it panics when stderr is gone (a closed pipe, a stopped
+            // journal), and a daemon must outlive its log.
+            Msg::Line(l) => {
+                let _ = std::io::stderr().lock().write_all(l.as_bytes());
+            }
+            Msg::Flush(done) => {
+                let _ = done.try_send(());
+            }
+        }
+    }
+}
+
+fn write_line(line: String, journal: bool) {
+    let Some(s) = sink() else {
+        // no thread could be started: write in place rather than not at all
+        let _ = std::io::stderr().lock().write_all(line.as_bytes());
+        return;
+    };
+    let n = s.dropped.swap(0, Ordering::Relaxed);
+    if n > 0 {
+        let now = time::OffsetDateTime::now_utc()
+            .format(&time::format_description::well_known::Rfc3339)
+            .unwrap_or_default();
+        let note = format!(
+            "{}{now}  WARN {n} log lines dropped: stderr did not keep up\n",
+            if journal { "<4>" } else { "" }
+        );
+        if s.tx.try_send(Msg::Line(note)).is_err() {
+            s.dropped.fetch_add(n, Ordering::Relaxed);
+        }
+    }
+    if s.tx.try_send(Msg::Line(line)).is_err() {
+        s.dropped.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Waits (at most `within`) until the lines logged so far are written: call it before the
+/// process exits.
+pub fn flush(within: Duration) {
+    // Nothing was logged (or no logging, as in the TUI): no thread to wait for.
+    let Some(s) = SINK.get().and_then(Option::as_ref) else {
+        return;
+    };
+    let deadline = Instant::now() + within;
+    let (done_tx, done_rx) = sync_channel(1);
+    let mut msg = Msg::Flush(done_tx);
+    loop {
+        match s.tx.try_send(msg) {
+            Ok(()) => break,
+            Err(TrySendError::Full(m)) if Instant::now() < deadline => {
+                msg = m;
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(_) => return,
+        }
+    }
+    let _ = done_rx.recv_timeout(deadline.saturating_duration_since(Instant::now()));
 }
 
 #[cfg(test)]

@@ -201,19 +201,22 @@ struct DiffArgs {
 
 fn main() {
     let cli = Cli::parse();
-    match run(cli) {
+    let code = match run(cli) {
         Ok(code) => {
             wedgewatch::children::kill_all();
-            std::process::exit(code)
+            code
         }
         Err(e) => {
             eprintln!(
                 "wedgewatch: {}",
                 wedgewatch::redact::log_line(&format!("{e:#}"))
             );
-            std::process::exit(2);
+            2
         }
-    }
+    };
+    // Log lines are written by a thread of their own: let it finish, but never hang on it.
+    wedgewatch::logging::flush(Duration::from_millis(500));
+    std::process::exit(code)
 }
 
 fn run(cli: Cli) -> anyhow::Result<i32> {
