@@ -154,10 +154,15 @@ impl Builder<'_> {
         let path = prof.workers_endpoint.as_ref()?;
         sockets.iter().take(4).find_map(|s| {
             let host = s.ip().to_string();
-            let body = loopback_get(&host, s.port(), path, self.opts.http_timeout).ok()?;
-            serde_json::from_str::<serde_json::Value>(&body)
-                .ok()
-                .map(|_| s.port())
+            match loopback_get(&host, s.port(), path, self.opts.http_timeout) {
+                Ok(body) => serde_json::from_str::<serde_json::Value>(&body)
+                    .ok()
+                    .map(|_| s.port()),
+                // A router started with --api-key refuses /workers without its key: the
+                // refusal still marks its HTTP API (the metrics port says 404).
+                Err(e) if crate::sources::router_key::is_auth_refusal(&e) => Some(s.port()),
+                Err(_) => None,
+            }
         })
     }
 

@@ -2,7 +2,7 @@
 //! endpoint when the arguments did not survive), and generic proxies found by their
 //! ESTABLISHED connections to a known component's port.
 
-use super::endpoints::{connect_host, endpoint_of, loopback_get, worker_urls_from_json};
+use super::endpoints::{connect_host, endpoint_of, loopback_get_with, worker_urls_from_json};
 use super::profiles::flag_values;
 use super::Builder;
 use crate::model::topology::labels::*;
@@ -64,7 +64,12 @@ impl Builder<'_> {
         let Some((host, port)) = endpoint_of(base) else {
             return (urls, "flags".to_string());
         };
-        match loopback_get(&host, port, path, self.opts.http_timeout) {
+        let key = crate::sources::router_key::discovery_key(
+            c,
+            &self.opts.proc_root,
+            self.opts.router_key_env.as_deref(),
+        );
+        match loopback_get_with(&host, port, path, self.opts.http_timeout, key) {
             Ok(body) => {
                 let urls = worker_urls_from_json(&body)
                     .into_iter()

@@ -61,6 +61,17 @@ pub fn loopback_get(
     path: &str,
     timeout: Duration,
 ) -> std::result::Result<String, String> {
+    loopback_get_with(host, port, path, timeout, None)
+}
+
+/// [`loopback_get`] with an `Authorization` value (a router's own API key).
+pub fn loopback_get_with(
+    host: &str,
+    port: u16,
+    path: &str,
+    timeout: Duration,
+    authorization: Option<String>,
+) -> std::result::Result<String, String> {
     if !is_loopback_host(host) {
         return Err(format!("{host} is not a loopback address; not asked"));
     }
@@ -70,7 +81,7 @@ pub fn loopback_get(
         total: timeout,
         cap: MAX_HTTP_BODY,
     };
-    let r = http::get_blocking(&url, limits);
+    let r = http::get_blocking_with(&url, limits, authorization);
     match r.outcome {
         FetchOutcome::Ok => Ok(String::from_utf8_lossy(&r.body).into_owned()),
         _ => Err(r.detail.unwrap_or_else(|| format!("{:?}", r.outcome))),

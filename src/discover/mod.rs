@@ -70,6 +70,8 @@ pub struct DiscoverOptions {
     pub http_timeout: Duration,
     /// Pids never to report (the tool itself).
     pub exclude_pids: Vec<i32>,
+    /// `--router-key-env NAME` (see `sources::router_key`).
+    pub router_key_env: Option<String>,
 }
 
 impl Default for DiscoverOptions {
@@ -81,6 +83,7 @@ impl Default for DiscoverOptions {
             query_endpoints: true,
             http_timeout: Duration::from_millis(500),
             exclude_pids: vec![std::process::id() as i32],
+            router_key_env: None,
         }
     }
 }

@@ -85,6 +85,9 @@ impl Builder<'_> {
                 format!("{base}/metrics")
             });
             c.labels.insert(LABEL_FOUND_BY.into(), "--url".into());
+            if self.opts.query_endpoints {
+                crate::sources::metrics::infer_url_component(&mut c, self.opts.http_timeout);
+            }
             self.push_unique(c);
         }
     }

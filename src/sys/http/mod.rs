@@ -104,6 +104,17 @@ pub async fn get(url: &str, limits: Limits) -> Response {
     get_via(url, limits, resolve::system).await
 }
 
+/// [`get`] with an `Authorization` header (a router's own API key, sent back to that router
+/// only: see [`crate::sources::router_key`]). The header value is never part of a detail.
+pub async fn get_authorized(url: &str, limits: Limits, authorization: &str) -> Response {
+    let route = Route {
+        resolver: resolve::system,
+        connector: None,
+        authorization: Some(authorization),
+    };
+    get_with(url, limits, route).await
+}
+
 /// [`get`] with another resolver (tests: one that hangs).
 pub async fn get_via(url: &str, limits: Limits, resolver: Resolver) -> Response {
     get_using(url, limits, resolver, None).await
@@ -117,13 +128,30 @@ pub async fn get_using(
     resolver: Resolver,
     connector: Option<Connector>,
 ) -> Response {
+    let route = Route {
+        resolver,
+        connector,
+        authorization: None,
+    };
+    get_with(url, limits, route).await
+}
+
+/// How one GET reaches its server: who resolves the name, who makes the connection, and
+/// the credential it carries (a router's own key; never part of a detail).
+struct Route<'a> {
+    resolver: Resolver,
+    connector: Option<Connector>,
+    authorization: Option<&'a str>,
+}
+
+async fn get_with(url: &str, limits: Limits, route: Route<'_>) -> Response {
     let start = Instant::now();
     let parsed = match parse_url(url) {
         Ok(u) => u,
         Err(e) => return finish(start, FetchOutcome::Error, None, Vec::new(), Some(e)),
     };
     let mut raw = Vec::new();
-    let work = fetch(&parsed, limits, resolver, connector, &mut raw);
+    let work = fetch(&parsed, limits, route, &mut raw);
     match tokio::time::timeout(limits.total, work).await {
         Ok(Err((outcome, detail))) => finish(start, outcome, None, Vec::new(), Some(detail)),
         Ok(Ok(())) => {
@@ -146,6 +174,11 @@ pub async fn get_using(
 /// [`get`] for synchronous callers (discovery), on its own thread and runtime so it works
 /// inside or outside an async context; returns within `limits.total` plus a margin.
 pub fn get_blocking(url: &str, limits: Limits) -> Response {
+    get_blocking_with(url, limits, None)
+}
+
+/// [`get_blocking`] with an `Authorization` value (see [`get_authorized`]).
+pub fn get_blocking_with(url: &str, limits: Limits, authorization: Option<String>) -> Response {
     let start = Instant::now();
     let (tx, rx) = std::sync::mpsc::channel();
     let owned = url.to_string();
@@ -156,7 +189,14 @@ pub fn get_blocking(url: &str, limits: Limits) -> Response {
                 .enable_all()
                 .build();
             let r = match rt {
-                Ok(rt) => rt.block_on(get(&owned, limits)),
+                Ok(rt) => {
+                    let route = Route {
+                        resolver: resolve::system,
+                        connector: None,
+                        authorization: authorization.as_deref(),
+                    };
+                    rt.block_on(get_with(&owned, limits, route))
+                }
                 Err(e) => finish(
                     start,
                     FetchOutcome::Error,
@@ -248,13 +288,18 @@ async fn connect_one(sa: SocketAddr, within: Duration) -> Result<TcpStream, Fail
 async fn fetch(
     url: &Target,
     limits: Limits,
-    resolver: Resolver,
-    connector: Option<Connector>,
+    route: Route<'_>,
     raw: &mut Vec<u8>,
 ) -> Result<(), Failure> {
-    let mut stream = connect(url, limits, resolver, connector).await?;
+    let mut stream = connect(url, limits, route.resolver, route.connector).await?;
+    // A value with a line break would smuggle headers: such a header is not sent at all.
+    let auth = route
+        .authorization
+        .filter(|a| !a.contains(['\r', '\n']))
+        .map(|a| format!("Authorization: {a}\r\n"))
+        .unwrap_or_default();
     let req = format!(
-        "GET {} HTTP/1.0\r\nHost: {}\r\nUser-Agent: wedgewatch\r\nAccept: */*\r\nConnection: close\r\n\r\n",
+        "GET {} HTTP/1.0\r\nHost: {}\r\nUser-Agent: wedgewatch\r\nAccept: */*\r\n{auth}Connection: close\r\n\r\n",
         url.path, url.host
     );
     if let Err(e) = stream.write_all(req.as_bytes()).await {
