@@ -209,12 +209,16 @@ impl Daemon {
         let (tx, mut rx) = mpsc::channel::<Sample>(4096);
         let (stop_tx, stop_rx) = watch::channel(false);
         let sampler_task = tokio::spawn(sampler.run(tx, stop_rx));
-        let logger = tokio::spawn(log::watch(
-            self.shared.clone(),
-            stats.clone(),
-            self.clock.clone(),
-            Duration::from_millis(self.config.log_every_ms.max(100)),
-        ));
+        // No subscriber (the TUI's in-process daemon, library users): no detector passes
+        // for a log nobody writes.
+        let logger = tracing::level_enabled!(tracing::Level::ERROR).then(|| {
+            tokio::spawn(log::watch(
+                self.shared.clone(),
+                stats.clone(),
+                self.clock.clone(),
+                Duration::from_millis(self.config.log_every_ms.max(100)),
+            ))
+        });
         let server = tokio::spawn(serve(
             listener,
             self.shared.clone(),
@@ -247,7 +251,9 @@ impl Daemon {
         drop(rx);
         let _ = sampler_task.await;
         server.abort();
-        logger.abort();
+        if let Some(l) = logger {
+            l.abort();
+        }
         Ok(())
     }
 
