@@ -256,3 +256,41 @@ fn a_bad_rust_log_is_a_usage_error_naming_it() {
     assert!(err.contains("RUST_LOG"), "{err}");
     assert!(!tmp.path().join("state").exists(), "nothing started");
 }
+
+/// `daemon --for 5s` with `args` and `RUST_LOG`: its stderr. (Long enough for two log
+/// passes, 2 s apart, after the first samples, on a loaded machine.)
+fn daemon_log_of(args: &[&str], rust_log: &str) -> String {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let out = wedgewatch()
+        .args(args)
+        .args(["daemon", "--no-record", "--for", "5s", "--state-dir"])
+        .arg(tmp.path().join("state"))
+        .arg("--proc-root")
+        .arg(fixture_proc("container"))
+        .args(["--nvml-lib", "/nonexistent/libnvidia-ml.so.1"])
+        .env("RUST_LOG", rust_log)
+        .env_remove("JOURNAL_STREAM")
+        .output()
+        .expect("run");
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{err}");
+    err
+}
+
+#[test]
+fn the_command_line_wins_over_rust_log() {
+    let quiet = daemon_log_of(&["--quiet"], "info");
+    assert!(
+        quiet.contains("source gpu unavailable"),
+        "--quiet keeps warnings: {quiet}"
+    );
+    assert!(
+        !quiet.contains(" INFO "),
+        "--quiet over RUST_LOG=info: {quiet}"
+    );
+    let verbose = daemon_log_of(&["-v"], "warn");
+    assert!(
+        verbose.contains("INFO daemon started"),
+        "-v over RUST_LOG=warn: {verbose}"
+    );
+}
