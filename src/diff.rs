@@ -432,6 +432,8 @@ mod tests {
             metrics: Default::default(),
             gpu_activity: None,
             labels: Default::default(),
+            netns: None,
+            container: None,
         }
     }
 

@@ -25,6 +25,7 @@ use crate::error::{Error, Result};
 use crate::http::{self, Limits};
 use crate::model::FetchOutcome;
 use crate::model::{Component, Edge, EdgeOrigin, Role, Topology};
+use crate::netns::Netns;
 use crate::probes::{ProbeSet, Profile};
 use crate::sources::processes::socket_inodes;
 use procfs::net::{TcpNetEntry, TcpState};
@@ -127,6 +128,9 @@ struct ProcTable {
     /// Per network namespace; shared, not copied, for each pid that asks (thousands of
     /// entries under connection churn, asked once per candidate process).
     net: std::cell::RefCell<BTreeMap<u64, std::rc::Rc<Vec<TcpNetEntry>>>>,
+    /// Our own network namespace (netns, issue 11 item 5): processes in another one are in a
+    /// container, keyed and scraped in there.
+    own_net: Option<u64>,
 }
 
 impl ProcTable {
@@ -161,6 +165,7 @@ impl ProcTable {
             procs,
             children,
             net: Default::default(),
+            own_net: crate::netns::inode_of(root, std::process::id() as i32).ok(),
         })
     }
 
@@ -205,6 +210,31 @@ impl ProcTable {
         let s = link.to_string_lossy();
         s.split_once('[')?.1.strip_suffix(']')?.parse().ok()
     }
+
+    // --- netns (issue 11 item 5) ---
+
+    /// The network namespace of `pid` when it is not ours (a container); None for ours or
+    /// when either cannot be read (then it is treated as the host's, as before).
+    fn foreign_netns(&self, pid: i32) -> Option<u64> {
+        let own = self.own_net?;
+        self.netns(pid).filter(|&ns| ns != own)
+    }
+
+    /// Where to open connections to `pid`'s sockets: inside its namespace when foreign.
+    fn netns_ref(&self, pid: i32) -> Option<Netns> {
+        self.foreign_netns(pid).map(|inode| Netns { pid, inode })
+    }
+
+    /// A listen address as part of a component id: in a foreign namespace prefixed by it
+    /// (`net:4026532845/127.0.0.1:30000`), since two pods can listen on one address.
+    fn keyed(&self, pid: i32, addr: &str) -> String {
+        match self.foreign_netns(pid) {
+            Some(ns) => format!("net:{ns}/{addr}"),
+            None => addr.to_string(),
+        }
+    }
+
+    // --- end netns ---
 
     /// TCP entries of the network namespace `pid` lives in.
     fn tcp_of(&self, pid: i32) -> std::rc::Rc<Vec<TcpNetEntry>> {
@@ -499,12 +529,13 @@ fn is_loopback_host(h: &str) -> bool {
 
 /// GET `http://host:port/path` over loopback with the one timed, size-capped client
 /// ([`crate::http`]), `timeout` for the whole request. Refuses non-loopback hosts: discovery
-/// never talks to the network.
+/// never talks to the network. `netns`: the loopback of that namespace (a container's).
 pub fn loopback_get(
     host: &str,
     port: u16,
     path: &str,
     timeout: Duration,
+    netns: Option<Netns>,
 ) -> std::result::Result<String, String> {
     if !is_loopback_host(host) {
         return Err(format!("{host} is not a loopback address; not asked"));
@@ -515,7 +546,7 @@ pub fn loopback_get(
         total: timeout,
         cap: MAX_HTTP_BODY,
     };
-    let r = http::get_blocking(&url, limits);
+    let r = http::get_blocking_in(&url, limits, netns);
     match r.outcome {
         FetchOutcome::Ok => Ok(String::from_utf8_lossy(&r.body).into_owned()),
         _ => Err(r.detail.unwrap_or_else(|| format!("{:?}", r.outcome))),
@@ -844,24 +875,26 @@ impl<'a> Builder<'a> {
             .and_then(|v| v.parse::<u16>().ok());
         // arguments lost (titled, no launcher): ask each listen socket for the workers
         // endpoint; the one that answers is the HTTP API (the other is metrics)
-        let probed_port = if args.is_empty()
-            && m.titled
-            && flag_port.is_none()
-            && self.opts.query_endpoints
-        {
-            prof.workers_endpoint.as_ref().and_then(|path| {
-                sockets.iter().take(4).find_map(|s| {
-                    let body =
-                        loopback_get(&s.ip().to_string(), s.port(), path, self.opts.http_timeout)
-                            .ok()?;
-                    serde_json::from_str::<serde_json::Value>(&body)
-                        .ok()
-                        .map(|_| s.port())
+        let probed_port =
+            if args.is_empty() && m.titled && flag_port.is_none() && self.opts.query_endpoints {
+                prof.workers_endpoint.as_ref().and_then(|path| {
+                    sockets.iter().take(4).find_map(|s| {
+                        let body = loopback_get(
+                            &s.ip().to_string(),
+                            s.port(),
+                            path,
+                            self.opts.http_timeout,
+                            self.table.netns_ref(pid),
+                        )
+                        .ok()?;
+                        serde_json::from_str::<serde_json::Value>(&body)
+                            .ok()
+                            .map(|_| s.port())
+                    })
                 })
-            })
-        } else {
-            None
-        };
+            } else {
+                None
+            };
         let port = flag_port.or(probed_port).or_else(|| {
             match prof.default_port {
                 Some(d) if sockets.is_empty() || sockets.iter().any(|s| s.port() == d) => Some(d),
@@ -909,9 +942,9 @@ impl<'a> Builder<'a> {
         let id = match parent {
             Some(p) => format!("{name}@{}", p.id),
             None => match &primary {
-                Some(a) => format!("{role}@{a}"),
+                Some(a) => format!("{role}@{}", self.table.keyed(pid, a)),
                 None => match sockets.first() {
-                    Some(s) => format!("{role}@{s}"),
+                    Some(s) => format!("{role}@{}", self.table.keyed(pid, &s.to_string())),
                     None => format!("{role}@pid{pid}"),
                 },
             },
@@ -924,6 +957,8 @@ impl<'a> Builder<'a> {
         c.listen = listen;
         c.parent = parent.map(|p| p.id.clone());
         c.title = comp.title_of(&proc);
+        c.netns = self.table.foreign_netns(pid);
+        c.container = crate::cgroup::of_pid(&self.table.root, pid).map(|p| p.name());
         // Scrape addresses: only the process's own listening sockets (see `scrape_addr`).
         let own = if prof.ports_from_sockets {
             sockets.clone()
@@ -1022,12 +1057,13 @@ impl<'a> Builder<'a> {
         }
     }
 
-    /// The component listening on (host, port), top-level first.
-    fn component_at(&self, host: &str, port: u16) -> Option<String> {
+    /// The component listening on (host, port) in network namespace `netns` (None: ours),
+    /// top-level first.
+    fn component_at(&self, netns: Option<u64>, host: &str, port: u16) -> Option<String> {
         self.topo
             .components
             .iter()
-            .filter(|c| c.parent.is_none())
+            .filter(|c| c.parent.is_none() && c.netns == netns)
             .find(|c| {
                 c.listen.iter().any(|l| {
                     split_addr(l).is_some_and(|(h, p)| p == port && hosts_equivalent(&h, host))
@@ -1076,7 +1112,8 @@ impl<'a> Builder<'a> {
             if urls.is_empty() && self.opts.query_endpoints {
                 if let (Some(path), Some(base)) = (&prof.workers_endpoint, &c.http_url) {
                     if let Some((_, host, port, _)) = parse_url(base) {
-                        match loopback_get(&host, port, path, self.opts.http_timeout) {
+                        let ns = c.main_pid.and_then(|p| self.table.netns_ref(p));
+                        match loopback_get(&host, port, path, self.opts.http_timeout, ns) {
                             Ok(body) => {
                                 urls = worker_urls_from_json(&body)
                                     .into_iter()
@@ -1092,7 +1129,10 @@ impl<'a> Builder<'a> {
             let mut unresolved = Vec::new();
             let mut edges = Vec::new();
             for (_, url) in &urls {
-                match parse_url(url).and_then(|(_, h, p, _)| self.component_at(&h, p)) {
+                // A worker URL means an address in the router's own namespace.
+                let at =
+                    |(_, h, p, _): (String, String, u16, String)| self.component_at(c.netns, &h, p);
+                match parse_url(url).and_then(at) {
                     Some(to) if to != c.id => edges.push(Edge {
                         from: c.id.clone(),
                         to,
@@ -1133,10 +1173,13 @@ impl<'a> Builder<'a> {
         }
         // proxies in front of proxies: a few rounds, each adding the new listen ports
         for _round in 0..3 {
-            let mut known_ports: BTreeMap<u16, String> = BTreeMap::new();
+            // Ports by namespace: two pods can listen on one port.
+            let mut known_ports: BTreeMap<(Option<u64>, u16), String> = BTreeMap::new();
             for c in self.topo.components.iter().filter(|c| c.parent.is_none()) {
                 for p in c.listen_ports() {
-                    known_ports.entry(p).or_insert_with(|| c.id.clone());
+                    known_ports
+                        .entry((c.netns, p))
+                        .or_insert_with(|| c.id.clone());
                 }
             }
             let mut known_pids: BTreeSet<i32> = BTreeSet::new();
@@ -1156,6 +1199,7 @@ impl<'a> Builder<'a> {
                 }
             }
             for &rep in pids_by_ns.values() {
+                let ns = self.table.foreign_netns(rep);
                 for e in self.table.tcp_of(rep).iter() {
                     // CLOSE_WAIT too: a proxy that leaks its upstream connections (the
                     // upstream hung up, the proxy never closed) is still that upstream's
@@ -1165,10 +1209,10 @@ impl<'a> Builder<'a> {
                     if !client_state || e.inode == 0 {
                         continue;
                     }
-                    if known_ports.contains_key(&e.local_address.port()) {
+                    if known_ports.contains_key(&(ns, e.local_address.port())) {
                         continue; // the server side of a known component
                     }
-                    if let Some(target) = known_ports.get(&e.remote_address.port()) {
+                    if let Some(target) = known_ports.get(&(ns, e.remote_address.port())) {
                         wanted.insert(e.inode, target.clone());
                     }
                 }
@@ -1210,7 +1254,7 @@ impl<'a> Builder<'a> {
                 };
                 let prof = self.compiled[ci].p;
                 let role = Role::parse(&prof.role).unwrap_or(Role::Proxy);
-                let id = format!("{role}@{first}");
+                let id = format!("{role}@{}", self.table.keyed(pid, &first.to_string()));
                 if let Some(existing) = self.topo.components.iter_mut().find(|c| c.id == id) {
                     // another process of the same proxy (worker of a master)
                     if !existing.pids.contains(&pid) {
@@ -1229,6 +1273,8 @@ impl<'a> Builder<'a> {
                     ));
                     c.labels.insert(LABEL_FOUND_BY.into(), "sockets".into());
                     c.labels.insert("comm".into(), proc.comm.clone());
+                    c.netns = self.table.foreign_netns(pid);
+                    c.container = crate::cgroup::of_pid(&self.table.root, pid).map(|p| p.name());
                     self.topo.components.push(c);
                     added = true;
                 }
@@ -1268,7 +1314,7 @@ impl<'a> Builder<'a> {
                 None => {
                     let listen = self.table.listen_of(pid);
                     let id = match listen.first() {
-                        Some(a) => format!("other@{a}"),
+                        Some(a) => format!("other@{}", self.table.keyed(pid, &a.to_string())),
                         None => format!("other@pid{pid}"),
                     };
                     let mut c = Component::new(id, Role::Other, "generic");
@@ -1276,6 +1322,8 @@ impl<'a> Builder<'a> {
                     c.pids = vec![pid];
                     c.main_pid = Some(pid);
                     c.listen = listen.iter().map(|a| a.to_string()).collect();
+                    c.netns = self.table.foreign_netns(pid);
+                    c.container = crate::cgroup::of_pid(&self.table.root, pid).map(|p| p.name());
                     c
                 }
             };
@@ -1295,7 +1343,7 @@ impl<'a> Builder<'a> {
                 continue;
             };
             let base = format!("{scheme}://{}:{port}", connect_host(&host));
-            if let Some(id) = self.component_at(&host, port) {
+            if let Some(id) = self.component_at(None, &host, port) {
                 if let Some(c) = self.topo.components.iter_mut().find(|c| c.id == id) {
                     if c.http_url.is_none() {
                         c.http_url = Some(base.clone());
@@ -1363,7 +1411,7 @@ mod tests {
         assert!(hosts_equivalent("localhost", "127.0.0.1"));
         assert!(!hosts_equivalent("10.0.0.1", "10.0.0.2"));
         assert_eq!(connect_host("0.0.0.0"), "127.0.0.1");
-        assert!(loopback_get("10.1.2.3", 80, "/", Duration::from_millis(10)).is_err());
+        assert!(loopback_get("10.1.2.3", 80, "/", Duration::from_millis(10), None).is_err());
     }
 
     #[test]

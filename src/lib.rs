@@ -9,6 +9,7 @@
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod attach;
+pub mod cgroup;
 pub mod children;
 pub mod clock;
 pub mod config_check;
@@ -24,6 +25,7 @@ pub mod export;
 pub mod fuzz_entry;
 pub mod http;
 pub mod model;
+pub mod netns;
 pub mod pipeline;
 pub mod probes;
 pub mod prom;

@@ -139,6 +139,8 @@ pub fn assemble_bundle(parts: SnapshotParts, opts: &AssembleOptions) -> Bundle {
             metrics: extras.metrics,
             gpu_activity: extras.gpu_activity,
             labels,
+            netns: c.netns,
+            container: c.container.clone(),
         });
     }
 

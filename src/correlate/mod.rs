@@ -510,7 +510,8 @@ impl Model {
                 continue;
             }
             let Some(port) = e.local_port() else { continue };
-            let Some(server) = self.topology.component_listening_on(port) else {
+            // By namespace too: two pods on one port are two servers.
+            let Some(server) = self.topology.component_listening_in(e.netns, port) else {
                 continue;
             };
             // A socket on the listen port owned by another component's pid is that other

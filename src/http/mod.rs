@@ -16,6 +16,7 @@ pub use resolve::{system as system_resolver, Resolver, MAX_PENDING as MAX_PENDIN
 pub use response::{parse_response, Parsed, MAX_HEADER};
 
 use crate::model::FetchOutcome;
+use crate::netns::Netns;
 use response::{content_length, header_end};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -101,13 +102,51 @@ pub async fn get(url: &str, limits: Limits) -> Response {
 
 /// [`get`] with another resolver (tests: one that hangs).
 pub async fn get_via(url: &str, limits: Limits, resolver: Resolver) -> Response {
+    get_via_in(url, limits, resolver, None).await
+}
+
+// --- netns (issue 11 item 5): connections made inside a container's network namespace ---
+
+/// [`get`] with the connection made inside network namespace `netns` (a component in a
+/// container, [`crate::netns`]); `None` is the host's namespace, as [`get`].
+pub async fn get_in(url: &str, limits: Limits, netns: Option<Netns>) -> Response {
+    get_via_in(url, limits, resolve::system, netns).await
+}
+
+/// [`get_blocking`] inside network namespace `netns`.
+pub fn get_blocking_in(url: &str, limits: Limits, netns: Option<Netns>) -> Response {
+    blocking(url, limits, netns)
+}
+
+/// A URL's address inside another namespace: an IP literal only. A name would be resolved by
+/// the host's resolver, for the host's network, so it is refused rather than guessed at.
+fn literal_addr(url: &Url) -> Result<SocketAddr, Failure> {
+    url.authority.parse::<SocketAddr>().map_err(|_| {
+        (
+            FetchOutcome::Error,
+            format!(
+                "{}: not an IP address; names are not resolved inside another network namespace",
+                url.authority
+            ),
+        )
+    })
+}
+
+// --- end netns ---
+
+async fn get_via_in(
+    url: &str,
+    limits: Limits,
+    resolver: Resolver,
+    netns: Option<Netns>,
+) -> Response {
     let start = Instant::now();
     let parsed = match parse_url(url) {
         Ok(u) => u,
         Err(e) => return finish(start, FetchOutcome::Error, None, Vec::new(), Some(e)),
     };
     let mut raw = Vec::new();
-    let work = fetch(&parsed, limits, resolver, &mut raw);
+    let work = fetch(&parsed, limits, resolver, netns, &mut raw);
     match tokio::time::timeout(limits.total, work).await {
         Ok(Err((outcome, detail))) => finish(start, outcome, None, Vec::new(), Some(detail)),
         Ok(Ok(())) => {
@@ -130,6 +169,10 @@ pub async fn get_via(url: &str, limits: Limits, resolver: Resolver) -> Response 
 /// [`get`] for synchronous callers (discovery), on its own thread and runtime so it works
 /// inside or outside an async context; returns within `limits.total` plus a margin.
 pub fn get_blocking(url: &str, limits: Limits) -> Response {
+    blocking(url, limits, None)
+}
+
+fn blocking(url: &str, limits: Limits, netns: Option<Netns>) -> Response {
     let start = Instant::now();
     let (tx, rx) = std::sync::mpsc::channel();
     let owned = url.to_string();
@@ -140,7 +183,7 @@ pub fn get_blocking(url: &str, limits: Limits) -> Response {
                 .enable_all()
                 .build();
             let r = match rt {
-                Ok(rt) => rt.block_on(get(&owned, limits)),
+                Ok(rt) => rt.block_on(get_in(&owned, limits, netns)),
                 Err(e) => finish(
                     start,
                     FetchOutcome::Error,
@@ -187,7 +230,22 @@ fn finish(
 type Failure = (FetchOutcome, String);
 
 /// Resolves (under the connect timeout) and connects to the first address that answers.
-async fn connect(url: &Url, limits: Limits, resolver: Resolver) -> Result<TcpStream, Failure> {
+async fn connect(
+    url: &Url,
+    limits: Limits,
+    resolver: Resolver,
+    netns: Option<Netns>,
+) -> Result<TcpStream, Failure> {
+    if let Some(ns) = netns {
+        let sa = literal_addr(url)?;
+        return crate::netns::connect(ns, sa, limits.connect)
+            .await
+            .map_err(|e| match e {
+                crate::netns::NetnsError::Timeout { .. } => (FetchOutcome::Timeout, e.to_string()),
+                _ if e.is_refused() => (FetchOutcome::Refused, e.to_string()),
+                _ => (FetchOutcome::Error, e.to_string()),
+            });
+    }
     let addrs = resolve::resolve(&url.authority, limits.connect, resolver)
         .await
         .map_err(|e| (FetchOutcome::Error, e))?;
@@ -224,9 +282,10 @@ async fn fetch(
     url: &Url,
     limits: Limits,
     resolver: Resolver,
+    netns: Option<Netns>,
     raw: &mut Vec<u8>,
 ) -> Result<(), Failure> {
-    let mut stream = connect(url, limits, resolver).await?;
+    let mut stream = connect(url, limits, resolver, netns).await?;
     let req = format!(
         "GET {} HTTP/1.0\r\nHost: {}\r\nUser-Agent: wedgewatch\r\nAccept: */*\r\nConnection: close\r\n\r\n",
         url.path, url.host

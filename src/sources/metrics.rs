@@ -338,6 +338,16 @@ fn probe_of(url: &str, r: &http::Response) -> EndpointProbe {
     }
 }
 
+/// netns (issue 11 item 5): a component in another network namespace (a container) is
+/// scraped in there, through the namespace discovery saw its main process in; its URL's
+/// address means something only in there (see [`crate::netns`]).
+fn netns_of(c: &Component) -> Option<crate::netns::Netns> {
+    Some(crate::netns::Netns {
+        pid: c.main_pid?,
+        inode: c.netns?,
+    })
+}
+
 /// Body cap of the JSON endpoints: real `/workers` and `/v1/loads` answers are kilobytes, and
 /// a JSON tree costs many times its text, so a poser's 8 MiB answer is never parsed.
 const EXTRA_CAP: usize = 1 << 20;
@@ -345,7 +355,10 @@ const EXTRA_CAP: usize = 1 << 20;
 async fn scrape_one(c: Component, maps: Vec<MetricMap>, cfg: MetricsConfig) -> MetricsScrape {
     let metrics_fut = async {
         match c.metrics_url.as_deref() {
-            Some(u) => Some((u.to_string(), http::get(u, cfg.limits).await)),
+            Some(u) => Some((
+                u.to_string(),
+                http::get_in(u, cfg.limits, netns_of(&c)).await,
+            )),
             None => None,
         }
     };
@@ -378,9 +391,10 @@ async fn get_extras(c: &Component, cfg: MetricsConfig) -> Vec<(String, String, h
         ..cfg.limits
     };
     let mut set = tokio::task::JoinSet::new();
+    let netns = netns_of(c);
     for (i, (key, url)) in extra_endpoints(c).into_iter().enumerate() {
         set.spawn(async move {
-            let r = http::get(&url, limits).await;
+            let r = http::get_in(&url, limits, netns).await;
             (i, key, url, r)
         });
     }

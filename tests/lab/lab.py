@@ -397,6 +397,9 @@ def engine_cmd(lab, name, mode, port, boot_port):
 
 
 def cmd_up(a):
+    if a.netns:
+        import netns_lab  # containers on one host (issue 11 item 5): see its docstring
+        return netns_lab.up(a, sys.modules[__name__])
     for attempt in range(3):
         try:
             return cmd_up_once(a)
@@ -530,6 +533,9 @@ def do_down(lab):
 def cmd_down(a):
     lab = load_lab(os.path.abspath(a.run_dir))
     left = do_down(lab)
+    if lab.get("mode") == "netns":
+        import netns_lab
+        netns_lab.remove_cgroups(lab)
     if left:
         raise LabError(f"processes still running after down: {left}")
     print(json.dumps({"down": True, "run_dir": lab["run_dir"]}))
@@ -625,6 +631,10 @@ def main(argv=None):
         up.add_argument(opt, action="append", default=[], metavar="K=V")
     up.add_argument("--router-arg", action="append", default=[],
                     help="extra argument for the router (repeat)")
+    up.add_argument("--netns", action="store_true",
+                    help="containers on one host: two pods (own net + PID namespace) with an "
+                         "engine each on one port, a router in pod-a, and a decoy on the "
+                         "host's 127.0.0.1 at that port (see netns_lab.py); root only")
     ld = sub.add_parser("load")
     ld.add_argument("--run-dir", required=True)
     ld.add_argument("--agents", type=int, default=3)
