@@ -1,0 +1,254 @@
+//! Containers on one host (issue 11 item 5), against the namespaced lab (`lab.py up --netns`):
+//! two pods (each its own network + PID namespace, each in a `docker-<id>.scope` cgroup when
+//! the host's cgroups are writable) run an engine on the same port P, pod-a also the real
+//! router; the host's own 127.0.0.1:P is held by a decoy whose `/metrics` says
+//! `sglang:num_running_reqs{model_name="decoy"} 999`.
+//!
+//! Needs root (`unshare --net --pid`); skipped, saying so, without it.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use wedgewatch::discover::{self, DiscoverOptions};
+use wedgewatch::model::{Component, FetchOutcome, Role, Topology};
+use wedgewatch::probes::ProbeSet;
+use wedgewatch::sources::metrics::{MetricsConfig, MetricsSource};
+
+struct Pod {
+    netns: u64,
+    container_id: Option<String>,
+    engine_pid: i32,
+}
+
+struct NetnsLab {
+    run_dir: tempfile::TempDir,
+    port: u16,
+    router_port: u16,
+    a: Pod,
+    b: Pod,
+}
+
+fn lab_py() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/lab/lab.py")
+}
+
+impl NetnsLab {
+    fn up() -> Option<NetnsLab> {
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("skipped: the namespaced lab needs root (unshare --net --pid)");
+            return None;
+        }
+        let run_dir = tempfile::Builder::new()
+            .prefix("ww-netns-lab")
+            .tempdir()
+            .expect("tempdir");
+        let out = Command::new("python3")
+            .arg(lab_py())
+            .args(["up", "--netns", "--run-dir"])
+            .arg(run_dir.path())
+            .output()
+            .expect("run lab.py");
+        let lab: serde_json::Value = std::fs::read(run_dir.path().join("lab.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default();
+        let mut guard = NetnsLab {
+            run_dir,
+            port: 0,
+            router_port: 0,
+            a: Pod::empty(),
+            b: Pod::empty(),
+        };
+        assert!(
+            out.status.success(),
+            "lab.py up --netns failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let pod = |name: &str| Pod {
+            netns: lab["components"][name]["netns"].as_u64().expect("netns"),
+            container_id: lab["components"][name]["container_id"]
+                .as_str()
+                .map(String::from),
+            engine_pid: lab["components"][name]["services"]["engine"]["pid"]
+                .as_i64()
+                .expect("engine pid") as i32,
+        };
+        guard.port = lab["engine_port"].as_u64().expect("port") as u16;
+        guard.router_port = lab["router_port"].as_u64().expect("router port") as u16;
+        guard.a = pod("pod-a");
+        guard.b = pod("pod-b");
+        Some(guard)
+    }
+
+    fn engine_id(&self, pod: &Pod) -> String {
+        format!("engine@net:{}/127.0.0.1:{}", pod.netns, self.port)
+    }
+}
+
+impl Pod {
+    fn empty() -> Pod {
+        Pod {
+            netns: 0,
+            container_id: None,
+            engine_pid: 0,
+        }
+    }
+}
+
+impl Drop for NetnsLab {
+    fn drop(&mut self) {
+        let _ = Command::new("python3")
+            .arg(lab_py())
+            .args(["down", "--run-dir"])
+            .arg(self.run_dir.path())
+            .output();
+    }
+}
+
+fn component<'a>(topo: &'a Topology, id: &str) -> &'a Component {
+    topo.component(id).unwrap_or_else(|| {
+        let ids: Vec<&str> = topo.components.iter().map(|c| c.id.as_str()).collect();
+        panic!("no component {id}; have {ids:?}")
+    })
+}
+
+/// Every thread of this process is still in our own network namespace.
+fn all_threads_in_our_namespace() -> Result<(), String> {
+    let own = std::fs::read_link("/proc/self/ns/net").map_err(|e| e.to_string())?;
+    for t in std::fs::read_dir("/proc/self/task").map_err(|e| e.to_string())? {
+        let t = t.map_err(|e| e.to_string())?.path();
+        if let Ok(ns) = std::fs::read_link(t.join("ns/net")) {
+            if ns != own {
+                return Err(format!("{} is in {ns:?}, not {own:?}", t.display()));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn pods_on_one_port_are_two_components_scraped_inside_their_namespaces() {
+    let Some(lab) = NetnsLab::up() else { return };
+    let probes = ProbeSet::builtin().expect("probes");
+    let topo = discover::discover(&probes, &DiscoverOptions::default()).expect("discover");
+
+    // discovery: two engines on one port, told apart by namespace, each in its container
+    for pod in [&lab.a, &lab.b] {
+        let c = component(&topo, &lab.engine_id(pod));
+        assert_eq!(c.netns, Some(pod.netns));
+        assert_eq!(c.main_pid, Some(pod.engine_pid));
+        assert_eq!(
+            c.metrics_url.as_deref(),
+            Some(format!("http://127.0.0.1:{}/metrics", lab.port).as_str())
+        );
+        if let Some(id) = &pod.container_id {
+            assert_eq!(c.container.as_deref(), Some(format!("docker {}", &id[..12]).as_str()));
+            let sched = topo
+                .components
+                .iter()
+                .find(|k| k.parent.as_deref() == Some(c.id.as_str()) && k.role == Role::Scheduler)
+                .expect("scheduler child");
+            assert_eq!(sched.container, c.container, "children share the container");
+        } else {
+            eprintln!("cgroups not writable here: container names not checked");
+        }
+    }
+    // the router in pod-a: its --worker-urls 127.0.0.1:P is pod-a's engine, not pod-b's
+    let router_id = format!("router@net:{}/127.0.0.1:{}", lab.a.netns, lab.router_port);
+    component(&topo, &router_id);
+    let to: Vec<&str> = topo
+        .edges
+        .iter()
+        .filter(|e| e.from == router_id)
+        .map(|e| e.to.as_str())
+        .collect();
+    assert_eq!(to, vec![lab.engine_id(&lab.a).as_str()]);
+
+    // metrics: each engine's own exposition (its served model), never the decoy's
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let source = MetricsSource::new(probes.metric_maps.clone(), MetricsConfig::default())
+        .expect("metrics source");
+    for (pod, model) in [(&lab.a, "pod-a"), (&lab.b, "pod-b")] {
+        let c = component(&topo, &lab.engine_id(pod));
+        let s = rt.block_on(source.scrape_component(c));
+        let probe = s.metrics.as_ref().expect("metrics probe");
+        assert_eq!(probe.outcome, FetchOutcome::Ok, "{probe:?}");
+        let models: Vec<&str> = s
+            .series
+            .iter()
+            .filter(|x| x.name == "sglang:num_running_reqs")
+            .filter_map(|x| x.labels.get("model_name").map(String::as_str))
+            .collect();
+        assert!(!models.is_empty(), "no running series from {}", c.id);
+        assert!(models.iter().all(|m| *m == model), "{} read {models:?}", c.id);
+        assert_ne!(s.mapped.get("running"), Some(&999.0));
+        for p in &s.extra_probes {
+            assert_eq!(p.outcome, FetchOutcome::Ok, "{p:?}");
+        }
+    }
+    let router = component(&topo, &router_id);
+    let s = rt.block_on(source.scrape_component(router));
+    assert_eq!(
+        s.metrics.as_ref().map(|p| p.outcome.clone()),
+        Some(FetchOutcome::Ok)
+    );
+    assert!(s.extra.contains_key("workers"), "{:?}", s.extra_probes);
+    // the namespace threads never leaked into this process's other threads
+    all_threads_in_our_namespace().expect("threads");
+
+    // snapshot through the CLI: no false endpoint_unresponsive, the fields in the contract
+    let out = Command::new(env!("CARGO_BIN_EXE_wedgewatch"))
+        .args(["snapshot", "--json", "--window", "2"])
+        .env_remove("WEDGEWATCH_PY_SPY")
+        .output()
+        .expect("snapshot");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let snap: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let ours: Vec<String> = snap["components"]
+        .as_array()
+        .expect("components")
+        .iter()
+        .filter(|c| {
+            let ns = c["netns"].as_u64();
+            ns == Some(lab.a.netns) || ns == Some(lab.b.netns)
+        })
+        .filter_map(|c| c["id"].as_str().map(String::from))
+        .collect();
+    assert!(ours.contains(&lab.engine_id(&lab.a)), "{ours:?}");
+    assert!(ours.contains(&lab.engine_id(&lab.b)), "{ours:?}");
+    assert!(ours.contains(&router_id), "{ours:?}");
+    let false_alarms: Vec<&serde_json::Value> = snap["findings"]
+        .as_array()
+        .expect("findings")
+        .iter()
+        .filter(|f| f["kind"] == "endpoint_unresponsive")
+        .filter(|f| {
+            let txt = f.to_string();
+            ours.iter().any(|id| txt.contains(id.as_str()))
+        })
+        .collect();
+    assert!(false_alarms.is_empty(), "{false_alarms:#?}");
+    let engine_a = snap["components"]
+        .as_array()
+        .and_then(|a| {
+            a.iter()
+                .find(|c| c["id"].as_str() == Some(lab.engine_id(&lab.a).as_str()))
+        })
+        .expect("engine a in the snapshot");
+    assert_eq!(engine_a["metrics"]["running"], 0.0);
+    if let Some(id) = &lab.a.container_id {
+        assert_eq!(engine_a["container"], format!("docker {}", &id[..12]));
+    }
+    validate_snapshot(&snap);
+}
+
+fn validate_snapshot(v: &serde_json::Value) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/schema/snapshot-1.schema.json");
+    let schema: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).expect("schema")).expect("json");
+    let validator = jsonschema::validator_for(&schema).expect("schema compiles");
+    let errors: Vec<String> = validator
+        .iter_errors(v)
+        .map(|e| format!("{e} at {}", e.instance_path))
+        .collect();
+    assert!(errors.is_empty(), "{errors:#?}");
+}
