@@ -141,7 +141,10 @@ fn pods_on_one_port_are_two_components_scraped_inside_their_namespaces() {
             Some(format!("http://127.0.0.1:{}/metrics", lab.port).as_str())
         );
         if let Some(id) = &pod.container_id {
-            assert_eq!(c.container.as_deref(), Some(format!("docker {}", &id[..12]).as_str()));
+            assert_eq!(
+                c.container.as_deref(),
+                Some(format!("docker {}", &id[..12]).as_str())
+            );
             let sched = topo
                 .components
                 .iter()
@@ -179,7 +182,11 @@ fn pods_on_one_port_are_two_components_scraped_inside_their_namespaces() {
             .filter_map(|x| x.labels.get("model_name").map(String::as_str))
             .collect();
         assert!(!models.is_empty(), "no running series from {}", c.id);
-        assert!(models.iter().all(|m| *m == model), "{} read {models:?}", c.id);
+        assert!(
+            models.iter().all(|m| *m == model),
+            "{} read {models:?}",
+            c.id
+        );
         assert_ne!(s.mapped.get("running"), Some(&999.0));
         for p in &s.extra_probes {
             assert_eq!(p.outcome, FetchOutcome::Ok, "{p:?}");
@@ -201,7 +208,11 @@ fn pods_on_one_port_are_two_components_scraped_inside_their_namespaces() {
         .env_remove("WEDGEWATCH_PY_SPY")
         .output()
         .expect("snapshot");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let snap: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     let ours: Vec<String> = snap["components"]
         .as_array()
@@ -251,4 +262,53 @@ fn validate_snapshot(v: &serde_json::Value) {
         .map(|e| format!("{e} at {}", e.instance_path))
         .collect();
     assert!(errors.is_empty(), "{errors:#?}");
+}
+
+/// A component in a container says so in the Overview and in report.md (fixture snapshot, no
+/// lab needed); one on the host shows nothing new.
+#[cfg(feature = "tui")]
+#[test]
+fn the_container_is_shown_in_the_overview_and_the_report() {
+    use ratatui::backend::TestBackend;
+    use wedgewatch::tui::{App, AppOptions, FeedFrame, SamplerHealth};
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/snapshots/wedged.json");
+    let mut snap: wedgewatch::model::Snapshot =
+        serde_json::from_str(&std::fs::read_to_string(path).expect("fixture")).expect("snapshot");
+    let decode = snap
+        .components
+        .iter_mut()
+        .find(|c| c.id == "decode@127.0.0.1:31012")
+        .expect("decode in the fixture");
+    decode.container =
+        Some("k8s pod 3d274242-8ee0-11e9-a8a6-1e68d864ef1a containerd 3e74d3fd9db4".into());
+    decode.netns = Some(4026532180);
+    let md = wedgewatch::report::render(&snap);
+    assert!(
+        md.contains(
+            "- container `k8s pod 3d274242-8ee0-11e9-a8a6-1e68d864ef1a containerd 3e74d3fd9db4`"
+        ),
+        "{md}"
+    );
+    assert!(
+        md.contains("- network namespace `net:[4026532180]`"),
+        "{md}"
+    );
+    let mut app = App::new(AppOptions::default());
+    app.ingest(FeedFrame {
+        snapshot: snap,
+        sampler: SamplerHealth {
+            lag_ms: None,
+            dropped_samples: 0,
+            note: None,
+        },
+    });
+    let mut t = ratatui::Terminal::new(TestBackend::new(200, 50)).expect("terminal");
+    t.draw(|f| app.render(f)).expect("draw");
+    let screen = t.backend().to_string();
+    let line = screen
+        .lines()
+        .find(|l| l.contains("decode@127.0.0.1:31012") && !l.contains("scheduler@"))
+        .unwrap_or_else(|| panic!("no decode line:\n{screen}"));
+    assert!(line.contains("[k8s pod 3d274242"), "{line}");
+    assert!(!screen.contains("[docker"), "{screen}");
 }
