@@ -82,8 +82,37 @@ pub fn own_inode() -> std::io::Result<u64> {
 }
 
 /// The namespace file of `ns`, checked to still be namespace `ns.inode` on the descriptor
-/// that will be entered (no window between check and use).
+/// that will be entered (no window between check and use). When that pid is gone or now
+/// elsewhere (an engine restarted inside its pod, until the next discovery), any process
+/// still in namespace `ns.inode` leads to it: the namespace is the same object whoever's
+/// file names it, and the inode is checked on the descriptor entered all the same.
 fn open_checked(ns: Netns) -> Result<File, NetnsError> {
+    match open_pid(ns) {
+        Ok(f) => Ok(f),
+        Err(first) => {
+            match another_member(ns.inode).and_then(|pid| open_pid(Netns { pid, ..ns }).ok()) {
+                Some(f) => Ok(f),
+                None => Err(first),
+            }
+        }
+    }
+}
+
+/// Most pids looked at when searching for another process in a namespace (a host has a few
+/// thousand; bounded so a pathological process table cannot hold the namespace thread).
+const MAX_SCAN: usize = 100_000;
+
+/// A pid living in network namespace `inode`, if any is left.
+fn another_member(inode: u64) -> Option<i32> {
+    std::fs::read_dir("/proc")
+        .ok()?
+        .flatten()
+        .take(MAX_SCAN)
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .find(|&pid| inode_of(Path::new("/proc"), pid).is_ok_and(|i| i == inode))
+}
+
+fn open_pid(ns: Netns) -> Result<File, NetnsError> {
     let path = format!("/proc/{}/ns/net", ns.pid);
     let file = File::open(&path).map_err(|source| NetnsError::Open {
         path: path.clone(),
@@ -107,32 +136,49 @@ fn open_checked(ns: Netns) -> Result<File, NetnsError> {
 /// microseconds; a thread that cannot even be scheduled in this long is given up on).
 const THREAD_WAIT: Duration = Duration::from_millis(500);
 
-/// An unconnected TCP socket of `addr`'s family created inside namespace `ns`, on a dedicated
-/// thread that exits right after (see the module doc).
-pub fn socket_in(ns: Netns, addr: SocketAddr) -> Result<tokio::net::TcpSocket, NetnsError> {
-    let file = open_checked(ns)?;
+type Made = Result<tokio::net::TcpSocket, NetnsError>;
+
+/// Makes the socket on a dedicated thread that exits right after (see the module doc) and
+/// hands it to `reply`. Opening and checking the namespace file happens there too, so no
+/// `/proc` access runs on the caller's (possibly async) thread.
+fn make_socket(
+    ns: Netns,
+    addr: SocketAddr,
+    reply: impl FnOnce(Made) + Send + 'static,
+) -> Result<(), NetnsError> {
     let inode = ns.inode;
-    let (tx, rx) = std::sync::mpsc::channel();
     std::thread::Builder::new()
         .name("ww-netns-sock".into())
         .spawn(move || {
-            let r = nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET)
-                .map_err(|source| NetnsError::Setns { inode, source })
-                .and_then(|()| {
-                    // Creating the socket needs no runtime; it is registered with the
-                    // reactor only when the caller connects it.
-                    let s = if addr.is_ipv4() {
-                        tokio::net::TcpSocket::new_v4()
-                    } else {
-                        tokio::net::TcpSocket::new_v6()
-                    };
-                    s.map_err(|source| NetnsError::Socket { inode, source })
-                });
+            let r = open_checked(ns).and_then(|file| {
+                nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET)
+                    .map_err(|source| NetnsError::Setns { inode, source })
+                    .and_then(|()| {
+                        // Creating the socket needs no runtime; it is registered with the
+                        // reactor only when the caller connects it.
+                        let s = if addr.is_ipv4() {
+                            tokio::net::TcpSocket::new_v4()
+                        } else {
+                            tokio::net::TcpSocket::new_v6()
+                        };
+                        s.map_err(|source| NetnsError::Socket { inode, source })
+                    })
+            });
             // The receiver may have given up; then the socket is simply closed.
-            let _ = tx.send(r);
+            reply(r);
             // Returning ends the thread, and its namespace with it.
         })
-        .map_err(|e| NetnsError::Thread(format!("spawn: {e}")))?;
+        .map(|_| ())
+        .map_err(|e| NetnsError::Thread(format!("spawn: {e}")))
+}
+
+/// An unconnected TCP socket of `addr`'s family created inside namespace `ns` (for
+/// synchronous callers; [`connect`] is the async path).
+pub fn socket_in(ns: Netns, addr: SocketAddr) -> Made {
+    let (tx, rx) = std::sync::mpsc::channel();
+    make_socket(ns, addr, move |r| {
+        let _ = tx.send(r);
+    })?;
     rx.recv_timeout(THREAD_WAIT)
         .map_err(|e| NetnsError::Thread(format!("no answer within 500 ms: {e}")))?
 }
@@ -144,7 +190,15 @@ pub async fn connect(
     addr: SocketAddr,
     within: Duration,
 ) -> Result<tokio::net::TcpStream, NetnsError> {
-    let sock = socket_in(ns, addr)?;
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    make_socket(ns, addr, move |r| {
+        let _ = tx.send(r);
+    })?;
+    let sock = match tokio::time::timeout(THREAD_WAIT, rx).await {
+        Ok(Ok(r)) => r?,
+        Ok(Err(_)) => return Err(NetnsError::Thread("ended without an answer".into())),
+        Err(_) => return Err(NetnsError::Thread("no answer within 500 ms".into())),
+    };
     match tokio::time::timeout(within, sock.connect(addr)).await {
         Err(_) => Err(NetnsError::Timeout {
             addr,
@@ -173,8 +227,9 @@ mod tests {
 
     #[test]
     fn a_changed_namespace_is_refused_not_entered() {
+        // No namespace has inode 1, so no other process can stand in for it either.
         let mut ns = me();
-        ns.inode ^= 1;
+        ns.inode = 1;
         let e = socket_in(ns, "127.0.0.1:1".parse().unwrap()).unwrap_err();
         assert!(matches!(e, NetnsError::Changed { .. }), "{e}");
         let gone = Netns {
@@ -185,6 +240,15 @@ mod tests {
             socket_in(gone, "127.0.0.1:1".parse().unwrap()),
             Err(NetnsError::Open { .. })
         ));
+    }
+
+    #[test]
+    fn a_gone_pid_is_replaced_by_another_process_in_the_same_namespace() {
+        let ns = Netns {
+            pid: i32::MAX,
+            inode: own_inode().unwrap(),
+        };
+        assert!(socket_in(ns, "127.0.0.1:1".parse().unwrap()).is_ok());
     }
 
     #[tokio::test]

@@ -312,3 +312,43 @@ fn the_container_is_shown_in_the_overview_and_the_report() {
     assert!(line.contains("[k8s pod 3d274242"), "{line}");
     assert!(!screen.contains("[docker"), "{screen}");
 }
+
+/// Inside another namespace only IP literals are connected to: a name would be resolved by
+/// the host's resolver for the host's network. (Our own namespace stands in for a pod's.)
+#[test]
+fn names_are_not_resolved_inside_another_namespace() {
+    use wedgewatch::http::{self, Limits};
+    use wedgewatch::netns::{own_inode, Netns};
+    let ns = Netns {
+        pid: std::process::id() as i32,
+        inode: own_inode().expect("own netns"),
+    };
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let r = rt.block_on(http::get_in(
+        "http://localhost:1/metrics",
+        Limits::default(),
+        Some(ns),
+    ));
+    assert_eq!(r.outcome, FetchOutcome::Error);
+    assert!(
+        r.detail
+            .as_deref()
+            .unwrap_or("")
+            .contains("not an IP address"),
+        "{:?}",
+        r.detail
+    );
+    // a pid whose namespace is not the one discovery saw is refused, not entered
+    let moved = Netns { inode: 1, ..ns };
+    let r = rt.block_on(http::get_in(
+        "http://127.0.0.1:1/metrics",
+        Limits::default(),
+        Some(moved),
+    ));
+    assert_eq!(r.outcome, FetchOutcome::Error);
+    assert!(
+        r.detail.as_deref().unwrap_or("").contains("not entered"),
+        "{:?}",
+        r.detail
+    );
+}
