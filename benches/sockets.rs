@@ -124,7 +124,7 @@ fn main() {
         times[0].push(t);
         counts[0] = n;
         let (t, n) = time_ms(|| {
-            dump_netlink(Duration::from_secs(10))
+            dump_netlink(Duration::from_secs(10), true)
                 .expect("dump")
                 .sockets
                 .len()

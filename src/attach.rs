@@ -40,6 +40,9 @@ pub struct AttachOptions {
     /// Series kept per metrics scrape (`--max-series`): a hostile endpoint's millions of
     /// series are cut there, and the cut is said in the source status.
     pub max_series: usize,
+    /// `--router-key-env NAME`: where else a router's API key may be found (its own
+    /// `--api-key` is always tried first; see `sources::router_key`).
+    pub router_key_env: Option<String>,
 }
 
 impl AttachOptions {
@@ -54,6 +57,7 @@ impl AttachOptions {
             native: false,
             thresholds: Thresholds::default(),
             max_series: crate::prom::ParseLimits::default().max_series,
+            router_key_env: None,
         }
     }
 
@@ -62,6 +66,7 @@ impl AttachOptions {
             proc_root: self.proc_root.clone(),
             extra_pids: self.extra_pids.clone(),
             extra_urls: self.extra_urls.clone(),
+            router_key_env: self.router_key_env.clone(),
             ..DiscoverOptions::default()
         }
     }
@@ -112,10 +117,13 @@ impl AttachOptions {
         Ok(vec![
             Arc::new(ProcessesSource::new(self.proc_root.clone())),
             Arc::new(SocketSource::new(SocketConfig::default())),
-            Arc::new(MetricsSource::new(
-                self.probes.metric_maps.clone(),
-                self.metrics_config(),
-            )?),
+            Arc::new(
+                MetricsSource::new(self.probes.metric_maps.clone(), self.metrics_config())?
+                    .with_router_keys(crate::sources::router_key::KeySources {
+                        proc_root: self.proc_root.clone(),
+                        env_name: self.router_key_env.clone(),
+                    }),
+            ),
             Arc::new(StackSource::new(stacks, &self.probes.stack_rules)?),
             Arc::new(GpuSource::new(gpu)),
         ])

@@ -19,17 +19,12 @@
 //! unit names of a safe character set, bounded in length, so it cannot smuggle control
 //! characters or a novel into an output.
 
-use std::path::Path;
-use std::time::Duration;
+use crate::sys::{CgroupEntry, ProcFs};
 
-/// How long one `/proc/PID/cgroup` read may take (normally microseconds).
-const READ_DEADLINE: Duration = Duration::from_millis(250);
 /// Longest unit name kept for the systemd fallback.
 const MAX_UNIT: usize = 128;
 /// Characters of a container id shown (docker's short id).
 const SHORT_ID: usize = 12;
-/// `/proc/PID/cgroup` bytes read at most (a real file is well under 2 KiB).
-const MAX_FILE: usize = 64 * 1024;
 
 /// Where a process runs, as its cgroup says.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,39 +50,27 @@ impl Placement {
     }
 }
 
-/// The container (or systemd unit) of `pid`, read under `proc_root`; None for the root cgroup,
-/// an unreadable file, or a path that names nothing we know.
-pub fn of_pid(proc_root: &Path, pid: i32) -> Option<Placement> {
-    let path = proc_root.join(pid.to_string()).join("cgroup");
-    let read = {
-        let path = path.clone();
-        move || {
-            use std::io::Read;
-            let mut buf = Vec::new();
-            let f = std::fs::File::open(&path).ok()?;
-            f.take(MAX_FILE as u64).read_to_end(&mut buf).ok()?;
-            Some(String::from_utf8_lossy(&buf).into_owned())
-        }
-    };
-    let text = crate::deadline::call(&path, READ_DEADLINE, read).ok()??;
-    parse_file(&text)
+/// The container (or systemd unit) of `pid`; None for the root cgroup, an unreadable file,
+/// or a path that names nothing we know.
+pub fn of_pid(proc: &ProcFs, pid: i32) -> Option<Placement> {
+    from_entries(&proc.cgroups(pid).ok()?)
 }
 
-/// Reads a whole `/proc/PID/cgroup`. The cgroup v2 line (`0::`) is asked first, then v1's
-/// `name=systemd`, then the other v1 lines; the first path naming a container wins, else the
-/// first naming a systemd unit.
-pub fn parse_file(text: &str) -> Option<Placement> {
-    let mut paths: Vec<(u8, &str)> = text
-        .lines()
-        .filter_map(|l| {
-            let mut it = l.splitn(3, ':');
-            let (id, ctrl, path) = (it.next()?, it.next()?, it.next()?);
-            let rank = match (id, ctrl) {
-                ("0", "") => 0,
-                (_, "name=systemd") => 1,
-                _ => 2,
+/// Reads a process's cgroups ([`ProcFs::cgroups`]). The cgroup v2 entry is asked first,
+/// then v1's `name=systemd`, then the other v1 hierarchies; the first path naming a
+/// container wins, else the first naming a systemd unit.
+pub fn from_entries(entries: &[CgroupEntry]) -> Option<Placement> {
+    let mut paths: Vec<(u8, &str)> = entries
+        .iter()
+        .map(|e| {
+            let rank = if e.hierarchy == 0 && e.controllers.is_empty() {
+                0
+            } else if e.controllers.iter().any(|c| c == "name=systemd") {
+                1
+            } else {
+                2
             };
-            Some((rank, path))
+            (rank, e.path.as_str())
         })
         .filter(|(_, p)| *p != "/" && !p.is_empty())
         .collect();
@@ -98,6 +81,27 @@ pub fn parse_file(text: &str) -> Option<Placement> {
         .find(|p| p.runtime != "systemd")
         .or(parsed.first())
         .cloned()
+}
+
+/// Reads the text of a whole `/proc/PID/cgroup` (as [`from_entries`]).
+pub fn parse_file(text: &str) -> Option<Placement> {
+    let entries: Vec<CgroupEntry> = text
+        .lines()
+        .filter_map(|l| {
+            let mut it = l.splitn(3, ':');
+            let (id, ctrl, path) = (it.next()?, it.next()?, it.next()?);
+            Some(CgroupEntry {
+                hierarchy: id.parse().ok()?,
+                controllers: ctrl
+                    .split(',')
+                    .filter(|c| !c.is_empty())
+                    .map(str::to_string)
+                    .collect(),
+                path: path.to_string(),
+            })
+        })
+        .collect();
+    from_entries(&entries)
 }
 
 /// Reads one cgroup path (the part after the second `:`).
@@ -288,7 +292,7 @@ mod tests {
     #[test]
     fn reads_a_real_proc_file() {
         // Whatever this host is, reading our own cgroup never fails or panics.
-        let _ = of_pid(Path::new("/proc"), std::process::id() as i32);
-        assert_eq!(of_pid(Path::new("/proc"), i32::MAX), None);
+        let _ = of_pid(&ProcFs::real(), std::process::id() as i32);
+        assert_eq!(of_pid(&ProcFs::real(), i32::MAX), None);
     }
 }

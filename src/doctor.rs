@@ -8,6 +8,7 @@
 use crate::discover::{self, DiscoverOptions};
 use crate::probes::ProbeSet;
 use crate::sources::processes;
+use crate::sys::ProcFs;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -87,7 +88,7 @@ fn check(name: &str, status: CheckStatus, detail: impl Into<String>) -> Check {
 /// Runs every check.
 pub fn run(probes: &ProbeSet, opts: &DoctorOptions) -> DoctorReport {
     let mut checks = Vec::new();
-    let procfs_ok = std::fs::read_dir(&opts.proc_root).is_ok();
+    let procfs_ok = ProcFs::new(&opts.proc_root).pids().is_ok();
     checks.push(procfs_check(&opts.proc_root));
     checks.push(ptrace_check(&opts.proc_root));
     checks.push(py_spy_check(opts.py_spy.as_deref()));
@@ -100,22 +101,12 @@ pub fn run(probes: &ProbeSet, opts: &DoctorOptions) -> DoctorReport {
 }
 
 fn procfs_check(root: &Path) -> Check {
-    match std::fs::read_dir(root) {
-        Ok(rd) => {
-            let n = rd
-                .flatten()
-                .filter(|e| {
-                    e.file_name()
-                        .to_str()
-                        .is_some_and(|s| s.parse::<u32>().is_ok())
-                })
-                .count();
-            check(
-                "procfs",
-                CheckStatus::Ok,
-                format!("{} readable, {n} processes", root.display()),
-            )
-        }
+    match ProcFs::new(root).pids() {
+        Ok(pids) => check(
+            "procfs",
+            CheckStatus::Ok,
+            format!("{} readable, {} processes", root.display(), pids.len()),
+        ),
         Err(e) => Check {
             fatal: true,
             ..check(
@@ -140,11 +131,10 @@ fn cap_eff(status: &str) -> Option<u64> {
 }
 
 fn ptrace_check(root: &Path) -> Check {
-    let status = std::fs::read_to_string(root.join("self/status")).unwrap_or_default();
+    let proc = ProcFs::new(root);
+    let status = proc.own_status_text().unwrap_or_default();
     let has_cap = cap_eff(&status).map(|m| m & (1 << CAP_SYS_PTRACE) != 0);
-    let scope = std::fs::read_to_string(root.join("sys/kernel/yama/ptrace_scope"))
-        .ok()
-        .and_then(|s| s.trim().parse::<u8>().ok());
+    let scope = proc.ptrace_scope();
     let euid = nix::unistd::geteuid();
     let cap_txt = match has_cap {
         Some(true) => "CAP_SYS_PTRACE effective",
@@ -272,63 +262,16 @@ fn nvml_check(lib: Option<&Path>) -> Check {
     }
 }
 
-/// One real sock_diag dump of TCP sockets (IPv4), counting answers.
+/// One real sock_diag dump of TCP sockets, counting the IPv4 ones (the sockets source's own
+/// dump, [`crate::sys::sock_diag::dump_netlink`]).
 pub fn sock_diag_probe() -> Result<usize, String> {
-    use netlink_packet_core::{
-        NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_DUMP, NLM_F_REQUEST,
-    };
-    use netlink_packet_sock_diag::{
-        constants::{AF_INET, IPPROTO_TCP},
-        inet::{ExtensionFlags, InetRequest, SocketId, StateFlags},
-        SockDiagMessage,
-    };
-    use netlink_sys::{protocols::NETLINK_SOCK_DIAG, Socket, SocketAddr};
-
-    let mut sock = Socket::new(NETLINK_SOCK_DIAG).map_err(|e| format!("socket: {e}"))?;
-    sock.bind_auto().map_err(|e| format!("bind: {e}"))?;
-    sock.connect(&SocketAddr::new(0, 0))
-        .map_err(|e| format!("connect: {e}"))?;
-    let mut hdr = NetlinkHeader::default();
-    hdr.flags = NLM_F_REQUEST | NLM_F_DUMP;
-    let mut pkt = NetlinkMessage::new(
-        hdr,
-        SockDiagMessage::InetRequest(InetRequest {
-            family: AF_INET,
-            protocol: IPPROTO_TCP,
-            extensions: ExtensionFlags::INFO,
-            states: StateFlags::all(),
-            socket_id: SocketId::new_v4(),
-        })
-        .into(),
-    );
-    pkt.finalize();
-    let mut req = vec![0; pkt.buffer_len()];
-    pkt.serialize(&mut req);
-    sock.send(&req, 0).map_err(|e| format!("send: {e}"))?;
-    let mut count = 0;
-    let mut buf: Vec<u8> = Vec::with_capacity(64 * 1024);
-    // bounded: a dump of a busy host is a few hundred datagrams
-    for _ in 0..100_000 {
-        buf.clear();
-        let n = sock.recv(&mut buf, 0).map_err(|e| format!("recv: {e}"))?;
-        let mut off = 0;
-        while off < n {
-            let msg = NetlinkMessage::<SockDiagMessage>::deserialize(&buf[off..n])
-                .map_err(|e| format!("decode: {e}"))?;
-            let len = msg.header.length as usize;
-            match msg.payload {
-                NetlinkPayload::InnerMessage(SockDiagMessage::InetResponse(_)) => count += 1,
-                NetlinkPayload::Done(_) => return Ok(count),
-                NetlinkPayload::Error(e) => return Err(format!("kernel: {e:?}")),
-                _ => {}
-            }
-            if len == 0 {
-                break;
-            }
-            off += (len + 3) & !3;
-        }
-    }
-    Err("dump did not finish".into())
+    let dump =
+        crate::sys::sock_diag::dump_netlink(TOOL_TIMEOUT, true).map_err(|e| e.to_string())?;
+    Ok(dump
+        .sockets
+        .iter()
+        .filter(|s| !s.local.starts_with('['))
+        .count())
 }
 
 fn netlink_check() -> Check {
@@ -343,6 +286,50 @@ fn netlink_check() -> Check {
     }
 }
 
+/// The discovered top-level components, in one line.
+fn targets_check(topo: &crate::model::Topology) -> Check {
+    let summary: Vec<String> = topo
+        .components
+        .iter()
+        .filter(|c| c.parent.is_none())
+        .map(|c| format!("{} ({})", c.id, c.role))
+        .collect();
+    check(
+        "targets",
+        CheckStatus::Ok,
+        format!(
+            "{} components: {}",
+            topo.components.len(),
+            summary.join(", ")
+        ),
+    )
+}
+
+/// Whether any of the pids lies in a namespace other than `mine`, and a text listing the
+/// pids by namespace inode (None: unreadable).
+fn describe_namespaces(m: &BTreeMap<Option<u64>, Vec<i32>>, mine: Option<u64>) -> (bool, String) {
+    let foreign = m.keys().any(|k| k.is_some() && *k != mine);
+    let parts: Vec<String> = m
+        .iter()
+        .map(|(k, pids)| {
+            let name = match k {
+                Some(k) if Some(*k) == mine => format!("{k} (ours)"),
+                Some(k) => k.to_string(),
+                None => "unknown".into(),
+            };
+            format!(
+                "{name}: pids {}",
+                pids.iter()
+                    .map(|p| p.to_string())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            )
+        })
+        .collect();
+    (foreign, parts.join("; "))
+}
+
+/// Targets, their network and pid namespaces, and whether their /proc files are readable.
 fn namespace_checks(probes: &ProbeSet, opts: &DoctorOptions) -> Vec<Check> {
     let topo = match discover::discover(probes, &opts.discover) {
         Ok(t) => t,
@@ -364,21 +351,7 @@ fn namespace_checks(probes: &ProbeSet, opts: &DoctorOptions) -> Vec<Check> {
         ));
         return out;
     }
-    let summary: Vec<String> = topo
-        .components
-        .iter()
-        .filter(|c| c.parent.is_none())
-        .map(|c| format!("{} ({})", c.id, c.role))
-        .collect();
-    out.push(check(
-        "targets",
-        CheckStatus::Ok,
-        format!(
-            "{} components: {}",
-            topo.components.len(),
-            summary.join(", ")
-        ),
-    ));
+    out.push(targets_check(&topo));
     let mut netns: BTreeMap<Option<u64>, Vec<i32>> = BTreeMap::new();
     let mut pidns: BTreeMap<Option<u64>, Vec<i32>> = BTreeMap::new();
     let mut unreadable = Vec::new();
@@ -393,28 +366,7 @@ fn namespace_checks(probes: &ProbeSet, opts: &DoctorOptions) -> Vec<Check> {
             unreadable.push(pid);
         }
     }
-    let describe = |m: &BTreeMap<Option<u64>, Vec<i32>>, mine: Option<u64>| -> (bool, String) {
-        let foreign = m.keys().any(|k| k.is_some() && *k != mine);
-        let parts: Vec<String> = m
-            .iter()
-            .map(|(k, pids)| {
-                let name = match k {
-                    Some(k) if Some(*k) == mine => format!("{k} (ours)"),
-                    Some(k) => k.to_string(),
-                    None => "unknown".into(),
-                };
-                format!(
-                    "{name}: pids {}",
-                    pids.iter()
-                        .map(|p| p.to_string())
-                        .collect::<Vec<_>>()
-                        .join(",")
-                )
-            })
-            .collect();
-        (foreign, parts.join("; "))
-    };
-    let (foreign_net, net_txt) = describe(&netns, me.netns);
+    let (foreign_net, net_txt) = describe_namespaces(&netns, me.netns);
     out.push(check(
         "netns",
         if foreign_net { CheckStatus::Warn } else { CheckStatus::Ok },
@@ -424,7 +376,7 @@ fn namespace_checks(probes: &ProbeSet, opts: &DoctorOptions) -> Vec<Check> {
             net_txt
         },
     ));
-    let (foreign_pid, pid_txt) = describe(&pidns, me.pidns);
+    let (foreign_pid, pid_txt) = describe_namespaces(&pidns, me.pidns);
     out.push(check(
         "pidns",
         if foreign_pid {

@@ -23,9 +23,7 @@ pub mod doctor;
 pub mod error;
 pub mod export;
 pub mod fuzz_entry;
-pub mod http;
 pub mod model;
-pub mod netns;
 pub mod pipeline;
 pub mod probes;
 pub mod prom;
@@ -36,7 +34,11 @@ pub mod safe_fs;
 pub mod sampler;
 pub mod snapshot;
 pub mod sources;
+pub mod sys;
 #[cfg(feature = "tui")]
 pub mod tui;
 
 pub use error::{Error, Result};
+/// The HTTP client, at its old path (it lives in the OS-access layer, [`sys::http`]).
+pub use sys::http;
+pub use sys::netns;

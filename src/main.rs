@@ -89,6 +89,11 @@ struct Global {
     #[arg(long, value_name = "N", default_value_t = 20_000,
           value_parser = clap::value_parser!(u32).range(1..=1_000_000), global = true)]
     max_series: u32,
+    /// Environment variable holding a router's API key, for a router whose own arguments
+    /// have no --api-key: read from the router's environment, else from this one (sent only
+    /// to a router run by root or by you). Never written to any output.
+    #[arg(long, value_name = "NAME", global = true)]
+    router_key_env: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -242,6 +247,7 @@ fn discover_options(g: &Global) -> DiscoverOptions {
         proc_root: g.proc_root.clone(),
         extra_pids: g.pids.clone(),
         extra_urls: g.urls.clone(),
+        router_key_env: g.router_key_env.clone(),
         ..DiscoverOptions::default()
     }
 }
@@ -257,6 +263,7 @@ fn attach_options(g: &Global) -> anyhow::Result<AttachOptions> {
     o.native = g.native;
     o.thresholds = thresholds(g)?;
     o.max_series = g.max_series as usize;
+    o.router_key_env = g.router_key_env.clone();
     Ok(o)
 }
 

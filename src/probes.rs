@@ -268,6 +268,8 @@ mod tests {
             "sglang-engine",
             "sglang-scheduler",
             "sglang-router",
+            "sgl-router-rust",
+            "vllm-router",
             "vllm-engine",
             "generic-proxy",
         ] {

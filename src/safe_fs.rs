@@ -193,6 +193,19 @@ pub fn open_no_follow(path: &Path) -> std::io::Result<File> {
         .open(path)
 }
 
+/// Reads at most `cap` bytes of a file opened without following a link at its last
+/// component. Returns the bytes and whether the file held more (then only `cap` are kept):
+/// a file written by someone else (a process's environment) cannot make us allocate more.
+pub fn read_capped(path: &Path, cap: usize) -> std::io::Result<(Vec<u8>, bool)> {
+    use std::io::Read;
+    let file = open_no_follow(path)?;
+    let mut bytes = Vec::new();
+    file.take(cap as u64 + 1).read_to_end(&mut bytes)?;
+    let more = bytes.len() > cap;
+    bytes.truncate(cap);
+    Ok((bytes, more))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -200,6 +213,21 @@ mod tests {
 
     fn mode(p: &Path) -> u32 {
         std::fs::metadata(p).expect("stat").permissions().mode() & 0o7777
+    }
+
+    #[test]
+    fn capped_reads_keep_the_cap_and_do_not_follow_links() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let f = tmp.path().join("f");
+        std::fs::write(&f, "0123456789").expect("write");
+        assert_eq!(read_capped(&f, 4).expect("read"), (b"0123".to_vec(), true));
+        assert_eq!(
+            read_capped(&f, 10).expect("read"),
+            (b"0123456789".to_vec(), false)
+        );
+        let link = tmp.path().join("link");
+        std::os::unix::fs::symlink(&f, &link).expect("ln");
+        assert!(read_capped(&link, 10).is_err());
     }
 
     #[test]

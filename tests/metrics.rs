@@ -13,7 +13,7 @@ use wedgewatch::http::{self, Limits};
 use wedgewatch::model::{Component, FetchOutcome, MetricsScrape, Payload, Role, Status, Topology};
 use wedgewatch::probes::ProbeSet;
 use wedgewatch::sources::metrics::{labelled_key, rates, MetricsConfig, MetricsSource};
-use wedgewatch::sources::sockets::{classify, SocketConfig, SocketSource};
+use wedgewatch::sources::sockets::{SocketConfig, SocketSource};
 use wedgewatch::sources::Source;
 
 const SERVER: &str = r#"
@@ -627,22 +627,21 @@ print(srv.server_address[1], flush=True); srv.serve_forever()
                 && s.state == wedgewatch::model::TcpState::Established
                 && s.tcp_info.is_some_and(|ti| ti.bytes_received > 0)
         });
-        if classify(&full, &t).edges.len() == 3 && ms.mapped.get(&key) == Some(&1.0) && accepted {
+        if connections(&full, &t).len() == 3 && ms.mapped.get(&key) == Some(&1.0) && accepted {
             break (t, ms);
         }
         assert!(
             Instant::now() < deadline,
             "no wedge picture in 10 s: {:?} {:?}",
-            classify(&full, &t).edges,
+            connections(&full, &t),
             ms.mapped
         );
         std::thread::sleep(Duration::from_millis(200));
     };
-    let cls = classify(&full, &table);
-    let edges: Vec<(&str, &str)> = cls
-        .edges
+    let links = connections(&full, &table);
+    let edges: Vec<(&str, &str)> = links
         .iter()
-        .map(|e| (e.from.as_str(), e.to.as_str()))
+        .map(|(from, to)| (from.as_str(), to.as_str()))
         .collect();
     assert_eq!(
         edges,
@@ -673,4 +672,21 @@ print(srv.server_address[1], flush=True); srv.serve_forever()
     let ti = d.tcp_info.unwrap();
     assert!(ti.bytes_received > 0 && ti.bytes_acked <= 1, "{ti:?}");
     drop(client);
+}
+
+/// Live connections between components as (from, to): an ESTABLISHED socket of one
+/// component's pid whose remote port another component listens on, one per connection.
+fn connections(topo: &Topology, t: &wedgewatch::model::SocketTable) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = t
+        .sockets
+        .iter()
+        .filter(|s| s.state == wedgewatch::model::TcpState::Established)
+        .filter_map(|s| {
+            let from = topo.component_of_pid(s.pid?)?;
+            let to = topo.component_listening_on(s.remote_port()?)?;
+            (from.id != to.id).then(|| (from.id.clone(), to.id.clone()))
+        })
+        .collect();
+    out.sort();
+    out
 }

@@ -318,16 +318,17 @@ fn the_container_is_shown_in_the_overview_and_the_report() {
 #[test]
 fn names_are_not_resolved_inside_another_namespace() {
     use wedgewatch::http::{self, Limits};
-    use wedgewatch::netns::{own_inode, Netns};
+    use wedgewatch::netns::{own_inode, route, Netns};
     let ns = Netns {
         pid: std::process::id() as i32,
         inode: own_inode().expect("own netns"),
     };
     let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let r = rt.block_on(http::get_in(
+    let r = rt.block_on(http::get_routed(
         "http://localhost:1/metrics",
         Limits::default(),
-        Some(ns),
+        route(Some(ns)),
+        None,
     ));
     assert_eq!(r.outcome, FetchOutcome::Error);
     assert!(
@@ -340,10 +341,11 @@ fn names_are_not_resolved_inside_another_namespace() {
     );
     // a pid whose namespace is not the one discovery saw is refused, not entered
     let moved = Netns { inode: 1, ..ns };
-    let r = rt.block_on(http::get_in(
+    let r = rt.block_on(http::get_routed(
         "http://127.0.0.1:1/metrics",
         Limits::default(),
-        Some(moved),
+        route(Some(moved)),
+        None,
     ));
     assert_eq!(r.outcome, FetchOutcome::Error);
     assert!(

@@ -11,10 +11,10 @@ use wedgewatch::model::{
     Component, Payload, Role, SocketEntry, SocketTable, Status, TcpState, Topology,
 };
 use wedgewatch::sources::sockets::{
-    apply_edges, build_table, classify, dump_netlink, netns_of, read_proc_net_tcp, InodeMap, Scope,
-    SocketClass, SocketConfig, SocketSource, TIME_WAIT_REPEATED,
+    build_table, dump_netlink, InodeMap, Scope, SocketConfig, SocketSource, TIME_WAIT_REPEATED,
 };
 use wedgewatch::sources::Source;
+use wedgewatch::sys::ProcFs;
 
 /// One script, several roles (argv[1]). Prints one line (a port or "ready") when set up.
 const HELPER: &str = r#"
@@ -211,18 +211,24 @@ fn accepted_never_answered_socket_shows_silence_and_owner() {
     assert_eq!(c.pid, Some(me));
     assert_eq!(c.tcp_info.unwrap().bytes_acked, request.len() as u64 + 1);
 
-    // Classification: the server's socket is inbound, ours outbound to the server.
-    let cls = classify(&topo, &t2);
-    let srv = &cls.components["server"];
-    assert_eq!(srv.listening, 1);
-    assert_eq!(srv.inbound, 1);
-    assert_eq!(srv.by_state["ESTABLISHED"], 1);
-    assert_eq!(srv.by_state["LISTEN"], 1);
-    let cl = &cls.components["client"];
-    assert!(cl.sockets.iter().any(|(_, c)| *c
-        == SocketClass::Outbound {
-            to: "server".into()
-        }));
+    // One listening and one accepted socket of the server; ours is a connection to it.
+    let of_server = |state: TcpState| {
+        t2.sockets
+            .iter()
+            .filter(|s| s.pid == Some(server.pid()) && s.state == state)
+            .count()
+    };
+    assert_eq!(
+        (
+            of_server(TcpState::Listen),
+            of_server(TcpState::Established)
+        ),
+        (1, 1)
+    );
+    assert_eq!(
+        connections(&topo, &t2),
+        vec![("client".to_string(), "server".to_string())]
+    );
     drop(client);
 }
 
@@ -277,11 +283,11 @@ fn streaming_socket_shows_growing_bytes_over_ipv6() {
 }
 
 #[test]
-fn chain_client_proxy_router_gives_edges_and_classes() {
+fn chain_client_proxy_router_gives_connections_and_owners() {
     let router = helper(&["silent", "127.0.0.1"]);
     let proxy = helper(&["proxy", &router.port().to_string()]);
     let client = helper(&["client", &proxy.port().to_string()]);
-    let mut topo = Topology {
+    let topo = Topology {
         components: vec![
             component("client", Role::Client, &[client.pid()], &[]),
             component(
@@ -301,56 +307,67 @@ fn chain_client_proxy_router_gives_edges_and_classes() {
     };
     let mut map = InodeMap::new();
     // The proxy connects upstream after accepting: give it a moment, bounded.
-    let mut cls = None;
+    let mut links = Vec::new();
     for _ in 0..50 {
         let t = table_for(&topo, &mut map);
-        let c = classify(&topo, &t);
+        links = connections(&topo, &t);
         // Both ends of the proxy's upstream connection, not only the proxy's: the router's
         // accepted socket has an owner once it is accept()ed, a moment later on a busy box.
-        let router_in = c
-            .components
-            .get("router@127.0.0.1")
-            .map_or(0, |r| r.inbound);
-        if c.edges.len() == 2 && router_in == 1 {
-            cls = Some(c);
+        let router_in = t
+            .sockets
+            .iter()
+            .filter(|s| s.pid == Some(router.pid()) && s.state == TcpState::Established)
+            .count();
+        if links.len() == 2 && router_in == 1 {
             break;
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    let cls = cls.expect("two edges within 5 s");
-    let edges: Vec<(String, String, Option<u32>)> = cls
-        .edges
-        .iter()
-        .map(|e| (e.from.clone(), e.to.clone(), e.connections))
-        .collect();
     assert_eq!(
-        edges,
+        links,
         vec![
-            ("client".into(), "proxy@127.0.0.1".into(), Some(1)),
-            ("proxy@127.0.0.1".into(), "router@127.0.0.1".into(), Some(1)),
-        ]
+            ("client".to_string(), "proxy@127.0.0.1".to_string()),
+            (
+                "proxy@127.0.0.1".to_string(),
+                "router@127.0.0.1".to_string()
+            ),
+        ],
+        "two connections within 5 s"
     );
-    let p = &cls.components["proxy@127.0.0.1"];
-    assert_eq!((p.listening, p.inbound, p.outbound, p.other), (1, 1, 1, 0));
-    let r = &cls.components["router@127.0.0.1"];
-    assert_eq!((r.listening, r.inbound, r.outbound), (1, 1, 0));
-    assert_eq!(r.by_state["ESTABLISHED"], 1);
-
-    apply_edges(&mut topo, &cls);
-    assert_eq!(topo.edges.len(), 2);
-    // The client goes away (and discovery drops its pid): the edge stays, with 0 connections.
-    drop(client);
-    topo.components[0].pids.clear();
-    std::thread::sleep(Duration::from_millis(200));
+    // The proxy listens, holds the accepted client and its upstream; nothing else.
     let t = table_for(&topo, &mut map);
-    let cls2 = classify(&topo, &t);
-    apply_edges(&mut topo, &cls2);
-    let e = topo
-        .edges
+    let proxy_states: Vec<TcpState> = t
+        .sockets
         .iter()
-        .find(|e| e.from == "client")
-        .expect("edge kept");
-    assert_eq!(e.connections, Some(0));
+        .filter(|s| s.pid == Some(proxy.pid()))
+        .map(|s| s.state)
+        .collect();
+    assert_eq!(proxy_states.len(), 3, "{proxy_states:?}");
+    assert_eq!(
+        proxy_states
+            .iter()
+            .filter(|s| **s == TcpState::Listen)
+            .count(),
+        1
+    );
+    drop(client);
+}
+
+/// Live connections between components as (from, to): an ESTABLISHED socket of one
+/// component's pid whose remote port another component listens on, one per connection.
+fn connections(topo: &Topology, t: &SocketTable) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = t
+        .sockets
+        .iter()
+        .filter(|s| s.state == TcpState::Established)
+        .filter_map(|s| {
+            let from = topo.component_of_pid(s.pid?)?;
+            let to = topo.component_listening_on(s.remote_port()?)?;
+            (from.id != to.id).then(|| (from.id.clone(), to.id.clone()))
+        })
+        .collect();
+    out.sort();
+    out
 }
 
 #[test]
@@ -364,11 +381,11 @@ fn inode_map_is_incremental() {
         ports: vec![port],
     };
     let mut map = InodeMap::new();
-    let mut socks = dump_netlink(Duration::from_secs(2)).unwrap().sockets;
+    let mut socks = dump_netlink(Duration::from_secs(2), true).unwrap().sockets;
     let cold = map.resolve(&mut socks, &scope);
     assert!(cold.pids_scanned == 1 && cold.fds_read > 0, "{cold:?}");
     // Same sockets again: nothing to read (foreign inodes are remembered).
-    let mut socks = dump_netlink(Duration::from_secs(2)).unwrap().sockets;
+    let mut socks = dump_netlink(Duration::from_secs(2), true).unwrap().sockets;
     let warm = map.resolve(&mut socks, &scope);
     assert_eq!(warm.pids_scanned, 0, "{warm:?}");
     assert!(socks
@@ -379,14 +396,14 @@ fn inode_map_is_incremental() {
     let other = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let _o = TcpStream::connect(other.local_addr().unwrap()).unwrap();
     let _oa = other.accept().unwrap();
-    let mut socks = dump_netlink(Duration::from_secs(2)).unwrap().sockets;
+    let mut socks = dump_netlink(Duration::from_secs(2), true).unwrap().sockets;
     let churn = map.resolve(&mut socks, &scope);
     assert!(churn.unknown_before >= 2, "{churn:?}");
     assert_eq!(churn.pids_scanned, 0, "{churn:?}");
     // A new connection: one rescan of the candidate, the new inode resolved.
     let _c2 = TcpStream::connect(("127.0.0.1", port)).unwrap();
     std::thread::sleep(Duration::from_millis(100));
-    let mut socks = dump_netlink(Duration::from_secs(2)).unwrap().sockets;
+    let mut socks = dump_netlink(Duration::from_secs(2), true).unwrap().sockets;
     let again = map.resolve(&mut socks, &scope);
     assert_eq!(again.pids_scanned, 1, "{again:?}");
     let accepted = socks
@@ -419,8 +436,9 @@ fn other_network_namespace_is_sampled_inside_it() {
     .arg(HELPER);
     let inner = spawn_cmd(cmd);
     let port = inner.port();
-    let ns = netns_of(Some(inner.pid())).unwrap();
-    assert_ne!(Some(ns), netns_of(None).ok());
+    let proc = ProcFs::real();
+    let ns = proc.ns_inode(inner.pid(), "net").unwrap();
+    assert_ne!(Some(ns), proc.own_ns_inode("net").ok());
     let topo = Topology {
         components: vec![component(
             "boxed",
@@ -445,7 +463,7 @@ fn other_network_namespace_is_sampled_inside_it() {
     assert_eq!(s.pid, Some(inner.pid()));
     assert_eq!(s.tcp_info.unwrap().bytes_received, 10);
     // The fallback reader sees the same sockets, without tcp_info.
-    let fb = read_proc_net_tcp(inner.pid()).unwrap();
+    let fb = proc.tcp_table(inner.pid()).unwrap();
     assert!(fb.iter().any(|e| e.local_port() == Some(port)
         && e.state == TcpState::Listen
         && e.tcp_info.is_none()));

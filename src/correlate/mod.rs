@@ -27,13 +27,16 @@ use crate::model::{ComponentExtras, SnapshotParts, ThreadState, Thresholds};
 use exchange::{Conn, ConnKey, End, Exchange, Obs};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-/// Logical metric names for PD queues, summed into one "PD queued" figure.
-pub const PD_QUEUE_KEYS: [&str; 5] = [
+/// Logical metric names for queues outside SGLang's `num_queue_reqs` (PD queues, and the
+/// grammar queue of requests waiting for their grammar to compile), summed into one figure.
+pub const PD_QUEUE_KEYS: [&str; 7] = [
     "prefill_bootstrap_queue",
     "prefill_inflight_queue",
     "decode_prealloc_queue",
     "decode_transfer_queue",
     "decode_retracted_queue",
+    "decode_host_receive_queue",
+    "grammar_queue",
 ];
 
 /// What the latest sample of a source said, as the model saw it.
@@ -371,6 +374,12 @@ impl Model {
 
     pub fn latest_processes(&self) -> &[ProcessFacts] {
         &self.latest_processes
+    }
+
+    /// The newest usable socket table and when it was taken: point-in-time evidence
+    /// (`accumulating_state` without history reads socket states and `tcp_info` silences).
+    pub fn latest_sockets(&self) -> Option<(Millis, &SocketTable)> {
+        Some((self.last_sockets_ms?, self.latest_sockets.as_ref()?))
     }
 
     pub fn sources_seen(&self) -> &BTreeMap<SourceKind, SourceSeen> {

@@ -22,10 +22,12 @@ use crate::model::{
     SourceKind, SourceStatus, Topology,
 };
 use crate::prom::{self, Exposition, ParseLimits};
+use crate::sources::router_key::{self, KeySources, Lookup};
 use crate::sources::{BoxFuture, Source};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Whether a logical value is a level or a monotonically growing count.
@@ -57,7 +59,18 @@ pub enum Aggregate {
 /// labels = { engine_type = "decode" }   # optional: only series with these label values
 /// by_label = "worker"              # optional: also `name{worker="<value>"}` per label value
 /// aggregate = "sum"                # optional: "sum" (default) or "max" over matching series
+/// exclude_labels = { path = "^/workers$" }   # optional: leave out series whose label matches
+/// replica_labels = ["tp_rank"]     # optional: series differing only in these are one value
 /// ```
+///
+/// `exclude_labels` (regexes over the label's value; a series without the label is kept) is
+/// for series that count something we do ourselves (the router counts wedgewatch's own
+/// `GET /workers`) or that repeat a total as a breakdown (SGLang's per-priority queues).
+/// `replica_labels` is for the same quantity reported by several ranks (SGLang's
+/// `--enable-metrics-for-all-schedulers`: every TP rank reports the batch it shares): the
+/// series that differ only in those labels are one value (their max), and the groups left
+/// are combined with `aggregate` (DP-attention ranks, which hold different batches, keep
+/// their own `dp_rank` and are summed).
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct MetricMap {
@@ -72,6 +85,10 @@ pub struct MetricMap {
     pub by_label: Option<String>,
     #[serde(default)]
     pub aggregate: Aggregate,
+    #[serde(default)]
+    pub exclude_labels: BTreeMap<String, String>,
+    #[serde(default)]
+    pub replica_labels: Vec<String>,
 }
 
 impl MetricMap {
@@ -90,6 +107,15 @@ impl MetricMap {
         }
         if self.name.is_empty() || self.name.contains(['{', '}', '"']) {
             return Err(format!("metric_map {:?}: bad logical name", self.name));
+        }
+        for (label, re) in &self.exclude_labels {
+            regex::Regex::new(re).map_err(|e| {
+                format!(
+                    "metric_map {}: exclude_labels.{label}: bad regex {re:?}: {}",
+                    self.name,
+                    crate::config_check::one_line(&e.to_string())
+                )
+            })?;
         }
         let counter_name = self.name.ends_with("_total");
         match (self.kind, counter_name) {
@@ -136,40 +162,71 @@ pub fn apply_maps(
 ) -> BTreeMap<String, f64> {
     let mut out = BTreeMap::new();
     for m in maps.iter().filter(|m| m.applies_to(stack, role)) {
+        let excludes = exclude_regexes(m);
+        let keep = |s: &Series| labels_match(m, s) && !excluded(&excludes, s);
         let Some(name) = m
             .series
             .iter()
-            .find(|n| series.iter().any(|s| &s.name == *n && labels_match(m, s)))
+            .find(|n| series.iter().any(|s| &s.name == *n && keep(s)))
         else {
             continue;
         };
         let chosen: Vec<&Series> = series
             .iter()
-            .filter(|s| &s.name == name && labels_match(m, s) && !s.value.is_nan())
+            .filter(|s| &s.name == name && keep(s) && !s.value.is_nan())
             .collect();
         if chosen.is_empty() {
             continue;
         }
-        out.insert(
-            m.name.clone(),
-            combine(m.aggregate, chosen.iter().map(|s| s.value)),
-        );
+        out.insert(m.name.clone(), reduce(m, &chosen));
         if let Some(label) = &m.by_label {
-            let mut groups: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+            let mut groups: BTreeMap<&str, Vec<&Series>> = BTreeMap::new();
             for s in &chosen {
                 if let Some(v) = s.labels.get(label) {
-                    groups.entry(v.as_str()).or_default().push(s.value);
+                    groups.entry(v.as_str()).or_default().push(s);
                 }
             }
-            for (v, vals) in groups {
-                out.insert(
-                    labelled_key(&m.name, label, v),
-                    combine(m.aggregate, vals.into_iter()),
-                );
+            for (v, group) in groups {
+                out.insert(labelled_key(&m.name, label, v), reduce(m, &group));
             }
         }
     }
     out
+}
+
+/// The map's `exclude_labels`, compiled ([`MetricMap::validate`] has checked them; one that
+/// still fails to compile excludes nothing rather than everything).
+fn exclude_regexes(m: &MetricMap) -> Vec<(&str, regex::Regex)> {
+    m.exclude_labels
+        .iter()
+        .filter_map(|(label, re)| Some((label.as_str(), regex::Regex::new(re).ok()?)))
+        .collect()
+}
+
+fn excluded(excludes: &[(&str, regex::Regex)], s: &Series) -> bool {
+    excludes
+        .iter()
+        .any(|(label, re)| s.labels.get(*label).is_some_and(|v| re.is_match(v)))
+}
+
+/// One value from the chosen series: replicas (series equal but for `replica_labels`) count
+/// once, as their max, then the groups are combined with the map's aggregate.
+fn reduce(m: &MetricMap, chosen: &[&Series]) -> f64 {
+    if m.replica_labels.is_empty() {
+        return combine(m.aggregate, chosen.iter().map(|s| s.value));
+    }
+    let mut groups: BTreeMap<Vec<(&str, &str)>, f64> = BTreeMap::new();
+    for s in chosen {
+        let key: Vec<(&str, &str)> = s
+            .labels
+            .iter()
+            .filter(|(k, _)| !m.replica_labels.contains(k))
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        let slot = groups.entry(key).or_insert(f64::NEG_INFINITY);
+        *slot = slot.max(s.value);
+    }
+    combine(m.aggregate, groups.into_values())
 }
 
 fn labels_match(m: &MetricMap, s: &Series) -> bool {
@@ -223,6 +280,103 @@ fn rate_key(k: &str) -> String {
 }
 
 // ---------------------------------------------------------------------------------------
+// `--url` targets: what the exposition says it is
+
+/// Name prefixes that say which exporter wrote an exposition: routers first (their
+/// expositions never carry engine names; an engine's never carry `smg_`).
+const EXPORTERS: [(&str, &str, Role); 6] = [
+    ("smg_", "sglang", Role::Router),
+    ("sgl_router_", "sglang", Role::Router),
+    ("vllm_router_", "vllm", Role::Router),
+    ("sglang:", "sglang", Role::Engine),
+    ("vllm:", "vllm", Role::Engine),
+    // the `sglang:` names as the router's /engine_metrics and some pipelines rewrite them
+    ("sglang_", "sglang", Role::Engine),
+];
+
+/// What an exposition's own names say its exporter is: (stack, role, evidence). For a
+/// `--url` target no process explains. An SGLang engine's `engine_type` label refines the
+/// role to prefill or decode.
+pub fn infer_exporter(series: &[Series]) -> Option<(&'static str, Role, String)> {
+    for (prefix, stack, role) in EXPORTERS {
+        let Some(s) = series.iter().find(|s| s.name.starts_with(prefix)) else {
+            continue;
+        };
+        let mode = s.labels.get("engine_type").map(String::as_str);
+        let role = match (role, mode) {
+            (Role::Engine, Some("prefill")) => Role::Prefill,
+            (Role::Engine, Some("decode")) => Role::Decode,
+            _ => role,
+        };
+        let why = match mode {
+            Some(m) if role != Role::Router => {
+                format!("metric names {prefix}* (engine_type={m})")
+            }
+            _ => format!("metric names {prefix}*"),
+        };
+        return Some((stack, role, why));
+    }
+    None
+}
+
+/// Whether a component is a `--url` target (no process behind it).
+pub fn is_url_target(c: &Component) -> bool {
+    c.labels
+        .get(crate::model::topology::labels::LABEL_FOUND_BY)
+        .is_some_and(|f| f.starts_with("--url"))
+}
+
+/// Label: what a `--url` target's stack and role were inferred from.
+pub const LABEL_INFERRED_FROM: &str = "inferred_from";
+
+/// Discovery's look at a `--url` target that no process explains: GET its metrics (bounded:
+/// `timeout`, 1 MiB, 64 series) and, when the names say whose exposition it is, give it that
+/// stack and role (and the id `role@address`). Only for an address given as an IP literal or
+/// `localhost`: a host name would make discovery wait on DNS. Without an answer the target
+/// stays `other`, and the metrics source still maps it by what each scrape says.
+pub fn infer_url_component(c: &mut Component, timeout: std::time::Duration) {
+    if c.role != Role::Other || !is_url_target(c) {
+        return;
+    }
+    let Some(url) = c.metrics_url.clone() else {
+        return;
+    };
+    let literal = crate::sys::Url::parse(&url).is_ok_and(|u| match u.host() {
+        Some(url::Host::Domain(d)) => d == "localhost",
+        Some(url::Host::Ipv4(_) | url::Host::Ipv6(_)) => true,
+        None => false,
+    });
+    if !literal {
+        return;
+    }
+    let limits = Limits {
+        connect: timeout,
+        total: timeout,
+        cap: 1 << 20,
+    };
+    let r = http::get_blocking(&url, limits);
+    if r.body.is_empty() || r.status.is_some_and(|s| s != 200) {
+        return;
+    }
+    let parse = ParseLimits {
+        max_series: 64,
+        raw_sample: 0,
+        ..ParseLimits::default()
+    };
+    let known = |n: &str| EXPORTERS.iter().any(|(p, _, _)| n.starts_with(p));
+    let e = prom::parse_limited(&r.body, r.outcome != FetchOutcome::Ok, &parse, &known);
+    let Some((stack, role, why)) = infer_exporter(&e.series) else {
+        return;
+    };
+    c.stack = stack.to_string();
+    c.role = role;
+    if let Some(addr) = c.listen.first() {
+        c.id = format!("{role}@{addr}");
+    }
+    c.labels.insert(LABEL_INFERRED_FROM.into(), why);
+}
+
+// ---------------------------------------------------------------------------------------
 // the source
 
 /// Options of the metrics source.
@@ -267,6 +421,15 @@ pub fn wanted_names(maps: &[MetricMap], stack: &str, role: Role) -> Vec<String> 
     names
 }
 
+/// Every series name any map reads (sorted, deduplicated), for a scrape whose exporter is
+/// not known beforehand.
+pub fn all_wanted_names(maps: &[MetricMap]) -> Vec<String> {
+    let mut names: Vec<String> = maps.iter().flat_map(|m| m.series.iter().cloned()).collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
 /// Whether a series is kept in full. Runs once per line of a possibly hostile exposition
 /// (millions), hence the binary search over [`wanted_names`].
 pub fn is_wanted(wanted: &[String], name: &str) -> bool {
@@ -294,20 +457,39 @@ pub async fn parse_off_runtime(
 pub struct MetricsSource {
     maps: Vec<MetricMap>,
     cfg: MetricsConfig,
+    keys: Arc<KeySources>,
 }
 
 impl MetricsSource {
     /// `maps`: usually `ProbeSet::metric_maps`. Fails on an invalid map.
     pub fn new(maps: Vec<MetricMap>, cfg: MetricsConfig) -> Result<Self> {
         validate_maps(&maps)?;
-        Ok(MetricsSource { maps, cfg })
+        Ok(MetricsSource {
+            maps,
+            cfg,
+            keys: Arc::new(KeySources {
+                proc_root: "/proc".into(),
+                env_name: None,
+            }),
+        })
+    }
+
+    /// Where a router's API key is looked for (its arguments and environment under this
+    /// procfs root, and `--router-key-env NAME`): see [`router_key`].
+    pub fn with_router_keys(mut self, keys: KeySources) -> Self {
+        self.keys = Arc::new(keys);
+        self
     }
 
     /// Scrapes one component (metrics + extras concurrently).
     pub async fn scrape_component(&self, c: &Component) -> MetricsScrape {
-        scrape_one(c.clone(), self.maps.clone(), self.cfg).await
+        scrape_one(c.clone(), self.maps.clone(), self.cfg, self.keys.clone()).await
     }
 }
+
+/// Start of the detail of a router endpoint that answered 401/403 when we had no key for it:
+/// that endpoint alone is unreadable, the source is not degraded for it ([`status_of`]).
+pub const NEEDS_KEY: &str = "needs the router's API key";
 
 /// The extra JSON endpoints of a component: (key in `extra`, URL).
 pub fn extra_endpoints(c: &Component) -> Vec<(String, String)> {
@@ -340,9 +522,9 @@ fn probe_of(url: &str, r: &http::Response) -> EndpointProbe {
 
 /// netns (issue 11 item 5): a component in another network namespace (a container) is
 /// scraped in there, through the namespace discovery saw its main process in; its URL's
-/// address means something only in there (see [`crate::netns`]).
-fn netns_of(c: &Component) -> Option<crate::netns::Netns> {
-    Some(crate::netns::Netns {
+/// address means something only in there (see [`crate::sys::netns`]).
+fn netns_of(c: &Component) -> Option<crate::sys::netns::Netns> {
+    Some(crate::sys::netns::Netns {
         pid: c.main_pid?,
         inode: c.netns?,
     })
@@ -352,17 +534,22 @@ fn netns_of(c: &Component) -> Option<crate::netns::Netns> {
 /// a JSON tree costs many times its text, so a poser's 8 MiB answer is never parsed.
 const EXTRA_CAP: usize = 1 << 20;
 
-async fn scrape_one(c: Component, maps: Vec<MetricMap>, cfg: MetricsConfig) -> MetricsScrape {
+async fn scrape_one(
+    c: Component,
+    maps: Vec<MetricMap>,
+    cfg: MetricsConfig,
+    keys: Arc<KeySources>,
+) -> MetricsScrape {
     let metrics_fut = async {
         match c.metrics_url.as_deref() {
             Some(u) => Some((
                 u.to_string(),
-                http::get_in(u, cfg.limits, netns_of(&c)).await,
+                http::get_routed(u, cfg.limits, crate::sys::netns::route(netns_of(&c)), None).await,
             )),
             None => None,
         }
     };
-    let (metrics, extras) = tokio::join!(metrics_fut, get_extras(&c, cfg));
+    let (metrics, extras) = tokio::join!(metrics_fut, get_extras(&c, cfg, keys));
     let mut scrape = MetricsScrape {
         component: c.id.clone(),
         metrics: None,
@@ -382,20 +569,42 @@ async fn scrape_one(c: Component, maps: Vec<MetricMap>, cfg: MetricsConfig) -> M
 }
 
 /// GETs the component's JSON endpoints concurrently: (key, url, response), in their order.
-async fn get_extras(c: &Component, cfg: MetricsConfig) -> Vec<(String, String, http::Response)> {
+/// A router's endpoints are asked with its own API key when it has one ([`router_key`]).
+async fn get_extras(
+    c: &Component,
+    cfg: MetricsConfig,
+    keys: Arc<KeySources>,
+) -> Vec<(String, String, http::Response)> {
     if !cfg.extras {
+        return Vec::new();
+    }
+    let endpoints = extra_endpoints(c);
+    if endpoints.is_empty() {
         return Vec::new();
     }
     let limits = Limits {
         cap: cfg.limits.cap.min(EXTRA_CAP),
         ..cfg.limits
     };
+    let key = if c.role == Role::Router {
+        Some(Arc::new(lookup_key(c, keys).await))
+    } else {
+        None
+    };
     let mut set = tokio::task::JoinSet::new();
     let netns = netns_of(c);
-    for (i, (key, url)) in extra_endpoints(c).into_iter().enumerate() {
+    for (i, (name, url)) in endpoints.into_iter().enumerate() {
+        let key = key.clone();
         set.spawn(async move {
-            let r = http::get_in(&url, limits, netns).await;
-            (i, key, url, r)
+            let route = crate::sys::netns::route(netns);
+            let r = match key.as_deref() {
+                Some(Lookup::Found(k, _)) => {
+                    let auth = k.bearer();
+                    http::get_routed(&url, limits, route, Some(&auth)).await
+                }
+                _ => http::get_routed(&url, limits, route, None).await,
+            };
+            (i, name, url, explain_auth(r, key.as_deref()))
         });
     }
     let mut got = Vec::new();
@@ -406,6 +615,37 @@ async fn get_extras(c: &Component, cfg: MetricsConfig) -> Vec<(String, String, h
     }
     got.sort_by_key(|r| r.0);
     got.into_iter().map(|(_, k, u, r)| (k, u, r)).collect()
+}
+
+/// The router's key, read from `/proc` off the runtime's workers (the reads may block; they
+/// are bounded by [`crate::deadline`]).
+async fn lookup_key(c: &Component, keys: Arc<KeySources>) -> Lookup {
+    let c = c.clone();
+    let own_env = |name: &str| std::env::var(name).ok();
+    tokio::task::spawn_blocking(move || router_key::lookup(&c, &keys, &own_env))
+        .await
+        .unwrap_or_else(|e| Lookup::None(format!("key look-up failed: {e}")))
+}
+
+/// A 401/403 from a router says why: no key found (where we looked), or its own key refused.
+fn explain_auth(mut r: http::Response, key: Option<&Lookup>) -> http::Response {
+    let denied = r.outcome == FetchOutcome::HttpError && matches!(r.status, Some(401 | 403));
+    match (denied, key) {
+        (true, Some(Lookup::None(why))) => {
+            r.detail = Some(format!(
+                "{NEEDS_KEY} (HTTP {}; {why})",
+                r.status.unwrap_or_default()
+            ));
+        }
+        (true, Some(Lookup::Found(_, from))) => {
+            r.detail = Some(format!(
+                "the router refused its API key (HTTP {}; key from {from})",
+                r.status.unwrap_or_default()
+            ));
+        }
+        _ => {}
+    }
+    r
 }
 
 /// Parses whatever arrived (a truncated body still carries the first series) and maps it.
@@ -422,12 +662,23 @@ async fn read_metrics(
         || (r.outcome == FetchOutcome::Timeout && !r.body.is_empty());
     if parsable {
         let truncated = r.outcome != FetchOutcome::Ok;
-        let wanted = wanted_names(maps, &c.stack, c.role);
+        // A `--url` target discovery could not place may be any exporter: keep what any map
+        // reads, and map by what the exposition says it is.
+        let unplaced = c.role == Role::Other && is_url_target(c);
+        let wanted = if unplaced {
+            all_wanted_names(maps)
+        } else {
+            wanted_names(maps, &c.stack, c.role)
+        };
         match parse_off_runtime(r.body, truncated, limits, wanted).await {
             Ok(e) => {
                 note_cut(&mut probe, &e, &limits);
                 scrape.bad_lines = e.bad_lines;
-                scrape.mapped = apply_maps(maps, &c.stack, c.role, &e.series);
+                let (stack, role) = match infer_exporter(&e.series).filter(|_| unplaced) {
+                    Some((stack, role, _)) => (stack.to_string(), role),
+                    None => (c.stack.clone(), c.role),
+                };
+                scrape.mapped = apply_maps(maps, &stack, role, &e.series);
                 scrape.series = e.series;
             }
             Err(e) => {
@@ -492,7 +743,12 @@ pub fn status_of(scrapes: &[MetricsScrape]) -> SourceStatus {
         }
         for p in &s.extra_probes {
             let absent = p.outcome == FetchOutcome::HttpError && p.http_status == Some(404);
-            if p.outcome != FetchOutcome::Ok && !absent {
+            // Said on the endpoint itself; the rest of the source is fine.
+            let needs_key = p.outcome == FetchOutcome::HttpError
+                && p.detail
+                    .as_deref()
+                    .is_some_and(|d| d.starts_with(NEEDS_KEY));
+            if p.outcome != FetchOutcome::Ok && !absent && !needs_key {
                 problems.push(describe(&s.component, p));
             }
         }
@@ -571,7 +827,8 @@ impl Source for MetricsSource {
             for (i, c) in targets.into_iter().enumerate() {
                 let maps = self.maps.clone();
                 let cfg = self.cfg;
-                set.spawn(async move { (i, scrape_one(c, maps, cfg).await) });
+                let keys = self.keys.clone();
+                set.spawn(async move { (i, scrape_one(c, maps, cfg, keys).await) });
             }
             let mut scrapes = Vec::new();
             let mut failed = Vec::new();
@@ -614,6 +871,8 @@ mod tests {
             labels: BTreeMap::new(),
             by_label: None,
             aggregate: Aggregate::Sum,
+            exclude_labels: BTreeMap::new(),
+            replica_labels: Vec::new(),
         }
     }
 
@@ -687,6 +946,43 @@ mod tests {
         assert_eq!(out[&labelled_key("worker_in_flight", "worker", "a")], 2.0);
         assert_eq!(out[&labelled_key("worker_in_flight", "worker", "b")], 3.0);
         assert!(apply_maps(&[], "sglang", Role::Decode, &s).is_empty());
+    }
+
+    #[test]
+    fn excludes_and_replicas() {
+        let mut m = map("queued", ValueKind::Gauge, &["q"]);
+        m.exclude_labels.insert("priority".into(), ".+".into());
+        m.replica_labels = vec!["tp_rank".into()];
+        m.by_label = Some("dp_rank".into());
+        let s = vec![
+            ser(
+                "q",
+                &[("tp_rank", "0"), ("dp_rank", "0"), ("priority", "")],
+                3.0,
+            ),
+            ser(
+                "q",
+                &[("tp_rank", "1"), ("dp_rank", "0"), ("priority", "")],
+                3.0,
+            ),
+            ser(
+                "q",
+                &[("tp_rank", "0"), ("dp_rank", "0"), ("priority", "5")],
+                3.0,
+            ),
+            ser(
+                "q",
+                &[("tp_rank", "2"), ("dp_rank", "1"), ("priority", "")],
+                2.0,
+            ),
+        ];
+        let out = apply_maps(&[m.clone()], "sglang", Role::Decode, &s);
+        assert_eq!(out["queued"], 5.0, "{out:?}");
+        assert_eq!(out[&labelled_key("queued", "dp_rank", "0")], 3.0);
+        assert_eq!(out[&labelled_key("queued", "dp_rank", "1")], 2.0);
+        m.exclude_labels.insert("path".into(), "(".into());
+        let err = m.validate().expect_err("bad regex");
+        assert!(err.contains("exclude_labels.path"), "{err}");
     }
 
     #[test]

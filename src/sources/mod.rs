@@ -5,6 +5,7 @@ pub mod gpu;
 pub mod metrics;
 pub mod processes;
 pub mod pyspy_json;
+pub mod router_key;
 pub mod sockets;
 pub mod stacks;
 

@@ -4,16 +4,13 @@
 //! Every field is read on its own: a field that cannot be read (permission denied, the process
 //! vanished mid-read, a truncated file) is recorded in `errors` with the reason and the other
 //! fields are still filled. The procfs root is configurable so tests can point at fixture
-//! trees (`tests/fixtures/proc/...`).
+//! trees (`tests/fixtures/proc/...`); every read goes through [`ProcFs`].
 
 use crate::clock::{Clock, Millis};
-use crate::model::{
-    FieldError, Payload, ProcessFacts, Sample, SourceKind, SourceStatus, ThreadInfo, Topology,
-};
+use crate::model::{FieldError, Payload, ProcessFacts, Sample, SourceKind, SourceStatus, Topology};
 use crate::sources::{BoxFuture, Source};
-use procfs::process::{FDTarget, Process};
-use procfs::ProcError;
-use std::collections::{BTreeMap, BTreeSet};
+use crate::sys::ProcFs;
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -28,99 +25,80 @@ const ALL_PIDS: Duration = Duration::from_millis(1500);
 
 /// Boot time (epoch ms) from `<proc_root>/stat`'s `btime` line.
 pub fn boot_time_ms(proc_root: &Path) -> Option<Millis> {
-    let text = std::fs::read_to_string(proc_root.join("stat")).ok()?;
-    let secs: i64 = text
-        .lines()
-        .find_map(|l| l.strip_prefix("btime "))?
-        .trim()
-        .parse()
-        .ok()?;
-    Some(secs * 1000)
-}
-
-/// Human reason for a procfs error: what an operator can act on.
-pub fn reason(e: &ProcError) -> String {
-    match e {
-        ProcError::PermissionDenied(p) => match p {
-            Some(p) => format!("permission denied ({})", p.display()),
-            None => "permission denied".into(),
-        },
-        ProcError::NotFound(p) => match p {
-            Some(p) => format!("vanished or absent ({})", p.display()),
-            None => "vanished or absent".into(),
-        },
-        ProcError::Incomplete(_) => "incomplete read".into(),
-        ProcError::Io(e, p) => match p {
-            Some(p) => format!("{e} ({})", p.display()),
-            None => e.to_string(),
-        },
-        ProcError::Other(s) => s.clone(),
-        other => format!("{other:?}"),
-    }
-}
-
-fn proc_dir(proc_root: &Path, pid: i32) -> PathBuf {
-    proc_root.join(pid.to_string())
-}
-
-/// Reads a namespace link (`net:[4026531840]`) and returns the inode.
-fn ns_inode(proc_root: &Path, pid: i32, ns: &str) -> Result<u64, String> {
-    let link = proc_dir(proc_root, pid).join("ns").join(ns);
-    let target = std::fs::read_link(&link).map_err(|e| io_reason(&e, &link))?;
-    let s = target.to_string_lossy();
-    s.split_once('[')
-        .and_then(|(_, rest)| rest.strip_suffix(']'))
-        .and_then(|n| n.parse().ok())
-        .ok_or_else(|| format!("unexpected link {s:?}"))
-}
-
-fn io_reason(e: &std::io::Error, path: &Path) -> String {
-    match e.kind() {
-        std::io::ErrorKind::PermissionDenied => format!("permission denied ({})", path.display()),
-        std::io::ErrorKind::NotFound => format!("vanished or absent ({})", path.display()),
-        _ => format!("{e} ({})", path.display()),
-    }
+    ProcFs::new(proc_root).boot_time_ms()
 }
 
 /// Facts about one process under `proc_root` (normally `/proc`). Never fails: what could not
 /// be read is in `errors`.
 pub fn facts(proc_root: &Path, pid: i32) -> ProcessFacts {
-    facts_with_boot(proc_root, pid, boot_time_ms(proc_root))
+    let proc = ProcFs::new(proc_root);
+    facts_with_boot(&proc, pid, proc.boot_time_ms())
+}
+
+/// Records each field's failure by name, and reads on.
+struct Errors(Vec<FieldError>);
+
+impl Errors {
+    fn push(&mut self, field: &str, reason: impl ToString) {
+        self.0.push(FieldError {
+            field: field.to_string(),
+            reason: reason.to_string(),
+        });
+    }
 }
 
 /// As [`facts`], with the boot time already known (the source reads it once).
-pub fn facts_with_boot(proc_root: &Path, pid: i32, boot_ms: Option<Millis>) -> ProcessFacts {
+pub fn facts_with_boot(proc: &ProcFs, pid: i32, boot_ms: Option<Millis>) -> ProcessFacts {
     let mut f = ProcessFacts {
         pid,
         ..ProcessFacts::default()
     };
-    let mut err = |field: &str, reason: String| {
-        f.errors.push(FieldError {
-            field: field.to_string(),
-            reason,
-        })
-    };
-    let proc = match Process::new_with_root(proc_dir(proc_root, pid)) {
-        Ok(p) => p,
-        Err(e) => {
-            let r = reason(&e);
-            for field in [
-                "process", "cmdline", "env", "exe", "stat", "status", "threads", "fds",
-            ] {
-                err(field, r.clone());
-            }
-            return f;
+    let mut errors = Errors(Vec::new());
+    if let Err(e) = proc.exists(pid) {
+        for field in [
+            "process", "cmdline", "env", "exe", "stat", "status", "threads", "fds",
+        ] {
+            errors.push(field, &e);
         }
-    };
-    let mut errors: Vec<FieldError> = Vec::new();
-    let mut push = |field: &str, reason: String| {
-        errors.push(FieldError {
-            field: field.to_string(),
-            reason,
-        })
-    };
+        f.errors = errors.0;
+        return f;
+    }
+    read_stat(proc, pid, boot_ms, &mut f, &mut errors);
+    match proc.status(pid) {
+        Ok(st) => {
+            f.nspid = st.nspid.clone();
+            if let Some(kb) = st.vmrss {
+                f.rss_bytes = Some(kb * 1024);
+            }
+        }
+        Err(e) => errors.push("status", e),
+    }
+    match proc.cmdline(pid) {
+        Ok(c) => f.cmdline = Some(c),
+        Err(e) => errors.push("cmdline", e),
+    }
+    match proc.environ(pid) {
+        Ok(env) => f.env = Some(env),
+        Err(e) => errors.push("env", e),
+    }
+    match proc.exe(pid) {
+        Ok(p) => f.exe = Some(p.to_string_lossy().into_owned()),
+        Err(e) => errors.push("exe", e),
+    }
+    read_tasks_and_namespaces(proc, pid, &mut f, &mut errors);
+    f.errors = errors.0;
+    f
+}
 
-    match proc.stat() {
+/// `stat` (ppid, state, start, CPU, RSS) and `comm`.
+fn read_stat(
+    proc: &ProcFs,
+    pid: i32,
+    boot_ms: Option<Millis>,
+    f: &mut ProcessFacts,
+    errors: &mut Errors,
+) {
+    match proc.stat(pid) {
         Ok(st) => {
             f.ppid = Some(st.ppid);
             f.comm = Some(st.comm.clone());
@@ -131,120 +109,38 @@ pub fn facts_with_boot(proc_root: &Path, pid: i32, boot_ms: Option<Millis>) -> P
             if let Some(boot) = boot_ms {
                 f.started_at_ms = Some(boot + (st.starttime * 1000 / tps) as Millis);
             } else {
-                push("started_at", "boot time unknown (no btime in stat)".into());
+                errors.push("started_at", "boot time unknown (no btime in stat)");
             }
             f.rss_bytes = Some(st.rss * procfs::page_size());
         }
-        Err(e) => push("stat", reason(&e)),
+        Err(e) => errors.push("stat", e),
     }
     // comm from its own file is authoritative (stat's is parsed around parentheses)
-    match std::fs::read_to_string(proc_dir(proc_root, pid).join("comm")) {
-        Ok(c) => f.comm = Some(c.trim_end_matches('\n').to_string()),
-        Err(e) if f.comm.is_none() => push(
-            "comm",
-            io_reason(&e, &proc_dir(proc_root, pid).join("comm")),
-        ),
+    match proc.comm(pid) {
+        Ok(c) => f.comm = Some(c),
+        Err(e) if f.comm.is_none() => errors.push("comm", e),
         Err(_) => {}
     }
-    match proc.status() {
-        Ok(st) => {
-            f.nspid = st.nspid.clone();
-            if let Some(kb) = st.vmrss {
-                f.rss_bytes = Some(kb * 1024);
-            }
-        }
-        Err(e) => push("status", reason(&e)),
+}
+
+/// Fd count, threads, and the network and pid namespaces.
+fn read_tasks_and_namespaces(proc: &ProcFs, pid: i32, f: &mut ProcessFacts, errors: &mut Errors) {
+    match proc.fd_count(pid) {
+        Ok(n) => f.fd_count = Some(n as u32),
+        Err(e) => errors.push("fds", e),
     }
-    match proc.cmdline() {
-        Ok(c) => f.cmdline = Some(c),
-        Err(e) => push("cmdline", reason(&e)),
-    }
-    match proc.environ() {
-        Ok(env) => {
-            let map: BTreeMap<String, String> = env
-                .into_iter()
-                .map(|(k, v)| {
-                    (
-                        k.to_string_lossy().into_owned(),
-                        v.to_string_lossy().into_owned(),
-                    )
-                })
-                .collect();
-            f.env = Some(map);
-        }
-        Err(e) => push("env", reason(&e)),
-    }
-    match proc.exe() {
-        Ok(p) => f.exe = Some(p.to_string_lossy().into_owned()),
-        Err(e) => push("exe", reason(&e)),
-    }
-    // procfs's fast path (st_size of the fd dir) only holds on a real procfs; fixture
-    // trees are plain directories, so count entries there
-    if proc_root == Path::new("/proc") {
-        match proc.fd_count() {
-            Ok(n) => f.fd_count = Some(n as u32),
-            Err(e) => push("fds", reason(&e)),
-        }
-    } else {
-        let fd_dir = proc_dir(proc_root, pid).join("fd");
-        match std::fs::read_dir(&fd_dir) {
-            Ok(rd) => f.fd_count = Some(rd.count() as u32),
-            Err(e) => push("fds", io_reason(&e, &fd_dir)),
-        }
-    }
-    match read_threads(&proc_dir(proc_root, pid)) {
+    match proc.threads(pid, MAX_THREADS) {
         Ok(t) => f.threads = Some(t),
-        Err(r) => push("threads", r),
+        Err(e) => errors.push("threads", e),
     }
-    match ns_inode(proc_root, pid, "net") {
+    match proc.ns_inode(pid, "net") {
         Ok(n) => f.netns = Some(n),
-        Err(r) => push("netns", r),
+        Err(e) => errors.push("netns", e),
     }
-    match ns_inode(proc_root, pid, "pid") {
+    match proc.ns_inode(pid, "pid") {
         Ok(n) => f.pidns = Some(n),
-        Err(r) => push("pidns", r),
+        Err(e) => errors.push("pidns", e),
     }
-    f.errors = errors;
-    f
-}
-
-/// Thread ids and names from `task/*/comm` (bounded by [`MAX_THREADS`]).
-fn read_threads(dir: &Path) -> Result<Vec<ThreadInfo>, String> {
-    let task = dir.join("task");
-    let rd = std::fs::read_dir(&task).map_err(|e| io_reason(&e, &task))?;
-    let mut out = Vec::new();
-    for entry in rd.flatten() {
-        let Some(tid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        // a thread that exits between readdir and read is simply gone; keep the tid
-        let name = std::fs::read_to_string(entry.path().join("comm"))
-            .map(|s| s.trim_end_matches('\n').to_string())
-            .unwrap_or_default();
-        out.push(ThreadInfo { tid, name });
-        if out.len() >= MAX_THREADS {
-            break;
-        }
-    }
-    out.sort_by_key(|t| t.tid);
-    Ok(out)
-}
-
-/// Socket inodes held open by `pid` (from `fd/*` links). Used by discovery and proxies.
-pub fn socket_inodes(proc_root: &Path, pid: i32) -> Result<BTreeSet<u64>, String> {
-    let proc = Process::new_with_root(proc_dir(proc_root, pid)).map_err(|e| reason(&e))?;
-    let fds = proc.fd().map_err(|e| reason(&e))?;
-    Ok(fds
-        .flatten()
-        .filter_map(|fd| match fd.target {
-            FDTarget::Socket(inode) => Some(inode),
-            _ => None,
-        })
-        .collect())
 }
 
 /// Every pid of the topology, plus the pids whose cmdline/environ stand in for titled
@@ -280,7 +176,7 @@ impl ProcessesSource {
 
     /// One synchronous pass (the async `sample` runs this on a blocking thread).
     pub fn collect(&self, pids: &[i32]) -> (Vec<ProcessFacts>, SourceStatus) {
-        if std::fs::read_dir(&self.proc_root).is_err() {
+        if ProcFs::new(&self.proc_root).pids().is_err() {
             return (
                 Vec::new(),
                 SourceStatus::unavailable(format!(
@@ -316,10 +212,10 @@ impl ProcessesSource {
     /// Facts of each pid, each under [`PER_PID`] and all under [`ALL_PIDS`]: a process
     /// whose reads block (its mmap lock held) gets an error naming the read, not our hang.
     fn read_bounded(&self, pids: &[i32]) -> Vec<ProcessFacts> {
-        let root = self.proc_root.clone();
-        let boot = boot_time_ms(&root);
-        let items = pids.iter().map(|&p| (proc_dir(&root, p), p)).collect();
-        let read = move |&pid: &i32| facts_with_boot(&root, pid, boot);
+        let proc = ProcFs::new(&self.proc_root);
+        let boot = proc.boot_time_ms();
+        let items = pids.iter().map(|&p| (proc.pid_dir(p), p)).collect();
+        let read = move |&pid: &i32| facts_with_boot(&proc, pid, boot);
         let results = crate::deadline::map(items, PER_PID, ALL_PIDS, read);
         pids.iter()
             .zip(results)
@@ -426,7 +322,7 @@ mod tests {
         // cheap enough for 1 Hz on ~10 pids
         let t0 = Instant::now();
         for _ in 0..10 {
-            let _ = facts_with_boot(Path::new("/proc"), me, Some(0));
+            let _ = facts_with_boot(&ProcFs::real(), me, Some(0));
         }
         assert!(
             t0.elapsed() < std::time::Duration::from_millis(500),

@@ -95,6 +95,8 @@ pub struct LabOptions {
     pub proxy_env: Vec<(String, String)>,
     /// Seconds per decode step (default 0.03 in the engines).
     pub token_interval: Option<f64>,
+    /// Start the router with `--api-key KEY` (lab.py `--router-api-key`).
+    pub router_api_key: Option<String>,
 }
 
 impl LabOptions {
@@ -129,6 +131,10 @@ impl LabOptions {
     }
     pub fn token_interval(mut self, seconds: f64) -> Self {
         self.token_interval = Some(seconds);
+        self
+    }
+    pub fn router_api_key(mut self, key: &str) -> Self {
+        self.router_api_key = Some(key.into());
         self
     }
 }
@@ -332,6 +338,10 @@ impl Lab {
         env_args("--engine-env", &opts.engine_env, &mut args);
         env_args("--router-env", &opts.router_env, &mut args);
         env_args("--proxy-env", &opts.proxy_env, &mut args);
+        if let Some(k) = &opts.router_api_key {
+            args.push("--router-api-key".into());
+            args.push(k.clone());
+        }
         let argv: Vec<&str> = args.iter().map(String::as_str).collect();
         let mut lab = Lab {
             run_dir: Some(dir),

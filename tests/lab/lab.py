@@ -12,6 +12,9 @@ Standard library only; runs with the system python3. Subcommands:
   up --run-dir DIR [--mode pd|regular] [--base-port N] [--token-interval S]
      [--decode-env K=V]... [--prefill-env K=V]... [--engine-env K=V]...
      [--router-env K=V]... [--proxy-env K=V]... [--router-arg ARG]...
+     [--router-api-key KEY]               (the router then answers /workers and inference
+                                          only with `Authorization: Bearer KEY`; the lab's
+                                          own probes send it, `load` does not)
                                           start everything, wait for readiness, write and
                                           print DIR/lab.json
   load --run-dir DIR --agents N --rounds R [--timeout S] [--max-tokens M] [--total-timeout T]
@@ -55,6 +58,10 @@ FAULTS = {
     "queue-not-draining": ("decode", None, {"LAB_FAULT_TRANSFER_STUCK_AFTER": "0"}),
     "endpoint-unresponsive": ("decode", "engine", {"LAB_FAULT_HANG_METRICS": "1"}),
     "accumulating-state": ("proxy", "proxy", {"LAB_PROXY_LEAK": "1"}),
+    # Upstream sockets left in CLOSE_WAIT; 24 leaks (above the one-shot detector's 20 by
+    # default) before the proxy stops forwarding.
+    "close-wait-leak": ("proxy", "proxy", {"LAB_PROXY_LEAK": "close_wait",
+                                           "LAB_PROXY_LEAK_LIMIT": "24"}),
 }
 FAULT_VARS = ["SGLANG_DECODE_PREALLOC_SPLIT_TOKENS", "LAB_FAULT_STALL_AFTER_TOKENS",
               "LAB_FAULT_SPIN", "LAB_FAULT_TRANSFER_STUCK_AFTER", "LAB_FAULT_HANG_METRICS",
@@ -195,9 +202,12 @@ def free_ports(n):
     return ports
 
 
-def http_get(url, timeout=1.0):
+def http_get(url, timeout=1.0, bearer=None):
+    req = urllib.request.Request(url)
+    if bearer:
+        req.add_header("Authorization", "Bearer " + bearer)
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as r:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
             return r.status, r.read()
     except urllib.error.HTTPError as e:
         return e.code, e.read()
@@ -305,7 +315,7 @@ def wait_ready(lab, comp, deadline):
 
 
 def workers_healthy(lab, router):
-    st, body = http_get(router["url"] + "/workers")
+    st, body = http_get(router["url"] + "/workers", bearer=router.get("api_key"))
     if st != 200:
         return False
     try:
@@ -481,8 +491,11 @@ def cmd_up_once(a):
                 "--prometheus-port", str(m_port), "--health-check-interval-secs", "1",
                 "--health-failure-threshold", "1", "--health-success-threshold", "1",
                 "--disable-retries", "--disable-circuit-breaker",
-                "--shutdown-grace-period-secs", "1", "--log-level", "info", *a.router_arg],
+                "--shutdown-grace-period-secs", "1", "--log-level", "info", *a.router_arg,
+                *(["--api-key", a.router_api_key] if a.router_api_key else [])],
         "env": parse_env(a.router_env)})
+    if a.router_api_key:
+        router["api_key"] = a.router_api_key
     proxy = add({
         "name": "proxy", "role": "proxy", "port": x_port, "url": f"http://127.0.0.1:{x_port}",
         "upstream": router["url"],
@@ -629,6 +642,8 @@ def main(argv=None):
                     help="seconds per decode step (engine env LAB_TOKEN_INTERVAL_S; default 0.03)")
     for opt in ("--decode-env", "--prefill-env", "--engine-env", "--router-env", "--proxy-env"):
         up.add_argument(opt, action="append", default=[], metavar="K=V")
+    up.add_argument("--router-api-key", default=None, metavar="KEY",
+                    help="start the router with --api-key KEY (production norm)")
     up.add_argument("--router-arg", action="append", default=[],
                     help="extra argument for the router (repeat)")
     up.add_argument("--netns", action="store_true",

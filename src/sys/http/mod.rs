@@ -8,20 +8,25 @@
 //! on a thread nobody waits for ([`resolve`]), so a hung resolver cannot outlive the GET nor
 //! hold the runtime at exit. The answer's bytes are read by [`parse_response`], a pure
 //! function. Discovery, which is synchronous, uses the same client through [`get_blocking`].
+//! The TCP connection may be made by a caller-supplied [`Connector`] ([`get_using`]): the
+//! seam for reaching an endpoint from inside another network namespace.
 
+mod connect;
 mod resolve;
 mod response;
+
+pub use connect::Connector;
 
 pub use resolve::{system as system_resolver, Resolver, MAX_PENDING as MAX_PENDING_LOOKUPS};
 pub use response::{parse_response, Parsed, MAX_HEADER};
 
 use crate::model::FetchOutcome;
-use crate::netns::Netns;
 use response::{content_length, header_end};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use url::Url;
 
 /// Timeouts and size cap of one GET.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,42 +60,41 @@ pub struct Response {
     pub detail: Option<String>,
 }
 
-/// The parts of an `http://host:port/path` URL.
+/// Where one GET goes: parsed once with the one URL type ([`url::Url`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Url {
-    /// `host:port` to connect to (IPv6 in brackets).
+struct Target {
+    /// `host:port` to connect to (IPv6 in brackets; the port defaults to 80).
     pub authority: String,
-    /// Host header value.
+    /// Host header value (the port only when the URL names a non-default one).
     pub host: String,
+    /// Path and query sent in the request line.
     pub path: String,
 }
 
-/// Parses a plain `http://` URL; the port defaults to 80.
-pub fn parse_url(url: &str) -> Result<Url, String> {
-    let rest = url
-        .strip_prefix("http://")
-        .ok_or_else(|| format!("{url}: only http:// URLs are supported"))?;
-    let (auth, path) = match rest.find('/') {
-        Some(i) => (&rest[..i], &rest[i..]),
-        None => (rest, "/"),
-    };
-    if auth.is_empty() {
-        return Err(format!("{url}: no host"));
+/// Parses a plain `http://` URL (the only scheme the scraped endpoints speak); the port
+/// defaults to 80.
+fn parse_url(raw: &str) -> Result<Target, String> {
+    if !raw.starts_with("http://") {
+        return Err(format!("{raw}: only http:// URLs are supported"));
     }
-    let has_port = if auth.starts_with('[') {
-        auth.contains("]:")
-    } else {
-        auth.contains(':')
-    };
-    let authority = if has_port {
-        auth.to_string()
-    } else {
-        format!("{auth}:80")
-    };
-    Ok(Url {
-        authority,
-        host: auth.to_string(),
-        path: path.to_string(),
+    // The url crate reads `http:///x` as host `x`; a URL without a host is refused here.
+    if raw["http://".len()..].starts_with('/') {
+        return Err(format!("{raw}: no host"));
+    }
+    let url = Url::parse(raw).map_err(|e| format!("{raw}: {e}"))?;
+    let host = url
+        .host_str()
+        .filter(|h| !h.is_empty())
+        .ok_or_else(|| format!("{raw}: no host"))?;
+    let port = url.port_or_known_default().unwrap_or(80);
+    let path = &url[url::Position::BeforePath..url::Position::AfterQuery];
+    Ok(Target {
+        authority: format!("{host}:{port}"),
+        host: match url.port() {
+            Some(p) => format!("{host}:{p}"),
+            None => host.to_string(),
+        },
+        path: if path.is_empty() { "/" } else { path }.to_string(),
     })
 }
 
@@ -100,53 +104,75 @@ pub async fn get(url: &str, limits: Limits) -> Response {
     get_via(url, limits, resolve::system).await
 }
 
+/// [`get`] with an `Authorization` header (a router's own API key, sent back to that router
+/// only: see [`crate::sources::router_key`]). The header value is never part of a detail.
+pub async fn get_authorized(url: &str, limits: Limits, authorization: &str) -> Response {
+    let route = Route {
+        resolver: resolve::system,
+        connector: None,
+        authorization: Some(authorization),
+    };
+    get_with(url, limits, route).await
+}
+
 /// [`get`] with another resolver (tests: one that hangs).
 pub async fn get_via(url: &str, limits: Limits, resolver: Resolver) -> Response {
-    get_via_in(url, limits, resolver, None).await
+    get_using(url, limits, resolver, None).await
 }
 
-// --- netns (issue 11 item 5): connections made inside a container's network namespace ---
-
-/// [`get`] with the connection made inside network namespace `netns` (a component in a
-/// container, [`crate::netns`]); `None` is the host's namespace, as [`get`].
-pub async fn get_in(url: &str, limits: Limits, netns: Option<Netns>) -> Response {
-    get_via_in(url, limits, resolve::system, netns).await
+/// [`get_via`] whose TCP connection is made by `connector` (None: from this process, by
+/// tokio). The seam for scraping from inside another network namespace.
+pub async fn get_using(
+    url: &str,
+    limits: Limits,
+    resolver: Resolver,
+    connector: Option<Connector>,
+) -> Response {
+    let route = Route {
+        resolver,
+        connector,
+        authorization: None,
+    };
+    get_with(url, limits, route).await
 }
 
-/// [`get_blocking`] inside network namespace `netns`.
-pub fn get_blocking_in(url: &str, limits: Limits, netns: Option<Netns>) -> Response {
-    blocking(url, limits, netns)
-}
+// --- netns (issue 11 item 5) ---
 
-/// A URL's address inside another namespace: an IP literal only. A name would be resolved by
-/// the host's resolver, for the host's network, so it is refused rather than guessed at.
-fn literal_addr(url: &Url) -> Result<SocketAddr, Failure> {
-    url.authority.parse::<SocketAddr>().map_err(|_| {
-        (
-            FetchOutcome::Error,
-            format!(
-                "{}: not an IP address; names are not resolved inside another network namespace",
-                url.authority
-            ),
-        )
-    })
+/// [`get`] with every part of the route given: the resolver and connector of a component in a
+/// container ([`crate::sys::netns::route`]) and, for a router, its own key (see
+/// [`get_authorized`]).
+pub async fn get_routed(
+    url: &str,
+    limits: Limits,
+    (resolver, connector): (Resolver, Option<Connector>),
+    authorization: Option<&str>,
+) -> Response {
+    let route = Route {
+        resolver,
+        connector,
+        authorization,
+    };
+    get_with(url, limits, route).await
 }
 
 // --- end netns ---
 
-async fn get_via_in(
-    url: &str,
-    limits: Limits,
+/// How one GET reaches its server: who resolves the name, who makes the connection, and
+/// the credential it carries (a router's own key; never part of a detail).
+struct Route<'a> {
     resolver: Resolver,
-    netns: Option<Netns>,
-) -> Response {
+    connector: Option<Connector>,
+    authorization: Option<&'a str>,
+}
+
+async fn get_with(url: &str, limits: Limits, route: Route<'_>) -> Response {
     let start = Instant::now();
     let parsed = match parse_url(url) {
         Ok(u) => u,
         Err(e) => return finish(start, FetchOutcome::Error, None, Vec::new(), Some(e)),
     };
     let mut raw = Vec::new();
-    let work = fetch(&parsed, limits, resolver, netns, &mut raw);
+    let work = fetch(&parsed, limits, route, &mut raw);
     match tokio::time::timeout(limits.total, work).await {
         Ok(Err((outcome, detail))) => finish(start, outcome, None, Vec::new(), Some(detail)),
         Ok(Ok(())) => {
@@ -169,10 +195,22 @@ async fn get_via_in(
 /// [`get`] for synchronous callers (discovery), on its own thread and runtime so it works
 /// inside or outside an async context; returns within `limits.total` plus a margin.
 pub fn get_blocking(url: &str, limits: Limits) -> Response {
-    blocking(url, limits, None)
+    get_blocking_with(url, limits, None)
 }
 
-fn blocking(url: &str, limits: Limits, netns: Option<Netns>) -> Response {
+/// [`get_blocking`] with an `Authorization` value (see [`get_authorized`]).
+pub fn get_blocking_with(url: &str, limits: Limits, authorization: Option<String>) -> Response {
+    get_blocking_routed(url, limits, (resolve::system, None), authorization)
+}
+
+/// [`get_blocking_with`] through a given route (netns: a component in a container, see
+/// [`get_routed`]).
+pub fn get_blocking_routed(
+    url: &str,
+    limits: Limits,
+    (resolver, connector): (Resolver, Option<Connector>),
+    authorization: Option<String>,
+) -> Response {
     let start = Instant::now();
     let (tx, rx) = std::sync::mpsc::channel();
     let owned = url.to_string();
@@ -183,7 +221,14 @@ fn blocking(url: &str, limits: Limits, netns: Option<Netns>) -> Response {
                 .enable_all()
                 .build();
             let r = match rt {
-                Ok(rt) => rt.block_on(get_in(&owned, limits, netns)),
+                Ok(rt) => {
+                    let route = Route {
+                        resolver,
+                        connector,
+                        authorization: authorization.as_deref(),
+                    };
+                    rt.block_on(get_with(&owned, limits, route))
+                }
                 Err(e) => finish(
                     start,
                     FetchOutcome::Error,
@@ -231,21 +276,11 @@ type Failure = (FetchOutcome, String);
 
 /// Resolves (under the connect timeout) and connects to the first address that answers.
 async fn connect(
-    url: &Url,
+    url: &Target,
     limits: Limits,
     resolver: Resolver,
-    netns: Option<Netns>,
+    connector: Option<Connector>,
 ) -> Result<TcpStream, Failure> {
-    if let Some(ns) = netns {
-        let sa = literal_addr(url)?;
-        return crate::netns::connect(ns, sa, limits.connect)
-            .await
-            .map_err(|e| match e {
-                crate::netns::NetnsError::Timeout { .. } => (FetchOutcome::Timeout, e.to_string()),
-                _ if e.is_refused() => (FetchOutcome::Refused, e.to_string()),
-                _ => (FetchOutcome::Error, e.to_string()),
-            });
-    }
     let addrs = resolve::resolve(&url.authority, limits.connect, resolver)
         .await
         .map_err(|e| (FetchOutcome::Error, e))?;
@@ -254,7 +289,11 @@ async fn connect(
         format!("{}: no address", url.authority),
     );
     for sa in addrs {
-        last = match connect_one(sa, limits.connect).await {
+        let attempt = match &connector {
+            Some(c) => connect::via(c, sa, limits.connect).await,
+            None => connect_one(sa, limits.connect).await,
+        };
+        last = match attempt {
             Ok(s) => return Ok(s),
             Err(f) => f,
         };
@@ -279,15 +318,20 @@ async fn connect_one(sa: SocketAddr, within: Duration) -> Result<TcpStream, Fail
 /// Connect, send, read until EOF, cap or `Content-Length`. Writes what it got into `raw` so a
 /// timeout still keeps the partial answer; [`parse_response`] reads it afterwards.
 async fn fetch(
-    url: &Url,
+    url: &Target,
     limits: Limits,
-    resolver: Resolver,
-    netns: Option<Netns>,
+    route: Route<'_>,
     raw: &mut Vec<u8>,
 ) -> Result<(), Failure> {
-    let mut stream = connect(url, limits, resolver, netns).await?;
+    let mut stream = connect(url, limits, route.resolver, route.connector).await?;
+    // A value with a line break would smuggle headers: such a header is not sent at all.
+    let auth = route
+        .authorization
+        .filter(|a| !a.contains(['\r', '\n']))
+        .map(|a| format!("Authorization: {a}\r\n"))
+        .unwrap_or_default();
     let req = format!(
-        "GET {} HTTP/1.0\r\nHost: {}\r\nUser-Agent: wedgewatch\r\nAccept: */*\r\nConnection: close\r\n\r\n",
+        "GET {} HTTP/1.0\r\nHost: {}\r\nUser-Agent: wedgewatch\r\nAccept: */*\r\n{auth}Connection: close\r\n\r\n",
         url.path, url.host
     );
     if let Err(e) = stream.write_all(req.as_bytes()).await {
@@ -338,5 +382,51 @@ mod tests {
         assert_eq!(u.authority, "example:80");
         assert!(parse_url("https://x/").is_err());
         assert!(parse_url("http:///x").is_err());
+        let u = parse_url("http://u:p@127.0.0.1:29000/m?x=1#f").unwrap();
+        assert_eq!(
+            (u.authority.as_str(), u.path.as_str()),
+            ("127.0.0.1:29000", "/m?x=1")
+        );
+    }
+
+    #[tokio::test]
+    async fn a_supplied_connector_makes_the_connection_and_cannot_hang_the_get() {
+        use std::io::{Read, Write};
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::Arc;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut buf = [0u8; 1024];
+            let _ = s.read(&mut buf);
+            let _ = s.write_all(b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok");
+        });
+        let used = Arc::new(AtomicBool::new(false));
+        let seen = Arc::clone(&used);
+        let direct: Connector = Arc::new(move |sa, within| {
+            seen.store(true, Ordering::SeqCst);
+            std::net::TcpStream::connect_timeout(&sa, within)
+        });
+        let url = format!("http://127.0.0.1:{port}/x");
+        let r = get_using(&url, Limits::default(), resolve::system, Some(direct)).await;
+        assert_eq!(
+            (r.outcome, r.body.as_slice()),
+            (FetchOutcome::Ok, &b"ok"[..])
+        );
+        assert!(used.load(Ordering::SeqCst));
+
+        let hangs: Connector = Arc::new(|_, _| {
+            std::thread::sleep(Duration::from_secs(5));
+            Err(std::io::Error::other("late"))
+        });
+        let limits = Limits {
+            connect: Duration::from_millis(100),
+            ..Limits::default()
+        };
+        let t = Instant::now();
+        let r = get_using("http://127.0.0.1:9/", limits, resolve::system, Some(hangs)).await;
+        assert_eq!(r.outcome, FetchOutcome::Timeout, "{r:?}");
+        assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
     }
 }

@@ -1,0 +1,368 @@
+//! The API key of a router started with `--api-key`, for its authenticated endpoints.
+//!
+//! A router started with `--api-key KEY` (the production norm) answers `GET /workers` with 401
+//! unless the request carries `Authorization: Bearer KEY`. wedgewatch already reads every
+//! process's command line and environment, so it can read that key and ask the router with
+//! it. Doing so leaks nothing as long as the key only ever goes back to the router it came
+//! from, and nowhere else:
+//!
+//! - it is read at scrape time, from `/proc`, for one GET, and dropped right after; it is
+//!   never put in the topology, a sample, a snapshot, a recording, a log or the TUI;
+//! - [`RouterKey`] has no `Serialize`, `Display` or `Clone`, and its `Debug` says
+//!   `<redacted>`, so it cannot end up in an output by accident; its bytes are overwritten when
+//!   it is dropped;
+//! - it is sent only to the router's own HTTP URL, which discovery builds from the router
+//!   process's own listening sockets on this host (`docs/security.md` §13); a `--url` target
+//!   (no process, an address given by the user) never gets a key.
+//!
+//! Where the key comes from, first found wins:
+//! 1. `--api-key` on the router's own arguments (its launcher's when setproctitle clobbered
+//!    them: the `args_pid` label), argparse-style (`--api-key K`, `--api-key=K`,
+//!    `--api_key K`, last one wins);
+//! 2. with `--router-key-env NAME`: `NAME` in the router's own environment (`env_pid`);
+//! 3. with `--router-key-env NAME`: `NAME` in wedgewatch's own environment, only for a router
+//!    process owned by root or by the user running wedgewatch. Any local user can start a
+//!    process that looks like a router; the operator's key must not be handed to it.
+
+use crate::model::Component;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Longest wait for one `/proc` read of the router's (or its launcher's) cmdline or environ:
+/// a process holding its mmap lock makes those reads block (see [`crate::deadline`]).
+const READ_DEADLINE: Duration = Duration::from_millis(250);
+
+/// Environ files are read whole; a real one is a few KiB, a hostile one is not read past this.
+const MAX_PROC_FILE: u64 = 1 << 20;
+
+/// The flag a router takes its key from (sglang-router, smg, sgl-router, vllm-router).
+const KEY_FLAG: &str = "--api-key";
+
+/// A router's API key. Deliberately not `Clone`, `Serialize` or `Display`.
+pub struct RouterKey(Vec<u8>);
+
+impl RouterKey {
+    /// The `Authorization` header value.
+    pub fn bearer(&self) -> String {
+        format!("Bearer {}", String::from_utf8_lossy(&self.0))
+    }
+
+    fn new(v: &[u8]) -> Option<RouterKey> {
+        // An empty key, or one that would break the header line, is not a key we can send.
+        let ok = !v.is_empty() && v.iter().all(|b| b.is_ascii_graphic());
+        ok.then(|| RouterKey(v.to_vec()))
+    }
+}
+
+impl std::fmt::Debug for RouterKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RouterKey(<redacted>)")
+    }
+}
+
+impl Drop for RouterKey {
+    fn drop(&mut self) {
+        // Best effort: the key should not outlive its one request in freed memory. `black_box`
+        // reads the zeroed buffer, so the optimiser cannot drop the writes as dead stores.
+        self.0.iter_mut().for_each(|b| *b = 0);
+        std::hint::black_box(&self.0);
+    }
+}
+
+/// Where a key may be looked for.
+#[derive(Debug, Clone, Default)]
+pub struct KeySources {
+    /// procfs root (`/proc`; a fixture tree in tests).
+    pub proc_root: PathBuf,
+    /// `--router-key-env NAME`.
+    pub env_name: Option<String>,
+}
+
+/// What the look-up found.
+#[derive(Debug)]
+pub enum Lookup {
+    /// A key, and where it came from (for the endpoint's detail; never the key itself).
+    Found(RouterKey, String),
+    /// No key; why (said on the endpoint when the router answers 401).
+    None(String),
+}
+
+/// The key of router component `c`. `own_env` reads wedgewatch's own environment (a
+/// parameter so that tests need not change the process environment).
+pub fn lookup(c: &Component, src: &KeySources, own_env: &dyn Fn(&str) -> Option<String>) -> Lookup {
+    let found_by = c
+        .labels
+        .get(crate::model::topology::labels::LABEL_FOUND_BY)
+        .map(String::as_str);
+    let Some(main_pid) = c.main_pid else {
+        return Lookup::None("no router process known (a --url target)".into());
+    };
+    if found_by.is_some_and(|f| f.starts_with("--url")) {
+        return Lookup::None("a --url target gets no key".into());
+    }
+    let args_pid = label_pid(c, crate::model::topology::labels::LABEL_ARGS_PID).unwrap_or(main_pid);
+    let env_pid = label_pid(c, crate::model::topology::labels::LABEL_ENV_PID).unwrap_or(main_pid);
+    let mut tried = Vec::new();
+    // Discovery says when setproctitle overwrote the arguments and no launcher kept them.
+    let args_lost = c
+        .labels
+        .get(crate::model::topology::labels::LABEL_ARGS_SOURCE)
+        .is_some_and(|s| s.starts_with("unavailable"));
+    if args_lost {
+        tried.push(format!(
+            "the arguments of pid {args_pid} were overwritten by its process title and no \
+             launcher kept them"
+        ));
+    } else {
+        match read_proc(&src.proc_root, args_pid, "cmdline") {
+            Ok(raw) => {
+                if let Some(k) = flag_in_cmdline(&raw, KEY_FLAG) {
+                    return Lookup::Found(k, format!("{KEY_FLAG} of pid {args_pid}"));
+                }
+                tried.push(format!("no {KEY_FLAG} in the arguments of pid {args_pid}"));
+            }
+            Err(e) => tried.push(e),
+        }
+    }
+    if let Some(name) = src.env_name.as_deref() {
+        match read_proc(&src.proc_root, env_pid, "environ") {
+            Ok(raw) => {
+                if let Some(k) = var_in_environ(&raw, name) {
+                    return Lookup::Found(k, format!("${name} of pid {env_pid}"));
+                }
+                tried.push(format!("no ${name} in the environment of pid {env_pid}"));
+            }
+            Err(e) => tried.push(e),
+        }
+        match own_env(name) {
+            Some(v) => match owner_may_have_it(&src.proc_root, main_pid) {
+                Ok(()) => {
+                    if let Some(k) = RouterKey::new(v.as_bytes()) {
+                        return Lookup::Found(k, format!("${name} of wedgewatch"));
+                    }
+                    tried.push(format!("${name} of wedgewatch is empty or not one token"));
+                }
+                Err(why) => tried.push(format!("${name} of wedgewatch not sent: {why}")),
+            },
+            None => tried.push(format!("${name} is not set for wedgewatch")),
+        }
+    } else {
+        // Worded so that no word follows the option: the redactor would take it for its value.
+        tried.push("no key variable named with --router-key-env".into());
+    }
+    Lookup::None(tried.join("; "))
+}
+
+/// Whether an HTTP failure detail ([`crate::http`]) is an authentication refusal.
+pub fn is_auth_refusal(detail: &str) -> bool {
+    matches!(detail, "HTTP status 401" | "HTTP status 403")
+}
+
+/// The `Authorization` value for discovery's `GET /workers` of router `c` (its config
+/// edges when its arguments are lost), or None. Discovery is synchronous and already runs off
+/// the runtime, under its own deadline.
+pub fn discovery_key(c: &Component, proc_root: &Path, env_name: Option<&str>) -> Option<String> {
+    let src = KeySources {
+        proc_root: proc_root.to_path_buf(),
+        env_name: env_name.map(str::to_string),
+    };
+    let own_env = |name: &str| std::env::var(name).ok();
+    match lookup(c, &src, &own_env) {
+        Lookup::Found(k, _) => Some(k.bearer()),
+        Lookup::None(_) => None,
+    }
+}
+
+fn label_pid(c: &Component, label: &str) -> Option<i32> {
+    c.labels.get(label).and_then(|v| v.parse().ok())
+}
+
+/// Reads `/proc/PID/FILE` under [`READ_DEADLINE`] on a detached thread, at most
+/// [`MAX_PROC_FILE`] bytes.
+fn read_proc(root: &Path, pid: i32, file: &str) -> Result<Vec<u8>, String> {
+    let path = root.join(pid.to_string()).join(file);
+    let p = path.clone();
+    let read = move || -> std::io::Result<Vec<u8>> {
+        use std::io::Read;
+        let mut out = Vec::new();
+        std::fs::File::open(&p)?
+            .take(MAX_PROC_FILE)
+            .read_to_end(&mut out)?;
+        Ok(out)
+    };
+    match crate::deadline::call(&path, READ_DEADLINE, read) {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(format!("cannot read {}: {e}", path.display())),
+        Err(e) => Err(e),
+    }
+}
+
+/// The value of the last occurrence of `flag` in a NUL-separated cmdline, argparse-style.
+fn flag_in_cmdline(raw: &[u8], flag: &str) -> Option<RouterKey> {
+    let want = flag.replace('_', "-");
+    let args: Vec<&[u8]> = raw.split(|b| *b == 0).collect();
+    let mut found: Option<&[u8]> = None;
+    let mut i = 0;
+    while i < args.len() {
+        let a = args[i];
+        let name_end = a.iter().position(|b| *b == b'=').unwrap_or(a.len());
+        let name = String::from_utf8_lossy(&a[..name_end]).replace('_', "-");
+        if name == want {
+            if name_end < a.len() {
+                found = Some(&a[name_end + 1..]);
+            } else if let Some(v) = args.get(i + 1).filter(|v| !v.starts_with(b"--")) {
+                found = Some(v);
+                i += 1;
+            }
+        }
+        i += 1;
+    }
+    found.and_then(RouterKey::new)
+}
+
+/// The value of `NAME` in a NUL-separated environ.
+fn var_in_environ(raw: &[u8], name: &str) -> Option<RouterKey> {
+    raw.split(|b| *b == 0)
+        .filter_map(|kv| {
+            let eq = kv.iter().position(|b| *b == b'=')?;
+            (&kv[..eq] == name.as_bytes()).then(|| &kv[eq + 1..])
+        })
+        .next_back()
+        .and_then(RouterKey::new)
+}
+
+/// Whether wedgewatch's own key may go to this process: it runs as root or as us.
+fn owner_may_have_it(root: &Path, pid: i32) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let path = root.join(pid.to_string());
+    let uid = std::fs::metadata(&path)
+        .map_err(|e| format!("cannot stat {}: {e}", path.display()))?
+        .uid();
+    let me = nix::unistd::geteuid().as_raw();
+    if uid == 0 || uid == me {
+        Ok(())
+    } else {
+        Err(format!(
+            "the router runs as uid {uid}, neither root nor wedgewatch's uid {me}"
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Role;
+
+    fn text(k: &Option<RouterKey>) -> Option<String> {
+        k.as_ref().map(|k| k.bearer())
+    }
+
+    #[test]
+    fn flags_are_read_like_argparse() {
+        let raw = b"python\0-m\0sglang_router.launch_router\0--api-key\0k1\0--port\x0030000\0";
+        assert_eq!(
+            text(&flag_in_cmdline(raw, KEY_FLAG)).as_deref(),
+            Some("Bearer k1")
+        );
+        let raw = b"smg\0--api_key=k2\0--api-key\0k3\0";
+        assert_eq!(
+            text(&flag_in_cmdline(raw, KEY_FLAG)).as_deref(),
+            Some("Bearer k3")
+        );
+        let raw = b"smg\0--api-key\0--port\x0030000\0";
+        assert!(flag_in_cmdline(raw, KEY_FLAG).is_none());
+        let raw = b"smg\0--api-key-file\0x\0";
+        assert!(flag_in_cmdline(raw, KEY_FLAG).is_none());
+        // A value that would break the header line is not sent.
+        let raw = b"smg\0--api-key\0a\r\nX-Evil: 1\0";
+        assert!(flag_in_cmdline(raw, KEY_FLAG).is_none());
+    }
+
+    #[test]
+    fn environ_last_value_wins_and_names_are_exact() {
+        let raw = b"A=1\0ROUTER_KEY=x\0ROUTER_KEY=y\0ROUTER_KEY_OLD=z\0";
+        assert_eq!(
+            text(&var_in_environ(raw, "ROUTER_KEY")).as_deref(),
+            Some("Bearer y")
+        );
+        assert!(var_in_environ(raw, "ROUTER").is_none());
+    }
+
+    #[test]
+    fn debug_never_shows_the_key() {
+        let k = RouterKey::new(b"s3cret-value").expect("a key");
+        assert_eq!(format!("{k:?}"), "RouterKey(<redacted>)");
+        let l = Lookup::Found(k, "--api-key of pid 1".into());
+        assert!(!format!("{l:?}").contains("s3cret"));
+    }
+
+    fn fake_proc(pid: i32, cmdline: &[u8], environ: &[u8]) -> tempfile::TempDir {
+        let d = tempfile::tempdir().expect("tempdir");
+        let p = d.path().join(pid.to_string());
+        std::fs::create_dir_all(&p).expect("mkdir");
+        std::fs::write(p.join("cmdline"), cmdline).expect("cmdline");
+        std::fs::write(p.join("environ"), environ).expect("environ");
+        d
+    }
+
+    fn router(pid: i32) -> Component {
+        let mut c = Component::new("router@127.0.0.1:30000", Role::Router, "sglang");
+        c.main_pid = Some(pid);
+        c.pids = vec![pid];
+        c
+    }
+
+    #[test]
+    fn lookup_order_and_reasons() {
+        let d = fake_proc(
+            42,
+            b"smg\0launch\0--port\x0030000\0",
+            b"ROUTER_KEY=from-env\0",
+        );
+        let mut src = KeySources {
+            proc_root: d.path().to_path_buf(),
+            env_name: None,
+        };
+        let none = |_: &str| None;
+        match lookup(&router(42), &src, &none) {
+            Lookup::None(why) => {
+                assert!(
+                    why.contains("no --api-key in the arguments of pid 42"),
+                    "{why}"
+                )
+            }
+            Lookup::Found(..) => panic!("no key expected"),
+        }
+        src.env_name = Some("ROUTER_KEY".into());
+        match lookup(&router(42), &src, &none) {
+            Lookup::Found(k, from) => {
+                assert_eq!(k.bearer(), "Bearer from-env");
+                assert_eq!(from, "$ROUTER_KEY of pid 42");
+            }
+            Lookup::None(why) => panic!("{why}"),
+        }
+        let d2 = fake_proc(43, b"smg\0--api-key\0from-args\0", b"ROUTER_KEY=from-env\0");
+        src.proc_root = d2.path().to_path_buf();
+        match lookup(&router(43), &src, &none) {
+            Lookup::Found(k, _) => assert_eq!(k.bearer(), "Bearer from-args"),
+            Lookup::None(why) => panic!("{why}"),
+        }
+        // Our own environment: the fake /proc entry is owned by us, so it may have it.
+        let d3 = fake_proc(44, b"smg\0", b"");
+        src.proc_root = d3.path().to_path_buf();
+        let own = |n: &str| (n == "ROUTER_KEY").then(|| "ours".to_string());
+        match lookup(&router(44), &src, &own) {
+            Lookup::Found(k, from) => {
+                assert_eq!(k.bearer(), "Bearer ours");
+                assert_eq!(from, "$ROUTER_KEY of wedgewatch");
+            }
+            Lookup::None(why) => panic!("{why}"),
+        }
+        let mut url = router(44);
+        url.labels.insert(
+            crate::model::topology::labels::LABEL_FOUND_BY.into(),
+            "--url".into(),
+        );
+        assert!(matches!(lookup(&url, &src, &own), Lookup::None(_)));
+    }
+}
