@@ -202,6 +202,20 @@ fn pods_on_one_port_are_two_components_scraped_inside_their_namespaces() {
     // the namespace threads never leaked into this process's other threads
     all_threads_in_our_namespace().expect("threads");
 
+    // a request held open at pod-b's engine (sent inside pod-b, never answered: its headers
+    // never end) is that engine's, not pod-a's on the same port
+    let held = wedgewatch::netns::connect_blocking(
+        wedgewatch::netns::Netns {
+            pid: lab.b.engine_pid,
+            inode: lab.b.netns,
+        },
+        format!("127.0.0.1:{}", lab.port).parse().expect("addr"),
+        std::time::Duration::from_secs(1),
+    )
+    .expect("connect inside pod-b");
+    std::io::Write::write_all(&mut &held, b"GET /v1/models HTTP/1.1\r\nHost: pod-b\r\n")
+        .expect("send");
+
     // snapshot through the CLI: no false endpoint_unresponsive, the fields in the contract
     let out = Command::new(env!("CARGO_BIN_EXE_wedgewatch"))
         .args(["snapshot", "--json", "--window", "2"])
@@ -249,6 +263,18 @@ fn pods_on_one_port_are_two_components_scraped_inside_their_namespaces() {
     if let Some(id) = &lab.a.container_id {
         assert_eq!(engine_a["container"], format!("docker {}", &id[..12]));
     }
+    let client = held.local_addr().expect("local addr").to_string();
+    let at: Vec<&str> = snap["requests"]
+        .as_array()
+        .expect("requests")
+        .iter()
+        .filter(|r| r["client"].as_str() == Some(client.as_str()))
+        .filter_map(|r| r["component"].as_str())
+        .filter(|c| ours.iter().any(|o| o == c))
+        .collect();
+    assert!(!at.is_empty(), "{client}: {:#}", snap["requests"]);
+    assert!(at.iter().all(|c| *c == lab.engine_id(&lab.b)), "{at:?}");
+    drop(held);
     validate_snapshot(&snap);
 }
 
