@@ -17,6 +17,11 @@ Standard library only; runs with the system python3. Subcommands:
                                           own probes send it, `load` does not)
                                           start everything, wait for readiness, write and
                                           print DIR/lab.json
+  up --netns --run-dir DIR [--base-port N]
+                                          containers on one host: two pods (own net + PID
+                                          namespace, docker-like cgroup) with an engine each
+                                          on one port, a router in pod-a, a decoy on the
+                                          host's 127.0.0.1 at that port (netns_lab.py; root)
   load --run-dir DIR --agents N --rounds R [--timeout S] [--max-tokens M] [--total-timeout T]
                                           run harness.py against the proxy, print its JSON
   restart --run-dir DIR COMPONENT [--env K=V]... [--unset K]...
