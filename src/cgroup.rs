@@ -148,12 +148,16 @@ pub fn parse_path(path: &str) -> Option<Placement> {
             pod: Some(p),
         });
     }
-    // No container: the innermost systemd unit, if any (not `init.scope`, systemd itself).
+    // No container: the innermost systemd unit, if any. Not `init.scope` (systemd itself),
+    // nor a login session or a user's manager: a stack started from a shell is in no
+    // container, and naming the session on every component would only be noise.
     segs.iter()
         .rev()
         .find(|s| {
             (s.ends_with(".service") || s.ends_with(".scope"))
                 && **s != "init.scope"
+                && !s.starts_with("session-")
+                && !s.starts_with("user@")
                 && s.len() <= MAX_UNIT
                 && s.chars()
                     .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '@' | ':'))
@@ -279,6 +283,15 @@ mod tests {
         );
         assert_eq!(name(&hybrid).as_deref(), Some("docker 3726184226f5"));
         assert_eq!(name("0::/\n"), None);
+        assert_eq!(
+            name("0::/user.slice/user-1000.slice/session-3.scope\n"),
+            None
+        );
+        assert_eq!(
+            name("0::/user.slice/user-1000.slice/user@1000.service/app.slice/run-r1.scope\n")
+                .as_deref(),
+            Some("systemd run-r1.scope")
+        );
         assert_eq!(name("0::/init.scope\n"), None);
         assert_eq!(name(""), None);
         assert_eq!(name("garbage"), None);
