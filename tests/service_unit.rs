@@ -204,21 +204,7 @@ fn the_units_directories_are_where_clients_look_and_its_command_line_uses_them()
             .expect("mkdir");
     }
     let log = tmp.path().join("stderr");
-    let mut child = wedgewatch()
-        .args(exec_args(&unit))
-        .arg("--proc-root")
-        .arg(fixture_proc("container"))
-        .args(["--nvml-lib", "/nonexistent/libnvidia-ml.so.1"])
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .envs(environment(&unit))
-        .env("STATE_DIRECTORY", &state)
-        .env("RUNTIME_DIRECTORY", &runtime)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).expect("log"))
-        .spawn()
-        .expect("spawn");
+    let mut child = start_as_systemd_would(&unit, &state, &runtime, &log);
     let sock = runtime.join("daemon.sock");
     let deadline = Instant::now() + Duration::from_secs(20);
     let pong = loop {
@@ -243,22 +229,7 @@ fn the_units_directories_are_where_clients_look_and_its_command_line_uses_them()
         "the recording in StateDirectory"
     );
 
-    // systemctl stop: SIGTERM, then a clean exit well within TimeoutStopSec.
-    let _ = nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    );
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let status = loop {
-        if let Some(s) = child.try_wait().expect("wait") {
-            break s;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("the daemon did not stop within 10 s of SIGTERM");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let status = stop_as_systemctl_would(&mut child);
     let stderr = std::fs::read_to_string(&log).unwrap_or_default();
     assert!(status.success(), "{status}: {stderr}");
     assert!(!sock.exists(), "socket removed on stop");
@@ -266,4 +237,49 @@ fn the_units_directories_are_where_clients_look_and_its_command_line_uses_them()
         stderr.contains("INFO daemon started"),
         "the unit's RUST_LOG: {stderr}"
     );
+}
+
+/// The unit's command line (on the fixture /proc tree, without NVML) with the environment
+/// systemd gives it: the unit's `Environment=` and the two directories.
+fn start_as_systemd_would(
+    unit: &BTreeMap<(String, String), Vec<String>>,
+    state: &Path,
+    runtime: &Path,
+    log: &Path,
+) -> std::process::Child {
+    wedgewatch()
+        .args(exec_args(unit))
+        .arg("--proc-root")
+        .arg(fixture_proc("container"))
+        .args(["--nvml-lib", "/nonexistent/libnvidia-ml.so.1"])
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .envs(environment(unit))
+        .env("STATE_DIRECTORY", state)
+        .env("RUNTIME_DIRECTORY", runtime)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).expect("log"))
+        .spawn()
+        .expect("spawn")
+}
+
+/// `systemctl stop`: SIGTERM, then the exit status, which must come well within the unit's
+/// TimeoutStopSec.
+fn stop_as_systemctl_would(child: &mut std::process::Child) -> std::process::ExitStatus {
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            return s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the daemon did not stop within 10 s of SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
