@@ -14,6 +14,7 @@
 
 pub mod dirs;
 pub mod lock;
+pub mod log;
 pub mod protocol;
 pub mod socket;
 
@@ -55,6 +56,8 @@ pub struct DaemonConfig {
     pub window_ms: i64,
     pub thresholds: Thresholds,
     pub rediscover_every_ms: u64,
+    /// How often findings and source health are evaluated for the log ([`log`]).
+    pub log_every_ms: u64,
 }
 
 impl DaemonConfig {
@@ -67,6 +70,9 @@ impl DaemonConfig {
             window_ms: 30 * 1000,
             thresholds: Thresholds::default(),
             rediscover_every_ms: 10_000,
+            // Findings take 20-30 s to open (thresholds); a line 2 s late is fine, and one
+            // detector pass every 2 s is a small cost beside sampling.
+            log_every_ms: 2_000,
         }
     }
     pub fn recording_dir(&self) -> PathBuf {
@@ -159,8 +165,22 @@ impl Daemon {
         let state_dir = safe_fs::private_dir(&cfg.state_dir)?;
         let _lock = lock::lock_state_dir(&state_dir)?;
         let (listener, bound) = socket::bind_private(&cfg.socket_path).await?;
+        let recording = match cfg.rotation {
+            Some(_) => cfg.recording_dir().display().to_string(),
+            None => "off".to_string(),
+        };
+        tracing::info!(
+            socket = %cfg.socket_path.display(),
+            recording = %recording,
+            pid = std::process::id(),
+            "daemon started"
+        );
         let result = self.serve_and_sample(listener, &state_dir, shutdown).await;
         bound.remove_if_ours();
+        match &result {
+            Ok(()) => tracing::info!("daemon stopped"),
+            Err(e) => tracing::error!("daemon stopped: {e}"),
+        }
         result
     }
 
@@ -170,12 +190,14 @@ impl Daemon {
         state_dir: &Path,
         mut shutdown: watch::Receiver<bool>,
     ) -> Result<()> {
-        let topo = self.first_topology().await;
+        let mut discovery = log::HealthTracker::default();
+        let topo = self.first_topology(&mut discovery).await;
         let (topo_tx, topo_rx) = watch::channel(topo.clone());
         let mut state = LoopState {
             writer: self.open_recording(state_dir, &topo)?,
             topo_key: topology_key(&topo),
             pending_reason: Some("start".to_string()),
+            discovery,
         };
         lock(&self.shared).model.set_topology(topo);
 
@@ -187,6 +209,16 @@ impl Daemon {
         let (tx, mut rx) = mpsc::channel::<Sample>(4096);
         let (stop_tx, stop_rx) = watch::channel(false);
         let sampler_task = tokio::spawn(sampler.run(tx, stop_rx));
+        // No subscriber (the TUI's in-process daemon, library users): no detector passes
+        // for a log nobody writes.
+        let logger = tracing::level_enabled!(tracing::Level::ERROR).then(|| {
+            tokio::spawn(log::watch(
+                self.shared.clone(),
+                stats.clone(),
+                self.clock.clone(),
+                Duration::from_millis(self.config.log_every_ms.max(100)),
+            ))
+        });
         let server = tokio::spawn(serve(
             listener,
             self.shared.clone(),
@@ -207,7 +239,9 @@ impl Daemon {
                     self.on_sample(&s, &mut state);
                 }
                 _ = rediscover.tick() => {
-                    if let Ok(t) = (self.discover)().await {
+                    let found = (self.discover)().await;
+                    log_discovery(&mut state.discovery, &found, self.clock.now_ms());
+                    if let Ok(t) = found {
                         self.on_discovery(t, &mut state, &topo_tx);
                     }
                 }
@@ -217,19 +251,18 @@ impl Daemon {
         drop(rx);
         let _ = sampler_task.await;
         server.abort();
+        if let Some(l) = logger {
+            l.abort();
+        }
         Ok(())
     }
 
     /// The topology to start with. Sampling an empty topology still records sockets and
     /// GPU, so a failed discovery is said and retried later, not fatal.
-    async fn first_topology(&self) -> Topology {
-        match (self.discover)().await {
-            Ok(t) => t,
-            Err(e) => {
-                tracing_note(&format!("discovery failed, retrying: {e}"));
-                Topology::default()
-            }
-        }
+    async fn first_topology(&self, discovery: &mut log::HealthTracker) -> Topology {
+        let found = (self.discover)().await;
+        log_discovery(discovery, &found, self.clock.now_ms());
+        found.unwrap_or_default()
     }
 
     /// The rotated recording in `state_dir/recording`, starting with the topology; `None`
@@ -252,7 +285,7 @@ impl Daemon {
         if let Some(w) = state.writer.as_mut() {
             if let Err(e) = w.write_sample(s) {
                 // A full disk must not stop the live view; say so once.
-                tracing_note(&format!("recording stopped: {e}"));
+                tracing::error!("recording stopped: {e}");
                 state.writer = None;
             }
         }
@@ -279,6 +312,7 @@ impl Daemon {
             return;
         }
         state.topo_key = k;
+        tracing::info!(components = t.components.len(), "topology changed");
         lock(&self.shared).model.set_topology(t.clone());
         if let Some(w) = state.writer.as_mut() {
             let _ = w.write(&Record::Topology {
@@ -300,11 +334,20 @@ struct LoopState {
     topo_key: Vec<(String, Option<i32>, Vec<i32>)>,
     /// Why the next baseline is taken, when something asked for one.
     pending_reason: Option<String>,
+    /// Whether discovery works, for the log.
+    discovery: log::HealthTracker,
 }
 
-fn tracing_note(msg: &str) {
-    // Logs land in bug reports too: error texts can quote URLs, argv, response bodies.
-    eprintln!("wedgewatch daemon: {}", crate::redact::log_line(msg));
+/// Discovery's failures are logged like a source's: when it starts failing and when it
+/// works again, not at every retry.
+fn log_discovery(t: &mut log::HealthTracker, found: &Result<Topology>, now: Millis) {
+    let st = match found {
+        Ok(_) => crate::model::SourceStatus::ok(),
+        Err(e) => crate::model::SourceStatus::unavailable(e.to_string()),
+    };
+    if let Some(e) = t.update("discovery", &st, now) {
+        log::emit(&e);
+    }
 }
 
 /// Takes a baseline when a component is new or its process identity changed. Returns the
@@ -340,6 +383,7 @@ fn take_baseline(
         Some(l) => l.merged(&b),
         None => b.clone(),
     };
+    tracing::info!(reason = %b.reason, "baseline taken");
     sh.latest_facts = Some(merged.clone());
     sh.baselines.push(b.clone());
     if sh.baselines.len() > KEEP_BASELINES + 1 {

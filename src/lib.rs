@@ -29,6 +29,7 @@ pub mod doctor;
 pub mod error;
 pub mod export;
 pub mod fuzz_entry;
+pub mod logging;
 pub mod model;
 pub mod pipeline;
 pub mod probes;
@@ -47,3 +48,4 @@ pub mod tui;
 pub use error::{Error, Result};
 /// The HTTP client, at its old path (it lives in the OS-access layer, [`sys::http`]).
 pub use sys::http;
+pub use sys::netns;

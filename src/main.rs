@@ -56,6 +56,8 @@ fn main() {
         }
     };
     wedgewatch::children::kill_all();
+    // Log lines are written by a thread of their own: let it finish, but never hang on it.
+    wedgewatch::logging::flush(std::time::Duration::from_millis(500));
     std::process::exit(code)
 }
 

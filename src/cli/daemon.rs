@@ -74,16 +74,8 @@ pub fn run(top: Sampling, a: DaemonArgs) -> anyhow::Result<i32> {
         for src in opts.sources()? {
             d.add_default_source(src);
         }
+        // Where the socket and recording are is the daemon's first log line.
         let (tx, rx) = tokio::sync::watch::channel(false);
-        eprintln!(
-            "wedgewatch daemon: socket {}, recording {}",
-            cfg.socket_path.display(),
-            if cfg.rotation.is_some() {
-                cfg.recording_dir().display().to_string()
-            } else {
-                "off".into()
-            }
-        );
         let mut task = tokio::spawn(d.run(rx));
         stop_signal(a.run_for).await;
         let _ = tx.send(true);
@@ -93,8 +85,8 @@ pub fn run(top: Sampling, a: DaemonArgs) -> anyhow::Result<i32> {
             Ok(joined) => joined.context("daemon task")??,
             Err(_) => {
                 task.abort();
-                eprintln!(
-                    "wedgewatch daemon: did not stop within {} ms; abandoned",
+                tracing::warn!(
+                    "daemon did not stop within {} ms; abandoned",
                     DAEMON_STOP.as_millis()
                 );
             }

@@ -49,6 +49,10 @@ pub struct Cli {
     /// No progress or notes on stderr (errors are still printed).
     #[arg(short, long, global = true)]
     pub quiet: bool,
+    /// More log detail on stderr: -v debug, -vv trace (default: the daemon logs info, other
+    /// verbs warnings, --quiet only warnings; without these RUST_LOG decides).
+    #[arg(short = 'v', long = "verbose", action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
     /// Sampling options before the verb apply to it (and to the live UI without a verb).
     #[command(flatten)]
     pub sampling: Sampling,
@@ -98,6 +102,7 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
     progress::set_quiet(cli.quiet);
     let top = cli.sampling;
     let verb = cli.verb.unwrap_or(Verb::Tui(tui::TuiArgs::default()));
+    init_logging(cli.verbose, cli.quiet, &verb)?;
     if !verb.samples() {
         refuse_sampling_options(&top, &verb)?;
     }
@@ -114,6 +119,23 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
         Verb::Completions(a) => docs::completions(a),
         Verb::Man(a) => docs::man(a),
     }
+}
+
+/// Logs (`tracing`, see `wedgewatch::logging`) for every verb but the terminal UI's, whose
+/// screen a log line on stderr would tear. The daemon logs at info by default: its log is
+/// all a service says.
+fn init_logging(verbose: u8, quiet: bool, verb: &Verb) -> anyhow::Result<()> {
+    let default_level = match verb {
+        Verb::Tui(_) | Verb::Demo(_) => return Ok(()),
+        Verb::Daemon(_) => tracing::Level::INFO,
+        _ => tracing::Level::WARN,
+    };
+    wedgewatch::logging::init(&wedgewatch::logging::LogOptions {
+        verbose,
+        quiet,
+        default_level,
+    })?;
+    Ok(())
 }
 
 /// `wedgewatch --native diff a b`: an option the verb has no use for is a usage error, not

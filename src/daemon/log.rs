@@ -1,0 +1,530 @@
+//! What the daemon logs of its own accord: findings when they open, change severity and
+//! close, and sources (and discovery) when they degrade and recover. Transitions only, never
+//! every tick: a service's log is read by people, at 3 a.m., in `journalctl -u wedgewatch`.
+//!
+//! A background task ([`watch`]) evaluates the detectors every [`super::DaemonConfig`]
+//! `log_every_ms` and reads the sampler's per-source status; the trackers here turn those
+//! into [`Event`]s and [`emit`] logs them. Every line goes through the redaction pass of
+//! [`crate::logging`]; before each evaluation the task teaches it the secrets of processes
+//! it has not seen yet, so a value from a component's environment never reaches the log.
+//!
+//! Levels: a finding opens at its severity (critical -> ERROR, warning -> WARN, info ->
+//! INFO), closes at INFO; a source going degraded or unavailable is WARN, its recovery INFO.
+
+use super::Shared;
+use crate::clock::{Clock, Millis};
+use crate::model::{Finding, ProcessFacts, Role, Severity, SourceStatus, Status};
+use crate::sampler::StatsHandle;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Evaluations a finding may be missing from before it is logged as closed. A finding on
+/// a threshold's edge (a stream that moves one byte, a queue that dips once) would
+/// otherwise open and close every few seconds and bury the log.
+pub const CLOSE_AFTER_ABSENT: u32 = 2;
+
+/// One thing worth a log line.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    FindingOpened {
+        kind: String,
+        severity: Severity,
+        component: Option<String>,
+        role: Option<Role>,
+        summary: String,
+    },
+    /// Still open, at another severity.
+    FindingChanged {
+        kind: String,
+        from: Severity,
+        to: Severity,
+        component: Option<String>,
+        role: Option<Role>,
+        summary: String,
+    },
+    FindingClosed {
+        kind: String,
+        severity: Severity,
+        component: Option<String>,
+        role: Option<Role>,
+        /// The last summary seen while it was open.
+        summary: String,
+        open_ms: i64,
+    },
+    /// A source (or discovery) is not ok, or went from degraded to unavailable or back.
+    SourceDown {
+        source: String,
+        status: Status,
+        reason: String,
+    },
+    SourceRecovered {
+        source: String,
+        down_ms: i64,
+    },
+}
+
+/// A finding is the same finding while its kind and component are: summaries carry counts
+/// and ages that change every evaluation.
+type FindingKey = (String, Option<String>);
+
+#[derive(Debug, Clone)]
+struct OpenFinding {
+    severity: Severity,
+    role: Option<Role>,
+    summary: String,
+    since: Millis,
+    absent: u32,
+}
+
+/// The findings open so far, compared with each evaluation's.
+#[derive(Debug, Default)]
+pub struct FindingTracker {
+    open: BTreeMap<FindingKey, OpenFinding>,
+}
+
+impl FindingTracker {
+    /// The events between the open findings and `findings` (sorted most severe first, as
+    /// `detect::run_all` returns them: of two with one key, the first counts).
+    pub fn update(&mut self, findings: &[Finding], now: Millis) -> Vec<Event> {
+        let mut events = Vec::new();
+        let mut seen = BTreeSet::new();
+        for f in findings {
+            let key = (f.kind.as_str().to_string(), f.component.clone());
+            if !seen.insert(key.clone()) {
+                continue;
+            }
+            match self.open.get_mut(&key) {
+                None => {
+                    events.push(Event::FindingOpened {
+                        kind: key.0.clone(),
+                        severity: f.severity,
+                        component: key.1.clone(),
+                        role: f.role,
+                        summary: f.summary.clone(),
+                    });
+                    self.open.insert(
+                        key,
+                        OpenFinding {
+                            severity: f.severity,
+                            role: f.role,
+                            summary: f.summary.clone(),
+                            since: now,
+                            absent: 0,
+                        },
+                    );
+                }
+                Some(o) => {
+                    if o.severity != f.severity {
+                        events.push(Event::FindingChanged {
+                            kind: key.0.clone(),
+                            from: o.severity,
+                            to: f.severity,
+                            component: key.1.clone(),
+                            role: f.role,
+                            summary: f.summary.clone(),
+                        });
+                    }
+                    o.severity = f.severity;
+                    o.role = f.role;
+                    o.summary.clone_from(&f.summary);
+                    o.absent = 0;
+                }
+            }
+        }
+        let mut closed = Vec::new();
+        for (key, o) in self.open.iter_mut().filter(|(k, _)| !seen.contains(*k)) {
+            o.absent += 1;
+            if o.absent >= CLOSE_AFTER_ABSENT {
+                closed.push(key.clone());
+            }
+        }
+        for key in closed {
+            if let Some(o) = self.open.remove(&key) {
+                events.push(Event::FindingClosed {
+                    kind: key.0,
+                    severity: o.severity,
+                    component: key.1,
+                    role: o.role,
+                    summary: o.summary,
+                    open_ms: now - o.since,
+                });
+            }
+        }
+        events
+    }
+
+    /// How many findings are open (for tests and the shutdown line).
+    pub fn open_count(&self) -> usize {
+        self.open.len()
+    }
+}
+
+/// The health of named sources: logged when it changes, not when its reason's wording does
+/// (reasons carry counts and timings: "3 of 30 dumps missed").
+#[derive(Debug, Default)]
+pub struct HealthTracker {
+    state: BTreeMap<String, (Status, Millis)>,
+}
+
+impl HealthTracker {
+    pub fn update(&mut self, source: &str, st: &SourceStatus, now: Millis) -> Option<Event> {
+        let prev = self.state.get(source).copied();
+        let down = |status| Event::SourceDown {
+            source: source.to_string(),
+            status,
+            reason: st.reason.clone().unwrap_or_default(),
+        };
+        let event = match (prev, st.status) {
+            (None, Status::Ok) => None,
+            (None, s) => Some(down(s)),
+            (Some((p, _)), s) if p == s => None,
+            (Some((_, since)), Status::Ok) => Some(Event::SourceRecovered {
+                source: source.to_string(),
+                down_ms: now - since,
+            }),
+            (Some(_), s) => Some(down(s)),
+        };
+        // `since` is when the current state began: a change between two bad states keeps
+        // counting the outage from its start.
+        let since = match (prev, st.status) {
+            (Some((p, since)), s) if p != Status::Ok && s != Status::Ok => since,
+            (Some((p, since)), s) if p == s => since,
+            _ => now,
+        };
+        self.state.insert(source.to_string(), (st.status, since));
+        event
+    }
+}
+
+/// `92s`, `5m12s`, `2h3m`: durations in a log line, to the second.
+pub fn human_ms(ms: i64) -> String {
+    let s = ms.max(0) / 1000;
+    match s {
+        0..=119 => format!("{s}s"),
+        120..=7199 => format!("{}m{}s", s / 60, s % 60),
+        _ => format!("{}h{}m", s / 3600, (s % 3600) / 60),
+    }
+}
+
+fn status_str(s: Status) -> &'static str {
+    match s {
+        Status::Ok => "ok",
+        Status::Degraded => "degraded",
+        Status::Unavailable => "unavailable",
+    }
+}
+
+/// Logs one event. The redaction happens in the log writer ([`crate::logging`]).
+pub fn emit(e: &Event) {
+    let opt = |c: &Option<String>| c.clone().unwrap_or_else(|| "-".into());
+    let role = |r: &Option<Role>| r.map(Role::as_str).unwrap_or("-");
+    match e {
+        Event::FindingOpened {
+            kind,
+            severity,
+            component,
+            role: r,
+            summary,
+        } => {
+            let (sev, c, r) = (severity.as_str(), opt(component), role(r));
+            match severity {
+                Severity::Critical => {
+                    tracing::error!(kind = %kind, severity = %sev, component = %c, role = %r, "finding opened: {summary}")
+                }
+                Severity::Warning => {
+                    tracing::warn!(kind = %kind, severity = %sev, component = %c, role = %r, "finding opened: {summary}")
+                }
+                Severity::Info => {
+                    tracing::info!(kind = %kind, severity = %sev, component = %c, role = %r, "finding opened: {summary}")
+                }
+            }
+        }
+        Event::FindingChanged {
+            kind,
+            from,
+            to,
+            component,
+            role: r,
+            summary,
+        } => {
+            let (c, r) = (opt(component), role(r));
+            let msg = format!(
+                "finding now {} (was {}): {summary}",
+                to.as_str(),
+                from.as_str()
+            );
+            match to {
+                Severity::Critical if to > from => {
+                    tracing::error!(kind = %kind, severity = %to.as_str(), component = %c, role = %r, "{msg}")
+                }
+                Severity::Warning if to > from => {
+                    tracing::warn!(kind = %kind, severity = %to.as_str(), component = %c, role = %r, "{msg}")
+                }
+                _ => {
+                    tracing::info!(kind = %kind, severity = %to.as_str(), component = %c, role = %r, "{msg}")
+                }
+            }
+        }
+        Event::FindingClosed {
+            kind,
+            severity,
+            component,
+            role: r,
+            summary,
+            open_ms,
+        } => tracing::info!(
+            kind = %kind,
+            severity = %severity.as_str(),
+            component = %opt(component),
+            role = %role(r),
+            "finding closed after {}: {summary}",
+            human_ms(*open_ms)
+        ),
+        Event::SourceDown {
+            source,
+            status,
+            reason,
+        } => tracing::warn!(
+            source = %source,
+            status = %status_str(*status),
+            "source {source} {}: {reason}",
+            status_str(*status)
+        ),
+        Event::SourceRecovered { source, down_ms } => tracing::info!(
+            source = %source,
+            "source {source} recovered after {}",
+            human_ms(*down_ms)
+        ),
+    }
+}
+
+/// The log's own state across evaluations.
+#[derive(Debug, Default)]
+pub struct Watch {
+    pub findings: FindingTracker,
+    pub sources: HealthTracker,
+    /// Processes (pid, start) whose secrets the log's redactor already knows.
+    learned: BTreeSet<(i32, Option<u64>)>,
+}
+
+impl Watch {
+    /// One evaluation: learn new processes' secrets, run the detectors over the model at
+    /// `now`, compare sources' status; the events, in the order to log them.
+    pub fn pass(&mut self, shared: &Mutex<Shared>, stats: &StatsHandle, now: Millis) -> Vec<Event> {
+        let findings = {
+            let sh = super::lock(shared);
+            self.learn(sh.model.latest_processes());
+            let view = sh.model.view(now);
+            crate::detect::run_all(&sh.model, &view)
+        };
+        let mut events = Vec::new();
+        // Sources first: "metrics unavailable" explains the endpoint finding that follows.
+        let statuses: Vec<_> = stats
+            .lock()
+            .map(|s| {
+                s.values()
+                    .filter(|st| st.last_t_ms.is_some()) // "not sampled yet" is no outage
+                    .map(|st| (st.kind.as_str(), st.status.clone()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        for (kind, st) in statuses {
+            events.extend(self.sources.update(kind, &st, now));
+        }
+        events.extend(self.findings.update(&findings, now));
+        events
+    }
+
+    fn learn(&mut self, procs: &[ProcessFacts]) {
+        let new: Vec<&ProcessFacts> = procs
+            .iter()
+            .filter(|p| !self.learned.contains(&(p.pid, p.start_ticks)))
+            .collect();
+        if new.is_empty() {
+            return;
+        }
+        crate::logging::learn_secrets(new.iter().copied());
+        // Bounded like the redactor: a host that churns processes must not grow this set.
+        if self.learned.len() > 65_536 {
+            self.learned.clear();
+        }
+        self.learned
+            .extend(new.iter().map(|p| (p.pid, p.start_ticks)));
+    }
+}
+
+/// Logs findings and source health every `every` until the task is aborted. The detectors
+/// run off the runtime's workers: a large model takes a while and holds the model's lock.
+pub async fn watch(
+    shared: Arc<Mutex<Shared>>,
+    stats: StatsHandle,
+    clock: Arc<dyn Clock>,
+    every: Duration,
+) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut state = Some(Watch::default());
+    loop {
+        tick.tick().await;
+        let (Some(mut w), now) = (state.take(), clock.now_ms()) else {
+            return;
+        };
+        let (shared, stats) = (shared.clone(), stats.clone());
+        let done = tokio::task::spawn_blocking(move || {
+            for e in w.pass(&shared, &stats, now) {
+                emit(&e);
+            }
+            w
+        })
+        .await;
+        match done {
+            Ok(w) => state = Some(w),
+            // A detector panicked: say so once and stop logging findings rather than
+            // take the daemon down with it.
+            Err(e) => {
+                tracing::error!("finding log stopped: {e}");
+                return;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::FindingKind;
+
+    fn finding(kind: FindingKind, sev: Severity, comp: &str, summary: &str) -> Finding {
+        Finding {
+            kind,
+            severity: sev,
+            component: Some(comp.to_string()),
+            role: Some(Role::Decode),
+            summary: summary.to_string(),
+            requests: Vec::new(),
+            evidence: Vec::new(),
+            explanation: None,
+        }
+    }
+
+    #[test]
+    fn a_finding_opens_once_changes_severity_and_closes_after_two_absent_passes() {
+        let mut t = FindingTracker::default();
+        let w = |n: &str, s| finding(FindingKind::WedgedRequest, s, "decode", n);
+        let ev = t.update(&[w("2 requests", Severity::Warning)], 1_000);
+        assert!(
+            matches!(&ev[..], [Event::FindingOpened { kind, severity: Severity::Warning, summary, .. }]
+                if kind == "wedged_request" && summary == "2 requests"),
+            "{ev:?}"
+        );
+        assert!(
+            t.update(&[w("3 requests", Severity::Warning)], 2_000)
+                .is_empty(),
+            "same key, new count: no line"
+        );
+        let ev = t.update(&[w("3 requests", Severity::Critical)], 3_000);
+        assert!(
+            matches!(
+                &ev[..],
+                [Event::FindingChanged {
+                    from: Severity::Warning,
+                    to: Severity::Critical,
+                    ..
+                }]
+            ),
+            "{ev:?}"
+        );
+        assert!(
+            t.update(&[], 4_000).is_empty(),
+            "one absent pass is not a close"
+        );
+        assert!(
+            t.update(&[w("3 requests", Severity::Critical)], 5_000)
+                .is_empty(),
+            "back: still the same open finding"
+        );
+        assert!(t.update(&[], 6_000).is_empty());
+        let ev = t.update(&[], 7_000);
+        assert!(
+            matches!(&ev[..], [Event::FindingClosed { open_ms: 6_000, summary, .. }] if summary == "3 requests"),
+            "{ev:?}"
+        );
+        assert_eq!(t.open_count(), 0);
+    }
+
+    #[test]
+    fn findings_are_told_apart_by_kind_and_component() {
+        let mut t = FindingTracker::default();
+        let a = finding(
+            FindingKind::WedgedRequest,
+            Severity::Critical,
+            "decode",
+            "a",
+        );
+        let b = finding(
+            FindingKind::WedgedRequest,
+            Severity::Critical,
+            "prefill",
+            "b",
+        );
+        let c = finding(FindingKind::ConfigChanged, Severity::Warning, "decode", "c");
+        let dup = finding(
+            FindingKind::WedgedRequest,
+            Severity::Warning,
+            "decode",
+            "dup",
+        );
+        let ev = t.update(&[a, b, c, dup], 0);
+        assert_eq!(ev.len(), 3, "{ev:?}");
+        assert_eq!(t.open_count(), 3);
+    }
+
+    #[test]
+    fn a_source_is_logged_when_it_goes_down_and_when_it_recovers_not_every_tick() {
+        let mut h = HealthTracker::default();
+        let ok = SourceStatus::ok();
+        assert_eq!(
+            h.update("gpu", &ok, 0),
+            None,
+            "ok from the start: nothing to say"
+        );
+        let bad = SourceStatus::degraded("ptrace: 3 of 30 dumps missed");
+        assert!(matches!(
+            h.update("gpu", &bad, 1_000),
+            Some(Event::SourceDown {
+                status: Status::Degraded,
+                ..
+            })
+        ));
+        for t in 2..10 {
+            let reworded = SourceStatus::degraded(format!("ptrace: {t} of 30 dumps missed"));
+            assert_eq!(h.update("gpu", &reworded, t * 1_000), None, "tick {t}");
+        }
+        assert!(matches!(
+            h.update("gpu", &SourceStatus::unavailable("driver hung"), 10_000),
+            Some(Event::SourceDown { status: Status::Unavailable, ref reason, .. }) if reason == "driver hung"
+        ));
+        assert_eq!(
+            h.update("gpu", &ok, 12_000),
+            Some(Event::SourceRecovered {
+                source: "gpu".into(),
+                down_ms: 11_000
+            }),
+            "the outage counts from its start"
+        );
+        assert_eq!(h.update("gpu", &ok, 13_000), None);
+        assert!(matches!(
+            h.update("stacks", &SourceStatus::unavailable("py-spy not found"), 0),
+            Some(Event::SourceDown { .. })
+        ));
+    }
+
+    #[test]
+    fn durations_read_in_seconds_minutes_and_hours() {
+        assert_eq!(human_ms(-5), "0s");
+        assert_eq!(human_ms(92_400), "92s");
+        assert_eq!(human_ms(312_000), "5m12s");
+        assert_eq!(human_ms(7_380_000), "2h3m");
+    }
+}
