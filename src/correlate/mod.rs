@@ -1212,6 +1212,8 @@ impl Model {
                     uuid: d.uuid.clone(),
                     mem_used_bytes: d.mem_used_bytes,
                     activity: Some(device_activity(d, &self.thresholds).to_string()),
+                    power_limit_w: d.power_limit_mw.map(|p| f64::from(p) / 1000.0),
+                    mem_total_bytes: d.mem_total_bytes,
                 });
             }
         }

@@ -177,7 +177,7 @@ fn connection_heading(cols: &ConnCols, theme: Theme, w: usize) -> Vec<Line<'stat
                 ),
                 w,
             ),
-            theme.dim(),
+            theme.head(),
         ),
     ]
 }
