@@ -180,6 +180,8 @@ pub struct App {
     /// Lines the open detail pane had when last drawn, so scrolling stops at its last page
     /// (set while drawing, which only has `&self`).
     detail_viewport: Cell<usize>,
+    /// Where the Overview's cursor was (finding key, item) before a new frame came in.
+    pending_cursor: Option<(String, Option<usize>)>,
     /// Versions of the host and tool in the frame on screen (once per frame).
     host_versions: BTreeMap<String, String>,
     /// Expanded findings, by `kind|component` (stable across frames, unlike indices).
@@ -222,6 +224,7 @@ impl App {
             finding_rows: Vec::new(),
             detail_scroll: 0,
             detail_viewport: Cell::new(0),
+            pending_cursor: None,
             host_versions: BTreeMap::new(),
             expanded: BTreeSet::new(),
             detail: false,
@@ -357,6 +360,8 @@ impl App {
 
     fn show(&mut self, frame: FeedFrame) {
         self.host_versions = host_versions(&frame.snapshot);
+        // Taken before the frame changes: the rows index the old frame's findings.
+        self.pending_cursor = self.cursor_key();
         self.current = Some(frame);
         self.recompute();
     }
@@ -573,5 +578,7 @@ pub fn gpu_line_count(s: &Snapshot) -> usize {
     s.gpus.iter().map(|g| 1 + g.processes.len()).sum()
 }
 
+#[cfg(test)]
+mod scroll_tests;
 #[cfg(test)]
 mod tests;

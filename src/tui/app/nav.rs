@@ -10,7 +10,7 @@ impl App {
     /// Everything that depends on the derived lists: stuck-first orders, the Overview's
     /// rows (the cursor stays on the same finding and item across frames), selections.
     pub(super) fn after_derive(&mut self) {
-        let keep = self.cursor_key();
+        let keep = self.pending_cursor.take().or_else(|| self.cursor_key());
         if let Some(f) = &self.current {
             let s = &f.snapshot;
             threads_stuck_first(s, &mut self.derived.threads);
@@ -29,7 +29,7 @@ impl App {
     }
 
     /// The finding (by its stable key) and item the Overview's cursor is on.
-    fn cursor_key(&self) -> Option<(String, Option<usize>)> {
+    pub(super) fn cursor_key(&self) -> Option<(String, Option<usize>)> {
         let row = self
             .finding_rows
             .get(self.selected[View::Overview.index()])?;

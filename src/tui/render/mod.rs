@@ -281,8 +281,21 @@ fn render_scrolled(frame: &mut Frame, area: Rect, lines: Vec<Line<'static>>, off
     let h = area.height as usize;
     let total = lines.len();
     let offset = offset.min(total.saturating_sub(h));
-    frame.render_widget(para(lines.into_iter().skip(offset).take(h).collect()), area);
-    if total > h && h >= 2 && area.width >= 2 {
+    let bar = total > h && h >= 2 && area.width >= 2;
+    // The scrollbar gets the last column to itself.
+    let text_area = if bar {
+        Rect {
+            width: area.width - 1,
+            ..area
+        }
+    } else {
+        area
+    };
+    frame.render_widget(
+        para(lines.into_iter().skip(offset).take(h).collect()),
+        text_area,
+    );
+    if bar {
         let mut state = ScrollbarState::new(total.saturating_sub(h)).position(offset);
         frame.render_stateful_widget(
             Scrollbar::new(ScrollbarOrientation::VerticalRight)

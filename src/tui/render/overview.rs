@@ -250,12 +250,19 @@ fn gpu_tree_line(s: &Snapshot, index: u32, theme: Theme, prefix: &str) -> Line<'
 
 pub(super) fn render(app: &App, s: &Snapshot, theme: Theme, frame: &mut Frame, area: Rect) {
     let topo = topology_lines(app, s, theme);
-    let (lines, (first, last)) = finding_lines(app, s, theme, area.width as usize);
+    // One column less: the scrollbar's, when the findings do not fit.
+    let width = (area.width as usize).saturating_sub(1);
+    let (lines, (first, last)) = finding_lines(app, s, theme, width);
     // The topology gets what the findings leave, but never more than half the body when
-    // they need it: the findings are why the user is here.
+    // they need it (a third while evidence is open): the findings are why the user is here.
     let want = topo.len() as u16 + 1;
     let findings_need = lines.len() as u16;
-    let room = (area.height / 2 + 1).max(area.height.saturating_sub(findings_need));
+    let share = if app.finding_rows().iter().any(|r| r.item.is_some()) {
+        area.height / 3
+    } else {
+        area.height / 2 + 1
+    };
+    let room = share.max(area.height.saturating_sub(findings_need));
     let topo_h = want.min(room).min(area.height);
     let [top, bottom] =
         Layout::vertical([Constraint::Length(topo_h), Constraint::Min(0)]).areas(area);
