@@ -167,7 +167,8 @@ impl Tree {
 
 /// The topology as an indented tree: edges (proxy -> router -> engines), then each
 /// component's children (schedulers), then the GPUs they use.
-fn topology_lines(app: &App, s: &Snapshot, theme: Theme) -> Vec<Line<'static>> {
+/// Each line comes with whether it must survive a cut (a component with a finding).
+fn topology_lines(app: &App, s: &Snapshot, theme: Theme) -> Vec<(Line<'static>, bool)> {
     let Tree { children, roots } = Tree::of(s, &app.derived().component_index);
     let mut lines = Vec::new();
     let mut seen = BTreeSet::new();
@@ -190,7 +191,8 @@ fn topology_lines(app: &App, s: &Snapshot, theme: Theme) -> Vec<Line<'static>> {
         } else {
             (format!("{indent}├─ "), format!("{indent}│  "))
         };
-        lines.push(component_line(app, s, c, theme, &branch));
+        let flagged = worst_finding(s, &c.id).is_some();
+        lines.push((component_line(app, s, c, theme, &branch), flagged));
         // GPUs hang off the deepest component that uses them (the scheduler if known).
         let own_gpus: Vec<u32> = if children[i]
             .iter()
@@ -208,7 +210,7 @@ fn topology_lines(app: &App, s: &Snapshot, theme: Theme) -> Vec<Line<'static>> {
         for (k, g) in own_gpus.iter().enumerate() {
             let is_last = kids.is_empty() && k + 1 == own_gpus.len();
             let branch = format!("{child_indent}{}", if is_last { "└─ " } else { "├─ " });
-            lines.push(gpu_tree_line(s, *g, theme, &branch));
+            lines.push((gpu_tree_line(s, *g, theme, &branch), false));
         }
         for (k, &kid) in kids.iter().enumerate().rev() {
             stack.push((kid, child_indent.clone(), k + 1 == kids.len(), false));
@@ -271,17 +273,37 @@ pub(super) fn render(app: &App, s: &Snapshot, theme: Theme, frame: &mut Frame, a
     if topo.len() > room && room > 0 {
         // Cut, and say where the rest is rather than dropping it silently.
         let hidden = topo.len() - (room - 1);
-        tl.extend(topo.into_iter().take(room - 1));
+        tl.extend(cut_tree(topo, room - 1));
         tl.push(Line::styled(
-            format!("… {hidden} more lines: 8 Components lists every component"),
+            format!("… {hidden} lines left out: 8 Components lists every component"),
             theme.dim(),
         ));
     } else {
-        tl.extend(topo);
+        tl.extend(topo.into_iter().map(|(l, _)| l));
     }
     frame.render_widget(para(tl), top);
     let offset = keep_visible(first, last, bottom.height as usize);
     render_scrolled(frame, bottom, lines, offset);
+}
+
+/// The tree in `keep` lines: lines are left out from the bottom up, components with a
+/// finding last, so the hop that is wedged stays on screen when the tree is cut.
+fn cut_tree(lines: Vec<(Line<'static>, bool)>, keep: usize) -> Vec<Line<'static>> {
+    let mut drop = lines.len().saturating_sub(keep);
+    let mut kept = vec![true; lines.len()];
+    for pass_flagged in [false, true] {
+        for (i, (_, flagged)) in lines.iter().enumerate().rev() {
+            if drop > 0 && *flagged == pass_flagged && kept[i] {
+                kept[i] = false;
+                drop -= 1;
+            }
+        }
+    }
+    lines
+        .into_iter()
+        .zip(kept)
+        .filter_map(|((l, _), k)| k.then_some(l))
+        .collect()
 }
 
 /// The findings pane: a title, then each row of [`App::finding_rows`] (a finding's line,
