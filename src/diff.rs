@@ -229,6 +229,7 @@ mod tests {
             redacted: true,
             config_changed: vec![],
             tool: Default::default(),
+            logical_requests: vec![],
         }
     }
 

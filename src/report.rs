@@ -5,7 +5,7 @@
 //! then the topology and per-component facts; long parts (environment, command lines, stacks)
 //! are folded in `<details>`.
 
-use crate::model::{RequestState, Snapshot, Status};
+use crate::model::{LogicalRequest, Request, Snapshot, Status, StuckKind, Verdict};
 use std::fmt::Write;
 
 /// Escapes text for a Markdown table cell.
@@ -41,6 +41,83 @@ fn human_bytes(b: u64) -> String {
         format!("{b} B")
     } else {
         format!("{x:.1} {}", U[i])
+    }
+}
+
+/// The requests the correlator judged stuck (the findings' requests, one row per logical
+/// request, at the leg where it is stuck), then the ones merely waiting, apart.
+fn stuck_requests(o: &mut String, s: &Snapshot) {
+    let leg_of = |l: &LogicalRequest| -> Option<&Request> {
+        let leg = l.stuck_leg.as_deref()?;
+        s.requests.iter().find(|r| r.leg.as_deref() == Some(leg))
+    };
+    let stuck: Vec<&LogicalRequest> = s
+        .logical_requests
+        .iter()
+        .filter(|l| l.verdict == Verdict::Stuck)
+        .collect();
+    if !stuck.is_empty() {
+        let _ = writeln!(o, "\n## Stuck requests\n");
+        let _ = writeln!(
+            o,
+            "| request | stuck at | how | age | in / out | no output for | client -> server | hops |"
+        );
+        let _ = writeln!(o, "| --- | --- | --- | --- | --- | --- | --- | --- |");
+        for l in stuck {
+            let how = match l.stuck_kind {
+                Some(StuckKind::NoResponse) => "no response byte",
+                Some(StuckKind::StreamStalled) => "stream stopped",
+                None => "",
+            };
+            let (age, io, quiet, ends) = match leg_of(l) {
+                Some(r) => (
+                    format!("{:.1} s", r.age_ms / 1000.0),
+                    format!("{} / {}", human_bytes(r.bytes_in), human_bytes(r.bytes_out)),
+                    format!("{:.1} s", r.idle_out_ms / 1000.0),
+                    format!("{} -> {}", r.client, r.server),
+                ),
+                None => (
+                    format!("{:.1} s", l.age_ms / 1000.0),
+                    "?".into(),
+                    "?".into(),
+                    "?".into(),
+                ),
+            };
+            let _ = writeln!(
+                o,
+                "| `{}` | `{}` | {how} | {age} | {io} | {quiet} | {ends} | {} |",
+                cell(l.stuck_leg.as_deref().unwrap_or(&l.id)),
+                cell(l.stuck_at.as_deref().unwrap_or("?")),
+                cell(&join(&l.legs))
+            );
+        }
+    }
+    let waiting: Vec<String> = s
+        .logical_requests
+        .iter()
+        .filter(|l| l.verdict == Verdict::Waiting && !l.probe)
+        .map(|l| {
+            format!(
+                "`{}` at `{}` ({:.1} s)",
+                l.id,
+                cell(&l.component),
+                l.age_ms / 1000.0
+            )
+        })
+        .collect();
+    if !waiting.is_empty() {
+        let shown = waiting.len().min(20);
+        let more = if waiting.len() > shown {
+            format!(", and {} more", waiting.len() - shown)
+        } else {
+            String::new()
+        };
+        let _ = writeln!(
+            o,
+            "\n{} request(s) waiting for a first byte, not stuck (young, or queued at a busy engine): {}{more}",
+            waiting.len(),
+            waiting[..shown].join(", ")
+        );
     }
 }
 
@@ -141,40 +218,7 @@ fn render_safe(s: &Snapshot) -> String {
         }
     }
 
-    let stuck: Vec<_> = s
-        .requests
-        .iter()
-        .filter(|r| {
-            matches!(
-                r.state,
-                RequestState::Stalled | RequestState::WaitingFirstByte
-            )
-        })
-        .collect();
-    if !stuck.is_empty() {
-        let _ = writeln!(o, "\n## Stuck requests\n");
-        let _ = writeln!(
-            o,
-            "| request | component | state | age | in / out | no output for | client -> server | next hop |"
-        );
-        let _ = writeln!(o, "| --- | --- | --- | --- | --- | --- | --- | --- |");
-        for r in stuck {
-            let _ = writeln!(
-                o,
-                "| `{}` | `{}` | {} | {:.1} s | {} / {} | {:.1} s | {} -> {} | {} |",
-                cell(&r.id),
-                cell(&r.component),
-                r.state.as_str(),
-                r.age_ms / 1000.0,
-                human_bytes(r.bytes_in),
-                human_bytes(r.bytes_out),
-                r.idle_out_ms / 1000.0,
-                r.client,
-                r.server,
-                cell(&join(&r.links))
-            );
-        }
-    }
+    stuck_requests(&mut o, s);
 
     let _ = writeln!(o, "\n## Sources\n");
     let _ = writeln!(o, "| source | status | reason |");
@@ -378,7 +422,7 @@ fn render_safe(s: &Snapshot) -> String {
 mod tests {
     use super::*;
     use crate::model::{
-        Change, Evidence, Finding, FindingKind, Request, Role, Severity, SourceStatus,
+        Change, Evidence, Finding, FindingKind, RequestState, Role, Severity, SourceStatus,
         SNAPSHOT_SCHEMA,
     };
 
@@ -406,7 +450,7 @@ mod tests {
             sources,
             components: vec![],
             requests: vec![Request {
-                id: "r1".into(),
+                id: "x1".into(),
                 component: "decode@127.0.0.1:2".into(),
                 client: "127.0.0.1:5".into(),
                 server: "127.0.0.1:2".into(),
@@ -420,6 +464,20 @@ mod tests {
                 client_component: None,
                 link_confidence: None,
                 started_at: None,
+                request: Some("r1".into()),
+                leg: Some("r1@decode".into()),
+            }],
+            logical_requests: vec![LogicalRequest {
+                id: "r1".into(),
+                legs: vec!["x1".into()],
+                verdict: Verdict::Stuck,
+                component: "decode@127.0.0.1:2".into(),
+                age_ms: 60000.0,
+                probe: false,
+                stuck_leg: Some("r1@decode".into()),
+                stuck_at: Some("decode@127.0.0.1:2".into()),
+                stuck_role: Some(Role::Decode),
+                stuck_kind: Some(StuckKind::NoResponse),
             }],
             gpus: vec![],
             threads: vec![],

@@ -586,7 +586,7 @@ pub const HELP: &[(&str, &str)] = &[
     ("tab / shift-tab", "next / previous view"),
     (
         "1 … 8",
-        "Overview Requests Threads GPU Sockets Metrics Diff Components",
+        "the views in tab order: Overview … Diff, Components",
     ),
     ("j k ↓ ↑", "move; in open frames/detail: scroll them"),
     ("pgdn pgup g G", "page, first, last"),
