@@ -243,3 +243,40 @@ fn the_components_view_shows_what_changed_on_a_component() {
     );
     insta::assert_snapshot!("wedged_components_decode_detail_80x24", rows);
 }
+
+/// Colours read on dark and light themes: only the six ANSI hues the theme itself defines
+/// against its background (red, green, yellow, magenta, cyan; no blue, near-invisible on
+/// many dark themes), never colour 8 / grey, black, white or the bright variants, and never
+/// a background colour. Secondary text is the DIM attribute instead.
+#[test]
+fn colours_are_theme_relative_hues_only() {
+    use ratatui::style::Color;
+    let allowed = [
+        Color::Reset,
+        Color::Red,
+        Color::Green,
+        Color::Yellow,
+        Color::Magenta,
+        Color::Cyan,
+    ];
+    for name in ["healthy", "wedged", "degraded"] {
+        for v in View::ALL {
+            let mut a = app_of(fixture(name));
+            press(&mut a, KeyCode::Char(char::from(b'1' + v.index() as u8)));
+            press(&mut a, KeyCode::Enter);
+            for (w, h) in [(80u16, 24u16), (200, 50)] {
+                let mut t = Terminal::new(TestBackend::new(w, h)).expect("test terminal");
+                t.draw(|f| a.render(f)).expect("draw");
+                for c in &t.backend().buffer().content {
+                    assert!(
+                        allowed.contains(&c.fg) && c.bg == Color::Reset,
+                        "{name} {v:?}: {:?} on {:?} at {:?}",
+                        c.fg,
+                        c.bg,
+                        c.symbol()
+                    );
+                }
+            }
+        }
+    }
+}
