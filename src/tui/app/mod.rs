@@ -403,6 +403,9 @@ impl App {
             self.view = view;
             self.detail = false;
             self.detail_scroll = 0;
+            if view == View::Components {
+                self.select_worst_component();
+            }
         }
     }
 

@@ -93,6 +93,28 @@ impl App {
         }
     }
 
+    /// The Components view opens on the hop of the most severe finding (what the on-call
+    /// engineer opens it for), unless the selection was moved there before.
+    pub(super) fn select_worst_component(&mut self) {
+        if self.selected[View::Components.index()] != 0 {
+            return;
+        }
+        let Some(s) = self.snapshot() else {
+            return;
+        };
+        // The first of the most severe, as the header's headline picks it.
+        let with_hop = || s.findings.iter().filter(|f| f.component.is_some());
+        let worst = with_hop()
+            .map(|f| f.severity)
+            .max()
+            .and_then(|sev| with_hop().find(|f| f.severity == sev))
+            .and_then(|f| f.component.as_deref())
+            .and_then(|c| s.components.iter().position(|x| x.id == c));
+        if let Some(i) = worst {
+            self.selected[View::Components.index()] = i;
+        }
+    }
+
     /// j/k/PgDn/PgUp/g/G: scroll the open detail pane, else move the selection.
     pub(super) fn move_selection(&mut self, delta: i64) {
         if let Some(len) = self.scrolling_detail_len() {

@@ -159,7 +159,7 @@ fn connection_heading(cols: &ConnCols, theme: Theme, w: usize) -> Vec<Line<'stat
     vec![
         Line::styled(
             fit(
-                "connections (exchanges), in flight and most silent first; silence = time since the server last sent data (tcp_info)",
+                "connections (exchanges): held by a stuck request first, then in flight, most silent first; silence = time since the server last sent data (tcp_info)",
                 w,
             ),
             theme.bold(),
