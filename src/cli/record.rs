@@ -10,8 +10,8 @@ use clap::Args;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
+use wedgewatch::attach;
 use wedgewatch::clock::SystemClock;
-use wedgewatch::record;
 
 const EXAMPLES: &str = "\
 Examples:
@@ -62,7 +62,7 @@ pub fn run(top: Sampling, a: RecordArgs) -> anyhow::Result<i32> {
         let (_tx, rx) = tokio::sync::watch::channel(topology.clone());
         let sampler = opts.sampler(Arc::new(SystemClock), rx)?;
         let ms = duration::millis(a.run_for);
-        let work = record::record_to_file(sampler, &path, ms, &topology, Arc::new(SystemClock));
+        let work = attach::record_to_file(sampler, &path, ms, &topology, Arc::new(SystemClock));
         let n = progress::during("recording", a.run_for, work).await?;
         anyhow::Ok(n)
     })
