@@ -178,7 +178,8 @@ pub struct App {
     detail_viewport: Cell<usize>,
     /// Where the Overview's cursor was (finding key, item) before a new frame came in.
     pending_cursor: Option<(String, Option<usize>)>,
-    /// Versions of the host and tool in the frame on screen (once per frame).
+    /// Versions of the host and tool in the frame on screen (refreshed while the Components
+    /// view is open).
     host_versions: BTreeMap<String, String>,
     /// Expanded findings, by `kind|component` (stable across frames, unlike indices).
     expanded: BTreeSet<String>,
@@ -355,11 +356,21 @@ impl App {
     }
 
     fn show(&mut self, frame: FeedFrame) {
-        self.host_versions = host_versions(&frame.snapshot);
         // Taken before the frame changes: the rows index the old frame's findings.
         self.pending_cursor = self.cursor_key();
         self.current = Some(frame);
         self.recompute();
+        self.refresh_host_versions();
+    }
+
+    /// Host versions are read by serializing the whole snapshot (see `component::carried_map`),
+    /// so only for the view that shows them: on a new frame while it is open, and on opening it.
+    fn refresh_host_versions(&mut self) {
+        if self.view == View::Components {
+            if let Some(f) = &self.current {
+                self.host_versions = host_versions(&f.snapshot);
+            }
+        }
     }
 
     /// Sets the status line (e.g. from the run loop).
@@ -405,6 +416,7 @@ impl App {
             self.detail_scroll = 0;
             if view == View::Components {
                 self.select_worst_component();
+                self.refresh_host_versions();
             }
         }
     }
