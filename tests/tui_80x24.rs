@@ -278,3 +278,30 @@ fn colours_are_theme_relative_hues_only() {
         }
     }
 }
+
+#[test]
+fn a_cut_socket_summary_says_how_many_components_it_left_out() {
+    let mut s = fixture("wedged");
+    let decode = s
+        .components
+        .iter()
+        .find(|c| c.id == "decode@127.0.0.1:31012")
+        .cloned()
+        .expect("decode");
+    for k in 0..10 {
+        let mut c = decode.clone();
+        c.id = format!("decode{k}@127.0.0.1:{}", 32000 + k);
+        s.components.push(c);
+    }
+    let mut a = app_of(s);
+    press(&mut a, KeyCode::Char('5'));
+    let rows = screen(&a).join("\n");
+    assert!(
+        rows.contains("more components; every connection is listed below"),
+        "{rows}"
+    );
+    assert!(
+        rows.contains("CLIENT"),
+        "the connection list keeps its half: {rows}"
+    );
+}
