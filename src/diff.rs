@@ -211,6 +211,8 @@ mod tests {
             metrics: Default::default(),
             gpu_activity: None,
             labels: Default::default(),
+            netns: None,
+            container: None,
         }
     }
 

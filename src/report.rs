@@ -313,6 +313,16 @@ fn render_safe(s: &Snapshot) -> String {
         if let Some(e) = &c.exe {
             let _ = writeln!(o, "- executable `{e}`");
         }
+        // netns (issue 11 item 5): where a containerised component lives and is scraped.
+        if let Some(k) = &c.container {
+            let _ = writeln!(o, "- container `{}`", cell(k));
+        }
+        if let Some(ns) = c.netns {
+            let _ = writeln!(
+                o,
+                "- network namespace `net:[{ns}]` (its listen addresses are inside it; scraped there)"
+            );
+        }
         if let Some(a) = &c.gpu_activity {
             let _ = writeln!(o, "- GPU activity: {a}");
         }

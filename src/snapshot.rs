@@ -194,6 +194,8 @@ fn snap_component(
         metrics: extras.metrics,
         gpu_activity: extras.gpu_activity,
         labels: c.labels.clone(),
+        netns: c.netns,
+        container: c.container.clone(),
     }
 }
 

@@ -78,6 +78,12 @@ pub struct SnapComponent {
     pub gpu_activity: Option<String>,
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
+    /// Added: inode of its network namespace when not wedgewatch's own (a container).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub netns: Option<u64>,
+    /// Added: the container it runs in, named from its cgroup (`docker 3726184226f5`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
