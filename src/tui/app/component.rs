@@ -105,6 +105,9 @@ fn identity(c: &SnapComponent) -> Vec<Fact> {
     if let Some(p) = &c.parent {
         out.push(pair("parent", p.clone()));
     }
+    if let Some(k) = &c.container {
+        out.push(pair("container", k.clone()));
+    }
     if !c.gpus.is_empty() {
         let gpus: Vec<String> = c.gpus.iter().map(|g| format!("GPU{g}")).collect();
         out.push(pair("gpus", gpus.join(" ")));
