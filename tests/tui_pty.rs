@@ -66,6 +66,11 @@ fn tmux_missing() -> bool {
 /// shell prints a marker after the UI exits, so we can see the screen was restored and read
 /// the exit status from the returned file.
 fn start(tag: &str) -> (Session, PathBuf) {
+    start_sized(tag, 120, 40)
+}
+
+/// [`start`] on a `width`x`height` terminal.
+fn start_sized(tag: &str, width: u16, height: u16) -> (Session, PathBuf) {
     let bin = Path::new(env!("CARGO_BIN_EXE_wedgewatch"));
     let fixture =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/recordings/wedged-decode.rec");
@@ -88,9 +93,9 @@ fn start(tag: &str) -> (Session, PathBuf) {
             "-s",
             &name,
             "-x",
-            "120",
+            &width.to_string(),
             "-y",
-            "40",
+            &height.to_string(),
             &cmd,
         ])
         .output()
@@ -200,4 +205,71 @@ fn sigterm_from_outside_restores_the_terminal() {
         "alternate screen not left:\n{pane}"
     );
     assert_eq!(exit_status(&rc_file), "0", "a stop signal is a clean exit");
+}
+
+/// At 80x24 the evidence of the finding is below the bottom of the pane: j scrolls through
+/// it (before, j/k/PgDn left the pane unchanged and the GPU, stack and metrics evidence
+/// never showed), and the Threads view puts the wedged scheduler first.
+#[test]
+fn at_80x24_the_evidence_scrolls_into_sight() {
+    if tmux_missing() {
+        return;
+    }
+    let (session, rc_file) = start_sized("small", 80, 24);
+    let t = session.0.as_str();
+    wait_for(t, "the UI", |p| p.contains("REPLAY"));
+    for _ in 0..3 {
+        tmux(&["send-keys", "-t", t, "+"]);
+    }
+    // The last frame: four requests stuck, more evidence than the pane holds. The replay
+    // stays on it, so the findings no longer change under the keys.
+    wait_for(t, "the last frame with the finding", |p| {
+        p.contains("REPLAY 15/15") && p.contains("CRIT wedged_request")
+    });
+    tmux(&["send-keys", "-t", t, "Enter"]);
+    let first = wait_for(t, "the evidence", |p| p.contains("▾ CRIT wedged_request"));
+    assert!(
+        !first.contains("[stacks]"),
+        "the stack evidence starts below the pane:\n{first}"
+    );
+    let mut seen = first.clone();
+    let mut last = first.clone();
+    for _ in 0..40 {
+        tmux(&["send-keys", "-t", t, "j"]);
+        std::thread::sleep(Duration::from_millis(150));
+        last = capture(t);
+        seen.push_str(&last);
+        if ["[gpu]", "[metrics]", "[stacks]"]
+            .iter()
+            .all(|e| seen.contains(e))
+        {
+            break;
+        }
+    }
+    assert_ne!(first, last, "j changes the pane");
+    for e in ["[gpu]", "[metrics]", "[stacks]"] {
+        assert!(
+            seen.contains(e),
+            "{e} never scrolled into sight; last pane:\n{last}"
+        );
+    }
+    // Every view's header names the finding; the wedged scheduler is the first thread.
+    tmux(&["send-keys", "-t", t, "3"]);
+    let pane = wait_for(t, "the Threads view", |p| p.contains("COMPONENT"));
+    let lines: Vec<&str> = pane.lines().collect();
+    assert!(
+        lines[1].starts_with("CRIT wedged_request at decode@"),
+        "{pane}"
+    );
+    let head = lines
+        .iter()
+        .position(|l| l.starts_with("COMPONENT"))
+        .expect("column heads");
+    assert!(
+        lines[head + 1].starts_with("scheduler@decode"),
+        "the wedged scheduler first:\n{pane}"
+    );
+    tmux(&["send-keys", "-t", t, "q"]);
+    wait_for(t, "the UI to exit", |p| p.contains("UI-EXITED"));
+    assert_eq!(exit_status(&rc_file), "0");
 }

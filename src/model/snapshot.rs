@@ -231,6 +231,13 @@ pub struct SnapGpu {
     pub mem_used_bytes: Option<u64>,
     #[serde(default)]
     pub activity: Option<String>,
+    /// The enforced power limit: the top of the power sparkline, so a steady 70 W on a
+    /// 700 W card draws low instead of as a full bar (absent in older snapshots).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub power_limit_w: Option<f64>,
+    /// Total memory: the top of the memory sparkline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mem_total_bytes: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
