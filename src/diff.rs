@@ -432,6 +432,8 @@ mod tests {
             metrics: Default::default(),
             gpu_activity: None,
             labels: Default::default(),
+            versions: Default::default(),
+            relevant_env: Vec::new(),
         }
     }
 
@@ -450,6 +452,7 @@ mod tests {
             redacted: true,
             config_changed: vec![],
             tool: Default::default(),
+            versions: Default::default(),
         }
     }
 

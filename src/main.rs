@@ -24,7 +24,7 @@ use wedgewatch::snapshot::{self, AssembleOptions, SnapshotParts};
 use wedgewatch::{diff, doctor, export};
 
 mod cli;
-use cli::{demo as cli_demo, exit as cli_exit, tui as cli_tui};
+use cli::{demo as cli_demo, exit as cli_exit, report as cli_report, tui as cli_tui};
 
 /// How long a stopped daemon may take to wind down (socket removed, recording flushed).
 const DAEMON_STOP: Duration = Duration::from_secs(2);
@@ -114,6 +114,8 @@ enum Verb {
     Diff(DiffArgs),
     /// What can be sampled here and why not.
     Doctor,
+    /// Render report.md (or text, or the verdict as JSON) again from a snapshot or bundle.
+    Report(cli_report::ReportArgs),
 }
 
 #[derive(Debug, Args)]
@@ -147,7 +149,8 @@ struct SnapshotArgs {
 
 #[derive(Debug, Args)]
 struct TuiArgs {
-    /// Play a recording instead of watching live.
+    /// Play a recording instead of watching live, or show a snapshot file or bundle
+    /// directory as a still frame.
     #[arg(long, value_name = "FILE")]
     replay: Option<PathBuf>,
     /// Sample in-process even when a daemon is running.
@@ -228,6 +231,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         Some(Verb::Export(a)) => cmd_export(&g, a),
         Some(Verb::Tui(a)) => cli_tui::cmd_tui(&g, a),
         Some(Verb::Demo(a)) => cli_demo::cmd_demo(&g, a),
+        Some(Verb::Report(a)) => cli_report::cmd_report(a),
         None => cli_tui::cmd_tui(
             &g,
             TuiArgs {

@@ -15,6 +15,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 mod bundle;
+mod versions;
 pub use bundle::{check_bundle_target, write_bundle, Overwrite, MANIFEST};
 
 // The parts a snapshot is assembled from are model types (the correlator fills them in).
@@ -139,6 +140,8 @@ pub fn assemble_bundle(parts: SnapshotParts, opts: &AssembleOptions) -> Bundle {
             metrics: extras.metrics,
             gpu_activity: extras.gpu_activity,
             labels,
+            versions: BTreeMap::new(),
+            relevant_env: Vec::new(),
         });
     }
 
@@ -168,7 +171,9 @@ pub fn assemble_bundle(parts: SnapshotParts, opts: &AssembleOptions) -> Bundle {
         redacted: opts.redact,
         config_changed: parts.config_changed.clone(),
         tool: opts.tool.clone(),
+        versions: BTreeMap::new(),
     };
+    versions::fill(&mut snapshot, &parts);
 
     let mut raw = parts.raw.clone();
     let facts_list: Vec<&ProcessFacts> = facts.values().collect();

@@ -3,4 +3,5 @@
 
 pub mod demo;
 pub mod exit;
+pub mod report;
 pub mod tui;

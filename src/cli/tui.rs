@@ -1,6 +1,7 @@
 //! `wedgewatch tui`: the live UI. It always reads a daemon over its socket: a running one
 //! if there is one, else a private in-process daemon started for the session, so live view,
-//! snapshot and daemon share one code path. `--replay FILE` plays a recording instead.
+//! snapshot and daemon share one code path. `--replay FILE` plays a recording instead, or
+//! shows a snapshot file or bundle directory as a still frame.
 
 use crate::{attach_options, daemon_config, runtime, thresholds, Global, TuiArgs};
 use anyhow::Context;
@@ -55,6 +56,12 @@ fn daemon_answers(socket: &Path) -> bool {
 }
 
 fn replay(path: &Path, assemble: AssembleOptions, th: Thresholds) -> anyhow::Result<i32> {
+    // a bundle or snapshot.json (what a bug report carries) is one still frame
+    if let Some(snap) = super::report::still_frame(path)? {
+        let mut feed = ReplayFeed::with_note(vec![snap], Some("still frame (a snapshot)".into()));
+        tui::run(&mut feed, app_options())?;
+        return Ok(0);
+    }
     let rec = Recording::open(path)?;
     let (frames, stats) = attach::replay_frames_counted(&rec, 1000, th)?;
     if frames.is_empty() {

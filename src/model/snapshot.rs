@@ -33,6 +33,10 @@ pub struct Snapshot {
     pub config_changed: Vec<Change>,
     #[serde(default)]
     pub tool: BTreeMap<String, String>,
+    /// Host-wide versions for a bug report: `wedgewatch`, `kernel`, `nvidia_driver`, `cuda`
+    /// (absent when not known, e.g. no NVML).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub versions: BTreeMap<String, String>,
 }
 
 fn yes() -> bool {
@@ -74,6 +78,14 @@ pub struct SnapComponent {
     pub gpu_activity: Option<String>,
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
+    /// Installed versions read from package metadata on disk (`sglang`, `torch`, `python`,
+    /// ...); see `sources::versions`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub versions: BTreeMap<String, String>,
+    /// Names of the variables of `env` its stack profile marks relevant (`relevant_env`):
+    /// what a report shows of the environment besides the changes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub relevant_env: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

@@ -315,6 +315,7 @@ mod tests {
             redacted: true,
             config_changed: vec![],
             tool: BTreeMap::new(),
+            versions: BTreeMap::new(),
         }
     }
 

@@ -48,6 +48,7 @@ fn snap(taken_at: &str, requests: Vec<Request>) -> Snapshot {
         redacted: true,
         config_changed: vec![],
         tool: BTreeMap::new(),
+        versions: BTreeMap::new(),
     }
 }
 
