@@ -91,6 +91,10 @@ impl Thresholds {
             ("busy_after_ms", self.busy_after_ms),
             ("queue_after_ms", self.queue_after_ms),
             ("accumulate_window_ms", self.accumulate_window_ms),
+            (
+                "accumulate_close_wait_silent_ms",
+                self.accumulate_close_wait_silent_ms,
+            ),
             ("restart_recent_ms", self.restart_recent_ms),
             ("link_window_ms", self.link_window_ms),
             ("rate_window_ms", self.rate_window_ms),
@@ -116,6 +120,10 @@ impl Thresholds {
             ),
             ("accumulate_min_fds", self.accumulate_min_fds.into()),
             ("accumulate_min_threads", self.accumulate_min_threads.into()),
+            (
+                "accumulate_close_wait_silent_min",
+                self.accumulate_close_wait_silent_min.into(),
+            ),
         ] {
             count(key, v)?;
         }

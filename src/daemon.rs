@@ -170,32 +170,14 @@ impl Daemon {
         state_dir: &Path,
         mut shutdown: watch::Receiver<bool>,
     ) -> Result<()> {
-        let cfg = self.config.clone();
-        let topo = match (self.discover)().await {
-            Ok(t) => t,
-            Err(e) => {
-                // Sampling an empty topology still records sockets/GPU; retry discovery later.
-                tracing_note(&format!("discovery failed, retrying: {e}"));
-                Topology::default()
-            }
-        };
+        let topo = self.first_topology().await;
         let (topo_tx, topo_rx) = watch::channel(topo.clone());
-        let mut writer = match cfg.rotation {
-            Some(p) => Some(RecordingWriter::create_dir(
-                &safe_fs::private_dir(&state_dir.join("recording"))?,
-                p,
-                self.clock.now_ms(),
-            )?),
-            None => None,
+        let mut state = LoopState {
+            writer: self.open_recording(state_dir, &topo)?,
+            topo_key: topology_key(&topo),
+            pending_reason: Some("start".to_string()),
         };
-        if let Some(w) = writer.as_mut() {
-            w.write(&Record::Topology {
-                t_ms: self.clock.now_ms(),
-                topology: topo.clone(),
-            })?;
-        }
-        lock(&self.shared).model.set_topology(topo.clone());
-        let mut topo_key = topology_key(&topo);
+        lock(&self.shared).model.set_topology(topo);
 
         let mut sampler = Sampler::new(self.clock.clone(), topo_rx);
         for (s, e, t) in &self.sources {
@@ -212,58 +194,112 @@ impl Daemon {
             self.clock.clone(),
         ));
 
-        let mut rediscover =
-            tokio::time::interval(Duration::from_millis(cfg.rediscover_every_ms.max(100)));
+        let every = Duration::from_millis(self.config.rediscover_every_ms.max(100));
+        let mut rediscover = tokio::time::interval(every);
         rediscover.tick().await; // the first tick is immediate: discovery just ran
-        let mut pending_reason = Some("start".to_string());
-        let result: Result<()> = loop {
+        loop {
             tokio::select! {
                 r = shutdown.changed() => {
-                    if r.is_err() || *shutdown.borrow() { break Ok(()); }
+                    if r.is_err() || *shutdown.borrow() { break; }
                 }
                 s = rx.recv() => {
-                    let Some(s) = s else { break Ok(()) };
-                    if let Some(w) = writer.as_mut() {
-                        if let Err(e) = w.write_sample(&s) {
-                            // A full disk must not stop the live view; say so once.
-                            tracing_note(&format!("recording stopped: {e}"));
-                            writer = None;
-                        }
-                    }
-                    let baseline = {
-                        let mut sh = lock(&self.shared);
-                        sh.model.ingest(&s);
-                        match &s.payload {
-                            Payload::Processes(p) => take_baseline(&mut sh, s.t_ms, p, pending_reason.take()),
-                            _ => None,
-                        }
-                    };
-                    if let (Some(b), Some(w)) = (baseline, writer.as_mut()) {
-                        let _ = w.write(&Record::Baseline { baseline: b });
-                    }
+                    let Some(s) = s else { break };
+                    self.on_sample(&s, &mut state);
                 }
                 _ = rediscover.tick() => {
                     if let Ok(t) = (self.discover)().await {
-                        let k = topology_key(&t);
-                        if k != topo_key {
-                            topo_key = k;
-                            lock(&self.shared).model.set_topology(t.clone());
-                            if let Some(w) = writer.as_mut() {
-                                let _ = w.write(&Record::Topology { t_ms: self.clock.now_ms(), topology: t.clone() });
-                            }
-                            let _ = topo_tx.send(t);
-                            pending_reason.get_or_insert_with(|| "topology changed".to_string());
-                        }
+                        self.on_discovery(t, &mut state, &topo_tx);
                     }
                 }
             }
-        };
+        }
         let _ = stop_tx.send(true);
         drop(rx);
         let _ = sampler_task.await;
         server.abort();
-        result
+        Ok(())
     }
+
+    /// The topology to start with. Sampling an empty topology still records sockets and
+    /// GPU, so a failed discovery is said and retried later, not fatal.
+    async fn first_topology(&self) -> Topology {
+        match (self.discover)().await {
+            Ok(t) => t,
+            Err(e) => {
+                tracing_note(&format!("discovery failed, retrying: {e}"));
+                Topology::default()
+            }
+        }
+    }
+
+    /// The rotated recording in `state_dir/recording`, starting with the topology; `None`
+    /// when the configuration keeps history in memory only.
+    fn open_recording(&self, state_dir: &Path, topo: &Topology) -> Result<Option<RecordingWriter>> {
+        let Some(policy) = self.config.rotation else {
+            return Ok(None);
+        };
+        let dir = safe_fs::private_dir(&state_dir.join("recording"))?;
+        let mut w = RecordingWriter::create_dir(&dir, policy, self.clock.now_ms())?;
+        w.write(&Record::Topology {
+            t_ms: self.clock.now_ms(),
+            topology: topo.clone(),
+        })?;
+        Ok(Some(w))
+    }
+
+    /// One sample: recorded, ingested, and (process facts) possibly a new baseline.
+    fn on_sample(&self, s: &Sample, state: &mut LoopState) {
+        if let Some(w) = state.writer.as_mut() {
+            if let Err(e) = w.write_sample(s) {
+                // A full disk must not stop the live view; say so once.
+                tracing_note(&format!("recording stopped: {e}"));
+                state.writer = None;
+            }
+        }
+        let baseline = {
+            let mut sh = lock(&self.shared);
+            sh.model.ingest(s);
+            match &s.payload {
+                Payload::Processes(p) => {
+                    take_baseline(&mut sh, s.t_ms, p, state.pending_reason.take())
+                }
+                _ => None,
+            }
+        };
+        if let (Some(b), Some(w)) = (baseline, state.writer.as_mut()) {
+            let _ = w.write(&Record::Baseline { baseline: b });
+        }
+    }
+
+    /// A rediscovered topology: when components or their processes changed, the model, the
+    /// recording and the sampler get it, and the next process sample is baselined.
+    fn on_discovery(&self, t: Topology, state: &mut LoopState, topo_tx: &watch::Sender<Topology>) {
+        let k = topology_key(&t);
+        if k == state.topo_key {
+            return;
+        }
+        state.topo_key = k;
+        lock(&self.shared).model.set_topology(t.clone());
+        if let Some(w) = state.writer.as_mut() {
+            let _ = w.write(&Record::Topology {
+                t_ms: self.clock.now_ms(),
+                topology: t.clone(),
+            });
+        }
+        let _ = topo_tx.send(t);
+        state
+            .pending_reason
+            .get_or_insert_with(|| "topology changed".to_string());
+    }
+}
+
+/// What the sampling loop carries from one event to the next.
+struct LoopState {
+    /// `None` without a recording, or after writing one failed.
+    writer: Option<RecordingWriter>,
+    topo_key: Vec<(String, Option<i32>, Vec<i32>)>,
+    /// Why the next baseline is taken, when something asked for one.
+    pending_reason: Option<String>,
 }
 
 fn tracing_note(msg: &str) {

@@ -1,178 +1,16 @@
 //! Diff two snapshots: what changed since the baseline (env, cmdline, version, topology, process).
 //!
-//! Components are matched by id, which discovery builds from role + listen address (never
-//! the pid), so a restarted engine is the same component. Changes a child inherits from its
-//! parent (a scheduler's environment is its engine's) are reported once, on the parent.
-//! Order: what someone changed on purpose comes first (env, cmdline, version, config), then
-//! consequences (topology, process restarts), so an added variable on one engine is the
-//! first line of the human output.
+//! The changes are [`crate::model::changes::changes`] over both snapshots' component facts,
+//! the same comparison the daemon's baselines use. This module makes them a report: changes
+//! a child inherits from its parent (a scheduler's environment is its engine's) are reported
+//! once, on the parent, and what someone changed on purpose comes first (env, cmdline,
+//! version, config), then consequences (topology, process restarts), so an added variable on
+//! one engine is the first line of the human output.
 
 pub use crate::model::changes::render_change_plain;
-use crate::model::{Change, DiffReport, Role, SnapComponent, Snapshot, DIFF_SCHEMA};
+use crate::model::changes::{changes, field_rank};
+use crate::model::{Change, ComponentFacts, DiffReport, Snapshot, DIFF_SCHEMA};
 use std::collections::{BTreeMap, BTreeSet};
-
-/// Field names of the contract, in reporting order.
-const FIELD_ORDER: [&str; 6] = ["env", "cmdline", "version", "config", "topology", "process"];
-
-fn field_rank(f: &str) -> usize {
-    FIELD_ORDER
-        .iter()
-        .position(|x| *x == f)
-        .unwrap_or(FIELD_ORDER.len())
-}
-
-fn change(
-    c: &SnapComponent,
-    field: &str,
-    key: Option<String>,
-    before: Option<String>,
-    after: Option<String>,
-) -> Change {
-    Change {
-        component: c.id.clone(),
-        role: c.role,
-        field: field.into(),
-        key,
-        before,
-        after,
-    }
-}
-
-/// `--flag value` / `--flag=value` pairs and positional arguments of a command line.
-fn split_args(args: &[String]) -> (BTreeMap<String, String>, Vec<String>) {
-    let mut flags = BTreeMap::new();
-    let mut positional = Vec::new();
-    let mut i = 0;
-    while i < args.len() {
-        let a = &args[i];
-        if a.starts_with("--") && a.len() > 2 {
-            if let Some((k, v)) = a.split_once('=') {
-                flags.insert(k.to_string(), v.to_string());
-                i += 1;
-                continue;
-            }
-            let mut vals = Vec::new();
-            let mut j = i + 1;
-            while j < args.len() && !args[j].starts_with("--") {
-                vals.push(args[j].clone());
-                j += 1;
-            }
-            flags.insert(a.clone(), vals.join(" "));
-            i = j;
-        } else {
-            positional.push(a.clone());
-            i += 1;
-        }
-    }
-    (flags, positional)
-}
-
-fn diff_component(a: &SnapComponent, b: &SnapComponent, out: &mut Vec<Change>) {
-    // environment
-    let keys: BTreeSet<&String> = a.env.keys().chain(b.env.keys()).collect();
-    for k in keys {
-        let (x, y) = (a.env.get(k), b.env.get(k));
-        if x != y {
-            out.push(change(b, "env", Some(k.clone()), x.cloned(), y.cloned()));
-        }
-    }
-    // command line, flag by flag when both parse
-    if a.cmdline != b.cmdline {
-        let (fa, pa) = split_args(&a.cmdline);
-        let (fb, pb) = split_args(&b.cmdline);
-        let keys: BTreeSet<&String> = fa.keys().chain(fb.keys()).collect();
-        let mut any = false;
-        for k in keys {
-            if fa.get(k) != fb.get(k) {
-                any = true;
-                out.push(change(
-                    b,
-                    "cmdline",
-                    Some(k.clone()),
-                    fa.get(k).cloned(),
-                    fb.get(k).cloned(),
-                ));
-            }
-        }
-        if pa != pb {
-            any = true;
-            out.push(change(
-                b,
-                "cmdline",
-                Some("positional".into()),
-                Some(pa.join(" ")),
-                Some(pb.join(" ")),
-            ));
-        }
-        if !any {
-            // same flags, different order or spacing
-            out.push(change(
-                b,
-                "cmdline",
-                None,
-                Some(a.cmdline.join(" ")),
-                Some(b.cmdline.join(" ")),
-            ));
-        }
-    }
-    if a.exe != b.exe {
-        out.push(change(
-            b,
-            "version",
-            Some("exe".into()),
-            a.exe.clone(),
-            b.exe.clone(),
-        ));
-    }
-    // a version label, when a source provides one (model changes show as cmdline flags)
-    for key in ["version"] {
-        if a.labels.get(key) != b.labels.get(key) {
-            out.push(change(
-                b,
-                "version",
-                Some(key.into()),
-                a.labels.get(key).cloned(),
-                b.labels.get(key).cloned(),
-            ));
-        }
-    }
-    if a.role != b.role || a.stack != b.stack {
-        out.push(change(
-            b,
-            "topology",
-            Some("role".into()),
-            Some(format!("{} ({})", a.role, a.stack)),
-            Some(format!("{} ({})", b.role, b.stack)),
-        ));
-    }
-    let (la, lb): (BTreeSet<&String>, BTreeSet<&String>) =
-        (a.listen.iter().collect(), b.listen.iter().collect());
-    if la != lb {
-        out.push(change(
-            b,
-            "topology",
-            Some("listen".into()),
-            Some(a.listen.join(", ")),
-            Some(b.listen.join(", ")),
-        ));
-    }
-    if a.identity.is_some() && b.identity.is_some() && a.identity != b.identity {
-        let show = |c: &SnapComponent| {
-            format!(
-                "pid {} started {}",
-                c.main_pid.map(|p| p.to_string()).unwrap_or("?".into()),
-                c.started_at.as_deref().unwrap_or("?")
-            )
-        };
-        out.push(change(
-            b,
-            "process",
-            Some("restarted".into()),
-            Some(show(a)),
-            Some(show(b)),
-        ));
-    }
-}
 
 type ChangeKey = (
     String,
@@ -190,16 +28,6 @@ fn change_key(c: &Change) -> ChangeKey {
         c.before.clone(),
         c.after.clone(),
     )
-}
-
-/// Key for matching components that have no common id: role + listen set.
-fn loose_key(c: &SnapComponent) -> Option<(Role, Vec<String>)> {
-    if c.listen.is_empty() {
-        return None;
-    }
-    let mut l = c.listen.clone();
-    l.sort();
-    Some((c.role, l))
 }
 
 /// Compares two snapshots. `before` is the baseline. Both go through today's redaction
@@ -220,88 +48,20 @@ pub fn diff_snapshots(before: &Snapshot, after: &Snapshot) -> DiffReport {
 }
 
 fn diff_safe(before: &Snapshot, after: &Snapshot) -> DiffReport {
-    let mut out: Vec<Change> = Vec::new();
-    let by_id_b: BTreeMap<&str, &SnapComponent> = after
-        .components
-        .iter()
-        .map(|c| (c.id.as_str(), c))
-        .collect();
-    let mut matched_b: BTreeSet<&str> = BTreeSet::new();
-    let mut gone: Vec<&SnapComponent> = Vec::new();
-    let mut pairs: Vec<(&SnapComponent, &SnapComponent)> = Vec::new();
-    for a in &before.components {
-        if let Some(b) = by_id_b.get(a.id.as_str()) {
-            matched_b.insert(b.id.as_str());
-            pairs.push((a, b));
-        } else {
-            gone.push(a);
-        }
-    }
-    // second chance: same role and listen set under another id (an id scheme change)
-    let mut still_gone = Vec::new();
-    for a in gone {
-        let found = after.components.iter().find(|b| {
-            !matched_b.contains(b.id.as_str())
-                && loose_key(a).is_some()
-                && loose_key(a) == loose_key(b)
-        });
-        match found {
-            Some(b) => {
-                matched_b.insert(b.id.as_str());
-                pairs.push((a, b));
-            }
-            None => still_gone.push(a),
-        }
-    }
-    for (a, b) in &pairs {
-        diff_component(a, b, &mut out);
-    }
-    for a in still_gone {
-        out.push(change(
-            a,
-            "topology",
-            Some("component".into()),
-            Some(a.id.clone()),
-            None,
-        ));
-    }
-    for b in &after.components {
-        if !matched_b.contains(b.id.as_str()) {
-            out.push(change(
-                b,
-                "topology",
-                Some("component".into()),
-                None,
-                Some(b.id.clone()),
-            ));
-        }
-    }
-
-    // a child's env/cmdline/version change that its parent has too is the parent's change
+    let facts = |s: &Snapshot| -> Vec<ComponentFacts> {
+        s.components.iter().map(ComponentFacts::from).collect()
+    };
+    let mut out = changes(&facts(before), &facts(after));
     let parent_of: BTreeMap<&str, &str> = after
         .components
         .iter()
         .chain(before.components.iter())
         .filter_map(|c| c.parent.as_deref().map(|p| (c.id.as_str(), p)))
         .collect();
-    // (component, field, key, before, after) of every change, to spot inherited ones
-    let parent_changes: BTreeSet<ChangeKey> = out.iter().map(change_key).collect();
-    out.retain(|c| {
-        if c.field == "process" || c.field == "topology" {
-            return true;
-        }
-        match parent_of.get(c.component.as_str()) {
-            Some(p) => {
-                let mut k = change_key(c);
-                k.0 = p.to_string();
-                !parent_changes.contains(&k)
-            }
-            None => true,
-        }
-    });
+    drop_inherited(&mut out, &parent_of);
 
     // what was changed on purpose first, consequences after; children after parents
-    let depth = |id: &str| parent_of.contains_key(id) as u8;
+    let depth = |id: &str| u8::from(parent_of.contains_key(id));
     out.sort_by(|x, y| {
         (
             field_rank(&x.field),
@@ -322,6 +82,25 @@ fn diff_safe(before: &Snapshot, after: &Snapshot) -> DiffReport {
         before_taken_at: Some(before.taken_at.clone()),
         after_taken_at: Some(after.taken_at.clone()),
     }
+}
+
+/// Drops a child's env/cmdline/version change that its parent has too (same field, key and
+/// values): it is the parent's change, reported there.
+fn drop_inherited(out: &mut Vec<Change>, parent_of: &BTreeMap<&str, &str>) {
+    let parent_changes: BTreeSet<ChangeKey> = out.iter().map(change_key).collect();
+    out.retain(|c| {
+        if c.field == "process" || c.field == "topology" {
+            return true;
+        }
+        match parent_of.get(c.component.as_str()) {
+            Some(p) => {
+                let mut k = change_key(c);
+                k.0 = p.to_string();
+                !parent_changes.contains(&k)
+            }
+            None => true,
+        }
+    });
 }
 
 fn sign(c: &Change) -> char {
@@ -394,7 +173,7 @@ fn render_human_safe(d: &DiffReport, color: bool) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{REDACTED, SNAPSHOT_SCHEMA};
+    use crate::model::{Role, SnapComponent, REDACTED, SNAPSHOT_SCHEMA};
 
     fn comp(
         id: &str,
@@ -456,10 +235,13 @@ mod tests {
         }
     }
 
-    #[test]
-    fn inherited_child_changes_are_reported_once_and_env_first() {
-        let d = "decode@127.0.0.1:2";
-        let s = "scheduler@decode@127.0.0.1:2";
+    const D: &str = "decode@127.0.0.1:2";
+    const S: &str = "scheduler@decode@127.0.0.1:2";
+
+    /// Decode (and its scheduler) restarted with one more variable, prefill's port flag
+    /// changed, the proxy gone and a router new.
+    fn decode_restarted_with_knob() -> (Snapshot, Snapshot) {
+        let (d, s) = (D, S);
         let a = snap(vec![
             comp(d, Role::Decode, None, &[("A", "1")], "1:10"),
             comp(s, Role::Scheduler, Some(d), &[("A", "1")], "2:11"),
@@ -491,6 +273,13 @@ mod tests {
             comp("router@127.0.0.1:9", Role::Router, None, &[], "9:1"),
         ]);
         b.components[2].cmdline[4] = "7".into();
+        (a, b)
+    }
+
+    #[test]
+    fn inherited_child_changes_are_reported_once_and_env_first() {
+        let (d, s) = (D, S);
+        let (a, b) = decode_restarted_with_knob();
         let r = diff_snapshots(&a, &b);
         let first = &r.changes[0];
         assert_eq!(

@@ -8,7 +8,8 @@ use crate::clock::Millis;
 use crate::discover;
 use crate::error::{Error, Result};
 use crate::model::{
-    ProcessFacts, SnapComponent, Snapshot, SourceKind, SourceStatus, Topology, SNAPSHOT_SCHEMA,
+    Component, ProcessFacts, SnapComponent, Snapshot, SourceKind, SourceStatus, Topology,
+    SNAPSHOT_SCHEMA,
 };
 use crate::redact::Redactor;
 use std::collections::BTreeMap;
@@ -102,58 +103,13 @@ pub fn assemble_bundle(parts: SnapshotParts, opts: &AssembleOptions) -> Bundle {
     let facts: BTreeMap<i32, ProcessFacts> =
         parts.processes.iter().map(|f| (f.pid, f.clone())).collect();
 
-    let mut components = Vec::new();
-    for c in &parts.topology.components {
-        let main = c.main_pid.and_then(|p| facts.get(&p));
-        let args = discover::args_pid(c).and_then(|p| facts.get(&p));
-        let env = discover::env_pid(c).and_then(|p| facts.get(&p));
-        let extras = parts.extras.get(&c.id).cloned().unwrap_or_default();
-        let processes = c
-            .pids
-            .iter()
-            .filter_map(|p| facts.get(p))
-            .map(|f| {
-                // the environment is reported once, at component level
-                let mut f = f.clone();
-                f.env = None;
-                serde_json::to_value(f).unwrap_or(serde_json::Value::Null)
-            })
-            .collect();
-        let labels = c.labels.clone();
-        components.push(SnapComponent {
-            id: c.id.clone(),
-            role: c.role,
-            stack: c.stack.clone(),
-            pids: c.pids.clone(),
-            main_pid: c.main_pid,
-            listen: c.listen.clone(),
-            started_at: rfc(main.and_then(|f| f.started_at_ms)),
-            cmdline: args.and_then(|f| f.cmdline.clone()).unwrap_or_default(),
-            env: env.and_then(|f| f.env.clone()).unwrap_or_default(),
-            gpus: c.gpus.clone(),
-            parent: c.parent.clone(),
-            title: c.title.clone(),
-            exe: main.and_then(|f| f.exe.clone()),
-            identity: main.and_then(|f| f.start_ticks.map(|t| format!("{}:{t}", f.pid))),
-            processes,
-            sockets: extras.sockets,
-            metrics: extras.metrics,
-            gpu_activity: extras.gpu_activity,
-            labels,
-            versions: BTreeMap::new(),
-            relevant_env: Vec::new(),
-        });
-    }
+    let components = parts
+        .topology
+        .components
+        .iter()
+        .map(|c| snap_component(c, &facts, &parts))
+        .collect();
 
-    let mut sources: BTreeMap<String, SourceStatus> = BTreeMap::new();
-    for k in SourceKind::ALL {
-        let s = parts
-            .sources
-            .get(&k)
-            .cloned()
-            .unwrap_or_else(|| SourceStatus::unavailable("not sampled"));
-        sources.insert(k.as_str().to_string(), s);
-    }
     let mut findings = parts.findings.clone();
     findings.sort_by_key(|f| std::cmp::Reverse(f.severity));
 
@@ -161,7 +117,7 @@ pub fn assemble_bundle(parts: SnapshotParts, opts: &AssembleOptions) -> Bundle {
         schema: SNAPSHOT_SCHEMA.to_string(),
         taken_at: crate::clock::rfc3339(parts.taken_at_ms),
         window_ms: parts.window_ms as f64,
-        sources,
+        sources: contract_sources(&parts),
         components,
         requests: parts.requests.clone(),
         gpus: parts.gpus.clone(),
@@ -195,6 +151,69 @@ pub fn assemble_bundle(parts: SnapshotParts, opts: &AssembleOptions) -> Bundle {
         raw,
         redactor,
     }
+}
+
+/// One component of the contract: its topology entry joined with its processes' facts
+/// (arguments and environment where discovery found they survive a title) and the extras
+/// the model computed for it.
+fn snap_component(
+    c: &Component,
+    facts: &BTreeMap<i32, ProcessFacts>,
+    parts: &SnapshotParts,
+) -> SnapComponent {
+    let main = c.main_pid.and_then(|p| facts.get(&p));
+    let args = discover::args_pid(c).and_then(|p| facts.get(&p));
+    let env = discover::env_pid(c).and_then(|p| facts.get(&p));
+    let extras = parts.extras.get(&c.id).cloned().unwrap_or_default();
+    let processes = c
+        .pids
+        .iter()
+        .filter_map(|p| facts.get(p))
+        .map(|f| {
+            // the environment is reported once, at component level
+            let mut f = f.clone();
+            f.env = None;
+            serde_json::to_value(f).unwrap_or(serde_json::Value::Null)
+        })
+        .collect();
+    SnapComponent {
+        id: c.id.clone(),
+        role: c.role,
+        stack: c.stack.clone(),
+        pids: c.pids.clone(),
+        main_pid: c.main_pid,
+        listen: c.listen.clone(),
+        started_at: rfc(main.and_then(|f| f.started_at_ms)),
+        cmdline: args.and_then(|f| f.cmdline.clone()).unwrap_or_default(),
+        env: env.and_then(|f| f.env.clone()).unwrap_or_default(),
+        gpus: c.gpus.clone(),
+        parent: c.parent.clone(),
+        title: c.title.clone(),
+        exe: main.and_then(|f| f.exe.clone()),
+        identity: main.and_then(|f| f.start_ticks.map(|t| format!("{}:{t}", f.pid))),
+        processes,
+        sockets: extras.sockets,
+        metrics: extras.metrics,
+        gpu_activity: extras.gpu_activity,
+        labels: c.labels.clone(),
+        versions: BTreeMap::new(),
+        relevant_env: Vec::new(),
+    }
+}
+
+/// Every source's status by name; a source the parts do not mention was not sampled.
+fn contract_sources(parts: &SnapshotParts) -> BTreeMap<String, SourceStatus> {
+    SourceKind::ALL
+        .into_iter()
+        .map(|k| {
+            let s = parts
+                .sources
+                .get(&k)
+                .cloned()
+                .unwrap_or_else(|| SourceStatus::unavailable("not sampled"));
+            (k.as_str().to_string(), s)
+        })
+        .collect()
 }
 
 /// The one redaction pass of a bundle: learn from every part first (a secret named in the

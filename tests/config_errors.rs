@@ -73,6 +73,14 @@ fn bad_thresholds_exit_2_naming_the_key() {
         ("endpoint_failures = 0", "endpoint_failures"),
         ("accumulate_min_fds = 4294967296", "accumulate_min_fds"),
         ("accumulate_min_threads = 0", "accumulate_min_threads"),
+        (
+            "accumulate_close_wait_silent_min = 0",
+            "accumulate_close_wait_silent_min",
+        ),
+        (
+            "accumulate_close_wait_silent_ms = -1",
+            "accumulate_close_wait_silent_ms",
+        ),
         ("busy_util_pct = 101", "busy_util_pct"),
         ("busy_sm_pct = 0", "busy_sm_pct"),
         ("spin_util_pct = 1000", "spin_util_pct"),
@@ -101,6 +109,7 @@ fn thresholds_at_their_limits_replay_without_panic() {
         "busy_after_ms",
         "queue_after_ms",
         "accumulate_window_ms",
+        "accumulate_close_wait_silent_ms",
         "restart_recent_ms",
         "link_window_ms",
         "rate_window_ms",
@@ -115,6 +124,7 @@ fn thresholds_at_their_limits_replay_without_panic() {
         "accumulate_min_close_wait",
         "accumulate_min_fds",
         "accumulate_min_threads",
+        "accumulate_close_wait_silent_min",
     ];
     let pcts = ["busy_util_pct", "busy_sm_pct", "spin_util_pct"];
     let edge = |d: &str, s: &str, c: &str, p: &str, f: &str| {

@@ -376,6 +376,12 @@ impl Model {
         &self.latest_processes
     }
 
+    /// The newest usable socket table and when it was taken: point-in-time evidence
+    /// (`accumulating_state` without history reads socket states and `tcp_info` silences).
+    pub fn latest_sockets(&self) -> Option<(Millis, &SocketTable)> {
+        Some((self.last_sockets_ms?, self.latest_sockets.as_ref()?))
+    }
+
     pub fn sources_seen(&self) -> &BTreeMap<SourceKind, SourceSeen> {
         &self.seen
     }

@@ -4,6 +4,10 @@
 //! configuration differs from the baseline (`--baseline FILE`, or the daemon's first
 //! baseline). Children's changes are folded into their engine's finding by `run_all`.
 //!
+//! Its input is the one comparison of component facts, `model::changes::changes`: made by
+//! the daemon and a replay from their baselines (`Model::config_changes`), or by `diff`
+//! for `snapshot --baseline`. This detector only filters and words them.
+//!
 //! What to do: a change next to a wedge is the first suspect; compare the listed keys.
 //!
 //! Thresholds read: none.

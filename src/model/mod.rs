@@ -2,7 +2,9 @@
 //! snapshot contract (`wedgewatch.snapshot/1`, `wedgewatch.diff/1`).
 
 pub mod changes;
+pub mod facts;
 pub mod finding_kind;
+pub mod masked;
 pub mod parts;
 pub mod sample;
 pub mod snapshot;
@@ -10,6 +12,7 @@ pub mod thread_state;
 pub mod thresholds;
 pub mod topology;
 
+pub use facts::ComponentFacts;
 pub use finding_kind::FindingKind;
 pub use parts::{ComponentExtras, SnapshotParts};
 pub use sample::*;

@@ -31,6 +31,13 @@ pub struct Thresholds {
     pub accumulate_min_close_wait: u32,
     pub accumulate_min_fds: u32,
     pub accumulate_min_threads: u32,
+    /// `accumulating_state` from one look (no history): at least this many sockets of a
+    /// component in CLOSE_WAIT (the peer hung up, the component never closed) ...
+    pub accumulate_close_wait_silent_min: u32,
+    /// ... each silent (no byte or ACK either way, from `tcp_info`) for at least this long.
+    /// A normal close leaves CLOSE_WAIT within milliseconds; a client pool that closes idle
+    /// connections lazily holds a few, bounded by its size.
+    pub accumulate_close_wait_silent_ms: i64,
     /// `process_restarted`: report restarts this recent.
     pub restart_recent_ms: i64,
     /// `endpoint_unresponsive`: this many consecutive failed probes of one URL ...
@@ -70,6 +77,8 @@ impl Default for Thresholds {
             accumulate_min_close_wait: 10,
             accumulate_min_fds: 100,
             accumulate_min_threads: 20,
+            accumulate_close_wait_silent_min: 20,
+            accumulate_close_wait_silent_ms: 30_000,
             restart_recent_ms: 600_000,
             endpoint_failures: 2,
             endpoint_slow_ms: 5_000,

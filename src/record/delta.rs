@@ -12,7 +12,8 @@ use super::{crc32, Record};
 use crate::clock::Millis;
 use crate::error::Result;
 use crate::model::Sample;
-use std::collections::BTreeMap;
+use serde_json::{json, Map, Value};
+use std::collections::{BTreeMap, BTreeSet};
 
 /// A keyframe at least this often per source kind.
 pub const KEYFRAME_EVERY: u32 = 120;
@@ -68,113 +69,132 @@ fn keyed(a: &[serde_json::Value]) -> Option<Vec<String>> {
 }
 
 /// The patch turning `old` into `new`, or None if equal.
-pub fn diff_json(old: &serde_json::Value, new: &serde_json::Value) -> Option<serde_json::Value> {
-    use serde_json::{json, Map, Value};
+pub fn diff_json(old: &Value, new: &Value) -> Option<Value> {
     if old == new {
         return None;
     }
     match (old, new) {
-        (Value::Object(a), Value::Object(b)) => {
-            let mut p = Map::new();
-            for (k, vb) in b {
-                match a.get(k) {
-                    Some(va) => {
-                        if let Some(n) = diff_json(va, vb) {
-                            p.insert(k.clone(), n);
-                        }
-                    }
-                    None => {
-                        p.insert(k.clone(), json!({ "$v": vb }));
-                    }
-                }
-            }
-            let d: Vec<&String> = a.keys().filter(|k| !b.contains_key(*k)).collect();
-            let mut node = Map::new();
-            node.insert("$p".into(), Value::Object(p));
-            if !d.is_empty() {
-                node.insert("$d".into(), json!(d));
-            }
-            Some(Value::Object(node))
-        }
-        (Value::Array(a), Value::Array(b)) => {
-            let (Some(ka), Some(kb)) = (keyed(a), keyed(b)) else {
-                // Unkeyed (or duplicate keys, e.g. three stack dumps of one pid per window):
-                // element by element when the length is the same, which is the common case
-                // of a source that re-reads the same things; whole otherwise.
-                if a.len() == b.len() {
-                    let at: Vec<Value> = a
-                        .iter()
-                        .zip(b)
-                        .enumerate()
-                        .filter_map(|(i, (ea, eb))| diff_json(ea, eb).map(|n| json!([i, n])))
-                        .collect();
-                    let whole = serde_json::to_vec(new).map_or(0, |v| v.len());
-                    let patch = serde_json::to_vec(&at).map_or(usize::MAX, |v| v.len());
-                    if patch < whole {
-                        return Some(json!({ "$i": at }));
-                    }
-                }
-                return Some(json!({ "$v": new }));
-            };
-            let index: BTreeMap<&String, &Value> = ka.iter().zip(a.iter()).collect();
-            let mut upd = Vec::new();
-            let mut added = Vec::new();
-            for (k, eb) in kb.iter().zip(b.iter()) {
-                match index.get(k) {
-                    Some(ea) => {
-                        if let Some(n) = diff_json(ea, eb) {
-                            upd.push(json!({ "k": k, "n": n }));
-                        }
-                    }
-                    None => added.push(eb.clone()),
-                }
-            }
-            let kb_set: std::collections::BTreeSet<&String> = kb.iter().collect();
-            let removed: Vec<&String> = ka.iter().filter(|k| !kb_set.contains(k)).collect();
-            // Order after apply: old order minus removed, then the added ones.
-            let mut order: Vec<&String> = ka.iter().filter(|k| kb_set.contains(k)).collect();
-            let ka_set: std::collections::BTreeSet<&String> = ka.iter().collect();
-            order.extend(kb.iter().filter(|k| !ka_set.contains(k)));
-            let mut node = Map::new();
-            node.insert("$k".into(), json!(1));
-            if !upd.is_empty() {
-                node.insert("$u".into(), Value::Array(upd));
-            }
-            if !added.is_empty() {
-                node.insert("$n".into(), Value::Array(added));
-            }
-            if !removed.is_empty() {
-                node.insert("$r".into(), json!(removed));
-            }
-            if order != kb.iter().collect::<Vec<_>>() {
-                // The common case: the kept elements are in their old order and new ones
-                // landed in between (a new connection in a socket table). Then the new
-                // elements' positions say it all; a full key list ($o) only otherwise.
-                let kept_new: Vec<&String> = kb.iter().filter(|k| ka_set.contains(k)).collect();
-                let kept_old: Vec<&String> = ka.iter().filter(|k| kb_set.contains(k)).collect();
-                if kept_new == kept_old {
-                    let at: Vec<usize> = kb
-                        .iter()
-                        .enumerate()
-                        .filter(|(_, k)| !ka_set.contains(k))
-                        .map(|(i, _)| i)
-                        .collect();
-                    node.insert("$a".into(), json!(at));
-                } else {
-                    node.insert("$o".into(), json!(kb));
-                }
-            }
-            Some(Value::Object(node))
-        }
+        (Value::Object(a), Value::Object(b)) => Some(diff_objects(a, b)),
+        (Value::Array(a), Value::Array(b)) => match (keyed(a), keyed(b)) {
+            (Some(ka), Some(kb)) => Some(diff_keyed(a, &ka, b, &kb)),
+            // Unkeyed (or duplicate keys, e.g. three stack dumps of one pid per window).
+            _ => Some(diff_unkeyed(a, b, new)),
+        },
         _ => Some(json!({ "$v": new })),
+    }
+}
+
+/// `{"$p": {key: patch}, "$d": [removed keys]}`; an added key's patch is `{"$v": value}`.
+fn diff_objects(a: &Map<String, Value>, b: &Map<String, Value>) -> Value {
+    let mut p = Map::new();
+    for (k, vb) in b {
+        match a.get(k) {
+            Some(va) => {
+                if let Some(n) = diff_json(va, vb) {
+                    p.insert(k.clone(), n);
+                }
+            }
+            None => {
+                p.insert(k.clone(), json!({ "$v": vb }));
+            }
+        }
+    }
+    let d: Vec<&String> = a.keys().filter(|k| !b.contains_key(*k)).collect();
+    let mut node = Map::new();
+    node.insert("$p".into(), Value::Object(p));
+    if !d.is_empty() {
+        node.insert("$d".into(), json!(d));
+    }
+    Value::Object(node)
+}
+
+/// Element by element (`{"$i": [[index, patch], ...]}`) when the length is the same, which
+/// is the common case of a source that re-reads the same things, and smaller; whole
+/// otherwise.
+fn diff_unkeyed(a: &[Value], b: &[Value], new: &Value) -> Value {
+    if a.len() == b.len() {
+        let at: Vec<Value> = a
+            .iter()
+            .zip(b)
+            .enumerate()
+            .filter_map(|(i, (ea, eb))| diff_json(ea, eb).map(|n| json!([i, n])))
+            .collect();
+        let whole = serde_json::to_vec(new).map_or(0, |v| v.len());
+        let patch = serde_json::to_vec(&at).map_or(usize::MAX, |v| v.len());
+        if patch < whole {
+            return json!({ "$i": at });
+        }
+    }
+    json!({ "$v": new })
+}
+
+/// A list of keyed elements (`ka`, `kb` their keys): `{"$k":1}` with updated (`$u`), added
+/// (`$n`) and removed (`$r`) elements, and where the order changed, `$a` or `$o`.
+fn diff_keyed(a: &[Value], ka: &[String], b: &[Value], kb: &[String]) -> Value {
+    let index: BTreeMap<&String, &Value> = ka.iter().zip(a.iter()).collect();
+    let mut upd = Vec::new();
+    let mut added = Vec::new();
+    for (k, eb) in kb.iter().zip(b.iter()) {
+        match index.get(k) {
+            Some(ea) => {
+                if let Some(n) = diff_json(ea, eb) {
+                    upd.push(json!({ "k": k, "n": n }));
+                }
+            }
+            None => added.push(eb.clone()),
+        }
+    }
+    let kb_set: BTreeSet<&String> = kb.iter().collect();
+    let removed: Vec<&String> = ka.iter().filter(|k| !kb_set.contains(k)).collect();
+    let mut node = Map::new();
+    node.insert("$k".into(), json!(1));
+    if !upd.is_empty() {
+        node.insert("$u".into(), Value::Array(upd));
+    }
+    if !added.is_empty() {
+        node.insert("$n".into(), Value::Array(added));
+    }
+    if !removed.is_empty() {
+        node.insert("$r".into(), json!(removed));
+    }
+    if let Some((k, v)) = keyed_order(ka, kb) {
+        node.insert(k.into(), v);
+    }
+    Value::Object(node)
+}
+
+/// How to restore `kb`'s order after applying, when the default (old order minus removed,
+/// then the added ones) is not it: `$a` or `$o`.
+fn keyed_order(ka: &[String], kb: &[String]) -> Option<(&'static str, Value)> {
+    let kb_set: BTreeSet<&String> = kb.iter().collect();
+    let ka_set: BTreeSet<&String> = ka.iter().collect();
+    let mut order: Vec<&String> = ka.iter().filter(|k| kb_set.contains(k)).collect();
+    order.extend(kb.iter().filter(|k| !ka_set.contains(k)));
+    if order == kb.iter().collect::<Vec<_>>() {
+        return None;
+    }
+    // The common case: the kept elements are in their old order and new ones landed in
+    // between (a new connection in a socket table). Then the new elements' positions say
+    // it all; a full key list ($o) only otherwise.
+    let kept_new: Vec<&String> = kb.iter().filter(|k| ka_set.contains(k)).collect();
+    let kept_old: Vec<&String> = ka.iter().filter(|k| kb_set.contains(k)).collect();
+    if kept_new == kept_old {
+        let at: Vec<usize> = kb
+            .iter()
+            .enumerate()
+            .filter(|(_, k)| !ka_set.contains(k))
+            .map(|(i, _)| i)
+            .collect();
+        Some(("$a", json!(at)))
+    } else {
+        Some(("$o", json!(kb)))
     }
 }
 
 /// The patch saying "no change". It must fit the data's shape: `{"$p":{}}` alone (what
 /// writers used to write) does not apply to a list, so every unchanged sample of a source
 /// whose data is a list (processes or metrics of an idle host) was lost on replay.
-fn unchanged(state: &serde_json::Value) -> serde_json::Value {
-    use serde_json::{json, Value};
+fn unchanged(state: &Value) -> Value {
     match state {
         Value::Object(_) => json!({ "$p": {} }),
         Value::Array(_) => json!({ "$i": [] }),
@@ -183,97 +203,115 @@ fn unchanged(state: &serde_json::Value) -> serde_json::Value {
 }
 
 /// Applies a patch from [`diff_json`]; None if it does not fit the base.
-pub fn apply_json(base: &serde_json::Value, node: &serde_json::Value) -> Option<serde_json::Value> {
-    use serde_json::Value;
+pub fn apply_json(base: &Value, node: &Value) -> Option<Value> {
     let n = node.as_object()?;
     if let Some(v) = n.get("$v") {
         return Some(v.clone());
     }
     if let Some(at) = n.get("$i").and_then(Value::as_array) {
-        let mut a = base.as_array()?.clone();
-        let mut next = 0; // positions only go up: each element patched at most once
-        for pair in at {
-            let i = usize::try_from(pair.get(0)?.as_u64()?).ok()?;
-            if i < next {
-                return None;
-            }
-            next = i + 1;
-            let slot = a.get_mut(i)?;
-            *slot = apply_json(slot, pair.get(1)?)?;
-        }
-        return Some(Value::Array(a));
+        return apply_indexed(base, at);
     }
     if let Some(p) = n.get("$p").and_then(Value::as_object) {
-        if p.is_empty() && !n.contains_key("$d") {
-            // "No change", as older writers wrote it for data of any shape.
-            return Some(base.clone());
-        }
-        let mut o = base.as_object()?.clone();
-        for (k, sub) in p {
-            let cur = o.get(k).cloned().unwrap_or(Value::Null);
-            o.insert(k.clone(), apply_json(&cur, sub)?);
-        }
-        for d in n.get("$d").and_then(Value::as_array).into_iter().flatten() {
-            o.remove(d.as_str()?);
-        }
-        return Some(Value::Object(o));
+        return apply_object(base, n, p);
     }
     if n.contains_key("$k") {
-        let a = base.as_array()?;
-        let keys = keyed(a)?;
-        let mut elems: Vec<(String, Value)> = keys.into_iter().zip(a.iter().cloned()).collect();
-        let removed: std::collections::BTreeSet<&str> = n
-            .get("$r")
-            .and_then(Value::as_array)
-            .map(|r| r.iter().filter_map(Value::as_str).collect())
-            .unwrap_or_default();
-        elems.retain(|(k, _)| !removed.contains(k.as_str()));
-        // Indexed, and each element updated at most once: a patch from a stranger may
-        // name every element of a big table, or one big element many times.
-        let mut index: BTreeMap<String, Option<usize>> = elems
-            .iter()
-            .enumerate()
-            .map(|(i, (k, _))| (k.clone(), Some(i)))
-            .collect();
-        for u in n.get("$u").and_then(Value::as_array).into_iter().flatten() {
-            let i = index.get_mut(u.get("k")?.as_str()?)?.take()?;
-            let slot = elems.get_mut(i)?;
-            slot.1 = apply_json(&slot.1, u.get("n")?)?;
-        }
-        for e in n.get("$n").and_then(Value::as_array).into_iter().flatten() {
-            elems.push((elem_key(e)?, e.clone()));
-        }
-        if let Some(at) = n.get("$a").and_then(Value::as_array) {
-            // `elems` is kept (old order) then added; put the added ones at their places.
-            let added = n.get("$n").and_then(Value::as_array).map_or(0, Vec::len);
-            let split = elems.len().checked_sub(added)?;
-            let new_ones = elems.split_off(split);
-            if at.len() != new_ones.len() {
-                return None;
-            }
-            let mut out: Vec<Value> = Vec::with_capacity(elems.len() + new_ones.len());
-            let mut kept = elems.into_iter().map(|(_, v)| v);
-            for ((_, v), pos) in new_ones.into_iter().zip(at) {
-                let pos = usize::try_from(pos.as_u64()?).ok()?;
-                while out.len() < pos {
-                    out.push(kept.next()?);
-                }
-                out.push(v);
-            }
-            out.extend(kept);
-            return Some(Value::Array(out));
-        }
-        if let Some(order) = n.get("$o").and_then(Value::as_array) {
-            let mut by: BTreeMap<String, Value> = elems.into_iter().collect();
-            let mut out = Vec::new();
-            for k in order {
-                out.push(by.remove(k.as_str()?)?);
-            }
-            return Some(Value::Array(out));
-        }
-        return Some(Value::Array(elems.into_iter().map(|(_, v)| v).collect()));
+        return apply_keyed(base, n);
     }
     None
+}
+
+/// `$i`: `[index, patch]` pairs, indices going up.
+fn apply_indexed(base: &Value, at: &[Value]) -> Option<Value> {
+    let mut a = base.as_array()?.clone();
+    let mut next = 0; // positions only go up: each element patched at most once
+    for pair in at {
+        let i = usize::try_from(pair.get(0)?.as_u64()?).ok()?;
+        if i < next {
+            return None;
+        }
+        next = i + 1;
+        let slot = a.get_mut(i)?;
+        *slot = apply_json(slot, pair.get(1)?)?;
+    }
+    Some(Value::Array(a))
+}
+
+/// `$p` (patches by key) and `$d` (removed keys) of an object.
+fn apply_object(base: &Value, n: &Map<String, Value>, p: &Map<String, Value>) -> Option<Value> {
+    if p.is_empty() && !n.contains_key("$d") {
+        // "No change", as older writers wrote it for data of any shape.
+        return Some(base.clone());
+    }
+    let mut o = base.as_object()?.clone();
+    for (k, sub) in p {
+        let cur = o.get(k).cloned().unwrap_or(Value::Null);
+        o.insert(k.clone(), apply_json(&cur, sub)?);
+    }
+    for d in n.get("$d").and_then(Value::as_array).into_iter().flatten() {
+        o.remove(d.as_str()?);
+    }
+    Some(Value::Object(o))
+}
+
+/// `$k`: a keyed list's removed, updated and added elements, then its order (`$a`, `$o`).
+fn apply_keyed(base: &Value, n: &Map<String, Value>) -> Option<Value> {
+    let a = base.as_array()?;
+    let keys = keyed(a)?;
+    let mut elems: Vec<(String, Value)> = keys.into_iter().zip(a.iter().cloned()).collect();
+    let removed: BTreeSet<&str> = n
+        .get("$r")
+        .and_then(Value::as_array)
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    elems.retain(|(k, _)| !removed.contains(k.as_str()));
+    // Indexed, and each element updated at most once: a patch from a stranger may
+    // name every element of a big table, or one big element many times.
+    let mut index: BTreeMap<String, Option<usize>> = elems
+        .iter()
+        .enumerate()
+        .map(|(i, (k, _))| (k.clone(), Some(i)))
+        .collect();
+    for u in n.get("$u").and_then(Value::as_array).into_iter().flatten() {
+        let i = index.get_mut(u.get("k")?.as_str()?)?.take()?;
+        let slot = elems.get_mut(i)?;
+        slot.1 = apply_json(&slot.1, u.get("n")?)?;
+    }
+    for e in n.get("$n").and_then(Value::as_array).into_iter().flatten() {
+        elems.push((elem_key(e)?, e.clone()));
+    }
+    if let Some(at) = n.get("$a").and_then(Value::as_array) {
+        let added = n.get("$n").and_then(Value::as_array).map_or(0, Vec::len);
+        return place_added(elems, added, at);
+    }
+    if let Some(order) = n.get("$o").and_then(Value::as_array) {
+        let mut by: BTreeMap<String, Value> = elems.into_iter().collect();
+        let mut out = Vec::new();
+        for k in order {
+            out.push(by.remove(k.as_str()?)?);
+        }
+        return Some(Value::Array(out));
+    }
+    Some(Value::Array(elems.into_iter().map(|(_, v)| v).collect()))
+}
+
+/// `$a`: `elems` is kept (old order) then the `added` ones; puts those at their places.
+fn place_added(mut elems: Vec<(String, Value)>, added: usize, at: &[Value]) -> Option<Value> {
+    let split = elems.len().checked_sub(added)?;
+    let new_ones = elems.split_off(split);
+    if at.len() != new_ones.len() {
+        return None;
+    }
+    let mut out: Vec<Value> = Vec::with_capacity(elems.len() + new_ones.len());
+    let mut kept = elems.into_iter().map(|(_, v)| v);
+    for ((_, v), pos) in new_ones.into_iter().zip(at) {
+        let pos = usize::try_from(pos.as_u64()?).ok()?;
+        while out.len() < pos {
+            out.push(kept.next()?);
+        }
+        out.push(v);
+    }
+    out.extend(kept);
+    Some(Value::Array(out))
 }
 
 /// Per-kind state of the delta encoder / decoder.

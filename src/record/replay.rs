@@ -1,10 +1,10 @@
-//! Replaying recordings through the correlator.
+//! Replaying recordings through the correlator, up to a time (`--at`, [`parse_at`]).
 
 use super::{Baseline, ReadStats, Record, Recording};
 use crate::clock::Millis;
 use crate::correlate::Model;
 use crate::detect::Thresholds;
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// A model rebuilt from a recording.
 #[derive(Debug, Clone)]
@@ -108,4 +108,36 @@ impl Replayer {
             }
         }
     }
+}
+
+/// Parses `--at TIME` for a replay: RFC 3339 (`2026-11-29T12:00:00Z`), epoch milliseconds,
+/// or an offset from the recording's first record (`+90s`, `+5m`, `+1h`, `+1500ms`).
+pub fn parse_at(s: &str, recording_start_ms: Millis) -> Result<Millis> {
+    let bad = || {
+        Error::Other(format!(
+            "--at {s:?}: expected RFC 3339 time, epoch ms, or +N[ms|s|m|h] from the recording start"
+        ))
+    };
+    let s = s.trim();
+    if let Some(off) = s.strip_prefix('+') {
+        let split = off.find(|c: char| !c.is_ascii_digit()).unwrap_or(off.len());
+        let (num, unit) = off.split_at(split);
+        let n: i64 = num.parse().map_err(|_| bad())?;
+        let mult = match unit {
+            "ms" => 1,
+            "" | "s" => 1000,
+            "m" => 60_000,
+            "h" => 3_600_000,
+            _ => return Err(bad()),
+        };
+        // Checked: `+9223372036854775807s` must be a bad --at, not an overflow panic.
+        return n
+            .checked_mul(mult)
+            .and_then(|off| recording_start_ms.checked_add(off))
+            .ok_or_else(bad);
+    }
+    if let Ok(ms) = s.parse::<i64>() {
+        return Ok(ms);
+    }
+    crate::clock::parse_rfc3339(s).ok_or_else(bad)
 }

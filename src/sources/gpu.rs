@@ -293,52 +293,14 @@ impl NvmlWorker {
             processes: Vec::new(),
             errors: Vec::new(),
         };
-        let err = |field: &str, e: NvmlError| FieldError {
-            field: field.to_string(),
-            reason: e.to_string(),
-        };
         let d = match nvml.device_by_index(index) {
             Ok(d) => d,
             Err(e) => {
-                dev.errors.push(err("handle", e));
+                dev.errors.push(field_error("handle", e));
                 return dev;
             }
         };
-        match d.name() {
-            Ok(v) => dev.name = Some(v),
-            Err(e) => dev.errors.push(err("name", e)),
-        }
-        match d.uuid() {
-            Ok(v) => dev.uuid = Some(v),
-            Err(e) => dev.errors.push(err("uuid", e)),
-        }
-        match d.utilization_rates() {
-            Ok(u) => {
-                dev.util_gpu_pct = Some(u.gpu);
-                dev.util_mem_pct = Some(u.memory);
-            }
-            Err(e) => dev.errors.push(err("utilization", e)),
-        }
-        match d.power_usage() {
-            Ok(v) => dev.power_mw = Some(v),
-            Err(e) => dev.errors.push(err("power", e)),
-        }
-        // The enforced limit is what the GPU is held to; older drivers only have the
-        // management limit.
-        match d.enforced_power_limit() {
-            Ok(v) => dev.power_limit_mw = Some(v),
-            Err(first) => match d.power_management_limit() {
-                Ok(v) => dev.power_limit_mw = Some(v),
-                Err(_) => dev.errors.push(err("power_limit", first)),
-            },
-        }
-        match d.memory_info() {
-            Ok(m) => {
-                dev.mem_used_bytes = Some(m.used);
-                dev.mem_total_bytes = Some(m.total);
-            }
-            Err(e) => dev.errors.push(err("memory", e)),
-        }
+        read_device_facts(&d, &mut dev);
         match d.running_compute_processes() {
             Ok(ps) => {
                 dev.processes = ps
@@ -353,9 +315,19 @@ impl NvmlWorker {
                     })
                     .collect();
             }
-            Err(e) => dev.errors.push(err("processes", e)),
+            Err(e) => dev.errors.push(field_error("processes", e)),
         }
-        let key = dev.uuid.clone().unwrap_or_else(|| format!("index{index}"));
+        self.read_process_utilization(&d, &mut dev);
+        dev
+    }
+
+    /// Each process's SM utilization since the previous reading of this device (NVML keeps
+    /// samples; `last_seen` is the newest one already read).
+    fn read_process_utilization(&mut self, d: &nvml_wrapper::Device<'_>, dev: &mut GpuDevice) {
+        let key = dev
+            .uuid
+            .clone()
+            .unwrap_or_else(|| format!("index{}", dev.index));
         let last_seen = self.last_seen.get(&key).copied();
         match d.process_utilization_stats(last_seen) {
             Ok(samples) => {
@@ -388,9 +360,55 @@ impl NvmlWorker {
                     p.sm_util_pct = Some(0);
                 }
             }
-            Err(e) => dev.errors.push(err("process_utilization", e)),
+            Err(e) => dev.errors.push(field_error("process_utilization", e)),
         }
-        dev
+    }
+}
+
+fn field_error(field: &str, e: NvmlError) -> FieldError {
+    FieldError {
+        field: field.to_string(),
+        reason: e.to_string(),
+    }
+}
+
+/// A device's name, uuid, utilization, power and memory; each field that fails is an error
+/// of the reading, not of the whole device.
+fn read_device_facts(d: &nvml_wrapper::Device<'_>, dev: &mut GpuDevice) {
+    match d.name() {
+        Ok(v) => dev.name = Some(v),
+        Err(e) => dev.errors.push(field_error("name", e)),
+    }
+    match d.uuid() {
+        Ok(v) => dev.uuid = Some(v),
+        Err(e) => dev.errors.push(field_error("uuid", e)),
+    }
+    match d.utilization_rates() {
+        Ok(u) => {
+            dev.util_gpu_pct = Some(u.gpu);
+            dev.util_mem_pct = Some(u.memory);
+        }
+        Err(e) => dev.errors.push(field_error("utilization", e)),
+    }
+    match d.power_usage() {
+        Ok(v) => dev.power_mw = Some(v),
+        Err(e) => dev.errors.push(field_error("power", e)),
+    }
+    // The enforced limit is what the GPU is held to; older drivers only have the
+    // management limit.
+    match d.enforced_power_limit() {
+        Ok(v) => dev.power_limit_mw = Some(v),
+        Err(first) => match d.power_management_limit() {
+            Ok(v) => dev.power_limit_mw = Some(v),
+            Err(_) => dev.errors.push(field_error("power_limit", first)),
+        },
+    }
+    match d.memory_info() {
+        Ok(m) => {
+            dev.mem_used_bytes = Some(m.used);
+            dev.mem_total_bytes = Some(m.total);
+        }
+        Err(e) => dev.errors.push(field_error("memory", e)),
     }
 }
 

@@ -58,6 +58,10 @@ FAULTS = {
     "queue-not-draining": ("decode", None, {"LAB_FAULT_TRANSFER_STUCK_AFTER": "0"}),
     "endpoint-unresponsive": ("decode", "engine", {"LAB_FAULT_HANG_METRICS": "1"}),
     "accumulating-state": ("proxy", "proxy", {"LAB_PROXY_LEAK": "1"}),
+    # Upstream sockets left in CLOSE_WAIT; 24 leaks (above the one-shot detector's 20 by
+    # default) before the proxy stops forwarding.
+    "close-wait-leak": ("proxy", "proxy", {"LAB_PROXY_LEAK": "close_wait",
+                                           "LAB_PROXY_LEAK_LIMIT": "24"}),
 }
 FAULT_VARS = ["SGLANG_DECODE_PREALLOC_SPLIT_TOKENS", "LAB_FAULT_STALL_AFTER_TOKENS",
               "LAB_FAULT_SPIN", "LAB_FAULT_TRANSFER_STUCK_AFTER", "LAB_FAULT_HANG_METRICS",
