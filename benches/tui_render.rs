@@ -70,6 +70,7 @@ fn big_snapshot(exchanges: usize) -> Snapshot {
         redacted: true,
         config_changed: vec![],
         tool: BTreeMap::new(),
+        versions: BTreeMap::new(),
     }
 }
 
