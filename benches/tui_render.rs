@@ -5,13 +5,17 @@ use ratatui::backend::TestBackend;
 use ratatui::Terminal;
 use std::collections::BTreeMap;
 use std::time::Instant;
-use wedgewatch::model::{Request, RequestState, Role, Snapshot, SourceStatus, SNAPSHOT_SCHEMA};
+use wedgewatch::model::{
+    LogicalRequest, Request, RequestState, Role, Snapshot, SourceStatus, StuckKind, Verdict,
+    SNAPSHOT_SCHEMA,
+};
 use wedgewatch::tui::{App, AppOptions, FeedFrame};
 
 /// 1,250 chains of four hops (proxy -> router -> prefill + decode) = 5,000 exchanges; every
 /// 50th chain is wedged at decode so the stuck-first sort has real work.
 fn big_snapshot(exchanges: usize) -> Snapshot {
     let mut requests = Vec::with_capacity(exchanges);
+    let mut logical = Vec::with_capacity(exchanges / 4);
     let hops = [
         ("proxy@127.0.0.1:8080", Role::Proxy),
         ("router@127.0.0.1:30000", Role::Router),
@@ -49,8 +53,27 @@ fn big_snapshot(exchanges: usize) -> Snapshot {
                 client_component: None,
                 link_confidence: Some(0.9),
                 started_at: None,
+                request: Some(format!("r{c}")),
+                leg: Some(format!("r{c}@{role}")),
             });
         }
+        // The correlator's verdict on the chain, as a snapshot carries it.
+        logical.push(LogicalRequest {
+            id: format!("r{c}"),
+            legs: (0..hops.len()).map(|h| format!("ex-{c:05}-{h}")).collect(),
+            verdict: if wedged {
+                Verdict::Stuck
+            } else {
+                Verdict::Active
+            },
+            component: hops[0].0.to_string(),
+            age_ms: 1000.0 + c as f64,
+            probe: false,
+            stuck_leg: wedged.then(|| format!("r{c}@decode")),
+            stuck_at: wedged.then(|| hops[3].0.to_string()),
+            stuck_role: wedged.then_some(Role::Decode),
+            stuck_kind: wedged.then_some(StuckKind::NoResponse),
+        });
     }
     let mut sources = BTreeMap::new();
     for s in ["processes", "sockets", "stacks", "gpu", "metrics"] {
@@ -71,6 +94,7 @@ fn big_snapshot(exchanges: usize) -> Snapshot {
         config_changed: vec![],
         tool: BTreeMap::new(),
         versions: BTreeMap::new(),
+        logical_requests: logical,
     }
 }
 

@@ -232,6 +232,7 @@ mod tests {
             config_changed: vec![],
             tool: Default::default(),
             versions: Default::default(),
+            logical_requests: vec![],
         }
     }
 

@@ -11,7 +11,9 @@
 pub mod attach;
 pub mod children;
 pub mod clock;
-pub mod config_check;
+pub mod config;
+/// The former name of [`config`], kept for callers of earlier versions.
+pub use config as config_check;
 pub mod correlate;
 pub mod daemon;
 pub mod deadline;

@@ -230,7 +230,7 @@ impl ProbeSet {
                     message: "not a regular file".into(),
                 });
             }
-            let text = crate::config_check::read_config(&f)?;
+            let text = crate::config::read_config(&f)?;
             self.add_text(&f, &text)?;
         }
         Ok(())
@@ -240,11 +240,11 @@ impl ProbeSet {
         // Regex errors span several lines (pattern, caret, reason): one line per error.
         let bad = |message: String| Error::Probe {
             path: path.to_path_buf(),
-            message: crate::config_check::one_line(&message),
+            message: crate::config::one_line(&message),
         };
         let file: ProbeFile =
-            toml::from_str(text).map_err(|e| bad(crate::config_check::toml_message(text, &e)))?;
-        crate::config_check::check_probe_file(&file).map_err(bad)?;
+            toml::from_str(text).map_err(|e| bad(crate::config::toml_message(text, &e)))?;
+        check_probe_file(&file).map_err(bad)?;
         for p in &file.profile {
             p.validate().map_err(bad)?;
             if self.profiles.iter().any(|q| q.name == p.name) {
@@ -264,6 +264,50 @@ impl ProbeSet {
     pub fn profile(&self, name: &str) -> Option<&Profile> {
         self.profiles.iter().find(|p| p.name == name)
     }
+}
+
+/// What serde cannot check in a probe file: ports, paths and depths that make sense.
+/// (Regexes and roles are checked by the profile and stack-rule loaders.)
+pub fn check_probe_file(file: &ProbeFile) -> Result<(), String> {
+    for p in &file.profile {
+        let ctx = |e: crate::config::RangeError| format!("profile {:?}: {e}", p.name);
+        if p.name.trim().is_empty() {
+            return Err("profile with an empty name".into());
+        }
+        for (key, port) in [
+            ("default_port", p.default_port),
+            ("metrics_default_port", p.metrics_default_port),
+        ] {
+            if let Some(port) = port {
+                crate::config::in_range(key, port, 1, u16::MAX, "").map_err(ctx)?;
+            }
+        }
+        for (key, path) in [
+            ("metrics_path", &p.metrics_path),
+            ("workers_endpoint", &p.workers_endpoint),
+        ] {
+            if let Some(path) = path.as_deref().filter(|s| !s.starts_with('/')) {
+                return Err(format!(
+                    "profile {:?}: {key} = {path:?}: expected a path starting with /",
+                    p.name
+                ));
+            }
+        }
+    }
+    for m in &file.metric_map {
+        m.validate()?;
+    }
+    for r in &file.stack_rule {
+        crate::config::in_range(
+            "innermost_depth",
+            r.innermost_depth,
+            1,
+            crate::config::MAX_STACK_DEPTH,
+            "",
+        )
+        .map_err(|e| format!("stack_rule {:?}: {e}", r.name))?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -120,6 +120,7 @@ pub fn assemble_bundle(parts: SnapshotParts, opts: &AssembleOptions) -> Bundle {
         sources: contract_sources(&parts),
         components,
         requests: parts.requests.clone(),
+        logical_requests: parts.logical_requests.clone(),
         gpus: parts.gpus.clone(),
         threads: parts.threads.clone(),
         findings,

@@ -393,7 +393,7 @@ async fn incident_wedge_at_decode_with_the_added_variable() {
     let dir = tempfile::tempdir().expect("tmp");
     let mut cfg = DaemonConfig::new(dir.path().join("state"));
     cfg.rotation = None;
-    cfg.thresholds.wedged_after_ms = 400; // the real default is 30 s
+    cfg.thresholds.correlate.wedged_after_ms = 400; // the real default is 30 s
     let sock = cfg.socket_path.clone();
     let discover: DiscoverFn = Arc::new(|| Box::pin(async { Ok(pd_topology()) }));
     let idle = Sim::new(pd_topology()).socket_table();
@@ -437,7 +437,14 @@ async fn incident_wedge_at_decode_with_the_added_variable() {
     assert_eq!(first.kind, "wedged_request", "{:#?}", parts.findings);
     assert_eq!(first.component.as_deref(), Some(DECODE));
     assert_eq!(first.role, Some(Role::Decode));
-    assert_eq!(first.requests.len(), 3, "proxy, router and decode requests");
+    // One request (named once), whose legs are the proxy, router and decode exchanges.
+    assert_eq!(first.requests.len(), 1, "{:?}", first.requests);
+    let l = parts
+        .logical_requests
+        .iter()
+        .find(|l| l.id == first.requests[0])
+        .expect("the named request");
+    assert_eq!(l.legs.len(), 3, "proxy, router and decode legs: {l:?}");
     let cc = parts
         .findings
         .iter()

@@ -151,8 +151,15 @@ fn wedged_request_blames_the_decode_hop() {
     ] {
         assert!(f.summary.contains(want), "{want} missing: {}", f.summary);
     }
-    // The request chain: proxy and router exchanges are named too, the decode one last.
+    // One logical request, named once; its legs are the proxy, router, prefill (answered)
+    // and decode exchanges, and it is stuck at the decode leg.
     let parts = wedgewatch::pipeline::parts(&sim.model, sim.now);
+    assert_eq!(f.requests.len(), 1, "{:?}", f.requests);
+    let l = parts
+        .logical_requests
+        .iter()
+        .find(|l| l.id == f.requests[0])
+        .expect("the named logical request");
     let comp_of = |id: &str| {
         parts
             .requests
@@ -160,11 +167,19 @@ fn wedged_request_blames_the_decode_hop() {
             .find(|r| r.id == id)
             .map(|r| r.component.clone())
     };
-    let comps: Vec<_> = f.requests.iter().filter_map(|id| comp_of(id)).collect();
+    let comps: Vec<_> = l.legs.iter().filter_map(|id| comp_of(id)).collect();
     assert_eq!(
         comps,
-        vec![PROXY.to_string(), ROUTER.to_string(), DECODE.to_string()]
+        vec![
+            PROXY.to_string(),
+            ROUTER.to_string(),
+            PREFILL.to_string(),
+            DECODE.to_string()
+        ]
     );
+    assert_eq!(l.verdict, wedgewatch::model::Verdict::Stuck);
+    assert_eq!(l.stuck_at.as_deref(), Some(DECODE));
+    assert_eq!(l.stuck_leg, Some(format!("{}@decode", l.id)));
     assert!(f
         .evidence
         .iter()
@@ -294,7 +309,7 @@ fn stalled_stream_blames_the_deepest_stalled_hop() {
         "{}",
         st[0].summary
     );
-    assert_eq!(st[0].requests.len(), 3);
+    assert_eq!(st[0].requests.len(), 1, "one request, whatever its hops");
     assert_none_of(&fs, &["wedged_request", "busy_without_progress"]);
     let parts = wedgewatch::pipeline::parts(&sim.model, sim.now);
     assert_eq!(
@@ -633,8 +648,11 @@ fn config_changed_names_the_variable() {
 #[test]
 fn thresholds_load_from_toml_with_defaults_and_reject_unknown_keys() {
     let t = Thresholds::from_toml("wedged_after_ms = 5000\n").expect("parse");
-    assert_eq!(t.wedged_after_ms, 5000);
-    assert_eq!(t.stall_after_ms, Thresholds::default().stall_after_ms);
+    assert_eq!(t.correlate.wedged_after_ms, 5000);
+    assert_eq!(
+        t.correlate.stall_after_ms,
+        Thresholds::default().correlate.stall_after_ms
+    );
     let err = Thresholds::from_toml("wedge_after = 1\n").expect_err("unknown key");
     assert!(err.to_string().contains("wedge_after"), "{err}");
 }
@@ -642,10 +660,11 @@ fn thresholds_load_from_toml_with_defaults_and_reject_unknown_keys() {
 #[test]
 fn thresholds_change_the_verdict() {
     let mut sim = Sim::new(pd_topology());
-    sim.model.thresholds.wedged_after_ms = 5_000;
+    sim.model.thresholds.correlate.wedged_after_ms = 5_000;
     let mut env = Env::idle();
     let d = sim.connect(Some(200), 31012, 400);
-    sim.request(d, 100);
+    // An inference-sized request (a 100-byte one is a probe: never stuck).
+    sim.request(d, 500);
     sim.run(6_000, |s| env.tick(s));
     assert!(findings(&sim).iter().any(|f| f.kind == "wedged_request"));
 }
@@ -661,11 +680,19 @@ fn pd_both_legs_waiting_blames_prefill() {
     assert_eq!(w.len(), 1, "{fs:#?}");
     assert_eq!(w[0].component.as_deref(), Some(PREFILL));
     assert_eq!(w[0].role, Some(Role::Prefill));
+    assert_eq!(w[0].requests.len(), 1, "one request: {:?}", w[0].requests);
+    let parts = wedgewatch::pipeline::parts(&sim.model, sim.now);
+    let l = parts
+        .logical_requests
+        .iter()
+        .find(|l| l.id == w[0].requests[0])
+        .expect("named");
     assert_eq!(
-        w[0].requests.len(),
+        l.legs.len(),
         4,
         "proxy, router, prefill and the dependent decode leg"
     );
+    assert_eq!(l.stuck_role, Some(Role::Prefill));
     assert!(w[0]
         .evidence
         .iter()
@@ -892,6 +919,7 @@ fn parts_fit_the_snapshot_contract() {
         "gpus": parts.gpus,
         "threads": parts.threads,
         "findings": parts.findings,
+        "logical_requests": parts.logical_requests,
     });
     let errors: Vec<String> = validator
         .iter_errors(&snap)
@@ -900,13 +928,24 @@ fn parts_fit_the_snapshot_contract() {
     assert!(errors.is_empty(), "{errors:#?}");
     let ids: std::collections::BTreeSet<&str> =
         parts.requests.iter().map(|r| r.id.as_str()).collect();
+    // Findings name logical requests, whose legs are exchanges of `requests`.
+    let logical: std::collections::BTreeSet<&str> = parts
+        .logical_requests
+        .iter()
+        .map(|l| l.id.as_str())
+        .collect();
     for f in &parts.findings {
         for r in &f.requests {
             assert!(
-                ids.contains(r.as_str()),
-                "{} names {r}, not in requests",
+                logical.contains(r.as_str()),
+                "{} names {r}, not in logical_requests",
                 f.kind
             );
+        }
+    }
+    for l in &parts.logical_requests {
+        for x in &l.legs {
+            assert!(ids.contains(x.as_str()), "{} leg {x} not in requests", l.id);
         }
     }
     for r in &parts.requests {
@@ -926,7 +965,7 @@ fn parts_fit_the_snapshot_contract() {
 #[test]
 fn wedged_when_work_stopped_before_the_request_arrived() {
     let mut sim = Sim::new(pd_topology());
-    sim.model.thresholds.wedged_after_ms = 8_000;
+    sim.model.thresholds.correlate.wedged_after_ms = 8_000;
     let mut env = Env::busy(1.0);
     env.gen_per_point = Some(5.0);
     sim.run(5_000, |s| env.tick(s));
@@ -951,11 +990,54 @@ fn wedged_when_work_stopped_before_the_request_arrived() {
     // Still none while tokens keep flowing after the request arrived (a busy engine that
     // is slow, not forgetful).
     let mut sim = Sim::new(pd_topology());
-    sim.model.thresholds.wedged_after_ms = 8_000;
+    sim.model.thresholds.correlate.wedged_after_ms = 8_000;
     let mut env = Env::busy(2.0);
     env.gen_per_point = Some(5.0);
     let d = sim.connect(Some(200), 31012, 400);
     sim.request(d, 900);
     sim.run(10_000, |s| env.tick(s));
     assert_none_of(&findings(&sim), &["wedged_request"]);
+}
+
+/// Probes (a router's health check, a scrape: requests too small to be inference requests)
+/// are never stuck requests, however long they wait; an inference request beside them is.
+/// Every exchange is a leg of one logical request, named after it.
+#[test]
+fn probes_are_never_stuck_requests() {
+    let mut sim = Sim::new(pd_topology());
+    let mut env = Env::idle();
+    let probe = sim.connect(Some(200), 31012, 400);
+    sim.request(probe, 90);
+    let real = sim.connect(Some(200), 31012, 400);
+    sim.request(real, 900);
+    sim.run(40_000, |s| env.tick(s));
+    let parts = wedgewatch::pipeline::parts(&sim.model, sim.now);
+    let w: Vec<_> = parts
+        .findings
+        .iter()
+        .filter(|f| f.kind == "wedged_request")
+        .collect();
+    assert_eq!(w.len(), 1, "{:#?}", parts.findings);
+    assert_eq!(w[0].requests.len(), 1, "{:?}", w[0].requests);
+    let by_id = |id: &str| {
+        parts
+            .logical_requests
+            .iter()
+            .find(|l| l.id == id)
+            .expect("logical request")
+    };
+    let stuck = by_id(&w[0].requests[0]);
+    assert!(!stuck.probe && stuck.verdict == Verdict::Stuck);
+    let probes: Vec<_> = parts.logical_requests.iter().filter(|l| l.probe).collect();
+    assert_eq!(probes.len(), 1, "{:#?}", parts.logical_requests);
+    assert_eq!(probes[0].verdict, Verdict::Waiting);
+    for r in parts
+        .requests
+        .iter()
+        .filter(|r| r.state != RequestState::Idle)
+    {
+        let id = r.request.as_deref().expect("a leg of a logical request");
+        assert_eq!(r.leg.as_deref(), Some(format!("{id}@decode").as_str()));
+        assert!(by_id(id).legs.contains(&r.id));
+    }
 }

@@ -11,6 +11,8 @@
 
 #[path = "common/lab.rs"]
 mod lab;
+#[path = "common/story.rs"]
+mod story;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -341,6 +343,7 @@ fn accepted_and_forgotten_is_wedged_at_decode_with_evidence_at_every_hop() {
     }
     let wedged = expect_finding(&snap, &lab, &decode, "wedged_request");
     let ev = evidence_text(wedged);
+    assert!(assert_one_story("lab wedge", &snap) >= 1);
 
     // Issue 4: the hung connections at each hop, with their silence in ms.
     let requests = snap["requests"].as_array().expect("requests");
@@ -536,6 +539,13 @@ fn healthy_load_has_no_wedge_findings() {
     assert!(seen >= 10, "only {seen} requests seen at decode under load");
 }
 
+/// Findings, verdicts, report and TUI name the same stuck requests (`common/story.rs`).
+fn assert_one_story(what: &str, snap: &Value) -> usize {
+    let s: wedgewatch::model::Snapshot =
+        serde_json::from_value(snap.clone()).expect("the snapshot contract");
+    story::one_story(what, &s)
+}
+
 /// Stalled stream: the decode engine streams a few tokens and then nothing.
 #[test]
 fn stalled_stream_is_blamed_on_decode() {
@@ -547,6 +557,7 @@ fn stalled_stream_is_blamed_on_decode() {
     let decode = comp_id(&snap, lab.decode().pid);
     let f = expect_finding(&snap, &lab, &decode, "stalled_stream");
     assert_eq!(f["role"], "decode");
+    assert!(assert_one_story("lab stalled stream", &snap) >= 1);
     let mine = lab_findings(&snap, &lab);
     assert!(
         !mine

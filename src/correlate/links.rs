@@ -39,8 +39,8 @@ fn num_of(id: &str) -> u64 {
 
 /// Links recently started exchanges to their parents. Existing links are kept.
 pub(crate) fn link(model: &mut Model, now: Millis) {
-    let window = model.thresholds.link_window_ms;
-    let slack = model.thresholds.link_slack_ms;
+    let window = model.thresholds.correlate.link_window_ms;
+    let slack = model.thresholds.correlate.link_slack_ms;
     let horizon = 10_000 + window + slack;
     let first_new = model.link_cursor.0;
     let recent: Vec<Lite> = model
@@ -85,8 +85,25 @@ pub(crate) fn link(model: &mut Model, now: Millis) {
         .filter(|x| x.num >= first_new && x.parent.is_none() && x.client_component.is_some())
         .collect();
     children.sort_by_key(|x| x.request_ms);
+    let new_links = best_parents(&recent, &index, &children, &mut taken, window, slack);
+    if !new_links.is_empty() {
+        apply(model, now - horizon, &new_links);
+    }
+}
+
+/// For each child (oldest first), the best free parent among the candidates of its client
+/// component: child id -> (parent id, confidence). `taken` holds (parent, child component)
+/// pairs already linked: a parent has at most one child per downstream component.
+fn best_parents(
+    recent: &[Lite],
+    index: &BTreeMap<&str, Vec<(Millis, usize)>>,
+    children: &[&Lite],
+    taken: &mut BTreeSet<(String, String)>,
+    window: Millis,
+    slack: Millis,
+) -> BTreeMap<String, (String, f64)> {
     let mut new_links: BTreeMap<String, (String, f64)> = BTreeMap::new();
-    for child in children {
+    for &child in children {
         let Some(cc) = child.client_component.as_deref() else {
             continue;
         };
@@ -113,18 +130,20 @@ pub(crate) fn link(model: &mut Model, now: Millis) {
             );
         }
     }
-    if new_links.is_empty() {
-        return;
-    }
+    new_links
+}
+
+/// Writes new links into the exchanges (all on connections seen since `since`).
+fn apply(model: &mut Model, since: Millis, new_links: &BTreeMap<String, (String, f64)>) {
     let mut parent_children: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for (c, (p, _)) in &new_links {
+    for (c, (p, _)) in new_links {
         parent_children
             .entry(p.clone())
             .or_default()
             .push(c.clone());
     }
     // Children and parents are all in `recent`, so on these connections.
-    for conn in model.conns_since_mut(now - horizon) {
+    for conn in model.conns_since_mut(since) {
         for x in conn.exchanges.iter_mut() {
             if let Some((p, conf)) = new_links.get(&x.id) {
                 x.parent = Some(p.clone());

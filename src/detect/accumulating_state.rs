@@ -61,21 +61,21 @@ fn growth(m: &Model, v: &View) -> Vec<(&'static str, Finding)> {
     let mut out = Vec::new();
     for c in &m.topology().components {
         let Some(q) = m.counts(&c.id) else { continue };
-        let from = v.now - th.accumulate_window_ms;
+        let from = v.now - th.detect.accumulate_window_ms;
         type Pick = fn(&crate::correlate::CountPoint) -> Option<u32>;
         let metrics: [(&'static str, Pick, u32); 4] = [
             (
                 "established connections",
                 |p| p.established,
-                th.accumulate_min_connections,
+                th.detect.accumulate_min_connections,
             ),
             (
                 CLOSE_WAIT_SOCKETS,
                 |p| p.close_wait,
-                th.accumulate_min_close_wait,
+                th.detect.accumulate_min_close_wait,
             ),
-            ("open fds", |p| p.fds, th.accumulate_min_fds),
-            ("threads", |p| p.threads, th.accumulate_min_threads),
+            ("open fds", |p| p.fds, th.detect.accumulate_min_fds),
+            ("threads", |p| p.threads, th.detect.accumulate_min_threads),
         ];
         for (what, pick, min_growth) in metrics {
             let pts: Vec<(Millis, u32)> = q
@@ -83,7 +83,8 @@ fn growth(m: &Model, v: &View) -> Vec<(&'static str, Finding)> {
                 .filter(|p| p.t_ms >= from && p.t_ms <= v.now)
                 .filter_map(|p| pick(p).map(|x| (p.t_ms, x)))
                 .collect();
-            if pts.len() < 6 || pts[pts.len() - 1].0 - pts[0].0 < th.accumulate_window_ms / 2 {
+            if pts.len() < 6 || pts[pts.len() - 1].0 - pts[0].0 < th.detect.accumulate_window_ms / 2
+            {
                 continue;
             }
             let third = pts.len() / 3;
@@ -274,7 +275,7 @@ fn held_close_wait(m: &Model, v: &View) -> Vec<Finding> {
             continue;
         };
         let silent_ms = i64::from(silent) + aged;
-        if silent_ms < th.accumulate_close_wait_silent_ms {
+        if silent_ms < th.detect.accumulate_close_wait_silent_ms {
             *fresh.entry(c.id.clone()).or_default() += 1;
             continue;
         }
@@ -285,7 +286,7 @@ fn held_close_wait(m: &Model, v: &View) -> Vec<Finding> {
             peer: peer_of(m, table, e),
         });
     }
-    let min = usize::try_from(th.accumulate_close_wait_silent_min).unwrap_or(usize::MAX);
+    let min = usize::try_from(th.detect.accumulate_close_wait_silent_min).unwrap_or(usize::MAX);
     let mut out = Vec::new();
     for (id, mut socks) in held {
         if socks.len() < min {
@@ -326,8 +327,8 @@ fn held_close_wait(m: &Model, v: &View) -> Vec<Finding> {
                 "one look, no history needed: {n} sockets in CLOSE_WAIT silent for at least {} \
                  ({groups_text}); fires at {} such sockets (accumulate_close_wait_silent_min / \
                  _ms){}{}",
-                secs(th.accumulate_close_wait_silent_ms),
-                th.accumulate_close_wait_silent_min,
+                secs(th.detect.accumulate_close_wait_silent_ms),
+                th.detect.accumulate_close_wait_silent_min,
                 match fresh.get(&id) {
                     Some(k) => format!(
                         "; {k} more in CLOSE_WAIT for less (a close in progress, not counted)"
@@ -690,10 +691,8 @@ mod tests {
     fn lab_capture_of_the_same_leak_seconds_old_says_nothing_yet() {
         assert!(lab_capture(FRESH, Thresholds::default()).is_empty());
         // The same 24 sockets count once they are old enough: age, not count, held it back.
-        let th = Thresholds {
-            accumulate_close_wait_silent_ms: 3000,
-            ..Thresholds::default()
-        };
+        let mut th = Thresholds::default();
+        th.detect.accumulate_close_wait_silent_ms = 3000;
         let fs = lab_capture(FRESH, th);
         assert_eq!(fs.len(), 1, "{fs:#?}");
         assert!(
@@ -793,10 +792,8 @@ mod tests {
                 ..close_wait(0, 50_000)
             });
         }
-        let th = Thresholds {
-            accumulate_close_wait_silent_min: 8,
-            ..Thresholds::default()
-        };
+        let mut th = Thresholds::default();
+        th.detect.accumulate_close_wait_silent_min = 8;
         let fs = run(s, th);
         assert_eq!(fs.len(), 1, "{fs:#?}");
         assert!(
@@ -835,10 +832,8 @@ mod tests {
                 ..close_wait(0, 50_000)
             });
         }
-        let th = Thresholds {
-            accumulate_close_wait_silent_min: 6,
-            ..Thresholds::default()
-        };
+        let mut th = Thresholds::default();
+        th.detect.accumulate_close_wait_silent_min = 6;
         let fs = run(s, th);
         assert_eq!(fs.len(), 1, "{fs:#?}");
         assert!(

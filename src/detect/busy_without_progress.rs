@@ -15,6 +15,7 @@
 use super::secs;
 use crate::correlate::{ComponentState, Model, RequestView, View};
 use crate::model::{Evidence, Finding, FindingKind, Severity, ThreadState};
+use crate::sources::gpu::GpuActivity;
 
 /// `busy_without_progress`: the GPU is busy (or spinning in a collective) yet no response
 /// bytes move at the component for >= `busy_after_ms`.
@@ -33,7 +34,7 @@ pub fn busy_without_progress(m: &Model, v: &View) -> Vec<Finding> {
         let open: Vec<&RequestView> = mine
             .iter()
             .copied()
-            .filter(|r| View::is_outstanding(r) && r.age_ms >= th.busy_after_ms)
+            .filter(|r| View::is_outstanding(r) && r.age_ms >= th.detect.busy_after_ms)
             .collect();
         if open.is_empty() {
             continue;
@@ -42,10 +43,10 @@ pub fn busy_without_progress(m: &Model, v: &View) -> Vec<Finding> {
         // Bytes moving are progress, unless the engine's own token counter is flat: then
         // they are answers to health checks and scrapes, not generated tokens.
         let tokens_flat = cs.gen_rate.is_some_and(|r| r <= 0.0);
-        if !tokens_flat && last_out.is_some_and(|t| v.now - t < th.busy_after_ms) {
+        if !tokens_flat && last_out.is_some_and(|t| v.now - t < th.detect.busy_after_ms) {
             continue; // bytes are moving: progress
         }
-        let Some(busy) = busy_reason(cs, th.scheduler_min_dumps) else {
+        let Some(busy) = busy_reason(cs, th.detect.scheduler_min_dumps) else {
             continue;
         };
         let quiet = last_out.map_or_else(
@@ -64,7 +65,7 @@ pub fn busy_without_progress(m: &Model, v: &View) -> Vec<Finding> {
                 secs(quiet),
                 open.len()
             ),
-            requests: open.iter().map(|r| r.x.id.clone()).collect(),
+            requests: super::logical_ids(v, &open),
             evidence,
             explanation: Some("Work without output: a hung collective (NCCL/gloo: one rank missing) or a loop that never finishes a batch. Compare all TP ranks' stacks; NCCL RAS or power draw tells a spinning kernel from real compute.".into()),
         });
@@ -82,7 +83,7 @@ fn busy_reason(cs: &ComponentState, min_dumps: usize) -> Option<String> {
     // count it only when the engine's own token counter says nothing is generated.
     let no_tokens = cs.gen_rate.is_some_and(|r| r <= 0.0);
     match (cs.gpu_activity, collective) {
-        ("spinning", _) => {
+        (GpuActivity::Spinning, _) => {
             Some("GPU at high utilization but idle power (kernel spinning)".to_string())
         }
         (_, Some(t)) => Some(format!(
@@ -91,7 +92,9 @@ fn busy_reason(cs: &ComponentState, min_dumps: usize) -> Option<String> {
             t.states.len(),
             t.states.len()
         )),
-        ("working", _) if no_tokens => Some("GPU working, 0 tokens generated".to_string()),
+        (GpuActivity::Working, _) if no_tokens => {
+            Some("GPU working, 0 tokens generated".to_string())
+        }
         _ if no_tokens => cs
             .forward_rate
             .filter(|r| *r > 0.01)

@@ -26,10 +26,10 @@ pub fn endpoint_unresponsive(m: &Model, v: &View) -> Vec<Finding> {
             by_url.entry(p.1.url.as_str()).or_default().push(p);
         }
         for (url, ps) in by_url {
-            let n = th.endpoint_failures.max(1);
+            let n = th.detect.endpoint_failures.max(1);
             let tail: Vec<_> = ps.iter().rev().take(n).collect();
             let bad = |p: &crate::model::EndpointProbe| {
-                probe_failed(p) || p.elapsed_ms >= th.endpoint_slow_ms
+                probe_failed(p) || p.elapsed_ms >= th.detect.endpoint_slow_ms
             };
             if tail.len() < n || !tail.iter().all(|p| bad(&p.1)) {
                 continue;

@@ -8,8 +8,9 @@
 //! Every threshold is named in [`Thresholds`] (serde, so it can be loaded from TOML/JSON;
 //! documented in `docs/findings.md`).
 
-use crate::correlate::{ComponentState, Model, RequestView, View};
-use crate::model::{Evidence, Finding, FindingKind, RequestState, Role, ThreadState};
+use crate::correlate::{ComponentState, CountSource, Model, RequestView, View};
+use crate::model::{Evidence, Finding, FindingKind, Role, StuckKind, ThreadState};
+use crate::sources::gpu::GpuActivity;
 use std::collections::{BTreeMap, BTreeSet};
 
 mod accumulating_state;
@@ -20,7 +21,6 @@ mod process_restarted;
 mod queue_not_draining;
 mod scheduler_stuck;
 mod stalled_stream;
-mod thresholds;
 mod wedged_request;
 
 pub use crate::model::Thresholds;
@@ -123,30 +123,7 @@ pub fn secs(ms: i64) -> String {
     }
 }
 
-fn outstanding_child<'a>(v: &'a View, r: &RequestView) -> Option<&'a RequestView> {
-    r.x.links
-        .iter()
-        .filter_map(|l| v.request(l))
-        .find(|c| View::is_outstanding(c))
-}
-
-/// The chain of exchanges from the first hop down to `r`: "proxy x3 -> router x7 -> decode x12".
-fn chain<'a>(v: &'a View, r: &'a RequestView) -> Vec<&'a RequestView> {
-    let mut out = vec![r];
-    let mut cur = r;
-    for _ in 0..16 {
-        match cur.x.parent.as_deref().and_then(|p| v.request(p)) {
-            Some(p) => {
-                out.push(p);
-                cur = p;
-            }
-            None => break,
-        }
-    }
-    out.reverse();
-    out
-}
-
+/// The path of hops down to a leg: "proxy r3@proxy -> router r3@router (link 0.90) -> ...".
 fn chain_text(chain: &[&RequestView]) -> String {
     chain
         .iter()
@@ -155,24 +132,10 @@ fn chain_text(chain: &[&RequestView]) -> String {
                 r.x.parent_confidence
                     .map(|c| format!(" (link {c:.2})"))
                     .unwrap_or_default();
-            format!("{} {}{}", r.x.component, r.x.id, conf)
+            format!("{} {}{}", r.x.component, r.leg, conf)
         })
         .collect::<Vec<_>>()
         .join(" -> ")
-}
-
-/// Is some request at a component whose client is `comp` still open? Then an unlinked
-/// request at `comp` probably did reach the next hop and the link was missed.
-fn downstream_open(v: &View, comp: &str) -> bool {
-    v.requests
-        .iter()
-        .any(|r| r.x.client_component.as_deref() == Some(comp) && View::is_outstanding(r))
-}
-
-fn downstream_stalled(v: &View, comp: &str) -> bool {
-    v.requests
-        .iter()
-        .any(|r| r.x.client_component.as_deref() == Some(comp) && r.state == RequestState::Stalled)
 }
 
 /// `idle, idle` -> `idle, idle`: the states of a window as the evidence text lists them.
@@ -208,7 +171,7 @@ fn idle_evidence(cs: &ComponentState) -> (Vec<String>, Vec<Evidence>) {
         "gpu",
         format!("GPU activity: {}", cs.gpu_activity),
     ));
-    if cs.gpu_activity != "unknown" {
+    if cs.gpu_activity != GpuActivity::Unknown {
         words.push(format!("GPU {}", cs.gpu_activity));
     }
     if let Some(r) = cs.forward_rate {
@@ -240,7 +203,7 @@ fn idle_evidence(cs: &ComponentState) -> (Vec<String>, Vec<Evidence>) {
         words.push(s);
     }
     if let Some((n, src)) = cs.running {
-        let frozen = if src == "metrics" {
+        let frozen = if src == CountSource::Metrics {
             " (gauge; may be frozen during a stall)"
         } else {
             ""
@@ -266,25 +229,26 @@ fn idle_evidence(cs: &ComponentState) -> (Vec<String>, Vec<Evidence>) {
     (words, ev)
 }
 
-fn ids_with_ancestors(v: &View, leaves: &[&RequestView]) -> Vec<String> {
-    let mut set = BTreeSet::new();
-    let mut out = Vec::new();
-    for l in leaves {
-        for r in chain(v, l) {
-            if set.insert(r.x.id.clone()) {
-                out.push(r.x.id.clone());
-            }
+/// The legs the correlator judged stuck (`kind`), by the component they are stuck at: one
+/// leg per logical request.
+fn stuck_by_component(v: &View, kind: StuckKind) -> BTreeMap<String, Vec<&RequestView>> {
+    let mut m: BTreeMap<String, Vec<&RequestView>> = BTreeMap::new();
+    for s in v.stuck().filter_map(|l| l.stuck.as_ref()) {
+        if s.kind == kind {
+            let r = &v.requests[s.leg];
+            m.entry(r.x.component.clone()).or_default().push(r);
         }
     }
-    out
+    m
 }
 
-fn group_by_component(leaves: Vec<&RequestView>) -> BTreeMap<String, Vec<&RequestView>> {
-    let mut m: BTreeMap<String, Vec<&RequestView>> = BTreeMap::new();
-    for l in leaves {
-        m.entry(l.x.component.clone()).or_default().push(l);
-    }
-    m
+/// The logical requests (`r17`) the exchanges are legs of, each once, in order.
+fn logical_ids(v: &View, legs: &[&RequestView]) -> Vec<String> {
+    let mut seen = BTreeSet::new();
+    legs.iter()
+        .map(|r| v.logical_of(r).id.clone())
+        .filter(|id| seen.insert(id.clone()))
+        .collect()
 }
 
 fn role_of(m: &Model, comp: &str) -> Option<Role> {

@@ -17,7 +17,7 @@ use crate::model::{Evidence, Finding, FindingKind, Severity};
 pub fn process_restarted(m: &Model, v: &View) -> Vec<Finding> {
     let th = &m.thresholds;
     m.restarts()
-        .filter(|r| r.t_ms <= v.now && v.now - r.t_ms <= th.restart_recent_ms)
+        .filter(|r| r.t_ms <= v.now && v.now - r.t_ms <= th.detect.restart_recent_ms)
         .map(|r| {
             let what = match &r.after {
                 Some(a) => format!("process {} was replaced by {a}", r.before),

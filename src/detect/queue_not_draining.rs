@@ -14,6 +14,7 @@ use super::secs;
 use crate::clock::Millis;
 use crate::correlate::{ComponentState, MetricsPoint, Model, View};
 use crate::model::{Evidence, Finding, FindingKind, Severity};
+use crate::sources::gpu::GpuActivity;
 
 /// A `/v1/loads` snapshot older than this when scraped is frozen (SGLang republishes it
 /// continuously while its loop cycles, stalls included).
@@ -23,7 +24,7 @@ const LOADS_FRESH_MS: f64 = 3000.0;
 pub fn queue_not_draining(m: &Model, v: &View) -> Vec<Finding> {
     let mut out = Vec::new();
     for cs in v.components.values().filter(|c| c.role.is_engine()) {
-        if cs.gpu_activity == "working" || cs.forward_rate.is_some_and(|r| r > 0.01) {
+        if cs.gpu_activity == GpuActivity::Working || cs.forward_rate.is_some_and(|r| r > 0.01) {
             continue;
         }
         let Some(judged) = judged_stretch(m, &cs.id, v.now) else {
@@ -32,12 +33,12 @@ pub fn queue_not_draining(m: &Model, v: &View) -> Vec<Finding> {
         let (t0, _, _, _) = judged[0];
         let (_, q1, _, _) = judged[judged.len() - 1];
         let evidence = queue_evidence(cs, &judged, v.now);
-        let waiting: Vec<String> = v
+        let waiting = v
             .requests
             .iter()
             .filter(|r| r.x.component == cs.id && View::is_outstanding(r))
-            .map(|r| r.x.id.clone())
-            .collect();
+            .collect::<Vec<_>>();
+        let waiting = super::logical_ids(v, &waiting);
         out.push(Finding {
             kind: FindingKind::QueueNotDraining,
             severity: Severity::Critical,
@@ -65,7 +66,7 @@ type Judged = (Millis, f64, f64, &'static str);
 /// nothing running".
 fn judged_stretch(m: &Model, comp: &str, now: Millis) -> Option<Vec<Judged>> {
     let hist = m.metrics_history(comp)?;
-    let since = now - m.thresholds.queue_after_ms;
+    let since = now - m.thresholds.detect.queue_after_ms;
     // The last point at or before `since` starts the judged stretch.
     let start = hist.iter().rposition(|p| p.t_ms <= since)?;
     let pts: Vec<_> = hist.iter().skip(start).filter(|p| p.t_ms <= now).collect();

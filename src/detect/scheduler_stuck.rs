@@ -38,7 +38,7 @@ pub fn scheduler_stuck(m: &Model, v: &View) -> Vec<Finding> {
             if t.tid != t.pid && t.name.as_deref() != Some("MainThread") {
                 continue;
             }
-            if t.states.len() < th.scheduler_min_dumps {
+            if t.states.len() < th.detect.scheduler_min_dumps {
                 continue;
             }
             // Left the loop for good (`threading._shutdown`) counts like stuck outside it;
@@ -77,12 +77,13 @@ pub fn scheduler_stuck(m: &Model, v: &View) -> Vec<Finding> {
                     t.states.len(),
                     t.states.len()
                 ),
-                requests: v
-                    .requests
-                    .iter()
-                    .filter(|r| r.x.component == cs.id && View::is_outstanding(r))
-                    .map(|r| r.x.id.clone())
-                    .collect(),
+                requests: super::logical_ids(
+                    v,
+                    &v.requests
+                        .iter()
+                        .filter(|r| r.x.component == cs.id && View::is_outstanding(r))
+                        .collect::<Vec<_>>(),
+                ),
                 evidence: vec![
                     Evidence::new("stacks", format!("states: {}", join_states(&t.states))),
                     Evidence::new("stacks", format!("latest stack: {}", t.frames.join(" <- "))),

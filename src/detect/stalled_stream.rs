@@ -8,37 +8,22 @@
 //! What to do: check the blamed component's scheduler and detokenizer stacks; suspect a request
 //! dropped from the running batch (retraction, lost abort) or a stuck output path.
 //!
+//! Which requests are stuck this way is the correlator's verdict (`correlate::requests`);
+//! this detector only words the finding.
+//!
 //! Thresholds read: none directly; the request state `stalled` comes from `stall_after_ms`
 //! (and `done_quiet_ms`) in `correlate`.
 
-use super::{
-    chain, chain_text, downstream_stalled, group_by_component, idle_evidence, ids_with_ancestors,
-    outstanding_child, role_of, secs,
-};
-use crate::correlate::{Model, RequestView, View};
-use crate::model::{Evidence, Finding, FindingKind, RequestState, Severity};
+use super::{chain_text, idle_evidence, logical_ids, role_of, secs, stuck_by_component};
+use crate::correlate::{Model, View};
+use crate::model::{Evidence, Finding, FindingKind, Severity, StuckKind};
 
-/// `stalled_stream`: a response started, then stopped for >= `stall_after_ms` while the
-/// component still has the request open and does no work.
+/// `stalled_stream`: the requests the correlator judged stuck with a stopped stream
+/// (`correlate::requests`), one finding per component they are stuck at.
 pub fn stalled_stream(m: &Model, v: &View) -> Vec<Finding> {
-    if !v.sockets_fresh {
-        return Vec::new();
-    }
-    let leaves: Vec<&RequestView> = v
-        .requests
-        .iter()
-        .filter(|r| r.state == RequestState::Stalled && outstanding_child(v, r).is_none())
-        // A proxy/router stream that stopped while a request it sent downstream stopped
-        // too is that request's consequence, even when the hop link was not made (e.g. a
-        // keep-alive connection first seen mid-stream): blame the deepest stalled hop.
-        .filter(|r| r.x.role.is_engine() || !downstream_stalled(v, &r.x.component))
-        .collect();
     let mut out = Vec::new();
-    for (comp, ls) in group_by_component(leaves) {
+    for (comp, ls) in stuck_by_component(v, StuckKind::StreamStalled) {
         let cs = v.components.get(&comp);
-        if cs.is_some_and(|cs| !cs.working_evidence().is_empty() || cs.gpu_activity == "spinning") {
-            continue;
-        }
         let role = role_of(m, &comp).unwrap_or(ls[0].x.role);
         let quiet = ls.iter().map(|r| r.idle_out_ms).max().unwrap_or(0);
         let mut words = Vec::new();
@@ -48,13 +33,14 @@ pub fn stalled_stream(m: &Model, v: &View) -> Vec<Finding> {
                 Evidence::new(
                     "sockets",
                     format!(
-                        "{} {} -> {}: {} bytes out, then nothing for {}; path: {}",
+                        "{} ({}) {} -> {}: {} bytes out, then nothing for {}; path: {}",
+                        r.leg,
                         r.x.id,
                         r.x.client,
                         r.x.server,
                         r.x.bytes_out,
                         secs(r.idle_out_ms),
-                        chain_text(&chain(v, r))
+                        chain_text(&v.path(r))
                     ),
                 )
             })
@@ -78,7 +64,7 @@ pub fn stalled_stream(m: &Model, v: &View) -> Vec<Finding> {
                 if words.is_empty() { "" } else { ": " },
                 words.join(", ")
             ),
-            requests: ids_with_ancestors(v, &ls),
+            requests: logical_ids(v, &ls),
             evidence,
             explanation: Some(format!(
                 "{comp} began answering, then stopped sending while it still counts the request as in flight and is not working on it. Check its scheduler and detokenizer stacks; a stream that stops mid-way with an idle engine usually means the request was dropped from the running batch (retraction, abort lost, or an output path stuck)."

@@ -9,14 +9,13 @@ pub mod parts;
 pub mod sample;
 pub mod snapshot;
 pub mod thread_state;
-pub mod thresholds;
 pub mod topology;
 
+pub use crate::config::Thresholds;
 pub use facts::ComponentFacts;
 pub use finding_kind::FindingKind;
 pub use parts::{ComponentExtras, SnapshotParts};
 pub use sample::*;
 pub use snapshot::*;
 pub use thread_state::ThreadState;
-pub use thresholds::Thresholds;
 pub use topology::*;

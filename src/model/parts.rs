@@ -3,7 +3,8 @@
 //! correlator can fill them in without depending on the outputs.
 
 use super::{
-    Change, Finding, ProcessFacts, Request, SnapGpu, SnapThread, SourceKind, SourceStatus, Topology,
+    Change, Finding, LogicalRequest, ProcessFacts, Request, SnapGpu, SnapThread, SourceKind,
+    SourceStatus, Topology,
 };
 use crate::clock::Millis;
 use serde::{Deserialize, Serialize};
@@ -30,6 +31,9 @@ pub struct SnapshotParts {
     /// Latest facts of every process of the topology.
     pub processes: Vec<ProcessFacts>,
     pub requests: Vec<Request>,
+    /// Logical requests with their verdicts (`correlate::requests`).
+    #[serde(default)]
+    pub logical_requests: Vec<LogicalRequest>,
     pub gpus: Vec<SnapGpu>,
     pub threads: Vec<SnapThread>,
     pub findings: Vec<Finding>,

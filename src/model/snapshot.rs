@@ -37,6 +37,10 @@ pub struct Snapshot {
     /// (absent when not known, e.g. no NVML).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub versions: BTreeMap<String, String>,
+    /// Requests as their clients sent them, each across its hops, with the correlator's
+    /// verdict (absent from snapshots of older versions).
+    #[serde(default)]
+    pub logical_requests: Vec<LogicalRequest>,
 }
 
 fn yes() -> bool {
@@ -136,6 +140,78 @@ pub struct Request {
     pub link_confidence: Option<f64>,
     #[serde(default)]
     pub started_at: Option<String>,
+    /// The logical request this exchange is a leg of (`r17`); None for idle connections.
+    #[serde(default)]
+    pub request: Option<String>,
+    /// This exchange as a leg of its logical request (`r17@decode`).
+    #[serde(default)]
+    pub leg: Option<String>,
+}
+
+/// The correlator's verdict on a logical request, with the configured thresholds. The
+/// detectors, the report and the TUI read it; none of them judges a request again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// Accepted and forgotten (no response byte for `wedged_after_ms` while the hop holding it
+    /// does no work for it), or a response stream that stopped (`stall_after_ms`) while the
+    /// hop still holds it open and does no work.
+    Stuck,
+    /// Waiting for its first response byte, not (yet) stuck: young, or queued at a busy engine.
+    Waiting,
+    /// Being answered (streaming), or open while its hop is working.
+    Active,
+    /// Answered, or its connection closed.
+    Done,
+}
+
+impl Verdict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Stuck => "stuck",
+            Verdict::Waiting => "waiting",
+            Verdict::Active => "active",
+            Verdict::Done => "done",
+        }
+    }
+}
+
+/// How a stuck request is stuck.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StuckKind {
+    /// No response byte (`wedged_request`).
+    NoResponse,
+    /// The response started, then stopped (`stalled_stream`).
+    StreamStalled,
+}
+
+/// One request as its client sent it, spanning its hops (proxy -> router -> prefill +
+/// decode); each hop's exchange is a leg.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LogicalRequest {
+    /// Stable while the request is in history: `r` and the number of its first leg.
+    pub id: String,
+    /// Exchange ids of its legs (`requests[].id`), the entry hop first.
+    pub legs: Vec<String>,
+    pub verdict: Verdict,
+    /// Component where it entered the stack (its first leg's).
+    pub component: String,
+    /// Age of its first leg, in ms.
+    pub age_ms: f64,
+    /// Health checks, scrapes and load probes (requests too small to be inference requests):
+    /// never stuck.
+    #[serde(default)]
+    pub probe: bool,
+    /// When stuck: the leg it is stuck at (`r17@decode`), its component and role.
+    #[serde(default)]
+    pub stuck_leg: Option<String>,
+    #[serde(default)]
+    pub stuck_at: Option<String>,
+    #[serde(default)]
+    pub stuck_role: Option<Role>,
+    #[serde(default)]
+    pub stuck_kind: Option<StuckKind>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -129,7 +129,8 @@ fn blocks(s: &Snapshot) -> Vec<Block> {
         Block::new("findings", findings::section(s)),
         Block::new("changes since the baseline", changes::section(s)),
         Block::new("stuck requests", stuck::section(s)),
-        Block::new("\n", "\n".to_string()),
+        // a heading of its own: the stuck table ends where the next `## ` starts
+        Block::new("details heading", "\n## Details\n\n".to_string()),
         Block::new("evidence of every finding", findings::evidence(s)),
         Block::new("versions", versions::section(s)),
         Block::new("sources", sources::section(s)),

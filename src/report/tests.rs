@@ -2,8 +2,8 @@
 
 use super::*;
 use crate::model::{
-    Change, Evidence, Finding, FindingKind, Request, RequestState, Role, Severity, SourceStatus,
-    SNAPSHOT_SCHEMA,
+    Change, Evidence, Finding, FindingKind, LogicalRequest, Request, RequestState, Role, Severity,
+    SourceStatus, StuckKind, Verdict, SNAPSHOT_SCHEMA,
 };
 
 #[test]
@@ -30,7 +30,7 @@ fn what_is_wrong_comes_first() {
         sources,
         components: vec![],
         requests: vec![Request {
-            id: "r1".into(),
+            id: "x1".into(),
             component: "decode@127.0.0.1:2".into(),
             client: "127.0.0.1:5".into(),
             server: "127.0.0.1:2".into(),
@@ -44,6 +44,20 @@ fn what_is_wrong_comes_first() {
             client_component: None,
             link_confidence: None,
             started_at: None,
+            request: Some("r1".into()),
+            leg: Some("r1@decode".into()),
+        }],
+        logical_requests: vec![LogicalRequest {
+            id: "r1".into(),
+            legs: vec!["x1".into()],
+            verdict: Verdict::Stuck,
+            component: "decode@127.0.0.1:2".into(),
+            age_ms: 60000.0,
+            probe: false,
+            stuck_leg: Some("r1@decode".into()),
+            stuck_at: Some("decode@127.0.0.1:2".into()),
+            stuck_role: Some(Role::Decode),
+            stuck_kind: Some(StuckKind::NoResponse),
         }],
         gpus: vec![],
         threads: vec![],

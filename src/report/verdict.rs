@@ -4,7 +4,7 @@
 
 use super::md::{ago, clip, esc};
 use crate::clock::{parse_rfc3339, rfc3339};
-use crate::model::{Finding, FindingKind, Snapshot};
+use crate::model::{Finding, FindingKind, Snapshot, StuckKind, Verdict};
 
 /// Longest text taken from one host string into the head.
 const MAX_FIELD: usize = 300;
@@ -12,7 +12,7 @@ const MAX_FIELD: usize = 300;
 const LAYERS: [&str; 5] = ["sockets", "stacks", "gpu", "metrics", "processes"];
 
 /// The verdict, in parts, for Markdown and plain text alike.
-pub struct Verdict {
+pub struct Head {
     pub title: String,
     pub what: String,
     pub place: String,
@@ -29,9 +29,28 @@ pub fn top(s: &Snapshot) -> Option<&Finding> {
     s.findings.iter().find(|f| f.severity == max)
 }
 
-/// How many requests a finding is about and the age of the oldest, in ms. Counted at the
-/// finding's own hop (the finding lists every hop's exchange of each request).
+/// How many requests a finding is about and the age of the oldest, in ms: the correlator's
+/// stuck requests at the finding's hop (one per logical request, whatever its hops), or in a
+/// snapshot of an older version, the finding's exchanges at its own hop.
 fn stuck_of(s: &Snapshot, f: &Finding) -> (usize, Option<f64>) {
+    if !s.logical_requests.is_empty() {
+        let kind = match f.kind {
+            FindingKind::WedgedRequest => Some(StuckKind::NoResponse),
+            FindingKind::StalledStream => Some(StuckKind::StreamStalled),
+            _ => None,
+        };
+        let stuck: Vec<_> = s
+            .logical_requests
+            .iter()
+            .filter(|l| l.verdict == Verdict::Stuck)
+            .filter(|l| kind.is_none() || l.stuck_kind == kind)
+            .filter(|l| f.component.is_none() || l.stuck_at == f.component)
+            .collect();
+        if !stuck.is_empty() {
+            let oldest = stuck.iter().map(|l| l.age_ms).reduce(f64::max);
+            return (stuck.len(), oldest);
+        }
+    }
     let at_hop: Vec<_> = s
         .requests
         .iter()
@@ -173,10 +192,10 @@ fn changed(s: &Snapshot, f: &Finding) -> String {
     format!("{}{tail}", shown.join("; "))
 }
 
-pub fn verdict(s: &Snapshot) -> Verdict {
+pub fn verdict(s: &Snapshot) -> Head {
     let Some(f) = top(s) else {
         let n = s.components.len();
-        return Verdict {
+        return Head {
             title: format!("No findings on {n} components at {}", s.taken_at),
             what: "nothing wrong was found in this snapshot".into(),
             place: format!("{n} components, {} open exchanges", s.requests.len()),
@@ -192,7 +211,7 @@ pub fn verdict(s: &Snapshot) -> Verdict {
             },
         };
     };
-    Verdict {
+    Head {
         title: clip(&title(s, f), 200),
         what: format!("{}: {}", f.severity.as_str(), clip(&f.summary, MAX_FIELD)),
         place: place(s, f),
@@ -203,7 +222,7 @@ pub fn verdict(s: &Snapshot) -> Verdict {
 }
 
 /// The head as plain text (`report --format text`).
-pub fn text(v: &Verdict) -> String {
+pub fn text(v: &Head) -> String {
     let mut o = format!(
         "{}\n\n  what:     {}\n  where:    {}\n",
         v.title, v.what, v.place
@@ -220,7 +239,7 @@ pub fn text(v: &Verdict) -> String {
 }
 
 /// The head in Markdown: `# title` and the five lines.
-pub fn markdown(v: &Verdict) -> String {
+pub fn markdown(v: &Head) -> String {
     let mut o = format!("# {}\n\n", esc(&v.title));
     o.push_str(&format!("- **What:** {}\n", esc(&v.what)));
     o.push_str(&format!("- **Where:** {}\n", esc(&v.place)));

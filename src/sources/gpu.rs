@@ -516,6 +516,12 @@ impl GpuActivity {
     }
 }
 
+impl std::fmt::Display for GpuActivity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// Named thresholds of [`gpu_activity`].
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct ActivityThresholds {

@@ -316,6 +316,7 @@ mod tests {
             config_changed: vec![],
             tool: BTreeMap::new(),
             versions: BTreeMap::new(),
+            logical_requests: vec![],
         }
     }
 

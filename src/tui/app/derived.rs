@@ -1,9 +1,14 @@
 //! What the views list, derived from the snapshot on screen once per frame, filter or sort
 //! change (never while rendering): finding order, request chains and their hop lanes, and
 //! each view's rows.
+//!
+//! Which exchanges make one request and whether it is stuck (and where) are the
+//! correlator's (`snapshot.logical_requests`): read here, never judged again, so the
+//! "(N stuck)" of the Requests view is the findings' and the report's number. A snapshot of
+//! an older version without them shows every exchange as its own request, none stuck.
 
 use super::SortKey;
-use crate::model::{Request, RequestState, Role, Snapshot};
+use crate::model::{LogicalRequest, Request, RequestState, Role, Snapshot, Verdict};
 use std::collections::HashMap;
 
 /// The hop lanes of the Requests view.
@@ -39,8 +44,11 @@ pub struct RequestRow {
     pub is_root: bool,
     pub lane: usize,
     pub lanes: [Option<Lane>; 4],
-    /// The chain has a stuck hop.
+    /// The chain's logical request is stuck (the correlator's verdict).
     pub stuck: bool,
+    /// The chain's logical request waits for its first byte and is not stuck (yet); probes
+    /// (health checks, scrapes) are not counted as waiting requests.
+    pub waiting: bool,
     /// Deepest lane where the chain is stuck.
     pub stuck_at: Option<usize>,
     /// Lower-cased text the `/` filter matches against.
@@ -58,6 +66,8 @@ pub struct Derived {
     pub request_order: Vec<usize>,
     /// Members of each chain (indices into `snapshot.requests`), root first.
     pub chains: Vec<Vec<usize>>,
+    /// The logical request of each chain (index into `snapshot.logical_requests`), if any.
+    pub chain_request: Vec<Option<usize>>,
     /// Threads shown, grouped by component then pid, tid (indices into `snapshot.threads`).
     pub threads: Vec<usize>,
     /// Exchanges for the Sockets connection list, longest silence first.
@@ -90,21 +100,8 @@ pub fn request_role(s: &Snapshot, index: &HashMap<String, usize>, r: &Request) -
         .unwrap_or(Role::Other)
 }
 
-fn is_stuck(r: &Request, stuck_after_ms: f64) -> bool {
-    matches!(
-        r.state,
-        RequestState::WaitingFirstByte | RequestState::Stalled
-    ) && r.idle_out_ms >= stuck_after_ms
-}
-
 /// Computes everything the views list, once per frame/filter/sort change.
-pub fn derive(
-    s: &Snapshot,
-    filter: &str,
-    sort: SortKey,
-    all_hops: bool,
-    stuck_after_ms: f64,
-) -> Derived {
+pub fn derive(s: &Snapshot, filter: &str, sort: SortKey, all_hops: bool) -> Derived {
     let filter = filter.to_lowercase();
     let mut d = Derived::default();
     for (i, c) in s.components.iter().enumerate() {
@@ -112,9 +109,10 @@ pub fn derive(
     }
     d.findings = finding_order(s, &filter);
     d.findings_by_request = findings_by_request(s);
-    let (chains, chain_of) = request_chains(s);
+    let (chains, chain_request, chain_of) = request_chains(s);
     d.chains = chains;
-    d.rows = request_rows(s, &d, &chain_of, stuck_after_ms);
+    d.chain_request = chain_request;
+    d.rows = request_rows(s, &d, &chain_of);
     d.request_order = request_order(s, &d.rows, &filter, sort, all_hops);
     d.threads = thread_order(s, &filter);
     d.connections = connection_order(s, &d.rows, &filter);
@@ -158,105 +156,97 @@ fn findings_by_request(s: &Snapshot) -> HashMap<String, Vec<usize>> {
     by_request
 }
 
-/// Chains: roots are exchanges nobody links to; walk links breadth first. Exchanges left
-/// over (a link cycle) start their own chain, so every exchange is in exactly one.
-/// Returns the chains (members, root first) and each exchange's chain.
-fn request_chains(s: &Snapshot) -> (Vec<Vec<usize>>, Vec<usize>) {
+/// Chains: the snapshot's logical requests, their legs in order. Exchanges that are no leg
+/// (idle connections, snapshots of older versions) are chains of their own, so every
+/// exchange is in exactly one. Returns the chains (members, entry hop first), each chain's
+/// logical request and each exchange's chain.
+fn request_chains(s: &Snapshot) -> (Vec<Vec<usize>>, Vec<Option<usize>>, Vec<usize>) {
     let by_id: HashMap<&str, usize> = s
         .requests
         .iter()
         .enumerate()
         .map(|(i, r)| (r.id.as_str(), i))
         .collect();
-    let mut linked = vec![false; s.requests.len()];
-    for r in &s.requests {
-        for l in &r.links {
-            if let Some(&j) = by_id.get(l.as_str()) {
-                linked[j] = true;
-            }
-        }
-    }
     let mut chains: Vec<Vec<usize>> = Vec::new();
+    let mut chain_request = Vec::new();
     let mut chain_of = vec![usize::MAX; s.requests.len()];
-    let starts = (0..s.requests.len())
-        .filter(|&i| !linked[i])
-        .chain(0..s.requests.len());
-    for start in starts {
-        if chain_of[start] != usize::MAX {
+    for (li, l) in s.logical_requests.iter().enumerate() {
+        let members: Vec<usize> = l
+            .legs
+            .iter()
+            .filter_map(|id| by_id.get(id.as_str()).copied())
+            .filter(|&j| chain_of[j] == usize::MAX)
+            .collect();
+        if members.is_empty() {
             continue;
         }
-        let chain = chains.len();
-        let mut members = vec![start];
-        chain_of[start] = chain;
-        let mut k = 0;
-        while k < members.len() {
-            let r = &s.requests[members[k]];
-            for l in &r.links {
-                if let Some(&j) = by_id.get(l.as_str()) {
-                    if chain_of[j] == usize::MAX {
-                        chain_of[j] = chain;
-                        members.push(j);
-                    }
-                }
-            }
-            k += 1;
+        for &j in &members {
+            chain_of[j] = chains.len();
         }
         chains.push(members);
+        chain_request.push(Some(li));
     }
-    (chains, chain_of)
+    for (j, c) in chain_of.iter_mut().enumerate() {
+        if *c == usize::MAX {
+            *c = chains.len();
+            chains.push(vec![j]);
+            chain_request.push(None);
+        }
+    }
+    (chains, chain_request, chain_of)
 }
 
-/// One chain's hop lanes and the deepest lane where it is stuck.
+/// One chain's hop lanes and the lane where its logical request is stuck.
 fn chain_lanes(
     s: &Snapshot,
     members: &[usize],
     roles: &[Role],
-    findings_by_request: &HashMap<String, Vec<usize>>,
-    stuck_after_ms: f64,
+    logical: Option<&LogicalRequest>,
 ) -> ([Option<Lane>; 4], Option<usize>) {
+    let stuck = logical.is_some_and(|l| l.verdict == Verdict::Stuck);
     let mut lanes: [Option<Lane>; 4] = [None; 4];
     let mut stuck_at = None;
     for &m in members {
         let r = &s.requests[m];
         let lane = lane_of(roles[m]);
-        let stuck = is_stuck(r, stuck_after_ms) || findings_by_request.contains_key(&r.id);
-        let stuck = stuck && r.state != RequestState::Done && r.state != RequestState::Closed;
+        // Every hop still holding a stuck request waits on the hop it is stuck at.
+        let held = stuck && in_flight(r.state) && r.state != RequestState::Streaming;
+        if logical.is_some_and(|l| l.stuck_leg.is_some() && l.stuck_leg == r.leg) {
+            stuck_at = Some(lane);
+        }
         // Several exchanges in one lane (retries): the stuck or the most silent one shows.
         let replace = match lanes[lane] {
             None => true,
-            Some(l) => (stuck, r.idle_out_ms) > (l.stuck, l.idle_out_ms),
+            Some(l) => (held, r.idle_out_ms) > (l.stuck, l.idle_out_ms),
         };
         if replace {
             lanes[lane] = Some(Lane {
                 state: r.state,
                 idle_out_ms: r.idle_out_ms,
-                stuck,
+                stuck: held,
             });
         }
-        if stuck {
-            stuck_at = Some(stuck_at.map_or(lane, |s: usize| s.max(lane)));
-        }
+    }
+    if stuck && stuck_at.is_none() {
+        stuck_at = logical.and_then(|l| l.stuck_role).map(lane_of);
     }
     (lanes, stuck_at)
 }
 
 /// One row per exchange, with its chain's lanes and the text the filter matches against.
-/// Needs `d.component_index`, `d.findings_by_request` and `d.chains`.
-fn request_rows(
-    s: &Snapshot,
-    d: &Derived,
-    chain_of: &[usize],
-    stuck_after_ms: f64,
-) -> Vec<RequestRow> {
+/// Needs `d.component_index`, `d.chains` and `d.chain_request`.
+fn request_rows(s: &Snapshot, d: &Derived, chain_of: &[usize]) -> Vec<RequestRow> {
     let roles: Vec<Role> = s
         .requests
         .iter()
         .map(|r| request_role(s, &d.component_index, r))
         .collect();
+    let logical = |chain: usize| d.chain_request[chain].and_then(|li| s.logical_requests.get(li));
     let per_chain: Vec<([Option<Lane>; 4], Option<usize>)> = d
         .chains
         .iter()
-        .map(|members| chain_lanes(s, members, &roles, &d.findings_by_request, stuck_after_ms))
+        .enumerate()
+        .map(|(c, members)| chain_lanes(s, members, &roles, logical(c)))
         .collect();
     s.requests
         .iter()
@@ -264,13 +254,18 @@ fn request_rows(
         .map(|(i, r)| {
             let chain = chain_of[i];
             let (lanes, stuck_at) = per_chain[chain];
+            let verdict = logical(chain).map(|l| l.verdict);
+            let probe = logical(chain).is_some_and(|l| l.probe);
             let mut search = String::with_capacity(96);
             for part in [
                 r.id.as_str(),
+                r.request.as_deref().unwrap_or(""),
+                r.leg.as_deref().unwrap_or(""),
                 r.component.as_str(),
                 r.client.as_str(),
                 r.server.as_str(),
                 r.state.as_str(),
+                verdict.map_or("", Verdict::as_str),
                 stuck_at.map_or("", |l| LANES[l]),
             ] {
                 search.push_str(&part.to_lowercase());
@@ -282,7 +277,8 @@ fn request_rows(
                 is_root: d.chains[chain].first() == Some(&i),
                 lane: lane_of(roles[i]),
                 lanes,
-                stuck: stuck_at.is_some(),
+                stuck: verdict == Some(Verdict::Stuck),
+                waiting: verdict == Some(Verdict::Waiting) && !probe,
                 stuck_at,
                 search,
             }

@@ -25,8 +25,6 @@ pub struct AppOptions {
     pub no_color: bool,
     /// How many past frames feed the sparklines.
     pub history_len: usize,
-    /// A request with no response progress for this long counts as stuck.
-    pub stuck_after_ms: f64,
     /// Called on `s`.
     pub snapshot_writer: Option<SnapshotWriter>,
     /// Time for the replay feed and the status line.
@@ -40,7 +38,6 @@ impl Default for AppOptions {
         AppOptions {
             no_color: false,
             history_len: 120,
-            stuck_after_ms: 10_000.0,
             snapshot_writer: None,
             clock: Arc::new(SystemClock),
             tick_ms: 100,
@@ -63,7 +60,6 @@ impl std::fmt::Debug for AppOptions {
         f.debug_struct("AppOptions")
             .field("no_color", &self.no_color)
             .field("history_len", &self.history_len)
-            .field("stuck_after_ms", &self.stuck_after_ms)
             .field("snapshot_writer", &self.snapshot_writer.is_some())
             .field("tick_ms", &self.tick_ms)
             .finish()
@@ -329,13 +325,7 @@ impl App {
 
     fn recompute(&mut self) {
         self.derived = match &self.current {
-            Some(f) => derive(
-                &f.snapshot,
-                &self.filter,
-                self.sort,
-                self.all_hops,
-                self.opts.stuck_after_ms,
-            ),
+            Some(f) => derive(&f.snapshot, &self.filter, self.sort, self.all_hops),
             None => Derived::default(),
         };
         self.clamp_selection();

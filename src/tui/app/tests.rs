@@ -2,7 +2,9 @@
 
 use super::*;
 use crate::clock::FakeClock;
-use crate::model::{Request, RequestState, Role, Severity, SNAPSHOT_SCHEMA};
+use crate::model::{
+    LogicalRequest, Request, RequestState, Role, Severity, StuckKind, Verdict, SNAPSHOT_SCHEMA,
+};
 use ratatui::crossterm::event::KeyEventKind;
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -30,7 +32,40 @@ fn req(id: &str, comp: &str, role: Role, state: RequestState, idle: f64) -> Requ
         client_component: None,
         link_confidence: None,
         started_at: None,
+        request: None,
+        leg: None,
     }
+}
+
+/// A logical request over `legs` (the correlator's verdict), its legs named after it.
+fn logical(s: &mut Snapshot, id: &str, legs: &[&str], verdict: Verdict, stuck: Option<&str>) {
+    for r in s
+        .requests
+        .iter_mut()
+        .filter(|r| legs.contains(&r.id.as_str()))
+    {
+        r.request = Some(id.into());
+        r.leg = Some(format!("{id}@{}", r.role.unwrap_or(Role::Other)));
+    }
+    let leg_of = |x: &str| {
+        s.requests
+            .iter()
+            .find(|r| r.id == x)
+            .and_then(|r| r.leg.clone())
+    };
+    let stuck_req = stuck.and_then(|x| s.requests.iter().find(|r| r.id == x));
+    s.logical_requests.push(LogicalRequest {
+        id: id.into(),
+        legs: legs.iter().map(|l| l.to_string()).collect(),
+        verdict,
+        component: String::new(),
+        age_ms: 0.0,
+        probe: false,
+        stuck_leg: stuck.and_then(leg_of),
+        stuck_at: stuck_req.map(|r| r.component.clone()),
+        stuck_role: stuck_req.and_then(|r| r.role),
+        stuck_kind: stuck.map(|_| StuckKind::NoResponse),
+    });
 }
 
 fn snap(taken_at: &str, requests: Vec<Request>) -> Snapshot {
@@ -49,6 +84,7 @@ fn snap(taken_at: &str, requests: Vec<Request>) -> Snapshot {
         config_changed: vec![],
         tool: BTreeMap::new(),
         versions: BTreeMap::new(),
+        logical_requests: vec![],
     }
 }
 
@@ -90,7 +126,12 @@ fn chain_snapshot() -> Snapshot {
         RequestState::Done,
         50_000.0,
     );
-    snap("2026-11-29T12:00:00.000Z", vec![ok, done, a, b, c])
+    let mut s = snap("2026-11-29T12:00:00.000Z", vec![ok, done, a, b, c]);
+    let chain = ["a-proxy", "a-router", "a-decode"];
+    logical(&mut s, "ra", &chain, Verdict::Stuck, Some("a-decode"));
+    logical(&mut s, "rb", &["b-proxy"], Verdict::Active, None);
+    logical(&mut s, "rc", &["c-proxy"], Verdict::Done, None);
+    s
 }
 
 #[test]

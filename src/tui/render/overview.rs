@@ -1,7 +1,7 @@
 //! Overview view: the topology tree (edges, children, GPUs) and the findings list.
 
 use super::{fit, para, scroll_offset, sev_tag, source_summary, wrap, Theme};
-use crate::model::{Finding, RequestState, Role, SnapComponent, Snapshot, Status};
+use crate::model::{Finding, Role, SnapComponent, Snapshot, Status, Verdict};
 use crate::tui::app::{in_flight, App};
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Style};
@@ -18,13 +18,7 @@ fn worst_finding<'a>(s: &'a Snapshot, component: &str) -> Option<&'a Finding> {
 
 /// One node of the topology tree: role, health, id, pid, exchanges in flight, GPU
 /// activity, the main loop's state and the worst finding's kind.
-fn component_line(
-    app: &App,
-    s: &Snapshot,
-    c: &SnapComponent,
-    theme: Theme,
-    prefix: &str,
-) -> Line<'static> {
+fn component_line(s: &Snapshot, c: &SnapComponent, theme: Theme, prefix: &str) -> Line<'static> {
     let role = match c.role {
         Role::Detokenizer => "detok",
         Role::Scheduler => "sched",
@@ -44,7 +38,7 @@ fn component_line(
     if let Some(pid) = c.main_pid.or(c.pids.first().copied()) {
         spans.push(Span::styled(format!(" pid {pid}"), theme.dim()));
     }
-    spans.extend(in_flight_span(app, s, c, theme));
+    spans.extend(in_flight_span(s, c, theme));
     if let Some(a) = &c.gpu_activity {
         spans.push(Span::raw("  gpu "));
         spans.push(Span::styled(a.clone(), theme.activity(a)));
@@ -62,12 +56,7 @@ fn component_line(
 }
 
 /// `"  3 in flight, 1 silent"`; nothing when no exchange is in flight.
-fn in_flight_span(
-    app: &App,
-    s: &Snapshot,
-    c: &SnapComponent,
-    theme: Theme,
-) -> Option<Span<'static>> {
+fn in_flight_span(s: &Snapshot, c: &SnapComponent, theme: Theme) -> Option<Span<'static>> {
     let flights = s
         .requests
         .iter()
@@ -76,18 +65,14 @@ fn in_flight_span(
     if flights == 0 {
         return None;
     }
+    // The correlator's verdicts: requests stuck at this component.
     let stuck = s
-        .requests
+        .logical_requests
         .iter()
-        .filter(|r| {
-            r.component == c.id
-                && in_flight(r.state)
-                && r.state != RequestState::Streaming
-                && r.idle_out_ms >= app.options().stuck_after_ms
-        })
+        .filter(|l| l.verdict == Verdict::Stuck && l.stuck_at.as_deref() == Some(c.id.as_str()))
         .count();
     let text = if stuck > 0 {
-        format!("  {flights} in flight, {stuck} silent")
+        format!("  {flights} in flight, {stuck} stuck")
     } else {
         format!("  {flights} in flight")
     };
@@ -190,7 +175,7 @@ fn topology_lines(app: &App, s: &Snapshot, theme: Theme) -> Vec<Line<'static>> {
         } else {
             (format!("{indent}├─ "), format!("{indent}│  "))
         };
-        lines.push(component_line(app, s, c, theme, &branch));
+        lines.push(component_line(s, c, theme, &branch));
         // GPUs hang off the deepest component that uses them (the scheduler if known).
         let own_gpus: Vec<u32> = if children[i]
             .iter()

@@ -68,6 +68,7 @@ fn request_line(
     cols: &ReqCols,
     theme: Theme,
     selected: bool,
+    all_hops: bool,
 ) -> Line<'static> {
     let r = &s.requests[row.index];
     let mut spans = Vec::with_capacity(14);
@@ -76,7 +77,7 @@ fn request_line(
         mark.to_string(),
         theme.fg(Color::Red).add_modifier(Modifier::BOLD),
     ));
-    spans.push(Span::raw(fit(&r.id, cols.id)));
+    spans.push(Span::raw(fit(row_label(r, all_hops), cols.id)));
     if cols.entry > 0 {
         spans.push(Span::raw(fit(&r.component, cols.entry.saturating_sub(1))));
         spans.push(Span::raw(" "));
@@ -169,7 +170,11 @@ fn list_lines(app: &App, s: &Snapshot, theme: Theme, area: Rect) -> Vec<Line<'st
         .iter()
         .skip(offset)
         .take(rows_h)
-        .map(|&i| s.requests[d.rows[i].index].id.chars().count())
+        .map(|&i| {
+            row_label(&s.requests[d.rows[i].index], app.all_hops())
+                .chars()
+                .count()
+        })
         .max()
         .unwrap_or(8);
     let cols = ReqCols::for_width(w, id_w);
@@ -182,23 +187,59 @@ fn list_lines(app: &App, s: &Snapshot, theme: Theme, area: Rect) -> Vec<Line<'st
         lines.push(Line::styled(empty_message(app, s), theme.dim()));
     }
     for (pos, &ri) in d.request_order.iter().enumerate().skip(offset).take(rows_h) {
-        lines.push(request_line(s, &d.rows[ri], &cols, theme, pos == sel));
+        lines.push(request_line(
+            s,
+            &d.rows[ri],
+            &cols,
+            theme,
+            pos == sel,
+            app.all_hops(),
+        ));
     }
     lines
 }
 
-/// `"12 requests (3 stuck) · sort: stuck · one row per request (a: all hops)"`.
+/// A row's name: its logical request (`r17`), or in the all-hops list its leg
+/// (`r17@decode`); the exchange id when the snapshot has neither (older versions).
+fn row_label(r: &Request, all_hops: bool) -> &str {
+    let name = if all_hops { &r.leg } else { &r.request };
+    name.as_deref().unwrap_or(&r.id)
+}
+
+/// A hop in the drill-in: its leg and, to find it in the Sockets view, its exchange id.
+fn hop_name(r: &Request) -> String {
+    match &r.leg {
+        Some(leg) => format!("{leg} ({})", r.id),
+        None => r.id.clone(),
+    }
+}
+
+/// `"12 requests (3 stuck, 2 waiting) · sort: stuck · one row per request (a: all hops)"`.
+/// Stuck and waiting count logical requests (the correlator's verdicts), also in the
+/// all-hops list.
 fn list_title(app: &App, d: &Derived) -> String {
-    let stuck = d.request_order.iter().filter(|&&i| d.rows[i].stuck).count();
+    let count = |pick: fn(&RequestRow) -> bool| {
+        d.request_order
+            .iter()
+            .map(|&i| &d.rows[i])
+            .filter(|r| pick(r))
+            .map(|r| r.chain)
+            .collect::<BTreeSet<usize>>()
+            .len()
+    };
+    let waiting = match count(|r| r.waiting) {
+        0 => String::new(),
+        n => format!(", {n} waiting"),
+    };
     format!(
-        "{} {} ({} stuck) · sort: {} · {}",
+        "{} {} ({} stuck{waiting}) · sort: {} · {}",
         d.request_order.len(),
         if app.all_hops() {
             "exchanges"
         } else {
             "requests"
         },
-        stuck,
+        count(|r| r.stuck),
         app.sort().as_str(),
         if app.all_hops() {
             "all hops (a: one row per request)"
@@ -262,12 +303,18 @@ fn hop_lines(
     for m in members {
         lines.push(hop_line(s, d, row, &s.requests[m], theme, w));
     }
+    // Findings name logical requests; older snapshots named exchanges.
+    let logical_id = d.chain_request[row.chain]
+        .and_then(|li| s.logical_requests.get(li))
+        .map(|l| l.id.as_str());
     let ids: BTreeSet<usize> = d
         .chains
         .get(row.chain)
         .into_iter()
         .flatten()
-        .filter_map(|&m| d.findings_by_request.get(&s.requests[m].id))
+        .map(|&m| s.requests[m].id.as_str())
+        .chain(logical_id)
+        .filter_map(|id| d.findings_by_request.get(id))
         .flatten()
         .copied()
         .collect();
@@ -299,7 +346,7 @@ fn hop_line(
     let text = format!(
         "{:<8} {} {} {} -> {}  {}  age {} silence {}  in {} out {}{conf}",
         LANES[lane_of(role)],
-        r.id,
+        hop_name(r),
         r.component,
         r.client,
         r.server,

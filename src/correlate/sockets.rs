@@ -1,0 +1,182 @@
+//! Socket tables -> connections and their exchanges (`exchange.rs` cuts the byte deltas),
+//! hop links (`links.rs`), and per-component socket counts.
+
+use super::exchange::{Conn, ConnKey, Obs};
+use super::{links, CountPoint, Model};
+use crate::clock::Millis;
+use crate::model::{Component, SocketEntry, SocketTable, Status, TcpState};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+/// Client pid of each connection by (netns, local, remote) of the client's socket.
+type ClientPids<'a> = BTreeMap<(Option<u64>, &'a str, &'a str), i32>;
+
+impl Model {
+    pub(super) fn ingest_sockets(&mut self, t: Millis, table: &SocketTable, status: Status) {
+        // Client side of each connection, by (netns, local, remote): the outbound connection
+        // of a proxy IS the router's inbound connection with the 4-tuple reversed.
+        let mut client_pid: ClientPids = BTreeMap::new();
+        for e in &table.sockets {
+            if let Some(pid) = e.pid {
+                client_pid.insert((e.netns, e.local.as_str(), e.remote.as_str()), pid);
+            }
+        }
+        let mut present: BTreeSet<ConnKey> = BTreeSet::new();
+        for e in &table.sockets {
+            if let Some(key) = self.track_server_socket(t, e, &client_pid) {
+                present.insert(key);
+            }
+        }
+        self.retire_closed(t, &present, status);
+        links::link(self, t);
+        self.push_socket_counts(t, table);
+        self.latest_sockets = Some(table.clone());
+    }
+
+    /// Feeds one socket to its connection when it is the server side of a hop (a
+    /// component's listen port, owned by that component); returns the connection's key.
+    fn track_server_socket(
+        &mut self,
+        t: Millis,
+        e: &SocketEntry,
+        client_pid: &ClientPids,
+    ) -> Option<ConnKey> {
+        if e.state == TcpState::Listen {
+            return None;
+        }
+        let server = self.topology.component_listening_on(e.local_port()?)?;
+        // A socket on the listen port owned by another component's pid is that other
+        // component's outbound connection, not this server's inbound one.
+        if let (Some(pid), false) = (e.pid, server.pids.is_empty()) {
+            if !server.pids.contains(&pid) {
+                return None;
+            }
+        }
+        let (server_id, server_role) = (server.id.clone(), server.role);
+        let cpid = client_pid
+            .get(&(e.netns, e.remote.as_str(), e.local.as_str()))
+            .copied();
+        if cpid.is_some_and(|p| self.ignore_client_pids.contains(&p)) {
+            return None;
+        }
+        let obs = Obs::from_entry(t, e)?;
+        let key = ConnKey {
+            netns: e.netns,
+            local: e.local.clone(),
+            remote: e.remote.clone(),
+        };
+        let client_component = cpid
+            .and_then(|p| self.topology.component_of_pid(p))
+            .map(|c| c.id.clone());
+        let next_x = &mut self.next_x;
+        let mut idgen = || Model::next_exchange_id(next_x);
+        match self.conns.get_mut(&key) {
+            Some(conn) => {
+                if conn.client_component.is_none() && client_component.is_some() {
+                    conn.client_component = client_component.clone();
+                    for x in conn.exchanges.iter_mut() {
+                        x.client_component = client_component.clone();
+                    }
+                }
+                conn.client_pid = conn.client_pid.or(cpid);
+                conn.observe(&obs, &mut idgen);
+            }
+            None => {
+                self.next_conn += 1;
+                let mut conn = Conn {
+                    id: self.next_conn,
+                    key: key.clone(),
+                    component: server_id,
+                    role: server_role,
+                    server_pid: e.pid,
+                    client_pid: cpid,
+                    client_component,
+                    first_seen_ms: t,
+                    last_seen_ms: t,
+                    closed_ms: None,
+                    tcp_state: e.state,
+                    in_total: 0,
+                    out_total: 0,
+                    last_in_ms: None,
+                    last_out_ms: None,
+                    exchanges: VecDeque::new(),
+                };
+                conn.first_observation(&obs, &mut idgen);
+                self.conns.insert(key.clone(), conn);
+            }
+        }
+        Some(key)
+    }
+
+    /// Moves closed connections out of the open set. A degraded table may be missing
+    /// namespaces: only a complete one proves that a connection not in it has closed.
+    fn retire_closed(&mut self, t: Millis, present: &BTreeSet<ConnKey>, status: Status) {
+        if status == Status::Ok {
+            let gone: Vec<ConnKey> = self
+                .conns
+                .keys()
+                .filter(|k| !present.contains(*k))
+                .cloned()
+                .collect();
+            for k in gone {
+                if let Some(mut c) = self.conns.remove(&k) {
+                    c.close(t);
+                    self.closed.push_back(c);
+                }
+            }
+        }
+        let closed_now: Vec<ConnKey> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.closed_ms.is_some() && !present.contains(&c.key))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in closed_now {
+            if let Some(c) = self.conns.remove(&k) {
+                self.closed.push_back(c);
+            }
+        }
+    }
+
+    /// ESTABLISHED and CLOSE_WAIT counts of every component at `t`, for
+    /// `accumulating_state`.
+    fn push_socket_counts(&mut self, t: Millis, table: &SocketTable) {
+        let mut per_comp: BTreeMap<String, BTreeMap<String, u32>> = BTreeMap::new();
+        for e in &table.sockets {
+            if let Some(c) = e.pid.and_then(|pid| self.topology.component_of_pid(pid)) {
+                *per_comp
+                    .entry(c.id.clone())
+                    .or_default()
+                    .entry(e.state.as_str().to_string())
+                    .or_default() += 1;
+            }
+        }
+        for c in &self.topology.components {
+            let counts = per_comp.get(&c.id);
+            let count = |state: &str| Some(counts.and_then(|m| m.get(state)).copied().unwrap_or(0));
+            let pt = CountPoint {
+                t_ms: t,
+                established: count("ESTABLISHED"),
+                close_wait: count("CLOSE_WAIT"),
+                fds: None,
+                threads: None,
+            };
+            self.counts.entry(c.id.clone()).or_default().push_back(pt);
+        }
+    }
+
+    /// Socket counts by TCP state of a component's own sockets in the latest table.
+    pub(super) fn socket_counts(&self, c: &Component) -> BTreeMap<String, u32> {
+        let mut m = BTreeMap::new();
+        if let Some(t) = &self.latest_sockets {
+            for e in &t.sockets {
+                if e.pid
+                    .and_then(|p| self.topology.component_of_pid(p))
+                    .is_some_and(|o| o.id == c.id)
+                {
+                    *m.entry(e.state.as_str().to_string()).or_default() += 1;
+                }
+            }
+        }
+        m
+    }
+}

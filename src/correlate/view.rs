@@ -1,0 +1,382 @@
+//! The view at one instant: every exchange's derived state, idle keep-alive connections,
+//! and the component states the detectors and outputs read.
+
+use super::exchange::{End, Exchange};
+use super::requests::{self, LogicalView};
+use super::state::{ComponentState, CountSource};
+use super::Model;
+use crate::clock::Millis;
+use crate::model::{Request, RequestState, Role};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Requests smaller than this (headers only: `GET /metrics`, `/health`, `/v1/loads`) are
+/// probes, not inference requests (a POST with a JSON body is larger).
+pub const MIN_INFERENCE_REQUEST_BYTES: u64 = 200;
+
+/// A request of known size too small to be an inference request.
+pub fn is_probe_sized(x: &Exchange) -> bool {
+    x.bytes_in > 0 && x.bytes_in < MIN_INFERENCE_REQUEST_BYTES
+}
+
+/// Two `tcp_info` "ms since" dates this close are the same kernel tick (4 ms at HZ=250,
+/// 10 ms at HZ=100): their order is unknown.
+const JIFFY_TIE_MS: Millis = 10;
+
+/// One exchange with its derived state at `now`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RequestView {
+    pub x: Exchange,
+    pub state: RequestState,
+    pub age_ms: i64,
+    pub idle_out_ms: i64,
+    /// Index of its logical request in `View::logical`.
+    pub request: usize,
+    /// Its name as a leg of that request (`r17@decode`).
+    pub leg: String,
+}
+
+/// Everything detectors and outputs need at one instant.
+#[derive(Debug, Clone)]
+pub struct View {
+    pub now: Millis,
+    pub requests: Vec<RequestView>,
+    /// Open connections with nothing outstanding (keep-alive idle), as `idle` requests.
+    pub idle: Vec<Request>,
+    pub components: BTreeMap<String, ComponentState>,
+    /// Whether request states are current: a usable socket table within `stale_after_ms`.
+    /// When false, a request only *looks* old because nobody looked; request-based
+    /// detectors stay silent (the sockets source status says why).
+    pub sockets_fresh: bool,
+    /// Logical requests (each exchange is a leg of one) with their verdicts.
+    pub logical: Vec<LogicalView>,
+    index: std::collections::HashMap<String, usize>,
+}
+
+impl View {
+    pub fn request(&self, id: &str) -> Option<&RequestView> {
+        self.index.get(id).map(|i| &self.requests[*i])
+    }
+    /// Index into `requests` of an exchange id.
+    pub fn index_of(&self, id: &str) -> Option<usize> {
+        self.index.get(id).copied()
+    }
+    /// The logical request an exchange is a leg of.
+    pub fn logical_of(&self, r: &RequestView) -> &LogicalView {
+        &self.logical[r.request]
+    }
+    /// Logical requests judged stuck.
+    pub fn stuck(&self) -> impl Iterator<Item = &LogicalView> {
+        self.logical.iter().filter(|l| l.stuck.is_some())
+    }
+    /// The hops from the entry hop down to `r`, following parent links.
+    pub fn path<'a>(&'a self, r: &'a RequestView) -> Vec<&'a RequestView> {
+        let mut out = vec![r];
+        let mut cur = r;
+        for _ in 0..16 {
+            match cur.x.parent.as_deref().and_then(|p| self.request(p)) {
+                Some(p) => {
+                    out.push(p);
+                    cur = p;
+                }
+                None => break,
+            }
+        }
+        out.reverse();
+        out
+    }
+    /// An exchange `r` caused at the next hop that is still outstanding.
+    pub fn outstanding_child(&self, r: &RequestView) -> Option<&RequestView> {
+        r.x.links
+            .iter()
+            .filter_map(|l| self.request(l))
+            .find(|c| View::is_outstanding(c))
+    }
+    /// Is some request at a component whose client is `comp` still open? Then an unlinked
+    /// request at `comp` probably did reach the next hop and the link was missed.
+    pub fn downstream_open(&self, comp: &str) -> bool {
+        self.requests
+            .iter()
+            .any(|r| r.x.client_component.as_deref() == Some(comp) && View::is_outstanding(r))
+    }
+    /// Is some request at a component whose client is `comp` stalled?
+    pub fn downstream_stalled(&self, comp: &str) -> bool {
+        self.requests.iter().any(|r| {
+            r.x.client_component.as_deref() == Some(comp) && r.state == RequestState::Stalled
+        })
+    }
+    /// Still waiting for, or receiving, a response.
+    pub fn is_outstanding(r: &RequestView) -> bool {
+        matches!(
+            r.state,
+            RequestState::WaitingFirstByte | RequestState::Streaming | RequestState::Stalled
+        )
+    }
+}
+
+impl Model {
+    /// The derived state of every exchange at `now` (see the module doc of `exchange`), the
+    /// component states, and the logical requests with their verdicts (`requests.rs`).
+    pub fn view(&self, now: Millis) -> View {
+        let components: BTreeMap<String, ComponentState> = self
+            .topology
+            .components
+            .iter()
+            .map(|c| (c.id.clone(), self.component_state(c, now)))
+            .collect();
+        let all: Vec<&Exchange> = self.exchanges().collect();
+        let states = self.request_states(&components, &all, now);
+        let keep = kept_ids(&all, &states, now, now - self.window_ms);
+        let mut requests = Vec::new();
+        for x in &all {
+            let Some(state) = states.get(&x.id).copied() else {
+                continue;
+            };
+            if !keep.contains(x.id.as_str()) || x.request_ms > now {
+                continue;
+            }
+            let age_ms = now - x.request_ms;
+            let idle_out_ms = now - x.last_out_ms.unwrap_or(x.request_ms).max(x.request_ms);
+            requests.push(RequestView {
+                x: (*x).clone(),
+                state,
+                age_ms,
+                idle_out_ms,
+                request: 0,
+                leg: String::new(),
+            });
+        }
+        let idle = self.idle_connections(&states, now);
+        let index = requests
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (r.x.id.clone(), i))
+            .collect();
+        let sockets_fresh = self
+            .last_sockets_ms
+            .is_some_and(|t| now - t <= self.thresholds.correlate.stale_after_ms);
+        let mut v = View {
+            now,
+            requests,
+            idle,
+            components,
+            sockets_fresh,
+            logical: Vec::new(),
+            index,
+        };
+        requests::group(&mut v);
+        requests::judge(self, &mut v);
+        v
+    }
+
+    /// The state of every exchange at `now`. Components are judged deepest hop first: a
+    /// parent is outstanding while a child is.
+    fn request_states(
+        &self,
+        components: &BTreeMap<String, ComponentState>,
+        all: &[&Exchange],
+        now: Millis,
+    ) -> BTreeMap<String, RequestState> {
+        let mut states: BTreeMap<String, RequestState> = BTreeMap::new();
+        let by_id: BTreeSet<&str> = all.iter().map(|x| x.id.as_str()).collect();
+        let mut comp_order: Vec<(&String, u8)> = components
+            .iter()
+            .map(|(id, s)| (id, s.role.depth()))
+            .collect();
+        comp_order.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+        for (cid, _) in comp_order {
+            let mine: Vec<&Exchange> = all
+                .iter()
+                .copied()
+                .filter(|x| &x.component == cid)
+                .collect();
+            self.component_request_states(&components[cid], &mine, &by_id, now, &mut states);
+        }
+        states
+    }
+
+    /// The states of one component's exchanges (`mine`), given those of deeper hops.
+    fn component_request_states(
+        &self,
+        cs: &ComponentState,
+        mine: &[&Exchange],
+        by_id: &BTreeSet<&str>,
+        now: Millis,
+        states: &mut BTreeMap<String, RequestState>,
+    ) {
+        let th = &self.thresholds;
+        let mut quiet: Vec<&Exchange> = Vec::new();
+        let mut explained = 0.0;
+        for x in mine {
+            let st = match x.end {
+                Some(End::Done(_)) => RequestState::Done,
+                Some(End::Closed(_)) => RequestState::Closed,
+                None if !x.started() => {
+                    // The in-flight count covers inference requests only; a small GET
+                    // (a scrape, a health or load probe) waiting here is not one of them.
+                    if !is_probe_sized(x) {
+                        explained += 1.0;
+                    }
+                    RequestState::WaitingFirstByte
+                }
+                None => {
+                    let q = now - x.last_out_ms.unwrap_or(now);
+                    if q < th.correlate.done_quiet_ms {
+                        explained += 1.0;
+                        RequestState::Streaming
+                    } else {
+                        quiet.push(x);
+                        continue;
+                    }
+                }
+            };
+            states.insert(x.id.clone(), st);
+        }
+        // Quiet responses: outstanding if a child still is, or if the component's own
+        // in-flight count says more requests are open than we can otherwise explain.
+        quiet.sort_by_key(|x| std::cmp::Reverse(x.last_out_ms));
+        let mut unexplained = outstanding_signal(cs).map_or(0.0, |o| o - explained);
+        for x in quiet {
+            let child_open = x.links.iter().any(|l| {
+                states.get(l).is_some_and(|s| {
+                    matches!(
+                        s,
+                        RequestState::WaitingFirstByte
+                            | RequestState::Streaming
+                            | RequestState::Stalled
+                    )
+                }) && by_id.contains(l.as_str())
+            });
+            let outstanding = if child_open {
+                true
+            } else if unexplained >= 1.0 {
+                unexplained -= 1.0;
+                true
+            } else {
+                false
+            };
+            let st = if !outstanding {
+                RequestState::Done
+            } else if jiffy_tie(x) {
+                RequestState::WaitingFirstByte
+            } else if now - x.last_out_ms.unwrap_or(now) >= th.correlate.stall_after_ms {
+                RequestState::Stalled
+            } else {
+                RequestState::Streaming
+            };
+            states.insert(x.id.clone(), st);
+        }
+    }
+
+    /// Open connections with nothing outstanding (keep-alive idle), as `idle` requests.
+    fn idle_connections(
+        &self,
+        states: &BTreeMap<String, RequestState>,
+        now: Millis,
+    ) -> Vec<Request> {
+        let mut idle = Vec::new();
+        for c in self.conns.values().filter(|c| c.closed_ms.is_none()) {
+            let busy = c.exchanges.back().is_some_and(|x| {
+                states
+                    .get(&x.id)
+                    .is_some_and(|s| !matches!(s, RequestState::Done | RequestState::Closed))
+            });
+            if busy {
+                continue;
+            }
+            let last = c.last_in_ms.max(c.last_out_ms).unwrap_or(c.first_seen_ms);
+            idle.push(Request {
+                id: format!("c{}", c.id),
+                component: c.component.clone(),
+                client: c.key.remote.clone(),
+                server: c.key.local.clone(),
+                state: RequestState::Idle,
+                age_ms: (now - c.first_seen_ms).max(0) as f64,
+                bytes_in: 0,
+                bytes_out: 0,
+                idle_out_ms: (now - last).max(0) as f64,
+                links: Vec::new(),
+                role: Some(c.role),
+                client_component: c.client_component.clone(),
+                link_confidence: None,
+                started_at: None,
+                request: None,
+                leg: None,
+            });
+        }
+        idle
+    }
+}
+
+/// How many requests the component itself says are open: its inference in-flight gauge,
+/// else `/v1/loads` (fresh during a stall, unlike the gauges), else the router's count for
+/// it (not for a prefill: the router counts a PD request against its decode worker).
+fn outstanding_signal(cs: &ComponentState) -> Option<f64> {
+    cs.http_active
+        .or_else(|| {
+            cs.running
+                .filter(|r| r.1 == CountSource::V1Loads)
+                .map(|r| r.0 + cs.queued.map_or(0.0, |q| q.0))
+        })
+        .or(if cs.role == Role::Prefill {
+            None
+        } else {
+            cs.router_active
+        })
+}
+
+/// First seen with the request's last byte and the previous response's last byte in the
+/// same kernel tick (tcp_info dates them in jiffies), and no byte out since: an open one is
+/// a request waiting for its first byte (agents send the next turn the moment a reply
+/// ends), not a stopped stream.
+fn jiffy_tie(x: &Exchange) -> bool {
+    x.seen_mid_flight
+        && x.bytes_out == 0
+        && x.first_byte_ms
+            .is_some_and(|f| (f - x.request_ms).abs() <= JIFFY_TIE_MS)
+}
+
+/// Exchanges reported at `now`: those with a state, except finished ones older than the
+/// window (`from`), unless a reported exchange links to them (or they link to one): a chain
+/// is shown whole.
+fn kept_ids<'a>(
+    all: &[&'a Exchange],
+    states: &BTreeMap<String, RequestState>,
+    now: Millis,
+    from: Millis,
+) -> BTreeSet<&'a str> {
+    let by_id: BTreeMap<&str, &Exchange> = all.iter().map(|x| (x.id.as_str(), *x)).collect();
+    let mut keep: BTreeSet<&str> = BTreeSet::new();
+    for x in all {
+        let Some(state) = states.get(&x.id) else {
+            continue;
+        };
+        let finished = matches!(state, RequestState::Done | RequestState::Closed);
+        if x.request_ms <= now && !(finished && x.end_ms().unwrap_or(x.last_activity_ms()) < from) {
+            keep.insert(x.id.as_str());
+        }
+    }
+    let mut frontier: Vec<&str> = keep.iter().copied().collect();
+    for _ in 0..8 {
+        let mut next = Vec::new();
+        for id in frontier {
+            let Some(x) = by_id.get(id) else { continue };
+            for rel in x
+                .links
+                .iter()
+                .map(String::as_str)
+                .chain(x.parent.as_deref())
+            {
+                if let Some((k, _)) = by_id.get_key_value(rel) {
+                    if keep.insert(k) {
+                        next.push(*k);
+                    }
+                }
+            }
+        }
+        if next.is_empty() {
+            break;
+        }
+        frontier = next;
+    }
+    keep
+}
