@@ -58,7 +58,7 @@ fn daemon_answers(socket: &Path) -> bool {
 fn replay(path: &Path, assemble: AssembleOptions, th: Thresholds) -> anyhow::Result<i32> {
     // a bundle or snapshot.json (what a bug report carries) is one still frame
     if let Some(snap) = super::report::still_frame(path)? {
-        let mut feed = ReplayFeed::with_note(vec![snap], Some("still frame (a snapshot)".into()));
+        let mut feed = ReplayFeed::still(snap);
         tui::run(&mut feed, app_options())?;
         return Ok(0);
     }
