@@ -77,7 +77,7 @@ pub fn read_now(
             }
         }
     }
-    if let Some(py) = python_version(proc, pid, &prefixes, &sites) {
+    if let Some(py) = python_version(proc, pid, &prefixes, &sites, argv) {
         out.insert("python".into(), py);
     }
     out
@@ -218,12 +218,14 @@ fn header(text: &str, key: &str) -> Option<String> {
 }
 
 /// Python's version: a venv's `pyvenv.cfg` (`version = 3.11.9`), else the `python3.N` in a
-/// site-packages path.
+/// site-packages path, the interpreter's name or a file it mapped (`libpython3.11.so`,
+/// `lib/python3.11/lib-dynload`).
 fn python_version(
     proc: &ProcFs,
     pid: i32,
     prefixes: &[PathBuf],
     sites: &[PathBuf],
+    argv: &[String],
 ) -> Option<String> {
     for p in prefixes {
         if let Ok(cfg) = proc.read_in_root(pid, &p.join("pyvenv.cfg"), 4096) {
@@ -236,14 +238,28 @@ fn python_version(
             }
         }
     }
-    sites.iter().find_map(|s| {
-        s.components().find_map(|c| {
-            let c = c.as_os_str().to_str()?;
-            c.strip_prefix("python")
-                .filter(|v| v.starts_with('3'))
-                .map(str::to_string)
-        })
+    let named = sites
+        .iter()
+        .map(|s| s.to_string_lossy().into_owned())
+        .chain(argv.first().cloned())
+        .chain(proc.exe(pid).ok().map(|e| e.to_string_lossy().into_owned()));
+    // maps last: it is read again only when nothing cheaper named the version
+    let found = named.filter_map(|p| minor_in(&p)).next();
+    found.or_else(|| {
+        let maps = proc.mapped_files(pid).unwrap_or_default();
+        maps.iter().find_map(|p| minor_in(p))
     })
+}
+
+/// `3.11` from a path naming `python3.11` (a directory, `python3.11`, `libpython3.11.so`).
+fn minor_in(path: &str) -> Option<String> {
+    let i = path.rfind("python3.")?;
+    let v: String = path[i + "python".len()..]
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == '.')
+        .collect();
+    let v = v.trim_end_matches('.');
+    (v.len() > 2).then(|| v.to_string())
 }
 
 #[cfg(test)]

@@ -131,4 +131,10 @@ fn nothing_readable_is_nothing() {
     let v = read(&t.proc(), 9, &[], &BTreeMap::new(), &["sglang".to_string()]);
     assert!(v.is_empty(), "{v:?}");
     assert_eq!(normalize("Sgl.Kernel--x"), "sgl_kernel_x");
+    assert_eq!(
+        minor_in("/usr/lib/x86_64-linux-gnu/libpython3.11.so.1.0").as_deref(),
+        Some("3.11")
+    );
+    assert_eq!(minor_in("/usr/bin/python3.12").as_deref(), Some("3.12"));
+    assert_eq!(minor_in("/usr/bin/python3"), None);
 }
