@@ -6,8 +6,8 @@ use crate::model::{
     SourceStatus, StuckKind, Verdict, SNAPSHOT_SCHEMA,
 };
 
-#[test]
-fn what_is_wrong_comes_first() {
+/// A wedge at decode with a config change, taken with `--no-redact`.
+fn sample() -> Snapshot {
     let finding = |sev, kind: FindingKind| Finding {
         kind: kind.clone(),
         severity: sev,
@@ -23,7 +23,7 @@ fn what_is_wrong_comes_first() {
     };
     let mut sources = std::collections::BTreeMap::new();
     sources.insert("gpu".to_string(), SourceStatus::unavailable("no NVML"));
-    let s = Snapshot {
+    Snapshot {
         schema: SNAPSHOT_SCHEMA.into(),
         taken_at: "t".into(),
         window_ms: 3000.0,
@@ -77,7 +77,12 @@ fn what_is_wrong_comes_first() {
         }],
         tool: Default::default(),
         versions: Default::default(),
-    };
+    }
+}
+
+#[test]
+fn what_is_wrong_comes_first() {
+    let s = sample();
     let md = render(&s);
     let pos = |needle: &str| {
         md.find(needle)
