@@ -16,9 +16,10 @@ use crate::snapshot::SnapshotParts;
 use crate::sources::gpu::{GpuConfig, GpuSource};
 use crate::sources::metrics::{MetricsConfig, MetricsSource};
 use crate::sources::processes::ProcessesSource;
-use crate::sources::sockets::{SocketConfig, SocketSource};
+use crate::sources::sockets::{SocketConfig, SocketOs, SocketSource};
 use crate::sources::stacks::{StackSource, StacksConfig};
 use crate::sources::Source;
+use crate::sys::ProcFs;
 use std::path::PathBuf;
 use std::sync::Arc;
 use tokio::sync::watch;
@@ -48,7 +49,7 @@ pub struct AttachOptions {
 impl AttachOptions {
     pub fn new(probes: ProbeSet) -> AttachOptions {
         AttachOptions {
-            proc_root: PathBuf::from("/proc"),
+            proc_root: PathBuf::from(crate::sys::PROC_ROOT),
             probes,
             extra_pids: Vec::new(),
             extra_urls: Vec::new(),
@@ -116,14 +117,19 @@ impl AttachOptions {
         }
         Ok(vec![
             Arc::new(ProcessesSource::new(self.proc_root.clone())),
-            Arc::new(SocketSource::new(SocketConfig::default())),
+            Arc::new(SocketSource::with_os(
+                SocketConfig::default(),
+                SocketOs::kernel(ProcFs::new(&self.proc_root)),
+            )),
             Arc::new(
                 MetricsSource::new(self.probes.metric_maps.clone(), self.metrics_config())?
                     .with_router_keys(crate::sources::router_key::KeySources {
-                        proc_root: self.proc_root.clone(),
+                        proc: ProcFs::new(&self.proc_root),
                         env_name: self.router_key_env.clone(),
                     }),
             ),
+            // Not `proc_root`: py-spy reads the kernel's `/proc` whatever our root is, and
+            // whether a target is Python or has exited is a question about what py-spy sees.
             Arc::new(StackSource::new(stacks, &self.probes.stack_rules)?),
             Arc::new(GpuSource::new(gpu)),
         ])
@@ -156,6 +162,28 @@ pub async fn collect_window(
     model.set_topology(topology);
     sampler.collect(&mut model, window_ms).await;
     Ok(model)
+}
+
+/// `wedgewatch record -o FILE --for DURATION` in one call: runs `sampler` for
+/// `duration_ms` (tokio time) and writes its samples, the topology and a baseline to `path`
+/// ([`crate::record::record_samples`]). Returns the samples written.
+pub async fn record_to_file(
+    sampler: Sampler,
+    path: &std::path::Path,
+    duration_ms: u64,
+    topology: &Topology,
+    clock: Arc<dyn Clock>,
+) -> Result<u64> {
+    let (tx, mut rx) = tokio::sync::mpsc::channel(4096);
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let task = tokio::spawn(sampler.run(tx, stop_rx));
+    let until = tokio::time::Instant::now() + std::time::Duration::from_millis(duration_ms);
+    let result = crate::record::record_samples(&mut rx, path, until, topology, &*clock).await;
+    // Stopped on every outcome: a write error must not leave the sampler running.
+    let _ = stop_tx.send(true);
+    drop(rx);
+    let _ = task.await;
+    result
 }
 
 /// Replays a recording as a sequence of snapshot parts, one every `step_ms` of recorded

@@ -19,10 +19,7 @@ pub enum Error {
     #[error("{what} timed out after {ms} ms")]
     Timeout { what: String, ms: u64 },
     #[error("{path}: {why}")]
-    NotARecording {
-        path: PathBuf,
-        why: crate::record::NotARecording,
-    },
+    NotARecording { path: PathBuf, why: NotARecording },
     #[error("{0}")]
     Other(String),
 }
@@ -34,6 +31,21 @@ impl Error {
             source,
         }
     }
+}
+
+/// Why bytes are refused as a recording.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum NotARecording {
+    #[error("empty file, not a wedgewatch recording")]
+    Empty,
+    #[error("a wedgewatch snapshot, not a recording (recordings come from `wedgewatch record` or the daemon)")]
+    Snapshot,
+    #[error("JSON, not a wedgewatch recording")]
+    Json,
+    #[error("gzip data not written by wedgewatch, not a recording")]
+    ForeignGzip,
+    #[error("not a wedgewatch recording (it does not start with a recording header)")]
+    NoHeader,
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

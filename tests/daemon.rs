@@ -484,7 +484,7 @@ async fn record_to_file_then_replay() {
     let dir = tempfile::tempdir().expect("tmp");
     let path = dir.path().join("incident.wwrec");
     let n =
-        wedgewatch::record::record_to_file(sampler, &path, 40_000, &pd_topology(), clock.clone())
+        wedgewatch::attach::record_to_file(sampler, &path, 40_000, &pd_topology(), clock.clone())
             .await
             .expect("record");
     assert!(

@@ -122,7 +122,7 @@ fn wedged_request_blames_the_decode_hop() {
     let [a, b, p, d] = pd_request(&mut sim);
     let _ = (a, b, d);
     sim.run(250, |s| env.tick(s));
-    sim.respond(p, 150); // prefill answers; the router now waits for decode
+    sim.respond(p, 400); // prefill answers (headers + JSON body); the router now waits for decode
     sim.run(20_000, |s| env.tick(s));
     assert_none_of(&findings(&sim), &["wedged_request"]); // not yet: 20 s < 30 s
     sim.run(20_000, |s| env.tick(s));
@@ -199,7 +199,7 @@ fn healthy_streaming_load_raises_nothing() {
     }
     sim.run(500, |s| env.tick(s));
     for [_, _, p, _] in &legs {
-        sim.respond(*p, 150);
+        sim.respond(*p, 400); // a whole answer: headers + JSON body
     }
     // 60 s of streaming: every hop relays tokens every tick.
     sim.run(60_000, |s| {

@@ -85,8 +85,10 @@ fn added_env_var_on_decode_is_the_change() {
         .arg("--json")
         .output()
         .expect("run");
-    assert!(
-        out.status.success(),
+    // differences: exit 1, like diff(1)
+    assert_eq!(
+        out.status.code(),
+        Some(1),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
@@ -101,7 +103,7 @@ fn added_env_var_on_decode_is_the_change() {
         .arg(&fb)
         .output()
         .expect("run");
-    assert!(out.status.success());
+    assert_eq!(out.status.code(), Some(1));
     let text = String::from_utf8_lossy(&out.stdout);
     let lines: Vec<&str> = text.lines().collect();
     assert!(lines[0].contains("1 to configuration"), "{text}");
@@ -117,6 +119,7 @@ fn added_env_var_on_decode_is_the_change() {
         .output()
         .expect("run");
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "no changes");
+    assert_eq!(out.status.code(), Some(0));
     drop((prefill, decode));
 }
 

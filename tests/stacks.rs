@@ -762,3 +762,56 @@ fn parse_dump_takes_bytes_and_rejects_garbage_without_panicking() {
         assert!(parse_dump(bad).is_err(), "{bad:?}");
     }
 }
+
+/// The source reads a target's `exe` and `maps` through its `ProcFs`: in a fixture tree, a
+/// node process with no libpython mapped is skipped as not Python before py-spy runs (and a
+/// process whose maps show libpython is not), which the kernel's `/proc` could not show.
+#[test]
+fn not_python_is_read_through_the_configured_procfs() {
+    let dir = tempfile::tempdir().unwrap();
+    let write_proc = |pid: i32, exe: &str, maps: &str| {
+        let p = dir.path().join(pid.to_string());
+        std::fs::create_dir_all(&p).unwrap();
+        std::os::unix::fs::symlink(exe, p.join("exe")).unwrap();
+        std::fs::write(p.join("maps"), maps).unwrap();
+    };
+    write_proc(
+        4101,
+        "/usr/bin/node",
+        "00400000-00401000 r-xp 00000000 08:01 1 /usr/bin/node\n",
+    );
+    write_proc(
+        4102,
+        "/opt/uwsgi",
+        "7f000000-7f001000 r-xp 00000000 08:01 2 /usr/lib/libpython3.11.so.1.0\n",
+    );
+    let cfg = StacksConfig {
+        // Never run for the skipped pid; for the other one it fails (not a py-spy), which is
+        // not what this test looks at.
+        py_spy: Some(PathBuf::from("/bin/false")),
+        dumps_per_window: 1,
+        ..StacksConfig::from_env()
+    };
+    let src = StackSource::new(cfg, &rules())
+        .unwrap()
+        .with_proc(wedgewatch::sys::ProcFs::new(dir.path()));
+    let targets: Vec<StackTarget> = [4101, 4102]
+        .into_iter()
+        .map(|pid| StackTarget {
+            pid,
+            stack: Some("sglang".into()),
+            component: None,
+            whole_window: false,
+        })
+        .collect();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let w = rt.block_on(src.capture_once(&targets, &SystemClock));
+    let node = w.captures.iter().find(|c| c.pid == 4101).unwrap();
+    let skipped = node.skipped.as_deref().unwrap_or_default();
+    assert!(
+        skipped.contains("not a Python process (exe /usr/bin/node"),
+        "{skipped:?}"
+    );
+    let uwsgi = w.captures.iter().find(|c| c.pid == 4102).unwrap();
+    assert!(uwsgi.skipped.is_none(), "libpython mapped: {uwsgi:?}");
+}

@@ -3,8 +3,12 @@
 //! with the tuning variable (the change since noon), lets the agents hang, and opens the UI on
 //! it with the daemon's baseline. Quitting tears the lab down.
 
-use super::tui::{watch_socket, InProcessDaemon};
-use crate::{attach_options, Global};
+use super::duration;
+use super::exit::code;
+use super::options::Sampling;
+use super::progress;
+use super::snapshot::is_stdout;
+use super::tui::{need_terminal, watch_socket, InProcessDaemon};
 use anyhow::{bail, Context};
 use clap::Args;
 use std::io::Write;
@@ -13,6 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+use wedgewatch::attach::AttachOptions;
 use wedgewatch::daemon;
 use wedgewatch::model::{FindingKind, Snapshot};
 use wedgewatch::snapshot::{self, AssembleOptions};
@@ -21,7 +26,17 @@ use wedgewatch::snapshot::{self, AssembleOptions};
 pub const TUNING_VAR: &str = "SGLANG_DECODE_PREALLOC_SPLIT_TOKENS";
 const TUNING_VALUE: &str = "100";
 
+const EXAMPLES: &str = "\
+Examples:
+  wedgewatch demo                           # the live UI on the wedged lab; q quits and tears down
+  wedgewatch demo --no-tui -o bundle/       # no terminal: wait for the wedge, write the bundle
+  wedgewatch demo --no-tui --for 3m --json  # the snapshot JSON on stdout
+
+Exit status: 0 the wedge was found (--no-tui) or the UI quit, 1 not found within --for,
+2 usage error (or no terminal without --no-tui), 3 could not sample at all.";
+
 #[derive(Debug, Args)]
+#[command(after_help = EXAMPLES)]
 pub struct DemoArgs {
     /// The lab's control script (default: the one in this source tree).
     #[arg(long, value_name = "PATH")]
@@ -33,12 +48,18 @@ pub struct DemoArgs {
     /// bundle to -o DIR (or print its JSON), tear down, exit 0 if found, 1 if not.
     #[arg(long)]
     no_tui: bool,
-    /// With --no-tui: the bundle directory.
-    #[arg(short = 'o', long = "output", value_name = "DIR")]
+    /// With --no-tui: the bundle directory (`-`: the snapshot JSON on stdout).
+    #[arg(short = 'o', long = "output", value_name = "DIR", requires = "no_tui")]
     output: Option<PathBuf>,
-    /// With --no-tui: how long to wait for the wedge.
-    #[arg(long = "for", value_name = "SECS", default_value_t = 120)]
-    wait_secs: u64,
+    /// With --no-tui: print the snapshot JSON to stdout (the default without -o).
+    #[arg(long, requires = "no_tui")]
+    json: bool,
+    /// With --no-tui: how long to wait for the wedge (90s, 5m; a bare number is seconds).
+    #[arg(long = "for", value_name = "DURATION", default_value = "120s",
+          value_parser = duration::at_most(Duration::from_secs(3600)))]
+    wait: Duration,
+    #[command(flatten)]
+    sampling: Sampling,
 }
 
 fn default_lab() -> PathBuf {
@@ -138,9 +159,9 @@ fn check_interrupted() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A demo step: progress, shown on a terminal only (and not with --quiet).
 fn step(msg: &str) {
-    // Ignore write errors: after a hang-up stderr is a dead terminal.
-    let _ = writeln!(std::io::stderr(), "wedgewatch demo: {msg}");
+    progress::step("wedgewatch demo", msg);
 }
 
 fn run_lab(cmd: &mut Command, what: &str) -> anyhow::Result<String> {
@@ -154,7 +175,12 @@ fn run_lab(cmd: &mut Command, what: &str) -> anyhow::Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-pub fn cmd_demo(g: &Global, a: DemoArgs) -> anyhow::Result<i32> {
+pub fn cmd_demo(top: Sampling, mut a: DemoArgs) -> anyhow::Result<i32> {
+    let g = Sampling::merge(top, std::mem::take(&mut a.sampling));
+    if !a.no_tui {
+        // before the lab comes up, not after
+        need_terminal("`wedgewatch demo --no-tui`")?;
+    }
     let lab = a.lab.clone().unwrap_or_else(default_lab);
     if !lab.exists() {
         bail!(
@@ -182,12 +208,27 @@ pub fn cmd_demo(g: &Global, a: DemoArgs) -> anyhow::Result<i32> {
         serde_json::from_str(up.trim()).context("reading the lab's lab.json")?;
     check_interrupted()?;
 
+    let opts = lab_attach_options(&g, &info)?;
+    step("attaching wedgewatch (baseline of the healthy stack taken now)");
+    let th = opts.thresholds.clone();
+    let session = InProcessDaemon::start(&opts, th, 2_000)?;
+    wedge(&mut guard, a.agents)?;
+
+    let assemble = g.assemble();
+    if a.no_tui {
+        return wait_for_wedge(&session.socket, &assemble, &a);
+    }
+    open_ui(session, guard, assemble)
+}
+
+/// The sampling options pointed at the lab's fake GPUs and its py-spy.
+fn lab_attach_options(g: &Sampling, info: &serde_json::Value) -> anyhow::Result<AttachOptions> {
     // The lab's GPUs are a fake libnvidia-ml.so reading the schedulers' state files; point
     // NVML and py-spy at the lab's (no threads run yet, so setting the env is safe).
     if let Some(dir) = info.get("nvml_dir").and_then(|v| v.as_str()) {
         std::env::set_var("FAKE_NVML_DIR", dir);
     }
-    let mut opts = attach_options(g)?;
+    let mut opts = g.attach_options()?;
     if opts.nvml_lib.is_none() && !env!("FAKE_NVML_PATH").is_empty() {
         opts.nvml_lib = Some(PathBuf::from(env!("FAKE_NVML_PATH")));
     }
@@ -199,13 +240,13 @@ pub fn cmd_demo(g: &Global, a: DemoArgs) -> anyhow::Result<i32> {
             }
         }
     }
+    Ok(opts)
+}
 
-    step("attaching wedgewatch (baseline of the healthy stack taken now)");
-    let th = opts.thresholds.clone();
-    let session = InProcessDaemon::start(&opts, th, 2_000)?;
-
-    step(&format!("running {} agents healthy for 2 rounds", a.agents));
-    let healthy = run_lab(&mut guard.load_cmd(a.agents, 2, 30), "run the healthy load")?;
+/// Healthy rounds, the change since noon, then the agents that will hang.
+fn wedge(guard: &mut LabGuard, agents: u32) -> anyhow::Result<()> {
+    step(&format!("running {agents} agents healthy for 2 rounds"));
+    let healthy = run_lab(&mut guard.load_cmd(agents, 2, 30), "run the healthy load")?;
     step(&format!("healthy rounds: {}", summarize_load(&healthy)));
     check_interrupted()?;
 
@@ -216,7 +257,7 @@ pub fn cmd_demo(g: &Global, a: DemoArgs) -> anyhow::Result<i32> {
         guard
             .lab_cmd()
             .args(["restart", "--run-dir"])
-            .arg(&run_dir)
+            .arg(&guard.run_dir)
             .args(["decode", "--env", &format!("{TUNING_VAR}={TUNING_VALUE}")]),
         "restart the decode engine",
     )?;
@@ -225,21 +266,22 @@ pub fn cmd_demo(g: &Global, a: DemoArgs) -> anyhow::Result<i32> {
     step("agents chatting again; they will hang after a few rounds");
     guard.harness = Some(
         guard
-            .load_cmd(a.agents, 12, 900)
+            .load_cmd(agents, 12, 900)
             .args(["--total-timeout", "1000"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .context("starting the harness")?,
     );
+    Ok(())
+}
 
-    let assemble = AssembleOptions {
-        redact: !g.no_redact,
-        ..AssembleOptions::default()
-    };
-    if a.no_tui {
-        return wait_for_wedge(&session.socket, &assemble, &a);
-    }
+/// The UI on the wedged lab, until the user quits; the lab is torn down after.
+fn open_ui(
+    session: InProcessDaemon,
+    guard: LabGuard,
+    assemble: AssembleOptions,
+) -> anyhow::Result<i32> {
     // A killed terminal ends the UI by process exit (see the TUI's hang-up watchdog), where
     // `guard` never drops: tear the lab down from there too.
     let harness_pid = guard
@@ -292,7 +334,7 @@ fn summarize_load(json: &str) -> String {
 
 /// `--no-tui`: poll the daemon until a wedged_request finding appears, then write it.
 fn wait_for_wedge(socket: &Path, assemble: &AssembleOptions, a: &DemoArgs) -> anyhow::Result<i32> {
-    let deadline = Instant::now() + Duration::from_secs(a.wait_secs);
+    let deadline = Instant::now() + a.wait;
     let mut last: Option<Snapshot> = None;
     let found = loop {
         check_interrupted()?;
@@ -322,17 +364,19 @@ fn wait_for_wedge(socket: &Path, assemble: &AssembleOptions, a: &DemoArgs) -> an
         Some(s) => s,
         None => bail!("the daemon never answered"),
     };
-    match &a.output {
-        Some(dir) => {
-            snapshot::write_bundle(&snap, &Default::default(), dir, snapshot::Overwrite::Refuse)?;
-            step(&format!("bundle written to {}", dir.display()));
-        }
-        None => println!("{}", serde_json::to_string_pretty(&snap)?),
+    let dir = a.output.as_deref().filter(|p| !is_stdout(p));
+    if let Some(dir) = dir {
+        snapshot::write_bundle(&snap, &Default::default(), dir, snapshot::Overwrite::Refuse)?;
+        progress::note(&format!("bundle written to {}", dir.display()));
     }
-    step(if found {
-        "the wedge was found"
+    if dir.is_none() || a.json {
+        println!("{}", serde_json::to_string_pretty(&snap)?);
+    }
+    progress::note(if found {
+        "demo: the wedge was found"
     } else {
-        "no wedged_request + config_changed within the wait"
+        "demo: no wedged_request + config_changed within the wait"
     });
-    Ok(if found { 0 } else { 1 })
+    // the demo succeeds when it shows the wedge: 1 is "not shown"
+    Ok(if found { code::OK } else { 1 })
 }

@@ -20,7 +20,17 @@ pub enum Format {
     Json,
 }
 
+const EXAMPLES: &str = "\
+Examples:
+  wedgewatch report bundle/                  # report.md again, to paste into a GitHub issue
+  wedgewatch report snapshot.json --format text
+  wedgewatch report bundle/ --json | jq -r .title
+  wedgewatch tui --replay bundle/            # the same snapshot in the UI
+
+Exit status: 0 rendered, 2 usage or input error (not a snapshot, unreadable).";
+
 #[derive(Debug, Args)]
+#[command(after_help = EXAMPLES)]
 pub struct ReportArgs {
     /// A snapshot file (`snapshot.json`) or a bundle directory (`snapshot -o DIR`).
     pub file: PathBuf,
@@ -49,7 +59,7 @@ pub fn cmd_report(a: ReportArgs) -> anyhow::Result<i32> {
         }
         _ => print!("{text}"),
     }
-    Ok(0)
+    Ok(super::exit::code::OK)
 }
 
 /// The snapshot in `path` when it is a bundle directory or a snapshot file (None: it is

@@ -3,9 +3,11 @@
 //! snapshot and daemon share one code path. `--replay FILE` plays a recording instead, or
 //! shows a snapshot file or bundle directory as a still frame.
 
-use crate::{attach_options, daemon_config, runtime, thresholds, Global, TuiArgs};
-use anyhow::Context;
-use std::io::Write;
+use super::exit::{code, runtime};
+use super::options::Sampling;
+use anyhow::{bail, Context};
+use clap::Args;
+use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
@@ -23,19 +25,51 @@ use wedgewatch::tui::{self, AppOptions, ChannelFeed, FeedFrame, ReplayFeed, Samp
 /// How often the UI asks the daemon for a fresh model.
 const POLL_MS: u64 = 1000;
 
-pub fn cmd_tui(g: &Global, a: TuiArgs) -> anyhow::Result<i32> {
-    let assemble = AssembleOptions {
-        redact: !g.no_redact,
-        ..AssembleOptions::default()
-    };
-    if let Some(path) = &a.replay {
-        return replay(path, assemble, thresholds(g)?);
+const EXAMPLES: &str = "\
+Examples:
+  wedgewatch                              # the same as `wedgewatch tui`
+  wedgewatch tui --replay incident.wwrec  # space pause, ./, step, [/] seek, +/- speed
+  wedgewatch tui --replay bundle/         # a bundle or snapshot.json: every view, one still frame
+  wedgewatch tui --no-daemon --pid 4242   # sample here, adding a process discovery missed
+
+It needs a terminal; without one use `wedgewatch snapshot` (or `check`).
+Exit status: 0 quit, 2 usage or input error (or no terminal), 3 could not sample at all.";
+
+#[derive(Debug, Args, Default)]
+#[command(after_help = EXAMPLES)]
+pub struct TuiArgs {
+    /// Play a recording instead of watching live, or show a snapshot file or bundle
+    /// directory as a still frame.
+    #[arg(long, value_name = "FILE")]
+    pub replay: Option<PathBuf>,
+    /// Sample in-process even when a daemon is running.
+    #[arg(long)]
+    pub no_daemon: bool,
+    #[command(flatten)]
+    pub sampling: Sampling,
+}
+
+/// The UI draws with escape codes on stdout and reads keys from stdin: without a terminal
+/// on both it would write garbage into a pipe or wait on keys that never come.
+pub fn need_terminal(alternative: &str) -> anyhow::Result<()> {
+    if !(std::io::stdout().is_terminal() && std::io::stdin().is_terminal()) {
+        bail!("not a terminal: use {alternative}");
     }
-    let cfg = daemon_config(g);
+    Ok(())
+}
+
+pub fn cmd_tui(top: Sampling, a: TuiArgs) -> anyhow::Result<i32> {
+    let s = Sampling::merge(top, a.sampling);
+    let assemble = s.assemble();
+    if let Some(path) = &a.replay {
+        return replay(path, assemble, s.thresholds()?);
+    }
+    need_terminal("`wedgewatch snapshot`")?;
+    let cfg = s.daemon_config();
     if !a.no_daemon && daemon_answers(&cfg.socket_path) {
         return watch_socket(&cfg.socket_path, assemble);
     }
-    let opts = attach_options(g)?;
+    let opts = s.attach_options()?;
     let th = opts.thresholds.clone();
     let session = InProcessDaemon::start(&opts, th, 10_000)?;
     watch_socket(&session.socket, assemble)
@@ -49,7 +83,10 @@ fn daemon_answers(socket: &Path) -> bool {
         Ok(_) => true,
         Err(e) => {
             // e.g. a socket another user planted: say why it is not used
-            eprintln!("wedgewatch: daemon not usable ({e}); sampling in-process instead");
+            let e = wedgewatch::redact::log_line(&e.to_string());
+            super::progress::note(&format!(
+                "daemon not usable ({e}); sampling in-process instead"
+            ));
             false
         }
     }
@@ -58,22 +95,25 @@ fn daemon_answers(socket: &Path) -> bool {
 fn replay(path: &Path, assemble: AssembleOptions, th: Thresholds) -> anyhow::Result<i32> {
     // a bundle or snapshot.json (what a bug report carries) is one still frame
     if let Some(snap) = super::report::still_frame(path)? {
+        need_terminal("`wedgewatch report FILE`")?;
         let mut feed = ReplayFeed::still(snap);
         tui::run(&mut feed, app_options())?;
-        return Ok(0);
+        return Ok(code::OK);
     }
     let rec = Recording::open(path)?;
     let (frames, stats) = attach::replay_frames_counted(&rec, 1000, th)?;
     if frames.is_empty() {
-        anyhow::bail!("{}: the recording holds no samples", path.display());
+        bail!("{}: the recording holds no samples", path.display());
     }
+    // after the input checks: a bad file is named even without a terminal
+    need_terminal("`wedgewatch snapshot --from FILE --at TIME`")?;
     let snaps: Vec<Snapshot> = frames
         .into_iter()
         .map(|p| snapshot::assemble(p, &assemble))
         .collect();
     let mut feed = ReplayFeed::with_note(snaps, stats.brief());
     tui::run(&mut feed, app_options())?;
-    Ok(0)
+    Ok(code::OK)
 }
 
 fn app_options() -> AppOptions {
@@ -98,7 +138,7 @@ pub fn watch_socket(socket: &Path, assemble: AssembleOptions) -> anyhow::Result<
     drop(feed); // the poller's next send fails and it ends
     let _ = poller.join();
     r?;
-    Ok(0)
+    Ok(code::OK)
 }
 
 /// A thread that asks the daemon for a snapshot every second and feeds the UI. It ends
@@ -167,7 +207,8 @@ fn sampler_health(v: Option<&serde_json::Value>) -> SamplerHealth {
 /// Stopped and removed on drop.
 pub struct InProcessDaemon {
     pub socket: PathBuf,
-    dir: PathBuf,
+    /// Removed on drop, after the daemon thread has ended (fields drop after `drop`).
+    _dir: PrivateDir,
     stop: tokio::sync::watch::Sender<bool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -178,8 +219,8 @@ impl InProcessDaemon {
         thresholds: Thresholds,
         rediscover_every_ms: u64,
     ) -> anyhow::Result<InProcessDaemon> {
-        let dir = session_dir()?;
-        let mut cfg = DaemonConfig::new(dir.clone());
+        let dir = private_dir("wedgewatch-session")?;
+        let mut cfg = DaemonConfig::new(dir.path.clone());
         cfg.rotation = None;
         cfg.thresholds = thresholds.clone();
         cfg.rediscover_every_ms = rediscover_every_ms;
@@ -214,28 +255,38 @@ impl InProcessDaemon {
         }
         Ok(InProcessDaemon {
             socket,
-            dir,
+            _dir: dir,
             stop,
             thread: Some(thread),
         })
     }
 }
 
-/// A new 0700 directory for the session's socket. Created exclusively (an existing one, e.g.
-/// planted in a shared /tmp, is an error), so removing it on drop removes only what we made.
-fn session_dir() -> anyhow::Result<PathBuf> {
+/// A directory of our own, removed with what is in it on drop.
+pub struct PrivateDir {
+    pub path: PathBuf,
+}
+
+impl Drop for PrivateDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+/// A new 0700 directory in the temp dir. Created exclusively (an existing one, e.g. planted
+/// in a shared /tmp, is an error), so removing it on drop removes only what we made.
+pub fn private_dir(prefix: &str) -> anyhow::Result<PrivateDir> {
     use std::os::unix::fs::DirBuilderExt;
     let stamp = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.subsec_nanos())
         .unwrap_or(0);
-    let dir =
-        std::env::temp_dir().join(format!("wedgewatch-session-{}-{stamp}", std::process::id()));
+    let path = std::env::temp_dir().join(format!("{prefix}-{}-{stamp}", std::process::id()));
     std::fs::DirBuilder::new()
         .mode(0o700)
-        .create(&dir)
-        .with_context(|| format!("creating the session directory {}", dir.display()))?;
-    Ok(dir)
+        .create(&path)
+        .with_context(|| format!("creating the private directory {}", path.display()))?;
+    Ok(PrivateDir { path })
 }
 
 impl Drop for InProcessDaemon {
@@ -244,6 +295,5 @@ impl Drop for InProcessDaemon {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

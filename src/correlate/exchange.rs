@@ -67,9 +67,61 @@ pub struct Exchange {
     pub seen_mid_flight: bool,
 }
 
+/// Largest response, in bytes, that counts as "status line and headers only" when it answers an
+/// inference-sized request and then nothing follows. A streaming server (vLLM's OpenAI server
+/// under uvicorn, SGLang's, the routers) sends `200` with `content-type: text/event-stream` and
+/// `transfer-encoding: chunked` before the first token: 140-180 bytes, then the body. A finished
+/// answer to an inference request is larger: a chat completion body alone is over 250 bytes, and
+/// vLLM's smallest error (404 model not found) is 220 with its headers.
+pub const HEADERS_ONLY_MAX_BYTES: u64 = 240;
+
+/// Smallest response, in bytes, that counts as "status line and headers only": a status line,
+/// `date`, `content-type` and `transfer-encoding` alone take about 115. Fewer bytes are a
+/// response already under way (a tiny body), not headers.
+pub const HEADERS_ONLY_MIN_BYTES: u64 = 128;
+
+/// Headers go out in one write: a response whose bytes left over a longer stretch than this
+/// is a (slow) body, whatever its size.
+pub const HEADERS_BURST_MS: Millis = 500;
+
 impl Exchange {
     pub fn started(&self) -> bool {
         self.first_byte_ms.is_some()
+    }
+
+    /// The server sent its response headers (a stream or body announced) and no body byte
+    /// since: 128-240 bytes in one burst, in answer to an inference-sized request. The
+    /// exchange is still open and waiting on the server, not an idle keep-alive connection.
+    /// Known only when the response's size is (`bytes_out` counts the whole response).
+    pub fn headers_only(&self) -> bool {
+        self.end.is_none()
+            && self.started()
+            && (HEADERS_ONLY_MIN_BYTES..=HEADERS_ONLY_MAX_BYTES).contains(&self.bytes_out)
+            && match (self.first_byte_ms, self.last_out_ms) {
+                (Some(first), Some(last)) => last - first <= HEADERS_BURST_MS,
+                _ => true,
+            }
+            && self.bytes_in >= super::MIN_INFERENCE_REQUEST_BYTES
+    }
+
+    /// Waiting for the first byte of its answer's body: nothing sent at all yet, or only the
+    /// response headers ([`Exchange::headers_only`]).
+    pub fn awaiting_body(&self) -> bool {
+        self.end.is_none() && (!self.started() || self.headers_only())
+    }
+
+    /// A body byte of the answer came (more than headers): the server answered it.
+    pub fn answered(&self) -> bool {
+        self.started() && !self.headers_only()
+    }
+
+    /// "0 out", or "162 out (response headers only)".
+    pub fn out_text(&self) -> String {
+        if self.headers_only() {
+            format!("{} out (response headers only)", self.bytes_out)
+        } else {
+            format!("{} out", self.bytes_out)
+        }
     }
     pub fn end_ms(&self) -> Option<Millis> {
         match self.end {
@@ -239,6 +291,17 @@ impl Conn {
                 x.in_base = o.bytes_in;
                 x.first_byte_ms = Some(s);
                 x.last_out_ms = Some(s);
+                // The whole connection carried one inference-sized request and a headers-sized
+                // answer: that request, answered with headers only (a stream that never sent
+                // a token). Its sizes are known: keep them, so it reads as waiting.
+                if (HEADERS_ONLY_MIN_BYTES..=HEADERS_ONLY_MAX_BYTES).contains(&o.bytes_out)
+                    && o.bytes_in >= super::MIN_INFERENCE_REQUEST_BYTES
+                {
+                    x.in_base = 0;
+                    x.out_base = 0;
+                    x.bytes_in = o.bytes_in;
+                    x.bytes_out = o.bytes_out;
+                }
             }
         }
         self.push(x);

@@ -371,7 +371,7 @@ fn overtaken(m: &Model, r: &RequestView) -> usize {
         .filter(|o| o.component == r.x.component && o.request_ms > r.x.request_ms + 1000)
         .filter(|o| o.client_component == r.x.client_component)
         .filter(|o| o.bytes_in >= min_in)
-        .filter(|o| o.first_byte_ms.is_some())
+        .filter(|o| o.answered())
         .count()
 }
 

@@ -210,7 +210,9 @@ impl Model {
             let st = match x.end {
                 Some(End::Done(_)) => RequestState::Done,
                 Some(End::Closed(_)) => RequestState::Closed,
-                None if !x.started() => {
+                // Nothing sent yet, or only response headers (a stream announced, no
+                // token): waiting on the server, not a quiet finished response.
+                None if x.awaiting_body() => {
                     // The in-flight count covers inference requests only; a small GET
                     // (a scrape, a health or load probe) waiting here is not one of them.
                     if !is_probe_sized(x) {

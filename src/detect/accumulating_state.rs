@@ -151,13 +151,7 @@ struct Held<'a> {
 
 /// `ip` of an `ip:port` / `[ip]:port` string; IPv4-mapped IPv6 as IPv4.
 fn host_of(addr: &str) -> Option<IpAddr> {
-    let (ip, _) = addr.rsplit_once(':')?;
-    let ip: IpAddr = ip
-        .trim_start_matches('[')
-        .trim_end_matches(']')
-        .parse()
-        .ok()?;
-    Some(ip.to_canonical())
+    crate::model::addr::parse_socket_addr(addr).map(|(ip, _)| ip)
 }
 
 /// Time since anything at all moved on the socket: the kernel's "ms ago" of the last byte in,

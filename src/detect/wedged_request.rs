@@ -76,7 +76,11 @@ impl Stuck<'_> {
         let comp = self.comp;
         let ls = self.ls;
         let role = role_of(m, comp).unwrap_or(ls[0].x.role);
-        let mut words = vec!["no response byte".to_string()];
+        let mut words = vec![if ls.iter().all(|r| r.x.headers_only()) {
+            "response headers only, no body byte".to_string()
+        } else {
+            "no response byte".to_string()
+        }];
         let mut evidence: Vec<Evidence> = ls.iter().map(|r| waiting_evidence(v, r)).collect();
         let has_idle_data = if let Some(note) = self.skipped_note {
             words.push(note.clone());
@@ -138,12 +142,13 @@ fn waiting_evidence(v: &View, r: &RequestView) -> Evidence {
     Evidence::new(
         "sockets",
         format!(
-            "{} ({}) {} -> {}: {} bytes in, 0 out, waiting {}{}; path: {}",
+            "{} ({}) {} -> {}: {} bytes in, {}, waiting {}{}; path: {}",
             r.leg,
             r.x.id,
             r.x.client,
             r.x.server,
             r.x.bytes_in,
+            r.x.out_text(),
             secs(r.age_ms),
             if r.x.seen_mid_flight {
                 " (age from tcp_info last_data_recv)"

@@ -77,7 +77,7 @@ pub struct DiscoverOptions {
 impl Default for DiscoverOptions {
     fn default() -> Self {
         DiscoverOptions {
-            proc_root: PathBuf::from("/proc"),
+            proc_root: PathBuf::from(crate::sys::PROC_ROOT),
             extra_pids: Vec::new(),
             extra_urls: Vec::new(),
             query_endpoints: true,

@@ -1,6 +1,7 @@
 //! The one data model every output renders: topology, samples from each source, and the
 //! snapshot contract (`wedgewatch.snapshot/1`, `wedgewatch.diff/1`).
 
+pub mod addr;
 pub mod changes;
 pub mod facts;
 pub mod finding_kind;

@@ -264,10 +264,10 @@ pub struct SocketEntry {
 
 impl SocketEntry {
     pub fn local_port(&self) -> Option<u16> {
-        self.local.rsplit(':').next()?.parse().ok()
+        super::addr::port_of(&self.local)
     }
     pub fn remote_port(&self) -> Option<u16> {
-        self.remote.rsplit(':').next()?.parse().ok()
+        super::addr::port_of(&self.remote)
     }
 }
 

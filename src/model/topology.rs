@@ -136,7 +136,7 @@ impl Component {
     pub fn listen_ports(&self) -> Vec<u16> {
         self.listen
             .iter()
-            .filter_map(|a| a.rsplit(':').next()?.parse().ok())
+            .filter_map(|a| super::addr::port_of(a))
             .collect()
     }
 }

@@ -33,7 +33,7 @@ pub use read::{
 };
 pub use recording::{first_record_ms, RecordIter, Recording};
 pub use replay::{parse_at, replay, Replayed, Replayer};
-pub use to_file::record_to_file;
+pub use to_file::record_samples;
 pub use writer::{
     create_private_dir, segments, trim_sockets, RecordPolicy, RecordingWriter, RotationPolicy,
 };

@@ -106,20 +106,8 @@ impl ReadStats {
     }
 }
 
-/// Why bytes are refused as a recording.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum NotARecording {
-    #[error("empty file, not a wedgewatch recording")]
-    Empty,
-    #[error("a wedgewatch snapshot, not a recording (recordings come from `wedgewatch record` or the daemon)")]
-    Snapshot,
-    #[error("JSON, not a wedgewatch recording")]
-    Json,
-    #[error("gzip data not written by wedgewatch, not a recording")]
-    ForeignGzip,
-    #[error("not a wedgewatch recording (it does not start with a recording header)")]
-    NoHeader,
-}
+// Defined with the crate's error, which carries it, below every layer that reads recordings.
+pub use crate::error::NotARecording;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReadError {

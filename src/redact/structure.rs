@@ -88,7 +88,10 @@ fn key_values(text: &str) -> Vec<Range<usize>> {
         let (Some(key), Some(value)) = (key, value) else {
             break;
         };
-        if is_secret_name(key.as_str()) {
+        // `/etc/passwd: not a recording` names a file, not a key: a bare key that ends a
+        // path is not one.
+        let ends_a_path = c.name("k").is_some() && text[..key.start()].ends_with('/');
+        if is_secret_name(key.as_str()) && !ends_a_path {
             out.push(value.range());
             pos = value.end();
         } else {
@@ -172,6 +175,8 @@ mod tests {
             "api_key=<redacted>",
             "postgres://u:<redacted>@db",
             "KeyError: 'x'",
+            "/etc/passwd: not a wedgewatch recording",
+            "open /run/secrets/token: permission denied",
             "MAX_TOKENS=128 TOKENIZERS_PARALLELISM=false",
         ] {
             assert!(hits(plain).is_empty(), "{plain}: {:?}", hits(plain));

@@ -468,7 +468,7 @@ impl MetricsSource {
             maps,
             cfg,
             keys: Arc::new(KeySources {
-                proc_root: "/proc".into(),
+                proc: crate::sys::ProcFs::real(),
                 env_name: None,
             }),
         })

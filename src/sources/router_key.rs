@@ -6,11 +6,12 @@
 //! it. Doing so leaks nothing as long as the key only ever goes back to the router it came
 //! from, and nowhere else:
 //!
-//! - it is read at scrape time, from `/proc`, for one GET, and dropped right after; it is
-//!   never put in the topology, a sample, a snapshot, a recording, a log or the TUI;
+//! - it is read at scrape time, from `/proc` (through [`ProcFs`], raw bytes), for one GET,
+//!   and dropped right after; it is never put in the topology, a sample, a snapshot, a
+//!   recording, a log or the TUI;
 //! - [`RouterKey`] has no `Serialize`, `Display` or `Clone`, and its `Debug` says
 //!   `<redacted>`, so it cannot end up in an output by accident; its bytes are overwritten when
-//!   it is dropped;
+//!   it is dropped, and so are those of the whole cmdline or environ it was read from;
 //! - it is sent only to the router's own HTTP URL, which discovery builds from the router
 //!   process's own listening sockets on this host (`docs/security.md` §13); a `--url` target
 //!   (no process, an address given by the user) never gets a key.
@@ -25,7 +26,8 @@
 //!    process that looks like a router; the operator's key must not be handed to it.
 
 use crate::model::Component;
-use std::path::{Path, PathBuf};
+use crate::sys::ProcFs;
+use std::path::Path;
 use std::time::Duration;
 
 /// Longest wait for one `/proc` read of the router's (or its launcher's) cmdline or environ:
@@ -33,7 +35,7 @@ use std::time::Duration;
 const READ_DEADLINE: Duration = Duration::from_millis(250);
 
 /// Environ files are read whole; a real one is a few KiB, a hostile one is not read past this.
-const MAX_PROC_FILE: u64 = 1 << 20;
+const MAX_PROC_FILE: usize = 1 << 20;
 
 /// The flag a router takes its key from (sglang-router, smg, sgl-router, vllm-router).
 const KEY_FLAG: &str = "--api-key";
@@ -62,18 +64,48 @@ impl std::fmt::Debug for RouterKey {
 
 impl Drop for RouterKey {
     fn drop(&mut self) {
-        // Best effort: the key should not outlive its one request in freed memory. `black_box`
-        // reads the zeroed buffer, so the optimiser cannot drop the writes as dead stores.
-        self.0.iter_mut().for_each(|b| *b = 0);
-        std::hint::black_box(&self.0);
+        wipe(&mut self.0);
+    }
+}
+
+/// Best effort: a key should not outlive its one request in freed memory. `black_box` reads
+/// the zeroed buffer, so the optimiser cannot drop the writes as dead stores.
+fn wipe(bytes: &mut [u8]) {
+    bytes.iter_mut().for_each(|b| *b = 0);
+    std::hint::black_box(&*bytes);
+}
+
+/// A process's raw cmdline or environ, which may hold a key: wiped when dropped, like the
+/// key itself, so the key's copy in the read buffer does not outlive the look-up either.
+struct RawProcFile(Vec<u8>);
+
+impl Drop for RawProcFile {
+    fn drop(&mut self) {
+        wipe(&mut self.0);
+    }
+}
+
+/// Which of a process's files a key is looked for in.
+#[derive(Debug, Clone, Copy)]
+enum ProcFile {
+    Cmdline,
+    Environ,
+}
+
+impl ProcFile {
+    fn name(self) -> &'static str {
+        match self {
+            ProcFile::Cmdline => "cmdline",
+            ProcFile::Environ => "environ",
+        }
     }
 }
 
 /// Where a key may be looked for.
 #[derive(Debug, Clone, Default)]
 pub struct KeySources {
-    /// procfs root (`/proc`; a fixture tree in tests).
-    pub proc_root: PathBuf,
+    /// The procfs (`/proc`; `--proc-root`, a fixture tree in tests).
+    pub proc: ProcFs,
     /// `--router-key-env NAME`.
     pub env_name: Option<String>,
 }
@@ -114,9 +146,9 @@ pub fn lookup(c: &Component, src: &KeySources, own_env: &dyn Fn(&str) -> Option<
              launcher kept them"
         ));
     } else {
-        match read_proc(&src.proc_root, args_pid, "cmdline") {
+        match read_proc(&src.proc, args_pid, ProcFile::Cmdline) {
             Ok(raw) => {
-                if let Some(k) = flag_in_cmdline(&raw, KEY_FLAG) {
+                if let Some(k) = flag_in_cmdline(&raw.0, KEY_FLAG) {
                     return Lookup::Found(k, format!("{KEY_FLAG} of pid {args_pid}"));
                 }
                 tried.push(format!("no {KEY_FLAG} in the arguments of pid {args_pid}"));
@@ -125,9 +157,9 @@ pub fn lookup(c: &Component, src: &KeySources, own_env: &dyn Fn(&str) -> Option<
         }
     }
     if let Some(name) = src.env_name.as_deref() {
-        match read_proc(&src.proc_root, env_pid, "environ") {
+        match read_proc(&src.proc, env_pid, ProcFile::Environ) {
             Ok(raw) => {
-                if let Some(k) = var_in_environ(&raw, name) {
+                if let Some(k) = var_in_environ(&raw.0, name) {
                     return Lookup::Found(k, format!("${name} of pid {env_pid}"));
                 }
                 tried.push(format!("no ${name} in the environment of pid {env_pid}"));
@@ -135,7 +167,7 @@ pub fn lookup(c: &Component, src: &KeySources, own_env: &dyn Fn(&str) -> Option<
             Err(e) => tried.push(e),
         }
         match own_env(name) {
-            Some(v) => match owner_may_have_it(&src.proc_root, main_pid) {
+            Some(v) => match owner_may_have_it(&src.proc, main_pid) {
                 Ok(()) => {
                     if let Some(k) = RouterKey::new(v.as_bytes()) {
                         return Lookup::Found(k, format!("${name} of wedgewatch"));
@@ -163,7 +195,7 @@ pub fn is_auth_refusal(detail: &str) -> bool {
 /// the runtime, under its own deadline.
 pub fn discovery_key(c: &Component, proc_root: &Path, env_name: Option<&str>) -> Option<String> {
     let src = KeySources {
-        proc_root: proc_root.to_path_buf(),
+        proc: ProcFs::new(proc_root),
         env_name: env_name.map(str::to_string),
     };
     let own_env = |name: &str| std::env::var(name).ok();
@@ -177,22 +209,21 @@ fn label_pid(c: &Component, label: &str) -> Option<i32> {
     c.labels.get(label).and_then(|v| v.parse().ok())
 }
 
-/// Reads `/proc/PID/FILE` under [`READ_DEADLINE`] on a detached thread, at most
-/// [`MAX_PROC_FILE`] bytes.
-fn read_proc(root: &Path, pid: i32, file: &str) -> Result<Vec<u8>, String> {
-    let path = root.join(pid.to_string()).join(file);
-    let p = path.clone();
-    let read = move || -> std::io::Result<Vec<u8>> {
-        use std::io::Read;
-        let mut out = Vec::new();
-        std::fs::File::open(&p)?
-            .take(MAX_PROC_FILE)
-            .read_to_end(&mut out)?;
-        Ok(out)
+/// Reads `FILE` of `pid` through `proc` under [`READ_DEADLINE`] on a detached thread, at
+/// most [`MAX_PROC_FILE`] bytes (a read that times out is dropped, hence wiped, there).
+fn read_proc(proc: &ProcFs, pid: i32, file: ProcFile) -> Result<RawProcFile, String> {
+    let path = proc.path(pid, file.name());
+    let reader = proc.clone();
+    let read = move || {
+        match file {
+            ProcFile::Cmdline => reader.cmdline_bytes(pid, MAX_PROC_FILE),
+            ProcFile::Environ => reader.environ_bytes(pid, MAX_PROC_FILE),
+        }
+        .map(RawProcFile)
     };
     match crate::deadline::call(&path, READ_DEADLINE, read) {
         Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(format!("cannot read {}: {e}", path.display())),
+        Ok(Err(e)) => Err(format!("cannot read the {} of pid {pid}: {e}", file.name())),
         Err(e) => Err(e),
     }
 }
@@ -232,12 +263,10 @@ fn var_in_environ(raw: &[u8], name: &str) -> Option<RouterKey> {
 }
 
 /// Whether wedgewatch's own key may go to this process: it runs as root or as us.
-fn owner_may_have_it(root: &Path, pid: i32) -> Result<(), String> {
-    use std::os::unix::fs::MetadataExt;
-    let path = root.join(pid.to_string());
-    let uid = std::fs::metadata(&path)
-        .map_err(|e| format!("cannot stat {}: {e}", path.display()))?
-        .uid();
+fn owner_may_have_it(proc: &ProcFs, pid: i32) -> Result<(), String> {
+    let uid = proc
+        .owner_uid(pid)
+        .map_err(|e| format!("cannot tell who runs pid {pid}: {e}"))?;
     let me = nix::unistd::geteuid().as_raw();
     if uid == 0 || uid == me {
         Ok(())
@@ -320,7 +349,7 @@ mod tests {
             b"ROUTER_KEY=from-env\0",
         );
         let mut src = KeySources {
-            proc_root: d.path().to_path_buf(),
+            proc: ProcFs::new(d.path()),
             env_name: None,
         };
         let none = |_: &str| None;
@@ -342,14 +371,14 @@ mod tests {
             Lookup::None(why) => panic!("{why}"),
         }
         let d2 = fake_proc(43, b"smg\0--api-key\0from-args\0", b"ROUTER_KEY=from-env\0");
-        src.proc_root = d2.path().to_path_buf();
+        src.proc = ProcFs::new(d2.path());
         match lookup(&router(43), &src, &none) {
             Lookup::Found(k, _) => assert_eq!(k.bearer(), "Bearer from-args"),
             Lookup::None(why) => panic!("{why}"),
         }
         // Our own environment: the fake /proc entry is owned by us, so it may have it.
         let d3 = fake_proc(44, b"smg\0", b"");
-        src.proc_root = d3.path().to_path_buf();
+        src.proc = ProcFs::new(d3.path());
         let own = |n: &str| (n == "ROUTER_KEY").then(|| "ours".to_string());
         match lookup(&router(44), &src, &own) {
             Lookup::Found(k, from) => {

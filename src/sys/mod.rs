@@ -8,17 +8,19 @@
 //!   namespace) and a fake for tests;
 //! - [`http`]: the one HTTP client (timed, size-capped GET; connections may be made by a
 //!   supplied connector);
+//! - [`exec`]: whether a path is a program we could run (py-spy);
 //! - [`addr`]: the one `host:port` splitter and the endpoint of a [`Url`] (the one URL type,
 //!   from the `url` crate).
 //!
 //! Nothing here knows a component, a profile or a finding.
 
 pub mod addr;
+pub mod exec;
 pub mod http;
 pub mod proc_fs;
 pub mod proc_net;
 pub mod sock_diag;
 
-pub use proc_fs::{CgroupEntry, FdScan, ProcFs, ProcFsError};
+pub use proc_fs::{CgroupEntry, FdScan, ProcFs, ProcFsError, PROC_ROOT};
 pub use sock_diag::{Dump, NetlinkSockDiag, SockDiag, SockDiagError};
 pub use url::Url;

@@ -18,10 +18,15 @@ use std::collections::BTreeMap;
 use std::io;
 use std::path::{Path, PathBuf};
 
+/// The kernel's procfs: the default root (`--proc-root`).
+pub const PROC_ROOT: &str = "/proc";
 /// Cap of `cmdline` and `environ` (the kernel allows a few MiB of arguments).
 pub const MAX_ARGS_BYTES: usize = 4 << 20;
 /// Cap of `stat`, `status`, `comm` (a few hundred bytes each).
 pub const MAX_SMALL_FILE: usize = 64 << 10;
+/// Most of `maps` searched (scanned line by line, never held whole): a process at the
+/// default `vm.max_map_count` (65530 mappings) has a few MiB of it.
+pub const MAX_MAPS_BYTES: u64 = 256 << 20;
 /// Cap of one `net/tcp{,6}` table (about 150 bytes a socket: over 400k sockets).
 pub const MAX_TCP_TABLE: usize = 64 << 20;
 
@@ -99,7 +104,7 @@ impl ProcFs {
 
     /// The kernel's `/proc`.
     pub fn real() -> Self {
-        ProcFs::new("/proc")
+        ProcFs::new(PROC_ROOT)
     }
 
     pub fn root(&self) -> &Path {
@@ -109,7 +114,7 @@ impl ProcFs {
     /// Whether this is the kernel's procfs (its directory sizes mean fd counts; a fixture
     /// tree's do not).
     pub fn is_real(&self) -> bool {
-        self.root == Path::new("/proc")
+        self.root == Path::new(PROC_ROOT)
     }
 
     /// `<root>/<pid>`.
@@ -161,6 +166,18 @@ impl ProcFs {
             .collect())
     }
 
+    /// `cmdline` as the kernel gives it (NUL-separated), at most `cap` bytes: for a caller
+    /// that must not copy an argument into other buffers (a secret it wipes after use).
+    pub fn cmdline_bytes(&self, pid: i32, cap: usize) -> Result<Vec<u8>> {
+        self.read(&self.path(pid, "cmdline"), cap.min(MAX_ARGS_BYTES))
+    }
+
+    /// `environ` as the kernel gives it (NUL-separated `K=V`), at most `cap` bytes: see
+    /// [`ProcFs::cmdline_bytes`].
+    pub fn environ_bytes(&self, pid: i32, cap: usize) -> Result<Vec<u8>> {
+        self.read(&self.path(pid, "environ"), cap.min(MAX_ARGS_BYTES))
+    }
+
     /// Environment (`K=V` entries; entries without `=` dropped).
     pub fn environ(&self, pid: i32) -> Result<BTreeMap<String, String>> {
         let bytes = self.read(&self.path(pid, "environ"), MAX_ARGS_BYTES)?;
@@ -208,6 +225,49 @@ impl ProcFs {
     pub fn exe(&self, pid: i32) -> Result<PathBuf> {
         let link = self.path(pid, "exe");
         std::fs::read_link(&link).map_err(|e| ProcFsError::from_io(&link, e))
+    }
+
+    /// Whether a line of `maps` mentions `needle` (a library's name: `libpython`). Read line
+    /// by line and never held whole; Malformed when [`MAX_MAPS_BYTES`] pass without a match,
+    /// so that a truncated search is not taken for an absent library. Blocks while the
+    /// target holds its mmap lock: run it under a deadline.
+    pub fn maps_mention(&self, pid: i32, needle: &str) -> Result<bool> {
+        use std::io::{BufRead, Read};
+        let path = self.path(pid, "maps");
+        let err = |e| ProcFsError::from_io(&path, e);
+        let file = safe_fs::open_no_follow(&path).map_err(err)?;
+        let mut reader = std::io::BufReader::new(file.take(MAX_MAPS_BYTES));
+        let mut line = Vec::new();
+        let mut read: u64 = 0;
+        loop {
+            line.clear();
+            let n = reader.read_until(b'\n', &mut line).map_err(err)?;
+            if n == 0 {
+                break;
+            }
+            read += n as u64;
+            if line.windows(needle.len()).any(|w| w == needle.as_bytes()) {
+                return Ok(true);
+            }
+        }
+        if read >= MAX_MAPS_BYTES {
+            return Err(ProcFsError::Malformed {
+                path: path.clone(),
+                what: format!("over {} MiB without {needle:?}", MAX_MAPS_BYTES >> 20),
+            });
+        }
+        Ok(false)
+    }
+
+    /// Owner uid of `pid`'s directory (the process's effective uid on the kernel's procfs).
+    /// The directory is followed if it is a link: a fixture tree may link to real processes,
+    /// and the owner that matters is the process's.
+    pub fn owner_uid(&self, pid: i32) -> Result<u32> {
+        use std::os::unix::fs::MetadataExt;
+        let dir = self.pid_dir(pid);
+        std::fs::metadata(&dir)
+            .map(|m| m.uid())
+            .map_err(|e| ProcFsError::from_io(&dir, e))
     }
 
     /// Thread ids and names from `task/*/comm`, at most `max`, sorted by tid. A thread that

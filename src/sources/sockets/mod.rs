@@ -62,9 +62,18 @@ pub struct SocketOs {
 impl Default for SocketOs {
     /// The kernel's netlink sock_diag and `/proc`.
     fn default() -> Self {
+        SocketOs::kernel(ProcFs::real())
+    }
+}
+
+impl SocketOs {
+    /// The kernel's netlink sock_diag, with pids, fds and namespaces read through `proc`
+    /// (`--proc-root`: the same tree discovery read the pids from, so that the inodes the
+    /// kernel reports are mapped to those pids, and other namespaces entered through them).
+    pub fn kernel(proc: ProcFs) -> Self {
         SocketOs {
-            sock_diag: Arc::new(NetlinkSockDiag::default()),
-            proc: ProcFs::real(),
+            sock_diag: Arc::new(NetlinkSockDiag { proc: proc.clone() }),
+            proc,
         }
     }
 }

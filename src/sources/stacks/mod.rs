@@ -27,7 +27,7 @@ pub use sampler::{StackSource, StackWindow};
 use crate::model::{Role, Topology};
 use std::collections::BTreeSet;
 use std::ffi::OsString;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 // py-spy JSON (its own module; re-exported here, where callers have always found it)
@@ -89,7 +89,7 @@ impl StacksConfig {
     pub fn resolve_py_spy(&self) -> std::result::Result<PathBuf, String> {
         for (origin, p) in [("--py-spy", &self.py_spy), (PY_SPY_ENV, &self.py_spy_env)] {
             if let Some(p) = p {
-                return if is_executable(p) {
+                return if crate::sys::exec::is_executable_file(p) {
                     Ok(p.clone())
                 } else {
                     Err(format!(
@@ -103,7 +103,7 @@ impl StacksConfig {
         if let Some(path) = &self.search_path {
             for dir in std::env::split_paths(path) {
                 let cand = dir.join("py-spy");
-                if is_executable(&cand) {
+                if crate::sys::exec::is_executable_file(&cand) {
                     return Ok(cand);
                 }
             }
@@ -119,11 +119,6 @@ impl Default for StacksConfig {
     fn default() -> Self {
         StacksConfig::from_env()
     }
-}
-
-fn is_executable(p: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
 /// One process to dump, with the stack kind of its component (selects the rules).

@@ -5,21 +5,22 @@
 use crate::children::Spawned;
 use crate::model::ThreadStack;
 use crate::sources::pyspy_json::parse_dump;
-use std::path::{Path, PathBuf};
+use crate::sys::ProcFs;
+use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 use tokio::io::AsyncReadExt;
 
 /// Why a process is not Python, from `/proc` alone (None: looks like Python or unknown).
-fn not_python_reason(pid: i32) -> Option<String> {
-    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok()?;
+fn not_python_reason(proc: &ProcFs, pid: i32) -> Option<String> {
+    let exe = proc.exe(pid).ok()?;
     let base = exe.file_name()?.to_string_lossy().to_string();
     if base.contains("python") || base.starts_with("pypy") {
         return None;
     }
     // An embedded interpreter (uwsgi, a custom launcher) still maps libpython.
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
-    if maps.contains("libpython") {
+    // Unreadable (or too long to search) is "unknown": py-spy then says for itself.
+    if proc.maps_mention(pid, "libpython").ok()? {
         return None;
     }
     Some(format!(
@@ -31,16 +32,17 @@ fn not_python_reason(pid: i32) -> Option<String> {
 /// [`not_python_reason`] of each pid, in order, each under a deadline: reading `maps` takes
 /// the target's mmap lock, which a wedged process may hold forever. A blocked read skips the
 /// pid (py-spy would block on the same lock).
-pub(super) async fn not_python_reasons(pids: Vec<i32>) -> Vec<Option<String>> {
+pub(super) async fn not_python_reasons(proc: &ProcFs, pids: Vec<i32>) -> Vec<Option<String>> {
     let n = pids.len();
-    let items = pids
-        .into_iter()
-        .map(|p| (PathBuf::from(format!("/proc/{p}")), p))
-        .collect();
+    let items = pids.into_iter().map(|p| (proc.pid_dir(p), p)).collect();
+    let proc = proc.clone();
     let run = move || {
-        crate::deadline::map(items, NOT_PYTHON_DEADLINE, NOT_PYTHON_DEADLINE * 4, |&p| {
-            not_python_reason(p)
-        })
+        crate::deadline::map(
+            items,
+            NOT_PYTHON_DEADLINE,
+            NOT_PYTHON_DEADLINE * 4,
+            move |&p| not_python_reason(&proc, p),
+        )
     };
     match tokio::task::spawn_blocking(run).await {
         Ok(rs) => rs.into_iter().map(|r| r.unwrap_or_else(Some)).collect(),
@@ -51,10 +53,10 @@ pub(super) async fn not_python_reasons(pids: Vec<i32>) -> Vec<Option<String>> {
 /// Longest wait for one process's `exe` and `maps` (normally well under a millisecond).
 const NOT_PYTHON_DEADLINE: Duration = Duration::from_millis(300);
 
-pub(super) fn ptrace_hint() -> String {
-    let scope = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_else(|_| "absent".into());
+pub(super) fn ptrace_hint(proc: &ProcFs) -> String {
+    let scope = proc
+        .ptrace_scope()
+        .map_or_else(|| "absent".to_string(), |s| s.to_string());
     format!(
         "permission denied attaching with ptrace: run as the target's user or root with \
          CAP_SYS_PTRACE (containers: --cap-add SYS_PTRACE), or lower kernel.yama.ptrace_scope \
@@ -89,16 +91,16 @@ impl DumpFailure {
     }
 }
 
-fn interpret_failure(pid: i32, stderr: &str, code: Option<i32>) -> DumpFailure {
+fn interpret_failure(proc: &ProcFs, pid: i32, stderr: &str, code: Option<i32>) -> DumpFailure {
     let first = excerpt(stderr);
     let lower = stderr.to_lowercase();
-    let alive = Path::new(&format!("/proc/{pid}")).exists();
+    let alive = proc.exists(pid).is_ok();
     if lower.contains("failed to find python version") {
         DumpFailure::NotPython(format!("not a Python process (py-spy: {first})"))
     } else if !alive || lower.contains("no such process") {
         DumpFailure::Exited(format!("process exited during the dump (py-spy: {first})"))
     } else if lower.contains("permission denied") || lower.contains("operation not permitted") {
-        DumpFailure::Permission(format!("{} (py-spy: {first})", ptrace_hint()))
+        DumpFailure::Permission(format!("{} (py-spy: {first})", ptrace_hint(proc)))
     } else if lower.contains("failed to get stack traces") {
         DumpFailure::Race(format!(
             "py-spy read the process while it changed, twice (py-spy: {first})"
@@ -219,6 +221,7 @@ fn py_spy_command(py_spy: &Path, pid: i32, native: bool) -> tokio::process::Comm
 /// Runs one `py-spy dump` in its own process group under a hard timeout; on timeout the
 /// whole group is killed (py-spy stops ptrace on exit, so the target resumes).
 pub(super) async fn run_py_spy(
+    proc: &ProcFs,
     py_spy: &Path,
     pid: i32,
     native: bool,
@@ -253,11 +256,11 @@ pub(super) async fn run_py_spy(
         )));
     };
     group.reaped();
-    interpret_run(pid, c)
+    interpret_run(proc, pid, c)
 }
 
 /// What a finished py-spy run means.
-fn interpret_run(pid: i32, c: Captured) -> DumpOutcome {
+fn interpret_run(proc: &ProcFs, pid: i32, c: Captured) -> DumpOutcome {
     let fail = |f| DumpOutcome {
         threads: Vec::new(),
         failure: Some(f),
@@ -286,7 +289,7 @@ fn interpret_run(pid: i32, c: Captured) -> DumpOutcome {
                 excerpt(&e.to_string())
             ))),
         },
-        Ok(s) => fail(interpret_failure(pid, &stderr, s.code())),
+        Ok(s) => fail(interpret_failure(proc, pid, &stderr, s.code())),
         Err(e) => fail(DumpFailure::Other(format!("waiting for py-spy: {e}"))),
     }
 }
@@ -297,9 +300,12 @@ mod tests {
 
     #[test]
     fn failures_are_interpreted() {
+        let proc = ProcFs::real();
+        let proc = &proc;
         let me = std::process::id() as i32;
         assert!(matches!(
             interpret_failure(
+                proc,
                 me,
                 "Error: Failed to find python version from target process",
                 Some(1)
@@ -307,11 +313,12 @@ mod tests {
             DumpFailure::NotPython(_)
         ));
         assert!(matches!(
-            interpret_failure(me, "Error: Permission denied (os error 13)", Some(1)),
+            interpret_failure(proc, me, "Error: Permission denied (os error 13)", Some(1)),
             DumpFailure::Permission(r) if r.contains("CAP_SYS_PTRACE") && r.contains("ptrace_scope")
         ));
         assert!(matches!(
             interpret_failure(
+                proc,
                 i32::MAX,
                 "Error: Failed to get process executable name",
                 Some(1)
@@ -320,6 +327,7 @@ mod tests {
         ));
         assert!(matches!(
             interpret_failure(
+                proc,
                 me,
                 "Error: Failed to get stack traces\nCaused by: bad address",
                 Some(1)

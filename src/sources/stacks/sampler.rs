@@ -10,6 +10,7 @@ use crate::model::{
 };
 use crate::sources::pyspy_json::MAX_THREADS;
 use crate::sources::{BoxFuture, Source};
+use crate::sys::ProcFs;
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::Arc;
@@ -27,6 +28,9 @@ pub struct StackWindow {
 pub struct StackSource {
     cfg: StacksConfig,
     rules: Arc<RuleSet>,
+    /// Where a target's `exe`, `maps` and liveness are read (py-spy itself reads the
+    /// kernel's `/proc`).
+    proc: ProcFs,
 }
 
 /// One finished py-spy task: the target, when its dump started, and what came back.
@@ -37,7 +41,14 @@ impl StackSource {
         Ok(StackSource {
             cfg,
             rules: Arc::new(RuleSet::new(rules)?),
+            proc: ProcFs::real(),
         })
+    }
+
+    /// The same source reading targets' `/proc` files through `proc` (`--proc-root`, tests).
+    pub fn with_proc(mut self, proc: ProcFs) -> StackSource {
+        self.proc = proc;
+        self
     }
 
     pub fn config(&self) -> &StacksConfig {
@@ -82,7 +93,7 @@ impl StackSource {
         }
         captures.sort_by_key(|c| c.pid);
         StackWindow {
-            status: failure_status(&failures),
+            status: failure_status(&self.proc, &failures),
             captures,
         }
     }
@@ -100,7 +111,8 @@ impl StackSource {
         let mut set = tokio::task::JoinSet::new();
         let mut skipped_now = Vec::new();
         let max = self.cfg.max_pids.max(1);
-        let checked = not_python_reasons(targets.iter().take(max).map(|t| t.pid).collect()).await;
+        let pids = targets.iter().take(max).map(|t| t.pid).collect();
+        let checked = not_python_reasons(&self.proc, pids).await;
         for (i, target) in targets.iter().enumerate() {
             let t_ms = clock.now_ms();
             if i >= max {
@@ -114,14 +126,15 @@ impl StackSource {
             let sem = Arc::clone(&sem);
             let py_spy = py_spy.to_path_buf();
             let target = target.clone();
+            let proc = self.proc.clone();
             set.spawn(async move {
                 let _permit = sem.acquire_owned().await.ok();
                 let native = mode == CaptureMode::Native;
-                let mut out = run_py_spy(&py_spy, target.pid, native, timeout).await;
+                let mut out = run_py_spy(&proc, &py_spy, target.pid, native, timeout).await;
                 if matches!(out.failure, Some(DumpFailure::Race(_))) {
                     // Reading without pausing races the interpreter now and then (a frame
                     // freed mid-read); the next read almost always succeeds.
-                    out = run_py_spy(&py_spy, target.pid, native, timeout).await;
+                    out = run_py_spy(&proc, &py_spy, target.pid, native, timeout).await;
                 }
                 (target, t_ms, out)
             });
@@ -254,12 +267,12 @@ fn skipped(pid: i32, t_ms: i64, mode: CaptureMode, reason: &str) -> StackCapture
 
 /// Exited pids and non-Python pids do not degrade the source; permission problems,
 /// timeouts and other py-spy failures do, each named once.
-fn failure_status(failures: &[(i32, DumpFailure)]) -> SourceStatus {
+fn failure_status(proc: &ProcFs, failures: &[(i32, DumpFailure)]) -> SourceStatus {
     let mut status = SourceStatus::ok();
     let mut seen = BTreeSet::new();
     for (pid, f) in failures {
         let reason = match f {
-            DumpFailure::Permission(_) => ptrace_hint(),
+            DumpFailure::Permission(_) => ptrace_hint(proc),
             DumpFailure::Timeout(r) | DumpFailure::Race(r) | DumpFailure::Other(r) => {
                 format!("pid {pid}: {r}")
             }

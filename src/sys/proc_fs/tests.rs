@@ -52,6 +52,13 @@ fn fake_tree() -> tempfile::TempDir {
     symlink("net:[4026531840]", root.join("self/ns/net")).unwrap();
     symlink("/usr/bin/python3.11", p.join("exe")).unwrap();
     std::fs::write(root.join("stat"), "cpu 1 2 3\nbtime 1700000000\n").unwrap();
+    write(
+        "maps",
+        "5581d000-5581e000 r--p 00000000 08:01 1 /usr/bin/python3.11\n\
+         7f00a000-7f00b000 r-xp 00000000 08:01 2 /usr/lib/libpython3.11.so.1.0\n",
+    );
+    std::fs::create_dir_all(root.join("sys/kernel/yama")).unwrap();
+    std::fs::write(root.join("sys/kernel/yama/ptrace_scope"), "1\n").unwrap();
     dir
 }
 
@@ -110,6 +117,33 @@ fn reads_every_kind_of_file_of_a_fake_tree() {
         ("127.0.0.1:40000", 5002)
     );
     assert_eq!(fs.boot_time_ms(), Some(1_700_000_000_000));
+}
+
+#[test]
+fn reads_what_the_stacks_source_and_router_keys_need() {
+    let dir = fake_tree();
+    let fs = ProcFs::new(dir.path());
+    assert!(fs.maps_mention(42, "libpython").unwrap());
+    assert!(!fs.maps_mention(42, "libcuda").unwrap());
+    assert!(fs.maps_mention(99, "libpython").unwrap_err().is_vanished());
+    assert_eq!(fs.ptrace_scope(), Some(1));
+    // Raw bytes, NULs and empty arguments kept, capped.
+    let raw = fs.cmdline_bytes(42, 1 << 20).unwrap();
+    assert!(raw.starts_with(b"python3\0-m\0"));
+    assert!(
+        raw.windows(2).any(|w| w == b"\0\0"),
+        "the empty argument is kept"
+    );
+    assert_eq!(fs.cmdline_bytes(42, 7).unwrap(), b"python3");
+    let env = fs.environ_bytes(42, 1 << 20).unwrap();
+    assert!(env.ends_with(b"BROKEN\0"));
+    let me = nix::unistd::geteuid().as_raw();
+    assert_eq!(fs.owner_uid(42).unwrap(), me);
+    assert!(fs.owner_uid(99).unwrap_err().is_vanished());
+    // A maps link is not followed (a fixture tree must not make us read other files).
+    std::fs::remove_file(dir.path().join("42/maps")).unwrap();
+    symlink(dir.path().join("42/cmdline"), dir.path().join("42/maps")).unwrap();
+    assert!(fs.maps_mention(42, "python").is_err());
 }
 
 #[test]
@@ -178,4 +212,9 @@ fn reads_our_own_process_in_the_real_proc() {
     assert_eq!(fs.own_ns_inode("net").unwrap(), net);
     assert!(fs.open_netns(me).is_ok());
     assert!(fs.boot_time_ms().is_some());
+    // The test binary is not Python, and is ours.
+    assert!(!fs.maps_mention(me, "libpython").unwrap());
+    assert!(fs.exe(me).is_ok());
+    assert_eq!(fs.owner_uid(me).unwrap(), nix::unistd::geteuid().as_raw());
+    assert!(!fs.cmdline_bytes(me, 1 << 20).unwrap().is_empty());
 }

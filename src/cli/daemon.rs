@@ -1,0 +1,107 @@
+//! `wedgewatch daemon`: sample continuously (bounded history, recording, baselines) and
+//! serve the live state on an owner-only socket.
+
+use super::duration;
+use super::exit::{self, code};
+use super::options::Sampling;
+use anyhow::Context;
+use clap::Args;
+use std::sync::Arc;
+use std::time::Duration;
+use wedgewatch::clock::SystemClock;
+use wedgewatch::daemon::Daemon;
+
+/// How long a stopped daemon may take to wind down (socket removed, recording flushed).
+const DAEMON_STOP: Duration = Duration::from_secs(2);
+
+const EXAMPLES: &str = "\
+Examples:
+  wedgewatch daemon                       # until SIGINT/SIGTERM
+  wedgewatch daemon --for 1h --no-record
+  wedgewatch snapshot --json              # from another shell: instant, from the daemon
+
+Exit status: 0 stopped, 2 usage error (e.g. another daemon holds the state directory),
+3 could not sample at all.";
+
+#[derive(Debug, Args)]
+#[command(after_help = EXAMPLES)]
+pub struct DaemonArgs {
+    /// Keep history in memory only (no recording on disk).
+    #[arg(long)]
+    pub no_record: bool,
+    /// Stop after this long (500ms, 90s, 10m, 1h30m; a bare number is seconds);
+    /// default: until SIGINT/SIGTERM.
+    #[arg(long = "for", value_name = "DURATION", value_parser = duration::parse)]
+    pub run_for: Option<Duration>,
+    #[command(flatten)]
+    pub sampling: Sampling,
+}
+
+/// Resolves on SIGINT/SIGTERM, or after `run_for`.
+async fn stop_signal(run_for: Option<Duration>) {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    let timer = async {
+        match run_for {
+            Some(d) => tokio::time::sleep(d).await,
+            None => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term => {}
+        _ = timer => {}
+    }
+}
+
+pub fn run(top: Sampling, a: DaemonArgs) -> anyhow::Result<i32> {
+    let s = Sampling::merge(top, a.sampling);
+    let opts = s.attach_options()?;
+    let mut cfg = s.daemon_config();
+    cfg.thresholds = opts.thresholds.clone();
+    if a.no_record {
+        cfg.rotation = None;
+    }
+    let rt = exit::runtime()?;
+    let ran = rt.block_on(async {
+        let mut d = Daemon::new(cfg.clone(), Arc::new(SystemClock), opts.discover_fn());
+        for src in opts.sources()? {
+            d.add_default_source(src);
+        }
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        eprintln!(
+            "wedgewatch daemon: socket {}, recording {}",
+            cfg.socket_path.display(),
+            if cfg.rotation.is_some() {
+                cfg.recording_dir().display().to_string()
+            } else {
+                "off".into()
+            }
+        );
+        let mut task = tokio::spawn(d.run(rx));
+        stop_signal(a.run_for).await;
+        let _ = tx.send(true);
+        // In-flight samples are cut short on stop; a daemon that still does not end
+        // (a stuck write) is abandoned rather than waited for.
+        match tokio::time::timeout(DAEMON_STOP, &mut task).await {
+            Ok(joined) => joined.context("daemon task")??,
+            Err(_) => {
+                task.abort();
+                eprintln!(
+                    "wedgewatch daemon: did not stop within {} ms; abandoned",
+                    DAEMON_STOP.as_millis()
+                );
+            }
+        }
+        anyhow::Ok(())
+    });
+    exit::shut_down(rt);
+    ran?;
+    Ok(code::OK)
+}

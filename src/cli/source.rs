@@ -1,0 +1,145 @@
+//! Where a snapshot's parts come from: a recording (`--from FILE [--at TIME]`), a running
+//! daemon, or a sampling window here. Shared by `snapshot`, `check` and `export`.
+//!
+//! The errors are what the exit code tells apart: a recording that is not one, or an
+//! `--at` outside it, is bad input (exit 2); sampling that fails outright is
+//! [`CouldNotSample`] (exit 3).
+
+use super::duration::{self, At};
+use super::exit::{self, CouldNotSample};
+use super::options::Sampling;
+use super::progress;
+use anyhow::{bail, Context};
+use clap::Args;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+use wedgewatch::attach;
+use wedgewatch::clock::{Clock, Millis, SystemClock};
+use wedgewatch::daemon;
+use wedgewatch::detect::Thresholds;
+use wedgewatch::model::{SourceKind, Status};
+use wedgewatch::record::{self, Record, Recording};
+use wedgewatch::snapshot::SnapshotParts;
+
+/// The longest sampling window a one-shot verb takes.
+pub const MAX_WINDOW: Duration = Duration::from_secs(3600);
+
+/// Where the parts come from (`snapshot`, `check`).
+#[derive(Debug, Args, Clone)]
+pub struct SourceArgs {
+    /// How long to sample when sampling here (500ms, 90s, 5m; a bare number is seconds).
+    #[arg(long, value_name = "DURATION", default_value = "3s",
+          value_parser = duration::at_most(MAX_WINDOW))]
+    pub window: Duration,
+    /// Replay a recording (from `record` or the daemon's recording dir) instead of sampling.
+    #[arg(long, value_name = "FILE")]
+    pub from: Option<PathBuf>,
+    /// With --from: the moment to look at: an offset from the recording's first sample
+    /// (90s, +1m30s; a bare number is seconds), -DURATION before its last sample, or an
+    /// RFC 3339 time. Default: its end.
+    #[arg(long, value_name = "TIME", requires = "from", value_parser = At::parse,
+          allow_hyphen_values = true)]
+    pub at: Option<At>,
+    /// Sample here even when a daemon is running.
+    #[arg(long)]
+    pub no_daemon: bool,
+}
+
+/// The parts `a` asks for.
+pub fn parts(s: &Sampling, a: &SourceArgs) -> anyhow::Result<SnapshotParts> {
+    if let Some(f) = &a.from {
+        return from_recording(f, a.at.as_ref(), s.thresholds()?);
+    }
+    if !a.no_daemon {
+        if let Some(p) = from_daemon(s) {
+            return Ok(p);
+        }
+    }
+    by_sampling(s, a.window)
+}
+
+/// Parts from a running daemon, if one answers on its socket.
+pub fn from_daemon(s: &Sampling) -> Option<SnapshotParts> {
+    let cfg = s.daemon_config();
+    if !cfg.socket_path.exists() {
+        return None;
+    }
+    match daemon::query_blocking(&cfg.socket_path, "snapshot", 5000)
+        .and_then(|v| daemon::parts_from_answer(&v))
+    {
+        Ok(p) => {
+            progress::note(&format!(
+                "using the daemon at {} (its history and baseline)",
+                cfg.socket_path.display()
+            ));
+            Some(p)
+        }
+        Err(e) => {
+            let e = wedgewatch::redact::log_line(&e.to_string());
+            progress::note(&format!("daemon not usable ({e}); sampling here instead"));
+            None
+        }
+    }
+}
+
+/// The times of a recording's first and last samples (None: it holds none).
+fn sample_span(rec: &Recording) -> Option<(Millis, Millis)> {
+    let mut span: Option<(Millis, Millis)> = None;
+    // Streamed: one record in memory at a time. Damage is counted by the replay itself.
+    for r in rec.records().map_while(Result::ok) {
+        if let Record::Sample { sample } = r {
+            let t = sample.t_ms;
+            span = Some(span.map_or((t, t), |(a, b)| (a.min(t), b.max(t))));
+        }
+    }
+    span
+}
+
+/// Parts replayed from a recording up to `at` (default: its end).
+pub fn from_recording(
+    path: &Path,
+    at: Option<&At>,
+    th: Thresholds,
+) -> anyhow::Result<SnapshotParts> {
+    let rec = Recording::open(path)?;
+    let Some((first, last)) = sample_span(&rec) else {
+        bail!("{}: the recording holds no samples", path.display());
+    };
+    let at_ms = match at {
+        None => None,
+        Some(a) => Some(
+            a.resolve(first, last)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?,
+        ),
+    };
+    let replayed = record::replay(&rec, at_ms, th)?;
+    if let Some(skipped) = replayed.stats.summary() {
+        progress::note(&format!("{}: {skipped}", path.display()));
+    }
+    Ok(wedgewatch::pipeline::parts(&replayed.model, replayed.at_ms))
+}
+
+/// Samples here for `window`; a failure to sample at all is [`CouldNotSample`].
+pub fn by_sampling(s: &Sampling, window: Duration) -> anyhow::Result<SnapshotParts> {
+    // bad options (probes, thresholds, a --pid that does not exist) are usage errors
+    let opts = s.attach_options()?;
+    let ms = duration::millis(window);
+    let model = exit::block_on(progress::during(
+        "sampling",
+        window,
+        attach::collect_window(&opts, ms, Arc::new(SystemClock)),
+    ))
+    .context("starting the runtime")
+    .map_err(CouldNotSample)?
+    .map_err(|e| CouldNotSample(e.into()))?;
+    let parts = wedgewatch::pipeline::parts(&model, SystemClock.now_ms());
+    if let Some(st) = parts.sources.get(&SourceKind::Processes) {
+        if st.status == Status::Unavailable {
+            // without processes there is no topology: nothing else means anything
+            let why = st.reason.clone().unwrap_or_default();
+            return Err(CouldNotSample(anyhow::anyhow!("processes: {why}")).into());
+        }
+    }
+    Ok(parts)
+}

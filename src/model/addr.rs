@@ -1,0 +1,68 @@
+//! Addresses as text: the one `host:port` splitter and the one `ip:port` formatter.
+//!
+//! The model keeps socket addresses as strings (`127.0.0.1:8000`, `[::1]:8000`, as `ss`
+//! prints them) because they are shown and serialized as such; these functions are the only
+//! place that takes such strings apart. They live in the model (the bottom layer) so that
+//! the model's own accessors (`SocketEntry::local_port`, `Component::listen_ports`) and every
+//! layer above use the same splitting; `sys::addr` re-exports them next to the URL endpoint.
+
+use std::net::IpAddr;
+
+/// `ip:port`, IPv6 as `[ip]:port` (the model's convention).
+pub fn fmt_addr(ip: IpAddr, port: u16) -> String {
+    match ip {
+        IpAddr::V4(a) => format!("{a}:{port}"),
+        IpAddr::V6(a) => format!("[{a}]:{port}"),
+    }
+}
+
+/// `host:port` for a host that may be an IP literal (IPv6 bracketed) or a name.
+pub fn host_port(host: &str, port: u16) -> String {
+    match host.parse::<IpAddr>() {
+        Ok(ip) => fmt_addr(ip, port),
+        Err(_) => format!("{host}:{port}"),
+    }
+}
+
+/// Splits `ip:port` / `[v6]:port` / `host:port` into the host (without brackets) and the
+/// port. None without a numeric port.
+pub fn split_host_port(s: &str) -> Option<(&str, u16)> {
+    let (host, port) = s.rsplit_once(':')?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    Some((host, port.parse().ok()?))
+}
+
+/// The port of `ip:port` / `[v6]:port` / `host:port` (`*:8000` too).
+pub fn port_of(s: &str) -> Option<u16> {
+    split_host_port(s).map(|(_, port)| port)
+}
+
+/// An `ip:port` / `[ip]:port` socket address; IPv4-mapped IPv6 becomes IPv4.
+pub fn parse_socket_addr(s: &str) -> Option<(IpAddr, u16)> {
+    let (host, port) = split_host_port(s)?;
+    let ip: IpAddr = host.parse().ok()?;
+    Some((ip.to_canonical(), port))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splits_and_formats_addresses() {
+        assert_eq!(split_host_port("127.0.0.1:80"), Some(("127.0.0.1", 80)));
+        assert_eq!(split_host_port("[::1]:8080"), Some(("::1", 8080)));
+        assert_eq!(split_host_port("engine:31012"), Some(("engine", 31012)));
+        assert_eq!(split_host_port("*:x"), None);
+        assert_eq!(port_of("*:8000"), Some(8000));
+        assert_eq!(port_of("[::]:31012"), Some(31012));
+        assert_eq!(port_of("8000"), None);
+        assert_eq!(
+            parse_socket_addr("[::ffff:127.0.0.1]:80"),
+            Some(("127.0.0.1".parse().unwrap(), 80))
+        );
+        assert_eq!(parse_socket_addr("engine:80"), None);
+        assert_eq!(host_port("::", 8000), "[::]:8000");
+        assert_eq!(host_port("engine", 1), "engine:1");
+    }
+}
