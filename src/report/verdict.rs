@@ -192,13 +192,27 @@ fn changed(s: &Snapshot, f: &Finding) -> String {
     format!("{}{tail}", shown.join("; "))
 }
 
+/// What is in flight: the correlator's requests not done (probes apart), or in an older
+/// snapshot the open exchanges.
+fn in_flight(s: &Snapshot) -> String {
+    if s.logical_requests.is_empty() {
+        return format!("{} open exchanges", s.requests.len());
+    }
+    let open = s
+        .logical_requests
+        .iter()
+        .filter(|l| l.verdict != Verdict::Done && !l.probe)
+        .count();
+    format!("{open} requests in flight")
+}
+
 pub fn verdict(s: &Snapshot) -> Head {
     let Some(f) = top(s) else {
         let n = s.components.len();
         return Head {
             title: format!("No findings on {n} components at {}", s.taken_at),
             what: "nothing wrong was found in this snapshot".into(),
-            place: format!("{n} components, {} open exchanges", s.requests.len()),
+            place: format!("{n} components, {}", in_flight(s)),
             since: String::new(),
             evidence: Vec::new(),
             changed: if s.config_changed.is_empty() {
