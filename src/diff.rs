@@ -213,6 +213,8 @@ mod tests {
             labels: Default::default(),
             versions: Default::default(),
             relevant_env: Vec::new(),
+            netns: None,
+            container: None,
         }
     }
 

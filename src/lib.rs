@@ -42,3 +42,4 @@ pub mod tui;
 pub use error::{Error, Result};
 /// The HTTP client, at its old path (it lives in the OS-access layer, [`sys::http`]).
 pub use sys::http;
+pub use sys::netns;

@@ -199,6 +199,8 @@ fn snap_component(
         labels: c.labels.clone(),
         versions: BTreeMap::new(),
         relevant_env: Vec::new(),
+        netns: c.netns,
+        container: c.container.clone(),
     }
 }
 

@@ -43,7 +43,10 @@ impl Model {
         if e.state == TcpState::Listen {
             return None;
         }
-        let server = self.topology.component_listening_on(e.local_port()?)?;
+        // By namespace too: two pods listening on one port are two servers.
+        let server = self
+            .topology
+            .component_listening_in(e.netns, e.local_port()?)?;
         // A socket on the listen port owned by another component's pid is that other
         // component's outbound connection, not this server's inbound one.
         if let (Some(pid), false) = (e.pid, server.pids.is_empty()) {

@@ -231,7 +231,11 @@ fn toward_of(m: &Model, table: &SocketTable, owner: &str, e: &SocketEntry) -> St
         };
     }
     let local_peer = host_of(&e.remote).is_some_and(|ip| ip.is_loopback());
-    match e.remote_port().and_then(|p| topo.component_listening_on(p)) {
+    // The peer in this socket's own namespace (two pods can listen on one port).
+    match e
+        .remote_port()
+        .and_then(|p| topo.component_listening_in(e.netns, p))
+    {
         Some(c) if local_peer || c.listen.iter().any(|l| host_of(l) == host_of(&e.remote)) => {
             format!("to {}", c.id)
         }

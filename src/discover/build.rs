@@ -2,7 +2,7 @@
 //! arguments, environment source, role, listen addresses, id, scrape URLs and GPU hints.
 
 use super::endpoints::{
-    endpoint_urls, hosts_equivalent, loopback_get, parse_gpu_list, EndpointFacts,
+    endpoint_urls, hosts_equivalent, loopback_get_in, parse_gpu_list, EndpointFacts,
 };
 use super::profiles::{flag_value, Compiled, Match};
 use super::table::Proc;
@@ -52,6 +52,7 @@ impl Builder<'_> {
         let listen = self.listen(pid, prof, &args, m);
         let title = comp.title_of(&proc);
         let id = component_id(comp, role, title.as_deref(), parent, &listen, pid);
+        let id = self.keyed_id(id, parent, pid);
 
         let mut c = Component::new(id, role, prof.stack.clone());
         c.profile = prof.name.clone();
@@ -59,6 +60,7 @@ impl Builder<'_> {
         c.main_pid = Some(pid);
         c.parent = parent.map(|p| p.id.clone());
         c.title = title;
+        self.table.place(&mut c, pid);
         c.listen = listen.addrs.clone();
         self.scrape_urls(&mut c, prof, &args, &listen, &mut labels);
         gpu_hints(&mut c, comp, &env, &mut labels);
@@ -123,7 +125,7 @@ impl Builder<'_> {
             .and_then(|f| flag_value(args, f))
             .and_then(|v| v.parse::<u16>().ok());
         let probed_port = if args.is_empty() && m.titled && flag_port.is_none() {
-            self.probe_api_port(prof, &sockets)
+            self.probe_api_port(prof, &sockets, pid)
         } else {
             None
         };
@@ -152,16 +154,29 @@ impl Builder<'_> {
         }
     }
 
+    /// netns (issue 11 item 5): a top-level id `role@addr` of a process in another network
+    /// namespace becomes `role@net:<inode>/addr`: two pods can listen on one address.
+    /// Children's ids are built on their parent's, so they follow.
+    fn keyed_id(&self, id: String, parent: Option<&Component>, pid: i32) -> String {
+        match (parent, id.split_once('@')) {
+            (None, Some((role, addr))) if !addr.starts_with("pid") => {
+                format!("{role}@{}", self.table.keyed(pid, addr))
+            }
+            _ => id,
+        }
+    }
+
     /// Arguments lost (titled, no launcher): asks each listen socket for the workers
     /// endpoint; the one that answers JSON is the HTTP API (the other is metrics).
-    fn probe_api_port(&self, prof: &Profile, sockets: &[SocketAddr]) -> Option<u16> {
+    fn probe_api_port(&self, prof: &Profile, sockets: &[SocketAddr], pid: i32) -> Option<u16> {
         if !self.opts.query_endpoints {
             return None;
         }
         let path = prof.workers_endpoint.as_ref()?;
         sockets.iter().take(4).find_map(|s| {
             let host = s.ip().to_string();
-            match loopback_get(&host, s.port(), path, self.opts.http_timeout) {
+            let ns = self.table.netns_ref(pid);
+            match loopback_get_in(&host, s.port(), path, self.opts.http_timeout, None, ns) {
                 Ok(body) => serde_json::from_str::<serde_json::Value>(&body)
                     .ok()
                     .map(|_| s.port()),

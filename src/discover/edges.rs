@@ -2,7 +2,7 @@
 //! endpoint when the arguments did not survive), and generic proxies found by their
 //! ESTABLISHED connections to a known component's port.
 
-use super::endpoints::{connect_host, endpoint_of, loopback_get_with, worker_urls_from_json};
+use super::endpoints::{connect_host, endpoint_of, loopback_get_in, worker_urls_from_json};
 use super::profiles::flag_values;
 use super::Builder;
 use crate::model::topology::labels::*;
@@ -69,7 +69,8 @@ impl Builder<'_> {
             &self.opts.proc_root,
             self.opts.router_key_env.as_deref(),
         );
-        match loopback_get_with(&host, port, path, self.opts.http_timeout, key) {
+        let ns = c.main_pid.and_then(|p| self.table.netns_ref(p));
+        match loopback_get_in(&host, port, path, self.opts.http_timeout, key, ns) {
             Ok(body) => {
                 let urls = worker_urls_from_json(&body)
                     .into_iter()
@@ -87,7 +88,8 @@ impl Builder<'_> {
         let mut unresolved = Vec::new();
         let mut edges = Vec::new();
         for (_, url) in urls {
-            match endpoint_of(url).and_then(|(h, p)| self.component_at(&h, p)) {
+            // A worker URL means an address in the router's own namespace.
+            match endpoint_of(url).and_then(|(h, p)| self.component_at_in(c.netns, &h, p)) {
                 Some(to) if to != c.id => edges.push(Edge {
                     from: c.id.clone(),
                     to,
@@ -144,12 +146,13 @@ impl Builder<'_> {
         }
     }
 
-    /// Listen port -> the top-level component listening there.
-    fn known_ports(&self) -> BTreeMap<u16, String> {
-        let mut known: BTreeMap<u16, String> = BTreeMap::new();
+    /// (network namespace, listen port) -> the top-level component listening there: two pods
+    /// can listen on one port.
+    fn known_ports(&self) -> BTreeMap<(Option<u64>, u16), String> {
+        let mut known: BTreeMap<(Option<u64>, u16), String> = BTreeMap::new();
         for c in self.topo.components.iter().filter(|c| c.parent.is_none()) {
             for p in c.listen_ports() {
-                known.entry(p).or_insert_with(|| c.id.clone());
+                known.entry((c.netns, p)).or_insert_with(|| c.id.clone());
             }
         }
         known
@@ -157,7 +160,10 @@ impl Builder<'_> {
 
     /// Client-side sockets towards a known port, by inode, in every namespace: inode ->
     /// the component they point at.
-    fn client_sockets_towards(&self, known_ports: &BTreeMap<u16, String>) -> BTreeMap<u64, String> {
+    fn client_sockets_towards(
+        &self,
+        known_ports: &BTreeMap<(Option<u64>, u16), String>,
+    ) -> BTreeMap<u64, String> {
         let mut pids_by_ns: BTreeMap<u64, i32> = BTreeMap::new();
         for &pid in self.table.procs.keys() {
             if let Some(ns) = self.table.netns(pid) {
@@ -166,6 +172,7 @@ impl Builder<'_> {
         }
         let mut wanted: BTreeMap<u64, String> = BTreeMap::new();
         for &rep in pids_by_ns.values() {
+            let ns = self.table.foreign_netns(rep);
             for e in self.table.tcp_of(rep).iter() {
                 // CLOSE_WAIT too: a proxy that leaks its upstream connections (the
                 // upstream hung up, the proxy never closed) is still that upstream's
@@ -174,10 +181,12 @@ impl Builder<'_> {
                 if !client_state || e.inode == 0 {
                     continue;
                 }
-                if e.local_port().is_some_and(|p| known_ports.contains_key(&p)) {
+                if e.local_port()
+                    .is_some_and(|p| known_ports.contains_key(&(ns, p)))
+                {
                     continue; // the server side of a known component
                 }
-                if let Some(target) = e.remote_port().and_then(|p| known_ports.get(&p)) {
+                if let Some(target) = e.remote_port().and_then(|p| known_ports.get(&(ns, p))) {
                     wanted.insert(e.inode, target.clone());
                 }
             }
@@ -233,7 +242,7 @@ impl Builder<'_> {
         };
         let prof = self.compiled[ci].p;
         let role = Role::parse(&prof.role).unwrap_or(Role::Proxy);
-        let id = format!("{role}@{first}");
+        let id = format!("{role}@{}", self.table.keyed(pid, &first.to_string()));
         let mut added = false;
         if let Some(existing) = self.topo.components.iter_mut().find(|c| c.id == id) {
             // another process of the same proxy (worker of a master)
@@ -253,6 +262,7 @@ impl Builder<'_> {
             ));
             c.labels.insert(LABEL_FOUND_BY.into(), "sockets".into());
             c.labels.insert("comm".into(), proc.comm.clone());
+            self.table.place(&mut c, pid);
             self.topo.components.push(c);
             added = true;
         }

@@ -72,6 +72,18 @@ pub fn loopback_get_with(
     timeout: Duration,
     authorization: Option<String>,
 ) -> std::result::Result<String, String> {
+    loopback_get_in(host, port, path, timeout, authorization, None)
+}
+
+/// [`loopback_get_with`] on the loopback of namespace `netns` (a container's; None: ours).
+pub fn loopback_get_in(
+    host: &str,
+    port: u16,
+    path: &str,
+    timeout: Duration,
+    authorization: Option<String>,
+    netns: Option<crate::sys::netns::Netns>,
+) -> std::result::Result<String, String> {
     if !is_loopback_host(host) {
         return Err(format!("{host} is not a loopback address; not asked"));
     }
@@ -81,7 +93,8 @@ pub fn loopback_get_with(
         total: timeout,
         cap: MAX_HTTP_BODY,
     };
-    let r = http::get_blocking_with(&url, limits, authorization);
+    let route = crate::sys::netns::route(netns);
+    let r = http::get_blocking_routed(&url, limits, route, authorization);
     match r.outcome {
         FetchOutcome::Ok => Ok(String::from_utf8_lossy(&r.body).into_owned()),
         _ => Err(r.detail.unwrap_or_else(|| format!("{:?}", r.outcome))),

@@ -266,12 +266,18 @@ impl<'a> Builder<'a> {
         }
     }
 
-    /// The component listening on (host, port), top-level first.
+    /// The component listening on (host, port) in our own network namespace, top-level first.
     fn component_at(&self, host: &str, port: u16) -> Option<String> {
+        self.component_at_in(None, host, port)
+    }
+
+    /// [`Self::component_at`] in network namespace `netns` (None: ours): two pods can listen
+    /// on one address.
+    fn component_at_in(&self, netns: Option<u64>, host: &str, port: u16) -> Option<String> {
         self.topo
             .components
             .iter()
-            .filter(|c| c.parent.is_none())
+            .filter(|c| c.parent.is_none() && c.netns == netns)
             .find(|c| {
                 c.listen.iter().any(|l| {
                     split_host_port(l).is_some_and(|(h, p)| p == port && hosts_equivalent(h, host))

@@ -4,6 +4,7 @@
 
 use crate::error::{Error, Result};
 use crate::model::{SocketEntry, TcpState};
+use crate::sys::netns::Netns;
 use crate::sys::ProcFs;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
@@ -48,6 +49,9 @@ pub(super) struct ProcTable {
     /// for each pid that asks (thousands of entries under connection churn, asked once per
     /// candidate process).
     net: RefCell<BTreeMap<u64, Rc<Vec<SocketEntry>>>>,
+    /// Our own network namespace (netns, issue 11 item 5): processes in another one are in a
+    /// container, keyed and scraped in there.
+    own_net: Option<u64>,
 }
 
 impl ProcTable {
@@ -79,6 +83,7 @@ impl ProcTable {
             procs,
             children,
             net: RefCell::default(),
+            own_net: proc.own_ns_inode("net").ok(),
         })
     }
 
@@ -121,6 +126,37 @@ impl ProcTable {
     pub fn netns(&self, pid: i32) -> Option<u64> {
         self.proc.ns_inode(pid, "net").ok()
     }
+
+    // --- netns (issue 11 item 5) ---
+
+    /// The network namespace of `pid` when it is not ours (a container); None for ours or
+    /// when either cannot be read (then it is treated as the host's, as before).
+    pub fn foreign_netns(&self, pid: i32) -> Option<u64> {
+        let own = self.own_net?;
+        self.netns(pid).filter(|&ns| ns != own)
+    }
+
+    /// Where to open connections to `pid`'s sockets: inside its namespace when foreign.
+    pub fn netns_ref(&self, pid: i32) -> Option<Netns> {
+        self.foreign_netns(pid).map(|inode| Netns { pid, inode })
+    }
+
+    /// A listen address as part of a component id: in a foreign namespace prefixed by it
+    /// (`net:4026532845/127.0.0.1:30000`), since two pods can listen on one address.
+    pub fn keyed(&self, pid: i32, addr: &str) -> String {
+        match self.foreign_netns(pid) {
+            Some(ns) => format!("net:{ns}/{addr}"),
+            None => addr.to_string(),
+        }
+    }
+
+    /// Sets where `c` (main process `pid`) lives: its foreign namespace, its container.
+    pub fn place(&self, c: &mut crate::model::Component, pid: i32) {
+        c.netns = self.foreign_netns(pid);
+        c.container = crate::sys::cgroup::of_pid(&self.proc, pid).map(|p| p.name());
+    }
+
+    // --- end netns ---
 
     /// TCP entries of the network namespace `pid` lives in.
     pub fn tcp_of(&self, pid: i32) -> Rc<Vec<SocketEntry>> {

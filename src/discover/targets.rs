@@ -39,7 +39,7 @@ impl Builder<'_> {
     fn unmatched_pid(&self, pid: i32) -> Component {
         let listen = self.table.listen_of(pid);
         let id = match listen.first() {
-            Some(a) => format!("other@{a}"),
+            Some(a) => format!("other@{}", self.table.keyed(pid, &a.to_string())),
             None => format!("other@pid{pid}"),
         };
         let mut c = Component::new(id, Role::Other, "generic");
@@ -47,6 +47,7 @@ impl Builder<'_> {
         c.pids = vec![pid];
         c.main_pid = Some(pid);
         c.listen = listen.iter().map(|a| a.to_string()).collect();
+        self.table.place(&mut c, pid);
         c
     }
 

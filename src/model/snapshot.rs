@@ -90,6 +90,12 @@ pub struct SnapComponent {
     /// what a report shows of the environment besides the changes.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub relevant_env: Vec<String>,
+    /// Added: inode of its network namespace when not wedgewatch's own (a container).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub netns: Option<u64>,
+    /// Added: the container it runs in, named from its cgroup (`docker 3726184226f5`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

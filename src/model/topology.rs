@@ -108,6 +108,14 @@ pub struct Component {
     /// The profile's `relevant_env` patterns (regexes over variable names).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub relevant_env: Vec<String>,
+    /// Inode of its network namespace when that is not wedgewatch's own (a container): its
+    /// listen addresses mean something only in there, and it is scraped in there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub netns: Option<u64>,
+    /// The container it runs in, named from its cgroup (`docker 3601745b3bd5`,
+    /// `k8s pod 1f2e.. cri-containerd 4c7a..`, `systemd sglang.service`), when there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<String>,
 }
 
 impl Component {
@@ -129,6 +137,8 @@ impl Component {
             labels: BTreeMap::new(),
             versions: BTreeMap::new(),
             relevant_env: Vec::new(),
+            netns: None,
+            container: None,
         }
     }
 
@@ -184,6 +194,14 @@ impl Topology {
         self.components
             .iter()
             .find(|c| c.listen_ports().contains(&port))
+    }
+
+    /// The component listening on `port` in network namespace `netns` (None: the host's):
+    /// two pods listening on one port are two components, told apart by their namespace.
+    pub fn component_listening_in(&self, netns: Option<u64>, port: u16) -> Option<&Component> {
+        self.components
+            .iter()
+            .find(|c| c.netns == netns && c.listen_ports().contains(&port))
     }
 
     /// Adds an edge unless one with the same ends exists; updates its connection count.

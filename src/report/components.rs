@@ -19,6 +19,15 @@ fn facts(c: &SnapComponent) -> String {
     if let Some(e) = &c.exe {
         o.push_str(&format!("- executable {}\n", code(e)));
     }
+    // where a containerised component lives and is scraped
+    if let Some(k) = &c.container {
+        o.push_str(&format!("- container {}\n", code(k)));
+    }
+    if let Some(ns) = c.netns {
+        o.push_str(&format!(
+            "- network namespace `net:[{ns}]` (its listen addresses are inside it; scraped there)\n"
+        ));
+    }
     if let Some(a) = &c.gpu_activity {
         o.push_str(&format!("- GPU activity: {}\n", esc(a)));
     }

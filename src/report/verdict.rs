@@ -116,6 +116,9 @@ fn place(s: &Snapshot, f: &Finding) -> String {
         let g: Vec<String> = c.gpus.iter().map(|g| format!("GPU{g}")).collect();
         o.push_str(&format!(", {}", g.join(" ")));
     }
+    if let Some(k) = &c.container {
+        o.push_str(&format!(", in container {k}"));
+    }
     o
 }
 

@@ -520,6 +520,16 @@ fn probe_of(url: &str, r: &http::Response) -> EndpointProbe {
     }
 }
 
+/// netns (issue 11 item 5): a component in another network namespace (a container) is
+/// scraped in there, through the namespace discovery saw its main process in; its URL's
+/// address means something only in there (see [`crate::sys::netns`]).
+fn netns_of(c: &Component) -> Option<crate::sys::netns::Netns> {
+    Some(crate::sys::netns::Netns {
+        pid: c.main_pid?,
+        inode: c.netns?,
+    })
+}
+
 /// Body cap of the JSON endpoints: real `/workers` and `/v1/loads` answers are kilobytes, and
 /// a JSON tree costs many times its text, so a poser's 8 MiB answer is never parsed.
 const EXTRA_CAP: usize = 1 << 20;
@@ -532,7 +542,10 @@ async fn scrape_one(
 ) -> MetricsScrape {
     let metrics_fut = async {
         match c.metrics_url.as_deref() {
-            Some(u) => Some((u.to_string(), http::get(u, cfg.limits).await)),
+            Some(u) => Some((
+                u.to_string(),
+                http::get_routed(u, cfg.limits, crate::sys::netns::route(netns_of(&c)), None).await,
+            )),
             None => None,
         }
     };
@@ -579,15 +592,17 @@ async fn get_extras(
         None
     };
     let mut set = tokio::task::JoinSet::new();
+    let netns = netns_of(c);
     for (i, (name, url)) in endpoints.into_iter().enumerate() {
         let key = key.clone();
         set.spawn(async move {
+            let route = crate::sys::netns::route(netns);
             let r = match key.as_deref() {
                 Some(Lookup::Found(k, _)) => {
                     let auth = k.bearer();
-                    http::get_authorized(&url, limits, &auth).await
+                    http::get_routed(&url, limits, route, Some(&auth)).await
                 }
-                _ => http::get(&url, limits).await,
+                _ => http::get_routed(&url, limits, route, None).await,
             };
             (i, name, url, explain_auth(r, key.as_deref()))
         });

@@ -8,15 +8,20 @@
 //!   namespace) and a fake for tests;
 //! - [`http`]: the one HTTP client (timed, size-capped GET; connections may be made by a
 //!   supplied connector);
+//! - [`cgroup`]: the container a process runs in, named from its cgroups;
 //! - [`exec`]: whether a path is a program we could run (py-spy);
+//! - [`netns`]: connections opened inside another process's network namespace (a
+//!   container's), as a [`http::Connector`];
 //! - [`addr`]: the one `host:port` splitter and the endpoint of a [`Url`] (the one URL type,
 //!   from the `url` crate).
 //!
 //! Nothing here knows a component, a profile or a finding.
 
 pub mod addr;
+pub mod cgroup;
 pub mod exec;
 pub mod http;
+pub mod netns;
 pub mod proc_fs;
 pub mod proc_net;
 pub mod sock_diag;

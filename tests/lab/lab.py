@@ -17,6 +17,11 @@ Standard library only; runs with the system python3. Subcommands:
                                           own probes send it, `load` does not)
                                           start everything, wait for readiness, write and
                                           print DIR/lab.json
+  up --netns --run-dir DIR [--base-port N]
+                                          containers on one host: two pods (own net + PID
+                                          namespace, docker-like cgroup) with an engine each
+                                          on one port, a router in pod-a, a decoy on the
+                                          host's 127.0.0.1 at that port (netns_lab.py; root)
   load --run-dir DIR --agents N --rounds R [--timeout S] [--max-tokens M] [--total-timeout T]
                                           run harness.py against the proxy, print its JSON
   restart --run-dir DIR COMPONENT [--env K=V]... [--unset K]...
@@ -407,6 +412,9 @@ def engine_cmd(lab, name, mode, port, boot_port):
 
 
 def cmd_up(a):
+    if a.netns:
+        import netns_lab  # containers on one host (issue 11 item 5): see its docstring
+        return netns_lab.up(a, sys.modules[__name__])
     for attempt in range(3):
         try:
             return cmd_up_once(a)
@@ -543,6 +551,9 @@ def do_down(lab):
 def cmd_down(a):
     lab = load_lab(os.path.abspath(a.run_dir))
     left = do_down(lab)
+    if lab.get("mode") == "netns":
+        import netns_lab
+        netns_lab.remove_cgroups(lab)
     if left:
         raise LabError(f"processes still running after down: {left}")
     print(json.dumps({"down": True, "run_dir": lab["run_dir"]}))
@@ -640,6 +651,10 @@ def main(argv=None):
                     help="start the router with --api-key KEY (production norm)")
     up.add_argument("--router-arg", action="append", default=[],
                     help="extra argument for the router (repeat)")
+    up.add_argument("--netns", action="store_true",
+                    help="containers on one host: two pods (own net + PID namespace) with an "
+                         "engine each on one port, a router in pod-a, and a decoy on the "
+                         "host's 127.0.0.1 at that port (see netns_lab.py); root only")
     ld = sub.add_parser("load")
     ld.add_argument("--run-dir", required=True)
     ld.add_argument("--agents", type=int, default=3)

@@ -136,6 +136,27 @@ pub async fn get_using(
     get_with(url, limits, route).await
 }
 
+// --- netns (issue 11 item 5) ---
+
+/// [`get`] with every part of the route given: the resolver and connector of a component in a
+/// container ([`crate::sys::netns::route`]) and, for a router, its own key (see
+/// [`get_authorized`]).
+pub async fn get_routed(
+    url: &str,
+    limits: Limits,
+    (resolver, connector): (Resolver, Option<Connector>),
+    authorization: Option<&str>,
+) -> Response {
+    let route = Route {
+        resolver,
+        connector,
+        authorization,
+    };
+    get_with(url, limits, route).await
+}
+
+// --- end netns ---
+
 /// How one GET reaches its server: who resolves the name, who makes the connection, and
 /// the credential it carries (a router's own key; never part of a detail).
 struct Route<'a> {
@@ -179,6 +200,17 @@ pub fn get_blocking(url: &str, limits: Limits) -> Response {
 
 /// [`get_blocking`] with an `Authorization` value (see [`get_authorized`]).
 pub fn get_blocking_with(url: &str, limits: Limits, authorization: Option<String>) -> Response {
+    get_blocking_routed(url, limits, (resolve::system, None), authorization)
+}
+
+/// [`get_blocking_with`] through a given route (netns: a component in a container, see
+/// [`get_routed`]).
+pub fn get_blocking_routed(
+    url: &str,
+    limits: Limits,
+    (resolver, connector): (Resolver, Option<Connector>),
+    authorization: Option<String>,
+) -> Response {
     let start = Instant::now();
     let (tx, rx) = std::sync::mpsc::channel();
     let owned = url.to_string();
@@ -191,8 +223,8 @@ pub fn get_blocking_with(url: &str, limits: Limits, authorization: Option<String
             let r = match rt {
                 Ok(rt) => {
                     let route = Route {
-                        resolver: resolve::system,
-                        connector: None,
+                        resolver,
+                        connector,
                         authorization: authorization.as_deref(),
                     };
                     rt.block_on(get_with(&owned, limits, route))

@@ -38,6 +38,10 @@ fn component_line(s: &Snapshot, c: &SnapComponent, theme: Theme, prefix: &str) -
     if let Some(pid) = c.main_pid.or(c.pids.first().copied()) {
         spans.push(Span::styled(format!(" pid {pid}"), theme.dim()));
     }
+    // The container a top-level component runs in (children share their engine's).
+    if let (Some(k), None) = (&c.container, &c.parent) {
+        spans.push(Span::styled(format!(" [{k}]"), theme.dim()));
+    }
     spans.extend(in_flight_span(s, c, theme));
     if let Some(a) = &c.gpu_activity {
         spans.push(Span::raw("  gpu "));

@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""The init process of one lab "pod": PID 1 of its own network + PID namespace.
+
+lab.py (`up --netns`) starts it as
+    unshare --net --pid --fork --mount-proc --kill-child python3 pod.py SPEC.json
+so it sees only its own processes and its own loopback, like a container. It brings the
+loopback up, starts the services of SPEC in order (each waits until ready, probed from inside
+the namespace), writes SPEC's `ready_file` (JSON: each service's pid *in the pod*), then
+reaps children until SIGTERM. When it exits the kernel kills everything left in the pod, so
+`lab.py down` only has to stop this process's group.
+
+SPEC: {"name", "ready_file", "services": [{"name", "cmd", "env", "log", "ready": [paths],
+       "port", "workers_healthy": bool}]}. Standard library only.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+
+def get(url, timeout=1.0):
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+    except (OSError, ValueError):
+        return None, b""
+
+
+def ready(svc):
+    base = f"http://127.0.0.1:{svc['port']}"
+    for path in svc.get("ready", []):
+        st, _ = get(base + path)
+        if st != 200:
+            return False
+    if svc.get("workers_healthy"):
+        st, body = get(base + "/workers")
+        try:
+            data = json.loads(body) if st == 200 else None
+        except ValueError:
+            data = None
+        items = data.get("workers", data) if isinstance(data, dict) else data
+        if not items or not all(isinstance(w, dict) and w.get("is_healthy") for w in items):
+            return False
+    return True
+
+
+def main():
+    with open(sys.argv[1]) as f:
+        spec = json.load(f)
+    procs = []
+    stopping = []
+
+    def on_term(signum, frame):
+        stopping.append(signum)
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, on_term)
+    # A fresh network namespace has only a loopback, and it is down.
+    subprocess.run(["ip", "link", "set", "lo", "up"], check=True, timeout=10)
+    pids = {}
+    for svc in spec["services"]:
+        logf = open(svc["log"], "ab")
+        env = dict(os.environ)
+        env.update(svc.get("env", {}))
+        p = subprocess.Popen(svc["cmd"], env=env, stdout=logf, stderr=subprocess.STDOUT,
+                             stdin=subprocess.DEVNULL)
+        logf.close()
+        procs.append(p)
+        deadline = time.time() + 60
+        while not ready(svc):
+            if p.poll() is not None or stopping:
+                sys.exit(f"pod {spec['name']}: {svc['name']} exited or was stopped during start-up")
+            if time.time() > deadline:
+                sys.exit(f"pod {spec['name']}: {svc['name']} not ready in 60 s")
+            time.sleep(0.1)
+        pids[svc["name"]] = p.pid
+    tmp = spec["ready_file"] + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump({"pids": pids}, f)
+    os.replace(tmp, spec["ready_file"])
+    while not stopping:
+        try:
+            # reap whatever exits (we are PID 1 of the pod: orphans come to us)
+            os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            pass
+        time.sleep(0.2)
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    deadline = time.time() + 2
+    while time.time() < deadline and any(p.poll() is None for p in procs):
+        time.sleep(0.05)
+    # exiting kills the rest of the pod (PID namespace init)
+
+
+if __name__ == "__main__":
+    main()
