@@ -71,9 +71,19 @@ fn start(tag: &str) -> (Session, PathBuf) {
 
 /// [`start`] on a `width`x`height` terminal.
 fn start_sized(tag: &str, width: u16, height: u16) -> (Session, PathBuf) {
-    let bin = Path::new(env!("CARGO_BIN_EXE_wedgewatch"));
     let fixture =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/recordings/wedged-decode.rec");
+    start_on_sized(tag, &fixture, width, height)
+}
+
+/// [`start`] on any file `tui --replay` opens (a recording, a bundle, a snapshot.json).
+fn start_on(tag: &str, fixture: &Path) -> (Session, PathBuf) {
+    start_on_sized(tag, fixture, 120, 40)
+}
+
+/// [`start_on`] on a `width`x`height` terminal.
+fn start_on_sized(tag: &str, fixture: &Path, width: u16, height: u16) -> (Session, PathBuf) {
+    let bin = Path::new(env!("CARGO_BIN_EXE_wedgewatch"));
     let name = format!("ww-tui-{tag}-{}", std::process::id());
     let rc_file = std::env::temp_dir().join(format!("{name}.rc"));
     let _ = std::fs::remove_file(&rc_file);
@@ -272,4 +282,41 @@ fn at_80x24_the_evidence_scrolls_into_sight() {
     tmux(&["send-keys", "-t", t, "q"]);
     wait_for(t, "the UI to exit", |p| p.contains("UI-EXITED"));
     assert_eq!(exit_status(&rc_file), "0");
+}
+
+/// The bug-report loop on a real terminal: a bundle written by `snapshot -o` opens with
+/// `tui --replay DIR` (or its `snapshot.json`) as a still frame (the finding, the stuck requests), and `q` exits 0.
+#[test]
+fn a_bundle_replays_as_a_still_frame() {
+    if tmux_missing() {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("bundle");
+    let snap = wedgewatch::snapshot::read_snapshot(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/snapshots/wedged.json"),
+    )
+    .expect("fixture");
+    wedgewatch::snapshot::write_bundle(
+        &snap,
+        &Default::default(),
+        &dir,
+        wedgewatch::snapshot::Overwrite::Refuse,
+    )
+    .expect("bundle");
+    // the directory, then its snapshot.json alone
+    for (tag, path) in [
+        ("bundle", dir.clone()),
+        ("snapjson", dir.join("snapshot.json")),
+    ] {
+        let (session, rc_file) = start_on(tag, &path);
+        wait_for(&session.0, "the Overview of the bundle", |p| {
+            p.contains("REPLAY 1/1") && p.contains("wedged_request")
+        });
+        tmux(&["send-keys", "-t", &session.0, "2"]);
+        wait_for(&session.0, "the stuck requests", |p| p.contains("r0311"));
+        tmux(&["send-keys", "-t", &session.0, "q"]);
+        wait_for(&session.0, "the UI to exit", |p| p.contains("UI-EXITED"));
+        assert_eq!(exit_status(&rc_file), "0");
+    }
 }

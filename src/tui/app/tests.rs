@@ -83,6 +83,7 @@ fn snap(taken_at: &str, requests: Vec<Request>) -> Snapshot {
         redacted: true,
         config_changed: vec![],
         tool: BTreeMap::new(),
+        versions: BTreeMap::new(),
         logical_requests: vec![],
     }
 }
