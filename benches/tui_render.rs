@@ -93,6 +93,7 @@ fn big_snapshot(exchanges: usize) -> Snapshot {
         redacted: true,
         config_changed: vec![],
         tool: BTreeMap::new(),
+        versions: BTreeMap::new(),
         logical_requests: logical,
     }
 }

@@ -211,6 +211,8 @@ mod tests {
             metrics: Default::default(),
             gpu_activity: None,
             labels: Default::default(),
+            versions: Default::default(),
+            relevant_env: Vec::new(),
             netns: None,
             container: None,
         }
@@ -231,6 +233,7 @@ mod tests {
             redacted: true,
             config_changed: vec![],
             tool: Default::default(),
+            versions: Default::default(),
             logical_requests: vec![],
         }
     }

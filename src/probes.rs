@@ -113,6 +113,14 @@ pub struct Profile {
     /// When several profiles match one process, the highest priority wins (then file order).
     #[serde(default)]
     pub priority: i32,
+    /// Distributions whose installed versions a report shows (`sglang`, `torch`), read
+    /// from their `*.dist-info/METADATA` on disk, never by importing (`sources::versions`).
+    #[serde(default)]
+    pub packages: Vec<String>,
+    /// Regexes over environment variable names a report shows besides the changes
+    /// (`^SGLANG_`, `^NCCL_`): the rest of the environment stays in `snapshot.json`.
+    #[serde(default)]
+    pub relevant_env: Vec<String>,
 }
 
 fn yes() -> bool {
@@ -136,6 +144,7 @@ impl Profile {
             ("match_comm", &self.match_comm),
             ("match_title", &self.match_title),
             ("exclude_cmdline", &self.exclude_cmdline),
+            ("relevant_env", &self.relevant_env),
         ];
         for (key, list) in lists {
             for re in list {

@@ -16,6 +16,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 mod bundle;
+mod versions;
 pub use bundle::{check_bundle_target, write_bundle, Overwrite, MANIFEST};
 
 // The parts a snapshot is assembled from are model types (the correlator fills them in).
@@ -127,7 +128,9 @@ pub fn assemble_bundle(parts: SnapshotParts, opts: &AssembleOptions) -> Bundle {
         redacted: opts.redact,
         config_changed: parts.config_changed.clone(),
         tool: opts.tool.clone(),
+        versions: BTreeMap::new(),
     };
+    versions::fill(&mut snapshot, &parts);
 
     let mut raw = parts.raw.clone();
     let facts_list: Vec<&ProcessFacts> = facts.values().collect();
@@ -194,6 +197,8 @@ fn snap_component(
         metrics: extras.metrics,
         gpu_activity: extras.gpu_activity,
         labels: c.labels.clone(),
+        versions: BTreeMap::new(),
+        relevant_env: Vec::new(),
         netns: c.netns,
         container: c.container.clone(),
     }

@@ -848,6 +848,9 @@ fn engine_state_includes_its_scheduler_child_processes() {
         parts.gpus[0].processes[0].component.as_deref(),
         Some("scheduler_TP0@decode@127.0.0.1:31012")
     );
+    // The TUI scales its power and memory sparklines to these.
+    assert_eq!(parts.gpus[0].power_limit_w, Some(300.0));
+    assert_eq!(parts.gpus[0].mem_total_bytes, Some(80 << 30));
 }
 
 #[test]

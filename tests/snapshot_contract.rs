@@ -137,10 +137,13 @@ fn live_bundle_is_complete_and_atomic() {
 
     let report = std::fs::read_to_string(dir.join("report.md")).expect("report.md");
     let f = report.find("## Findings").expect("findings section");
-    let t = report.find("## Topology").expect("topology section");
+    let t = report.find("<summary>Topology").expect("topology section");
     assert!(f < t, "findings come first");
     assert!(report.contains(&format!("`{id}`")));
-    assert!(report.contains("<details><summary>environment"));
+    // the environment: the variables the SGLang profile marks relevant, not all of it
+    assert!(report.contains(&format!("<details><summary>{id} (decode)</summary>")));
+    assert!(report.contains("CUDA_VISIBLE_DEVICES=0"), "{report}");
+    assert!(!report.contains("PATH="), "{report}");
     assert!(dir.join("raw/processes.json").is_file());
     assert!(dir.join("raw/topology.json").is_file());
     // nothing but the bundle beside it: no temporary directories left

@@ -66,9 +66,24 @@ fn tmux_missing() -> bool {
 /// shell prints a marker after the UI exits, so we can see the screen was restored and read
 /// the exit status from the returned file.
 fn start(tag: &str) -> (Session, PathBuf) {
-    let bin = Path::new(env!("CARGO_BIN_EXE_wedgewatch"));
+    start_sized(tag, 120, 40)
+}
+
+/// [`start`] on a `width`x`height` terminal.
+fn start_sized(tag: &str, width: u16, height: u16) -> (Session, PathBuf) {
     let fixture =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/recordings/wedged-decode.rec");
+    start_on_sized(tag, &fixture, width, height)
+}
+
+/// [`start`] on any file `tui --replay` opens (a recording, a bundle, a snapshot.json).
+fn start_on(tag: &str, fixture: &Path) -> (Session, PathBuf) {
+    start_on_sized(tag, fixture, 120, 40)
+}
+
+/// [`start_on`] on a `width`x`height` terminal.
+fn start_on_sized(tag: &str, fixture: &Path, width: u16, height: u16) -> (Session, PathBuf) {
+    let bin = Path::new(env!("CARGO_BIN_EXE_wedgewatch"));
     let name = format!("ww-tui-{tag}-{}", std::process::id());
     let rc_file = std::env::temp_dir().join(format!("{name}.rc"));
     let _ = std::fs::remove_file(&rc_file);
@@ -88,9 +103,9 @@ fn start(tag: &str) -> (Session, PathBuf) {
             "-s",
             &name,
             "-x",
-            "120",
+            &width.to_string(),
             "-y",
-            "40",
+            &height.to_string(),
             &cmd,
         ])
         .output()
@@ -200,4 +215,108 @@ fn sigterm_from_outside_restores_the_terminal() {
         "alternate screen not left:\n{pane}"
     );
     assert_eq!(exit_status(&rc_file), "0", "a stop signal is a clean exit");
+}
+
+/// At 80x24 the evidence of the finding is below the bottom of the pane: j scrolls through
+/// it (before, j/k/PgDn left the pane unchanged and the GPU, stack and metrics evidence
+/// never showed), and the Threads view puts the wedged scheduler first.
+#[test]
+fn at_80x24_the_evidence_scrolls_into_sight() {
+    if tmux_missing() {
+        return;
+    }
+    let (session, rc_file) = start_sized("small", 80, 24);
+    let t = session.0.as_str();
+    wait_for(t, "the UI", |p| p.contains("REPLAY"));
+    for _ in 0..3 {
+        tmux(&["send-keys", "-t", t, "+"]);
+    }
+    // The last frame: four requests stuck, more evidence than the pane holds. The replay
+    // stays on it, so the findings no longer change under the keys.
+    wait_for(t, "the last frame with the finding", |p| {
+        p.contains("REPLAY 15/15") && p.contains("CRIT wedged_request")
+    });
+    tmux(&["send-keys", "-t", t, "Enter"]);
+    let first = wait_for(t, "the evidence", |p| p.contains("▾ CRIT wedged_request"));
+    assert!(
+        !first.contains("[stacks]"),
+        "the stack evidence starts below the pane:\n{first}"
+    );
+    let mut seen = first.clone();
+    let mut last = first.clone();
+    for _ in 0..40 {
+        tmux(&["send-keys", "-t", t, "j"]);
+        std::thread::sleep(Duration::from_millis(150));
+        last = capture(t);
+        seen.push_str(&last);
+        if ["[gpu]", "[metrics]", "[stacks]"]
+            .iter()
+            .all(|e| seen.contains(e))
+        {
+            break;
+        }
+    }
+    assert_ne!(first, last, "j changes the pane");
+    for e in ["[gpu]", "[metrics]", "[stacks]"] {
+        assert!(
+            seen.contains(e),
+            "{e} never scrolled into sight; last pane:\n{last}"
+        );
+    }
+    // Every view's header names the finding; the wedged scheduler is the first thread.
+    tmux(&["send-keys", "-t", t, "3"]);
+    let pane = wait_for(t, "the Threads view", |p| p.contains("COMPONENT"));
+    let lines: Vec<&str> = pane.lines().collect();
+    assert!(
+        lines[1].starts_with("CRIT wedged_request at decode@"),
+        "{pane}"
+    );
+    let head = lines
+        .iter()
+        .position(|l| l.starts_with("COMPONENT"))
+        .expect("column heads");
+    assert!(
+        lines[head + 1].starts_with("scheduler@decode"),
+        "the wedged scheduler first:\n{pane}"
+    );
+    tmux(&["send-keys", "-t", t, "q"]);
+    wait_for(t, "the UI to exit", |p| p.contains("UI-EXITED"));
+    assert_eq!(exit_status(&rc_file), "0");
+}
+
+/// The bug-report loop on a real terminal: a bundle written by `snapshot -o` opens with
+/// `tui --replay DIR` (or its `snapshot.json`) as a still frame (the finding, the stuck requests), and `q` exits 0.
+#[test]
+fn a_bundle_replays_as_a_still_frame() {
+    if tmux_missing() {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("bundle");
+    let snap = wedgewatch::snapshot::read_snapshot(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/snapshots/wedged.json"),
+    )
+    .expect("fixture");
+    wedgewatch::snapshot::write_bundle(
+        &snap,
+        &Default::default(),
+        &dir,
+        wedgewatch::snapshot::Overwrite::Refuse,
+    )
+    .expect("bundle");
+    // the directory, then its snapshot.json alone
+    for (tag, path) in [
+        ("bundle", dir.clone()),
+        ("snapjson", dir.join("snapshot.json")),
+    ] {
+        let (session, rc_file) = start_on(tag, &path);
+        wait_for(&session.0, "the Overview of the bundle", |p| {
+            p.contains("REPLAY 1/1") && p.contains("wedged_request")
+        });
+        tmux(&["send-keys", "-t", &session.0, "2"]);
+        wait_for(&session.0, "the stuck requests", |p| p.contains("r0311"));
+        tmux(&["send-keys", "-t", &session.0, "q"]);
+        wait_for(&session.0, "the UI to exit", |p| p.contains("UI-EXITED"));
+        assert_eq!(exit_status(&rc_file), "0");
+    }
 }

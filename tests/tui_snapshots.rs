@@ -429,7 +429,7 @@ fn help_overlay_lists_every_key() {
     let screen = screen_rows(&a, 80, 24).join("\n");
     for k in [
         "tab / shift-tab",
-        "1 … 7",
+        "1 … 8",
         "enter",
         "esc",
         "/",

@@ -18,6 +18,7 @@ pub mod export;
 pub mod options;
 pub mod progress;
 pub mod record;
+pub mod report;
 pub mod snapshot;
 pub mod source;
 pub mod tui;
@@ -85,6 +86,8 @@ pub enum Verb {
     Completions(docs::CompletionsArgs),
     /// The man page (roff).
     Man(docs::ManArgs),
+    /// Render report.md (or text, or the verdict as JSON) again from a snapshot or bundle.
+    Report(report::ReportArgs),
 }
 
 impl Verb {
@@ -92,7 +95,7 @@ impl Verb {
     fn samples(&self) -> bool {
         !matches!(
             self,
-            Verb::Diff(_) | Verb::Completions(_) | Verb::Man(_) | Verb::Doctor(_)
+            Verb::Diff(_) | Verb::Completions(_) | Verb::Man(_) | Verb::Doctor(_) | Verb::Report(_)
         )
     }
 }
@@ -118,6 +121,7 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
         Verb::Doctor(a) => doctor::run(top.targets, a),
         Verb::Completions(a) => docs::completions(a),
         Verb::Man(a) => docs::man(a),
+        Verb::Report(a) => report::cmd_report(a),
     }
 }
 
@@ -168,6 +172,7 @@ fn verb_name(verb: &Verb) -> &'static str {
         Verb::Doctor(_) => "doctor",
         Verb::Completions(_) => "completions",
         Verb::Man(_) => "man",
+        Verb::Report(_) => "report",
     }
 }
 

@@ -1,6 +1,7 @@
 //! `wedgewatch tui`: the live UI. It always reads a daemon over its socket: a running one
 //! if there is one, else a private in-process daemon started for the session, so live view,
-//! snapshot and daemon share one code path. `--replay FILE` plays a recording instead.
+//! snapshot and daemon share one code path. `--replay FILE` plays a recording instead, or
+//! shows a snapshot file or bundle directory as a still frame.
 
 use super::exit::{code, runtime};
 use super::options::Sampling;
@@ -28,6 +29,7 @@ const EXAMPLES: &str = "\
 Examples:
   wedgewatch                              # the same as `wedgewatch tui`
   wedgewatch tui --replay incident.wwrec  # space pause, ./, step, [/] seek, +/- speed
+  wedgewatch tui --replay bundle/         # a bundle or snapshot.json: every view, one still frame
   wedgewatch tui --no-daemon --pid 4242   # sample here, adding a process discovery missed
 
 It needs a terminal; without one use `wedgewatch snapshot` (or `check`).
@@ -36,7 +38,8 @@ Exit status: 0 quit, 2 usage or input error (or no terminal), 3 could not sample
 #[derive(Debug, Args, Default)]
 #[command(after_help = EXAMPLES)]
 pub struct TuiArgs {
-    /// Play a recording instead of watching live.
+    /// Play a recording instead of watching live, or show a snapshot file or bundle
+    /// directory as a still frame.
     #[arg(long, value_name = "FILE")]
     pub replay: Option<PathBuf>,
     /// Sample in-process even when a daemon is running.
@@ -90,6 +93,13 @@ fn daemon_answers(socket: &Path) -> bool {
 }
 
 fn replay(path: &Path, assemble: AssembleOptions, th: Thresholds) -> anyhow::Result<i32> {
+    // a bundle or snapshot.json (what a bug report carries) is one still frame
+    if let Some(snap) = super::report::still_frame(path)? {
+        need_terminal("`wedgewatch report FILE`")?;
+        let mut feed = ReplayFeed::still(snap);
+        tui::run(&mut feed, app_options())?;
+        return Ok(code::OK);
+    }
     let rec = Recording::open(path)?;
     let (frames, stats) = attach::replay_frames_counted(&rec, 1000, th)?;
     if frames.is_empty() {

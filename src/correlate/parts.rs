@@ -113,6 +113,8 @@ impl Model {
                     uuid: d.uuid.clone(),
                     mem_used_bytes: d.mem_used_bytes,
                     activity: Some(device_activity(d, &self.thresholds).as_str().to_string()),
+                    power_limit_w: d.power_limit_mw.map(|p| f64::from(p) / 1000.0),
+                    mem_total_bytes: d.mem_total_bytes,
                 });
             }
         }

@@ -68,6 +68,13 @@ impl Builder<'_> {
             labels.insert("argc".into(), args.len().to_string());
         }
         c.labels = labels;
+        // what a report shows: installed versions (top-level components only: children run
+        // their engine's Python) and which variables matter
+        if parent.is_none() && !prof.packages.is_empty() {
+            let proc = &self.table.proc;
+            c.versions = crate::sources::versions::read(proc, pid, &args, &env, &prof.packages);
+        }
+        c.relevant_env = prof.relevant_env.clone();
         c
     }
 

@@ -372,6 +372,9 @@ pub struct GpuDevice {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct GpuReading {
     pub driver_version: Option<String>,
+    /// The CUDA version the driver supports (`12.4`), from NVML.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cuda_version: Option<String>,
     pub devices: Vec<GpuDevice>,
 }
 

@@ -33,6 +33,10 @@ pub struct Snapshot {
     pub config_changed: Vec<Change>,
     #[serde(default)]
     pub tool: BTreeMap<String, String>,
+    /// Host-wide versions for a bug report: `wedgewatch`, `kernel`, `nvidia_driver`, `cuda`
+    /// (absent when not known, e.g. no NVML).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub versions: BTreeMap<String, String>,
     /// Requests as their clients sent them, each across its hops, with the correlator's
     /// verdict (absent from snapshots of older versions).
     #[serde(default)]
@@ -78,6 +82,14 @@ pub struct SnapComponent {
     pub gpu_activity: Option<String>,
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
+    /// Installed versions read from package metadata on disk (`sglang`, `torch`, `python`,
+    /// ...); see `sources::versions`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub versions: BTreeMap<String, String>,
+    /// Names of the variables of `env` its stack profile marks relevant (`relevant_env`):
+    /// what a report shows of the environment besides the changes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub relevant_env: Vec<String>,
     /// Added: inode of its network namespace when not wedgewatch's own (a container).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub netns: Option<u64>,
@@ -231,6 +243,13 @@ pub struct SnapGpu {
     pub mem_used_bytes: Option<u64>,
     #[serde(default)]
     pub activity: Option<String>,
+    /// The enforced power limit: the top of the power sparkline, so a steady 70 W on a
+    /// 700 W card draws low instead of as a full bar (absent in older snapshots).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub power_limit_w: Option<f64>,
+    /// Total memory: the top of the memory sparkline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mem_total_bytes: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -101,6 +101,13 @@ pub struct Component {
     pub title: Option<String>,
     /// Free-form facts from the profile (mode, tp size, ...).
     pub labels: BTreeMap<String, String>,
+    /// Installed versions (package -> version, `python`, `kernel`) read by discovery from
+    /// the package metadata on disk (`sources::versions`); engines and routers only.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub versions: BTreeMap<String, String>,
+    /// The profile's `relevant_env` patterns (regexes over variable names).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub relevant_env: Vec<String>,
     /// Inode of its network namespace when that is not wedgewatch's own (a container): its
     /// listen addresses mean something only in there, and it is scraped in there.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -128,6 +135,8 @@ impl Component {
             metrics_url: None,
             title: None,
             labels: BTreeMap::new(),
+            versions: BTreeMap::new(),
+            relevant_env: Vec::new(),
             netns: None,
             container: None,
         }

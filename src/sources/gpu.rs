@@ -191,6 +191,11 @@ fn lib_name(lib: &Option<PathBuf>) -> String {
 }
 
 /// Why NVML could not start, in words an on-call engineer can act on.
+/// NVML's CUDA driver version (`12040`) as people write it (`12.4`).
+fn cuda_version(v: i32) -> String {
+    format!("{}.{}", v / 1000, (v % 1000) / 10)
+}
+
 fn init_reason(lib: &Option<PathBuf>, e: &NvmlError) -> String {
     let name = lib_name(lib);
     match e {
@@ -240,6 +245,7 @@ impl NvmlWorker {
         };
         let mut reading = GpuReading {
             driver_version: nvml.sys_driver_version().ok(),
+            cuda_version: nvml.sys_cuda_driver_version().ok().map(cuda_version),
             devices: Vec::new(),
         };
         let count = match nvml.device_count() {
@@ -789,6 +795,7 @@ mod tests {
         };
         let reading = GpuReading {
             driver_version: None,
+            cuda_version: None,
             devices: vec![dev(0, 9042), dev(1, 43), dev(2, 777)],
         };
         let m = map_gpu_pids(&topo, &facts, &reading);

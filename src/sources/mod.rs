@@ -8,6 +8,7 @@ pub mod pyspy_json;
 pub mod router_key;
 pub mod sockets;
 pub mod stacks;
+pub mod versions;
 
 use crate::clock::Clock;
 use crate::model::{Sample, SourceKind, Topology};

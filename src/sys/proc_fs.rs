@@ -438,5 +438,8 @@ fn socket_inode(link: &[u8]) -> Option<u64> {
     std::str::from_utf8(digits).ok()?.parse().ok()
 }
 
+mod files;
+pub use files::is_plain_absolute;
+
 #[cfg(test)]
 mod tests;

@@ -150,6 +150,9 @@ impl Feed for ChannelFeed {
     }
 }
 
+/// The header's note on a still frame.
+pub const STILL_NOTE: &str = "still frame (a snapshot, not a recording)";
+
 /// Used when a snapshot's `taken_at` cannot be parsed or does not move forward.
 const DEFAULT_FRAME_INTERVAL_MS: i64 = 1000;
 const MIN_SPEED: f64 = 0.25;
@@ -209,6 +212,12 @@ impl ReplayFeed {
             },
         };
         ReplayFeed::new(snapshots.into_iter().map(frame).collect())
+    }
+
+    /// One snapshot (a bundle or `snapshot.json` from a bug report) as a still frame: every
+    /// view, no timeline; the header says it is not a recording.
+    pub fn still(snapshot: Snapshot) -> Self {
+        ReplayFeed::with_note(vec![snapshot], Some(STILL_NOTE.to_string()))
     }
 
     pub fn status(&self) -> ReplayStatus {
@@ -315,6 +324,7 @@ mod tests {
             redacted: true,
             config_changed: vec![],
             tool: BTreeMap::new(),
+            versions: BTreeMap::new(),
             logical_requests: vec![],
         }
     }

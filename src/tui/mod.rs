@@ -18,7 +18,8 @@ pub use app::{
     SnapshotWriter, SortKey, View, LANES,
 };
 pub use feed::{
-    ChannelFeed, Feed, FeedFrame, FeedState, ReplayCommand, ReplayFeed, ReplayStatus, SamplerHealth,
+    ChannelFeed, Feed, FeedFrame, FeedState, ReplayCommand, ReplayFeed, ReplayStatus,
+    SamplerHealth, STILL_NOTE,
 };
 pub use render::{fmt_bytes, fmt_ms, sparkline, HELP};
 

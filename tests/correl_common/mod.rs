@@ -240,6 +240,7 @@ pub fn gpu(util: &[(u32, u32, u32)]) -> GpuReading {
     // (index, util %, power W) with a 300 W limit.
     GpuReading {
         driver_version: Some("fake".into()),
+        cuda_version: None,
         devices: util
             .iter()
             .map(|(i, u, w)| GpuDevice {

@@ -1,9 +1,15 @@
 //! The UI state (model) and key handling. Pure: no terminal, no I/O except the snapshot
 //! writer the caller plugs in. Rendering lives in `render/` and only reads this state.
 
+mod component;
+mod cursor;
 mod derived;
 mod history;
+mod nav;
+mod order;
 
+pub use component::{component_facts, host_versions, Fact};
+pub use cursor::{items, FindingRow, Item};
 pub use derived::{derive, in_flight, lane_of, request_role, Derived, Lane, RequestRow, LANES};
 pub use history::{GpuPoint, HistoryPoint};
 
@@ -11,7 +17,8 @@ use super::feed::{FeedFrame, FeedState, ReplayCommand, SamplerHealth};
 use crate::clock::{Clock, SystemClock};
 use crate::model::{Finding, Snapshot};
 use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
-use std::collections::{BTreeSet, VecDeque};
+use std::cell::Cell;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -84,10 +91,11 @@ pub enum View {
     Sockets,
     Metrics,
     Diff,
+    Components,
 }
 
 impl View {
-    pub const ALL: [View; 7] = [
+    pub const ALL: [View; 8] = [
         View::Overview,
         View::Requests,
         View::Threads,
@@ -95,6 +103,7 @@ impl View {
         View::Sockets,
         View::Metrics,
         View::Diff,
+        View::Components,
     ];
     pub fn title(self) -> &'static str {
         match self {
@@ -105,6 +114,7 @@ impl View {
             View::Sockets => "Sockets",
             View::Metrics => "Metrics",
             View::Diff => "Diff",
+            View::Components => "Components",
         }
     }
     pub fn index(self) -> usize {
@@ -158,7 +168,19 @@ pub struct App {
     frozen: bool,
     feed_state: FeedState,
     view: View,
-    selected: [usize; 7],
+    selected: [usize; View::ALL.len()],
+    /// The Overview's findings pane: findings and the evidence items of expanded ones.
+    finding_rows: Vec<FindingRow>,
+    /// First line shown of the open detail pane (thread frames, component detail).
+    detail_scroll: usize,
+    /// Lines the open detail pane had when last drawn, so scrolling stops at its last page
+    /// (set while drawing, which only has `&self`).
+    detail_viewport: Cell<usize>,
+    /// Where the Overview's cursor was (finding key, item) before a new frame came in.
+    pending_cursor: Option<(String, Option<usize>)>,
+    /// Versions of the host and tool in the frame on screen (refreshed while the Components
+    /// view is open).
+    host_versions: BTreeMap<String, String>,
     /// Expanded findings, by `kind|component` (stable across frames, unlike indices).
     expanded: BTreeSet<String>,
     detail: bool,
@@ -195,7 +217,12 @@ impl App {
             frozen: false,
             feed_state: FeedState::Live,
             view: View::Overview,
-            selected: [0; 7],
+            selected: [0; View::ALL.len()],
+            finding_rows: Vec::new(),
+            detail_scroll: 0,
+            detail_viewport: Cell::new(0),
+            pending_cursor: None,
+            host_versions: BTreeMap::new(),
             expanded: BTreeSet::new(),
             detail: false,
             filter: String::new(),
@@ -268,6 +295,21 @@ impl App {
     pub fn is_expanded(&self, f: &Finding) -> bool {
         self.expanded.contains(&finding_key(f))
     }
+    /// The Overview's findings pane rows; `selected()` indexes them in the Overview.
+    pub fn finding_rows(&self) -> &[FindingRow] {
+        &self.finding_rows
+    }
+    /// First line of the open detail pane to show.
+    pub fn detail_scroll(&self) -> usize {
+        self.detail_scroll
+    }
+    /// Called while drawing: how many lines the open detail pane has on screen.
+    pub fn set_detail_viewport(&self, lines: usize) {
+        self.detail_viewport.set(lines);
+    }
+    pub fn host_versions(&self) -> &BTreeMap<String, String> {
+        &self.host_versions
+    }
     /// Ids of the requests in the Requests view, in display order.
     pub fn request_ids(&self) -> Vec<&str> {
         let Some(s) = self.snapshot() else {
@@ -314,8 +356,21 @@ impl App {
     }
 
     fn show(&mut self, frame: FeedFrame) {
+        // Taken before the frame changes: the rows index the old frame's findings.
+        self.pending_cursor = self.cursor_key();
         self.current = Some(frame);
         self.recompute();
+        self.refresh_host_versions();
+    }
+
+    /// Host versions are read by serializing the whole snapshot (see `component::carried_map`),
+    /// so only for the view that shows them: on a new frame while it is open, and on opening it.
+    fn refresh_host_versions(&mut self) {
+        if self.view == View::Components {
+            if let Some(f) = &self.current {
+                self.host_versions = host_versions(&f.snapshot);
+            }
+        }
     }
 
     /// Sets the status line (e.g. from the run loop).
@@ -328,20 +383,21 @@ impl App {
             Some(f) => derive(&f.snapshot, &self.filter, self.sort, self.all_hops),
             None => Derived::default(),
         };
-        self.clamp_selection();
+        self.after_derive();
     }
 
     /// Number of selectable items in a view.
     pub fn view_len(&self, view: View) -> usize {
         let d = &self.derived;
         match view {
-            View::Overview => d.findings.len(),
+            View::Overview => self.finding_rows.len(),
             View::Requests => d.request_order.len(),
             View::Threads => d.threads.len(),
             View::Gpu => self.snapshot().map_or(0, gpu_line_count),
             View::Sockets => d.connections.len(),
             View::Metrics => d.metric_lines.len(),
             View::Diff => d.changes.len(),
+            View::Components => self.snapshot().map_or(0, |s| s.components.len()),
         }
     }
 
@@ -353,17 +409,15 @@ impl App {
         }
     }
 
-    fn move_selection(&mut self, delta: i64) {
-        let len = self.view_len(self.view);
-        let s = &mut self.selected[self.view.index()];
-        let target = (*s as i64 + delta).clamp(0, len.saturating_sub(1) as i64);
-        *s = target as usize;
-    }
-
     fn set_view(&mut self, view: View) {
         if view != self.view {
             self.view = view;
             self.detail = false;
+            self.detail_scroll = 0;
+            if view == View::Components {
+                self.select_worst_component();
+                self.refresh_host_versions();
+            }
         }
     }
 
@@ -401,20 +455,11 @@ impl App {
 
     fn toggle_enter(&mut self) {
         match self.view {
-            View::Overview => {
-                let key = self.snapshot().and_then(|s| {
-                    let i = *self.derived.findings.get(self.selected())?;
-                    s.findings.get(i).map(finding_key)
-                });
-                if let Some(k) = key {
-                    if !self.expanded.remove(&k) {
-                        self.expanded.insert(k);
-                    }
-                }
-            }
-            View::Requests | View::Threads | View::Sockets => {
+            View::Overview => self.toggle_finding(),
+            View::Requests | View::Threads | View::Sockets | View::Components => {
                 if self.view_len(self.view) > 0 {
                     self.detail = !self.detail;
+                    self.detail_scroll = 0;
                 }
             }
             View::Gpu | View::Metrics | View::Diff => {}
@@ -445,7 +490,7 @@ impl App {
                 let n = View::ALL.len();
                 self.set_view(View::ALL[(self.view.index() + n - 1) % n])
             }
-            KeyCode::Char(c @ '1'..='7') => {
+            KeyCode::Char(c @ '1'..='8') => {
                 let i = (c as usize) - ('1' as usize);
                 self.set_view(View::ALL[i]);
             }
@@ -505,6 +550,7 @@ impl App {
     fn escape(&mut self) {
         if self.detail {
             self.detail = false;
+            self.detail_scroll = 0;
         } else if !self.filter.is_empty() {
             self.filter.clear();
             self.recompute();
@@ -537,5 +583,7 @@ pub fn gpu_line_count(s: &Snapshot) -> usize {
     s.gpus.iter().map(|g| 1 + g.processes.len()).sum()
 }
 
+#[cfg(test)]
+mod scroll_tests;
 #[cfg(test)]
 mod tests;

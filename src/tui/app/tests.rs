@@ -83,6 +83,7 @@ fn snap(taken_at: &str, requests: Vec<Request>) -> Snapshot {
         redacted: true,
         config_changed: vec![],
         tool: BTreeMap::new(),
+        versions: BTreeMap::new(),
         logical_requests: vec![],
     }
 }
@@ -188,7 +189,11 @@ fn views_by_tab_backtab_and_numbers() {
     assert_eq!(app.view(), View::Requests);
     app.handle_key(key(KeyCode::BackTab));
     app.handle_key(key(KeyCode::BackTab));
+    assert_eq!(app.view(), View::Components, "the last view");
+    app.handle_key(key(KeyCode::BackTab));
     assert_eq!(app.view(), View::Diff);
+    app.handle_key(ch('8'));
+    assert_eq!(app.view(), View::Components);
     app.handle_key(ch('4'));
     assert_eq!(app.view(), View::Gpu);
     app.handle_key(ch('9'));

@@ -33,7 +33,7 @@ pub(super) fn render(app: &App, s: &Snapshot, theme: Theme, frame: &mut Frame, a
     // Wide screens: one line per change. Narrow ones: before -> after on a second line, so
     // the key (an env var name can be long) is never cut.
     let wide = w >= 120;
-    lines.push(Line::styled(fit(&column_heading(wide), w), theme.dim()));
+    lines.push(Line::styled(fit(&column_heading(wide), w), theme.head()));
     let per_item = if wide { 1 } else { 2 };
     let rows_h = (area.height as usize).saturating_sub(2) / per_item;
     let sel = app.selected();

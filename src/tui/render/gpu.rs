@@ -1,6 +1,8 @@
 //! GPU view: per-GPU utilisation, power and memory sparklines, and per-process memory.
 
-use super::{fit, fmt_bytes, para, rfit, scroll_offset, source_problem_line, sparkline, Theme};
+use super::{
+    fit, fmt_bytes, keep_visible, render_scrolled, rfit, source_problem_line, sparkline, Theme,
+};
 use crate::model::{SnapComponent, SnapGpu, SnapGpuProcess, Snapshot};
 use crate::tui::app::{App, HistoryPoint};
 use ratatui::layout::Rect;
@@ -18,9 +20,12 @@ pub(super) fn render(app: &App, s: &Snapshot, theme: Theme, frame: &mut Frame, a
     let sel = app.selected();
     let mut item = 0usize;
     let mut selected_line = 0usize;
+    let mut selected_end = 0usize;
     for g in &s.gpus {
         if item == sel {
+            // A GPU's heading brings its three readings into sight with it.
             selected_line = lines.len();
+            selected_end = selected_line + 3;
         }
         lines.push(gpu_heading(g, theme, item == sel));
         item += 1;
@@ -28,14 +33,14 @@ pub(super) fn render(app: &App, s: &Snapshot, theme: Theme, frame: &mut Frame, a
         for p in &g.processes {
             if item == sel {
                 selected_line = lines.len();
+                selected_end = selected_line;
             }
             lines.push(process_line(hist, g.index, p, theme, spark_w, item == sel));
             item += 1;
         }
     }
-    let h = area.height as usize;
-    let offset = scroll_offset(selected_line, h);
-    frame.render_widget(para(lines.into_iter().skip(offset).take(h).collect()), area);
+    let offset = keep_visible(selected_line, selected_end, area.height as usize);
+    render_scrolled(frame, area, lines, offset);
 }
 
 /// What comes before the GPUs: the source's problem, "no readings", the engines' verdicts.
@@ -104,16 +109,36 @@ fn reading_lines(
     let util = g.util_pct.map_or("-".into(), |u| format!("{u:.0} %"));
     let power = g.power_w.map_or("-".into(), |p| format!("{p:.0} W"));
     let mem = g.mem_used_bytes.map_or("-".into(), |b| fmt_bytes(b as f64));
+    // Scaled to capacity, not to their own maximum: a steady 70 W on a 700 W card is low,
+    // not a full bar. Without a known limit, the largest reading is the top (and said so).
+    let power_top = g.power_limit_w;
+    let mem_top = g.mem_total_bytes.map(|b| b as f64);
+    let of = |top: Option<f64>, unit: fn(f64) -> String| {
+        top.map_or(" of max seen".to_string(), |t| format!(" of {}", unit(t)))
+    };
     [
-        ("util", util, series(0), Some(100.0)),
-        ("power", power, series(1), None),
-        ("memory", mem, series(2), None),
+        (
+            "util",
+            util,
+            series(0),
+            Some(100.0),
+            " of 100 %".to_string(),
+        ),
+        (
+            "power",
+            power,
+            series(1),
+            power_top,
+            of(power_top, |w| format!("{w:.0} W")),
+        ),
+        ("memory", mem, series(2), mem_top, of(mem_top, fmt_bytes)),
     ]
     .into_iter()
-    .map(|(label, value, data, max)| {
+    .map(|(label, value, data, max, scale)| {
         Line::from(vec![
             Span::raw(format!("  {} {} ", fit(label, 7), rfit(&value, 10))),
             Span::styled(sparkline(&data, spark_w, max), theme.fg(Color::Green)),
+            Span::styled(scale, theme.dim()),
         ])
     })
     .collect()

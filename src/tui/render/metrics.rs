@@ -1,45 +1,80 @@
 //! Metrics view: each component's metrics with rates and history.
+//!
+//! A series is named by what tells it apart: `worker_in_flight{worker="http://10.0.0.7:31001"}`
+//! keeps its label values whole and gives up the middle instead (two series cut at the same
+//! column used to look identical). Counters are drawn as their rate (a counter only grows,
+//! so its own curve says nothing); gauges with a known capacity are scaled to it.
 
 use super::{
-    fit, fmt_num, para, rfit, scroll_offset, sev_tag, source_problem_line, sparkline, Theme,
+    fit, fmt_num, keep_visible, render_scrolled, rfit, sev_tag, source_problem_line, sparkline,
+    Theme,
 };
 use crate::model::{Role, SnapComponent, Snapshot};
 use crate::tui::app::{App, HistoryPoint};
-use ratatui::layout::Rect;
+use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};
 use ratatui::Frame;
 use std::collections::VecDeque;
 
+/// Column widths: the name gets what the value, rate and sparkline leave.
+struct Cols {
+    name: usize,
+    spark: usize,
+}
+
+impl Cols {
+    fn for_width(w: usize) -> Cols {
+        let spark = (w / 5).clamp(8, 40);
+        // "  " name " " value(12) " " rate(10) " " spark
+        let name = w
+            .saturating_sub(2 + 1 + 12 + 1 + 10 + 1 + spark)
+            .clamp(12, 56);
+        Cols { name, spark }
+    }
+}
+
 pub(super) fn render(app: &App, s: &Snapshot, theme: Theme, frame: &mut Frame, area: Rect) {
     let w = area.width as usize;
-    let d = app.derived();
-    let hist = app.history();
-    let mut lines = notice_lines(s, theme, w);
-    lines.push(Line::styled(
+    let cols = Cols::for_width(w);
+    let mut head = notice_lines(s, theme, w);
+    head.push(Line::styled(
         fit(
             &format!(
-                "{} {} {} {}",
-                fit("METRIC", 34),
-                rfit("VALUE", 14),
-                rfit("RATE/s", 12),
-                "HISTORY"
+                "  {} {} {} HISTORY",
+                fit("SERIES", cols.name),
+                rfit("VALUE", 12),
+                rfit("RATE/s", 10)
             ),
             w,
         ),
-        theme.bold(),
+        theme.head(),
     ));
-    let head = lines.len();
-    let rows_h = (area.height as usize).saturating_sub(head);
-    let sel = app.selected();
-    // Component headings are interleaved, so scroll over the metric lines with some slack.
-    let offset = scroll_offset(sel, rows_h.saturating_sub(rows_h / 3).max(1));
+    let head_h = (head.len() as u16).min(area.height / 2);
+    let [top, body] =
+        Layout::vertical([Constraint::Length(head_h), Constraint::Min(0)]).areas(area);
+    frame.render_widget(super::para(head), top);
+    let (lines, sel_line) = metric_rows(app, s, theme, &cols, w);
+    let offset = keep_visible(sel_line.saturating_sub(1), sel_line, body.height as usize);
+    render_scrolled(frame, body, lines, offset);
+}
+
+/// Every metric line under its component's heading, and the line of the selected one.
+fn metric_rows(
+    app: &App,
+    s: &Snapshot,
+    theme: Theme,
+    cols: &Cols,
+    w: usize,
+) -> (Vec<Line<'static>>, usize) {
+    let d = app.derived();
+    let mut lines = Vec::new();
+    let mut sel_line = 0;
     let mut last_comp = None;
-    for (pos, (ci, name)) in d.metric_lines.iter().enumerate().skip(offset) {
-        if lines.len() >= area.height as usize {
-            break;
-        }
-        let c = &s.components[*ci];
+    for (pos, (ci, name)) in d.metric_lines.iter().enumerate() {
+        let Some(c) = s.components.get(*ci) else {
+            continue;
+        };
         if last_comp != Some(*ci) {
             last_comp = Some(*ci);
             lines.push(Line::styled(
@@ -47,12 +82,22 @@ pub(super) fn render(app: &App, s: &Snapshot, theme: Theme, frame: &mut Frame, a
                 theme.fg(Color::Cyan).add_modifier(Modifier::BOLD),
             ));
         }
-        lines.push(metric_line(hist, c, name, theme, pos == sel));
+        if pos == app.selected() {
+            sel_line = lines.len();
+        }
+        lines.push(metric_line(
+            app.history(),
+            c,
+            name,
+            theme,
+            cols,
+            pos == app.selected(),
+        ));
     }
     if d.metric_lines.is_empty() {
         lines.push(Line::styled("no metrics in this window", theme.dim()));
     }
-    frame.render_widget(para(lines), area);
+    (lines, sel_line)
 }
 
 /// What comes before the metrics: the source's problem, unresponsive endpoints, and the
@@ -89,37 +134,87 @@ fn notice_lines(s: &Snapshot, theme: Theme, w: usize) -> Vec<Line<'static>> {
     lines
 }
 
-/// One metric: value, rate (when the component exports `<name>_rate`) and history.
+/// `name{a="x",b="y"}` shown as `name{a=x,b=y}` in `w` columns. When it does not fit, the
+/// middle goes: the name's start and the labels' end (the part that differs between series:
+/// the port, the worker) stay.
+fn series_label(key: &str, w: usize) -> String {
+    let shown = key.replace('"', "");
+    let n = shown.chars().count();
+    if n <= w || w < 8 {
+        return fit(&shown, w);
+    }
+    let chars: Vec<char> = shown.chars().collect();
+    let head = (w / 3).min(shown.find('{').unwrap_or(w / 3));
+    let tail = w - head - 1;
+    let mut out: String = chars[..head].iter().collect();
+    out.push('…');
+    out.extend(&chars[n - tail..]);
+    out
+}
+
+/// The top of a gauge's sparkline when the quantity has a known capacity (a fraction).
+fn capacity(name: &str) -> Option<f64> {
+    let base = name.split('{').next().unwrap_or(name);
+    matches!(base, "token_usage" | "kv_cache_usage" | "cache_usage").then_some(1.0)
+}
+
+/// One series: value, rate (when the component exports `<name>_rate`) and history: the
+/// rate's for a counter, the value's for a gauge.
 fn metric_line(
     hist: &VecDeque<HistoryPoint>,
     c: &SnapComponent,
     name: &str,
     theme: Theme,
+    cols: &Cols,
     selected: bool,
 ) -> Line<'static> {
     let value = c.metrics.get(name).copied().unwrap_or(f64::NAN);
-    let rate = c.metrics.get(&format!("{name}_rate")).copied();
+    let rate_key = format!("{name}_rate");
+    let rate = c.metrics.get(&rate_key).copied();
+    let drawn = if rate.is_some() { &rate_key } else { name };
     let data: Vec<Option<f64>> = hist
         .iter()
-        .map(|p| p.metrics.get(&c.id).and_then(|m| m.get(name)).copied())
+        .map(|p| p.metrics.get(&c.id).and_then(|m| m.get(drawn)).copied())
         .collect();
     let rate_style = match rate {
         Some(0.0) => theme.fg(Color::Yellow),
         _ => Style::default(),
     };
+    let max = if rate.is_some() { None } else { capacity(name) };
     let line = Line::from(vec![
         Span::raw(format!(
             "  {} {} ",
-            fit(name, 32),
-            rfit(&fmt_num(value), 14)
+            series_label(name, cols.name),
+            rfit(&fmt_num(value), 12)
         )),
-        Span::styled(rfit(&rate.map_or(String::new(), fmt_num), 12), rate_style),
+        Span::styled(rfit(&rate.map_or(String::new(), fmt_num), 10), rate_style),
         Span::raw(" "),
-        Span::styled(sparkline(&data, 20, None), theme.fg(Color::Green)),
+        Span::styled(sparkline(&data, cols.spark, max), theme.fg(Color::Green)),
     ]);
     if selected {
         line.patch_style(theme.selected())
     } else {
         line
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn series_keep_what_tells_them_apart() {
+        let a = r#"worker_in_flight{worker="http://127.0.0.1:31001"}"#;
+        let b = r#"worker_in_flight{worker="http://127.0.0.1:31012"}"#;
+        let (sa, sb) = (series_label(a, 32), series_label(b, 32));
+        assert_ne!(sa, sb, "cut at the same column they looked identical");
+        assert!(sa.ends_with("127.0.0.1:31001}"), "{sa}");
+        assert!(sa.starts_with("worker_in"), "{sa}");
+        assert_eq!(sa.chars().count(), 32);
+        assert_eq!(
+            series_label(r#"x{a="1"}"#, 20).trim_end(),
+            "x{a=1}",
+            "short ones whole"
+        );
     }
 }

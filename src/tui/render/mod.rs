@@ -5,8 +5,10 @@
 //! sizes, sparklines), the frame layout (header, tabs, status, footer) and the help overlay.
 //! Each view draws its body in its own file.
 
+mod components;
 mod diff;
 mod gpu;
+mod headline;
 mod metrics;
 mod overview;
 mod requests;
@@ -21,7 +23,7 @@ use crate::model::{
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{Block, Clear, Paragraph};
+use ratatui::widgets::{Block, Clear, Paragraph, Scrollbar, ScrollbarOrientation, ScrollbarState};
 use ratatui::Frame;
 
 /// Styles, with every colour dropped under `NO_COLOR` (modifiers stay: they are not colour).
@@ -41,12 +43,16 @@ impl Theme {
     fn bold(self) -> Style {
         Style::default().add_modifier(Modifier::BOLD)
     }
+    /// Secondary text. The DIM attribute, not colour 8 (dark grey): colour 8 vanishes on
+    /// dark themes and some light ones, while DIM is drawn relative to the theme's own
+    /// foreground. An attribute, not a colour, so it stays under `NO_COLOR`.
     fn dim(self) -> Style {
-        if self.no_color {
-            Style::default()
-        } else {
-            Style::default().fg(Color::DarkGray)
-        }
+        Style::default().add_modifier(Modifier::DIM)
+    }
+    /// Column heads and section titles: bold, never a faint colour, so they read on dark and
+    /// light themes alike.
+    fn head(self) -> Style {
+        self.bold()
     }
     fn selected(self) -> Style {
         Style::default().add_modifier(Modifier::REVERSED)
@@ -73,7 +79,8 @@ impl Theme {
             RequestState::WaitingFirstByte => self.fg(Color::Yellow),
             RequestState::Streaming => self.fg(Color::Green),
             RequestState::Stalled => self.fg(Color::Red),
-            RequestState::Done => self.fg(Color::Blue),
+            // Not blue: ANSI blue is near-invisible on many dark themes.
+            RequestState::Done => Style::default(),
             RequestState::Idle | RequestState::Closed => self.dim(),
         }
     }
@@ -125,6 +132,15 @@ fn fit(s: &str, w: usize) -> String {
         let mut out: String = s.chars().take(w - 1).collect();
         out.push('…');
         out
+    }
+}
+
+/// Cut to at most `w` columns (with an ellipsis), never padded.
+fn cut(s: &str, w: usize) -> String {
+    if s.chars().count() <= w {
+        s.to_string()
+    } else {
+        fit(s, w)
     }
 }
 
@@ -249,6 +265,49 @@ fn para(lines: Vec<Line<'static>>) -> Paragraph<'static> {
     Paragraph::new(lines)
 }
 
+/// First line to show in `height` rows so that lines `first..=last` (the row under the
+/// cursor, which may wrap onto several lines) are in sight, its first line winning when it
+/// is taller than the pane.
+fn keep_visible(first: usize, last: usize, height: usize) -> usize {
+    if height == 0 {
+        return 0;
+    }
+    last.saturating_sub(height - 1).min(first)
+}
+
+/// Draws `lines` from `offset` into `area`, with a scrollbar on the right edge when they do
+/// not all fit, so a pane that hides lines says so (and where in them it is).
+fn render_scrolled(frame: &mut Frame, area: Rect, lines: Vec<Line<'static>>, offset: usize) {
+    let h = area.height as usize;
+    let total = lines.len();
+    let offset = offset.min(total.saturating_sub(h));
+    let bar = total > h && h >= 2 && area.width >= 2;
+    // The scrollbar gets the last column to itself.
+    let text_area = if bar {
+        Rect {
+            width: area.width - 1,
+            ..area
+        }
+    } else {
+        area
+    };
+    frame.render_widget(
+        para(lines.into_iter().skip(offset).take(h).collect()),
+        text_area,
+    );
+    if bar {
+        let mut state = ScrollbarState::new(total.saturating_sub(h)).position(offset);
+        frame.render_stateful_widget(
+            Scrollbar::new(ScrollbarOrientation::VerticalRight)
+                .symbols(ratatui::symbols::scrollbar::VERTICAL)
+                .begin_symbol(None)
+                .end_symbol(None),
+            area,
+            &mut state,
+        );
+    }
+}
+
 // ------------------------------------------------------------------------------- frame
 
 /// Draws the whole UI into `frame`.
@@ -283,7 +342,7 @@ pub fn render(app: &App, frame: &mut Frame) {
     ])
     .areas(area);
     frame.render_widget(para(header), head);
-    frame.render_widget(para(vec![tabs_line(app, theme)]), tabs);
+    frame.render_widget(para(vec![tabs_line(app, theme, area.width as usize)]), tabs);
     match app.snapshot() {
         None => frame.render_widget(
             para(vec![Line::from("waiting for the first sample…")]),
@@ -297,6 +356,7 @@ pub fn render(app: &App, frame: &mut Frame) {
             View::Sockets => sockets::render(app, s, theme, frame, body),
             View::Metrics => metrics::render(app, s, theme, frame, body),
             View::Diff => diff::render(app, s, theme, frame, body),
+            View::Components => components::render(app, s, theme, frame, body),
         },
     }
     if status_h > 0 {
@@ -350,10 +410,12 @@ fn ordered_sources(s: &Snapshot) -> Vec<(&String, &SourceStatus)> {
     v
 }
 
-/// The header: the feed line, then the sources (when a snapshot is on screen).
+/// The header: the feed line, then (when a snapshot is on screen) the most severe finding
+/// and the sources.
 fn header_lines(app: &App, theme: Theme, width: usize) -> Vec<Line<'static>> {
     let mut lines = vec![Line::from(feed_spans(app, theme))];
     if let Some(s) = app.snapshot() {
+        lines.push(headline::headline(s, theme, width));
         lines.extend(source_lines(s, theme, width));
     }
     lines
@@ -442,10 +504,16 @@ fn source_lines(s: &Snapshot, theme: Theme, width: usize) -> Vec<Line<'static>> 
     lines
 }
 
-fn tabs_line(app: &App, theme: Theme) -> Line<'static> {
+fn tabs_line(app: &App, theme: Theme, width: usize) -> Line<'static> {
+    // One space between tabs below 92 columns, so all eight fit in 80.
+    let compact = width < 92;
     let mut spans = Vec::new();
     for v in View::ALL {
-        let label = format!(" {} {} ", v.index() + 1, v.title());
+        let label = if compact {
+            format!(" {} {}", v.index() + 1, v.title())
+        } else {
+            format!(" {} {} ", v.index() + 1, v.title())
+        };
         let style = if v == app.view() {
             theme.selected().add_modifier(Modifier::BOLD)
         } else {
@@ -479,7 +547,7 @@ fn status_line(app: &App, theme: Theme) -> Line<'static> {
 }
 
 fn footer_line(app: &App, theme: Theme) -> Line<'static> {
-    let mut keys: Vec<(&str, &str)> = vec![("?", "help"), ("tab/1-7", "view"), ("j/k", "move")];
+    let mut keys: Vec<(&str, &str)> = vec![("?", "help"), ("tab/1-8", "view"), ("j/k", "move")];
     match app.view() {
         View::Overview => keys.push(("enter", "evidence")),
         View::Requests => {
@@ -488,6 +556,7 @@ fn footer_line(app: &App, theme: Theme) -> Line<'static> {
             keys.push(("a", "all hops"));
         }
         View::Threads => keys.push(("enter", "frames")),
+        View::Components => keys.push(("enter", "detail")),
         View::Sockets => keys.push(("enter", "detail")),
         _ => {}
     }
@@ -516,14 +585,14 @@ pub const HELP: &[(&str, &str)] = &[
     ("?", "this help (esc closes)"),
     ("tab / shift-tab", "next / previous view"),
     (
-        "1 … 7",
-        "Overview Requests Threads GPU Sockets Metrics Diff",
+        "1 … 8",
+        "the views in tab order: Overview … Diff, Components",
     ),
-    ("j k ↓ ↑", "move the selection"),
+    ("j k ↓ ↑", "move; in open frames/detail: scroll them"),
     ("pgdn pgup g G", "page, first, last"),
     (
         "enter",
-        "drill in: finding evidence, request hops, thread frames",
+        "drill in: evidence, hops, frames, component detail",
     ),
     ("esc", "back: close detail, clear filter"),
     ("/", "filter the current list (enter keeps, esc clears)"),

@@ -1,8 +1,8 @@
 //! Overview view: the topology tree (edges, children, GPUs) and the findings list.
 
-use super::{fit, para, scroll_offset, sev_tag, source_summary, wrap, Theme};
+use super::{fit, keep_visible, para, render_scrolled, sev_tag, source_summary, wrap, Theme};
 use crate::model::{Finding, Role, SnapComponent, Snapshot, Status, Verdict};
-use crate::tui::app::{in_flight, App};
+use crate::tui::app::{in_flight, items, App, Item};
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Style};
 use ratatui::text::{Line, Span};
@@ -156,7 +156,8 @@ impl Tree {
 
 /// The topology as an indented tree: edges (proxy -> router -> engines), then each
 /// component's children (schedulers), then the GPUs they use.
-fn topology_lines(app: &App, s: &Snapshot, theme: Theme) -> Vec<Line<'static>> {
+/// Each line comes with whether it must survive a cut (a component with a finding).
+fn topology_lines(app: &App, s: &Snapshot, theme: Theme) -> Vec<(Line<'static>, bool)> {
     let Tree { children, roots } = Tree::of(s, &app.derived().component_index);
     let mut lines = Vec::new();
     let mut seen = BTreeSet::new();
@@ -179,7 +180,8 @@ fn topology_lines(app: &App, s: &Snapshot, theme: Theme) -> Vec<Line<'static>> {
         } else {
             (format!("{indent}├─ "), format!("{indent}│  "))
         };
-        lines.push(component_line(s, c, theme, &branch));
+        let flagged = worst_finding(s, &c.id).is_some();
+        lines.push((component_line(s, c, theme, &branch), flagged));
         // GPUs hang off the deepest component that uses them (the scheduler if known).
         let own_gpus: Vec<u32> = if children[i]
             .iter()
@@ -197,7 +199,7 @@ fn topology_lines(app: &App, s: &Snapshot, theme: Theme) -> Vec<Line<'static>> {
         for (k, g) in own_gpus.iter().enumerate() {
             let is_last = kids.is_empty() && k + 1 == own_gpus.len();
             let branch = format!("{child_indent}{}", if is_last { "└─ " } else { "├─ " });
-            lines.push(gpu_tree_line(s, *g, theme, &branch));
+            lines.push((gpu_tree_line(s, *g, theme, &branch), false));
         }
         for (k, &kid) in kids.iter().enumerate().rev() {
             stack.push((kid, child_indent.clone(), k + 1 == kids.len(), false));
@@ -239,105 +241,159 @@ fn gpu_tree_line(s: &Snapshot, index: u32, theme: Theme, prefix: &str) -> Line<'
 
 pub(super) fn render(app: &App, s: &Snapshot, theme: Theme, frame: &mut Frame, area: Rect) {
     let topo = topology_lines(app, s, theme);
+    // One column less: the scrollbar's, when the findings do not fit.
+    let width = (area.width as usize).saturating_sub(1);
+    let (lines, (first, last)) = finding_lines(app, s, theme, width);
+    // The topology gets what the findings leave, but never more than half the body when
+    // they need it (a third while evidence is open): the findings are why the user is here.
     let want = topo.len() as u16 + 1;
-    let topo_h = want.min(area.height / 2 + 1).min(area.height);
+    let findings_need = lines.len() as u16;
+    let share = if app.finding_rows().iter().any(|r| r.item.is_some()) {
+        area.height / 3
+    } else {
+        area.height / 2 + 1
+    };
+    let room = share.max(area.height.saturating_sub(findings_need));
+    let topo_h = want.min(room).min(area.height);
     let [top, bottom] =
         Layout::vertical([Constraint::Length(topo_h), Constraint::Min(0)]).areas(area);
-    let mut tl = vec![Line::styled("topology", theme.bold())];
-    tl.extend(topo);
+    let mut tl = vec![Line::styled("topology", theme.head())];
+    let room = (topo_h as usize).saturating_sub(1);
+    if topo.len() > room && room > 0 {
+        // Cut, and say where the rest is rather than dropping it silently.
+        let hidden = topo.len() - (room - 1);
+        tl.extend(cut_tree(topo, room - 1));
+        tl.push(Line::styled(
+            format!("… {hidden} lines left out: 8 Components lists every component"),
+            theme.dim(),
+        ));
+    } else {
+        tl.extend(topo.into_iter().map(|(l, _)| l));
+    }
     frame.render_widget(para(tl), top);
-
-    let (lines, selected_line) = finding_lines(app, s, theme, bottom.width as usize);
-    let h = bottom.height as usize;
-    let offset = scroll_offset(selected_line, h);
-    let visible: Vec<Line<'static>> = lines.into_iter().skip(offset).take(h).collect();
-    frame.render_widget(para(visible), bottom);
+    let offset = keep_visible(first, last, bottom.height as usize);
+    render_scrolled(frame, bottom, lines, offset);
 }
 
-/// The findings list, most severe first, expanded ones with their evidence; and the line
-/// the selection is on.
+/// The tree in `keep` lines: lines are left out from the bottom up, components with a
+/// finding last, so the hop that is wedged stays on screen when the tree is cut.
+fn cut_tree(lines: Vec<(Line<'static>, bool)>, keep: usize) -> Vec<Line<'static>> {
+    let mut drop = lines.len().saturating_sub(keep);
+    let mut kept = vec![true; lines.len()];
+    for pass_flagged in [false, true] {
+        for (i, (_, flagged)) in lines.iter().enumerate().rev() {
+            if drop > 0 && *flagged == pass_flagged && kept[i] {
+                kept[i] = false;
+                drop -= 1;
+            }
+        }
+    }
+    lines
+        .into_iter()
+        .zip(kept)
+        .filter_map(|((l, _), k)| k.then_some(l))
+        .collect()
+}
+
+/// The findings pane: a title, then each row of [`App::finding_rows`] (a finding's line,
+/// or one evidence item of an expanded finding); and the first and last line of the row the
+/// cursor is on.
 fn finding_lines(
     app: &App,
     s: &Snapshot,
     theme: Theme,
     width: usize,
-) -> (Vec<Line<'static>>, usize) {
+) -> (Vec<Line<'static>>, (usize, usize)) {
     let d = app.derived();
-    let mut lines: Vec<Line<'static>> = Vec::new();
-    let mut selected_line = 0;
-    lines.push(Line::styled(
-        format!(
-            "findings ({}), most severe first — enter: evidence",
-            d.findings.len()
+    let mut lines: Vec<Line<'static>> = vec![Line::styled(
+        fit(
+            &format!(
+                "findings ({}), most severe first — enter: evidence, j/k read it",
+                d.findings.len()
+            ),
+            width,
         ),
-        theme.bold(),
-    ));
+        theme.head(),
+    )];
     if d.findings.is_empty() {
         lines.push(Line::styled(
             "  none: no detector fired on this window",
             theme.fg(Color::Green),
         ));
     }
-    for (pos, &fi) in d.findings.iter().enumerate() {
-        let f = &s.findings[fi];
-        let expanded = app.is_expanded(f);
+    let mut span = (0, 0);
+    for (pos, row) in app.finding_rows().iter().enumerate() {
+        let Some(f) = s.findings.get(row.finding) else {
+            continue;
+        };
         let sel = pos == app.selected();
+        let start = lines.len();
+        let mut block = match row.item {
+            None => finding_head(f, app.is_expanded(f), theme, width),
+            Some(k) => items(f)
+                .get(k)
+                .map(|it| item_lines(f, *it, theme, width))
+                .unwrap_or_default(),
+        };
         if sel {
-            selected_line = lines.len();
+            span = (start, start + block.len().saturating_sub(1));
+            block = block
+                .into_iter()
+                .map(|l| l.patch_style(theme.selected()))
+                .collect();
         }
-        let marker = if expanded { "▾" } else { "▸" };
-        let comp = f.component.as_deref().unwrap_or("-");
-        let text = format!(
-            "{marker} {} {:<14} {comp}  {}",
-            sev_tag(f.severity),
-            f.kind,
-            f.summary
-        );
-        let mut style = theme.severity(f.severity);
-        if sel {
-            style = style.patch(theme.selected());
-        }
-        lines.push(Line::styled(fit(&text, width), style));
-        if expanded {
-            // The summary again, wrapped, when the line above had to cut it.
-            let cut = text.chars().count() > width;
-            lines.extend(evidence_lines(f, cut, theme, width));
-        }
+        lines.extend(block);
     }
-    (lines, selected_line)
+    (lines, span)
 }
 
-/// An expanded finding: its whole summary (when `cut`), requests, evidence, explanation.
-fn evidence_lines(f: &Finding, cut: bool, theme: Theme, width: usize) -> Vec<Line<'static>> {
-    let mut lines = Vec::new();
-    if cut {
+/// A finding's line; expanded, followed by its whole summary when the line had to cut it.
+fn finding_head(f: &Finding, expanded: bool, theme: Theme, width: usize) -> Vec<Line<'static>> {
+    let marker = if expanded { "▾" } else { "▸" };
+    let comp = f.component.as_deref().unwrap_or("-");
+    let text = format!(
+        "{marker} {} {:<14} {comp}  {}",
+        sev_tag(f.severity),
+        f.kind,
+        f.summary
+    );
+    let mut lines = vec![Line::styled(fit(&text, width), theme.severity(f.severity))];
+    if expanded && text.chars().count() > width {
         for l in wrap(&f.summary, width.saturating_sub(4)) {
             lines.push(Line::styled(format!("    {l}"), theme.severity(f.severity)));
         }
     }
-    if !f.requests.is_empty() {
-        lines.push(Line::raw(fit(
-            &format!("    requests: {}", f.requests.join(", ")),
-            width,
-        )));
-    }
-    for e in &f.evidence {
-        for (k, l) in wrap(
-            &format!("[{}] {}", e.source, e.detail),
-            width.saturating_sub(6),
-        )
+    lines
+}
+
+/// One evidence item of an expanded finding, wrapped to the width.
+fn item_lines(f: &Finding, item: Item<'_>, theme: Theme, width: usize) -> Vec<Line<'static>> {
+    let (first, rest, text, style) = match item {
+        Item::Requests(ids) => (
+            "    requests: ",
+            "              ",
+            ids.join(", "),
+            Style::default(),
+        ),
+        Item::Evidence(k) => {
+            let e = &f.evidence[k];
+            (
+                "    • ",
+                "      ",
+                format!("[{}] {}", e.source, e.detail),
+                Style::default(),
+            )
+        }
+        Item::Explanation(x) => (
+            "    why: ",
+            "         ",
+            x.to_string(),
+            theme.fg(Color::Cyan),
+        ),
+    };
+    wrap(&text, width.saturating_sub(first.chars().count()))
         .into_iter()
         .enumerate()
-        {
-            let lead = if k == 0 { "    • " } else { "      " };
-            lines.push(Line::raw(format!("{lead}{l}")));
-        }
-    }
-    if let Some(x) = &f.explanation {
-        for (k, l) in wrap(x, width.saturating_sub(9)).into_iter().enumerate() {
-            let lead = if k == 0 { "    why: " } else { "         " };
-            lines.push(Line::styled(format!("{lead}{l}"), theme.fg(Color::Cyan)));
-        }
-    }
-    lines
+        .map(|(k, l)| Line::styled(format!("{}{l}", if k == 0 { first } else { rest }), style))
+        .collect()
 }

@@ -11,8 +11,20 @@ use std::collections::VecDeque;
 
 pub(super) fn render(app: &App, s: &Snapshot, theme: Theme, frame: &mut Frame, area: Rect) {
     let w = area.width as usize;
-    let top = component_lines(app, s, theme, w);
+    let mut top = component_lines(app, s, theme, w);
     let top_h = (top.len() as u16).min(area.height / 2);
+    if top.len() > top_h as usize && top_h > 0 {
+        // Cut: say so instead of dropping components silently.
+        let hidden = top.len() - (top_h as usize - 1);
+        top.truncate(top_h as usize - 1);
+        top.push(Line::styled(
+            fit(
+                &format!("  … {hidden} more components; every connection is listed below"),
+                w,
+            ),
+            theme.dim(),
+        ));
+    }
     let [upper, lower] =
         Layout::vertical([Constraint::Length(top_h), Constraint::Min(0)]).areas(area);
     frame.render_widget(para(top), upper);
@@ -159,7 +171,7 @@ fn connection_heading(cols: &ConnCols, theme: Theme, w: usize) -> Vec<Line<'stat
     vec![
         Line::styled(
             fit(
-                "connections (exchanges), in flight and most silent first; silence = time since the server last sent data (tcp_info)",
+                "connections (exchanges): held by a stuck request first, then in flight, most silent first; silence = time since the server last sent data (tcp_info)",
                 w,
             ),
             theme.bold(),
@@ -177,7 +189,7 @@ fn connection_heading(cols: &ConnCols, theme: Theme, w: usize) -> Vec<Line<'stat
                 ),
                 w,
             ),
-            theme.dim(),
+            theme.head(),
         ),
     ]
 }

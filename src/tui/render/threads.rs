@@ -1,6 +1,6 @@
 //! Threads view: per-thread state over the window's dumps, and the frames of the selected one.
 
-use super::{fit, para, rfit, scroll_offset, source_summary, Theme};
+use super::{fit, para, render_scrolled, rfit, scroll_offset, source_summary, Theme};
 use crate::model::{SnapThread, Snapshot, Status, ThreadState};
 use crate::tui::app::App;
 use ratatui::layout::{Constraint, Layout, Rect};
@@ -38,10 +38,16 @@ pub(super) fn render(app: &App, s: &Snapshot, theme: Theme, frame: &mut Frame, a
         frame.render_widget(para(no_dump_lines(s, theme)), area);
         return;
     }
+    // The frames get what the thread list does not need (at least a third; open, all but
+    // a few list rows), so a short list never leaves the frames cut above empty lines.
+    let list_need = d.threads.len() as u16 + 2;
     let frames_h = if app.detail_open() {
-        area.height / 2
+        area.height - list_need.min((area.height / 4).max(3)).min(area.height)
     } else {
-        (area.height / 3).max(3).min(area.height)
+        (area.height / 3)
+            .max(area.height.saturating_sub(list_need))
+            .max(3)
+            .min(area.height)
     };
     let [top, bottom] =
         Layout::vertical([Constraint::Min(0), Constraint::Length(frames_h)]).areas(area);
@@ -60,7 +66,15 @@ pub(super) fn render(app: &App, s: &Snapshot, theme: Theme, frame: &mut Frame, a
         Some(t) => frame_lines(t, app.detail_open(), theme, w),
         None => Vec::new(),
     };
-    frame.render_widget(para(fl), bottom);
+    // Open (enter), the frames pane scrolls with j/k: a deep stack's outer frames (where
+    // the loop is) are the last ones.
+    let offset = if app.detail_open() {
+        app.set_detail_viewport(bottom.height as usize);
+        app.detail_scroll()
+    } else {
+        0
+    };
+    render_scrolled(frame, bottom, fl, offset);
 }
 
 /// No dumps: say so, and why when the stacks source is not ok.
@@ -152,11 +166,15 @@ fn frame_lines(t: &SnapThread, detail_open: bool, theme: Theme, w: usize) -> Vec
                 t.name.as_deref().unwrap_or("thread"),
                 t.tid,
                 t.state,
-                if detail_open { "" } else { " — enter: more" }
+                if detail_open {
+                    " — j/k scroll, esc back"
+                } else {
+                    " — enter: more"
+                }
             ),
             w,
         ),
-        theme.bold().add_modifier(Modifier::UNDERLINED),
+        theme.head().add_modifier(Modifier::UNDERLINED),
     )];
     // Which rule decided, at which frame: names the collective and where the thread waits.
     if let Some(rule) = &t.rule {

@@ -1,0 +1,160 @@
+//! report.md: the snapshot rendered as Markdown for a GitHub issue.
+//!
+//! The title is the verdict (`wedged_request at decode: 4 requests accepted and forgotten
+//! since 03:31`), then five lines (what, where, since when, the evidence one line per layer,
+//! what changed), then the findings, the changes and the stuck requests, and then the rest
+//! folded in `<details>` blocks: versions, sources, topology, GPUs, one block per component
+//! (environment only as its changes and the variables its stack profile marks relevant),
+//! thread stacks. At most [`MAX_REPORT`] characters: blocks that do not fit are left out
+//! whole and the end says which (everything stays in `snapshot.json`).
+//!
+//! One file per section; `md` holds the escaping every host string goes through.
+
+mod cap;
+mod changes;
+mod components;
+mod findings;
+mod md;
+mod sources;
+mod stuck;
+mod threads;
+mod topology;
+mod verdict;
+mod versions;
+
+pub use cap::MAX_REPORT;
+
+use crate::model::Snapshot;
+use cap::Block;
+
+/// The snapshot as every output shows it: redacted again with today's rules (it may be an
+/// old file; not when it was taken with `--no-redact`) and every string neutralised.
+fn safe(s: &Snapshot) -> Option<Snapshot> {
+    crate::redact::for_output(&[s], s.redacted).and_then(|mut v| v.pop())
+}
+
+const UNREDACTABLE: &str =
+    "# wedgewatch snapshot\n\nThis snapshot could not be redacted for the report.\n";
+
+/// Renders report.md (at most [`MAX_REPORT`] characters). The rendered text gets a last
+/// control-character pass, keeping only the newlines and tabs of our own layout.
+pub fn render(s: &Snapshot) -> String {
+    render_capped(s, MAX_REPORT)
+}
+
+/// [`render`] with another cap (tests).
+pub fn render_capped(s: &Snapshot, max: usize) -> String {
+    match safe(s) {
+        Some(safe) => {
+            let clean = |t: String| crate::redact::control::text(&t).into_owned();
+            let head = clean(head(&safe));
+            let blocks = blocks(&safe)
+                .into_iter()
+                .map(|b| Block::new(b.name, clean(b.text)))
+                .collect();
+            cap::fit(head, blocks, max)
+        }
+        None => UNREDACTABLE.into(),
+    }
+}
+
+/// The verdict in plain text, then one line per finding (`report --format text`).
+pub fn render_text(s: &Snapshot) -> String {
+    let Some(safe) = safe(s) else {
+        return "wedgewatch: this snapshot could not be redacted\n".into();
+    };
+    let mut o = verdict::text(&verdict::verdict(&safe));
+    if !safe.findings.is_empty() {
+        o.push_str("\nfindings:\n");
+    }
+    for f in &safe.findings {
+        let at = f.component.as_deref().unwrap_or("-");
+        o.push_str(&format!(
+            "  {:<8} {} at {at}: {}\n",
+            f.severity.as_str(),
+            f.kind,
+            f.summary
+        ));
+    }
+    crate::redact::control::text(&o).into_owned()
+}
+
+/// The verdict as JSON (`report --format json`): the head's parts, for scripts.
+pub fn render_json(s: &Snapshot) -> serde_json::Value {
+    let Some(safe) = safe(s) else {
+        return serde_json::json!({ "error": "this snapshot could not be redacted" });
+    };
+    let v = verdict::verdict(&safe);
+    let evidence: Vec<serde_json::Value> = v
+        .evidence
+        .iter()
+        .map(|(layer, line)| serde_json::json!({ "layer": layer, "line": line }))
+        .collect();
+    serde_json::json!({
+        "title": v.title,
+        "what": v.what,
+        "where": v.place,
+        "since": v.since,
+        "evidence": evidence,
+        "changed": v.changed,
+        "taken_at": safe.taken_at,
+        "findings": safe.findings.len(),
+    })
+}
+
+fn head(s: &Snapshot) -> String {
+    let mut o = verdict::markdown(&verdict::verdict(s));
+    o.push('\n');
+    if s.redacted {
+        o.push_str("Secrets redacted (values shown as `<redacted>`).");
+    } else {
+        o.push_str(
+            "> **Warning: taken with `--no-redact`: secrets in environment and command lines \
+             are NOT redacted. Do not paste this publicly.**",
+        );
+    }
+    o.push_str(&format!(
+        " Snapshot {} · window {} ms · {} components · schema `{}`.\n\n",
+        md::esc(&s.taken_at),
+        s.window_ms,
+        s.components.len(),
+        md::esc(&s.schema)
+    ));
+    o
+}
+
+/// Everything after the head, in order, each kept or cut whole.
+fn blocks(s: &Snapshot) -> Vec<Block> {
+    let mut b = vec![
+        Block::new("findings", findings::section(s)),
+        Block::new("changes since the baseline", changes::section(s)),
+        Block::new("stuck requests", stuck::section(s)),
+        // a heading of its own: the stuck table ends where the next `## ` starts
+        Block::new("details heading", "\n## Details\n\n".to_string()),
+        Block::new("evidence of every finding", findings::evidence(s)),
+        Block::new("versions", versions::section(s)),
+        Block::new("sources", sources::section(s)),
+        Block::new("topology", topology::section(s)),
+        Block::new("GPUs", topology::gpus(s)),
+        Block::new("components heading", components::heading(s)),
+    ];
+    for c in &s.components {
+        b.push(Block::new(
+            format!("component {}", c.id),
+            components::component(s, c),
+        ));
+    }
+    if !s.threads.is_empty() {
+        b.push(Block::new(
+            "threads heading",
+            format!("## Threads ({})\n\n", s.threads.len()),
+        ));
+    }
+    for (c, text) in threads::blocks(s) {
+        b.push(Block::new(format!("thread stacks of {c}"), text));
+    }
+    b
+}
+
+#[cfg(test)]
+mod tests;

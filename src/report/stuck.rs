@@ -1,0 +1,89 @@
+//! The stuck requests table, kept in its own file: which requests are stuck is the
+//! correlator's verdict (`logical_requests`); this section only lists them.
+
+use super::md::{human_bytes, join, plain_cell as cell};
+use crate::model::{LogicalRequest, Request, Snapshot, StuckKind, Verdict};
+use std::fmt::Write;
+
+pub fn section(s: &Snapshot) -> String {
+    let mut o = String::new();
+    stuck_requests(&mut o, s);
+    o
+}
+
+/// The requests the correlator judged stuck (the findings' requests, one row per logical
+/// request, at the leg where it is stuck), then the ones merely waiting, apart.
+fn stuck_requests(o: &mut String, s: &Snapshot) {
+    let leg_of = |l: &LogicalRequest| -> Option<&Request> {
+        let leg = l.stuck_leg.as_deref()?;
+        s.requests.iter().find(|r| r.leg.as_deref() == Some(leg))
+    };
+    let stuck: Vec<&LogicalRequest> = s
+        .logical_requests
+        .iter()
+        .filter(|l| l.verdict == Verdict::Stuck)
+        .collect();
+    if !stuck.is_empty() {
+        let _ = writeln!(o, "\n## Stuck requests\n");
+        let _ = writeln!(
+            o,
+            "| request | stuck at | how | age | in / out | no output for | client -> server | hops |"
+        );
+        let _ = writeln!(o, "| --- | --- | --- | --- | --- | --- | --- | --- |");
+        for l in stuck {
+            let how = match l.stuck_kind {
+                Some(StuckKind::NoResponse) => "no response byte",
+                Some(StuckKind::StreamStalled) => "stream stopped",
+                None => "",
+            };
+            let (age, io, quiet, ends) = match leg_of(l) {
+                Some(r) => (
+                    format!("{:.1} s", r.age_ms / 1000.0),
+                    format!("{} / {}", human_bytes(r.bytes_in), human_bytes(r.bytes_out)),
+                    format!("{:.1} s", r.idle_out_ms / 1000.0),
+                    format!("{} -> {}", r.client, r.server),
+                ),
+                None => (
+                    format!("{:.1} s", l.age_ms / 1000.0),
+                    "?".into(),
+                    "?".into(),
+                    "?".into(),
+                ),
+            };
+            let _ = writeln!(
+                o,
+                "| `{}` | `{}` | {how} | {age} | {io} | {quiet} | {ends} | {} |",
+                cell(l.stuck_leg.as_deref().unwrap_or(&l.id)),
+                cell(l.stuck_at.as_deref().unwrap_or("?")),
+                cell(&join(&l.legs))
+            );
+        }
+    }
+    let waiting: Vec<String> = s
+        .logical_requests
+        .iter()
+        .filter(|l| l.verdict == Verdict::Waiting && !l.probe)
+        .map(|l| {
+            format!(
+                "`{}` at `{}` ({:.1} s)",
+                l.id,
+                cell(&l.component),
+                l.age_ms / 1000.0
+            )
+        })
+        .collect();
+    if !waiting.is_empty() {
+        let shown = waiting.len().min(20);
+        let more = if waiting.len() > shown {
+            format!(", and {} more", waiting.len() - shown)
+        } else {
+            String::new()
+        };
+        let _ = writeln!(
+            o,
+            "\n{} request(s) waiting for a first byte, not stuck (young, or queued at a busy engine): {}{more}",
+            waiting.len(),
+            waiting[..shown].join(", ")
+        );
+    }
+}

@@ -1,0 +1,99 @@
+//! The topology (components, config edges) and the GPUs.
+
+use super::md::{cell, code, details, join, table};
+use crate::model::Snapshot;
+
+fn components(s: &Snapshot) -> String {
+    let rows: Vec<Vec<String>> = s
+        .components
+        .iter()
+        .map(|c| {
+            vec![
+                code(&c.id),
+                c.role.to_string(),
+                cell(&c.stack),
+                join(&c.pids),
+                cell(&join(&c.listen)),
+                join(&c.gpus),
+                c.parent.as_deref().map(code).unwrap_or_default(),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "component",
+            "role",
+            "stack",
+            "pids",
+            "listen",
+            "GPUs",
+            "parent",
+        ],
+        &rows,
+    )
+}
+
+fn edges(s: &Snapshot) -> String {
+    if s.edges.is_empty() {
+        return String::new();
+    }
+    let mut o = String::from("\nEdges:\n\n");
+    for e in &s.edges {
+        let conns = e
+            .connections
+            .map(|n| format!(", {n} connections"))
+            .unwrap_or_default();
+        o.push_str(&format!(
+            "- {} -> {} ({}{conns})\n",
+            code(&e.from),
+            code(&e.to),
+            cell(&format!("{:?}", e.origin))
+        ));
+    }
+    o
+}
+
+pub fn section(s: &Snapshot) -> String {
+    let body = format!("{}{}", components(s), edges(s));
+    details(
+        &format!("Topology: {} components", s.components.len()),
+        &body,
+    )
+}
+
+pub fn gpus(s: &Snapshot) -> String {
+    if s.gpus.is_empty() {
+        return String::new();
+    }
+    let rows: Vec<Vec<String>> = s
+        .gpus
+        .iter()
+        .map(|g| {
+            let procs: Vec<String> = g
+                .processes
+                .iter()
+                .map(|p| match &p.component {
+                    Some(c) => format!("{} ({c})", p.pid),
+                    None => p.pid.to_string(),
+                })
+                .collect();
+            vec![
+                g.index.to_string(),
+                cell(&g.name),
+                g.util_pct
+                    .map(|u| format!("{u:.0} %"))
+                    .unwrap_or("?".into()),
+                g.power_w.map(|p| format!("{p:.0} W")).unwrap_or("?".into()),
+                cell(g.activity.as_deref().unwrap_or("")),
+                cell(&procs.join(", ")),
+            ]
+        })
+        .collect();
+    details(
+        &format!("GPUs: {}", s.gpus.len()),
+        &table(
+            &["GPU", "name", "util", "power", "activity", "processes"],
+            &rows,
+        ),
+    )
+}

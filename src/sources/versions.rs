@@ -1,0 +1,315 @@
+//! Installed versions of what a component runs, read from disk the way pip writes them:
+//! `<site-packages>/<dist>-<version>.dist-info/METADATA` (`Version:`), never by importing
+//! or running anything in (or as) the target. Also Python's version and the kernel's.
+//!
+//! Where the site-packages are, as the process itself sees its files (`/proc/PID/root`):
+//! the directories of the files it has mapped (`maps`: C extensions of torch, the router's
+//! Rust module), its `PYTHONPATH` entries, and the `lib/python3.*/site-packages` of the
+//! prefixes it runs from (`exe`, an absolute `argv[0]` such as a venv's `bin/python`,
+//! `VIRTUAL_ENV`, `CONDA_PREFIX`). Every read is capped; `maps` takes the target's mmap
+//! lock, so the whole read runs under a deadline and gives up with what it has not read.
+
+use crate::sys::ProcFs;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The longest a component's versions may take (a blocked `maps` read is abandoned).
+pub const VERSIONS_DEADLINE: Duration = Duration::from_millis(500);
+/// Site-packages directories looked at per process.
+const MAX_SITES: usize = 16;
+/// Entries listed per directory.
+const MAX_ENTRIES: usize = 20_000;
+/// Bytes of a METADATA file read (the `Version:` header is in its first lines).
+const MAX_METADATA: usize = 16 << 10;
+
+/// `name` as pip compares distribution names (PEP 503): lower case, runs of `-_.` as `_`.
+pub fn normalize(name: &str) -> String {
+    let mut o = String::with_capacity(name.len());
+    for ch in name.chars() {
+        if matches!(ch, '-' | '_' | '.') {
+            if !o.ends_with('_') {
+                o.push('_');
+            }
+        } else {
+            o.push(ch.to_ascii_lowercase());
+        }
+    }
+    o
+}
+
+/// The versions of `packages` (by their names as given), `python`, and `kernel`, as far as
+/// they can be read within [`VERSIONS_DEADLINE`].
+pub fn read(
+    proc: &ProcFs,
+    pid: i32,
+    argv: &[String],
+    env: &BTreeMap<String, String>,
+    packages: &[String],
+) -> BTreeMap<String, String> {
+    // A process's installed packages do not change while it runs: read once per process
+    // (discovery runs every few seconds in the daemon).
+    let key = proc.stat(pid).ok().map(|st| {
+        (
+            proc.root().to_path_buf(),
+            pid,
+            st.starttime,
+            packages.to_vec(),
+        )
+    });
+    if let Some(hit) = key
+        .as_ref()
+        .and_then(|k| cache().lock().ok()?.get(k).cloned())
+    {
+        return hit;
+    }
+    let (out, complete) = read_uncached(proc, pid, argv, env, packages);
+    // a read cut short by the deadline is tried again next time
+    if let (Some(k), true, Ok(mut c)) = (key, complete, cache().lock()) {
+        if c.len() >= MAX_CACHED {
+            c.clear();
+        }
+        c.insert(k, out.clone());
+    }
+    out
+}
+
+type CacheKey = (PathBuf, i32, u64, Vec<String>);
+
+/// Processes whose versions are kept (more than a large stack's engines and routers).
+const MAX_CACHED: usize = 1024;
+
+fn cache(
+) -> &'static std::sync::Mutex<std::collections::HashMap<CacheKey, BTreeMap<String, String>>> {
+    static CACHE: std::sync::OnceLock<
+        std::sync::Mutex<std::collections::HashMap<CacheKey, BTreeMap<String, String>>>,
+    > = std::sync::OnceLock::new();
+    CACHE.get_or_init(Default::default)
+}
+
+/// The versions, and whether the read finished within the deadline.
+fn read_uncached(
+    proc: &ProcFs,
+    pid: i32,
+    argv: &[String],
+    env: &BTreeMap<String, String>,
+    packages: &[String],
+) -> (BTreeMap<String, String>, bool) {
+    let (proc2, argv, env, packages) =
+        (proc.clone(), argv.to_vec(), env.clone(), packages.to_vec());
+    let read = move || read_now(&proc2, pid, &argv, &env, &packages);
+    let done = crate::deadline::call(&proc.path(pid, "maps"), VERSIONS_DEADLINE, read);
+    let complete = done.is_ok();
+    let mut out = done.unwrap_or_default();
+    if let Some(k) = proc.kernel_release() {
+        out.insert("kernel".into(), k);
+    }
+    (out, complete)
+}
+
+/// [`read`] without the deadline (tests, and the body of the deadline call).
+pub fn read_now(
+    proc: &ProcFs,
+    pid: i32,
+    argv: &[String],
+    env: &BTreeMap<String, String>,
+    packages: &[String],
+) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let prefixes = prefixes(proc, pid, argv, env);
+    let sites = site_dirs(proc, pid, &prefixes, env);
+    let wanted: BTreeMap<String, &String> = packages.iter().map(|p| (normalize(p), p)).collect();
+    for site in &sites {
+        for (norm, version) in dists_in(proc, pid, site, &wanted) {
+            if let Some(name) = wanted.get(&norm) {
+                out.entry((*name).clone()).or_insert(version);
+            }
+        }
+    }
+    if let Some(py) = python_version(proc, pid, &prefixes, &sites, argv) {
+        out.insert("python".into(), py);
+    }
+    out
+}
+
+/// Installation prefixes (`/opt/venv`, `/usr`): the parents of `bin/` of the interpreter.
+fn prefixes(
+    proc: &ProcFs,
+    pid: i32,
+    argv: &[String],
+    env: &BTreeMap<String, String>,
+) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    let mut add = |p: PathBuf| {
+        if crate::sys::proc_fs::is_plain_absolute(&p) && !out.contains(&p) {
+            out.push(p);
+        }
+    };
+    // argv[0] first: a venv's bin/python is a link to the system one, which `exe` names
+    let interpreters = argv
+        .first()
+        .map(PathBuf::from)
+        .into_iter()
+        .chain(proc.exe(pid).ok());
+    for exe in interpreters {
+        if let Some(prefix) = exe
+            .parent()
+            .filter(|b| b.ends_with("bin"))
+            .and_then(Path::parent)
+        {
+            add(prefix.to_path_buf());
+        }
+    }
+    for key in ["VIRTUAL_ENV", "CONDA_PREFIX"] {
+        if let Some(v) = env.get(key) {
+            add(PathBuf::from(v));
+        }
+    }
+    out
+}
+
+/// The site-packages directory a mapped file or path lies in, if any.
+fn site_of(path: &str) -> Option<PathBuf> {
+    for marker in ["/site-packages/", "/dist-packages/"] {
+        if let Some(i) = path.find(marker) {
+            return Some(PathBuf::from(&path[..i + marker.len() - 1]));
+        }
+    }
+    None
+}
+
+fn site_dirs(
+    proc: &ProcFs,
+    pid: i32,
+    prefixes: &[PathBuf],
+    env: &BTreeMap<String, String>,
+) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    let mut add = |p: PathBuf| {
+        if crate::sys::proc_fs::is_plain_absolute(&p) && !out.contains(&p) && out.len() < MAX_SITES
+        {
+            out.push(p);
+        }
+    };
+    for p in env.get("PYTHONPATH").into_iter().flat_map(|v| v.split(':')) {
+        if !p.is_empty() {
+            add(PathBuf::from(p));
+        }
+    }
+    for prefix in prefixes {
+        for lib in ["lib", "lib64"] {
+            let dir = prefix.join(lib);
+            let names = proc
+                .list_in_root(pid, &dir, MAX_ENTRIES)
+                .unwrap_or_default();
+            for n in names.iter().filter(|n| n.starts_with("python3")) {
+                add(dir.join(n).join("site-packages"));
+                add(dir.join(n).join("dist-packages"));
+            }
+        }
+    }
+    for f in proc.mapped_files(pid).unwrap_or_default() {
+        if let Some(site) = site_of(&f) {
+            add(site);
+        }
+    }
+    out
+}
+
+/// `(normalized name, version)` of the wanted distributions installed in `site`.
+fn dists_in(
+    proc: &ProcFs,
+    pid: i32,
+    site: &Path,
+    wanted: &BTreeMap<String, &String>,
+) -> Vec<(String, String)> {
+    let names = proc
+        .list_in_root(pid, site, MAX_ENTRIES)
+        .unwrap_or_default();
+    let mut out = Vec::new();
+    for n in names {
+        let (stem, meta) = if let Some(s) = n.strip_suffix(".dist-info") {
+            (s, "METADATA")
+        } else if let Some(s) = n.strip_suffix(".egg-info") {
+            (s, "PKG-INFO")
+        } else {
+            continue;
+        };
+        // `<name>-<version>`: the name's own dashes were written as underscores
+        let (name, dir_version) = match stem.split_once('-') {
+            Some((a, b)) => (a, Some(b)),
+            None => (stem, None),
+        };
+        let norm = normalize(name);
+        if !wanted.contains_key(&norm) {
+            continue;
+        }
+        let from_file = proc
+            .read_in_root(pid, &site.join(&n).join(meta), MAX_METADATA)
+            .ok()
+            .and_then(|t| header(&t, "Version"));
+        if let Some(v) = from_file.or(dir_version.map(str::to_string)) {
+            out.push((norm, v));
+        }
+    }
+    out
+}
+
+/// The value of an email-style header (`Version: 0.5.4`) in the header block.
+fn header(text: &str, key: &str) -> Option<String> {
+    text.lines()
+        .take_while(|l| !l.is_empty())
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            (k.trim().eq_ignore_ascii_case(key)).then(|| v.trim().to_string())
+        })
+        .filter(|v| !v.is_empty() && v.len() <= 64)
+}
+
+/// Python's version: a venv's `pyvenv.cfg` (`version = 3.11.9`), else the `python3.N` in a
+/// site-packages path, the interpreter's name or a file it mapped (`libpython3.11.so`,
+/// `lib/python3.11/lib-dynload`).
+fn python_version(
+    proc: &ProcFs,
+    pid: i32,
+    prefixes: &[PathBuf],
+    sites: &[PathBuf],
+    argv: &[String],
+) -> Option<String> {
+    for p in prefixes {
+        if let Ok(cfg) = proc.read_in_root(pid, &p.join("pyvenv.cfg"), 4096) {
+            for l in cfg.lines() {
+                if let Some((k, v)) = l.split_once('=') {
+                    if matches!(k.trim(), "version" | "version_info") {
+                        return Some(v.trim().to_string());
+                    }
+                }
+            }
+        }
+    }
+    let named = sites
+        .iter()
+        .map(|s| s.to_string_lossy().into_owned())
+        .chain(argv.first().cloned())
+        .chain(proc.exe(pid).ok().map(|e| e.to_string_lossy().into_owned()));
+    // maps last: it is read again only when nothing cheaper named the version
+    let found = named.filter_map(|p| minor_in(&p)).next();
+    found.or_else(|| {
+        let maps = proc.mapped_files(pid).unwrap_or_default();
+        maps.iter().find_map(|p| minor_in(p))
+    })
+}
+
+/// `3.11` from a path naming `python3.11` (a directory, `python3.11`, `libpython3.11.so`).
+fn minor_in(path: &str) -> Option<String> {
+    let i = path.rfind("python3.")?;
+    let v: String = path[i + "python".len()..]
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == '.')
+        .collect();
+    let v = v.trim_end_matches('.');
+    (v.len() > 2).then(|| v.to_string())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,69 @@
+//! The Overview's cursor. At 80x24 the findings pane has a handful of lines, so an expanded
+//! finding's evidence ran off the bottom and the GPU, stack and metrics evidence never
+//! showed: the cursor moved over findings only, and the view kept the finding's first line
+//! in sight. The cursor now also stops on each evidence item of an expanded finding, and the
+//! view keeps the item under it in sight, so j/k/PgDn read through the evidence.
+//!
+//! Rows are counted in items, not screen lines, so the state needs no screen width: an
+//! item that wraps onto several lines is still one row.
+
+use crate::model::{Finding, Snapshot};
+
+/// One row of the Overview's findings pane.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FindingRow {
+    /// Index into `snapshot.findings`.
+    pub finding: usize,
+    /// `None`: the finding's own line. `Some(k)`: its k-th evidence item (see [`Item`]).
+    pub item: Option<usize>,
+}
+
+/// What an expanded finding shows below its line, in this order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Item<'a> {
+    /// The requests it concerns.
+    Requests(&'a [String]),
+    /// One piece of evidence.
+    Evidence(usize),
+    /// Why it matters and what to do.
+    Explanation(&'a str),
+}
+
+/// The evidence items of `f`, in display order.
+pub fn items(f: &Finding) -> Vec<Item<'_>> {
+    let mut out = Vec::with_capacity(f.evidence.len() + 2);
+    if !f.requests.is_empty() {
+        out.push(Item::Requests(&f.requests));
+    }
+    out.extend((0..f.evidence.len()).map(Item::Evidence));
+    if let Some(x) = &f.explanation {
+        out.push(Item::Explanation(x));
+    }
+    out
+}
+
+/// The rows of the findings pane: each finding in `order`, followed by its items when it is
+/// expanded.
+pub fn finding_rows(
+    s: &Snapshot,
+    order: &[usize],
+    expanded: impl Fn(&Finding) -> bool,
+) -> Vec<FindingRow> {
+    let mut rows = Vec::with_capacity(order.len());
+    for &fi in order {
+        let Some(f) = s.findings.get(fi) else {
+            continue;
+        };
+        rows.push(FindingRow {
+            finding: fi,
+            item: None,
+        });
+        if expanded(f) {
+            rows.extend((0..items(f).len()).map(|k| FindingRow {
+                finding: fi,
+                item: Some(k),
+            }));
+        }
+    }
+    rows
+}

@@ -1,0 +1,324 @@
+//! report.md made for a GitHub issue, and the bug-report loop: the real binary re-renders the
+//! report of committed snapshots and of bundles (`wedgewatch report FILE`), every report is
+//! parsed as GitHub-flavoured Markdown (pulldown-cmark) and checked to render as meant, and
+//! the size cap holds on a stack far larger than a TP8 PD one.
+
+use pulldown_cmark::{Event, Options, Parser, Tag, TagEnd};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use wedgewatch::model::Snapshot;
+
+fn fixture_path(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/snapshots")
+        .join(format!("{name}.json"))
+}
+
+fn fixture(name: &str) -> Snapshot {
+    wedgewatch::snapshot::read_snapshot(&fixture_path(name)).expect("fixture is a snapshot")
+}
+
+fn run(args: &[&std::ffi::OsStr]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_wedgewatch"))
+        .args(args)
+        .output()
+        .expect("run wedgewatch");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Unescaped `|` in a table line (GFM splits cells on them, even inside code spans).
+fn pipes(line: &str) -> usize {
+    let b = line.as_bytes();
+    (0..b.len())
+        .filter(|&i| b[i] == b'|' && (i == 0 || b[i - 1] != b'\\'))
+        .count()
+}
+
+/// Checks that `md` renders as meant on GitHub:
+/// - raw HTML is only our details blocks, one tag line each, balanced (a list item or
+///   table swallowed into an HTML block would show as raw HTML lines here);
+/// - no text that should have been Markdown is left literal (`- `, `| `, `</details>`);
+/// - every table is recognised as one, and each of its rows has the header's cells.
+fn check_markdown(md: &str) {
+    check_markdown_of(md, false)
+}
+
+/// `hostile`: host text carries Markdown on purpose, shown literally (escaped) as it should.
+fn check_markdown_of(md: &str, hostile: bool) {
+    let mut open = 0i32;
+    let mut tables = 0;
+    for ev in Parser::new_ext(md, Options::ENABLE_TABLES | Options::ENABLE_STRIKETHROUGH) {
+        match ev {
+            Event::Html(h) | Event::InlineHtml(h) => {
+                let line = h.trim();
+                if line == "</details>" {
+                    open -= 1;
+                    assert!(open >= 0, "</details> without <details>:\n{md}");
+                } else if line.starts_with("<details><summary>") && line.ends_with("</summary>") {
+                    open += 1;
+                } else {
+                    panic!("raw HTML that is not a details tag: {line:?}\n{md}");
+                }
+            }
+            Event::Text(t) if !hostile => {
+                let t = t.trim_start();
+                assert!(
+                    !t.starts_with("- ") && !t.starts_with("| ") && !t.contains("</details"),
+                    "Markdown left as literal text: {t:?}"
+                );
+            }
+            Event::Start(Tag::Table(_)) => tables += 1,
+            Event::End(TagEnd::Table) => {}
+            _ => {}
+        }
+    }
+    assert_eq!(open, 0, "unbalanced details blocks");
+    // tables: consecutive lines starting with `|`, the second one the separator
+    let lines: Vec<&str> = md.lines().collect();
+    let mut raw_tables = 0;
+    let mut i = 0;
+    while i < lines.len() {
+        if lines[i].starts_with('|') {
+            let start = i;
+            while i < lines.len() && lines[i].starts_with('|') {
+                i += 1;
+            }
+            let group = &lines[start..i];
+            assert!(
+                group.len() >= 2 && group[1].starts_with("| ---"),
+                "a table without its separator: {group:?}"
+            );
+            let n = pipes(group[0]);
+            for row in group {
+                assert_eq!(
+                    pipes(row),
+                    n,
+                    "row with another cell count: {row}\n{:?}",
+                    group[0]
+                );
+            }
+            raw_tables += 1;
+        } else {
+            i += 1;
+        }
+    }
+    assert_eq!(tables, raw_tables, "every table is parsed as a table");
+}
+
+#[test]
+fn committed_snapshots_render_as_valid_markdown() {
+    for name in ["healthy", "wedged", "degraded"] {
+        let md = wedgewatch::report::render(&fixture(name));
+        check_markdown(&md);
+        assert!(md.len() <= wedgewatch::report::MAX_REPORT);
+    }
+}
+
+#[test]
+fn the_binary_renders_the_report_of_a_snapshot_with_the_verdict_as_title() {
+    let path = fixture_path("wedged");
+    let (code, md, err) = run(&["report".as_ref(), path.as_os_str()]);
+    assert_eq!(code, 0, "{err}");
+    check_markdown(&md);
+    let first = md.lines().next().unwrap_or_default();
+    assert_eq!(
+        first,
+        "# wedged_request at decode: 2 requests accepted and forgotten since 12:12"
+    );
+    // the five lines, in order, right under the title
+    let head: Vec<&str> = md.lines().skip(2).take(5).collect();
+    for (line, label) in head
+        .iter()
+        .zip(["**What:**", "**Where:**", "**Since:**", "**Evidence:**"])
+    {
+        assert!(line.starts_with(&format!("- {label}")), "{line}");
+    }
+    let evidence: Vec<&str> = md
+        .lines()
+        .skip_while(|l| !l.starts_with("- **Evidence:**"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  - "))
+        .collect();
+    let layers: Vec<&str> = evidence
+        .iter()
+        .filter_map(|l| l.trim_start_matches("  - ").split(':').next())
+        .collect();
+    assert_eq!(
+        layers,
+        ["sockets", "stacks", "gpu", "metrics"],
+        "{evidence:?}"
+    );
+    let changed = md
+        .lines()
+        .find(|l| l.starts_with("- **Changed:**"))
+        .unwrap_or_default();
+    assert!(
+        changed.contains("SGLANG_DECODE_PREALLOC_SPLIT_TOKENS"),
+        "{changed}"
+    );
+}
+
+/// `snapshot -o DIR` writes report.md; `report DIR` renders the same report from the
+/// bundle, in text and JSON too; `report` of something else fails with one line, exit 2.
+#[test]
+fn the_binary_renders_a_bundle_again_and_refuses_other_files() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("bundle");
+    let snap = fixture("wedged");
+    wedgewatch::snapshot::write_bundle(
+        &snap,
+        &Default::default(),
+        &dir,
+        wedgewatch::snapshot::Overwrite::Refuse,
+    )
+    .expect("bundle written");
+    let written = std::fs::read_to_string(dir.join("report.md")).expect("report.md");
+    let (code, md, err) = run(&["report".as_ref(), dir.as_os_str()]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(md, written, "the bundle's report, rendered again");
+
+    let (code, text, err) = run(&[
+        "report".as_ref(),
+        dir.as_os_str(),
+        "--format".as_ref(),
+        "text".as_ref(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        text.starts_with("wedged_request at decode: 2 requests"),
+        "{text}"
+    );
+    assert!(text.contains("  evidence: sockets:"), "{text}");
+    let (code, json, err) = run(&["report".as_ref(), dir.as_os_str(), "--json".as_ref()]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&json).expect("JSON");
+    assert_eq!(v["evidence"][0]["layer"], "sockets");
+
+    let junk = tmp.path().join("junk.json");
+    std::fs::write(&junk, "{\"hello\": 1}").expect("write");
+    for bad in [
+        junk.as_os_str(),
+        "/etc/passwd".as_ref(),
+        tmp.path().join("absent").as_os_str(),
+    ] {
+        let (code, out, err) = run(&["report".as_ref(), bad]);
+        assert_eq!(code, 2, "{bad:?}: {out}{err}");
+        assert!(out.is_empty(), "nothing on stdout: {out}");
+        assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    }
+}
+
+/// The environment is shown as its changes and the variables the stack marks relevant,
+/// never whole (the fixture's components carry PATH and HOME).
+#[test]
+fn environment_is_changes_and_relevant_variables_only() {
+    let mut snap = fixture("wedged");
+    for c in &mut snap.components {
+        c.env
+            .insert("PATH".into(), "/usr/local/bin:/usr/bin".into());
+        c.env.insert("NCCL_DEBUG".into(), "INFO".into());
+        c.relevant_env = vec!["NCCL_DEBUG".into()];
+    }
+    let md = wedgewatch::report::render(&snap);
+    check_markdown(&md);
+    assert!(!md.contains("/usr/local/bin:/usr/bin"), "PATH is not shown");
+    assert!(md.contains("NCCL_DEBUG=INFO"), "relevant variables are");
+    assert!(
+        md.contains("SGLANG_DECODE_PREALLOC_SPLIT_TOKENS: (absent) -> 1"),
+        "changes are"
+    );
+}
+
+/// A stack far larger than a TP8 PD one (64 components with long command lines and
+/// environments, 512 deep stacks): the report stays under the cap, stays valid Markdown,
+/// keeps the verdict and the findings, and says what it left out.
+#[test]
+fn a_huge_stack_is_capped_saying_what_was_cut() {
+    let mut snap = fixture("wedged");
+    let proto = snap.components[2].clone();
+    let thread = snap.threads.first().cloned();
+    for i in 0..64 {
+        let mut c = proto.clone();
+        c.id = format!("prefill{i}@10.0.0.{i}:31001");
+        c.cmdline = (0..200).map(|k| format!("--flag-{k}=value-{k}")).collect();
+        c.relevant_env = c.env.keys().cloned().collect();
+        for k in 0..100 {
+            c.env.insert(format!("SGLANG_VAR_{k}"), "x".repeat(50));
+            c.relevant_env.push(format!("SGLANG_VAR_{k}"));
+        }
+        snap.components.push(c);
+        if let Some(t) = &thread {
+            for k in 0..8 {
+                let mut t = t.clone();
+                t.tid = 1000 * i + k;
+                t.component = Some(format!("prefill{i}@10.0.0.{i}:31001"));
+                t.frames = (0..40)
+                    .map(|d| format!("frame_{d} (/x/y/z.py:{d})"))
+                    .collect();
+                snap.threads.push(t);
+            }
+        }
+    }
+    let md = wedgewatch::report::render(&snap);
+    assert!(
+        md.chars().count() <= 60_000,
+        "{} characters",
+        md.chars().count()
+    );
+    check_markdown(&md);
+    assert!(md.starts_with("# wedged_request at decode"));
+    assert!(md.contains("## Findings"));
+    assert!(md.contains("## Cut to fit"), "says it was cut");
+    assert!(md.contains("Left out: "), "and what");
+    assert!(md.contains("snapshot.json"), "and where the rest is");
+}
+
+/// Versions are part of the report, and go through redaction like everything else.
+#[test]
+fn versions_are_shown_and_redacted() {
+    let mut snap = fixture("wedged");
+    snap.versions.insert("kernel".into(), "6.8.0-test".into());
+    snap.components[2]
+        .versions
+        .insert("sglang".into(), "0.5.4".into());
+    // a version string is host text like any other
+    snap.components[2].versions.insert(
+        "torch".into(),
+        "2.5.0 https://user:hunter2-secret@example.com/x".into(),
+    );
+    let md = wedgewatch::report::render(&snap);
+    check_markdown(&md);
+    assert!(md.contains("| kernel | 6.8.0-test |"), "{md}");
+    assert!(md.contains("sglang 0.5.4"));
+    assert!(!md.contains("hunter2-secret"), "redacted");
+    assert!(md.contains("nvidia_driver | unknown (no NVML here)"));
+}
+
+/// Hostile strings cannot break the Markdown: pipes, backticks, `</details>`, a list
+/// marker and HTML in a summary, a thread name, a command line and an environment value.
+#[test]
+fn hostile_host_text_cannot_break_the_markdown() {
+    let mut snap = fixture("wedged");
+    let evil = "a|b `c` </details>\n- item <script>x</script> ```\n| x | y |";
+    for f in &mut snap.findings {
+        f.summary = format!("{} {evil}", f.summary);
+    }
+    for c in &mut snap.components {
+        c.id = format!("{}{evil}", c.id);
+        c.cmdline.push(evil.into());
+        c.env.insert("NCCL_EVIL".into(), evil.into());
+        c.relevant_env = vec!["NCCL_EVIL".into()];
+    }
+    for t in &mut snap.threads {
+        t.name = Some(evil.into());
+        t.frames.push(evil.into());
+    }
+    let md = wedgewatch::report::render(&snap);
+    // raw HTML: only our details tags (a `<script>` in a code span is text)
+    check_markdown_of(&md, true);
+    assert!(md.starts_with("# wedged_request at decode"), "{md}");
+}
