@@ -102,10 +102,17 @@ fn by_tui(s: &Snapshot) -> usize {
                     + "\n"
             })
             .collect();
-        let at = text
+        // The title line of the Requests view (`20 requests (1 stuck, 3 waiting)`, or
+        // `N exchanges (...)` listing all hops); the
+        // header's headline above it may say "stuck" too.
+        let title = text
+            .lines()
+            .find(|l| l.contains(" requests (") || l.contains(" exchanges ("))
+            .unwrap_or_else(|| panic!("no requests title:\n{text}"));
+        let at = title
             .find(" stuck")
             .unwrap_or_else(|| panic!("no stuck count:\n{text}"));
-        let n = text[..at]
+        let n = title[..at]
             .rsplit('(')
             .next()
             .and_then(|w| w.trim().parse().ok())
