@@ -26,8 +26,9 @@ const LAYERS: &[(&str, &[&str])] = &[
         ],
     ),
     ("model", &["model"]),
-    // Pure helpers over the model (a parser, redaction), usable by every layer above.
-    ("model-helpers", &["redact", "prom"]),
+    // Pure helpers over the model (a parser, redaction, the redacting log writer), usable by
+    // every layer above.
+    ("model-helpers", &["redact", "prom", "logging"]),
     // `crate::http` is `sys::http` at its old path.
     ("sys", &["sys", "http"]),
     ("sources", &["sources"]),
