@@ -305,3 +305,50 @@ fn a_cut_socket_summary_says_how_many_components_it_left_out() {
         "the connection list keeps its half: {rows}"
     );
 }
+
+/// A wedged request whose chain many findings name: its hop detail runs past the pane.
+fn many_findings_on_one_request() -> Snapshot {
+    let mut s = fixture("wedged");
+    let f = s
+        .findings
+        .iter()
+        .find(|f| f.requests.iter().any(|r| r == "r0311"))
+        .cloned()
+        .expect("a finding names r0311");
+    for k in 0..6 {
+        let mut g = f.clone();
+        g.kind = format!("extra_finding_{k}").into();
+        s.findings.push(g);
+    }
+    s
+}
+
+#[test]
+fn the_hops_of_a_request_are_read_by_scrolling() {
+    let mut a = app_of(many_findings_on_one_request());
+    press(&mut a, KeyCode::Char('2'));
+    press(&mut a, KeyCode::Enter);
+    let first = screen(&a);
+    let hops = first
+        .iter()
+        .position(|l| l.starts_with("hops of the selected request"))
+        .expect("hop detail open");
+    let detail = first[hops..].join("\n");
+    assert!(detail.contains("decode   r0311@decode"), "{detail}");
+    assert!(
+        !detail.contains("extra_finding_5"),
+        "below the fold: {detail}"
+    );
+    // The pane hides lines: its scrollbar says so.
+    assert!(first[hops + 1].ends_with('█'), "{}", first[hops + 1]);
+    press(&mut a, KeyCode::Char('j'));
+    assert_eq!(a.detail_scroll(), 1, "j scrolls the hops, not the list");
+    assert_eq!(a.selected(), 0);
+    press(&mut a, KeyCode::Char('G'));
+    let last = screen(&a).join("\n");
+    assert!(last.contains("extra_finding_5"), "{last}");
+    press(&mut a, KeyCode::Char('g'));
+    assert_eq!(a.detail_scroll(), 0);
+    press(&mut a, KeyCode::PageDown);
+    assert_eq!(screen(&a).join("\n"), last, "pgdn reaches the last page");
+}

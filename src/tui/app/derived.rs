@@ -9,7 +9,7 @@
 
 use super::SortKey;
 use crate::model::{LogicalRequest, Request, RequestState, Role, Snapshot, Verdict};
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 /// The hop lanes of the Requests view.
 pub const LANES: [&str; 4] = ["proxy", "router", "prefill", "decode"];
@@ -98,6 +98,38 @@ pub fn request_role(s: &Snapshot, index: &HashMap<String, usize>, r: &Request) -
                 .map(|c| c.role)
         })
         .unwrap_or(Role::Other)
+}
+
+impl Derived {
+    /// The findings (indices, in order) that name any hop of `chain` or its logical request:
+    /// what the Requests view's hop detail lists below the hops.
+    pub fn hop_findings(&self, s: &Snapshot, chain: usize) -> BTreeSet<usize> {
+        // Findings name logical requests; older snapshots named exchanges.
+        let logical_id = self
+            .chain_request
+            .get(chain)
+            .copied()
+            .flatten()
+            .and_then(|li| s.logical_requests.get(li))
+            .map(|l| l.id.as_str());
+        self.chains
+            .get(chain)
+            .into_iter()
+            .flatten()
+            .filter_map(|&m| s.requests.get(m))
+            .map(|r| r.id.as_str())
+            .chain(logical_id)
+            .filter_map(|id| self.findings_by_request.get(id))
+            .flatten()
+            .copied()
+            .collect()
+    }
+
+    /// Lines of the Requests view's hop detail for `chain`: its title, one per hop, one per
+    /// finding.
+    pub fn hop_detail_len(&self, s: &Snapshot, chain: usize) -> usize {
+        1 + self.chains.get(chain).map_or(0, Vec::len) + self.hop_findings(s, chain).len()
+    }
 }
 
 /// Computes everything the views list, once per frame/filter/sort change.

@@ -71,8 +71,8 @@ impl App {
         self.put_cursor(&key, None);
     }
 
-    /// Lines of the open detail pane that scrolls with j/k (thread frames, component
-    /// detail); `None` when j/k move the selection instead.
+    /// Lines of the open detail pane that scrolls with j/k (request hops, thread frames,
+    /// component detail); `None` when j/k move the selection instead.
     fn scrolling_detail_len(&self) -> Option<usize> {
         if !self.detail {
             return None;
@@ -84,6 +84,14 @@ impl App {
             View::Threads => {
                 let t = s.threads.get(*self.derived.threads.get(sel)?)?;
                 Some(1 + usize::from(t.rule.is_some()) + t.frames.len().max(1))
+            }
+            // The hops pane: its title, one line per hop, one per finding naming them.
+            View::Requests => {
+                let row = self
+                    .derived
+                    .rows
+                    .get(*self.derived.request_order.get(sel)?)?;
+                Some(self.derived.hop_detail_len(s, row.chain))
             }
             View::Components => {
                 let c = s.components.get(sel)?;

@@ -160,3 +160,28 @@ fn component_detail_names_the_changed_variable_and_scrolls() {
     assert_eq!(a.detail_scroll(), 10.min(facts.len() - 3));
     assert_eq!(a.selected(), decode);
 }
+
+#[test]
+fn open_hops_scroll_with_j_and_stop_at_their_last_page() {
+    let mut a = app("wedged");
+    press(&mut a, KeyCode::Char('2'));
+    press(&mut a, KeyCode::Enter);
+    assert!(a.detail_open());
+    let s = fixture("wedged");
+    let row = a.derived().rows[a.derived().request_order[0]].clone();
+    // Title, one line per hop, one per finding that names the request.
+    let len = a.derived().hop_detail_len(&s, row.chain);
+    assert_eq!(len, 1 + 4 + 1, "four hops and the wedged_request finding");
+    a.set_detail_viewport(3);
+    press(&mut a, KeyCode::Char('j'));
+    assert_eq!(a.detail_scroll(), 1);
+    assert_eq!(a.selected(), 0, "j scrolls the hops, not the list");
+    press(&mut a, KeyCode::Char('G'));
+    assert_eq!(a.detail_scroll(), len - 3, "the last page, not past it");
+    press(&mut a, KeyCode::PageUp);
+    assert_eq!(a.detail_scroll(), 0);
+    press(&mut a, KeyCode::Esc);
+    assert_eq!(a.detail_scroll(), 0);
+    press(&mut a, KeyCode::Char('j'));
+    assert_eq!(a.selected(), 1, "closed, j moves the selection again");
+}

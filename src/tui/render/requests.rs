@@ -1,7 +1,7 @@
 //! Requests view: one row per request (or per hop) with its hop lanes, and the hops of the
 //! selected request.
 
-use super::{fit, fmt_bytes, fmt_ms, para, rfit, scroll_offset, sev_tag, Theme};
+use super::{fit, fmt_bytes, fmt_ms, para, render_scrolled, rfit, scroll_offset, sev_tag, Theme};
 use crate::model::{Request, RequestState, Snapshot, Status};
 use crate::tui::app::{lane_of, request_role, App, Derived, Lane, RequestRow, LANES};
 use ratatui::layout::{Constraint, Layout, Rect};
@@ -153,7 +153,10 @@ pub(super) fn render(app: &App, s: &Snapshot, theme: Theme, frame: &mut Frame, a
         else {
             return;
         };
-        frame.render_widget(para(hop_lines(s, d, row, theme, area.width as usize)), area);
+        // The hop detail scrolls with j/k while open: a long chain's findings come last.
+        app.set_detail_viewport(area.height as usize);
+        let lines = hop_lines(s, d, row, theme, area.width as usize);
+        render_scrolled(frame, area, lines, app.detail_scroll());
     }
 }
 
@@ -303,21 +306,7 @@ fn hop_lines(
     for m in members {
         lines.push(hop_line(s, d, row, &s.requests[m], theme, w));
     }
-    // Findings name logical requests; older snapshots named exchanges.
-    let logical_id = d.chain_request[row.chain]
-        .and_then(|li| s.logical_requests.get(li))
-        .map(|l| l.id.as_str());
-    let ids: BTreeSet<usize> = d
-        .chains
-        .get(row.chain)
-        .into_iter()
-        .flatten()
-        .map(|&m| s.requests[m].id.as_str())
-        .chain(logical_id)
-        .filter_map(|id| d.findings_by_request.get(id))
-        .flatten()
-        .copied()
-        .collect();
+    let ids = d.hop_findings(s, row.chain);
     for fi in ids {
         let f = &s.findings[fi];
         lines.push(Line::styled(
