@@ -280,7 +280,7 @@ fn colours_are_theme_relative_hues_only() {
 }
 
 #[test]
-fn a_cut_socket_summary_says_how_many_components_it_left_out() {
+fn a_cut_socket_summary_scrolls_with_the_cursor() {
     let mut s = fixture("wedged");
     let decode = s
         .components
@@ -295,15 +295,78 @@ fn a_cut_socket_summary_says_how_many_components_it_left_out() {
     }
     let mut a = app_of(s);
     press(&mut a, KeyCode::Char('5'));
-    let rows = screen(&a).join("\n");
-    assert!(
-        rows.contains("more components; every connection is listed below"),
-        "{rows}"
+    assert_eq!(
+        a.selected_connection(),
+        Some(0),
+        "opens on the first connection"
     );
+    let rows = screen(&a);
+    let text = rows.join("\n");
+    assert!(!text.contains("decode9@"), "below the fold: {text}");
+    let title = rows
+        .iter()
+        .position(|l| l.starts_with("per component"))
+        .expect("summary title");
+    // The summary hides lines: its scrollbar says so.
+    assert!(rows[title + 1].ends_with('█'), "{text}");
     assert!(
-        rows.contains("CLIENT"),
-        "the connection list keeps its half: {rows}"
+        text.contains("CLIENT"),
+        "the connection list keeps its half: {text}"
     );
+    // Up from the first connection: the summary's last component, brought into sight.
+    press(&mut a, KeyCode::Char('k'));
+    assert_eq!(a.selected_connection(), None);
+    assert_eq!(a.selected_socket_component(), Some(13));
+    let up = screen(&a).join("\n");
+    assert!(up.contains("decode9@127.0.0.1:32009"), "{up}");
+    assert!(!up.contains("per component"), "scrolled: {up}");
+    assert!(up.contains("CLIENT"), "the list stays: {up}");
+    // g: back to the top of the summary.
+    press(&mut a, KeyCode::Char('g'));
+    assert_eq!(a.selected_socket_component(), Some(0));
+    let top = screen(&a).join("\n");
+    assert!(top.contains("per component"), "{top}");
+    assert!(!top.contains("decode9@"), "{top}");
+    // Enter does nothing on a summary line.
+    press(&mut a, KeyCode::Enter);
+    assert!(!a.detail_open());
+}
+
+#[test]
+fn the_connection_list_scrolls_to_its_last_row() {
+    let s = fixture("wedged");
+    let mut a = app_of(s.clone());
+    press(&mut a, KeyCode::Char('5'));
+    let conns = a.derived().connections.clone();
+    let last = &s.requests[*conns.last().expect("connections")];
+    let needle = format!("{:<23}", last.client);
+    let first = screen(&a);
+    let head = first
+        .iter()
+        .position(|l| l.starts_with("CLIENT"))
+        .expect("column heads");
+    let listed = |rows: &[String]| rows[head + 1..].iter().any(|l| l.starts_with(&needle));
+    assert!(!listed(&first), "below the fold: {}", first.join("\n"));
+    assert!(
+        first[head + 1].ends_with('█'),
+        "scrollbar: {}",
+        first[head + 1]
+    );
+    press(&mut a, KeyCode::Char('G'));
+    assert_eq!(a.selected_connection(), Some(conns.len() - 1));
+    let end = screen(&a);
+    assert!(listed(&end), "{}", end.join("\n"));
+    // Open, the detail sits below the rows, not pushed off the screen.
+    press(&mut a, KeyCode::Enter);
+    let open = screen(&a).join("\n");
+    assert!(open.contains(&format!("{}: ", last.id)), "{open}");
+    press(&mut a, KeyCode::Esc);
+    for _ in 1..conns.len() {
+        press(&mut a, KeyCode::Char('k'));
+    }
+    assert_eq!(a.selected_connection(), Some(0));
+    press(&mut a, KeyCode::PageDown);
+    assert_eq!(a.selected_connection(), Some(10));
 }
 
 /// A wedged request whose chain many findings name: its hop detail runs past the pane.

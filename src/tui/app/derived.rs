@@ -72,6 +72,9 @@ pub struct Derived {
     pub threads: Vec<usize>,
     /// Exchanges for the Sockets connection list, longest silence first.
     pub connections: Vec<usize>,
+    /// Components in the Sockets view's summary (those with sockets or exchanges; indices
+    /// into `snapshot.components`).
+    pub socket_components: Vec<usize>,
     /// Component id -> index.
     pub component_index: HashMap<String, usize>,
     /// Request id -> findings indices that name it.
@@ -148,6 +151,12 @@ pub fn derive(s: &Snapshot, filter: &str, sort: SortKey, all_hops: bool) -> Deri
     d.request_order = request_order(s, &d.rows, &filter, sort, all_hops);
     d.threads = thread_order(s, &filter);
     d.connections = connection_order(s, &d.rows, &filter);
+    d.socket_components = (0..s.components.len())
+        .filter(|&i| {
+            let c = &s.components[i];
+            !c.sockets.is_empty() || s.requests.iter().any(|r| r.component == c.id)
+        })
+        .collect();
     d.metric_lines = metric_lines(s, &filter);
     d.changes = change_order(s, &filter);
     d

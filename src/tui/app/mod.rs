@@ -394,7 +394,7 @@ impl App {
             View::Requests => d.request_order.len(),
             View::Threads => d.threads.len(),
             View::Gpu => self.snapshot().map_or(0, gpu_line_count),
-            View::Sockets => d.connections.len(),
+            View::Sockets => d.socket_components.len() + d.connections.len(),
             View::Metrics => d.metric_lines.len(),
             View::Diff => d.changes.len(),
             View::Components => self.snapshot().map_or(0, |s| s.components.len()),
@@ -417,6 +417,9 @@ impl App {
             if view == View::Components {
                 self.select_worst_component();
                 self.refresh_host_versions();
+            }
+            if view == View::Sockets {
+                self.select_first_connection();
             }
         }
     }
@@ -456,7 +459,13 @@ impl App {
     fn toggle_enter(&mut self) {
         match self.view {
             View::Overview => self.toggle_finding(),
-            View::Requests | View::Threads | View::Sockets | View::Components => {
+            View::Sockets => {
+                if self.selected_connection().is_some() {
+                    self.detail = !self.detail;
+                    self.detail_scroll = 0;
+                }
+            }
+            View::Requests | View::Threads | View::Components => {
                 if self.view_len(self.view) > 0 {
                     self.detail = !self.detail;
                     self.detail_scroll = 0;

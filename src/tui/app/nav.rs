@@ -123,6 +123,31 @@ impl App {
         }
     }
 
+    /// The Sockets view's cursor runs over the summary's components, then the connections
+    /// (k above the first connection scrolls a summary cut at 80x24). The connection under
+    /// it (position in `derived.connections`), if it is on one.
+    pub fn selected_connection(&self) -> Option<usize> {
+        let n = self.derived.socket_components.len();
+        let sel = self.selected[View::Sockets.index()];
+        (sel >= n && sel - n < self.derived.connections.len()).then(|| sel - n)
+    }
+
+    /// The summary component under the Sockets cursor (position in
+    /// `derived.socket_components`), if it is on one.
+    pub fn selected_socket_component(&self) -> Option<usize> {
+        let sel = self.selected[View::Sockets.index()];
+        (sel < self.derived.socket_components.len()).then_some(sel)
+    }
+
+    /// The Sockets view opens on the first connection (held by a stuck request, if any),
+    /// unless the cursor was moved there before.
+    pub(super) fn select_first_connection(&mut self) {
+        let i = View::Sockets.index();
+        if self.selected[i] == 0 && !self.derived.connections.is_empty() {
+            self.selected[i] = self.derived.socket_components.len();
+        }
+    }
+
     /// j/k/PgDn/PgUp/g/G: scroll the open detail pane, else move the selection.
     pub(super) fn move_selection(&mut self, delta: i64) {
         if let Some(len) = self.scrolling_detail_len() {

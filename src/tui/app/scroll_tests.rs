@@ -185,3 +185,38 @@ fn open_hops_scroll_with_j_and_stop_at_their_last_page() {
     press(&mut a, KeyCode::Char('j'));
     assert_eq!(a.selected(), 1, "closed, j moves the selection again");
 }
+
+#[test]
+fn the_sockets_cursor_runs_from_the_summary_into_the_connections() {
+    let mut a = app("wedged");
+    press(&mut a, KeyCode::Char('5'));
+    let n = a.derived().socket_components.len();
+    let conns = a.derived().connections.len();
+    assert_eq!(n, 4, "proxy, router, prefill, decode");
+    assert_eq!(a.view_len(View::Sockets), n + conns);
+    assert_eq!(a.selected(), n, "opens on the first connection");
+    assert_eq!(a.selected_connection(), Some(0));
+    press(&mut a, KeyCode::Char('k'));
+    assert_eq!(a.selected_connection(), None);
+    assert_eq!(a.selected_socket_component(), Some(n - 1));
+    press(&mut a, KeyCode::Enter);
+    assert!(!a.detail_open(), "a summary line has no detail");
+    press(&mut a, KeyCode::Char('g'));
+    assert_eq!(a.selected_socket_component(), Some(0));
+    press(&mut a, KeyCode::PageDown);
+    assert_eq!(a.selected_connection(), Some(10 - n));
+    press(&mut a, KeyCode::Char('G'));
+    assert_eq!(a.selected_connection(), Some(conns - 1));
+    press(&mut a, KeyCode::Enter);
+    assert!(a.detail_open());
+    press(&mut a, KeyCode::PageUp);
+    assert_eq!(
+        a.selected_connection(),
+        Some(conns - 11),
+        "open, pgup still moves"
+    );
+    // Left and come back: the cursor stays where it was moved to.
+    press(&mut a, KeyCode::Char('1'));
+    press(&mut a, KeyCode::Char('5'));
+    assert_eq!(a.selected_connection(), Some(conns - 11));
+}

@@ -1,6 +1,9 @@
 //! Sockets view: per-component TCP states over time, and the connection list.
 
-use super::{fit, fmt_ms, para, rfit, scroll_offset, source_problem_line, sparkline, Theme};
+use super::{
+    fit, fmt_ms, keep_visible, para, render_scrolled, rfit, scroll_offset, source_problem_line,
+    sparkline, Theme,
+};
 use crate::model::{Request, RequestState, SnapComponent, Snapshot};
 use crate::tui::app::{in_flight, App, HistoryPoint, Lane, RequestRow};
 use ratatui::layout::{Constraint, Layout, Rect};
@@ -11,29 +14,30 @@ use std::collections::VecDeque;
 
 pub(super) fn render(app: &App, s: &Snapshot, theme: Theme, frame: &mut Frame, area: Rect) {
     let w = area.width as usize;
-    let mut top = component_lines(app, s, theme, w);
+    let (mut top, comps) = component_lines(app, s, theme, w);
+    let first_comp = top.len();
+    top.extend(comps);
+    // The summary takes at most half; cut, it scrolls (its scrollbar says so) and the
+    // cursor reaches its components by going up from the first connection.
     let top_h = (top.len() as u16).min(area.height / 2);
-    if top.len() > top_h as usize && top_h > 0 {
-        // Cut: say so instead of dropping components silently.
-        let hidden = top.len() - (top_h as usize - 1);
-        top.truncate(top_h as usize - 1);
-        top.push(Line::styled(
-            fit(
-                &format!("  … {hidden} more components; every connection is listed below"),
-                w,
-            ),
-            theme.dim(),
-        ));
-    }
     let [upper, lower] =
         Layout::vertical([Constraint::Length(top_h), Constraint::Min(0)]).areas(area);
-    frame.render_widget(para(top), upper);
-    frame.render_widget(para(connection_lines(app, s, theme, w, lower)), lower);
+    let offset = app.selected_socket_component().map_or(0, |k| {
+        keep_visible(first_comp + k, first_comp + k, upper.height as usize)
+    });
+    render_scrolled(frame, upper, top, offset);
+    connection_pane(app, s, theme, frame, lower);
 }
 
-/// The upper part: the source's problem if any, then one line per component that has
-/// sockets or exchanges.
-fn component_lines(app: &App, s: &Snapshot, theme: Theme, w: usize) -> Vec<Line<'static>> {
+/// The upper part: the source's problem if any and the title, then one line per component
+/// that has sockets or exchanges (`derived.socket_components`), the one under the cursor
+/// highlighted.
+fn component_lines(
+    app: &App,
+    s: &Snapshot,
+    theme: Theme,
+    w: usize,
+) -> (Vec<Line<'static>>, Vec<Line<'static>>) {
     let mut top: Vec<Line<'static>> = Vec::new();
     top.extend(source_problem_line(s, "sockets", theme, w));
     top.push(Line::styled(
@@ -46,20 +50,29 @@ fn component_lines(app: &App, s: &Snapshot, theme: Theme, w: usize) -> Vec<Line<
     // Per-state sparklines only where there is room for them.
     let state_spark = if w >= 120 { 8 } else { 0 };
     let comp_w = if w >= 120 { 30 } else { 24 };
-    for c in &s.components {
-        if c.sockets.is_empty() && !s.requests.iter().any(|r| r.component == c.id) {
-            continue;
-        }
-        top.push(component_line(
-            app.history(),
-            s,
-            c,
-            theme,
-            comp_w,
-            state_spark,
-        ));
-    }
-    top
+    let sel = app.selected_socket_component();
+    let comps = app
+        .derived()
+        .socket_components
+        .iter()
+        .enumerate()
+        .map(|(k, &ci)| {
+            let line = component_line(
+                app.history(),
+                s,
+                &s.components[ci],
+                theme,
+                comp_w,
+                state_spark,
+            );
+            if sel == Some(k) {
+                line.patch_style(theme.selected())
+            } else {
+                line
+            }
+        })
+        .collect();
+    (top, comps)
 }
 
 /// One component: exchanges in flight now and over time, then each TCP state's count (with
@@ -136,35 +149,73 @@ impl ConnCols {
     }
 }
 
-/// The lower part: the connection list (title, column heads, rows) and, when open, the
-/// selected connection's detail.
-fn connection_lines(
-    app: &App,
-    s: &Snapshot,
-    theme: Theme,
-    w: usize,
-    area: Rect,
-) -> Vec<Line<'static>> {
+/// The lower part: the connection list (title, column heads, rows that follow the cursor,
+/// with a scrollbar when cut) and, when open, the selected connection's detail below the
+/// rows.
+fn connection_pane(app: &App, s: &Snapshot, theme: Theme, frame: &mut Frame, area: Rect) {
     let d = app.derived();
-    let cols = ConnCols::for_width(w);
-    let mut lines = connection_heading(&cols, theme, w);
-    let rows_h = (area.height as usize).saturating_sub(2);
-    let sel = app.selected();
-    let offset = scroll_offset(sel, rows_h);
-    for (pos, &ri) in d.connections.iter().enumerate().skip(offset).take(rows_h) {
-        let line = connection_line(&s.requests[ri], &d.rows[ri], &cols, theme);
-        lines.push(if pos == sel {
-            line.patch_style(theme.selected())
-        } else {
-            line
-        });
+    let w = area.width as usize;
+    let mut cols = ConnCols::for_width(w);
+    let sel = app.selected_connection();
+    let detail = app
+        .detail_open()
+        .then(|| sel.and_then(|k| d.connections.get(k)))
+        .flatten()
+        .and_then(|&i| s.requests.get(i))
+        .map(|r| connection_detail(r, theme, w));
+    let room = (area.height as usize)
+        .saturating_sub(2)
+        .saturating_sub(usize::from(detail.is_some()));
+    // Cut, the rows give the scrollbar its column out of the component's when they would
+    // reach it, so the age keeps its unit.
+    let row_w = 60 + cols.server + cols.component;
+    if d.connections.len() > room && room >= 2 && row_w >= w {
+        cols.component = cols.component.saturating_sub(row_w + 1 - w);
     }
-    if app.detail_open() {
-        if let Some(r) = d.connections.get(sel).and_then(|&i| s.requests.get(i)) {
-            lines.push(connection_detail(r, theme, w));
+    let heading = connection_heading(&cols, theme, w);
+    let rows: Vec<Line<'static>> = d
+        .connections
+        .iter()
+        .enumerate()
+        .map(|(pos, &ri)| {
+            let line = connection_line(&s.requests[ri], &d.rows[ri], &cols, theme);
+            if Some(pos) == sel {
+                line.patch_style(theme.selected())
+            } else {
+                line
+            }
+        })
+        .collect();
+    let rows_h = rows.len().min(room) as u16;
+    let head_h = (heading.len() as u16).min(area.height);
+    frame.render_widget(
+        para(heading),
+        Rect {
+            height: head_h,
+            ..area
+        },
+    );
+    let rows_area = Rect {
+        y: area.y + head_h,
+        height: rows_h,
+        ..area
+    };
+    render_scrolled(
+        frame,
+        rows_area,
+        rows,
+        scroll_offset(sel.unwrap_or(0), rows_h as usize),
+    );
+    if let Some(line) = detail {
+        if area.height > head_h + rows_h {
+            let at = Rect {
+                y: rows_area.y + rows_h,
+                height: 1,
+                ..area
+            };
+            frame.render_widget(para(vec![line]), at);
         }
     }
-    lines
 }
 
 fn connection_heading(cols: &ConnCols, theme: Theme, w: usize) -> Vec<Line<'static>> {
