@@ -127,7 +127,10 @@ fn first_pass_reads_only_candidates_and_launchers() {
         .expect("router");
     assert_eq!(router.main_pid, Some(111));
     assert_eq!(
-        router.labels.get(discover::LABEL_ARGS_PID).map(String::as_str),
+        router
+            .labels
+            .get(discover::LABEL_ARGS_PID)
+            .map(String::as_str),
         Some("110"),
         "the launcher, not a candidate itself, is read on demand for the arguments"
     );

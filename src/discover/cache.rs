@@ -160,6 +160,7 @@ impl DiscoveryCache {
             self.entries.clear();
             return;
         }
-        self.entries.retain(|pid, _| alive.binary_search(pid).is_ok());
+        self.entries
+            .retain(|pid, _| alive.binary_search(pid).is_ok());
     }
 }

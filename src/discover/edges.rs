@@ -204,7 +204,10 @@ impl Builder<'_> {
         let mut held: BTreeMap<i32, Arc<Vec<u64>>> = BTreeMap::new();
         let mut seen: BTreeSet<u64> = BTreeSet::new();
         let all_seen = |seen: &BTreeSet<u64>| wanted.keys().all(|i| seen.contains(i));
-        for &pid in known_pids.iter().filter(|p| self.table.procs.contains_key(p)) {
+        for &pid in known_pids
+            .iter()
+            .filter(|p| self.table.procs.contains_key(p))
+        {
             seen.extend(self.table.socket_inodes_memo(pid, false).iter());
         }
         if all_seen(&seen) {

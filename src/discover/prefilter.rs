@@ -142,7 +142,9 @@ mod tests {
         ] {
             assert!(f.candidate(comm), "{comm} must be a candidate");
         }
-        for comm in ["sleep", "bash", "sshd", "systemd", "cargo", "rustc", "timeout"] {
+        for comm in [
+            "sleep", "bash", "sshd", "systemd", "cargo", "rustc", "timeout",
+        ] {
             assert!(!f.candidate(comm), "{comm} is not a candidate");
         }
     }

@@ -255,7 +255,11 @@ impl ProcTable {
     pub fn socket_inodes_memo(&self, pid: i32, fresh: bool) -> Arc<Vec<u64>> {
         let count = self.proc.fd_dir_size(pid).filter(|n| *n > 0);
         if !fresh {
-            let memo = self.cache.borrow_mut().get_mut(pid).and_then(|e| e.fds.clone());
+            let memo = self
+                .cache
+                .borrow_mut()
+                .get_mut(pid)
+                .and_then(|e| e.fds.clone());
             if let (Some(m), Some(n)) = (memo, count) {
                 if m.fd_count == n {
                     return m.sockets;
@@ -281,7 +285,10 @@ impl ProcTable {
 
     /// Socket inodes `pid` holds now (empty when its fds are unreadable).
     pub fn socket_inodes(&self, pid: i32) -> BTreeSet<u64> {
-        self.socket_inodes_memo(pid, false).iter().copied().collect()
+        self.socket_inodes_memo(pid, false)
+            .iter()
+            .copied()
+            .collect()
     }
 
     /// Listen addresses of `pid` (its own LISTEN sockets), sorted by port.
@@ -313,8 +320,10 @@ impl ProcTable {
 /// The `stat` line of every pid, under the table's deadlines; vanished processes, kernel
 /// threads and blocked reads are left out.
 fn read_stats(proc: &ProcFs, pids: Vec<i32>) -> Vec<(i32, StatLine)> {
-    let items: Vec<(std::path::PathBuf, i32)> =
-        pids.into_iter().map(|p| (proc.path(p, "stat"), p)).collect();
+    let items: Vec<(std::path::PathBuf, i32)> = pids
+        .into_iter()
+        .map(|p| (proc.path(p, "stat"), p))
+        .collect();
     let reader = proc.clone();
     let read = move |&pid: &i32| read_stat(&reader, pid).map(|s| (pid, s));
     crate::deadline::map(items, READ_DEADLINE, TABLE_DEADLINE, read)
@@ -341,12 +350,19 @@ fn read_stat(proc: &ProcFs, pid: i32) -> Option<StatLine> {
 
 /// Command lines of `pids`. Reading one takes the process's mmap lock, so each runs under
 /// [`READ_DEADLINE`]; None: not read (timed out, or the time was up), tried again next pass.
-fn read_cmdlines(proc: &ProcFs, pids: Vec<i32>, total: Duration) -> Vec<(i32, Option<Vec<String>>)> {
+fn read_cmdlines(
+    proc: &ProcFs,
+    pids: Vec<i32>,
+    total: Duration,
+) -> Vec<(i32, Option<Vec<String>>)> {
     let items: Vec<(std::path::PathBuf, i32)> =
         pids.iter().map(|&p| (proc.path(p, "cmdline"), p)).collect();
     let reader = proc.clone();
     // Denied or vanished: an empty command line, as before the cache.
     let read = move |&pid: &i32| reader.cmdline(pid).unwrap_or_default();
     let out = crate::deadline::map(items, READ_DEADLINE, total, read);
-    pids.into_iter().zip(out).map(|(p, r)| (p, r.ok())).collect()
+    pids.into_iter()
+        .zip(out)
+        .map(|(p, r)| (p, r.ok()))
+        .collect()
 }
