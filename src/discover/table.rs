@@ -317,18 +317,30 @@ impl ProcTable {
     }
 }
 
+/// Pids whose `stat` lines one deadline item reads: one item per pid made the deadline's
+/// bookkeeping (a message, the blocked-path registry, two paths) cost more than the read.
+/// `stat` does not take the mmap lock, so a blocked chunk is not expected; if one is, its
+/// pids are missing from that pass only.
+const STAT_CHUNK: usize = 64;
+
 /// The `stat` line of every pid, under the table's deadlines; vanished processes, kernel
 /// threads and blocked reads are left out.
 fn read_stats(proc: &ProcFs, pids: Vec<i32>) -> Vec<(i32, StatLine)> {
-    let items: Vec<(std::path::PathBuf, i32)> = pids
-        .into_iter()
-        .map(|p| (proc.path(p, "stat"), p))
+    let items: Vec<(std::path::PathBuf, Vec<i32>)> = pids
+        .chunks(STAT_CHUNK)
+        .map(|c| (proc.path(c[0], "stat"), c.to_vec()))
         .collect();
     let reader = proc.clone();
-    let read = move |&pid: &i32| read_stat(&reader, pid).map(|s| (pid, s));
+    let read = move |chunk: &Vec<i32>| -> Vec<(i32, StatLine)> {
+        chunk
+            .iter()
+            .filter_map(|&pid| read_stat(&reader, pid).map(|s| (pid, s)))
+            .collect()
+    };
     crate::deadline::map(items, READ_DEADLINE, TABLE_DEADLINE, read)
         .into_iter()
-        .filter_map(|r| r.ok().flatten())
+        .filter_map(|r| r.ok())
+        .flatten()
         .collect()
 }
 
