@@ -189,7 +189,7 @@ fn main() {
         query_endpoints: false,
         ..DiscoverOptions::default()
     };
-    let (_stack, port) = stack();
+    let (stack, port) = stack();
     std::thread::sleep(Duration::from_millis(300));
     let (mut without, mut with) = (Block::default(), Block::default());
     for round in 0..rounds {
@@ -206,6 +206,8 @@ fn main() {
         let procs = std::fs::read_dir("/proc").map(|d| d.count()).unwrap_or(0);
         eprintln!("round {round}: {procs} /proc entries after the round");
     }
+    // before `report`, which may exit(1) without running destructors
+    drop(stack);
     report(&without, &with, extra)
 }
 
