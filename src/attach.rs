@@ -6,7 +6,7 @@ use crate::clock::{Clock, Millis};
 use crate::correlate::Model;
 use crate::daemon::DiscoverFn;
 use crate::detect::Thresholds;
-use crate::discover::{self, DiscoverOptions};
+use crate::discover::{self, DiscoverOptions, DiscoveryCache};
 use crate::error::{Error, Result};
 use crate::model::Topology;
 use crate::probes::ProbeSet;
@@ -21,8 +21,11 @@ use crate::sources::stacks::{StackSource, StacksConfig};
 use crate::sources::Source;
 use crate::sys::ProcFs;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, TryLockError};
 use tokio::sync::watch;
+
+/// The daemon's discovery cache, shared by its rediscovery passes.
+type SharedCache = Arc<Mutex<DiscoveryCache>>;
 
 /// What to attach to and how.
 #[derive(Debug, Clone)]
@@ -76,10 +79,28 @@ impl AttachOptions {
     /// detached thread under [`discover::DISCOVERY_DEADLINE`]: a read that blocks past every
     /// inner deadline fails discovery with a reason instead of hanging the verb.
     pub async fn discover(&self) -> Result<Topology> {
+        self.discover_with(None).await
+    }
+
+    /// [`Self::discover`], remembering what it read in `cache` for the next call (the
+    /// daemon's rediscovery: `discover::discover_cached`). A cache still held by an earlier
+    /// discovery that outlived its deadline is not waited for: this one starts afresh.
+    async fn discover_with(&self, cache: Option<SharedCache>) -> Result<Topology> {
         let probes = self.probes.clone();
         let opts = self.discover_options();
         let root = opts.proc_root.clone();
-        let run = move || discover::discover(&probes, &opts);
+        let run = move || {
+            // Poisoned (a pass panicked): its cache was taken out, an empty one is left.
+            let guard = cache.as_ref().and_then(|c| match c.try_lock() {
+                Ok(g) => Some(g),
+                Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+                Err(TryLockError::WouldBlock) => None,
+            });
+            match guard {
+                Some(mut c) => discover::discover_cached(&probes, &opts, &mut c),
+                None => discover::discover(&probes, &opts),
+            }
+        };
         tokio::task::spawn_blocking(move || {
             crate::deadline::call(&root, discover::DISCOVERY_DEADLINE, run)
         })
@@ -94,12 +115,14 @@ impl AttachOptions {
         cfg
     }
 
-    /// Discovery as the daemon's re-discovery hook.
+    /// Discovery as the daemon's re-discovery hook: one [`DiscoveryCache`] for all its
+    /// passes, so a pass reads only new processes in full.
     pub fn discover_fn(&self) -> DiscoverFn {
         let me = Arc::new(self.clone());
+        let cache: SharedCache = Arc::new(Mutex::new(DiscoveryCache::new()));
         Arc::new(move || {
-            let me = me.clone();
-            Box::pin(async move { me.discover().await })
+            let (me, cache) = (me.clone(), cache.clone());
+            Box::pin(async move { me.discover_with(Some(cache)).await })
         })
     }
 

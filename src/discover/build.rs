@@ -36,7 +36,7 @@ impl Builder<'_> {
     ) -> Component {
         let comp = &self.compiled[ci];
         let prof = comp.p;
-        let proc = self.table.procs.get(&pid).cloned().unwrap_or(Proc {
+        let proc = self.table.full(pid).unwrap_or(Proc {
             pid,
             ..Proc::default()
         });
@@ -94,11 +94,7 @@ impl Builder<'_> {
             Some(l) => {
                 labels.insert(LABEL_ARGS_PID.into(), l.to_string());
                 labels.insert(LABEL_ARGS_SOURCE.into(), format!("launcher pid {l}"));
-                self.table
-                    .procs
-                    .get(&l)
-                    .map(|p| p.cmdline.clone())
-                    .unwrap_or_default()
+                self.table.cmdline(l)
             }
             None => {
                 labels.insert(

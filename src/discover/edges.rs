@@ -9,6 +9,7 @@ use crate::model::topology::labels::*;
 use crate::model::{Component, Edge, EdgeOrigin, Role, TcpState};
 use crate::probes::Profile;
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 /// Proxies found per round: proxy pid -> (target component id -> connection count).
 type Holders = BTreeMap<i32, BTreeMap<String, u32>>;
@@ -43,8 +44,7 @@ impl Builder<'_> {
             Vec::new()
         } else {
             super::args_pid(c)
-                .and_then(|p| self.table.procs.get(&p))
-                .map(|p| p.cmdline.clone())
+                .map(|p| self.table.cmdline(p))
                 .unwrap_or_default()
         };
         let mut urls: Vec<(String, String)> = Vec::new();
@@ -195,6 +195,12 @@ impl Builder<'_> {
     }
 
     /// Which unknown processes hold the wanted sockets (the expensive part: fd scans).
+    ///
+    /// Cheapest first, so a host with thousands of unrelated processes costs little: sockets
+    /// the known processes hold (a router's own connections to its workers) need no search;
+    /// the rest are looked up in each process's remembered sockets (kept while its fd count
+    /// is unchanged); only when some are still not found are the processes that hold
+    /// sockets at all read afresh (a proxy replaced a connection at an unchanged count).
     fn holders_of(&self, wanted: &BTreeMap<u64, String>) -> Holders {
         let mut known_pids: BTreeSet<i32> = BTreeSet::new();
         for c in &self.topo.components {
@@ -204,13 +210,34 @@ impl Builder<'_> {
             }
         }
         known_pids.extend(self.opts.exclude_pids.iter().copied());
-        let mut found = Holders::new();
+        let mut held: BTreeMap<i32, Arc<Vec<u64>>> = BTreeMap::new();
+        let mut seen: BTreeSet<u64> = BTreeSet::new();
+        let all_seen = |seen: &BTreeSet<u64>| wanted.keys().all(|i| seen.contains(i));
+        for &pid in known_pids
+            .iter()
+            .filter(|p| self.table.procs.contains_key(p))
+        {
+            seen.extend(self.table.socket_inodes_memo(pid, false).iter());
+        }
+        if all_seen(&seen) {
+            return Holders::new();
+        }
         for &pid in self.table.procs.keys() {
-            if known_pids.contains(&pid) {
-                continue;
+            if !known_pids.contains(&pid) {
+                let s = self.table.socket_inodes_memo(pid, false);
+                seen.extend(s.iter());
+                held.insert(pid, s);
             }
-            for i in self.table.socket_inodes(pid) {
-                if let Some(t) = wanted.get(&i) {
+        }
+        if !all_seen(&seen) {
+            for (&pid, s) in held.iter_mut().filter(|(_, s)| !s.is_empty()) {
+                *s = self.table.socket_inodes_memo(pid, true);
+            }
+        }
+        let mut found = Holders::new();
+        for (pid, sockets) in held {
+            for i in sockets.iter() {
+                if let Some(t) = wanted.get(i) {
                     *found.entry(pid).or_default().entry(t.clone()).or_insert(0) += 1;
                 }
             }
@@ -226,11 +253,11 @@ impl Builder<'_> {
         targets: BTreeMap<String, u32>,
         proxy_profiles: &[usize],
     ) -> bool {
-        let Some(proc) = self.table.procs.get(&pid).cloned() else {
-            return false;
-        };
         let listen = self.table.listen_of(pid);
         let Some(first) = listen.first().copied() else {
+            return false;
+        };
+        let Some(proc) = self.table.full(pid) else {
             return false;
         };
         let Some(&ci) = proxy_profiles.iter().find(|&&ci| {

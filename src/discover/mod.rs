@@ -26,14 +26,17 @@
 //! GET), `edges` (config edges, proxies), `targets` (`--pid`, `--url`).
 
 mod build;
+mod cache;
 mod edges;
 mod endpoints;
+mod prefilter;
 mod profiles;
 mod table;
 mod targets;
 #[cfg(test)]
 mod tests;
 
+pub use cache::{CacheStats, DiscoveryCache};
 pub use endpoints::{loopback_get, scrape_addr};
 pub use profiles::{flag_value, flag_values};
 
@@ -43,6 +46,7 @@ use crate::probes::ProbeSet;
 use crate::sys::addr::split_host_port;
 use crate::sys::ProcFs;
 use endpoints::hosts_equivalent;
+use prefilter::Prefilter;
 use profiles::{Compiled, Match};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -113,14 +117,28 @@ struct Builder<'a> {
 }
 
 /// Builds the topology. Fails only when the procfs root cannot be listed at all.
+/// A one-shot discovery: nothing is remembered (see [`discover_cached`]).
 pub fn discover(probes: &ProbeSet, opts: &DiscoverOptions) -> Result<Topology> {
-    let table = ProcTable::read(&ProcFs::new(&opts.proc_root))?;
-    let compiled = probes
+    discover_cached(probes, opts, &mut DiscoveryCache::new())
+}
+
+/// [`discover`] with what earlier passes read (the daemon's rediscovery): processes already
+/// known by (pid, start time) are not read again, so a pass costs one `stat` read per
+/// unrelated process (see `cache.rs`, `prefilter.rs`). `cache` is updated for the next pass.
+pub fn discover_cached(
+    probes: &ProbeSet,
+    opts: &DiscoverOptions,
+    cache: &mut DiscoveryCache,
+) -> Result<Topology> {
+    let compiled: Vec<Compiled> = probes
         .profiles
         .iter()
         .enumerate()
         .map(|(i, p)| Compiled::new(p, i))
         .collect();
+    let prefilter = Prefilter::new(&compiled);
+    let proc = ProcFs::new(&opts.proc_root);
+    let table = ProcTable::read(&proc, std::mem::take(cache), &prefilter)?;
     let mut b = Builder {
         table,
         compiled,
@@ -140,6 +158,7 @@ pub fn discover(probes: &ProbeSet, opts: &DiscoverOptions) -> Result<Topology> {
             &c.id,
         ))
     });
+    *cache = b.table.into_cache();
     Ok(b.topo)
 }
 
@@ -163,7 +182,8 @@ impl<'a> Builder<'a> {
     fn top_level(&mut self) {
         let mut matched: BTreeMap<i32, (usize, Match)> = BTreeMap::new();
         for p in self.table.procs.values() {
-            if self.excluded(p.pid) {
+            // not a candidate: no profile can match it (`prefilter.rs`)
+            if self.excluded(p.pid) || !p.candidate {
                 continue;
             }
             if let Some(m) = self.best_top_level(p) {
@@ -207,11 +227,9 @@ impl<'a> Builder<'a> {
     /// Nearest ancestor whose cmdline matches the profile's `match_cmdline`.
     fn launcher_of(&self, pid: i32, ci: usize) -> Option<i32> {
         let comp = &self.compiled[ci];
-        self.table.ancestors(pid).into_iter().find(|a| {
-            self.table.procs.get(a).is_some_and(|p| {
-                let j = p.joined();
-                comp.cmdline.iter().any(|r| r.is_match(&j))
-            })
+        self.table.ancestors(pid).into_iter().find(|&a| {
+            let j = self.table.cmdline(a).join(" ");
+            comp.cmdline.iter().any(|r| r.is_match(&j))
         })
     }
 
@@ -238,12 +256,13 @@ impl<'a> Builder<'a> {
                 if claimed.contains(&d) || self.excluded(d) {
                     continue;
                 }
-                let Some(proc) = self.table.procs.get(&d) else {
+                // read on demand: a child need not pass the pre-filter
+                let Some(proc) = self.table.full(d) else {
                     continue;
                 };
                 let best = child_profiles
                     .iter()
-                    .filter_map(|&ci| self.compiled[ci].matches(proc).map(|m| (ci, m)))
+                    .filter_map(|&ci| self.compiled[ci].matches(&proc).map(|m| (ci, m)))
                     .max_by_key(|(ci, _)| (self.compiled[*ci].p.priority, usize::MAX - *ci));
                 if let Some((ci, m)) = best {
                     claimed.insert(d);

@@ -1,7 +1,11 @@
-//! The process table discovery works on: pid, parent, comm and cmdline of every process,
-//! read once per discovery through [`ProcFs`] under deadlines, with ancestry, descendants,
-//! environments, listening sockets and per-namespace TCP tables on demand.
+//! The process table discovery works on: pid, parent and comm of every process (its `stat`
+//! line, read every pass through [`ProcFs`] under deadlines), the command line of candidates
+//! (the pre-filter's, read once per process incarnation: `cache.rs`), with ancestry,
+//! descendants, other command lines, environments, listening sockets and per-namespace TCP
+//! tables on demand.
 
+use super::cache::{DiscoveryCache, Entry, FdMemo, Identity};
+use super::prefilter::Prefilter;
 use crate::error::{Error, Result};
 use crate::model::{SocketEntry, TcpState};
 use crate::sys::netns::Netns;
@@ -10,7 +14,8 @@ use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::rc::Rc;
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// How far up we look for a launcher, and how deep down for children: real launch chains are
 /// 1-3 levels (shell -> timeout -> python); bounded so a pathological tree cannot stall us.
@@ -29,7 +34,12 @@ pub(super) struct Proc {
     pub pid: i32,
     pub ppid: i32,
     pub comm: String,
+    /// Empty unless read (`full`): only candidates are read up front, see [`ProcTable::full`].
     pub cmdline: Vec<String>,
+    /// The pre-filter let it through: it can match a profile.
+    pub candidate: bool,
+    /// Its command line was read (it may still be empty: denied, vanished, a zombie).
+    pub full: bool,
 }
 
 impl Proc {
@@ -52,28 +62,74 @@ pub(super) struct ProcTable {
     /// Our own network namespace (netns, issue 11 item 5): processes in another one are in a
     /// container, keyed and scraped in there.
     own_net: Option<u64>,
+    /// What earlier passes read (see `cache.rs`); given back by [`ProcTable::into_cache`].
+    cache: RefCell<DiscoveryCache>,
+}
+
+/// What a pass reads of every pid: its `stat` line.
+struct StatLine {
+    ppid: i32,
+    id: Identity,
 }
 
 impl ProcTable {
-    pub fn read(proc: &ProcFs) -> Result<ProcTable> {
+    /// One `stat` read per pid; command lines only of new candidates (`prefilter`), the rest
+    /// from `cache` or on demand.
+    pub fn read(
+        proc: &ProcFs,
+        mut cache: DiscoveryCache,
+        prefilter: &Prefilter,
+    ) -> Result<ProcTable> {
+        let started = Instant::now();
         let pids = proc.pids().map_err(|e| {
             Error::Other(format!(
                 "cannot list processes in {}: {e}",
                 proc.root().display()
             ))
         })?;
-        // Listing is readdir only; reading each process may block (see `read_proc`).
-        let items: Vec<(std::path::PathBuf, i32)> =
-            pids.into_iter().map(|p| (proc.pid_dir(p), p)).collect();
-        let reader = proc.clone();
-        let read = move |&pid: &i32| read_proc(&reader, pid);
-        let procs: BTreeMap<i32, Proc> =
-            crate::deadline::map(items, READ_DEADLINE, TABLE_DEADLINE, read)
-                .into_iter()
-                // Vanished, a kernel thread, or blocked: not a candidate this pass.
-                .filter_map(|r| r.ok().flatten())
-                .map(|p| (p.pid, p))
-                .collect();
+        cache.retain_alive(&pids);
+        cache.count_stat_reads(pids.len());
+        let mut procs = BTreeMap::new();
+        let mut to_read = Vec::new();
+        for (pid, line) in read_stats(proc, pids) {
+            let mut p = Proc {
+                pid,
+                ppid: line.ppid,
+                comm: line.id.comm.clone(),
+                ..Proc::default()
+            };
+            match cache.known(pid, &line.id) {
+                Some(e) => {
+                    p.candidate = e.candidate;
+                    if let Some(c) = &e.cmdline {
+                        p.cmdline = c.to_vec();
+                        p.full = true;
+                    }
+                }
+                None => {
+                    p.candidate = cache.is_uncached() || prefilter.candidate(&p.comm);
+                    cache.insert(pid, Entry::new(line.id, p.candidate));
+                }
+            }
+            if p.candidate && !p.full {
+                to_read.push(pid);
+            }
+            procs.insert(pid, p);
+        }
+        let left = TABLE_DEADLINE
+            .saturating_sub(started.elapsed())
+            .max(READ_DEADLINE);
+        for (pid, cmdline) in read_cmdlines(proc, to_read, left) {
+            cache.count_full_read();
+            let Some(cmdline) = cmdline else { continue };
+            if let Some(e) = cache.get_mut(pid) {
+                e.cmdline = Some(Arc::new(cmdline.clone()));
+            }
+            if let Some(p) = procs.get_mut(&pid) {
+                p.cmdline = cmdline;
+                p.full = true;
+            }
+        }
         let mut children: BTreeMap<i32, Vec<i32>> = BTreeMap::new();
         for p in procs.values() {
             children.entry(p.ppid).or_default().push(p.pid);
@@ -84,7 +140,57 @@ impl ProcTable {
             children,
             net: RefCell::default(),
             own_net: proc.own_ns_inode("net").ok(),
+            cache: RefCell::new(cache),
         })
+    }
+
+    /// The cache, with what this pass learned, for the next pass.
+    pub fn into_cache(self) -> DiscoveryCache {
+        self.cache.into_inner()
+    }
+
+    /// `pid` with its command line: read now (once per incarnation) when the pre-filter
+    /// skipped it. For launchers, children of components, proxies and `--pid` targets.
+    pub fn full(&self, pid: i32) -> Option<Proc> {
+        let p = self.procs.get(&pid)?;
+        if p.full {
+            return Some(p.clone());
+        }
+        Some(Proc {
+            cmdline: self.cmdline_on_demand(pid),
+            full: true,
+            ..p.clone()
+        })
+    }
+
+    /// The command line of `pid` (empty when unreadable).
+    pub fn cmdline(&self, pid: i32) -> Vec<String> {
+        self.full(pid).map(|p| p.cmdline).unwrap_or_default()
+    }
+
+    fn cmdline_on_demand(&self, pid: i32) -> Vec<String> {
+        let cached = self
+            .cache
+            .borrow_mut()
+            .get_mut(pid)
+            .and_then(|e| e.cmdline.clone());
+        if let Some(c) = cached {
+            return c.to_vec();
+        }
+        let path = self.proc.path(pid, "cmdline");
+        let reader = self.proc.clone();
+        let read = crate::deadline::call(&path, READ_DEADLINE, move || reader.cmdline(pid));
+        let mut cache = self.cache.borrow_mut();
+        cache.count_full_read();
+        // Timed out: not remembered, so a later pass tries again.
+        let Ok(read) = read else {
+            return Vec::new();
+        };
+        let cmdline = read.unwrap_or_default();
+        if let Some(e) = cache.get_mut(pid) {
+            e.cmdline = Some(Arc::new(cmdline.clone()));
+        }
+        cmdline
     }
 
     pub fn ancestors(&self, pid: i32) -> Vec<i32> {
@@ -123,8 +229,18 @@ impl ProcTable {
         out
     }
 
+    /// The network namespace of `pid` (remembered per incarnation: a process that enters
+    /// another one without exec'ing is not seen to move).
     pub fn netns(&self, pid: i32) -> Option<u64> {
-        self.proc.ns_inode(pid, "net").ok()
+        let cached = self.cache.borrow_mut().get_mut(pid).and_then(|e| e.netns);
+        if cached.is_some() {
+            return cached;
+        }
+        let ns = self.proc.ns_inode(pid, "net").ok()?;
+        if let Some(e) = self.cache.borrow_mut().get_mut(pid) {
+            e.netns = Some(ns);
+        }
+        Some(ns)
     }
 
     // --- netns (issue 11 item 5) ---
@@ -169,12 +285,46 @@ impl ProcTable {
         entries
     }
 
-    /// Socket inodes `pid` holds (empty when its fds are unreadable).
+    /// Socket inodes `pid` holds (empty when its fds are unreadable). Kept per incarnation
+    /// with its open-fd count (`st_size` of `fd/`, Linux >= 6.2): read again only when that
+    /// count changed, or when `fresh` asks for it.
+    pub fn socket_inodes_memo(&self, pid: i32, fresh: bool) -> Arc<Vec<u64>> {
+        let count = self.proc.fd_dir_size(pid).filter(|n| *n > 0);
+        if !fresh {
+            let memo = self
+                .cache
+                .borrow_mut()
+                .get_mut(pid)
+                .and_then(|e| e.fds.clone());
+            if let (Some(m), Some(n)) = (memo, count) {
+                if m.fd_count == n {
+                    return m.sockets;
+                }
+            }
+        }
+        let sockets = Arc::new(
+            self.proc
+                .socket_inodes(pid)
+                .map(|s| s.socket_inodes)
+                .unwrap_or_default(),
+        );
+        let mut cache = self.cache.borrow_mut();
+        cache.count_fd_scan();
+        if let (Some(e), Some(fd_count)) = (cache.get_mut(pid), count) {
+            e.fds = Some(FdMemo {
+                fd_count,
+                sockets: Arc::clone(&sockets),
+            });
+        }
+        sockets
+    }
+
+    /// Socket inodes `pid` holds now (empty when its fds are unreadable).
     pub fn socket_inodes(&self, pid: i32) -> BTreeSet<u64> {
-        self.proc
-            .socket_inodes(pid)
-            .map(|s| s.socket_inodes.into_iter().collect())
-            .unwrap_or_default()
+        self.socket_inodes_memo(pid, false)
+            .iter()
+            .copied()
+            .collect()
     }
 
     /// Listen addresses of `pid` (its own LISTEN sockets), sorted by port.
@@ -203,20 +353,64 @@ impl ProcTable {
     }
 }
 
-/// One process's table entry (None: vanished, or a kernel thread). Reading cmdline takes the
-/// process's mmap lock, so this runs under [`READ_DEADLINE`].
-fn read_proc(proc: &ProcFs, pid: i32) -> Option<Proc> {
+/// Pids whose `stat` lines one deadline item reads: one item per pid made the deadline's
+/// bookkeeping (a message, the blocked-path registry, two paths) cost more than the read.
+/// `stat` does not take the mmap lock, so a blocked chunk is not expected; if one is, its
+/// pids are missing from that pass only.
+const STAT_CHUNK: usize = 64;
+
+/// The `stat` line of every pid, under the table's deadlines; vanished processes, kernel
+/// threads and blocked reads are left out.
+fn read_stats(proc: &ProcFs, pids: Vec<i32>) -> Vec<(i32, StatLine)> {
+    let items: Vec<(std::path::PathBuf, Vec<i32>)> = pids
+        .chunks(STAT_CHUNK)
+        .map(|c| (proc.path(c[0], "stat"), c.to_vec()))
+        .collect();
+    let reader = proc.clone();
+    let read = move |chunk: &Vec<i32>| -> Vec<(i32, StatLine)> {
+        chunk
+            .iter()
+            .filter_map(|&pid| read_stat(&reader, pid).map(|s| (pid, s)))
+            .collect()
+    };
+    crate::deadline::map(items, READ_DEADLINE, TABLE_DEADLINE, read)
+        .into_iter()
+        .filter_map(|r| r.ok())
+        .flatten()
+        .collect()
+}
+
+fn read_stat(proc: &ProcFs, pid: i32) -> Option<StatLine> {
     // a process that vanished between readdir and stat is simply not there
     let stat = proc.stat(pid).ok()?;
     if stat.ppid == 2 || pid == 2 {
         return None; // kernel threads
     }
-    let comm = proc.comm(pid).unwrap_or(stat.comm);
-    let cmdline = proc.cmdline(pid).unwrap_or_default();
-    Some(Proc {
-        pid,
+    Some(StatLine {
         ppid: stat.ppid,
-        comm,
-        cmdline,
+        id: Identity {
+            start: stat.starttime,
+            comm: stat.comm,
+            exec_mark: (stat.startcode, stat.startstack),
+        },
     })
+}
+
+/// Command lines of `pids`. Reading one takes the process's mmap lock, so each runs under
+/// [`READ_DEADLINE`]; None: not read (timed out, or the time was up), tried again next pass.
+fn read_cmdlines(
+    proc: &ProcFs,
+    pids: Vec<i32>,
+    total: Duration,
+) -> Vec<(i32, Option<Vec<String>>)> {
+    let items: Vec<(std::path::PathBuf, i32)> =
+        pids.iter().map(|&p| (proc.path(p, "cmdline"), p)).collect();
+    let reader = proc.clone();
+    // Denied or vanished: an empty command line, as before the cache.
+    let read = move |&pid: &i32| reader.cmdline(pid).unwrap_or_default();
+    let out = crate::deadline::map(items, READ_DEADLINE, total, read);
+    pids.into_iter()
+        .zip(out)
+        .map(|(p, r)| (p, r.ok()))
+        .collect()
 }

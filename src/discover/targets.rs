@@ -15,7 +15,7 @@ impl Builder<'_> {
             if self.topo.components.iter().any(|c| c.pids.contains(&pid)) {
                 continue;
             }
-            let Some(proc) = self.table.procs.get(&pid).cloned() else {
+            let Some(proc) = self.table.full(pid) else {
                 // vanished or hidden: still listed, so the snapshot says what happened
                 let mut c = Component::new(format!("other@pid{pid}"), Role::Other, "generic");
                 c.profile = "--pid".into();

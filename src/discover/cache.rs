@@ -1,0 +1,166 @@
+//! What discovery remembers between passes: per process incarnation, keyed by (pid, start
+//! time), the command line once it was read, its network namespace and its socket fds.
+//!
+//! A pass reads one `stat` line per pid (pid reuse, ppid, comm, the exec mark) and nothing
+//! else of a process it already knows: a known process, candidate or not, is never read in
+//! full again. An entry is dropped and its process read afresh when
+//! - the pid's start time differs (the pid was reused);
+//! - its comm differs (an exec of another program, or setproctitle, which on Linux also sets
+//!   comm: a forked scheduler that sets its title after we first read it);
+//! - its exec mark differs: `stat`'s start_code and start_stack, which an exec moves (address
+//!   space randomization), so `python` exec'ing `python -m sglang.launch_server` is seen even
+//!   though comm stays `python3`.
+//!
+//! What is not seen: a process rewriting its argv in place without changing comm (not what
+//! setproctitle does on Linux), and an exec that keeps comm while the kernel hides the exec
+//! mark (another user's process, read without root: the kernel shows 1/1/0), or with address
+//! space randomization off. Such a process is read again when it restarts.
+//!
+//! Bounded: entries of pids absent from a pass are dropped, and at most [`MAX_ENTRIES`] are
+//! kept (beyond it, processes are simply read every pass, as without a cache).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Most processes remembered (a few hundred bytes each; far above a real host's count).
+pub const MAX_ENTRIES: usize = 65_536;
+
+/// One process incarnation as its `stat` line shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Identity {
+    /// Start time, in clock ticks after boot.
+    pub start: u64,
+    pub comm: String,
+    /// (start_code, start_stack): moved by every exec.
+    pub exec_mark: (u64, u64),
+}
+
+/// Socket fds of a process, and its open-fd count when they were read.
+#[derive(Debug, Clone)]
+pub(super) struct FdMemo {
+    pub fd_count: u64,
+    pub sockets: Arc<Vec<u64>>,
+}
+
+#[derive(Debug, Clone)]
+pub(super) struct Entry {
+    pub id: Identity,
+    /// The pre-filter's verdict on its comm.
+    pub candidate: bool,
+    /// None: not read (not a candidate, nor needed on demand yet).
+    pub cmdline: Option<Arc<Vec<String>>>,
+    pub netns: Option<u64>,
+    pub fds: Option<FdMemo>,
+}
+
+impl Entry {
+    pub fn new(id: Identity, candidate: bool) -> Entry {
+        Entry {
+            id,
+            candidate,
+            cmdline: None,
+            netns: None,
+            fds: None,
+        }
+    }
+}
+
+/// Reads done through the cache, for tests and benchmarks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CacheStats {
+    /// `stat` lines read (one per pid per pass).
+    pub stat_reads: u64,
+    /// Command lines read (the full reads).
+    pub full_reads: u64,
+    /// Fd directories scanned for sockets.
+    pub fd_scans: u64,
+}
+
+/// Discovery's memory between passes (see the module doc). `Default` is an empty cache; a
+/// one-shot discovery uses a fresh one, the daemon keeps one for its rediscoveries.
+#[derive(Debug, Default)]
+pub struct DiscoveryCache {
+    entries: HashMap<i32, Entry>,
+    stats: CacheStats,
+    /// Bench/peer mode: every process is a candidate and nothing is kept between passes
+    /// (what discovery did before the cache).
+    uncached: bool,
+}
+
+impl DiscoveryCache {
+    pub fn new() -> DiscoveryCache {
+        DiscoveryCache::default()
+    }
+
+    /// No pre-filter and no memory: every pass reads every process in full (a peer for
+    /// benchmarks).
+    pub fn uncached() -> DiscoveryCache {
+        DiscoveryCache {
+            uncached: true,
+            ..DiscoveryCache::default()
+        }
+    }
+
+    pub fn stats(&self) -> CacheStats {
+        self.stats
+    }
+
+    /// Processes remembered now.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    pub(super) fn is_uncached(&self) -> bool {
+        self.uncached
+    }
+
+    pub(super) fn count_stat_reads(&mut self, n: usize) {
+        self.stats.stat_reads += n as u64;
+    }
+
+    pub(super) fn count_full_read(&mut self) {
+        self.stats.full_reads += 1;
+    }
+
+    pub(super) fn count_fd_scan(&mut self) {
+        self.stats.fd_scans += 1;
+    }
+
+    /// The entry of `pid` if it is still the same incarnation; a stale one is dropped.
+    pub(super) fn known(&mut self, pid: i32, id: &Identity) -> Option<&mut Entry> {
+        let same = self.entries.get(&pid).is_some_and(|e| e.id == *id);
+        if !same {
+            self.entries.remove(&pid);
+            return None;
+        }
+        self.entries.get_mut(&pid)
+    }
+
+    /// The entry of `pid`, whatever its identity (only after this pass's [`Self::known`]).
+    pub(super) fn get_mut(&mut self, pid: i32) -> Option<&mut Entry> {
+        self.entries.get_mut(&pid)
+    }
+
+    /// Remembers a new incarnation (unless the cache is full).
+    pub(super) fn insert(&mut self, pid: i32, entry: Entry) {
+        if self.entries.len() >= MAX_ENTRIES {
+            return;
+        }
+        self.entries.insert(pid, entry);
+    }
+
+    /// Drops the entries of processes not listed in this pass (`alive` sorted); at the start
+    /// of a pass. Uncached: forgets everything (entries then only live for one pass).
+    pub(super) fn retain_alive(&mut self, alive: &[i32]) {
+        if self.uncached {
+            self.entries.clear();
+            return;
+        }
+        self.entries
+            .retain(|pid, _| alive.binary_search(pid).is_ok());
+    }
+}

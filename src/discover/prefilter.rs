@@ -1,0 +1,151 @@
+//! The cheap pre-filter: from a process's `comm` alone (which the `stat` line discovery reads
+//! for every pid anyway), whether it can be a candidate for any profile, i.e. whether its
+//! command line is worth reading.
+//!
+//! Reading a command line takes the target's mmap lock and is the costly part of a pass over a
+//! host with thousands of unrelated processes; `comm` is in `stat`, which never waits for it.
+//! A process is a candidate when its comm
+//! - matches a profile's `match_comm` or `match_title` regex (setproctitle also sets comm, to
+//!   the title's first 15 bytes);
+//! - looks like a title of the `stack::name` convention (`sglang::detoken`, a title
+//!   truncated so that a title regex no longer matches it);
+//! - names an interpreter (`python*`, `pypy*`): its arguments name the program;
+//! - is a word of a profile's `match_cmdline` or `match_title` regexes (`sglang`, `vllm`,
+//!   `sglang-router`, `smg`, `timeout` in `^timeout .* foo`): the program a command-line regex
+//!   is written for appears in it. A comm cut at 15 bytes matches a longer word it begins.
+//!
+//! What this cannot see: a profile whose regexes match only arguments and never the program's
+//! name (`--port 9000` of a `node` server). Such a profile must name its program
+//! (`^\S*node .*--port 9000`; documented in `docs/probes.md`); `--pid` always works.
+//! Processes that are not candidates are still in the table (pid, parent, comm), so launchers
+//! of candidates, children of components and proxies are read on demand.
+
+use super::profiles::Compiled;
+use regex::Regex;
+use std::collections::BTreeSet;
+
+/// Linux's comm length (TASK_COMM_LEN - 1): longer names are cut there.
+const COMM_MAX: usize = 15;
+/// Shorter regex words (`m` of `-m`, `S` of `\S`) say nothing about a program's name.
+const MIN_WORD: usize = 3;
+
+/// The candidate test of one discovery, built from its compiled profiles.
+pub(super) struct Prefilter {
+    names: Vec<Regex>,
+    words: BTreeSet<String>,
+}
+
+impl Prefilter {
+    pub fn new(compiled: &[Compiled<'_>]) -> Prefilter {
+        let mut names = Vec::new();
+        let mut words = BTreeSet::new();
+        for c in compiled {
+            names.extend(c.comm.iter().cloned());
+            names.extend(c.title.iter().cloned());
+            for r in c.p.match_cmdline.iter().chain(&c.p.match_title) {
+                words.extend(regex_words(r));
+            }
+        }
+        Prefilter { names, words }
+    }
+
+    /// Whether a process named `comm` can match a profile (false: its cmdline is not read).
+    pub fn candidate(&self, comm: &str) -> bool {
+        if comm.contains("::") || comm.starts_with("python") || comm.starts_with("pypy") {
+            return true;
+        }
+        if self.names.iter().any(|r| r.is_match(comm)) {
+            return true;
+        }
+        let cut = comm.len() >= COMM_MAX;
+        self.words
+            .iter()
+            .any(|w| comm == w || comm.starts_with(w.as_str()) || (cut && w.starts_with(comm)))
+    }
+}
+
+/// The literal words of a regex's source (escapes such as `\s` and `\.` separate words).
+fn regex_words(source: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut chars = source.chars();
+    while let Some(ch) = chars.next() {
+        if ch == '\\' {
+            chars.next();
+            flush(&mut cur, &mut out);
+        } else if ch.is_ascii_alphanumeric() || ch == '_' || ch == '-' {
+            cur.push(ch);
+        } else {
+            flush(&mut cur, &mut out);
+        }
+    }
+    flush(&mut cur, &mut out);
+    out
+}
+
+fn flush(cur: &mut String, out: &mut Vec<String>) {
+    let word = cur.trim_start_matches('-');
+    if word.len() >= MIN_WORD {
+        out.push(word.to_string());
+    }
+    cur.clear();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::probes::ProbeSet;
+
+    fn builtin() -> Prefilter {
+        let probes = ProbeSet::builtin().expect("probes");
+        let compiled: Vec<Compiled> = probes
+            .profiles
+            .iter()
+            .enumerate()
+            .map(|(i, p)| Compiled::new(p, i))
+            .collect();
+        Prefilter::new(&compiled)
+    }
+
+    #[test]
+    fn words_of_a_regex() {
+        assert_eq!(
+            regex_words(r"(^|\s)-m (sglang_router|smg)\.launch_router(\s|$)"),
+            vec!["sglang_router", "smg", "launch_router"]
+        );
+        assert_eq!(
+            regex_words(r"^(\S*/)?(sglang-router|sgl-router|smg)(\s|$)"),
+            vec!["sglang-router", "sgl-router", "smg"]
+        );
+    }
+
+    #[test]
+    fn builtin_candidates_and_the_rest() {
+        let f = builtin();
+        for comm in [
+            "python3",
+            "python3.11",
+            "python",
+            "pypy3",
+            "sglang",
+            "vllm",
+            "sglang-router",
+            "sgl-router",
+            "smg",
+            "vllm-router",
+            "sglang::schedul",
+            "sglang::detoken",
+            "sglang::router",
+            "VLLM::EngineCor",
+            "VLLM::APIServer",
+            "VLLM::Worker_TP",
+        ] {
+            assert!(f.candidate(comm), "{comm} must be a candidate");
+        }
+        for comm in [
+            "sleep", "bash", "sshd", "systemd", "cargo", "rustc", "timeout",
+        ] {
+            assert!(!f.candidate(comm), "{comm} is not a candidate");
+        }
+    }
+}

@@ -1,0 +1,254 @@
+//! The daemon's rediscovery on a fake /proc tree: the pre-filter never reads unrelated
+//! processes' command lines, a second pass reads no command line of a known process, and pid
+//! reuse, exec and setproctitle are read again (issue 15, item 3).
+
+use std::path::Path;
+use std::time::Duration;
+use wedgewatch::discover::{self, CacheStats, DiscoverOptions, DiscoveryCache};
+use wedgewatch::model::{Role, Topology};
+use wedgewatch::probes::ProbeSet;
+
+/// One fake process: its `stat` (start time, exec mark), `comm` and `cmdline`.
+struct P<'a> {
+    pid: i32,
+    ppid: i32,
+    comm: &'a str,
+    start: u64,
+    /// stat's start_code (an exec moves it).
+    code: u64,
+    argv: &'a [&'a str],
+}
+
+fn write(root: &Path, p: &P) {
+    let dir = root.join(p.pid.to_string());
+    std::fs::create_dir_all(&dir).unwrap();
+    let stat = format!(
+        "{} ({}) S {} {} {} 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 1 0 {} 204800000 12800 \
+         18446744073709551615 {} {} 140000 0 0 0 0 16781312 134234626 0 0 0 17 1 0 0 0 0 0 0 0 \
+         0 0 0 0 0 0\n",
+        p.pid,
+        p.comm,
+        p.ppid,
+        p.pid,
+        p.pid,
+        p.start,
+        p.code,
+        p.code + 1000
+    );
+    std::fs::write(dir.join("stat"), stat).unwrap();
+    std::fs::write(dir.join("comm"), format!("{}\n", p.comm)).unwrap();
+    let mut cmdline: Vec<u8> = Vec::new();
+    for a in p.argv {
+        cmdline.extend_from_slice(a.as_bytes());
+        cmdline.push(0);
+    }
+    std::fs::write(dir.join("cmdline"), cmdline).unwrap();
+}
+
+const ENGINE: &[&str] = &["python3", "-m", "sglang.launch_server", "--port", "31012"];
+const LAUNCHER: &[&str] = &[
+    "timeout",
+    "600",
+    "python3",
+    "-m",
+    "sglang_router.launch_router",
+    "--port",
+    "30000",
+    "--decode",
+    "http://127.0.0.1:31012",
+];
+const SLEEPERS: std::ops::Range<i32> = 1000..1300;
+
+/// An engine with a forked child that has not set its title yet, a titled router under a
+/// `timeout` launcher, and 300 unrelated `sleep` processes.
+fn tree(root: &Path) {
+    let base = |pid, ppid, comm, argv| P {
+        pid,
+        ppid,
+        comm,
+        start: 5000,
+        code: 4096,
+        argv,
+    };
+    write(root, &base(100, 1, "python3", ENGINE));
+    write(root, &base(101, 100, "python3", ENGINE));
+    write(root, &base(110, 1, "timeout", LAUNCHER));
+    write(root, &base(111, 110, "sglang::router", &["sglang::router"]));
+    for pid in SLEEPERS {
+        write(root, &base(pid, 1, "sleep", &["sleep", "600"]));
+    }
+}
+
+fn opts(root: &Path) -> DiscoverOptions {
+    DiscoverOptions {
+        proc_root: root.to_path_buf(),
+        query_endpoints: false,
+        exclude_pids: Vec::new(),
+        http_timeout: Duration::from_millis(100),
+        ..DiscoverOptions::default()
+    }
+}
+
+/// One pass: the topology and the reads it did.
+fn pass(root: &Path, cache: &mut DiscoveryCache) -> (Topology, CacheStats) {
+    let before = cache.stats();
+    let probes = ProbeSet::builtin().expect("probes");
+    let topo = discover::discover_cached(&probes, &opts(root), cache).expect("discover");
+    let after = cache.stats();
+    let delta = CacheStats {
+        stat_reads: after.stat_reads - before.stat_reads,
+        full_reads: after.full_reads - before.full_reads,
+        fd_scans: after.fd_scans - before.fd_scans,
+    };
+    (topo, delta)
+}
+
+fn ids(t: &Topology) -> Vec<String> {
+    t.components.iter().map(|c| c.id.clone()).collect()
+}
+
+fn has_role(t: &Topology, role: Role, pid: i32) -> bool {
+    t.components
+        .iter()
+        .any(|c| c.role == role && c.main_pid == Some(pid))
+}
+
+#[test]
+fn first_pass_reads_only_candidates_and_launchers() {
+    let dir = tempfile::tempdir().unwrap();
+    tree(dir.path());
+    let mut cache = DiscoveryCache::new();
+    let (topo, reads) = pass(dir.path(), &mut cache);
+    assert!(has_role(&topo, Role::Engine, 100), "{:?}", ids(&topo));
+    let router = topo
+        .components
+        .iter()
+        .find(|c| c.role == Role::Router)
+        .expect("router");
+    assert_eq!(router.main_pid, Some(111));
+    assert_eq!(
+        router
+            .labels
+            .get(discover::LABEL_ARGS_PID)
+            .map(String::as_str),
+        Some("110"),
+        "the launcher, not a candidate itself, is read on demand for the arguments"
+    );
+    // 100, 101, 111 (candidates) and 110 (the launcher, on demand); no sleeper
+    assert_eq!(reads.full_reads, 4, "{reads:?}");
+    assert_eq!(reads.stat_reads, 4 + SLEEPERS.len() as u64);
+    assert_eq!(cache.len(), 4 + SLEEPERS.len());
+    // the peer: what discovery did before the cache, every command line
+    let (peer, peer_reads) = pass(dir.path(), &mut DiscoveryCache::uncached());
+    assert_eq!(ids(&peer), ids(&topo));
+    assert_eq!(peer_reads.full_reads, 4 + SLEEPERS.len() as u64);
+}
+
+#[test]
+fn a_second_pass_reads_no_command_line_of_a_known_process() {
+    let dir = tempfile::tempdir().unwrap();
+    tree(dir.path());
+    let mut cache = DiscoveryCache::new();
+    let (first, _) = pass(dir.path(), &mut cache);
+    // Were any command line read again, the components would lose their arguments.
+    for pid in [100, 101, 110, 111].into_iter().chain(SLEEPERS) {
+        std::fs::remove_file(dir.path().join(format!("{pid}/cmdline"))).unwrap();
+    }
+    let (second, reads) = pass(dir.path(), &mut cache);
+    assert_eq!(reads.full_reads, 0, "{reads:?}");
+    assert_eq!(reads.stat_reads, 4 + SLEEPERS.len() as u64);
+    assert_eq!(ids(&second), ids(&first));
+    assert_eq!(second, first);
+    // a one-shot discovery (fresh cache) does read them: the engine is gone
+    let (cold, _) = pass(dir.path(), &mut DiscoveryCache::new());
+    assert!(!has_role(&cold, Role::Engine, 100), "{:?}", ids(&cold));
+}
+
+#[test]
+fn pid_reuse_exec_and_title_changes_are_read_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    tree(root);
+    let mut cache = DiscoveryCache::new();
+    let (first, _) = pass(root, &mut cache);
+    assert!(!first.components.iter().any(|c| c.main_pid == Some(101)));
+
+    // setproctitle in the forked child: comm changes, same start time and exec mark
+    let title = ["sglang::scheduler_TP0"];
+    let sched = |comm| P {
+        pid: 101,
+        ppid: 100,
+        comm,
+        start: 5000,
+        code: 4096,
+        argv: &title,
+    };
+    write(root, &sched("sglang::schedul"));
+    // pid reuse: a sleeper's pid now a new engine (new start time, same exec mark)
+    let engine2 = ["python3", "-m", "sglang.launch_server", "--port", "31099"];
+    let reused = P {
+        pid: 1000,
+        ppid: 1,
+        comm: "python3",
+        start: 9000,
+        code: 4096,
+        argv: &engine2,
+    };
+    write(root, &reused);
+    let (t, reads) = pass(root, &mut cache);
+    assert!(has_role(&t, Role::Scheduler, 101), "{:?}", ids(&t));
+    assert!(has_role(&t, Role::Engine, 1000), "{:?}", ids(&t));
+    assert_eq!(reads.full_reads, 2, "{reads:?}");
+
+    // exec to another program: comm changes (sleep -> vllm), same pid and start time
+    let vllm = ["vllm", "serve", "--port", "8001"];
+    let exec_other = P {
+        pid: 1001,
+        ppid: 1,
+        comm: "vllm",
+        start: 5000,
+        code: 4096,
+        argv: &vllm,
+    };
+    write(root, &exec_other);
+    // exec of the same program (python3 -> python3): only the exec mark moves
+    let engine3 = ["python3", "-m", "sglang.launch_server", "--port", "31077"];
+    let exec_same = P {
+        pid: 1000,
+        ppid: 1,
+        comm: "python3",
+        start: 9000,
+        code: 8192,
+        argv: &engine3,
+    };
+    write(root, &exec_same);
+    let (t, reads) = pass(root, &mut cache);
+    let vllm_engine = t
+        .components
+        .iter()
+        .find(|c| c.main_pid == Some(1001))
+        .expect("the exec'd vllm");
+    assert_eq!(vllm_engine.stack, "vllm");
+    let e = t
+        .components
+        .iter()
+        .find(|c| c.main_pid == Some(1000))
+        .expect("engine");
+    assert!(e.id.ends_with(":31077"), "{}", e.id);
+    assert_eq!(reads.full_reads, 2, "{reads:?}");
+}
+
+#[test]
+fn entries_of_dead_processes_are_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    tree(dir.path());
+    let mut cache = DiscoveryCache::new();
+    pass(dir.path(), &mut cache);
+    assert_eq!(cache.len(), 4 + SLEEPERS.len());
+    for pid in SLEEPERS.skip(10) {
+        std::fs::remove_dir_all(dir.path().join(pid.to_string())).unwrap();
+    }
+    let (_, reads) = pass(dir.path(), &mut cache);
+    assert_eq!(cache.len(), 4 + 10);
+    assert_eq!(reads.full_reads, 0);
+}
