@@ -333,7 +333,12 @@ fn the_container_is_shown_in_the_overview_and_the_report() {
     let screen = t.backend().to_string();
     let line = screen
         .lines()
-        .find(|l| l.contains("decode@127.0.0.1:31012") && !l.contains("scheduler@"))
+        // The topology's line, not the header's headline naming the finding at decode.
+        .find(|l| {
+            l.contains("decode@127.0.0.1:31012")
+                && !l.contains("scheduler@")
+                && !l.contains("wedged_request")
+        })
         .unwrap_or_else(|| panic!("no decode line:\n{screen}"));
     assert!(line.contains("[k8s pod 3d274242"), "{line}");
     assert!(!screen.contains("[docker"), "{screen}");

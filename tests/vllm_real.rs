@@ -202,8 +202,10 @@ fn read_headers(s: &mut TcpStream, bound: Duration) -> Vec<u8> {
     got
 }
 
-/// `wedgewatch snapshot --json --no-daemon --window W` (+ args), bounded; the JSON.
-fn snapshot(window_s: u32, extra: &[&str], tag: &str) -> Value {
+/// `wedgewatch snapshot --json --no-daemon --window W` (+ args), bounded; the JSON, or the
+/// failure as an error (a loaded machine can run discovery past its deadline while vLLM's
+/// workers spin: exit 3 with the reason), which `snapshot_until` tries again.
+fn try_snapshot(window_s: u32, extra: &[&str], tag: &str) -> Result<Value, String> {
     let mut c = Command::new(env!("CARGO_BIN_EXE_wedgewatch"));
     c.arg("--thresholds")
         .arg(repo().join("tests/fixtures/thresholds-fast.toml"))
@@ -217,12 +219,14 @@ fn snapshot(window_s: u32, extra: &[&str], tag: &str) -> Value {
         );
     }
     let (ok, out, err) = run_bounded(c, Duration::from_secs(u64::from(window_s) + 60), tag);
-    assert!(ok, "wedgewatch snapshot failed: {err}");
+    if !ok {
+        return Err(format!("wedgewatch snapshot failed: {err}"));
+    }
     let _ = std::fs::write(
         std::env::temp_dir().join(format!("ww-vllm-{tag}.json")),
         &out,
     );
-    serde_json::from_str(&out).unwrap_or_else(|e| panic!("snapshot is not JSON ({e}): {out}"))
+    serde_json::from_str(&out).map_err(|e| format!("snapshot is not JSON ({e}): {out}"))
 }
 
 /// Snapshots until `check` passes (a loaded machine may cut a window's stack dumps short, or
@@ -236,9 +240,8 @@ fn snapshot_until(
 ) -> Value {
     let mut why = String::new();
     for i in 1..=tries {
-        let snap = snapshot(window_s, extra, tag);
-        match check(&snap) {
-            Ok(()) => return snap,
+        match try_snapshot(window_s, extra, tag).and_then(|snap| check(&snap).map(|()| snap)) {
+            Ok(snap) => return snap,
             Err(e) => {
                 eprintln!("[vllm_real] {tag}: try {i}/{tries}: {e}");
                 why = e;
