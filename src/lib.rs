@@ -18,7 +18,6 @@ pub mod children;
 pub mod clock;
 pub mod config;
 /// The former name of [`config`], kept for callers of earlier versions.
-pub use config as config_check;
 pub mod correlate;
 pub mod daemon;
 pub mod deadline;

@@ -12,17 +12,11 @@ use std::path::{Path, PathBuf};
 /// its own layer and of any lower layer.
 const LAYERS: &[(&str, &[&str])] = &[
     // Leaf utilities that name no other module of the crate but its error type. `config`
-    // (thresholds, range checks) is read by the model itself; `config_check` is its old path.
+    // (thresholds, range checks) is read by the model itself.
     (
         "base",
         &[
-            "clock",
-            "error",
-            "safe_fs",
-            "deadline",
-            "children",
-            "config",
-            "config_check",
+            "clock", "error", "safe_fs", "deadline", "children", "config",
         ],
     ),
     ("model", &["model"]),

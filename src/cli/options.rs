@@ -232,7 +232,7 @@ impl Sampling {
 }
 
 fn read_thresholds(p: &Path) -> anyhow::Result<Thresholds> {
-    let text = wedgewatch::config_check::read_config(p).context("reading thresholds")?;
+    let text = wedgewatch::config::read_config(p).context("reading thresholds")?;
     Thresholds::from_toml(&text).with_context(|| format!("thresholds {}", p.display()))
 }
 

@@ -91,7 +91,7 @@ impl MetricMap {
                 format!(
                     "metric_map {}: exclude_labels.{label}: bad regex {re:?}: {}",
                     self.name,
-                    crate::config_check::one_line(&e.to_string())
+                    crate::config::one_line(&e.to_string())
                 )
             })?;
         }
