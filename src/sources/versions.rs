@@ -140,11 +140,7 @@ fn prefixes(
     env: &BTreeMap<String, String>,
 ) -> Vec<PathBuf> {
     let mut out: Vec<PathBuf> = Vec::new();
-    let mut add = |p: PathBuf| {
-        if crate::sys::proc_fs::is_plain_absolute(&p) && !out.contains(&p) {
-            out.push(p);
-        }
-    };
+    let mut add = |p: PathBuf| push_path(&mut out, p, usize::MAX);
     // argv[0] first: a venv's bin/python is a link to the system one, which `exe` names
     let interpreters = argv
         .first()
@@ -168,6 +164,14 @@ fn prefixes(
     out
 }
 
+/// Adds `p` once, and only a plain absolute path (no `..` or `.`: it is read inside the target's
+/// root), while `out` holds fewer than `cap`.
+fn push_path(out: &mut Vec<PathBuf>, p: PathBuf, cap: usize) {
+    if crate::sys::proc_fs::is_plain_absolute(&p) && !out.contains(&p) && out.len() < cap {
+        out.push(p);
+    }
+}
+
 /// The site-packages directory a mapped file or path lies in, if any.
 fn site_of(path: &str) -> Option<PathBuf> {
     for marker in ["/site-packages/", "/dist-packages/"] {
@@ -185,12 +189,7 @@ fn site_dirs(
     env: &BTreeMap<String, String>,
 ) -> Vec<PathBuf> {
     let mut out: Vec<PathBuf> = Vec::new();
-    let mut add = |p: PathBuf| {
-        if crate::sys::proc_fs::is_plain_absolute(&p) && !out.contains(&p) && out.len() < MAX_SITES
-        {
-            out.push(p);
-        }
-    };
+    let mut add = |p: PathBuf| push_path(&mut out, p, MAX_SITES);
     for p in env.get("PYTHONPATH").into_iter().flat_map(|v| v.split(':')) {
         if !p.is_empty() {
             add(PathBuf::from(p));
