@@ -75,12 +75,24 @@ fn ss(filter: &str) -> Vec<SsConn> {
 }
 
 /// Frame names of the main thread of `pid` (innermost first), via py-spy --nonblocking.
+/// A `--nonblocking` read can race the interpreter ("Failed to get stack traces"); like the
+/// stacks source, try again (here up to three times).
 fn pyspy_main_frames(pid: u32) -> Vec<String> {
-    let out = Command::new(lab::venv_bin("py-spy"))
-        .args(["dump", "--json", "--nonblocking", "--pid", &pid.to_string()])
-        .env_remove("RUST_BACKTRACE")
-        .output()
-        .expect("run py-spy");
+    let dump = || {
+        Command::new(lab::venv_bin("py-spy"))
+            .args(["dump", "--json", "--nonblocking", "--pid", &pid.to_string()])
+            .env_remove("RUST_BACKTRACE")
+            .output()
+            .expect("run py-spy")
+    };
+    let mut out = dump();
+    for _ in 0..2 {
+        let raced = String::from_utf8_lossy(&out.stderr).contains("Failed to get stack traces");
+        if out.status.success() || !raced {
+            break;
+        }
+        out = dump();
+    }
     assert!(
         out.status.success(),
         "py-spy dump {pid} failed: {}",
