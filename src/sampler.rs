@@ -173,6 +173,7 @@ impl Sampler {
                 // A one-shot collection takes every source at least once, however short
                 // its window (a 0 s snapshot still has processes, sockets, ...).
                 let mut owed_first = finish_by.is_some();
+                let mut delivered = false;
                 loop {
                     if *shutdown.borrow() && !owed_first {
                         break;
@@ -196,10 +197,17 @@ impl Sampler {
                             None => { let _ = shutdown.wait_for(|v| *v).await; }
                         }
                     };
-                    let (sample, elapsed) = tokio::select! {
+                    let (sample, elapsed, cut) = tokio::select! {
                         r = sampled => r,
                         _ = stopped => break,
                     };
+                    if cut && delivered {
+                        // The window closed on a repeat sample: it carries nothing, and the
+                        // source's last real sample stands (one late tick must not turn a
+                        // snapshot's processes "unavailable").
+                        continue;
+                    }
+                    delivered = true;
                     if elapsed > s.every_ms {
                         lock(&stats).entry(s.source.kind()).and_modify(|st| st.late += elapsed / s.every_ms);
                     }
@@ -223,14 +231,15 @@ impl Sampler {
 }
 
 /// Takes one sample under the schedule's timeout, and never past `finish_by`; updates
-/// stats. Returns the sample and the (tokio) time it took in ms.
+/// stats. Returns the sample, the (tokio) time it took in ms, and whether the window's end
+/// cut it short (then a source that already delivered keeps its last status).
 async fn take(
     s: &Schedule,
     topo: &Topology,
     clock: &dyn Clock,
     stats: &StatsHandle,
     finish_by: Option<tokio::time::Instant>,
-) -> (Sample, u64) {
+) -> (Sample, u64, bool) {
     let kind = s.source.kind();
     let start = tokio::time::Instant::now();
     let mut timeout = Duration::from_millis(s.timeout_ms);
@@ -259,8 +268,9 @@ async fn take(
             payload: empty_payload(kind),
         },
     };
+    let cut = timed_out && cut_by_window;
     let mut g = lock(stats);
-    if let Some(st) = g.get_mut(&kind) {
+    if let Some(st) = g.get_mut(&kind).filter(|st| !(cut && st.samples > 0)) {
         st.last_t_ms = Some(sample.t_ms);
         st.took_ms = sample.took_ms.max(elapsed);
         st.status = sample.status.clone();
@@ -270,7 +280,7 @@ async fn take(
         }
     }
     drop(g);
-    (sample, elapsed)
+    (sample, elapsed, cut)
 }
 
 impl Sampler {
@@ -349,6 +359,43 @@ mod tests {
                 .is_some_and(|r| r.contains("end of the window")),
             "{st:?}"
         );
+    }
+
+    /// Answers at once the first time, then hangs (a /proc read stuck behind a busy host).
+    struct FirstOnly(std::sync::atomic::AtomicU32);
+
+    impl Source for FirstOnly {
+        fn kind(&self) -> SourceKind {
+            SourceKind::Processes
+        }
+        fn sample<'a>(&'a self, _: &'a Topology, c: &'a dyn Clock) -> BoxFuture<'a, Sample> {
+            let n = self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Box::pin(async move {
+                if n > 0 {
+                    std::future::pending::<()>().await;
+                }
+                Sample {
+                    t_ms: c.now_ms(),
+                    status: SourceStatus::ok(),
+                    took_ms: 0,
+                    payload: empty_payload(SourceKind::Processes),
+                }
+            })
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_repeat_sample_cut_by_the_window_keeps_the_first_ones_status() {
+        let (_tx, rx) = watch::channel(Topology::default());
+        let mut s = Sampler::new(Arc::new(crate::clock::FakeClock::new(0)), rx);
+        s.add(Arc::new(FirstOnly(Default::default())), 1_000, 60_000);
+        let stats = s.stats();
+        let mut model = crate::correlate::Model::new(Default::default());
+        let n = s.collect(&mut model, 1_500).await;
+        assert_eq!(n, 1, "only the real sample is ingested");
+        let st = lock(&stats)[&SourceKind::Processes].clone();
+        assert_eq!(st.status, SourceStatus::ok(), "{st:?}");
+        assert_eq!(st.samples, 1);
     }
 
     #[tokio::test(start_paused = true)]
