@@ -13,7 +13,9 @@ SPEC: {"name", "ready_file", "services": [{"name", "cmd", "env", "log", "ready":
        "port", "host" (default 127.0.0.1), "workers_healthy": bool}],
        optional "net": {"iface", "rename", "addr"} (the two-node lab: wait until the host has
        moved a veth end named `iface` into this namespace, rename it, give it `addr`, bring it
-       up) and optional "wait_urls": [urls] (each must answer 200 before services start)}.
+       up), optional "wait_urls": [urls] (each must answer 200 before services start),
+       optional "hostname" (needs its own UTS namespace) and "machine_id_file" (bind-mounted
+       over /etc/machine-id in the pod's own mount namespace)}.
 Standard library only.
 """
 
@@ -74,6 +76,19 @@ def setup_net(name, net, stopping):
         sys.exit(f"pod {name}: cannot configure {dev} with {net['addr']}")
 
 
+def set_identity(spec):
+    """A machine's name and id, inside the pod's own UTS and mount namespaces."""
+    if spec.get("hostname"):
+        with open("/proc/sys/kernel/hostname", "w") as f:
+            f.write(spec["hostname"])
+    mid = spec.get("machine_id_file")
+    if mid and os.path.exists("/etc/machine-id"):
+        r = subprocess.run(["mount", "--bind", mid, "/etc/machine-id"], timeout=10,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if r.returncode != 0:
+            sys.exit(f"pod {spec['name']}: cannot bind-mount its machine-id")
+
+
 def wait_urls(name, urls, stopping):
     deadline = time.time() + 90
     for url in urls:
@@ -96,6 +111,7 @@ def main():
     signal.signal(signal.SIGINT, on_term)
     # A fresh network namespace has only a loopback, and it is down.
     subprocess.run(["ip", "link", "set", "lo", "up"], check=True, timeout=10)
+    set_identity(spec)
     if spec.get("net"):
         setup_net(spec["name"], spec["net"], stopping)
     wait_urls(spec["name"], spec.get("wait_urls", []), stopping)

@@ -8,8 +8,9 @@
             prefill 10.77.0.2:30000 (bootstrap 8998, fake GPU 0)
             decode  10.77.0.2:30001 (fake GPU 1)
 
-Each node is `unshare --net --pid --fork --mount-proc --kill-child python3 pod.py SPEC`
-(root). The host makes a veth pair and moves one end into each node's network namespace;
+Each node is `unshare --net --pid --uts --fork --mount-proc --kill-child python3 pod.py
+SPEC` (root), with its own hostname (node-a, node-b) and /etc/machine-id (bind-mounted in its
+mount namespace; the kernel, so the boot id and the clocks, are shared). The host makes a veth pair and moves one end into each node's network namespace;
 each node's init (pod.py) renames its end to eth0, gives it the node's address and waits
 (node a: until node b's engines answer /health across the link) before starting its
 services. Each node has its own fake-NVML directory (node a: no GPU; node b: two), so a
@@ -133,7 +134,11 @@ def node_specs(L, lab, a, tag):
         else:
             services = front_services(L, lab, env["router"], env["proxy"])
             waits = [url(n) + "/health" for n in SERVICES["b"]]
+        mid = os.path.join(lab["run_dir"], f"node-{node}.machine-id")
+        with open(mid, "w") as f:
+            f.write(secrets.token_hex(16) + "\n")
         specs[node] = {"name": f"node-{node}", "services": services, "wait_urls": waits,
+                       "hostname": f"node-{node}", "machine_id_file": mid,
                        "ready_file": os.path.join(lab["run_dir"], f"node-{node}.ready.json"),
                        "net": {"iface": f"w2n{tag}{node}", "rename": "eth0",
                                "addr": f"{ADDR[node]}/24"}}
@@ -151,7 +156,7 @@ def start_node(L, lab, node, spec):
     log = os.path.join(lab["run_dir"], "logs", f"node-{node}.log")
     logf = open(log, "ab")
     p = subprocess.Popen(
-        ["unshare", "--net", "--pid", "--fork", "--mount-proc", "--kill-child",
+        ["unshare", "--net", "--pid", "--uts", "--fork", "--mount-proc", "--kill-child",
          L.venv_python(), os.path.join(L.LAB_DIR, "pod.py"), spec_path],
         env=env, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         cwd=lab["run_dir"], start_new_session=True)
@@ -295,8 +300,9 @@ def node_or_die(L, lab, node):
 
 
 def enter_argv(n):
-    """nsenter into a node: its network, PID and mount namespaces (so its own /proc)."""
-    return ["nsenter", "-t", str(n["init_pid"]), "--net", "--pid", "--mount", "--"]
+    """nsenter into a node: its network, PID, UTS and mount namespaces (its own /proc,
+    hostname and machine-id)."""
+    return ["nsenter", "-t", str(n["init_pid"]), "--net", "--pid", "--uts", "--mount", "--"]
 
 
 def cmd_exec(a, L):
