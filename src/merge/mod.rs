@@ -40,7 +40,7 @@ pub fn merge(inputs: Vec<NodeInput>, failed: Vec<FailedNode>) -> Result<Snapshot
             name: name.clone(),
             source: inp.source,
             taken_at: s.taken_at.clone(),
-            identity: s.node.take(),
+            identity: s.node.clone(),
             skew_ms: None,
             skew_error_ms: None,
             skew_basis: None,
