@@ -266,6 +266,14 @@ fn merge_prints_json_that_fits_the_contract_and_writes_a_bundle() {
     );
     let report = std::fs::read_to_string(bundle.join("report.md")).unwrap();
     assert!(report.contains(&format!("nodeb/{DECODE}")), "{report}");
+    assert!(
+        report.contains("## Nodes (2)") && report.contains("+1001 ms ± 10 ms"),
+        "{report}"
+    );
+    assert!(
+        report.contains("not joined:") && report.contains("10.96.0.10:80"),
+        "{report}"
+    );
     let snap: Value =
         serde_json::from_str(&std::fs::read_to_string(bundle.join("snapshot.json")).unwrap())
             .unwrap();

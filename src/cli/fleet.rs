@@ -27,6 +27,7 @@ Exit status: 0 merged, 1 merged and a finding at or above --fail-on, 2 usage err
 3 no node answered.";
 
 #[derive(Debug, Args)]
+#[command(after_help = EXAMPLES)]
 pub struct FleetArgs {
     #[command(subcommand)]
     pub verb: FleetVerb,

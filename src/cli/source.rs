@@ -119,7 +119,10 @@ pub fn from_recording(
     if let Some(skipped) = replayed.stats.summary() {
         progress::note(&format!("{}: {skipped}", path.display()));
     }
-    Ok(wedgewatch::pipeline::parts(&replayed.model, replayed.at_ms))
+    let mut parts = wedgewatch::pipeline::parts(&replayed.model, replayed.at_ms);
+    // the recorded node, not this one (its clocks: when its segment began)
+    parts.node = replayed.node;
+    Ok(parts)
 }
 
 /// Samples here for `window`; a failure to sample at all is [`CouldNotSample`].

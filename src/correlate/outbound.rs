@@ -16,17 +16,19 @@ impl Model {
         let (Some(table), Some(t)) = (&self.latest_sockets, self.last_sockets_ms) else {
             return Vec::new();
         };
-        let ends: BTreeSet<(Option<u64>, &str, &str)> = table
+        // Across namespaces too: a container's server on this node is no other node's.
+        let ends: BTreeSet<(&str, &str)> = table
             .sockets
             .iter()
-            .map(|e| (e.netns, e.local.as_str(), e.remote.as_str()))
+            .map(|e| (e.local.as_str(), e.remote.as_str()))
             .collect();
         let mut out: Vec<SnapConnection> = table
             .sockets
             .iter()
             .filter(|e| is_open(e.state))
             // the other end is here: a local hop, correlated already
-            .filter(|e| !ends.contains(&(e.netns, e.remote.as_str(), e.local.as_str())))
+            .filter(|e| !ends.contains(&(e.remote.as_str(), e.local.as_str())))
+            .filter(|e| !is_loopback(&e.remote))
             .filter_map(|e| self.client_side(e, t))
             .take(MAX_CONNECTIONS)
             .collect();
@@ -58,6 +60,11 @@ impl Model {
             last_recv_at_ms: ti.map(|i| t - Millis::from(i.last_data_recv_ms)),
         })
     }
+}
+
+/// A loopback peer is on this node whatever the table holds.
+fn is_loopback(addr: &str) -> bool {
+    crate::model::addr::parse_socket_addr(addr).is_some_and(|(ip, _)| ip.is_loopback())
 }
 
 fn is_open(s: TcpState) -> bool {
