@@ -479,3 +479,129 @@ fn host_view_names_decode_on_node_b(lab: &TwoNode) {
         findings_summary(&host)
     );
 }
+
+/// A service's component id as its own node names it (`decode@10.77.0.2:30001`).
+fn local_id(lab: &TwoNode, service: &str) -> String {
+    let url = ["a", "b"]
+        .iter()
+        .find_map(|n| lab.info["nodes"][*n]["services"][service]["url"].as_str())
+        .unwrap_or_else(|| panic!("no node runs {service}"));
+    format!("{service}@{}", url.trim_start_matches("http://"))
+}
+
+/// The merged picture names the wedge at decode on node b (`nb`), with each stuck request's
+/// path from node a's (`na`) proxy hop by hop and the node of each hop; node a's own verdict
+/// (the router, the last hop it could see) is superseded; node b's clock, the same kernel's,
+/// is found within the estimate's error; the hops are joined by the exact 4-tuple.
+fn assert_merged_wedge(lab: &TwoNode, merged: &Value, na: &str, nb: &str) {
+    let id = |node: &str, svc: &str| format!("{node}/{}", local_id(lab, svc));
+    let (proxy, router, decode) = (id(na, "proxy"), id(na, "router"), id(nb, "decode"));
+    let w = array(merged, "findings")
+        .iter()
+        .find(|f| f["kind"] == "wedged_request" && f["component"] == decode.as_str())
+        .unwrap_or_else(|| panic!("no wedge at {decode}:\n{}", findings_summary(merged)));
+    assert_eq!(w["severity"], "critical");
+    let summary = w["summary"].as_str().unwrap_or("");
+    assert!(
+        summary.contains(&format!("on node {nb}"))
+            && summary.contains(&format!("at {proxy}, on node {na}")),
+        "{summary}"
+    );
+    let path = format!("path: {proxy} [node {na}] -> {router} [node {na}] -> {decode} [node {nb}]");
+    let paths: Vec<&str> = array(w, "evidence")
+        .iter()
+        .filter_map(|e| e["detail"].as_str())
+        .filter(|d| d.contains("path: "))
+        .collect();
+    assert!(!paths.is_empty(), "no path in the evidence: {w}");
+    for p in &paths {
+        assert!(p.ends_with(&path), "want {path:?} in {p:?}");
+    }
+    for f in array(merged, "findings") {
+        let on_a = f["component"]
+            .as_str()
+            .is_some_and(|c| c.starts_with(&format!("{na}/")));
+        let stuck = f["kind"] == "wedged_request" || f["kind"] == "stalled_stream";
+        assert!(!(on_a && stuck), "superseded on node {na}: {f}");
+    }
+    let fleet = &merged["fleet"];
+    let b = array(fleet, "nodes")
+        .iter()
+        .find(|n| n["name"] == nb)
+        .unwrap_or_else(|| panic!("no node {nb}: {fleet}"));
+    let (skew, err) = (b["skew_ms"].as_i64(), b["skew_error_ms"].as_i64());
+    assert!(
+        skew.zip(err).is_some_and(|(s, e)| s.abs() <= e + 50),
+        "one kernel, one clock: skew {skew:?} ± {err:?} ({})",
+        b["skew_basis"]
+    );
+    assert!(
+        array(fleet, "links")
+            .iter()
+            .any(|l| l["client_component"] == router.as_str()
+                && l["server_component"] == decode.as_str()
+                && l["confidence"].as_f64().is_some_and(|c| c >= 0.9)),
+        "no exact 4-tuple link {router} -> {decode}: {}",
+        fleet["links"]
+    );
+}
+
+/// `merge` of the two nodes' own snapshots, and `fleet snapshot` through the lab's
+/// transport (`lab.py exec --run-dir DIR {node} --`; a third node that does not exist is
+/// named with its reason and the two others still merge): both report `wedged_request` at
+/// decode on node b with the path from node a's proxy, hop by hop, with each hop's node.
+#[test]
+fn merge_and_fleet_snapshot_join_the_wedge_across_nodes() {
+    let Some(lab) = TwoNode::up(Some(NOON_FAULT)) else {
+        return;
+    };
+    let _load = lab.load_background(3, 6, 120.0);
+    wait_hung(&lab, 1.0, Duration::from_secs(40));
+    std::thread::sleep(Duration::from_secs(6)); // past the fast thresholds' 8 s
+    let dir = lab.run_dir.path();
+    for node in ["a", "b"] {
+        let snap = node_snapshot(&lab, node, 4);
+        let path = dir.join(format!("snapshot-{node}.json"));
+        std::fs::write(&path, snap.to_string()).expect("write snapshot");
+    }
+    let mut merge = Command::new(env!("CARGO_BIN_EXE_wedgewatch"));
+    merge
+        .arg("merge")
+        .arg(dir.join("snapshot-a.json"))
+        .arg(dir.join("snapshot-b.json"))
+        .arg("--json");
+    let merged = run_json(merge, Duration::from_secs(30), "merge");
+    // the nodes' own names: their hostnames (each node has its UTS namespace)
+    assert_merged_wedge(&lab, &merged, "node-a", "node-b");
+
+    let args = snapshot_args(4).join(" ");
+    let remote = format!("{} {args}", env!("CARGO_BIN_EXE_wedgewatch"));
+    let via = format!(
+        "python3 {} exec --run-dir {} {{node}} --",
+        lab::lab_py().display(),
+        dir.display()
+    );
+    let mut fleet = Command::new(env!("CARGO_BIN_EXE_wedgewatch"));
+    fleet
+        .args([
+            "fleet",
+            "snapshot",
+            "--nodes",
+            "a,b,c",
+            "--timeout",
+            "90s",
+            "--json",
+        ])
+        .args(["--via", &via, "--remote", &remote]);
+    let merged = run_json(fleet, Duration::from_secs(150), "fleet");
+    assert_merged_wedge(&lab, &merged, "a", "b");
+    let failed = array(&merged["fleet"], "failed");
+    assert!(
+        failed.len() == 1
+            && failed[0]["name"] == "c"
+            && failed[0]["reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("unknown node")),
+        "node c is named with its reason: {failed:?}"
+    );
+}
