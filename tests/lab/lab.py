@@ -619,6 +619,9 @@ def cmd_restart(a):
 
 def cmd_inject(a):
     lab = load_lab(os.path.abspath(a.run_dir))
+    if lab.get("mode") in ("netns", "two-node"):
+        raise LabError(f"inject is for the one-host lab, not mode {lab['mode']} "
+                       "(start the two-node lab with `up --two-node --fault NAME`)")
     if a.fault == "clear":
         for name in lab["order"]:
             c = lab["components"][name]

@@ -217,6 +217,24 @@ def ns_pid(host_pid):
     return None
 
 
+def titled_children(L, pid, engine):
+    """The children of `pid`; an engine's once its scheduler and detokenizer have their
+    process titles (set just after they start; bounded wait)."""
+    deadline = time.time() + 15
+    while True:
+        kids = []
+        for k in L.children_of(pid):
+            kst = L.proc_stat(k)
+            kids.append({"pid": k, "node_pid": ns_pid(k), "title": L.cmdline(k),
+                         "start_time": kst[3] if kst else None})
+        titles = [k["title"] for k in kids]
+        if not engine or time.time() > deadline or all(
+                any(t.startswith(p) for t in titles)
+                for p in ("sglang::scheduler", "sglang::detokenizer")):
+            return kids
+        time.sleep(0.1)
+
+
 def record_services(L, lab, node, spec):
     comp = lab["components"][f"node-{node}"]
     with open(spec["ready_file"]) as f:
@@ -229,11 +247,7 @@ def record_services(L, lab, node, spec):
         if host is None:
             raise L.LabError(f"node-{node}: {name} is not among its processes")
         st = L.proc_stat(host)
-        kids = []
-        for k in L.children_of(host):
-            kst = L.proc_stat(k)
-            kids.append({"pid": k, "node_pid": ns_pid(k), "title": L.cmdline(k),
-                         "start_time": kst[3] if kst else None})
+        kids = titled_children(L, host, name in ("prefill", "decode"))
         services[name] = {"name": name, "role": name, "node": node, "pid": host,
                           "node_pid": inner[name], "start_time": st[3] if st else None,
                           "address": svc["host"], "port": svc["port"],
