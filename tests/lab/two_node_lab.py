@@ -363,10 +363,13 @@ def status(lab, L):
         codes = []
         if up_:
             urls = [s["url"] + probes.get(name, "/health") for name, s in svcs.items()]
-            r = subprocess.run(["nsenter", "-t", str(n["init_pid"]), "--net", "--",
-                                sys.executable, "-c", PROBE, *urls],
-                               capture_output=True, text=True, timeout=15)
-            codes = r.stdout.split()
+            try:
+                r = subprocess.run(["nsenter", "-t", str(n["init_pid"]), "--net", "--",
+                                    sys.executable, "-c", PROBE, *urls],
+                                   capture_output=True, text=True, timeout=15)
+                codes = r.stdout.split()
+            except subprocess.TimeoutExpired:
+                codes = []  # (subprocess.run kills the probe on timeout)
         out[node] = {"address": n["address"], "alive": up_, "services": {
             name: {"pid": s["pid"], "node_pid": s["node_pid"],
                    "alive": L.alive(s["pid"], s["start_time"]),
