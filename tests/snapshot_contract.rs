@@ -320,3 +320,54 @@ fn thread_rule_and_deciding_frame_fit_the_contract() {
         &serde_json::json!({"pid": 1, "tid": 1, "state": "idle", "frames": [], "rule": 3})
     ));
 }
+
+/// Issue 14: a recording's header names its node (machine-id hashed) with the clocks when
+/// it began, and a snapshot replayed from it reports that node.
+#[test]
+fn a_recording_carries_its_node_into_snapshots_replayed_from_it() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let rec = tmp.path().join("r.wwrec");
+    let out = wedgewatch()
+        .args(["record", "-o"])
+        .arg(&rec)
+        .args(["--for", "1s", "--proc-root"])
+        .arg(fixture_proc("container"))
+        .env("WEDGEWATCH_NODE", "recorded-node")
+        .output()
+        .expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let header = wedgewatch::record::Recording::open(&rec)
+        .expect("a recording")
+        .records()
+        .find_map(|r| match r {
+            Ok(wedgewatch::record::Record::Header { node, .. }) => Some(node),
+            _ => None,
+        })
+        .expect("a header");
+    let node = header.expect("the header names its node");
+    assert_eq!(node.name, "recorded-node");
+    assert!(node.clock.is_some());
+    assert!(node
+        .machine_id
+        .as_deref()
+        .is_none_or(|m| m.starts_with("sha256:")));
+    // replayed elsewhere (another WEDGEWATCH_NODE): the recorded node, not this one
+    let out = wedgewatch()
+        .args(["snapshot", "--json", "--from"])
+        .arg(&rec)
+        .env("WEDGEWATCH_NODE", "replaying-node")
+        .output()
+        .expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    validate_snapshot(&v);
+    assert_eq!(v["node"]["name"], "recorded-node");
+}
