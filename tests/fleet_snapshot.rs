@@ -38,7 +38,7 @@ fn nodes_are_collected_at_once_and_failures_are_named_while_the_rest_merges() {
     std::fs::write(d.path().join("nodea.json"), node_a(2).to_string()).unwrap();
     std::fs::write(
         d.path().join("nodeb.json"),
-        node_b(2, 0, "waiting_first_byte", A_IP).to_string(),
+        node_b(2, 3_000, "waiting_first_byte", A_IP).to_string(),
     )
     .unwrap();
     let nodes = "nodea,nodeb,slow-1,fail-1,junk-1";

@@ -2,8 +2,10 @@
 //! (`connections[]`: local, remote) is the server's on another (`requests[]`: client,
 //! server) with the 4-tuple reversed. Which exchange at the client caused the exchange at
 //! the server is inferred, as on one node, by timing (the child starts within
-//! [`LINK_WINDOW_MS`] after its parent, on clocks aligned by the skew estimate) and size
-//! (a forwarded body is about as large as the one received).
+//! [`LINK_WINDOW_MS`] after its parent) and size (a forwarded body is about as large as the
+//! one received). The newest exchange on a connection is timed by the client socket's last
+//! send on the client's own clock; older ones by their start on clocks aligned by the skew
+//! estimate.
 //!
 //! What it cannot see through: a VIP, a load balancer or a NAT between the nodes rewrites
 //! the 4-tuple, so the client's remote is not the server's local address; such connections
@@ -94,10 +96,18 @@ pub fn link(
         let c = &snaps[m.client_node].connections[m.conn];
         let mut parent_ids = Vec::new();
         let mut conf = if m.candidates == 1 { 0.95 } else { 0.5 };
+        let newest = m
+            .exchanges
+            .iter()
+            .copied()
+            .max_by_key(|&x| flat.start_ms[x]);
         for &x in &m.exchanges {
             flat.requests[x].client_component = Some(c.component.clone());
             let shift = offsets[m.server_node] - offsets[m.client_node];
-            let Some(start) = flat.start_ms[x].map(|t| t - shift) else {
+            // The newest exchange on the connection is what the client sent last: its time
+            // on the client's own clock, no skew involved. Older ones by the aligned clocks.
+            let sent = c.last_send_at_ms.filter(|_| Some(x) == newest);
+            let Some(start) = sent.or(flat.start_ms[x].map(|t| t - shift)) else {
                 continue;
             };
             if let Some((p, pc)) = parents.find(flat, &c.component, start, x, tolerance_ms) {

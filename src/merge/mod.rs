@@ -203,8 +203,29 @@ fn assemble(
         out.config_changed.extend(s.config_changed);
         out.connections.extend(s.connections);
     }
+    out.versions
+        .extend(shared_versions(&out.versions, fleet.nodes.len()));
     out.fleet = Some(fleet);
     out
+}
+
+/// Host-wide versions every node agrees on, under their plain names (`kernel`), beside
+/// each node's own (`nodeb/kernel`).
+fn shared_versions(per_node: &BTreeMap<String, String>, nodes: usize) -> BTreeMap<String, String> {
+    let mut seen: BTreeMap<&str, (usize, Option<&str>)> = BTreeMap::new();
+    for (k, v) in per_node {
+        let Some((_, plain)) = k.split_once(namespace::SEP) else {
+            continue;
+        };
+        let e = seen.entry(plain).or_insert((0, Some(v.as_str())));
+        e.0 += 1;
+        if e.1 != Some(v.as_str()) {
+            e.1 = None;
+        }
+    }
+    seen.into_iter()
+        .filter_map(|(k, (n, v))| Some((k.to_string(), v.filter(|_| n == nodes)?.to_string())))
+        .collect()
 }
 
 fn merged_tool(fleet: &FleetInfo) -> BTreeMap<String, String> {

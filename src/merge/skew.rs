@@ -13,6 +13,7 @@ use super::flat::Flat;
 use super::links::ConnMatch;
 use super::load::Collected;
 use crate::model::{NodeClock, Snapshot};
+use std::collections::HashMap;
 
 /// Least error claimed for an estimate from sockets (tcp_info times are in jiffies).
 const MIN_SOCKET_ERROR_MS: i64 = 10;
@@ -45,10 +46,9 @@ pub fn estimate(
         basis: "reference clock".to_string(),
     });
     let from_collector = collector(snaps, collected);
-    let pairs = socket_samples(snaps, flat, matches);
+    let by_socket = chain(n, &socket_samples(snaps, flat, matches));
     for (i, slot) in out.iter_mut().enumerate().skip(1) {
-        let by_socket = pair_skew(&pairs, i);
-        *slot = match (by_socket, from_collector[i].clone()) {
+        *slot = match (by_socket[i].clone(), from_collector[i].clone()) {
             (Some(a), Some(b)) if b.error_ms < a.error_ms => Some(b),
             (Some(a), _) => Some(a),
             (None, b) => b,
@@ -57,39 +57,79 @@ pub fn estimate(
     out
 }
 
-/// (client node, server node, server clock - client clock) per observation.
-type Samples = Vec<(usize, usize, i64)>;
+/// Offsets against node 0 from the pairwise estimates, chained breadth first (a node
+/// joined only to a node joined to the reference still gets one; errors add up).
+fn chain(n: usize, samples: &Samples) -> Vec<Option<Skew>> {
+    let mut out: Vec<Option<Skew>> = vec![None; n];
+    let mut queue = std::collections::VecDeque::from([0usize]);
+    let mut hops = vec![usize::MAX; n];
+    hops[0] = 0;
+    while let Some(i) = queue.pop_front() {
+        for j in 0..n {
+            if hops[j] != usize::MAX {
+                continue;
+            }
+            let Some(p) = pair_skew(samples, i, j) else {
+                continue;
+            };
+            let (base, base_err) = out[i]
+                .as_ref()
+                .map_or((0, 0), |s| (s.offset_ms, s.error_ms));
+            hops[j] = hops[i] + 1;
+            let via = if i == 0 {
+                "the reference node".to_string()
+            } else {
+                format!("a node {} hop(s) from the reference", hops[i])
+            };
+            out[j] = Some(Skew {
+                offset_ms: base + p.offset_ms,
+                error_ms: base_err + p.error_ms,
+                basis: format!(
+                    "{} socket time(s) of connections joined with {via}",
+                    p.basis
+                ),
+            });
+            queue.push_back(j);
+        }
+    }
+    out[0] = None;
+    out
+}
+
+/// (client node, server node) -> server clock - client clock, per observation.
+type Samples = HashMap<(usize, usize), Vec<i64>>;
 
 fn socket_samples(snaps: &[Snapshot], flat: &Flat, matches: &[ConnMatch]) -> Samples {
-    let mut out = Vec::new();
+    let mut out = Samples::new();
+    let taken: Vec<Option<i64>> = snaps
+        .iter()
+        .map(|s| super::flat::parse_ms(&s.taken_at))
+        .collect();
     for m in matches {
         let c = &snaps[m.client_node].connections[m.conn];
         let Some(&newest) = m.exchanges.iter().max_by_key(|&&x| flat.start_ms[x]) else {
             continue;
         };
-        let pair = |d: i64| (m.client_node, m.server_node, d);
+        let pair = out.entry((m.client_node, m.server_node)).or_default();
         if let (Some(sent), Some(arrived)) = (c.last_send_at_ms, flat.start_ms[newest]) {
-            out.push(pair(arrived - sent));
+            pair.push(arrived - sent);
         }
         let r = &flat.requests[newest];
-        let taken = super::flat::parse_ms(&snaps[m.server_node].taken_at);
-        if let (Some(recv), Some(t), true) = (c.last_recv_at_ms, taken, r.bytes_out > 0) {
-            out.push(pair(t - r.idle_out_ms as i64 - recv));
+        if let (Some(recv), Some(t), true) =
+            (c.last_recv_at_ms, taken[m.server_node], r.bytes_out > 0)
+        {
+            pair.push(t - r.idle_out_ms as i64 - recv);
         }
     }
     out
 }
 
-/// Node `i` against node 0 from the samples between them (either direction).
-fn pair_skew(samples: &Samples, i: usize) -> Option<Skew> {
-    let mut d: Vec<i64> = samples
-        .iter()
-        .filter_map(|&(c, s, v)| match (c, s) {
-            (0, s) if s == i => Some(v),
-            (c, 0) if c == i => Some(-v),
-            _ => None,
-        })
-        .collect();
+/// Node `j`'s clock minus node `i`'s from the samples between them (either direction);
+/// `basis` holds the number of samples.
+fn pair_skew(samples: &Samples, i: usize, j: usize) -> Option<Skew> {
+    let fwd = samples.get(&(i, j)).into_iter().flatten().copied();
+    let back = samples.get(&(j, i)).into_iter().flatten().map(|v| -v);
+    let mut d: Vec<i64> = fwd.chain(back).collect();
     if d.is_empty() {
         return None;
     }
@@ -99,10 +139,7 @@ fn pair_skew(samples: &Samples, i: usize) -> Option<Skew> {
     Some(Skew {
         offset_ms: median,
         error_ms: spread.max(MIN_SOCKET_ERROR_MS),
-        basis: format!(
-            "{} socket time(s) of connections joined with the reference node",
-            d.len()
-        ),
+        basis: d.len().to_string(),
     })
 }
 
@@ -133,4 +170,30 @@ fn collector(snaps: &[Snapshot], collected: &[Option<Collected>]) -> Vec<Option<
             })
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offsets_chain_through_nodes_not_joined_to_the_reference() {
+        let mut s = Samples::new();
+        s.insert((0, 1), vec![98, 100, 102]);
+        // node 2 is a client of node 1: node 1's clock minus node 2's
+        s.insert((2, 1), vec![-50]);
+        let out = chain(4, &s);
+        assert!(out[0].is_none(), "the reference is set by the caller");
+        let one = out[1].clone().unwrap();
+        assert_eq!((one.offset_ms, one.error_ms), (100, 10));
+        let two = out[2].clone().unwrap();
+        assert_eq!(two.offset_ms, 150, "1 = 0 + 100, 2 = 1 + 50");
+        assert_eq!(two.error_ms, 20, "errors add up");
+        assert!(
+            two.basis.contains("1 hop(s) from the reference"),
+            "{}",
+            two.basis
+        );
+        assert!(out[3].is_none(), "joined to nobody");
+    }
 }

@@ -54,7 +54,7 @@ fn fleet(f: &FleetInfo) -> String {
             ]
         })
         .collect();
-    let mut o = format!("## Nodes ({})\n\n", f.nodes.len());
+    let mut o = format!("\n## Nodes ({})\n\n", f.nodes.len());
     o.push_str(&table(
         &["node", "addresses", "taken at", "clock vs the first", "how"],
         &rows,
