@@ -95,6 +95,9 @@ fn big_snapshot(exchanges: usize) -> Snapshot {
         tool: BTreeMap::new(),
         versions: BTreeMap::new(),
         logical_requests: logical,
+        node: None,
+        connections: vec![],
+        fleet: None,
     }
 }
 

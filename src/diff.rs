@@ -235,6 +235,9 @@ mod tests {
             tool: Default::default(),
             versions: Default::default(),
             logical_requests: vec![],
+            node: None,
+            connections: vec![],
+            fleet: None,
         }
     }
 

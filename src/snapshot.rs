@@ -16,6 +16,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 mod bundle;
+pub mod node;
 mod versions;
 pub use bundle::{check_bundle_target, write_bundle, Overwrite, MANIFEST};
 
@@ -129,6 +130,9 @@ pub fn assemble_bundle(parts: SnapshotParts, opts: &AssembleOptions) -> Bundle {
         config_changed: parts.config_changed.clone(),
         tool: opts.tool.clone(),
         versions: BTreeMap::new(),
+        node: parts.node.clone().map(|n| node::for_output(n, opts.redact)),
+        connections: parts.connections.clone(),
+        fleet: None,
     };
     versions::fill(&mut snapshot, &parts);
 
@@ -281,7 +285,17 @@ pub fn read_snapshot(path: &Path) -> Result<Snapshot> {
     };
     let text = read_capped(&path_to_read, MAX_SNAPSHOT_BYTES)?
         .ok_or_else(|| bad(format!("larger than {} MiB", MAX_SNAPSHOT_BYTES >> 20)))?;
-    let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
+    parse_snapshot(&text, path)
+}
+
+/// Parses and checks a snapshot's text (`read_snapshot`, and `fleet snapshot`, which reads
+/// each node's from its transport); `origin` names it in errors.
+pub fn parse_snapshot(text: &str, origin: &Path) -> Result<Snapshot> {
+    let bad = |message: String| Error::BadSnapshot {
+        path: origin.to_path_buf(),
+        message,
+    };
+    let value: serde_json::Value = serde_json::from_str(text).map_err(|e| {
         if e.is_eof() {
             bad(format!("truncated JSON ({e})"))
         } else {

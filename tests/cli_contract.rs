@@ -523,7 +523,8 @@ fn progress_is_silent_off_a_terminal_and_quiet_silences_notes() {
 #[test]
 fn completions_and_man_pages_know_every_verb() {
     let verbs = [
-        "snapshot", "check", "daemon", "record", "export", "diff", "doctor", "demo",
+        "snapshot", "check", "daemon", "record", "export", "diff", "doctor", "demo", "merge",
+        "fleet",
     ];
     for shell in ["bash", "zsh", "fish"] {
         let o = run(["completions", shell]);
@@ -560,6 +561,7 @@ fn help_shows_examples_exit_codes_and_only_options_that_apply() {
     assert!(o.stdout.contains("Sampling options"), "{}", o.stdout);
     for verb in [
         "snapshot", "check", "daemon", "record", "export", "diff", "doctor", "demo", "tui",
+        "merge", "fleet",
     ] {
         let o = run([verb, "--help"]);
         assert_eq!(o.code, 0, "{verb}");

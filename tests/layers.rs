@@ -33,9 +33,14 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("detect", &["detect"]),
     (
         "outputs",
-        &["snapshot", "report", "diff", "export", "record", "pipeline"],
+        &[
+            "snapshot", "report", "diff", "export", "record", "pipeline", "merge",
+        ],
     ),
-    ("runtime", &["daemon", "attach", "sampler", "doctor"]),
+    (
+        "runtime",
+        &["daemon", "attach", "sampler", "doctor", "fleet"],
+    ),
     ("front", &["cli", "tui", "main", "lib", "fuzz_entry"]),
 ];
 

@@ -99,6 +99,7 @@ fn a_gzip_bomb_of_one_line_is_read_in_bounded_time_and_memory() {
         t_ms: T0,
         pid: 1,
         tool: "test".into(),
+        node: None,
     })
     .expect("encode");
     let topology = encode(&Record::Topology {
@@ -170,6 +171,7 @@ fn dense_line(values: usize) -> Vec<u8> {
         t_ms: 1,
         pid: 1,
         tool: "t".into(),
+        node: None,
     })
     .expect("encode");
     bytes.extend_from_slice(format!("{:08x} {rec}\n", crc32(rec.as_bytes())).as_bytes());

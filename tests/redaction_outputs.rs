@@ -319,6 +319,7 @@ fn an_old_recording_replays_clean() {
             t_ms: T0,
             pid: 1,
             tool: "wedgewatch 0.0.9".to_string(),
+            node: None,
         },
         Record::Topology {
             t_ms: T0,

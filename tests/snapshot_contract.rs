@@ -97,6 +97,67 @@ fn fixture_snapshot_validates() {
     assert_eq!(v["sources"]["gpu"]["status"], "unavailable");
     assert_eq!(v["sources"]["processes"]["status"], "ok");
     assert!(!String::from_utf8_lossy(&out.stdout).contains("hf_fixture_secret"));
+    // Issue 14: the node it was taken on, its clocks, the machine-id only as a hash.
+    let node = &v["node"];
+    assert!(
+        node["name"].as_str().is_some_and(|n| !n.is_empty()),
+        "{node}"
+    );
+    assert!(node["clock"]["wall_ms"]
+        .as_i64()
+        .is_some_and(|w| w > 1_700_000_000_000));
+    assert!(node["clock"]["monotonic_ms"]
+        .as_i64()
+        .is_some_and(|m| m > 0));
+    if let Ok(raw) = std::fs::read_to_string("/etc/machine-id") {
+        let hashed = node["machine_id"].as_str().expect("a machine-id");
+        assert!(hashed.starts_with("sha256:"), "{hashed}");
+        assert!(!String::from_utf8_lossy(&out.stdout).contains(raw.trim()));
+    }
+}
+
+/// Issue 14's fields are additive: a document from before them (no `node`, `connections`,
+/// `fleet`) is still a valid `wedgewatch.snapshot/1` and still reads; one with them
+/// validates, and a malformed one does not.
+#[test]
+fn documents_without_node_identity_stay_valid_and_new_fields_are_checked() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/snapshots");
+    let old_path = dir.join("wedged.json");
+    let old: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&old_path).unwrap()).unwrap();
+    for k in ["node", "connections", "fleet"] {
+        assert!(old.get(k).is_none(), "the fixture predates {k}");
+    }
+    validate_snapshot(&old);
+    let read = wedgewatch::snapshot::read_snapshot(&old_path).expect("an old document reads");
+    assert!(read.node.is_none() && read.connections.is_empty() && read.fleet.is_none());
+    let back = serde_json::to_value(&read).unwrap();
+    assert!(
+        back.get("node").is_none() && back.get("fleet").is_none(),
+        "nothing added on the way"
+    );
+
+    let mut new = old.clone();
+    new["node"] = serde_json::json!({"name": "gpu-b", "hostname": "gpu-b",
+        "machine_id": "sha256:00112233445566778899aabbccddeeff", "boot_id": "b0",
+        "addresses": ["10.77.0.2"], "clock": {"wall_ms": 1_795_000_000_000i64, "monotonic_ms": 5}});
+    new["connections"] = serde_json::json!([{"component": "router@10.77.0.1:30000",
+        "local": "10.77.0.1:41000", "remote": "10.77.0.2:30002", "state": "ESTABLISHED",
+        "bytes_sent": 10, "last_send_at_ms": 1_795_000_000_000i64}]);
+    validate_snapshot(&new);
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/schema/snapshot-1.schema.json");
+    let schema: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let validator = jsonschema::validator_for(&schema).expect("compiles");
+    let mut bad = new.clone();
+    bad["node"]["clock"] = serde_json::json!({"wall_ms": "noon"});
+    assert!(!validator.is_valid(&bad), "a clock is numbers");
+    let mut bad = new;
+    bad["connections"][0]
+        .as_object_mut()
+        .unwrap()
+        .remove("remote");
+    assert!(!validator.is_valid(&bad), "a connection has both ends");
 }
 
 #[test]
@@ -258,4 +319,55 @@ fn thread_rule_and_deciding_frame_fit_the_contract() {
     assert!(!validator.is_valid(
         &serde_json::json!({"pid": 1, "tid": 1, "state": "idle", "frames": [], "rule": 3})
     ));
+}
+
+/// Issue 14: a recording's header names its node (machine-id hashed) with the clocks when
+/// it began, and a snapshot replayed from it reports that node.
+#[test]
+fn a_recording_carries_its_node_into_snapshots_replayed_from_it() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let rec = tmp.path().join("r.wwrec");
+    let out = wedgewatch()
+        .args(["record", "-o"])
+        .arg(&rec)
+        .args(["--for", "1s", "--proc-root"])
+        .arg(fixture_proc("container"))
+        .env("WEDGEWATCH_NODE", "recorded-node")
+        .output()
+        .expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let header = wedgewatch::record::Recording::open(&rec)
+        .expect("a recording")
+        .records()
+        .find_map(|r| match r {
+            Ok(wedgewatch::record::Record::Header { node, .. }) => Some(node),
+            _ => None,
+        })
+        .expect("a header");
+    let node = header.expect("the header names its node");
+    assert_eq!(node.name, "recorded-node");
+    assert!(node.clock.is_some());
+    assert!(node
+        .machine_id
+        .as_deref()
+        .is_none_or(|m| m.starts_with("sha256:")));
+    // replayed elsewhere (another WEDGEWATCH_NODE): the recorded node, not this one
+    let out = wedgewatch()
+        .args(["snapshot", "--json", "--from"])
+        .arg(&rec)
+        .env("WEDGEWATCH_NODE", "replaying-node")
+        .output()
+        .expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    validate_snapshot(&v);
+    assert_eq!(v["node"]["name"], "recorded-node");
 }

@@ -1,7 +1,7 @@
 //! The command line: the verbs, their options, and how a run ends (exit codes).
 //!
 //! One file per verb (`snapshot`, `check`, `daemon`, `record`, `export`, `diff`, `doctor`,
-//! `tui`, `demo`, `docs` for completions and man). Shared pieces: `options` (the sampling
+//! `tui`, `demo`, `docs` for completions and man, `merge`, `fleet`). Shared pieces: `options` (the sampling
 //! options, offered only by verbs that sample), `source` (recording, daemon or sampling
 //! window), `duration` (the one duration grammar), `progress` (stderr while working),
 //! `exit` (exit codes, signals, runtimes).
@@ -15,6 +15,8 @@ pub mod doctor;
 pub mod duration;
 pub mod exit;
 pub mod export;
+pub mod fleet;
+pub mod merge;
 pub mod options;
 pub mod progress;
 pub mod record;
@@ -88,6 +90,11 @@ pub enum Verb {
     Man(docs::ManArgs),
     /// Render report.md (or text, or the verdict as JSON) again from a snapshot or bundle.
     Report(report::ReportArgs),
+    /// One snapshot of several nodes from their snapshots or bundles (hops joined across
+    /// nodes, requests judged again).
+    Merge(merge::MergeArgs),
+    /// Many nodes at once: `fleet snapshot --nodes a,b --via 'ssh {node}'`.
+    Fleet(fleet::FleetArgs),
 }
 
 impl Verb {
@@ -95,7 +102,13 @@ impl Verb {
     fn samples(&self) -> bool {
         !matches!(
             self,
-            Verb::Diff(_) | Verb::Completions(_) | Verb::Man(_) | Verb::Doctor(_) | Verb::Report(_)
+            Verb::Diff(_)
+                | Verb::Completions(_)
+                | Verb::Man(_)
+                | Verb::Doctor(_)
+                | Verb::Report(_)
+                | Verb::Merge(_)
+                | Verb::Fleet(_)
         )
     }
 }
@@ -122,6 +135,8 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
         Verb::Completions(a) => docs::completions(a),
         Verb::Man(a) => docs::man(a),
         Verb::Report(a) => report::cmd_report(a),
+        Verb::Merge(a) => merge::run(a),
+        Verb::Fleet(a) => fleet::run(a),
     }
 }
 
@@ -173,6 +188,8 @@ fn verb_name(verb: &Verb) -> &'static str {
         Verb::Completions(_) => "completions",
         Verb::Man(_) => "man",
         Verb::Report(_) => "report",
+        Verb::Merge(_) => "merge",
+        Verb::Fleet(_) => "fleet",
     }
 }
 

@@ -51,12 +51,14 @@ pub fn parts(s: &Sampling, a: &SourceArgs) -> anyhow::Result<SnapshotParts> {
     if let Some(f) = &a.from {
         return from_recording(f, a.at.as_ref(), s.thresholds()?);
     }
-    if !a.no_daemon {
-        if let Some(p) = from_daemon(s) {
-            return Ok(p);
-        }
+    let mut parts = match a.no_daemon {
+        false => from_daemon(s),
+        true => None,
     }
-    by_sampling(s, a.window)
+    .map_or_else(|| by_sampling(s, a.window), Ok)?;
+    // sampled here or by the daemon beside us: this node, its clocks now
+    parts.node = Some(wedgewatch::sys::node::this_node());
+    Ok(parts)
 }
 
 /// Parts from a running daemon, if one answers on its socket.
@@ -117,7 +119,10 @@ pub fn from_recording(
     if let Some(skipped) = replayed.stats.summary() {
         progress::note(&format!("{}: {skipped}", path.display()));
     }
-    Ok(wedgewatch::pipeline::parts(&replayed.model, replayed.at_ms))
+    let mut parts = wedgewatch::pipeline::parts(&replayed.model, replayed.at_ms);
+    // the recorded node, not this one (its clocks: when its segment began)
+    parts.node = replayed.node;
+    Ok(parts)
 }
 
 /// Samples here for `window`; a failure to sample at all is [`CouldNotSample`].

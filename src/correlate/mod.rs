@@ -24,6 +24,7 @@ pub mod exchange;
 mod gpu;
 pub mod links;
 mod metrics;
+mod outbound;
 mod parts;
 mod processes;
 pub mod requests;

@@ -68,6 +68,8 @@ impl Model {
             extras,
             config_changed: self.config_changes.clone(),
             raw: self.raw_payloads(now),
+            node: None,
+            connections: self.outbound_connections(),
         }
     }
 

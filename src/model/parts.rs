@@ -40,6 +40,12 @@ pub struct SnapshotParts {
     /// Keyed by component id.
     pub extras: BTreeMap<String, ComponentExtras>,
     pub config_changed: Vec<Change>,
+    /// The node it is taken on (set by whoever samples or replays; None in tests).
+    #[serde(default)]
+    pub node: Option<super::NodeIdentity>,
+    /// Client sockets to servers not on this node (`correlate::parts`).
+    #[serde(default)]
+    pub connections: Vec<super::SnapConnection>,
     /// Raw per-source payloads (JSON) for the bundle's raw files, keyed by file stem.
     pub raw: BTreeMap<String, serde_json::Value>,
 }

@@ -41,6 +41,18 @@ pub struct Snapshot {
     /// verdict (absent from snapshots of older versions).
     #[serde(default)]
     pub logical_requests: Vec<LogicalRequest>,
+    /// Added (issue 14): the node it was taken on and its clocks (absent from older
+    /// snapshots and from merged ones, whose nodes are in `fleet`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<super::node::NodeIdentity>,
+    /// Added: client sockets of components to servers not on this node (what `merge`
+    /// joins across nodes).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub connections: Vec<super::node::SnapConnection>,
+    /// Added: present in merged snapshots only: the nodes, their clock skew, the hops
+    /// joined across them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fleet: Option<super::fleet::FleetInfo>,
 }
 
 fn yes() -> bool {

@@ -51,6 +51,10 @@ pub enum Record {
         /// The recorder's pid: its own metrics scrapes are not requests.
         pid: i32,
         tool: String,
+        /// Added (issue 14): the node recorded, with its clocks when this segment began
+        /// (machine-id hashed, as in a redacted snapshot); absent in older recordings.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        node: Option<crate::model::NodeIdentity>,
     },
     Sample {
         sample: Sample,

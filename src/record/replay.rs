@@ -15,6 +15,9 @@ pub struct Replayed {
     pub stats: ReadStats,
     /// The time the model was replayed to.
     pub at_ms: Millis,
+    /// The node recorded (the newest header's up to the replay time; None: an older
+    /// recording).
+    pub node: Option<crate::model::NodeIdentity>,
 }
 
 /// Feeds a recording through the correlator up to `at` (inclusive; None: the end), so
@@ -41,6 +44,7 @@ pub fn replay(rec: &Recording, at: Option<Millis>, thresholds: Thresholds) -> Re
         baselines: r.baselines,
         stats: records.stats(),
         at_ms,
+        node: r.node,
     })
 }
 
@@ -52,6 +56,8 @@ pub struct Replayer {
     pub model: Model,
     pub baselines: Vec<Baseline>,
     pub last_sample_ms: Option<Millis>,
+    /// The node of the newest header applied.
+    pub node: Option<crate::model::NodeIdentity>,
     /// Re-scrubs every record on read, so recordings made before a redaction rule existed
     /// replay clean, and a value learned in one record goes from every later one.
     redactor: crate::redact::Redactor,
@@ -66,6 +72,7 @@ impl Replayer {
             model,
             baselines: Vec::new(),
             last_sample_ms: None,
+            node: None,
             redactor: crate::redact::Redactor::new(),
         }
     }
@@ -74,7 +81,8 @@ impl Replayer {
     pub fn apply(&mut self, r: Record) -> Option<Millis> {
         let r = self.redactor.redact_typed(&r)?;
         match r {
-            Record::Header { pid, .. } => {
+            Record::Header { pid, node, .. } => {
+                self.node = node.or(self.node.take());
                 if !self.model.ignore_client_pids.contains(&pid) {
                     self.model.ignore_client_pids.push(pid);
                 }

@@ -257,6 +257,10 @@ impl RecordingWriter {
             t_ms: now_ms,
             pid: self.pid,
             tool: self.tool.clone(),
+            node: Some(crate::snapshot::node::for_output(
+                crate::sys::node::this_node(),
+                true,
+            )),
         });
         Ok(())
     }

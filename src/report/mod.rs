@@ -15,6 +15,7 @@ mod changes;
 mod components;
 mod findings;
 mod md;
+mod nodes;
 mod sources;
 mod stuck;
 mod threads;
@@ -129,6 +130,7 @@ fn blocks(s: &Snapshot) -> Vec<Block> {
         Block::new("findings", findings::section(s)),
         Block::new("changes since the baseline", changes::section(s)),
         Block::new("stuck requests", stuck::section(s)),
+        Block::new("nodes", nodes::section(s)),
         // a heading of its own: the stuck table ends where the next `## ` starts
         Block::new("details heading", "\n## Details\n\n".to_string()),
         Block::new("evidence of every finding", findings::evidence(s)),

@@ -66,6 +66,9 @@ fn sample() -> Snapshot {
             finding(Severity::Warning, FindingKind::ConfigChanged),
         ],
         edges: vec![],
+        node: None,
+        connections: vec![],
+        fleet: None,
         redacted: false,
         config_changed: vec![Change {
             component: "decode@127.0.0.1:2".into(),

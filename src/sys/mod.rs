@@ -10,6 +10,7 @@
 //!   supplied connector);
 //! - [`cgroup`]: the container a process runs in, named from its cgroups;
 //! - [`exec`]: whether a path is a program we could run (py-spy);
+//! - [`node`]: which node this is (hostname, machine-id, boot-id, addresses) and its clocks;
 //! - [`netns`]: connections opened inside another process's network namespace (a
 //!   container's), as a [`http::Connector`];
 //! - [`addr`]: the one `host:port` splitter and the endpoint of a [`Url`] (the one URL type,
@@ -22,6 +23,7 @@ pub mod cgroup;
 pub mod exec;
 pub mod http;
 pub mod netns;
+pub mod node;
 pub mod proc_fs;
 pub mod proc_net;
 pub mod sock_diag;

@@ -326,6 +326,9 @@ mod tests {
             tool: BTreeMap::new(),
             versions: BTreeMap::new(),
             logical_requests: vec![],
+            node: None,
+            connections: vec![],
+            fleet: None,
         }
     }
 

@@ -85,6 +85,9 @@ fn snap(taken_at: &str, requests: Vec<Request>) -> Snapshot {
         tool: BTreeMap::new(),
         versions: BTreeMap::new(),
         logical_requests: vec![],
+        node: None,
+        connections: vec![],
+        fleet: None,
     }
 }
 

@@ -1,0 +1,117 @@
+//! Merge benchmark (`cargo bench --bench merge`; a plain binary, `harness = false`).
+//!
+//! 16 synthetic node snapshots (`tests/common/fleet.rs`): 8 pairs of a proxy+router node and
+//! a prefill+decode node, each with 10,000 exchanges (node A: 5,000 requests through proxy
+//! and router, 10,000 outbound connections; node B: the 10,000 engine legs), one request
+//! of each pair stuck at decode. Times `merge::merge` (namespacing, 4-tuple joins, skew,
+//! regrouping, verdicts, findings) on parsed snapshots, and parse + merge from JSON text.
+//! Goal: the merge under 1 s. Prints medians; exits 1 when the goal is missed.
+//! Env: `WW_BENCH_ROUNDS` (default 5), `WW_BENCH_EXCHANGES` (default 10000).
+
+#[path = "../tests/common/fleet.rs"]
+mod fleet;
+
+use std::time::Instant;
+use wedgewatch::merge::{self, NodeInput};
+use wedgewatch::model::{FindingKind, Snapshot};
+
+fn env_num(k: &str, d: usize) -> usize {
+    std::env::var(k)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(d)
+}
+
+fn texts(exchanges: usize) -> Vec<String> {
+    let n = exchanges / 2;
+    let (a, b) = (
+        fleet::node_a(n),
+        fleet::node_b(n, 1_500, "waiting_first_byte", fleet::A_IP),
+    );
+    let mut out = Vec::new();
+    for p in 0..8 {
+        let (ai, bi) = (format!("10.77.{}.1", p + 1), format!("10.77.{}.2", p + 1));
+        let a = fleet::moved(&a, fleet::A_IP, &ai, "nodea", &format!("nodea{p}"));
+        let a = fleet::moved(&a, fleet::B_IP, &bi, "nodeb", &format!("nodeb{p}"));
+        let b = fleet::moved(&b, fleet::A_IP, &ai, "nodeb", &format!("nodeb{p}"));
+        let b = fleet::moved(&b, fleet::B_IP, &bi, "nodea", &format!("nodea{p}"));
+        out.push(a.to_string());
+        out.push(b.to_string());
+    }
+    out
+}
+
+fn inputs(snaps: &[Snapshot]) -> Vec<NodeInput> {
+    snaps
+        .iter()
+        .enumerate()
+        .map(|(i, s)| NodeInput {
+            source: format!("node{i}.json"),
+            snapshot: s.clone(),
+            name: None,
+            collected: None,
+        })
+        .collect()
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+fn main() {
+    let rounds = env_num("WW_BENCH_ROUNDS", 5);
+    let exchanges = env_num("WW_BENCH_EXCHANGES", 10_000);
+    let texts = texts(exchanges);
+    let parse = |texts: &[String]| -> Vec<Snapshot> {
+        texts
+            .iter()
+            .map(|t| serde_json::from_str(t).expect("snapshot"))
+            .collect()
+    };
+    let snaps = parse(&texts);
+    let total: usize = snaps.iter().map(|s| s.requests.len()).sum();
+    let (mut merge_ms, mut with_parse_ms) = (Vec::new(), Vec::new());
+    let mut last = None;
+    for _ in 0..rounds {
+        let ins = inputs(&snaps);
+        let t = Instant::now();
+        let m = merge::merge(ins, vec![]).expect("merges");
+        merge_ms.push(t.elapsed().as_secs_f64() * 1000.0);
+        last = Some(m);
+        let t = Instant::now();
+        let m = merge::merge(inputs(&parse(&texts)), vec![]).expect("merges");
+        with_parse_ms.push(t.elapsed().as_secs_f64() * 1000.0);
+        drop(m);
+    }
+    let m = last.expect("one round");
+    let fleet = m.fleet.as_ref().expect("fleet");
+    let wedged: Vec<&str> = m
+        .findings
+        .iter()
+        .filter(|f| f.kind == FindingKind::WedgedRequest)
+        .filter_map(|f| f.component.as_deref())
+        .collect();
+    let merge_med = median(&mut merge_ms);
+    println!(
+        "merge: {} nodes, {total} exchanges, {} cross-node links, {} logical requests",
+        fleet.nodes.len(),
+        fleet.links.len(),
+        m.logical_requests.len()
+    );
+    println!("  merge (parsed snapshots): median {merge_med:.0} ms over {rounds} rounds");
+    println!(
+        "  parse + merge (JSON text): median {:.0} ms",
+        median(&mut with_parse_ms)
+    );
+    println!("  wedged_request at: {wedged:?}");
+    let pairs_ok = wedged.len() == 8 && wedged.iter().all(|w| w.contains("/decode@"));
+    if !pairs_ok {
+        eprintln!("FAIL: expected one wedge at decode per pair, got {wedged:?}");
+        std::process::exit(1);
+    }
+    if merge_med >= 1000.0 {
+        eprintln!("FAIL: merge took {merge_med:.0} ms (goal: under 1 s)");
+        std::process::exit(1);
+    }
+}

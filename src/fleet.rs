@@ -1,0 +1,288 @@
+//! `fleet snapshot`: one `wedgewatch snapshot --json` per node, all at once, through the
+//! transport the user already has (`ssh {node}`, `kubectl exec -n infer {node} --`,
+//! `ip netns exec {node}`), each under a hard timeout, then one merge.
+//!
+//! The template is split into words by shell rules (quotes, backslashes) but never given
+//! to a shell: `{node}` is substituted inside each word after splitting, so a node's name
+//! can never become a second word or a command. Each transport runs in its own process
+//! group, killed on timeout, on drop and when we die (`children`). Its output is read up to
+//! a cap, its error output up to a few KiB, for the reason a node failed; a node that fails
+//! is named with its reason and the others still merge.
+
+use crate::children::Spawned;
+use crate::clock::{Clock, SystemClock};
+use crate::merge::{Collected, NodeInput};
+use crate::model::FailedNode;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+/// Most bytes of one node's snapshot read (a big stack's is a few MiB).
+pub const MAX_NODE_OUTPUT: usize = 64 << 20;
+/// Most bytes of one transport's error output kept.
+const MAX_NODE_STDERR: usize = 16 << 10;
+/// The placeholder for the node in a template.
+pub const NODE: &str = "{node}";
+
+/// Why a fleet cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum FleetError {
+    #[error("--via {0:?}: unbalanced quotes (the template is split by shell rules, never run by a shell)")]
+    Unsplittable(String),
+    #[error("--via {0:?} is empty")]
+    Empty(String),
+    #[error("--via {0:?} does not contain {NODE}: every node would be reached the same way")]
+    NoPlaceholder(String),
+    #[error("node name {0:?}: use letters, digits and - . _ : only (at most 63)")]
+    BadNode(String),
+    #[error("no nodes: --nodes a,b,c")]
+    NoNodes,
+    #[error("node {0:?} is named twice")]
+    Duplicate(String),
+}
+
+/// A transport template split into words.
+#[derive(Debug, Clone)]
+pub struct Transport {
+    words: Vec<String>,
+}
+
+impl Transport {
+    pub fn parse(template: &str) -> Result<Transport, FleetError> {
+        let words =
+            shlex::split(template).ok_or_else(|| FleetError::Unsplittable(template.into()))?;
+        if words.is_empty() {
+            return Err(FleetError::Empty(template.into()));
+        }
+        if !words.iter().any(|w| w.contains(NODE)) {
+            return Err(FleetError::NoPlaceholder(template.into()));
+        }
+        Ok(Transport { words })
+    }
+
+    /// The command line for `node`: the template's words with `{node}` substituted,
+    /// then `remote`.
+    pub fn argv(&self, node: &str, remote: &[String]) -> Vec<String> {
+        self.words
+            .iter()
+            .map(|w| w.replace(NODE, node))
+            .chain(remote.iter().cloned())
+            .collect()
+    }
+}
+
+/// Parses `a,b,c`: names checked, no duplicates.
+pub fn parse_nodes(list: &str) -> Result<Vec<String>, FleetError> {
+    let mut out: Vec<String> = Vec::new();
+    for n in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        if !crate::sys::node::is_node_name(n) {
+            return Err(FleetError::BadNode(n.into()));
+        }
+        if out.iter().any(|o| o == n) {
+            return Err(FleetError::Duplicate(n.into()));
+        }
+        out.push(n.to_string());
+    }
+    if out.is_empty() {
+        return Err(FleetError::NoNodes);
+    }
+    Ok(out)
+}
+
+/// What to run where.
+#[derive(Debug, Clone)]
+pub struct FleetPlan {
+    pub nodes: Vec<String>,
+    pub via: Transport,
+    /// What runs on each node after the transport's words (`wedgewatch snapshot --json`).
+    pub remote: Vec<String>,
+    pub timeout: Duration,
+}
+
+/// Runs the plan on every node at once; the snapshots read (in the plan's order), and the
+/// nodes that failed. Dropping the future aborts every run, which kills its transport.
+pub async fn collect(plan: &FleetPlan) -> (Vec<NodeInput>, Vec<FailedNode>) {
+    let mut set = tokio::task::JoinSet::new();
+    for (i, n) in plan.nodes.iter().enumerate() {
+        let argv = plan.via.argv(n, &plan.remote);
+        let (node, timeout) = (n.clone(), plan.timeout);
+        set.spawn(async move { (i, one_node(&node, &argv, timeout).await) });
+    }
+    let mut results: Vec<Option<Result<NodeInput, String>>> =
+        (0..plan.nodes.len()).map(|_| None).collect();
+    while let Some(joined) = set.join_next().await {
+        if let Ok((i, r)) = joined {
+            results[i] = Some(r);
+        }
+    }
+    let mut ok = Vec::new();
+    let mut failed = Vec::new();
+    for (name, r) in plan.nodes.iter().zip(results) {
+        match r {
+            Some(Ok(inp)) => ok.push(inp),
+            Some(Err(reason)) => failed.push(FailedNode {
+                name: name.clone(),
+                reason,
+            }),
+            None => failed.push(FailedNode {
+                name: name.clone(),
+                reason: "its run ended without an answer".to_string(),
+            }),
+        }
+    }
+    (ok, failed)
+}
+
+/// Runs one node's transport; its snapshot, or why not (one line, no secret).
+async fn one_node(node: &str, argv: &[String], timeout: Duration) -> Result<NodeInput, String> {
+    let (prog, args) = argv.split_first().ok_or("empty command")?;
+    let mut cmd = tokio::process::Command::new(prog);
+    cmd.args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    crate::children::die_with_parent(&mut cmd);
+    let started_ms = SystemClock.now_ms();
+    let mut child = cmd.spawn().map_err(|e| format!("cannot run {prog}: {e}"))?;
+    let pgid = child
+        .id()
+        .and_then(|id| i32::try_from(id).ok())
+        .ok_or("the transport exited before it could be tracked")?;
+    let mut group = Spawned::register(pgid);
+    let run = async {
+        let (out, err) = tokio::join!(
+            read_capped(child.stdout.take(), MAX_NODE_OUTPUT),
+            read_capped(child.stderr.take(), MAX_NODE_STDERR)
+        );
+        (out, err, child.wait().await)
+    };
+    let Ok((out, err, status)) = tokio::time::timeout(timeout, run).await else {
+        group.kill();
+        return Err(format!(
+            "no answer within {} s (killed)",
+            timeout.as_secs_f64()
+        ));
+    };
+    group.reaped();
+    let ended_ms = SystemClock.now_ms();
+    let code = status
+        .map_err(|e| format!("waiting for the transport: {e}"))?
+        .code();
+    interpret(
+        node,
+        out,
+        &err,
+        code,
+        Collected {
+            started_ms,
+            ended_ms,
+        },
+    )
+}
+
+/// What a finished transport means: exit 0 (or 1, findings) with a snapshot on stdout.
+fn interpret(
+    node: &str,
+    out: (Vec<u8>, bool),
+    err: &(Vec<u8>, bool),
+    code: Option<i32>,
+    collected: Collected,
+) -> Result<NodeInput, String> {
+    let why = last_line(&err.0);
+    match code {
+        Some(0 | 1) => {}
+        Some(c) => return Err(format!("exit status {c}{why}")),
+        None => return Err(format!("killed by a signal{why}")),
+    }
+    if out.1 {
+        return Err(format!("wrote more than {} MiB", MAX_NODE_OUTPUT >> 20));
+    }
+    let text = String::from_utf8(out.0).map_err(|_| "its output is not UTF-8 text".to_string())?;
+    let origin = Path::new(node);
+    let snapshot = crate::snapshot::parse_snapshot(&text, origin).map_err(|e| {
+        let msg = e.to_string();
+        let msg = msg
+            .strip_prefix(node)
+            .unwrap_or(&msg)
+            .trim_start_matches([':', ' ']);
+        format!("not a snapshot: {}{why}", clip(msg))
+    })?;
+    Ok(NodeInput {
+        source: format!("node {node}"),
+        snapshot,
+        name: Some(node.to_string()),
+        collected: Some(collected),
+    })
+}
+
+/// ": <the last non-empty line of stderr>", redacted and clipped, or nothing.
+fn last_line(err: &[u8]) -> String {
+    let text = String::from_utf8_lossy(err);
+    match text.lines().map(str::trim).rfind(|l| !l.is_empty()) {
+        Some(l) => format!(": {}", clip(&crate::redact::log_line(l))),
+        None => String::new(),
+    }
+}
+
+fn clip(s: &str) -> String {
+    let clean: String = s.chars().filter(|c| !c.is_control()).take(300).collect();
+    clean
+}
+
+/// Reads at most `cap` bytes; whether there was more.
+async fn read_capped<R: AsyncRead + Unpin>(r: Option<R>, cap: usize) -> (Vec<u8>, bool) {
+    let Some(r) = r else {
+        return (Vec::new(), false);
+    };
+    let mut buf = Vec::new();
+    let mut limited = r.take(cap as u64 + 1);
+    let _ = limited.read_to_end(&mut buf).await;
+    let over = buf.len() > cap;
+    buf.truncate(cap);
+    (buf, over)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn templates_split_by_shell_rules_and_substitute_per_word() {
+        let t = Transport::parse("ssh -o 'ConnectTimeout 5' {node}.cluster").unwrap();
+        let argv = t.argv("b", &["wedgewatch".into(), "snapshot".into()]);
+        assert_eq!(
+            argv,
+            [
+                "ssh",
+                "-o",
+                "ConnectTimeout 5",
+                "b.cluster",
+                "wedgewatch",
+                "snapshot"
+            ]
+        );
+        assert!(matches!(
+            Transport::parse("ssh 'x"),
+            Err(FleetError::Unsplittable(_))
+        ));
+        assert!(matches!(
+            Transport::parse("ssh host"),
+            Err(FleetError::NoPlaceholder(_))
+        ));
+        assert!(matches!(Transport::parse("  "), Err(FleetError::Empty(_))));
+    }
+
+    #[test]
+    fn node_lists_are_checked() {
+        assert_eq!(parse_nodes("a, b,c").unwrap(), ["a", "b", "c"]);
+        assert!(matches!(parse_nodes("a,a"), Err(FleetError::Duplicate(_))));
+        assert!(matches!(
+            parse_nodes("a;rm -rf"),
+            Err(FleetError::BadNode(_))
+        ));
+        assert!(matches!(parse_nodes(","), Err(FleetError::NoNodes)));
+    }
+}

@@ -1,0 +1,197 @@
+//! Logical requests and their verdicts again, over the merged exchanges.
+//!
+//! Each node judged the legs it could see; a node whose deepest visible hop forwards to
+//! another node could only blame that hop. Here the legs are grouped again along every link
+//! (cross-node ones included), and each merged request keeps, of its nodes' stuck legs,
+//! those that are not *superseded*: a leg stuck at a hop whose request went on to another
+//! node, where it is still open, was blamed only because its node could not see further.
+//! Of the rest, a leg with no response byte before a stalled stream, and then the deepest
+//! hop (in PD, when both legs wait, the prefill: the decode leg needs its KV cache), as
+//! on one node. Without a stuck leg the verdict follows the legs' states: any open leg
+//! streaming makes it active, only waiting ones waiting, none open done.
+
+use super::flat::Flat;
+use crate::model::{LogicalRequest, RequestState, Role, StuckKind, Verdict};
+use std::collections::{HashMap, HashSet};
+
+/// The merged logical requests (and each exchange's new `request` and `leg`), from the
+/// nodes' own verdicts.
+pub fn regroup(flat: &mut Flat, node_logical: &[LogicalRequest]) -> Vec<LogicalRequest> {
+    let (stuck, probes) = old_verdicts(flat, node_logical);
+    let groups = group(flat);
+    let mut out = Vec::with_capacity(groups.len());
+    for legs in groups {
+        let entry = legs[0];
+        let num = flat.requests[entry].id.replacen("/x", "/r", 1);
+        let id = if num == flat.requests[entry].id {
+            format!("r-{num}")
+        } else {
+            num
+        };
+        name_legs(flat, &id, &legs);
+        let blamed = blame(flat, &legs, &stuck);
+        let mut l = logical(flat, id, &legs, blamed);
+        l.probe = legs.iter().any(|i| probes.contains(i));
+        out.push(l);
+    }
+    out
+}
+
+/// Exchange index -> how its node judged it stuck there; and the exchanges of requests
+/// their node judged probes (health checks, scrapes: never stuck).
+fn old_verdicts(
+    flat: &Flat,
+    node_logical: &[LogicalRequest],
+) -> (HashMap<usize, StuckKind>, HashSet<usize>) {
+    let by_leg: HashMap<&str, usize> = flat
+        .requests
+        .iter()
+        .enumerate()
+        .filter_map(|(i, r)| r.leg.as_deref().map(|l| (l, i)))
+        .collect();
+    let stuck = node_logical
+        .iter()
+        .filter(|l| l.verdict == Verdict::Stuck)
+        .filter_map(|l| {
+            let i = *by_leg.get(l.stuck_leg.as_deref()?)?;
+            Some((i, l.stuck_kind.unwrap_or(StuckKind::NoResponse)))
+        })
+        .collect();
+    let probes = node_logical
+        .iter()
+        .filter(|l| l.probe)
+        .flat_map(|l| l.legs.iter().filter_map(|x| flat.index.get(x).copied()))
+        .collect();
+    (stuck, probes)
+}
+
+/// Legs of each request, its entry first (exchanges of a request only: idle connections
+/// are none).
+fn group(flat: &Flat) -> Vec<Vec<usize>> {
+    let n = flat.requests.len();
+    let mut has_parent = vec![false; n];
+    for r in &flat.requests {
+        for l in &r.links {
+            if let Some(&j) = flat.index.get(l) {
+                has_parent[j] = true;
+            }
+        }
+    }
+    let in_request = |i: usize| flat.requests[i].request.is_some();
+    let mut seen = vec![false; n];
+    let mut out = Vec::new();
+    let starts = (0..n).filter(|&i| !has_parent[i]).chain(0..n);
+    for s in starts {
+        if seen[s] || !in_request(s) {
+            continue;
+        }
+        seen[s] = true;
+        let mut legs = vec![s];
+        let mut k = 0;
+        while k < legs.len() {
+            for l in &flat.requests[legs[k]].links {
+                if let Some(&j) = flat.index.get(l).filter(|&&j| !seen[j]) {
+                    seen[j] = true;
+                    legs.push(j);
+                }
+            }
+            k += 1;
+        }
+        out.push(legs);
+    }
+    out
+}
+
+fn name_legs(flat: &mut Flat, id: &str, legs: &[usize]) {
+    let mut count: HashMap<Role, usize> = HashMap::new();
+    for &i in legs {
+        let r = &mut flat.requests[i];
+        let role = r.role.unwrap_or(Role::Other);
+        let k = count.entry(role).or_default();
+        *k += 1;
+        r.request = Some(id.to_string());
+        r.leg = Some(if *k == 1 {
+            format!("{id}@{role}")
+        } else {
+            format!("{id}@{role}.{k}")
+        });
+    }
+}
+
+fn is_open(s: RequestState) -> bool {
+    matches!(
+        s,
+        RequestState::WaitingFirstByte | RequestState::Streaming | RequestState::Stalled
+    )
+}
+
+/// Whether leg `i` forwarded to another node where its request is still open.
+fn superseded(flat: &Flat, i: usize) -> bool {
+    flat.requests[i].links.iter().any(|l| {
+        flat.index
+            .get(l)
+            .is_some_and(|&j| flat.node[j] != flat.node[i] && is_open(flat.requests[j].state))
+    })
+}
+
+/// The leg the request is stuck at, if any.
+fn blame(
+    flat: &Flat,
+    legs: &[usize],
+    stuck: &HashMap<usize, StuckKind>,
+) -> Option<(usize, StuckKind)> {
+    let mut c: Vec<(usize, StuckKind)> = legs
+        .iter()
+        .filter_map(|&i| stuck.get(&i).map(|&k| (i, k)))
+        .filter(|&(i, _)| !superseded(flat, i))
+        .collect();
+    let role = |i: usize| flat.requests[i].role.unwrap_or(Role::Other);
+    let both_pd_legs = [Role::Prefill, Role::Decode].iter().all(|want| {
+        c.iter()
+            .any(|&(i, k)| k == StuckKind::NoResponse && role(i) == *want)
+    });
+    if both_pd_legs {
+        c.retain(|&(i, _)| role(i) != Role::Decode);
+    }
+    c.sort_by_key(|&(i, k)| (k, std::cmp::Reverse(role(i).depth())));
+    c.first().copied()
+}
+
+fn logical(
+    flat: &Flat,
+    id: String,
+    legs: &[usize],
+    blamed: Option<(usize, StuckKind)>,
+) -> LogicalRequest {
+    let r = |i: usize| &flat.requests[i];
+    let verdict = match blamed {
+        Some(_) => Verdict::Stuck,
+        None => {
+            let open: Vec<RequestState> = legs
+                .iter()
+                .map(|&i| r(i).state)
+                .filter(|s| is_open(*s))
+                .collect();
+            if open.is_empty() {
+                Verdict::Done
+            } else if open.iter().all(|s| *s == RequestState::WaitingFirstByte) {
+                Verdict::Waiting
+            } else {
+                Verdict::Active
+            }
+        }
+    };
+    let entry = r(legs[0]);
+    LogicalRequest {
+        id,
+        legs: legs.iter().map(|&i| r(i).id.clone()).collect(),
+        verdict,
+        component: entry.component.clone(),
+        age_ms: entry.age_ms,
+        probe: false,
+        stuck_leg: blamed.and_then(|(i, _)| r(i).leg.clone()),
+        stuck_at: blamed.map(|(i, _)| r(i).component.clone()),
+        stuck_role: blamed.and_then(|(i, _)| r(i).role),
+        stuck_kind: blamed.map(|(_, k)| k),
+    }
+}

@@ -1,0 +1,217 @@
+//! Hops across nodes. A connection is joined exactly: the client's socket on one node
+//! (`connections[]`: local, remote) is the server's on another (`requests[]`: client,
+//! server) with the 4-tuple reversed. Which exchange at the client caused the exchange at
+//! the server is inferred, as on one node, by timing (the child starts within
+//! [`LINK_WINDOW_MS`] after its parent) and size (a forwarded body is about as large as the
+//! one received). The newest exchange on a connection is timed by the client socket's last
+//! send on the client's own clock; older ones by their start on clocks aligned by the skew
+//! estimate.
+//!
+//! What it cannot see through: a VIP, a load balancer or a NAT between the nodes rewrites
+//! the 4-tuple, so the client's remote is not the server's local address; such connections
+//! stay unmatched and are named in the merge's notes.
+
+use super::flat::{canon, Flat};
+use crate::model::{CrossLink, Snapshot};
+use std::collections::{BTreeMap, HashMap};
+
+/// The longest a hop takes to forward a request.
+pub const LINK_WINDOW_MS: i64 = 2_000;
+
+/// One client connection matched with the server's exchanges on another node.
+#[derive(Debug, Clone)]
+pub struct ConnMatch {
+    /// The client's node and its index in that node's `connections`.
+    pub client_node: usize,
+    pub conn: usize,
+    pub server_node: usize,
+    /// Indices into `Flat::requests`, oldest first.
+    pub exchanges: Vec<usize>,
+    /// How many nodes held a server socket with this 4-tuple (more than one: overlapping
+    /// private address spaces, and the match is ambiguous).
+    pub candidates: usize,
+}
+
+/// Matches every node's outbound connections with the other nodes' server exchanges.
+pub fn match_connections(snaps: &[Snapshot], flat: &Flat) -> (Vec<ConnMatch>, Vec<String>) {
+    let mut by_tuple: HashMap<(String, String), Vec<usize>> = HashMap::new();
+    for (i, r) in flat.requests.iter().enumerate() {
+        by_tuple
+            .entry((canon(&r.client), canon(&r.server)))
+            .or_default()
+            .push(i);
+    }
+    let mut out = Vec::new();
+    let mut unmatched: BTreeMap<String, usize> = BTreeMap::new();
+    for (n, s) in snaps.iter().enumerate() {
+        for (ci, c) in s.connections.iter().enumerate() {
+            let key = (canon(&c.local), canon(&c.remote));
+            let hits: Vec<usize> = by_tuple
+                .get(&key)
+                .map(|v| v.iter().copied().filter(|&i| flat.node[i] != n).collect())
+                .unwrap_or_default();
+            let mut nodes: Vec<usize> = hits.iter().map(|&i| flat.node[i]).collect();
+            nodes.dedup();
+            match nodes.first() {
+                Some(&server_node) => out.push(ConnMatch {
+                    client_node: n,
+                    conn: ci,
+                    server_node,
+                    exchanges: hits
+                        .into_iter()
+                        .filter(|&i| flat.node[i] == server_node)
+                        .collect(),
+                    candidates: nodes.len(),
+                }),
+                None => {
+                    *unmatched
+                        .entry(format!("{} -> {}", c.component, c.remote))
+                        .or_default() += 1
+                }
+            }
+        }
+    }
+    let notes = unmatched
+        .into_iter()
+        .map(|(what, k)| {
+            format!("{k} connection(s) {what}: no merged node serves that address (a VIP, a NAT or a node not merged)")
+        })
+        .collect();
+    (out, notes)
+}
+
+/// Sets the client component of matched exchanges, links each to its parent exchange at
+/// the client (on clocks shifted by `offsets`, each node's clock minus the reference's),
+/// and returns the cross-node links.
+pub fn link(
+    snaps: &[Snapshot],
+    flat: &mut Flat,
+    matches: &[ConnMatch],
+    offsets: &[i64],
+    tolerance_ms: i64,
+) -> Vec<CrossLink> {
+    let parents = ParentIndex::new(flat);
+    let mut links = Vec::new();
+    for m in matches {
+        let c = &snaps[m.client_node].connections[m.conn];
+        let mut parent_ids = Vec::new();
+        let mut conf = if m.candidates == 1 { 0.95 } else { 0.5 };
+        let newest = m
+            .exchanges
+            .iter()
+            .copied()
+            .max_by_key(|&x| flat.start_ms[x]);
+        for &x in &m.exchanges {
+            flat.requests[x].client_component = Some(c.component.clone());
+            let shift = offsets[m.server_node] - offsets[m.client_node];
+            // The newest exchange on the connection is what the client sent last: its time
+            // on the client's own clock, no skew involved. Older ones by the aligned clocks.
+            let sent = c.last_send_at_ms.filter(|_| Some(x) == newest);
+            let Some(start) = sent.or(flat.start_ms[x].map(|t| t - shift)) else {
+                continue;
+            };
+            if let Some((p, pc)) = parents.find(flat, &c.component, start, x, tolerance_ms) {
+                let child_id = flat.requests[x].id.clone();
+                if !flat.requests[p].links.contains(&child_id) {
+                    flat.requests[p].links.push(child_id);
+                }
+                flat.requests[x].link_confidence = Some(pc);
+                conf = f64::min(conf, pc);
+                parent_ids.push(flat.requests[p].id.clone());
+            }
+        }
+        links.push(CrossLink {
+            client_component: c.component.clone(),
+            client: c.local.clone(),
+            server_component: m
+                .exchanges
+                .first()
+                .map(|&x| flat.requests[x].component.clone())
+                .unwrap_or_default(),
+            server: c.remote.clone(),
+            exchanges: m
+                .exchanges
+                .iter()
+                .map(|&x| flat.requests[x].id.clone())
+                .collect(),
+            parent: parent_ids.last().cloned(),
+            confidence: conf,
+        });
+    }
+    links
+}
+
+/// The exchanges served by each component, by start time: the parent candidates.
+struct ParentIndex {
+    by_comp: HashMap<String, Vec<(i64, usize)>>,
+}
+
+impl ParentIndex {
+    fn new(flat: &Flat) -> Self {
+        let mut by_comp: HashMap<String, Vec<(i64, usize)>> = HashMap::new();
+        for (i, r) in flat.requests.iter().enumerate() {
+            if let Some(t) = flat.start_ms[i] {
+                by_comp.entry(r.component.clone()).or_default().push((t, i));
+            }
+        }
+        by_comp.values_mut().for_each(|v| v.sort_unstable());
+        ParentIndex { by_comp }
+    }
+
+    /// The parent of `child` (starting at `start` on the client's clock) at `comp`: the
+    /// latest exchange there that started at most [`LINK_WINDOW_MS`] before it (or, failing
+    /// that, within `tol`, the skew's error, after it) and has no child at the child's
+    /// component yet, preferring one of about the same size; with the link's confidence.
+    fn find(
+        &self,
+        flat: &Flat,
+        comp: &str,
+        start: i64,
+        child: usize,
+        tol: i64,
+    ) -> Option<(usize, f64)> {
+        let v = self.by_comp.get(comp)?;
+        let hi = v.partition_point(|&(t, _)| t <= start + tol);
+        let mid = v.partition_point(|&(t, _)| t <= start);
+        let lo = v.partition_point(|&(t, _)| t < start - LINK_WINDOW_MS - tol);
+        let cr = &flat.requests[child];
+        let free = |p: usize| {
+            !flat.requests[p].links.iter().any(|l| {
+                flat.index
+                    .get(l)
+                    .is_some_and(|&k| k != child && flat.requests[k].component == cr.component)
+            })
+        };
+        let sized = |p: usize| similar(flat.requests[p].bytes_in, cr.bytes_in);
+        let (mut first, mut best, mut n) = (None, None, 0);
+        // before the child on the aligned clocks first (latest first), then within the
+        // skew's error after it
+        let before = v[lo..mid].iter().rev();
+        let after = v[mid..hi.max(mid)].iter();
+        for p in before.chain(after).map(|&(_, i)| i).filter(|&i| i != child) {
+            if !free(p) {
+                continue;
+            }
+            n += 1;
+            first = first.or(Some(p));
+            if best.is_none() && sized(p) {
+                best = Some(p);
+            }
+            if best.is_some() && n > 1 {
+                break;
+            }
+        }
+        match (best, first) {
+            (Some(p), _) if n == 1 => Some((p, 0.9)),
+            (Some(p), _) => Some((p, 0.7)),
+            (None, Some(p)) => Some((p, 0.4)),
+            (None, None) => None,
+        }
+    }
+}
+
+/// Whether a forwarded body's size is about the received one's (routers add fields).
+fn similar(parent_in: u64, child_in: u64) -> bool {
+    let d = parent_in.abs_diff(child_in);
+    d <= 512 || d <= parent_in / 4
+}

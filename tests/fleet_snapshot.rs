@@ -1,0 +1,161 @@
+//! `wedgewatch fleet snapshot` (issue 14): every node at once through a `--via` template,
+//! a per-node timeout that kills the transport, failed nodes named with their reason while
+//! the rest still merges; and the real binary as a node's command on the lab.
+
+#[path = "common/fleet.rs"]
+mod fleet;
+
+use fleet::*;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+fn fake_node() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fleet/fake-node.sh")
+}
+
+fn fleet(dir: &Path, nodes: &str, extra: &[&str]) -> (Output, Duration) {
+    let started = Instant::now();
+    let via = format!("{} {{node}}", fake_node().display());
+    let out = Command::new(env!("CARGO_BIN_EXE_wedgewatch"))
+        .args(["fleet", "snapshot", "--nodes", nodes, "--via", &via])
+        .args(extra)
+        .env("FAKE_FLEET_DIR", dir)
+        .output()
+        .expect("run wedgewatch");
+    (out, started.elapsed())
+}
+
+fn pid_alive(pid: i32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+        && !std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.contains(") Z "))
+}
+
+#[test]
+fn nodes_are_collected_at_once_and_failures_are_named_while_the_rest_merges() {
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(d.path().join("nodea.json"), node_a(2).to_string()).unwrap();
+    std::fs::write(
+        d.path().join("nodeb.json"),
+        node_b(2, 3_000, "waiting_first_byte", A_IP).to_string(),
+    )
+    .unwrap();
+    let nodes = "nodea,nodeb,slow-1,fail-1,junk-1";
+    let (out, took) = fleet(d.path(), nodes, &["--timeout", "3s", "--json"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    // at once: one timeout, not one per node in turn
+    assert!(took < Duration::from_secs(15), "took {took:?}");
+    let v: Value = serde_json::from_slice(&out.stdout).expect("merged JSON");
+    let names: Vec<&str> = v["fleet"]["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|n| n["name"].as_str())
+        .collect();
+    assert_eq!(names, ["nodea", "nodeb"]);
+    let failed: Vec<(String, String)> = v["fleet"]["failed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["name"].as_str().unwrap().to_string(),
+                f["reason"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let reason = |n: &str| {
+        failed
+            .iter()
+            .find(|f| f.0 == n)
+            .map(|f| f.1.clone())
+            .unwrap_or_default()
+    };
+    assert!(
+        reason("slow-1").contains("no answer within 3 s"),
+        "{failed:?}"
+    );
+    assert!(
+        reason("fail-1").contains("exit status 5")
+            && reason("fail-1").contains("Connection refused"),
+        "{failed:?}"
+    );
+    assert!(reason("junk-1").starts_with("not a snapshot"), "{failed:?}");
+    for n in ["slow-1", "fail-1", "junk-1"] {
+        assert!(err.contains(&format!("node {n} left out")), "{err}");
+    }
+    // the merge itself: the wedge at decode on node B
+    assert_eq!(v["findings"][0]["kind"], "wedged_request");
+    assert_eq!(v["findings"][0]["component"], format!("nodeb/{DECODE}"));
+    // what we spawned is gone: the hanging transport was killed
+    let pid: i32 = std::fs::read_to_string(d.path().join("slow-1.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        !pid_alive(pid),
+        "the slow node's transport {pid} still runs"
+    );
+}
+
+#[test]
+fn collector_times_bound_the_skew_when_no_connection_is_joined() {
+    let d = tempfile::tempdir().unwrap();
+    // two nodes that share no connection: only the collector's clock can align them
+    let mut a = node_a(1);
+    a["connections"] = serde_json::json!([]);
+    a["node"]["clock"]["wall_ms"] = serde_json::json!(now_ms());
+    let mut b = node_b(1, 0, "waiting_first_byte", A_IP);
+    b["node"]["clock"]["wall_ms"] = serde_json::json!(now_ms() + 60_000);
+    std::fs::write(d.path().join("nodea.json"), a.to_string()).unwrap();
+    std::fs::write(d.path().join("nodeb.json"), b.to_string()).unwrap();
+    let (out, _) = fleet(d.path(), "nodea,nodeb", &["--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let nb = &v["fleet"]["nodes"][1];
+    let skew = nb["skew_ms"].as_i64().expect("a skew");
+    let err = nb["skew_error_ms"].as_i64().unwrap();
+    assert!((skew - 60_000).abs() <= err + 100 && err < 5_000, "{nb}");
+    assert!(nb["skew_basis"].as_str().unwrap().contains("collector"));
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+#[test]
+fn usage_errors_exit_2_and_no_node_answering_exits_3() {
+    let d = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_wedgewatch"))
+            .args(["fleet", "snapshot"])
+            .args(args)
+            .env("FAKE_FLEET_DIR", d.path())
+            .output()
+            .unwrap()
+    };
+    let out = run(&["--nodes", "a", "--via", "ssh host"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("does not contain {node}"));
+    let out = run(&["--nodes", "a;reboot", "--via", "ssh {node}"]);
+    assert_eq!(out.status.code(), Some(2));
+    let via = format!("{} {{node}}", fake_node().display());
+    let out = run(&["--nodes", "fail-1,fail-2", "--via", &via, "--json"]);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no node answered"));
+}
