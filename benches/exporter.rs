@@ -22,6 +22,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use wedgewatch::daemon::metrics;
 use wedgewatch::export::prometheus::Evaluation;
+use wedgewatch::model::*;
 use wedgewatch::redact::Redactor;
 use wedgewatch::sampler::SourceStats;
 

@@ -7,6 +7,7 @@ mod correl_common;
 use correl_common::*;
 use std::collections::BTreeMap;
 use wedgewatch::export::prometheus::{render, Evaluation, SourceHealth};
+use wedgewatch::model::*;
 use wedgewatch::prom::{self, MetricType};
 use wedgewatch::redact::Redactor;
 
