@@ -22,6 +22,12 @@ Standard library only; runs with the system python3. Subcommands:
                                           namespace, docker-like cgroup) with an engine each
                                           on one port, a router in pod-a, a decoy on the
                                           host's 127.0.0.1 at that port (netns_lab.py; root)
+  up --two-node --run-dir DIR [--fault FAULT] [--decode-env K=V]... (and the other --*-env)
+                                          two "machines" joined by a veth pair: proxy and
+                                          router on node a (10.77.0.1), prefill and decode
+                                          on node b (10.77.0.2), each node its own net + PID
+                                          + mount namespace (two_node_lab.py; root)
+  exec --run-dir DIR NODE -- CMD...       (two-node) run CMD inside node a or b
   load --run-dir DIR --agents N --rounds R [--timeout S] [--max-tokens M] [--total-timeout T]
                                           run harness.py against the proxy, print its JSON
   restart --run-dir DIR COMPONENT [--env K=V]... [--unset K]...
@@ -412,6 +418,9 @@ def engine_cmd(lab, name, mode, port, boot_port):
 
 
 def cmd_up(a):
+    if a.two_node:
+        import two_node_lab  # two machines (issue 14 item 5): see its docstring
+        return two_node_lab.up(a, sys.modules[__name__])
     if a.netns:
         import netns_lab  # containers on one host (issue 11 item 5): see its docstring
         return netns_lab.up(a, sys.modules[__name__])
@@ -561,6 +570,9 @@ def cmd_down(a):
 
 def cmd_status(a):
     lab = load_lab(os.path.abspath(a.run_dir))
+    if lab.get("mode") == "two-node":
+        import two_node_lab
+        return two_node_lab.status(lab, sys.modules[__name__])
     out = {}
     for name in lab["order"]:
         c = lab["components"][name]
@@ -574,6 +586,9 @@ def cmd_status(a):
 
 
 def do_restart(lab, name, env_set, env_unset):
+    if lab.get("mode") in ("netns", "two-node"):
+        raise LabError(f"restart and inject are for the one-host lab, not mode {lab['mode']} "
+                       "(start it with the fault: `up --two-node --fault NAME`)")
     if name not in lab["components"]:
         raise LabError(f"unknown component {name!r}; have {lab['order']}")
     comp = lab["components"][name]
@@ -622,6 +637,9 @@ def cmd_inject(a):
 
 def cmd_load(a):
     lab = load_lab(os.path.abspath(a.run_dir))
+    if lab.get("mode") == "two-node":
+        import two_node_lab  # the harness runs on node a
+        return two_node_lab.cmd_load(a, sys.modules[__name__])
     url = a.url or lab["entry_url"]
     cmd = [lab["python"], os.path.join(LAB_DIR, "harness.py"), "--url", url,
            "--agents", str(a.agents), "--rounds", str(a.rounds), "--timeout", str(a.timeout),
@@ -632,6 +650,11 @@ def cmd_load(a):
     # the harness bounds its own run time (--total-timeout, default rounds*timeout+5).
     sys.stdout.flush()
     os.execv(cmd[0], cmd)
+
+
+def cmd_exec(a):
+    import two_node_lab
+    return two_node_lab.cmd_exec(a, sys.modules[__name__])
 
 
 def main(argv=None):
@@ -655,6 +678,12 @@ def main(argv=None):
                     help="containers on one host: two pods (own net + PID namespace) with an "
                          "engine each on one port, a router in pod-a, and a decoy on the "
                          "host's 127.0.0.1 at that port (see netns_lab.py); root only")
+    up.add_argument("--two-node", action="store_true",
+                    help="two machines (own net + PID namespace each, joined by a veth pair): "
+                         "proxy and router on node a, prefill and decode on node b "
+                         "(see two_node_lab.py); root only")
+    up.add_argument("--fault", default=None,
+                    help="(--two-node) start with this fault switched on (see FAULTS)")
     ld = sub.add_parser("load")
     ld.add_argument("--run-dir", required=True)
     ld.add_argument("--agents", type=int, default=3)
@@ -671,13 +700,18 @@ def main(argv=None):
     inj = sub.add_parser("inject")
     inj.add_argument("--run-dir", required=True)
     inj.add_argument("fault", help=f"one of {sorted(FAULTS)} or clear")
+    ex = sub.add_parser("exec", help="(two-node) run a command inside node a or b")
+    ex.add_argument("--run-dir", required=True)
+    ex.add_argument("node", help="a or b")
+    ex.add_argument("command", nargs=argparse.REMAINDER)
     for name in ("down", "status"):
         p = sub.add_parser(name)
         p.add_argument("--run-dir", required=True)
     a = ap.parse_args(argv)
     try:
         {"setup": lambda a: setup(), "up": cmd_up, "load": cmd_load, "restart": cmd_restart,
-         "inject": cmd_inject, "down": cmd_down, "status": cmd_status}[a.cmd](a)
+         "inject": cmd_inject, "down": cmd_down, "status": cmd_status,
+         "exec": cmd_exec}[a.cmd](a)
     except LabError as e:
         print(f"lab.py {a.cmd}: error: {e}", file=sys.stderr)
         return 1

@@ -10,7 +10,13 @@ reaps children until SIGTERM. When it exits the kernel kills everything left in 
 `lab.py down` only has to stop this process's group.
 
 SPEC: {"name", "ready_file", "services": [{"name", "cmd", "env", "log", "ready": [paths],
-       "port", "workers_healthy": bool}]}. Standard library only.
+       "port", "host" (default 127.0.0.1), "workers_healthy": bool}],
+       optional "net": {"iface", "rename", "addr"} (the two-node lab: wait until the host has
+       moved a veth end named `iface` into this namespace, rename it, give it `addr`, bring it
+       up), optional "wait_urls": [urls] (each must answer 200 before services start),
+       optional "hostname" (needs its own UTS namespace) and "machine_id_file" (bind-mounted
+       over /etc/machine-id in the pod's own mount namespace)}.
+Standard library only.
 """
 
 import json
@@ -34,7 +40,7 @@ def get(url, timeout=1.0):
 
 
 def ready(svc):
-    base = f"http://127.0.0.1:{svc['port']}"
+    base = f"http://{svc.get('host', '127.0.0.1')}:{svc['port']}"
     for path in svc.get("ready", []):
         st, _ = get(base + path)
         if st != 200:
@@ -51,6 +57,47 @@ def ready(svc):
     return True
 
 
+def ip(*args):
+    return subprocess.run(["ip", *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                          timeout=10).returncode == 0
+
+
+def setup_net(name, net, stopping):
+    """Wait (bounded) for the host to move our veth end in, then configure it."""
+    deadline = time.time() + 60
+    while not ip("link", "show", "dev", net["iface"]):
+        if stopping or time.time() > deadline:
+            sys.exit(f"pod {name}: interface {net['iface']} never arrived")
+        time.sleep(0.05)
+    dev = net.get("rename") or net["iface"]
+    if dev != net["iface"] and not ip("link", "set", "dev", net["iface"], "name", dev):
+        sys.exit(f"pod {name}: cannot rename {net['iface']} to {dev}")
+    if not (ip("addr", "add", net["addr"], "dev", dev) and ip("link", "set", dev, "up")):
+        sys.exit(f"pod {name}: cannot configure {dev} with {net['addr']}")
+
+
+def set_identity(spec):
+    """A machine's name and id, inside the pod's own UTS and mount namespaces."""
+    if spec.get("hostname"):
+        with open("/proc/sys/kernel/hostname", "w") as f:
+            f.write(spec["hostname"])
+    mid = spec.get("machine_id_file")
+    if mid and os.path.exists("/etc/machine-id"):
+        r = subprocess.run(["mount", "--bind", mid, "/etc/machine-id"], timeout=10,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if r.returncode != 0:
+            sys.exit(f"pod {spec['name']}: cannot bind-mount its machine-id")
+
+
+def wait_urls(name, urls, stopping):
+    deadline = time.time() + 90
+    for url in urls:
+        while get(url)[0] != 200:
+            if stopping or time.time() > deadline:
+                sys.exit(f"pod {name}: {url} did not answer 200 in time")
+            time.sleep(0.1)
+
+
 def main():
     with open(sys.argv[1]) as f:
         spec = json.load(f)
@@ -64,6 +111,10 @@ def main():
     signal.signal(signal.SIGINT, on_term)
     # A fresh network namespace has only a loopback, and it is down.
     subprocess.run(["ip", "link", "set", "lo", "up"], check=True, timeout=10)
+    set_identity(spec)
+    if spec.get("net"):
+        setup_net(spec["name"], spec["net"], stopping)
+    wait_urls(spec["name"], spec.get("wait_urls", []), stopping)
     pids = {}
     for svc in spec["services"]:
         logf = open(svc["log"], "ab")

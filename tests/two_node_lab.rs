@@ -1,0 +1,428 @@
+//! Two machines (issue 14 item 5 and its end-to-end tests), on the two-node lab
+//! (`lab.py up --two-node`, `tests/lab/two_node_lab.py`): node a (10.77.0.1) runs the proxy,
+//! the real router and the harness; node b (10.77.0.2) the prefill and decode engines; each
+//! node is its own network + PID + mount namespace, joined by a veth pair. "A wedgewatch on a
+//! node" is the wedgewatch binary run inside that node's namespaces (`lab.py exec NODE --`),
+//! so it sees that node's `/proc`, sockets and fake GPUs only.
+//!
+//! Needs root; skipped, saying so, only when this machine cannot make network namespaces.
+
+#[path = "common/lab.rs"]
+mod lab;
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// The incident's tuning variable on decode (the "change since noon").
+const NOON_FAULT: &str = "accepted-and-forgotten";
+
+/// A running two-node lab; `Drop` runs `lab.py down` (bounded, kills both nodes).
+struct TwoNode {
+    run_dir: tempfile::TempDir,
+    info: Value,
+}
+
+/// Can this machine make a network + PID namespace? (The only reason to skip.)
+fn namespaces_possible() -> bool {
+    Command::new("unshare")
+        .args(["--net", "--pid", "--fork", "true"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+impl TwoNode {
+    fn up(fault: Option<&str>) -> Option<TwoNode> {
+        if !namespaces_possible() {
+            eprintln!("SKIPPED: cannot create network/PID namespaces here (unshare --net --pid failed; needs root)");
+            return None;
+        }
+        let run_dir = tempfile::Builder::new()
+            .prefix("ww-two-node")
+            .tempdir()
+            .expect("tempdir");
+        let mut cmd = Command::new("python3");
+        cmd.arg(lab::lab_py())
+            .args(["up", "--two-node", "--run-dir"])
+            .arg(run_dir.path())
+            .stdin(Stdio::null());
+        if let Some(f) = fault {
+            cmd.args(["--fault", f]);
+        }
+        let out = cmd.output().expect("run lab.py up --two-node");
+        let info: Value = std::fs::read(run_dir.path().join("lab.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default();
+        let lab = TwoNode { run_dir, info };
+        assert!(
+            out.status.success(),
+            "lab.py up --two-node failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Some(lab)
+    }
+
+    fn lab_py(&self, verb: &str) -> Command {
+        let mut c = Command::new("python3");
+        c.arg(lab::lab_py())
+            .args([verb, "--run-dir"])
+            .arg(self.run_dir.path())
+            .stdin(Stdio::null());
+        c
+    }
+
+    /// `CMD ARGS` run inside `node` (its net, PID and mount namespaces).
+    fn on_node(&self, node: &str, program: &str, args: &[&str]) -> Command {
+        let mut c = self.lab_py("exec");
+        c.args([node, "--", program]).args(args);
+        c
+    }
+
+    /// A service's pid as its own node sees it (what that node's wedgewatch reports).
+    fn node_pid(&self, node: &str, service: &str) -> u64 {
+        self.info["nodes"][node]["services"][service]["node_pid"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no {service} on node {node}: {}", self.info))
+    }
+
+    /// The harness on node a, in the background, killed on drop.
+    fn load_background(&self, agents: u32, rounds: u32, timeout_s: f64) -> Bg {
+        let child = self
+            .lab_py("load")
+            .args(["--agents", &agents.to_string(), "--rounds", &rounds.to_string()])
+            .args(["--timeout", &timeout_s.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("lab.py load");
+        Bg(child)
+    }
+
+    /// GET `url` from inside `node` (the node's addresses are not routed from the host).
+    fn get_on(&self, node: &str, url: &str) -> Option<String> {
+        const PROBE: &str = "import sys, urllib.request\nprint(urllib.request.urlopen(sys.argv[1], timeout=2).read().decode())";
+        let out = self
+            .on_node(node, "python3", &["-c", PROBE, url])
+            .output()
+            .ok()?;
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).to_string())
+    }
+}
+
+impl Drop for TwoNode {
+    fn drop(&mut self) {
+        let out = self.lab_py("down").output();
+        if let Ok(o) = out {
+            if !o.status.success() {
+                eprintln!("lab.py down: {}", String::from_utf8_lossy(&o.stderr));
+            }
+        }
+    }
+}
+
+/// A background process, killed (and reaped) on drop.
+struct Bg(Child);
+
+impl Drop for Bg {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn py_spy() -> PathBuf {
+    std::env::var_os("WEDGEWATCH_PY_SPY")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| lab::venv_bin("py-spy"))
+}
+
+fn fast_thresholds() -> PathBuf {
+    lab::repo_root().join("tests/fixtures/thresholds-fast.toml")
+}
+
+/// `wedgewatch --thresholds fast snapshot --json --no-daemon --window W`, bounded.
+fn snapshot_args(window_s: u32) -> Vec<String> {
+    let t = fast_thresholds().display().to_string();
+    ["--thresholds", &t, "snapshot", "--json", "--no-daemon"]
+        .iter()
+        .map(|s| s.to_string())
+        .chain(["--window".to_string(), window_s.to_string()])
+        .collect()
+}
+
+/// Run to completion within `bound` (killed otherwise); stdout parsed as JSON.
+fn run_json(mut cmd: Command, bound: Duration, tag: &str) -> Value {
+    let out_path = std::env::temp_dir().join(format!(
+        "ww-two-node-{tag}-{}-{:?}.json",
+        std::process::id(),
+        std::thread::current().id()
+    ));
+    let err_path = out_path.with_extension("err");
+    cmd.env("WEDGEWATCH_NVML_LIB", env!("FAKE_NVML_PATH"))
+        .env("WEDGEWATCH_PY_SPY", py_spy())
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&out_path).expect("stdout file"))
+        .stderr(std::fs::File::create(&err_path).expect("stderr file"));
+    let mut child = cmd.spawn().expect("spawn");
+    let started = Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().expect("wait") {
+            break st;
+        }
+        if started.elapsed() > bound {
+            // (`lab.py exec` is nsenter by now; what it forked dies with the node at `down`)
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{tag}: {cmd:?} did not finish within {bound:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let stdout = std::fs::read_to_string(&out_path).unwrap_or_default();
+    let stderr = std::fs::read_to_string(&err_path).unwrap_or_default();
+    let _ = std::fs::remove_file(&err_path);
+    assert!(status.success(), "{tag}: {cmd:?} failed ({status}): {stderr}");
+    serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{tag}: not JSON ({e}): {stdout}"))
+}
+
+/// A wedgewatch snapshot taken inside `node`.
+fn node_snapshot(lab: &TwoNode, node: &str, window_s: u32) -> Value {
+    let args = snapshot_args(window_s);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let cmd = lab.on_node(node, env!("CARGO_BIN_EXE_wedgewatch"), &args);
+    run_json(
+        cmd,
+        Duration::from_secs(u64::from(window_s) + 60),
+        &format!("node-{node}"),
+    )
+}
+
+fn array<'a>(v: &'a Value, key: &str) -> &'a [Value] {
+    v[key].as_array().map(Vec::as_slice).unwrap_or(&[])
+}
+
+/// The component whose main pid is `pid`.
+fn comp_by_pid(snap: &Value, pid: u64) -> &Value {
+    array(snap, "components")
+        .iter()
+        .find(|c| c["main_pid"].as_u64() == Some(pid))
+        .unwrap_or_else(|| panic!("no component with main pid {pid}: {}", ids(snap)))
+}
+
+fn ids(snap: &Value) -> String {
+    array(snap, "components")
+        .iter()
+        .map(|c| format!("{} ({})", c["id"], c["role"]))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn roles(snap: &Value) -> Vec<String> {
+    array(snap, "components")
+        .iter()
+        .filter_map(|c| c["role"].as_str().map(String::from))
+        .collect()
+}
+
+/// Every listening address of every component is on `addr` (the node's own address).
+fn assert_listens_only_on(snap: &Value, addr: &str) {
+    for c in array(snap, "components") {
+        for l in array(c, "listen") {
+            let l = l.as_str().unwrap_or("");
+            assert!(
+                l.starts_with(&format!("{addr}:")),
+                "{} listens on {l}, not on this node ({addr}): {}",
+                c["id"],
+                ids(snap)
+            );
+        }
+    }
+}
+
+fn findings_summary(snap: &Value) -> String {
+    array(snap, "findings")
+        .iter()
+        .map(|f| format!("{} {}: {}", f["kind"], f["component"], f["summary"]))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// A wedgewatch on each node sees that node's components, addresses and GPUs and nothing
+/// of the other node (or of the host) but the remote ends of its sockets.
+#[test]
+fn a_wedgewatch_per_node_sees_only_its_node() {
+    let Some(lab) = TwoNode::up(None) else { return };
+    // Traffic, so the proxy (found through its connections) is there to be seen.
+    let _load = lab.load_background(2, 400, 10.0);
+    std::thread::sleep(Duration::from_secs(2));
+    let a = node_snapshot(&lab, "a", 2);
+    let b = node_snapshot(&lab, "b", 2);
+
+    // node a: the proxy and the router, at 10.77.0.1, no engine, no GPU
+    assert_eq!(comp_by_pid(&a, lab.node_pid("a", "router"))["role"], "router");
+    assert_eq!(comp_by_pid(&a, lab.node_pid("a", "proxy"))["role"], "proxy");
+    for r in roles(&a) {
+        assert!(r == "router" || r == "proxy", "node a has a {r}: {}", ids(&a));
+    }
+    assert_listens_only_on(&a, "10.77.0.1");
+    assert!(array(&a, "gpus").is_empty(), "node a has no GPU: {}", a["gpus"]);
+
+    // node b: prefill and decode (with their schedulers), at 10.77.0.2, two GPUs
+    assert_eq!(comp_by_pid(&b, lab.node_pid("b", "prefill"))["role"], "prefill");
+    assert_eq!(comp_by_pid(&b, lab.node_pid("b", "decode"))["role"], "decode");
+    for r in roles(&b) {
+        assert!(
+            !["router", "proxy"].contains(&r.as_str()),
+            "node b has a {r}: {}",
+            ids(&b)
+        );
+    }
+    assert_listens_only_on(&b, "10.77.0.2");
+    assert_eq!(array(&b, "gpus").len(), 2, "{}", b["gpus"]);
+
+    // Cross-node traffic shows on node b only as clients at node a's address, unattributed.
+    let remote: Vec<&Value> = array(&b, "requests")
+        .iter()
+        .filter(|r| r["client"].as_str().is_some_and(|c| c.starts_with("10.77.0.1:")))
+        .collect();
+    assert!(!remote.is_empty(), "no request from node a seen on node b");
+    assert!(
+        remote.iter().all(|r| r["client_component"].is_null()),
+        "node b cannot know node a's components: {remote:?}"
+    );
+    // Healthy: no wedge on either node.
+    for (n, s) in [("a", &a), ("b", &b)] {
+        assert!(
+            !array(s, "findings")
+                .iter()
+                .any(|f| f["kind"] == "wedged_request" || f["kind"] == "stalled_stream"),
+            "node {n}: {}",
+            findings_summary(s)
+        );
+    }
+}
+
+/// Wait until decode (on node b) holds at least `n` hung chat requests, bounded.
+fn wait_hung(lab: &TwoNode, n: f64, bound: Duration) {
+    let started = Instant::now();
+    let url = format!("{}/metrics", lab.info["nodes"]["b"]["services"]["decode"]["url"].as_str().expect("decode url"));
+    loop {
+        let v = lab.get_on("b", &url).and_then(|body| {
+            lab::metric_value(
+                &body,
+                "sglang:http_requests_active",
+                &[("endpoint", "/v1/chat/completions")],
+            )
+        });
+        if v.is_some_and(|v| v >= n) {
+            return;
+        }
+        assert!(started.elapsed() < bound, "no request hung within {bound:?}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// The finding of `kind` on the component with main pid `pid`.
+fn finding_at<'a>(snap: &'a Value, kind: &str, pid: u64) -> &'a Value {
+    let id = comp_by_pid(snap, pid)["id"].clone();
+    array(snap, "findings")
+        .iter()
+        .find(|f| f["kind"] == kind && f["component"] == id)
+        .unwrap_or_else(|| panic!("no {kind} at {id}:\n{}", findings_summary(snap)))
+}
+
+/// Requests at the component with main pid `pid` waiting for a first byte for >= 8 s.
+fn hung_at(snap: &Value, pid: u64) -> Vec<&Value> {
+    let id = comp_by_pid(snap, pid)["id"].clone();
+    array(snap, "requests")
+        .iter()
+        .filter(|r| r["component"] == id && r["state"] == "waiting_first_byte")
+        .filter(|r| r["bytes_out"] == 0)
+        .filter(|r| r["idle_out_ms"].as_f64().is_some_and(|ms| ms >= 8000.0))
+        .collect()
+}
+
+/// The noon wedge (decode's tuning variable) with the stack spread over two nodes: node b's
+/// wedgewatch names decode, its stuck requests coming from node a; node a's sees the
+/// requests hang at the proxy and the router with no byte back; a wedgewatch on the host
+/// (all namespaces) names decode in node b's network namespace.
+#[test]
+fn noon_wedge_across_nodes() {
+    let Some(lab) = TwoNode::up(Some(NOON_FAULT)) else { return };
+    let _load = lab.load_background(3, 6, 90.0);
+    wait_hung(&lab, 1.0, Duration::from_secs(40));
+    std::thread::sleep(Duration::from_secs(6)); // past the fast thresholds' 8 s
+    let b = node_snapshot(&lab, "b", 5);
+    let a = node_snapshot(&lab, "a", 3);
+
+    // node b: wedged at decode, "0 running", the stuck requests' clients on node a
+    let decode = lab.node_pid("b", "decode");
+    let w = finding_at(&b, "wedged_request", decode);
+    assert_eq!(w["severity"], "critical", "{w}");
+    assert!(w["summary"].as_str().is_some_and(|s| s.contains("0 running")), "{w}");
+    let stuck = hung_at(&b, decode);
+    assert!(!stuck.is_empty(), "no hung request at decode on node b");
+    for r in &stuck {
+        assert!(
+            r["client"].as_str().is_some_and(|c| c.starts_with("10.77.0.1:")),
+            "a stuck decode request not from node a: {r}"
+        );
+    }
+    assert!(
+        hung_at(&b, lab.node_pid("b", "prefill")).is_empty(),
+        "prefill answered its leg"
+    );
+
+    // node a: the same requests hang at the proxy and at the router, linked proxy -> router
+    let (proxy, router) = (lab.node_pid("a", "proxy"), lab.node_pid("a", "router"));
+    let (at_proxy, at_router) = (hung_at(&a, proxy), hung_at(&a, router));
+    assert!(
+        !at_proxy.is_empty() && !at_router.is_empty(),
+        "hung at proxy {} router {}",
+        at_proxy.len(),
+        at_router.len()
+    );
+    for r in &at_router {
+        assert!(
+            at_proxy.iter().any(|p| array(p, "links").contains(&r["id"])),
+            "router request {} has no hung proxy parent on node a",
+            r["id"]
+        );
+    }
+    assert!(
+        !array(&a, "components").iter().any(|c| c["role"] == "decode"),
+        "node a cannot see decode: {}",
+        ids(&a)
+    );
+    host_view_names_decode_on_node_b(&lab);
+}
+
+/// A wedgewatch on the host sees both nodes' namespaces: the wedge is at decode, in node b's
+/// network namespace.
+fn host_view_names_decode_on_node_b(lab: &TwoNode) {
+    let args = snapshot_args(4);
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_wedgewatch"));
+    cmd.args(&args)
+        .env("FAKE_NVML_DIR", lab.info["nodes"]["b"]["nvml_dir"].as_str().unwrap_or(""));
+    let host = run_json(cmd, Duration::from_secs(90), "host");
+    let netns = lab.info["nodes"]["b"]["netns"].as_u64().expect("netns");
+    let decode_id = format!("decode@net:{netns}/10.77.0.2:30001");
+    let decode_pid = lab.info["nodes"]["b"]["services"]["decode"]["pid"]
+        .as_u64()
+        .expect("decode host pid");
+    assert_eq!(comp_by_pid(&host, decode_pid)["id"], decode_id.as_str());
+    assert!(
+        array(&host, "findings")
+            .iter()
+            .any(|f| f["kind"] == "wedged_request" && f["component"] == decode_id.as_str()),
+        "host view: no wedge at {decode_id}:\n{}",
+        findings_summary(&host)
+    );
+}
