@@ -75,8 +75,14 @@ fn only_get_metrics_is_answered_and_garbage_gets_a_4xx() {
     let cases: &[(&[u8], &str)] = &[
         (b"POST /metrics HTTP/1.1\r\n\r\n", "HTTP/1.1 405"),
         (b"GET /debug HTTP/1.1\r\n\r\n", "HTTP/1.1 404"),
-        (b"GET /metrics/../etc/passwd HTTP/1.1\r\n\r\n", "HTTP/1.1 404"),
-        (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n", "HTTP/1.1 400"),
+        (
+            b"GET /metrics/../etc/passwd HTTP/1.1\r\n\r\n",
+            "HTTP/1.1 404",
+        ),
+        (
+            b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n",
+            "HTTP/1.1 400",
+        ),
         (b"GET /metrics\r\n\r\n", "HTTP/1.1 400"),
         (b"GET /metrics HTTP/1.1\r\n", "HTTP/1.1 400"), // closed before its blank line
         (b"", "HTTP/1.1 400"),
@@ -114,7 +120,8 @@ fn slow_and_excess_clients_do_not_block_a_scrape() {
     let idle: Vec<TcpStream> = (0..MAX_CLIENTS - 2)
         .map(|_| {
             let mut c = TcpStream::connect(s.addr).expect("connect");
-            c.write_all(b"GET /metrics HTTP/1.1\r\n").expect("partial head");
+            c.write_all(b"GET /metrics HTTP/1.1\r\n")
+                .expect("partial head");
             c
         })
         .collect();

@@ -272,3 +272,219 @@ fn the_noon_wedge_is_a_stuck_request_series_and_prometheus_fires_the_alert() {
         log_of(dir.path())
     );
 }
+
+/// A two-node lab (`lab.py up --two-node`, h-twonode's `tests/lab/two_node_lab.py`): node a
+/// (10.77.0.1) proxy and router, node b (10.77.0.2) prefill and decode; `down` on drop
+/// kills everything started inside the nodes.
+struct TwoNode {
+    run_dir: tempfile::TempDir,
+}
+
+impl TwoNode {
+    fn up(fault: &str) -> TwoNode {
+        let run_dir = tempfile::Builder::new()
+            .prefix("ww-exporter-two-node")
+            .tempdir()
+            .expect("tempdir");
+        let out = Command::new("python3")
+            .arg(lab::lab_py())
+            .args(["up", "--two-node", "--fault", fault, "--run-dir"])
+            .arg(run_dir.path())
+            .stdin(Stdio::null())
+            .output()
+            .expect("lab.py up --two-node");
+        let lab = TwoNode { run_dir };
+        assert!(
+            out.status.success(),
+            "lab.py up --two-node (needs root and network namespaces): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        lab
+    }
+
+    fn lab_py(&self, verb: &str) -> Command {
+        let mut c = Command::new("python3");
+        c.arg(lab::lab_py())
+            .args([verb, "--run-dir"])
+            .arg(self.run_dir.path())
+            .stdin(Stdio::null());
+        c
+    }
+
+    /// `program args` inside `node` (its network, PID and mount namespaces).
+    fn on_node(&self, node: &str, program: &str, args: &[String]) -> Command {
+        let mut c = self.lab_py("exec");
+        c.args([node, "--", program]).args(args);
+        c
+    }
+
+    /// GET from inside node a (the nodes' addresses are not routed from the host).
+    fn get_on_a(&self, url: &str) -> Option<String> {
+        const PROBE: &str = "import sys, urllib.request\nprint(urllib.request.urlopen(sys.argv[1], timeout=2).read().decode())";
+        let args = ["-c".to_string(), PROBE.to_string(), url.to_string()];
+        let out = self.on_node("a", "python3", &args).output().ok()?;
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).to_string())
+    }
+}
+
+impl Drop for TwoNode {
+    fn drop(&mut self) {
+        let _ = self.lab_py("down").output();
+    }
+}
+
+/// `wedgewatch daemon --metrics-listen ADDR:9466` inside `node`, logging to `dir`.
+fn node_daemon(lab: &TwoNode, node: &str, addr: &str, dir: &Path) -> Killed {
+    let state = dir.join(format!("state-{node}"));
+    let fast = lab::repo_root().join("tests/fixtures/thresholds-fast.toml");
+    let args: Vec<String> = vec![
+        "--thresholds".into(),
+        fast.display().to_string(),
+        "--state-dir".into(),
+        state.display().to_string(),
+        "daemon".into(),
+        "--no-record".into(),
+        "--for".into(),
+        "300s".into(),
+        "--metrics-listen".into(),
+        format!("{addr}:9466"),
+    ];
+    let log = std::fs::File::create(dir.join(format!("daemon-{node}.log"))).expect("log");
+    let child = lab
+        .on_node(node, env!("CARGO_BIN_EXE_wedgewatch"), &args)
+        .env("WEDGEWATCH_NVML_LIB", env!("FAKE_NVML_PATH"))
+        .env("WEDGEWATCH_PY_SPY", lab::venv_bin("py-spy"))
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("spawn the node's daemon");
+    Killed(child)
+}
+
+/// Waits until Prometheus (inside node a at `listen`) fires `WedgewatchRequestsStuck` for
+/// a component of `instance`; the alert.
+fn wait_alert_on_a(lab: &TwoNode, listen: &str, instance: &str, dir: &Path) -> Value {
+    let started = Instant::now();
+    let mut last = String::new();
+    while started.elapsed() < Duration::from_secs(150) {
+        if let Some(body) = lab.get_on_a(&format!("http://{listen}/api/v1/alerts")) {
+            let v: Value = serde_json::from_str(&body).unwrap_or_default();
+            let hit = v["data"]["alerts"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|a| {
+                    a["labels"]["alertname"] == "WedgewatchRequestsStuck"
+                        && a["labels"]["instance"] == instance
+                        && a["state"] == "firing"
+                });
+            if let Some(a) = hit {
+                return a.clone();
+            }
+            last = body;
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    let logs: Vec<String> = ["daemon-a.log", "daemon-b.log", "prometheus.log"]
+        .iter()
+        .map(|f| std::fs::read_to_string(dir.join(f)).unwrap_or_default())
+        .collect();
+    panic!("no WedgewatchRequestsStuck from {instance}; alerts: {last}\nlogs: {logs:#?}");
+}
+
+/// Issue 14: one daemon per node of the two-node lab under the noon wedge; a real Prometheus
+/// (on node a, where both daemons are reachable) scrapes both and fires
+/// `WedgewatchRequestsStuck` for decode on node b. Node a's daemon sees only its side (the
+/// router's upstream requests hanging, with no next hop it can see): that is what `merge`
+/// is for; the exporter reports each node as it sees it, with `instance` naming the node.
+#[test]
+fn prometheus_scrapes_a_daemon_per_node_and_fires_for_decode_on_node_b() {
+    let dir = tempfile::Builder::new()
+        .prefix("ww-exporter-2n-")
+        .tempdir()
+        .expect("tmp");
+    let lab = TwoNode::up("accepted-and-forgotten");
+    let _a = node_daemon(&lab, "a", "10.77.0.1", dir.path());
+    let _b = node_daemon(&lab, "b", "10.77.0.2", dir.path());
+    let rules = fast_rules(dir.path());
+    let config = format!(
+        "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
+         rule_files:\n  - '{}'\n\
+         scrape_configs:\n  - job_name: wedgewatch\n    static_configs:\n      - targets: ['10.77.0.1:9466', '10.77.0.2:9466']\n",
+        rules.display()
+    );
+    let cfg = dir.path().join("prometheus.yml");
+    std::fs::write(&cfg, config).expect("config");
+    let listen = "10.77.0.1:9090";
+    let prom_args = vec![
+        format!("--config.file={}", cfg.display()),
+        format!("--storage.tsdb.path={}", dir.path().join("data").display()),
+        format!("--web.listen-address={listen}"),
+        "--log.level=warn".to_string(),
+    ];
+    assert!(
+        Path::new(PROMETHEUS).is_file(),
+        "{PROMETHEUS} missing: tests/run-all.sh installs it"
+    );
+    let _prom = Killed(
+        lab.on_node("a", PROMETHEUS, &prom_args)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.path().join("prometheus.log")).expect("log"))
+            .spawn()
+            .expect("spawn prometheus on node a"),
+    );
+    let _load = Killed(
+        lab.lab_py("load")
+            .args(["--agents", "3", "--rounds", "6", "--timeout", "120"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("harness"),
+    );
+
+    let alert = wait_alert_on_a(&lab, listen, "10.77.0.2:9466", dir.path());
+    assert_eq!(
+        alert["labels"]["component"], "decode@10.77.0.2:30001",
+        "{alert}"
+    );
+    assert_eq!(alert["labels"]["role"], "decode", "{alert}");
+    // Both nodes' daemons are scraped.
+    let up = lab
+        .get_on_a(&format!("http://{listen}/api/v1/query?query=up"))
+        .expect("query up");
+    let v: Value = serde_json::from_str(&up).expect("json");
+    let ups: Vec<(String, String)> = v["data"]["result"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|r| {
+            (
+                r["metric"]["instance"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+                r["value"][1].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    for node in ["10.77.0.1:9466", "10.77.0.2:9466"] {
+        assert!(
+            ups.contains(&(node.to_string(), "1".to_string())),
+            "{node} up: {ups:?}"
+        );
+    }
+    // Node b's decode is never on node a's side: node a's stuck series name its own hops.
+    let q = "wedgewatch_stuck_requests{instance=\"10.77.0.1:9466\"}";
+    let a_side = lab
+        .get_on_a(&format!(
+            "http://{listen}/api/v1/query?query={}",
+            q.replace('"', "%22")
+                .replace('{', "%7B")
+                .replace('}', "%7D")
+        ))
+        .unwrap_or_default();
+    assert!(!a_side.contains("decode@"), "{a_side}");
+}

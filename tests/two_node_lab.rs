@@ -95,7 +95,12 @@ impl TwoNode {
     fn load_background(&self, agents: u32, rounds: u32, timeout_s: f64) -> Bg {
         let child = self
             .lab_py("load")
-            .args(["--agents", &agents.to_string(), "--rounds", &rounds.to_string()])
+            .args([
+                "--agents",
+                &agents.to_string(),
+                "--rounds",
+                &rounds.to_string(),
+            ])
             .args(["--timeout", &timeout_s.to_string()])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -188,7 +193,10 @@ fn run_json(mut cmd: Command, bound: Duration, tag: &str) -> Value {
     let stdout = std::fs::read_to_string(&out_path).unwrap_or_default();
     let stderr = std::fs::read_to_string(&err_path).unwrap_or_default();
     let _ = std::fs::remove_file(&err_path);
-    assert!(status.success(), "{tag}: {cmd:?} failed ({status}): {stderr}");
+    assert!(
+        status.success(),
+        "{tag}: {cmd:?} failed ({status}): {stderr}"
+    );
     serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{tag}: not JSON ({e}): {stdout}"))
 }
 
@@ -266,17 +274,34 @@ fn a_wedgewatch_per_node_sees_only_its_node() {
     let b = node_snapshot(&lab, "b", 2);
 
     // node a: the proxy and the router, at 10.77.0.1, no engine, no GPU
-    assert_eq!(comp_by_pid(&a, lab.node_pid("a", "router"))["role"], "router");
+    assert_eq!(
+        comp_by_pid(&a, lab.node_pid("a", "router"))["role"],
+        "router"
+    );
     assert_eq!(comp_by_pid(&a, lab.node_pid("a", "proxy"))["role"], "proxy");
     for r in roles(&a) {
-        assert!(r == "router" || r == "proxy", "node a has a {r}: {}", ids(&a));
+        assert!(
+            r == "router" || r == "proxy",
+            "node a has a {r}: {}",
+            ids(&a)
+        );
     }
     assert_listens_only_on(&a, "10.77.0.1");
-    assert!(array(&a, "gpus").is_empty(), "node a has no GPU: {}", a["gpus"]);
+    assert!(
+        array(&a, "gpus").is_empty(),
+        "node a has no GPU: {}",
+        a["gpus"]
+    );
 
     // node b: prefill and decode (with their schedulers), at 10.77.0.2, two GPUs
-    assert_eq!(comp_by_pid(&b, lab.node_pid("b", "prefill"))["role"], "prefill");
-    assert_eq!(comp_by_pid(&b, lab.node_pid("b", "decode"))["role"], "decode");
+    assert_eq!(
+        comp_by_pid(&b, lab.node_pid("b", "prefill"))["role"],
+        "prefill"
+    );
+    assert_eq!(
+        comp_by_pid(&b, lab.node_pid("b", "decode"))["role"],
+        "decode"
+    );
     for r in roles(&b) {
         assert!(
             !["router", "proxy"].contains(&r.as_str()),
@@ -290,7 +315,11 @@ fn a_wedgewatch_per_node_sees_only_its_node() {
     // Cross-node traffic shows on node b only as clients at node a's address, unattributed.
     let remote: Vec<&Value> = array(&b, "requests")
         .iter()
-        .filter(|r| r["client"].as_str().is_some_and(|c| c.starts_with("10.77.0.1:")))
+        .filter(|r| {
+            r["client"]
+                .as_str()
+                .is_some_and(|c| c.starts_with("10.77.0.1:"))
+        })
         .collect();
     assert!(!remote.is_empty(), "no request from node a seen on node b");
     assert!(
@@ -312,7 +341,12 @@ fn a_wedgewatch_per_node_sees_only_its_node() {
 /// Wait until decode (on node b) holds at least `n` hung chat requests, bounded.
 fn wait_hung(lab: &TwoNode, n: f64, bound: Duration) {
     let started = Instant::now();
-    let url = format!("{}/metrics", lab.info["nodes"]["b"]["services"]["decode"]["url"].as_str().expect("decode url"));
+    let url = format!(
+        "{}/metrics",
+        lab.info["nodes"]["b"]["services"]["decode"]["url"]
+            .as_str()
+            .expect("decode url")
+    );
     loop {
         let v = lab.get_on("b", &url).and_then(|body| {
             lab::metric_value(
@@ -324,7 +358,10 @@ fn wait_hung(lab: &TwoNode, n: f64, bound: Duration) {
         if v.is_some_and(|v| v >= n) {
             return;
         }
-        assert!(started.elapsed() < bound, "no request hung within {bound:?}");
+        assert!(
+            started.elapsed() < bound,
+            "no request hung within {bound:?}"
+        );
         std::thread::sleep(Duration::from_millis(500));
     }
 }
@@ -355,7 +392,9 @@ fn hung_at(snap: &Value, pid: u64) -> Vec<&Value> {
 /// (all namespaces) names decode in node b's network namespace.
 #[test]
 fn noon_wedge_across_nodes() {
-    let Some(lab) = TwoNode::up(Some(NOON_FAULT)) else { return };
+    let Some(lab) = TwoNode::up(Some(NOON_FAULT)) else {
+        return;
+    };
     let _load = lab.load_background(3, 6, 90.0);
     wait_hung(&lab, 1.0, Duration::from_secs(40));
     std::thread::sleep(Duration::from_secs(6)); // past the fast thresholds' 8 s
@@ -366,12 +405,19 @@ fn noon_wedge_across_nodes() {
     let decode = lab.node_pid("b", "decode");
     let w = finding_at(&b, "wedged_request", decode);
     assert_eq!(w["severity"], "critical", "{w}");
-    assert!(w["summary"].as_str().is_some_and(|s| s.contains("0 running")), "{w}");
+    assert!(
+        w["summary"]
+            .as_str()
+            .is_some_and(|s| s.contains("0 running")),
+        "{w}"
+    );
     let stuck = hung_at(&b, decode);
     assert!(!stuck.is_empty(), "no hung request at decode on node b");
     for r in &stuck {
         assert!(
-            r["client"].as_str().is_some_and(|c| c.starts_with("10.77.0.1:")),
+            r["client"]
+                .as_str()
+                .is_some_and(|c| c.starts_with("10.77.0.1:")),
             "a stuck decode request not from node a: {r}"
         );
     }
@@ -391,13 +437,17 @@ fn noon_wedge_across_nodes() {
     );
     for r in &at_router {
         assert!(
-            at_proxy.iter().any(|p| array(p, "links").contains(&r["id"])),
+            at_proxy
+                .iter()
+                .any(|p| array(p, "links").contains(&r["id"])),
             "router request {} has no hung proxy parent on node a",
             r["id"]
         );
     }
     assert!(
-        !array(&a, "components").iter().any(|c| c["role"] == "decode"),
+        !array(&a, "components")
+            .iter()
+            .any(|c| c["role"] == "decode"),
         "node a cannot see decode: {}",
         ids(&a)
     );
@@ -409,8 +459,10 @@ fn noon_wedge_across_nodes() {
 fn host_view_names_decode_on_node_b(lab: &TwoNode) {
     let args = snapshot_args(4);
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_wedgewatch"));
-    cmd.args(&args)
-        .env("FAKE_NVML_DIR", lab.info["nodes"]["b"]["nvml_dir"].as_str().unwrap_or(""));
+    cmd.args(&args).env(
+        "FAKE_NVML_DIR",
+        lab.info["nodes"]["b"]["nvml_dir"].as_str().unwrap_or(""),
+    );
     let host = run_json(cmd, Duration::from_secs(90), "host");
     let netns = lab.info["nodes"]["b"]["netns"].as_u64().expect("netns");
     let decode_id = format!("decode@net:{netns}/10.77.0.2:30001");

@@ -300,8 +300,11 @@ fn render_sources(out: &mut Out, sources: &[SourceHealth], now: Millis) {
     render_source_counters(out, sources);
 }
 
+/// A per-source family: its name, help, and the value of one source.
+type Column<T> = (&'static str, &'static str, fn(&SourceHealth) -> T);
+
 fn render_source_gauges(out: &mut Out, sources: &[SourceHealth]) {
-    let gauges: [(&str, &str, fn(&SourceHealth) -> f64); 2] = [
+    let gauges: [Column<f64>; 2] = [
         (
             "wedgewatch_source_interval_seconds",
             "The source's configured sampling period.",
@@ -322,7 +325,7 @@ fn render_source_gauges(out: &mut Out, sources: &[SourceHealth]) {
 }
 
 fn render_source_counters(out: &mut Out, sources: &[SourceHealth]) {
-    let counters: [(&str, &str, fn(&SourceHealth) -> u64); 4] = [
+    let counters: [Column<u64>; 4] = [
         ("wedgewatch_source_samples_total", "Samples taken.", |s| {
             s.samples
         }),
