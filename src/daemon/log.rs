@@ -8,6 +8,9 @@
 //! [`crate::logging`]; before each evaluation the task teaches it the secrets of processes
 //! it has not seen yet, so a value from a component's environment never reaches the log.
 //!
+//! With `--metrics-listen`, the same pass also publishes an [`Evaluation`] for the exporter
+//! ([`super::metrics`]); the task then runs even when no log subscriber would print.
+//!
 //! Levels: a finding opens at its severity (critical -> ERROR, warning -> WARN, info ->
 //! INFO), closes at INFO; a source going degraded or unavailable is WARN, its recovery INFO.
 
