@@ -159,3 +159,36 @@ fn slow_and_excess_clients_do_not_block_a_scrape() {
     );
     scrape_ok(s.addr);
 }
+
+/// `wedgewatch daemon --metrics-listen ADDR` with an address that is not `IP:PORT`, or one
+/// already taken: a usage error (exit 2) naming the flag, before any sampling.
+#[test]
+fn a_bad_or_taken_address_is_a_usage_error_naming_the_flag() {
+    let held = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let taken = held.local_addr().expect("addr").to_string();
+    let tmp = tempfile::tempdir().expect("tmp");
+    for (addr, says) in [
+        ("localhost:9466", "invalid value 'localhost:9466'"),
+        (taken.as_str(), "--metrics-listen"),
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_wedgewatch"))
+            .arg("--state-dir")
+            .arg(tmp.path().join("state"))
+            .args([
+                "daemon",
+                "--no-record",
+                "--for",
+                "20s",
+                "--metrics-listen",
+                addr,
+            ])
+            .args(["--nvml-lib", "/nonexistent/libnvidia-ml.so.1"])
+            .env_remove("RUST_LOG")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("run wedgewatch");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{addr}: {err}");
+        assert!(err.contains(says), "{addr}: {err}");
+    }
+}

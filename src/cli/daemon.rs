@@ -83,7 +83,15 @@ pub fn run(top: Sampling, a: DaemonArgs) -> anyhow::Result<i32> {
         // Where the socket and recording are is the daemon's first log line.
         let (tx, rx) = tokio::sync::watch::channel(false);
         let mut task = tokio::spawn(d.run(rx));
-        stop_signal(a.run_for).await;
+        // A daemon that cannot start (the state directory locked, the metrics address
+        // taken) ends at once, with its error: not when it is told to stop.
+        let ended = tokio::select! {
+            _ = stop_signal(a.run_for) => None,
+            joined = &mut task => Some(joined),
+        };
+        if let Some(joined) = ended {
+            return joined.context("daemon task")?.map_err(anyhow::Error::from);
+        }
         let _ = tx.send(true);
         // In-flight samples are cut short on stop; a daemon that still does not end
         // (a stuck write) is abandoned rather than waited for.
