@@ -122,8 +122,18 @@ def daemon():
     put("daemon_request", "long", b"snapshot " + b"9" * 400)
 
 
+def metrics_request():
+    for i, head in enumerate([
+        b"GET /metrics HTTP/1.1\r\nHost: a\r\n\r\n", b"GET /metrics?x=1 HTTP/1.0\r\n\r\n",
+        b"POST /metrics HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc", b"GET / HTTP/1.1\r\n\r\n",
+        b"GET /metrics\r\n\r\n", b"GET  /metrics HTTP/1.1\n\n", b"\x16\x03\x01\x02\x00",
+        b"GET /metrics HTTP/1.1\r\nX: " + b"a" * 9000 + b"\r\n\r\n", b"GET /m\xffetrics HTTP/1.1\r\n\r\n",
+    ]):
+        put("metrics_request", f"head{i}", head)
+
+
 if __name__ == "__main__":
-    for f in [prom, http, pyspy, probes, thresholds, recordings, daemon]:
+    for f in [prom, http, pyspy, probes, thresholds, recordings, daemon, metrics_request]:
         f()
     for d in sorted(OUT.iterdir()):
         print(d.name, len(list(d.iterdir())))

@@ -15,6 +15,7 @@
 pub mod dirs;
 pub mod lock;
 pub mod log;
+pub mod metrics;
 pub mod protocol;
 pub mod socket;
 
@@ -33,7 +34,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::{UnixListener, UnixStream};
+use tokio::net::{TcpListener, UnixListener, UnixStream};
 use tokio::sync::{mpsc, watch};
 
 pub const DAEMON_SCHEMA: &str = "wedgewatch.daemon/1";
@@ -56,8 +57,11 @@ pub struct DaemonConfig {
     pub window_ms: i64,
     pub thresholds: Thresholds,
     pub rediscover_every_ms: u64,
-    /// How often findings and source health are evaluated for the log ([`log`]).
+    /// How often findings and source health are evaluated for the log ([`log`]) and the
+    /// exporter.
     pub log_every_ms: u64,
+    /// Serve `GET /metrics` (Prometheus text) here ([`metrics`]); `None`: no exporter.
+    pub metrics_listen: Option<std::net::SocketAddr>,
 }
 
 impl DaemonConfig {
@@ -73,6 +77,7 @@ impl DaemonConfig {
             // Findings take 20-30 s to open (thresholds); a line 2 s late is fine, and one
             // detector pass every 2 s is a small cost beside sampling.
             log_every_ms: 2_000,
+            metrics_listen: None,
         }
     }
     pub fn recording_dir(&self) -> PathBuf {
@@ -165,6 +170,14 @@ impl Daemon {
         let state_dir = safe_fs::private_dir(&cfg.state_dir)?;
         let _lock = lock::lock_state_dir(&state_dir)?;
         let (listener, bound) = socket::bind_private(&cfg.socket_path).await?;
+        let exporter = match cfg.metrics_listen {
+            Some(addr) => Some(metrics::bind(addr).await?),
+            None => None,
+        };
+        let metrics_at = exporter
+            .as_ref()
+            .and_then(|l| l.local_addr().ok())
+            .map_or_else(|| "off".to_string(), |a| format!("http://{a}/metrics"));
         let recording = match cfg.rotation {
             Some(_) => cfg.recording_dir().display().to_string(),
             None => "off".to_string(),
@@ -172,10 +185,13 @@ impl Daemon {
         tracing::info!(
             socket = %cfg.socket_path.display(),
             recording = %recording,
+            metrics = %metrics_at,
             pid = std::process::id(),
             "daemon started"
         );
-        let result = self.serve_and_sample(listener, &state_dir, shutdown).await;
+        let result = self
+            .serve_and_sample(listener, exporter, &state_dir, shutdown)
+            .await;
         bound.remove_if_ours();
         match &result {
             Ok(()) => tracing::info!("daemon stopped"),
@@ -187,6 +203,7 @@ impl Daemon {
     async fn serve_and_sample(
         self,
         listener: UnixListener,
+        exporter: Option<TcpListener>,
         state_dir: &Path,
         mut shutdown: watch::Receiver<bool>,
     ) -> Result<()> {
@@ -209,22 +226,7 @@ impl Daemon {
         let (tx, mut rx) = mpsc::channel::<Sample>(4096);
         let (stop_tx, stop_rx) = watch::channel(false);
         let sampler_task = tokio::spawn(sampler.run(tx, stop_rx));
-        // No subscriber (the TUI's in-process daemon, library users): no detector passes
-        // for a log nobody writes.
-        let logger = tracing::level_enabled!(tracing::Level::ERROR).then(|| {
-            tokio::spawn(log::watch(
-                self.shared.clone(),
-                stats.clone(),
-                self.clock.clone(),
-                Duration::from_millis(self.config.log_every_ms.max(100)),
-            ))
-        });
-        let server = tokio::spawn(serve(
-            listener,
-            self.shared.clone(),
-            stats,
-            self.clock.clone(),
-        ));
+        let tasks = self.spawn_servers(listener, exporter, stats);
 
         let every = Duration::from_millis(self.config.rediscover_every_ms.max(100));
         let mut rediscover = tokio::time::interval(every);
@@ -250,11 +252,42 @@ impl Daemon {
         let _ = stop_tx.send(true);
         drop(rx);
         let _ = sampler_task.await;
-        server.abort();
-        if let Some(l) = logger {
-            l.abort();
-        }
+        tasks.into_iter().for_each(|t| t.abort());
         Ok(())
+    }
+
+    /// The socket's server, the exporter's (with `exporter`) and the watch task that logs
+    /// findings and publishes them for the exporter. Without a log subscriber (the TUI's
+    /// in-process daemon, library users) and without an exporter, no detector passes run
+    /// for output nobody reads.
+    fn spawn_servers(
+        &self,
+        listener: UnixListener,
+        exporter: Option<TcpListener>,
+        stats: StatsHandle,
+    ) -> Vec<tokio::task::JoinHandle<()>> {
+        let mut tasks = Vec::new();
+        let published = exporter.as_ref().map(|_| metrics::Published::default());
+        if tracing::level_enabled!(tracing::Level::ERROR) || published.is_some() {
+            tasks.push(tokio::spawn(log::watch(
+                self.shared.clone(),
+                stats.clone(),
+                self.clock.clone(),
+                Duration::from_millis(self.config.log_every_ms.max(100)),
+                published.clone(),
+            )));
+        }
+        if let (Some(l), Some(p)) = (exporter, published) {
+            let clock = self.clock.clone();
+            tasks.push(tokio::spawn(metrics::serve(l, p, stats.clone(), clock)));
+        }
+        tasks.push(tokio::spawn(serve(
+            listener,
+            self.shared.clone(),
+            stats,
+            self.clock.clone(),
+        )));
+        tasks
     }
 
     /// The topology to start with. Sampling an empty topology still records sockets and

@@ -7,6 +7,8 @@
 //! findings as global instant events. Concurrent requests on one component would overlap
 //! on a single thread track, which trace viewers cannot nest; hence a track per connection.
 
+pub mod prometheus;
+
 use crate::clock::{parse_rfc3339, Millis};
 use crate::correlate::Model;
 use crate::model::{Finding, Request, RequestState, Snapshot};

@@ -29,6 +29,7 @@ pub const TARGETS: &[(&str, Entry)] = &[
     ("thresholds_toml", thresholds_toml),
     ("recording", recording),
     ("daemon_request", daemon_request),
+    ("metrics_request", metrics_request),
 ];
 
 /// A Prometheus exposition as scraped; the first byte says whether the body was cut at the
@@ -140,4 +141,13 @@ pub fn daemon_request(data: &[u8]) {
     let stats = StatsHandle::default();
     let answer = daemon::respond(&req, &shared, &stats, 1_700_000_060_000);
     let _ = serde_json::to_vec(&answer);
+}
+
+/// What a scraper (or anyone) sends the exporter (`--metrics-listen`): the request head,
+/// routed as the listener routes it; a `GET /metrics` is answered from an empty daemon.
+pub fn metrics_request(data: &[u8]) {
+    if daemon::metrics::route(data) == daemon::metrics::Route::Metrics {
+        let published = daemon::metrics::Published::default();
+        let _ = daemon::metrics::scrape(&published, &StatsHandle::default(), 1_700_000_000_000);
+    }
 }

@@ -70,6 +70,7 @@ fn every_target_has_a_corpus_and_a_test() {
         "thresholds_toml",
         "recording",
         "daemon_request",
+        "metrics_request",
     ];
     assert_eq!(names, tested, "a new target needs its replay test below");
 }
@@ -107,4 +108,9 @@ fn recording_corpus() {
 #[test]
 fn daemon_request_corpus() {
     replay("daemon_request");
+}
+
+#[test]
+fn metrics_request_corpus() {
+    replay("metrics_request");
 }

@@ -21,6 +21,19 @@ else
     echo "run-all: the real-vLLM tier is skipped (WEDGEWATCH_SKIP_VLLM is set)"
 fi
 export WEDGEWATCH_PY_SPY="$PWD/tests/lab/.venv/bin/py-spy"
+# Prometheus and promtool for the exporter's tests (tests/prometheus_rules.rs,
+# tests/exporter_lab.rs): Debian's package, installed once. The tests start the binary
+# themselves on a loopback port; the package's service is never started (containers deny it
+# through policy-rc.d; elsewhere it is stopped and disabled right after installing).
+if [ ! -x /usr/bin/prometheus ] || [ ! -x /usr/bin/promtool ]; then
+    SUDO=""
+    [ "$(id -u)" = 0 ] || SUDO="sudo"
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus \
+        || { $SUDO apt-get update && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus; }
+    if command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then
+        $SUDO systemctl disable --now prometheus.service || true
+    fi
+fi
 
 cargo fmt --check
 cargo clippy --all-targets -- -D warnings

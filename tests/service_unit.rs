@@ -71,7 +71,15 @@ fn environment(unit: &BTreeMap<(String, String), Vec<String>>) -> BTreeMap<Strin
 
 /// ExecStart's words after the binary, `$VAR` expanded into words as systemd does.
 fn exec_args(unit: &BTreeMap<(String, String), Vec<String>>) -> Vec<String> {
-    let env = environment(unit);
+    exec_args_with(unit, environment(unit))
+}
+
+/// [`exec_args`] with the environment systemd would have (the unit's, maybe overridden as
+/// /etc/default/wedgewatch would).
+fn exec_args_with(
+    unit: &BTreeMap<(String, String), Vec<String>>,
+    env: BTreeMap<String, String>,
+) -> Vec<String> {
     let exec = one(unit, "Service", "ExecStart");
     let mut words = exec.split_whitespace();
     assert_eq!(words.next(), Some(INSTALLED_BINARY), "{exec}");
@@ -220,6 +228,13 @@ fn the_units_directories_are_where_clients_look_and_its_command_line_uses_them()
         std::thread::sleep(Duration::from_millis(100));
     };
     assert_eq!(pong["ok"], true);
+    let metrics = exporter_url(&log);
+    let (status, body) = http_get(&metrics);
+    assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+    assert!(
+        body.contains("wedgewatch_build_info{version="),
+        "the unit's exporter serves /metrics: {body}"
+    );
     assert!(
         state.join("daemon.lock").exists(),
         "the lock in StateDirectory"
@@ -247,8 +262,12 @@ fn start_as_systemd_would(
     runtime: &Path,
     log: &Path,
 ) -> std::process::Child {
+    // The exporter on a port of the kernel's choosing, as /etc/default/wedgewatch could set
+    // it: the suite must not take the unit's fixed port.
+    let mut env = environment(unit);
+    env.insert("WEDGEWATCH_METRICS".into(), "127.0.0.1:0".into());
     wedgewatch()
-        .args(exec_args(unit))
+        .args(exec_args_with(unit, env))
         .arg("--proc-root")
         .arg(fixture_proc("container"))
         .args(["--nvml-lib", "/nonexistent/libnvidia-ml.so.1"])
@@ -262,6 +281,39 @@ fn start_as_systemd_would(
         .stderr(std::fs::File::create(log).expect("log"))
         .spawn()
         .expect("spawn")
+}
+
+/// The exporter's URL from the daemon's first log line (`metrics=http://ADDR/metrics`).
+fn exporter_url(log: &Path) -> String {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        let url = text
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("metrics=http://"));
+        if let Some(u) = url {
+            return u.to_string();
+        }
+        assert!(Instant::now() < deadline, "no metrics= in the log: {text}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// One `GET` of `addr_path` (`127.0.0.1:PORT/metrics`): the status line and the body.
+fn http_get(addr_path: &str) -> (String, String) {
+    use std::io::{Read, Write};
+    let (addr, path) = addr_path.split_once('/').expect("ADDR/PATH");
+    let mut s = std::net::TcpStream::connect(addr).expect("connect to the exporter");
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    write!(s, "GET /{path} HTTP/1.1\r\nHost: {addr}\r\n\r\n").expect("request");
+    let mut out = String::new();
+    s.read_to_string(&mut out).expect("answer");
+    let (head, body) = out.split_once("\r\n\r\n").expect("head and body");
+    (
+        head.lines().next().unwrap_or_default().to_string(),
+        body.to_string(),
+    )
 }
 
 /// `systemctl stop`: SIGTERM, then the exit status, which must come well within the unit's

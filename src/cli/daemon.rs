@@ -18,6 +18,7 @@ const EXAMPLES: &str = "\
 Examples:
   wedgewatch daemon                       # until SIGINT/SIGTERM
   wedgewatch daemon --for 1h --no-record
+  wedgewatch daemon --metrics-listen 127.0.0.1:9466   # Prometheus scrapes /metrics there
   wedgewatch snapshot --json              # from another shell: instant, from the daemon
 
 Exit status: 0 stopped, 2 usage error (e.g. another daemon holds the state directory),
@@ -33,6 +34,10 @@ pub struct DaemonArgs {
     /// default: until SIGINT/SIGTERM.
     #[arg(long = "for", value_name = "DURATION", value_parser = duration::parse)]
     pub run_for: Option<Duration>,
+    /// Serve `GET /metrics` in the Prometheus text format on this address (IP:PORT, e.g.
+    /// 127.0.0.1:9466, or 0.0.0.0:9466 for a scraper on another host); default: no exporter.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_listen: Option<std::net::SocketAddr>,
     #[command(flatten)]
     pub sampling: Sampling,
 }
@@ -68,6 +73,7 @@ pub fn run(top: Sampling, a: DaemonArgs) -> anyhow::Result<i32> {
     if a.no_record {
         cfg.rotation = None;
     }
+    cfg.metrics_listen = a.metrics_listen;
     let rt = exit::runtime()?;
     let ran = rt.block_on(async {
         let mut d = Daemon::new(cfg.clone(), Arc::new(SystemClock), opts.discover_fn());
@@ -77,7 +83,15 @@ pub fn run(top: Sampling, a: DaemonArgs) -> anyhow::Result<i32> {
         // Where the socket and recording are is the daemon's first log line.
         let (tx, rx) = tokio::sync::watch::channel(false);
         let mut task = tokio::spawn(d.run(rx));
-        stop_signal(a.run_for).await;
+        // A daemon that cannot start (the state directory locked, the metrics address
+        // taken) ends at once, with its error: not when it is told to stop.
+        let ended = tokio::select! {
+            _ = stop_signal(a.run_for) => None,
+            joined = &mut task => Some(joined),
+        };
+        if let Some(joined) = ended {
+            return joined.context("daemon task")?.map_err(anyhow::Error::from);
+        }
         let _ = tx.send(true);
         // In-flight samples are cut short on stop; a daemon that still does not end
         // (a stuck write) is abandoned rather than waited for.

@@ -8,12 +8,18 @@
 //! [`crate::logging`]; before each evaluation the task teaches it the secrets of processes
 //! it has not seen yet, so a value from a component's environment never reaches the log.
 //!
+//! With `--metrics-listen`, the same pass also publishes an [`Evaluation`] for the exporter
+//! ([`super::metrics`]); the task then runs even when no log subscriber would print.
+//!
 //! Levels: a finding opens at its severity (critical -> ERROR, warning -> WARN, info ->
 //! INFO), closes at INFO; a source going degraded or unavailable is WARN, its recovery INFO.
 
+use super::metrics::Published;
 use super::Shared;
 use crate::clock::{Clock, Millis};
+use crate::export::prometheus::Evaluation;
 use crate::model::{Finding, ProcessFacts, Role, Severity, SourceStatus, Status};
+use crate::redact::Redactor;
 use crate::sampler::StatsHandle;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -306,17 +312,35 @@ pub struct Watch {
     pub sources: HealthTracker,
     /// Processes (pid, start) whose secrets the log's redactor already knows.
     learned: BTreeSet<(i32, Option<u64>)>,
+    /// The exporter's redactor (the log's is global): label values are scrubbed of every
+    /// secret learned from those processes.
+    labels: Redactor,
 }
 
 impl Watch {
     /// One evaluation: learn new processes' secrets, run the detectors over the model at
     /// `now`, compare sources' status; the events, in the order to log them.
-    pub fn pass(&mut self, shared: &Mutex<Shared>, stats: &StatsHandle, now: Millis) -> Vec<Event> {
+    /// With `publish`, the pass's [`Evaluation`] is stored there for the exporter.
+    pub fn pass(
+        &mut self,
+        shared: &Mutex<Shared>,
+        stats: &StatsHandle,
+        now: Millis,
+        publish: Option<&Published>,
+    ) -> Vec<Event> {
+        let started = std::time::Instant::now();
         let findings = {
             let sh = super::lock(shared);
             self.learn(sh.model.latest_processes());
             let view = sh.model.view(now);
-            crate::detect::run_all(&sh.model, &view)
+            let findings = crate::detect::run_all(&sh.model, &view);
+            if let Some(p) = publish {
+                let topology = sh.model.topology();
+                let mut e = Evaluation::new(&view, &findings, topology, &mut self.labels);
+                e.took_ms = started.elapsed().as_millis() as u64;
+                *p.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+            }
+            findings
         };
         let mut events = Vec::new();
         // Sources first: "metrics unavailable" explains the endpoint finding that follows.
@@ -345,6 +369,7 @@ impl Watch {
             return;
         }
         crate::logging::learn_secrets(new.iter().copied());
+        new.iter().for_each(|p| self.labels.learn(p));
         // Bounded like the redactor: a host that churns processes must not grow this set.
         if self.learned.len() > 65_536 {
             self.learned.clear();
@@ -354,13 +379,15 @@ impl Watch {
     }
 }
 
-/// Logs findings and source health every `every` until the task is aborted. The detectors
-/// run off the runtime's workers: a large model takes a while and holds the model's lock.
+/// Logs findings and source health every `every` until the task is aborted, and publishes
+/// each pass's evaluation for the exporter when there is one. The detectors run off the
+/// runtime's workers: a large model takes a while and holds the model's lock.
 pub async fn watch(
     shared: Arc<Mutex<Shared>>,
     stats: StatsHandle,
     clock: Arc<dyn Clock>,
     every: Duration,
+    publish: Option<Published>,
 ) {
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -370,9 +397,9 @@ pub async fn watch(
         let (Some(mut w), now) = (state.take(), clock.now_ms()) else {
             return;
         };
-        let (shared, stats) = (shared.clone(), stats.clone());
+        let (shared, stats, publish) = (shared.clone(), stats.clone(), publish.clone());
         let done = tokio::task::spawn_blocking(move || {
-            for e in w.pass(&shared, &stats, now) {
+            for e in w.pass(&shared, &stats, now, publish.as_ref()) {
                 emit(&e);
             }
             w

@@ -1,0 +1,248 @@
+//! `wedgewatch daemon --metrics-listen ADDR`: `GET /metrics` in the Prometheus text format
+//! (rendered by `export::prometheus`) on a small HTTP/1.1 listener.
+//!
+//! A scrape renders what the daemon already has: the latest [`Evaluation`] the watch task
+//! published (it runs the detectors every `log_every_ms`) and the sampler's live stats. No
+//! sampling, no detector pass, no model lock per scrape.
+//!
+//! Clients are strangers: a request head is read up to [`MAX_HEAD`] bytes within
+//! [`READ_TIMEOUT`], the answer written within [`WRITE_TIMEOUT`], at most [`MAX_CLIENTS`]
+//! at once (more are closed at once), one request per connection. Only `GET /metrics` (any
+//! query string) is answered; anything else gets a 4xx and the connection is closed.
+
+use crate::clock::{Clock, Millis};
+use crate::error::{Error, Result};
+use crate::export::prometheus::{self, Evaluation, SourceHealth};
+use crate::sampler::StatsHandle;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// The latest evaluation, shared by the watch task (writer) and the scrapes (readers).
+pub type Published = Arc<Mutex<Option<Evaluation>>>;
+
+/// Largest request head read (request line and headers).
+pub const MAX_HEAD: usize = 8 * 1024;
+/// How long a client may take to send its request head.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a client may take to read the answer.
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Connections served at once.
+pub const MAX_CLIENTS: usize = 16;
+
+/// What a request head asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    Metrics,
+    NotFound,
+    MethodNotAllowed,
+    BadRequest,
+    TooLarge,
+}
+
+impl Route {
+    fn status_line(self) -> &'static str {
+        match self {
+            Route::Metrics => "200 OK",
+            Route::NotFound => "404 Not Found",
+            Route::MethodNotAllowed => "405 Method Not Allowed",
+            Route::BadRequest => "400 Bad Request",
+            Route::TooLarge => "431 Request Header Fields Too Large",
+        }
+    }
+}
+
+/// The route of a request head (everything up to the blank line, or what arrived). Pure:
+/// no I/O, never panics.
+pub fn route(head: &[u8]) -> Route {
+    if head.len() > MAX_HEAD {
+        return Route::TooLarge;
+    }
+    let line = head.split(|&b| b == b'\n').next().unwrap_or_default();
+    let Ok(line) = std::str::from_utf8(line) else {
+        return Route::BadRequest;
+    };
+    let mut words = line.trim_end_matches('\r').split(' ');
+    let (Some(method), Some(target), Some(version), None) =
+        (words.next(), words.next(), words.next(), words.next())
+    else {
+        return Route::BadRequest;
+    };
+    if !version.starts_with("HTTP/1.") || !target.starts_with('/') {
+        return Route::BadRequest;
+    }
+    let path = target.split('?').next().unwrap_or_default();
+    match (method, path) {
+        ("GET", "/metrics") => Route::Metrics,
+        (_, "/metrics") => Route::MethodNotAllowed,
+        _ => Route::NotFound,
+    }
+}
+
+/// Whether `head` holds a complete request head (ends with a blank line).
+fn head_complete(head: &[u8]) -> bool {
+    head.windows(4).any(|w| w == b"\r\n\r\n") || head.windows(2).any(|w| w == b"\n\n")
+}
+
+/// Binds the listener (an address in use is an error the daemon reports at start).
+pub async fn bind(addr: SocketAddr) -> Result<TcpListener> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|e| Error::Other(format!("--metrics-listen {addr}: {e}")))
+}
+
+/// The sampler's stats as the exporter's source health.
+pub fn health(stats: &StatsHandle) -> Vec<SourceHealth> {
+    let Ok(st) = stats.lock() else {
+        return Vec::new();
+    };
+    st.values()
+        .map(|s| SourceHealth {
+            source: s.kind,
+            status: s.last_t_ms.map(|_| s.status.status),
+            last_sample_ms: s.last_t_ms,
+            every_ms: s.every_ms,
+            took_ms: s.took_ms,
+            samples: s.samples,
+            late: s.late,
+            dropped: s.dropped,
+            timeouts: s.timeouts,
+        })
+        .collect()
+}
+
+/// One scrape's body at `now`.
+pub fn scrape(published: &Published, stats: &StatsHandle, now: Millis) -> String {
+    let sources = health(stats);
+    let evaluation = published.lock().map(|e| e.clone()).unwrap_or_default();
+    prometheus::render(
+        evaluation.as_ref(),
+        &sources,
+        now,
+        env!("CARGO_PKG_VERSION"),
+    )
+}
+
+/// Serves scrapes until the task is aborted.
+pub async fn serve(
+    listener: TcpListener,
+    published: Published,
+    stats: StatsHandle,
+    clock: Arc<dyn Clock>,
+) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CLIENTS));
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            // e.g. out of fds: back off instead of spinning.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            continue; // too many at once: this one is closed unanswered
+        };
+        let (published, stats, clock) = (published.clone(), stats.clone(), clock.clone());
+        tokio::spawn(async move {
+            let _ = answer(stream, &published, &stats, clock.as_ref()).await;
+            drop(slot);
+        });
+    }
+}
+
+/// Reads a request head: up to the blank line, [`MAX_HEAD`] + 1 bytes at most.
+async fn read_head(stream: &mut TcpStream) -> std::io::Result<Vec<u8>> {
+    let mut head = Vec::with_capacity(512);
+    let mut buf = [0u8; 1024];
+    while head.len() <= MAX_HEAD && !head_complete(&head) {
+        let n = stream.read(&mut buf).await?;
+        if n == 0 {
+            break;
+        }
+        head.extend_from_slice(&buf[..n]);
+    }
+    Ok(head)
+}
+
+async fn answer(
+    mut stream: TcpStream,
+    published: &Published,
+    stats: &StatsHandle,
+    clock: &dyn Clock,
+) -> std::io::Result<()> {
+    let head = tokio::time::timeout(READ_TIMEOUT, read_head(&mut stream))
+        .await
+        .map_err(|_| std::io::ErrorKind::TimedOut)??;
+    let r = if head_complete(&head) || head.len() > MAX_HEAD {
+        route(&head)
+    } else {
+        Route::BadRequest // closed or cut before the end of its head
+    };
+    let (content_type, body) = match r {
+        Route::Metrics => (
+            prometheus::CONTENT_TYPE,
+            scrape(published, stats, clock.now_ms()),
+        ),
+        other => (
+            "text/plain; charset=utf-8",
+            format!(
+                "{}: wedgewatch serves GET /metrics only\n",
+                other.status_line()
+            ),
+        ),
+    };
+    let allow = if r == Route::MethodNotAllowed {
+        "Allow: GET\r\n"
+    } else {
+        ""
+    };
+    let mut out = format!(
+        "HTTP/1.1 {}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n{allow}Connection: close\r\n\r\n",
+        r.status_line(),
+        body.len()
+    )
+    .into_bytes();
+    out.extend_from_slice(body.as_bytes());
+    let write = async {
+        stream.write_all(&out).await?;
+        stream.shutdown().await
+    };
+    tokio::time::timeout(WRITE_TIMEOUT, write)
+        .await
+        .map_err(|_| std::io::ErrorKind::TimedOut)?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_get_metrics_is_routed_to_the_exposition() {
+        let r = |s: &str| route(s.as_bytes());
+        assert_eq!(
+            r("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"),
+            Route::Metrics
+        );
+        assert_eq!(r("GET /metrics?x=1 HTTP/1.0\r\n\r\n"), Route::Metrics);
+        assert_eq!(r("POST /metrics HTTP/1.1\r\n\r\n"), Route::MethodNotAllowed);
+        assert_eq!(r("HEAD /metrics HTTP/1.1\r\n\r\n"), Route::MethodNotAllowed);
+        assert_eq!(r("GET / HTTP/1.1\r\n\r\n"), Route::NotFound);
+        assert_eq!(r("GET /metricsx HTTP/1.1\r\n\r\n"), Route::NotFound);
+        assert_eq!(r("GET /metrics\r\n\r\n"), Route::BadRequest);
+        assert_eq!(r("GET metrics HTTP/1.1\r\n\r\n"), Route::BadRequest);
+        assert_eq!(r("GET  /metrics HTTP/1.1\r\n\r\n"), Route::BadRequest);
+        assert_eq!(r("SSH-2.0-OpenSSH_9.2\r\n\r\n"), Route::BadRequest);
+        assert_eq!(route(b"GET /metrics \xff\xfe\r\n\r\n"), Route::BadRequest);
+        assert_eq!(route(b""), Route::BadRequest);
+        let mut big = b"GET /metrics HTTP/1.1\r\nX: ".to_vec();
+        big.resize(MAX_HEAD + 1, b'a');
+        assert_eq!(route(&big), Route::TooLarge);
+    }
+
+    #[test]
+    fn a_head_is_complete_at_its_blank_line() {
+        assert!(head_complete(b"GET / HTTP/1.1\r\nA: b\r\n\r\n"));
+        assert!(head_complete(b"GET / HTTP/1.1\n\n"));
+        assert!(!head_complete(b"GET / HTTP/1.1\r\nA: b\r\n"));
+    }
+}

@@ -1,0 +1,115 @@
+//! `deploy/kubernetes/daemonset.yaml` agrees with the binary and with the systemd unit: its
+//! arguments are ones `wedgewatch daemon` takes, it grants exactly the unit's capabilities
+//! (drop ALL, add those), it runs in the host PID namespace with the host's `/proc` mounted
+//! read-only where `--proc-root` points, and the scrape annotation names the port the
+//! exporter listens on. (No YAML parser among the dev-dependencies: the file's own layout,
+//! one setting a line, is read.)
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+fn read(rel: &str) -> String {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join(rel);
+    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// The lines of a block list (`key:` then `- item` lines at a deeper indent), comments out.
+fn list_after(text: &str, key: &str) -> Vec<String> {
+    let mut lines = text.lines().skip_while(|l| l.trim() != key);
+    let head = lines.next().unwrap_or_else(|| panic!("no {key}"));
+    let indent = head.len() - head.trim_start().len();
+    lines
+        .filter(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'))
+        .take_while(|l| {
+            l.len() - l.trim_start().len() >= indent && l.trim_start().starts_with("- ")
+        })
+        .map(|l| l.trim_start().trim_start_matches("- ").trim().to_string())
+        .collect()
+}
+
+/// The value of the first `key: value` line.
+fn value_of(text: &str, key: &str) -> String {
+    text.lines()
+        .find_map(|l| l.trim().strip_prefix(&format!("{key}:")))
+        .map(|v| {
+            v.split('#')
+                .next()
+                .unwrap_or_default()
+                .trim()
+                .trim_matches('"')
+                .to_string()
+        })
+        .unwrap_or_else(|| panic!("no {key}"))
+}
+
+#[test]
+fn its_arguments_are_flags_the_daemon_takes() {
+    let ds = read("deploy/kubernetes/daemonset.yaml");
+    let args = list_after(&ds, "args:");
+    assert_eq!(args.first().map(String::as_str), Some("daemon"), "{args:?}");
+    let out = Command::new(env!("CARGO_BIN_EXE_wedgewatch"))
+        .args(&args)
+        .arg("--help")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run wedgewatch");
+    assert!(
+        out.status.success(),
+        "wedgewatch {args:?} --help: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let listen = args
+        .iter()
+        .find_map(|a| a.strip_prefix("--metrics-listen="))
+        .expect("--metrics-listen");
+    let port = listen.rsplit(':').next().unwrap_or_default();
+    assert_eq!(
+        value_of(&ds, "prometheus.io/port"),
+        port,
+        "scrape annotation"
+    );
+    assert_eq!(value_of(&ds, "prometheus.io/scrape"), "true");
+    assert_eq!(value_of(&ds, "containerPort"), port);
+    assert!(
+        args.contains(&"--proc-root=/host/proc".to_string()),
+        "{args:?}"
+    );
+}
+
+#[test]
+fn it_grants_exactly_the_units_capabilities_and_reads_proc_read_only() {
+    let ds = read("deploy/kubernetes/daemonset.yaml");
+    let mut added = list_after(&ds, "add:");
+    added.sort();
+    let unit = read("deploy/wedgewatch.service");
+    let mut bounding: Vec<String> = unit
+        .lines()
+        .find_map(|l| l.strip_prefix("CapabilityBoundingSet="))
+        .expect("the unit's CapabilityBoundingSet")
+        .split_whitespace()
+        .map(|c| c.trim_start_matches("CAP_").to_string())
+        .collect::<Vec<_>>();
+    bounding.sort();
+    assert_eq!(added, bounding, "the DaemonSet and the unit grant the same");
+    assert!(!added.iter().any(|c| c == "NET_ADMIN"), "{added:?}");
+    assert!(ds.contains("drop: [\"ALL\"]"), "drops everything else");
+    assert_eq!(value_of(&ds, "hostPID"), "true");
+    assert_eq!(value_of(&ds, "allowPrivilegeEscalation"), "false");
+    assert_eq!(value_of(&ds, "readOnlyRootFilesystem"), "true");
+    assert_eq!(value_of(&ds, "privileged"), "false");
+    // The host's /proc, mounted read-only at /host/proc (the mount, then the volume).
+    let mut parts = ds.split("- name: host-proc").skip(1);
+    let two = |p: Option<&str>| -> Vec<String> {
+        let p = p.expect("a host-proc entry");
+        p.lines()
+            .skip(1)
+            .take(2)
+            .map(|l| l.trim().to_string())
+            .collect()
+    };
+    assert_eq!(
+        two(parts.next()),
+        ["mountPath: /host/proc", "readOnly: true"]
+    );
+    assert_eq!(two(parts.next()), ["hostPath:", "path: /proc"]);
+}
