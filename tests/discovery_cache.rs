@@ -101,6 +101,7 @@ fn pass(root: &Path, cache: &mut DiscoveryCache) -> (Topology, CacheStats) {
         stat_reads: after.stat_reads - before.stat_reads,
         full_reads: after.full_reads - before.full_reads,
         fd_scans: after.fd_scans - before.fd_scans,
+        fd_checks: after.fd_checks - before.fd_checks,
         env_reads: after.env_reads - before.env_reads,
         versions_reads: after.versions_reads - before.versions_reads,
     };

@@ -89,6 +89,8 @@ pub struct CacheStats {
     pub full_reads: u64,
     /// Fd directories scanned for sockets.
     pub fd_scans: u64,
+    /// Open-fd counts checked (`st_size` of `fd/`: is a remembered socket list still good).
+    pub fd_checks: u64,
     /// Environments read (components' processes only).
     pub env_reads: u64,
     /// Installed-versions reads (`maps` and site-packages; top-level components only).
@@ -151,6 +153,10 @@ impl DiscoveryCache {
 
     pub(super) fn count_fd_scan(&mut self) {
         self.stats.fd_scans += 1;
+    }
+
+    pub(super) fn count_fd_check(&mut self) {
+        self.stats.fd_checks += 1;
     }
 
     pub(super) fn count_env_read(&mut self) {

@@ -294,6 +294,7 @@ impl ProcTable {
     /// count changed, or when `fresh` asks for it.
     pub fn socket_inodes_memo(&self, pid: i32, fresh: bool) -> Arc<Vec<u64>> {
         let count = self.proc.fd_dir_size(pid).filter(|n| *n > 0);
+        self.cache.borrow_mut().count_fd_check();
         if !fresh {
             let memo = self
                 .cache
