@@ -132,7 +132,7 @@ const MAX_CLOSED_CONNS: usize = 4096;
 /// Most metrics points per component / GPU readings / stack captures kept.
 const MAX_POINTS: usize = 4096;
 /// Default byte budget of the history ([`Model::history_bytes`]).
-pub const DEFAULT_HISTORY_BYTES: usize = 48 << 20;
+pub const DEFAULT_HISTORY_BYTES: usize = 32 << 20;
 
 impl Model {
     pub fn new(thresholds: Thresholds) -> Model {
