@@ -54,6 +54,8 @@ pub struct DaemonConfig {
     /// None: keep history in memory only.
     pub rotation: Option<RotationPolicy>,
     pub history_ms: i64,
+    /// The history's byte budget (estimated; oldest entries of all buffers evicted first).
+    pub history_bytes: usize,
     pub window_ms: i64,
     pub thresholds: Thresholds,
     pub rediscover_every_ms: u64,
@@ -71,6 +73,7 @@ impl DaemonConfig {
             state_dir,
             rotation: Some(RotationPolicy::default()),
             history_ms: 10 * 60 * 1000,
+            history_bytes: crate::correlate::DEFAULT_HISTORY_BYTES,
             window_ms: 30 * 1000,
             thresholds: Thresholds::default(),
             rediscover_every_ms: 10_000,
@@ -133,6 +136,7 @@ impl Daemon {
     pub fn new(config: DaemonConfig, clock: Arc<dyn Clock>, discover: DiscoverFn) -> Daemon {
         let mut model = Model::new(config.thresholds.clone());
         model.history_ms = config.history_ms;
+        model.history_bytes = config.history_bytes;
         model.window_ms = config.window_ms;
         let started_ms = clock.now_ms();
         Daemon {

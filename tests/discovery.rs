@@ -617,3 +617,71 @@ fn live_vllm_shape_children_and_gpus() {
     }
     drop(api);
 }
+
+/// `sleep` processes, killed on drop.
+struct Sleepers(Vec<std::process::Child>);
+
+impl Drop for Sleepers {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn proxy_at(t: &Topology, port: &str) -> bool {
+    let end = format!(":{port}");
+    t.components
+        .iter()
+        .any(|c| c.role == Role::Proxy && c.listen.iter().any(|l| l.ends_with(&end)))
+}
+
+/// Issue 15, item 3: once the proxy search knows who holds the stack's client sockets, a
+/// rediscovery pass checks the fds of no unrelated process (here 200 `sleep`s); a new proxy,
+/// a process never seen holding one, is still found.
+#[test]
+fn rediscovery_leaves_unrelated_processes_fds_alone() {
+    const SLEEPERS: usize = 200;
+    let e = free_port();
+    let _engine = Shape::engine("decode", e, 1, &["--host", "127.0.0.1"], &[]);
+    let (es, x1, x2) = (
+        e.to_string(),
+        free_port().to_string(),
+        free_port().to_string(),
+    );
+    let proxy = ["python3", "proxy.py", "--listen", &x1, "--upstream", &es];
+    let _proxy = Shape::start(&proxy, &[]);
+    let sleepers = Sleepers(
+        (0..SLEEPERS)
+            .map(|_| {
+                std::process::Command::new("sleep")
+                    .arg("120")
+                    .stdin(std::process::Stdio::null())
+                    .spawn()
+                    .expect("sleep")
+            })
+            .collect(),
+    );
+    let probes = ProbeSet::builtin().expect("probes");
+    let opts = DiscoverOptions {
+        query_endpoints: false,
+        ..DiscoverOptions::default()
+    };
+    let mut cache = discover::DiscoveryCache::new();
+    let first = discover::discover_cached(&probes, &opts, &mut cache).expect("discover");
+    assert!(proxy_at(&first, &x1), "{:?}", first.components);
+    let before = cache.stats();
+    let second = discover::discover_cached(&probes, &opts, &mut cache).expect("discover");
+    let checks = cache.stats().fd_checks - before.fd_checks;
+    let scans = cache.stats().fd_scans - before.fd_scans;
+    assert!(proxy_at(&second, &x1), "{:?}", second.components);
+    // known processes and the remembered holders only (other labs on this host included)
+    assert!(checks < SLEEPERS as u64, "{checks} fd counts checked");
+    assert!(scans < SLEEPERS as u64, "{scans} fd scans");
+    let proxy2 = ["python3", "proxy.py", "--listen", &x2, "--upstream", &es];
+    let _proxy2 = Shape::start(&proxy2, &[]);
+    let third = discover::discover_cached(&probes, &opts, &mut cache).expect("discover");
+    assert!(proxy_at(&third, &x1) && proxy_at(&third, &x2), "{third:?}");
+    drop(sleepers);
+}

@@ -43,6 +43,8 @@ fn write(root: &Path, p: &P) {
         cmdline.push(0);
     }
     std::fs::write(dir.join("cmdline"), cmdline).unwrap();
+    let environ = b"CUDA_VISIBLE_DEVICES=3\0VIRTUAL_ENV=/opt/venv\0API_TOKEN=not-kept\0";
+    std::fs::write(dir.join("environ"), environ).unwrap();
 }
 
 const ENGINE: &[&str] = &["python3", "-m", "sglang.launch_server", "--port", "31012"];
@@ -99,6 +101,9 @@ fn pass(root: &Path, cache: &mut DiscoveryCache) -> (Topology, CacheStats) {
         stat_reads: after.stat_reads - before.stat_reads,
         full_reads: after.full_reads - before.full_reads,
         fd_scans: after.fd_scans - before.fd_scans,
+        fd_checks: after.fd_checks - before.fd_checks,
+        env_reads: after.env_reads - before.env_reads,
+        versions_reads: after.versions_reads - before.versions_reads,
     };
     (topo, delta)
 }
@@ -149,13 +154,20 @@ fn a_second_pass_reads_no_command_line_of_a_known_process() {
     let dir = tempfile::tempdir().unwrap();
     tree(dir.path());
     let mut cache = DiscoveryCache::new();
-    let (first, _) = pass(dir.path(), &mut cache);
-    // Were any command line read again, the components would lose their arguments.
+    let (first, first_reads) = pass(dir.path(), &mut cache);
+    assert!(first_reads.env_reads >= 2, "{first_reads:?}");
+    assert!(first_reads.versions_reads >= 2, "{first_reads:?}");
+    let engine = first.components.iter().find(|c| c.main_pid == Some(100));
+    assert_eq!(engine.map(|c| c.gpus.clone()), Some(vec![3]), "{first:?}");
+    // Were any command line or environment read again, the components would lose their
+    // arguments and GPUs.
     for pid in [100, 101, 110, 111].into_iter().chain(SLEEPERS) {
         std::fs::remove_file(dir.path().join(format!("{pid}/cmdline"))).unwrap();
+        std::fs::remove_file(dir.path().join(format!("{pid}/environ"))).unwrap();
     }
     let (second, reads) = pass(dir.path(), &mut cache);
     assert_eq!(reads.full_reads, 0, "{reads:?}");
+    assert_eq!((reads.env_reads, reads.versions_reads), (0, 0), "{reads:?}");
     assert_eq!(reads.stat_reads, 4 + SLEEPERS.len() as u64);
     assert_eq!(ids(&second), ids(&first));
     assert_eq!(second, first);

@@ -20,7 +20,9 @@
 //! (`state.rs` per component, `view.rs` per exchange, `requests.rs` logical requests and
 //! their verdicts) and the model's share of a snapshot (`parts.rs`).
 
+mod budget;
 pub mod exchange;
+mod footprint;
 mod gpu;
 pub mod links;
 mod metrics;
@@ -28,6 +30,7 @@ mod outbound;
 mod parts;
 mod processes;
 pub mod requests;
+mod ring;
 mod sockets;
 mod stacks;
 mod state;
@@ -48,6 +51,7 @@ use crate::model::{
     SourceKind, SourceStatus, StackCapture, Status, Thresholds, Topology,
 };
 use exchange::{Conn, ConnKey, Exchange};
+use ring::Ring;
 use std::collections::{BTreeMap, VecDeque};
 
 /// What the latest sample of a source said, as the model saw it.
@@ -86,13 +90,17 @@ pub struct Model {
     pub thresholds: Thresholds,
     /// How much history is kept (ring buffers are cut by time).
     pub history_ms: i64,
+    /// And by estimated bytes: the history's buffers (GPU readings, stack captures, metrics
+    /// points, counts, closed connections) together, oldest entry of all first (each
+    /// buffer's newest entry is kept). See `footprint.rs`.
+    pub history_bytes: usize,
     /// The snapshot window: stack dumps, rates and done requests within it are reported.
     pub window_ms: i64,
     /// Client pids whose connections are not requests (the tool's own metrics scrapes).
     pub ignore_client_pids: Vec<i32>,
     topology: Topology,
     conns: BTreeMap<ConnKey, Conn>,
-    closed: VecDeque<Conn>,
+    closed: Ring<Conn>,
     next_x: u64,
     next_conn: u64,
     last_t: Millis,
@@ -101,10 +109,10 @@ pub struct Model {
     latest_processes: Vec<ProcessFacts>,
     identities: BTreeMap<String, String>,
     restarts: VecDeque<RestartEvent>,
-    counts: BTreeMap<String, VecDeque<CountPoint>>,
-    gpu: VecDeque<(Millis, GpuReading)>,
-    stacks: VecDeque<StackCapture>,
-    metrics: BTreeMap<String, VecDeque<MetricsPoint>>,
+    counts: BTreeMap<String, Ring<CountPoint>>,
+    gpu: Ring<(Millis, GpuReading)>,
+    stacks: Ring<StackCapture>,
+    metrics: BTreeMap<String, Ring<MetricsPoint>>,
     latest_scrapes: BTreeMap<String, MetricsScrape>,
     latest_sockets: Option<SocketTable>,
     config_changes: Vec<Change>,
@@ -124,17 +132,20 @@ impl Default for Model {
 const MAX_CLOSED_CONNS: usize = 4096;
 /// Most metrics points per component / GPU readings / stack captures kept.
 const MAX_POINTS: usize = 4096;
+/// Default byte budget of the history ([`Model::history_bytes`]).
+pub const DEFAULT_HISTORY_BYTES: usize = 32 << 20;
 
 impl Model {
     pub fn new(thresholds: Thresholds) -> Model {
         Model {
             thresholds,
             history_ms: 10 * 60 * 1000,
+            history_bytes: DEFAULT_HISTORY_BYTES,
             window_ms: 30 * 1000,
             ignore_client_pids: vec![std::process::id() as i32],
             topology: Topology::default(),
             conns: BTreeMap::new(),
-            closed: VecDeque::new(),
+            closed: Ring::default(),
             next_x: 0,
             next_conn: 0,
             last_t: 0,
@@ -144,8 +155,8 @@ impl Model {
             identities: BTreeMap::new(),
             restarts: VecDeque::new(),
             counts: BTreeMap::new(),
-            gpu: VecDeque::new(),
-            stacks: VecDeque::new(),
+            gpu: Ring::default(),
+            stacks: Ring::default(),
             metrics: BTreeMap::new(),
             latest_scrapes: BTreeMap::new(),
             latest_sockets: None,
@@ -210,11 +221,11 @@ impl Model {
     }
 
     pub fn counts(&self, component: &str) -> Option<&VecDeque<CountPoint>> {
-        self.counts.get(component)
+        self.counts.get(component).map(Ring::as_deque)
     }
 
     pub fn metrics_history(&self, component: &str) -> Option<&VecDeque<MetricsPoint>> {
-        self.metrics.get(component)
+        self.metrics.get(component).map(Ring::as_deque)
     }
 
     pub fn latest_processes(&self) -> &[ProcessFacts] {
@@ -238,6 +249,12 @@ impl Model {
             .iter()
             .chain(self.conns.values())
             .flat_map(|c| c.exchanges.iter())
+    }
+
+    /// Connections the model keeps state for (open, and closed ones still in history): only
+    /// the stack's (the server side of a component's listen address).
+    pub fn connections_tracked(&self) -> usize {
+        self.conns.len() + self.closed.len()
     }
 
     /// The number of the newest exchange created so far.
@@ -329,6 +346,10 @@ impl Model {
         while self.restarts.front().is_some_and(|r| r.t_ms < cut) {
             self.restarts.pop_front();
         }
+        // components gone for longer than the history leave no empty buffer behind
+        self.metrics.retain(|_, q| !q.is_empty());
+        self.counts.retain(|_, q| !q.is_empty());
+        self.evict_to_budget();
     }
 
     /// Open connections and those closed at or after `since`: every exchange that started

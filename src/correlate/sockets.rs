@@ -4,8 +4,25 @@
 use super::exchange::{Conn, ConnKey, Obs};
 use super::{links, CountPoint, Model};
 use crate::clock::Millis;
+use crate::model::addr::{parse_socket_addr, port_of, split_host_port};
 use crate::model::{Component, SocketEntry, SocketTable, Status, TcpState};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::net::IpAddr;
+
+/// Whether `c` listens at `local` (`host:port`): a listen address with its port and an
+/// equivalent or wildcard host; a host that is not an address (a name) cannot be told apart.
+fn listens_at(c: &Component, local: &str) -> bool {
+    let Some((ip, port)) = parse_socket_addr(local) else {
+        return true;
+    };
+    c.listen.iter().any(|l| match split_host_port(l) {
+        Some((host, p)) if p == port => match host.parse::<IpAddr>() {
+            Ok(h) => h == ip || h.is_unspecified() || (h.is_loopback() && ip.is_loopback()),
+            Err(_) => true,
+        },
+        _ => false,
+    })
+}
 
 /// Client pid of each connection by (netns, local, remote) of the client's socket.
 type ClientPids<'a> = BTreeMap<(Option<u64>, &'a str, &'a str), i32>;
@@ -29,7 +46,32 @@ impl Model {
         self.retire_closed(t, &present, status);
         links::link(self, t);
         self.push_socket_counts(t, table);
-        self.latest_sockets = Some(table.clone());
+        self.latest_sockets = Some(self.stack_sockets(table));
+    }
+
+    /// The table's sockets that belong to the stack: owned by a component's process, or
+    /// at an address a component listens on, in its namespace (a client's side of a hop). A
+    /// source that kept every socket on the box (`keep_all`) does not make the model keep
+    /// them. Without a topology nothing tells the stack's from the rest: all are kept.
+    fn stack_sockets(&self, table: &SocketTable) -> SocketTable {
+        if self.topology.components.is_empty() {
+            return table.clone();
+        }
+        let ours = |e: &SocketEntry| {
+            let at = |addr: &str| {
+                port_of(addr)
+                    .and_then(|p| self.topology.component_listening_in(e.netns, p))
+                    .is_some_and(|c| listens_at(c, addr))
+            };
+            e.pid
+                .is_some_and(|p| self.topology.component_of_pid(p).is_some())
+                || at(&e.local)
+                || at(&e.remote)
+        };
+        SocketTable {
+            sockets: table.sockets.iter().filter(|e| ours(e)).cloned().collect(),
+            notes: table.notes.clone(),
+        }
     }
 
     /// Feeds one socket to its connection when it is the server side of a hop (a
@@ -53,6 +95,12 @@ impl Model {
             if !server.pids.contains(&pid) {
                 return None;
             }
+        }
+        // Without an owner, only one at an address the component listens on: another
+        // process's socket that merely shares the port number (another address of the host)
+        // is not the stack's, and no state is kept for it.
+        if e.pid.is_none() && !listens_at(server, &e.local) {
+            return None;
         }
         let (server_id, server_role) = (server.id.clone(), server.role);
         let cpid = client_pid

@@ -47,7 +47,9 @@ impl Builder<'_> {
         if let Some(e) = env_source {
             labels.insert(LABEL_ENV_PID.into(), e.to_string());
         }
-        let env = self.table.environ(env_source.unwrap_or(pid));
+        let env = self
+            .table
+            .env_vars(env_source.unwrap_or(pid), &self.env_names);
         let role = role_and_flag_labels(prof, &args, &mut labels);
         let listen = self.listen(pid, prof, &args, m);
         let title = comp.title_of(&proc);
@@ -71,8 +73,7 @@ impl Builder<'_> {
         // what a report shows: installed versions (top-level components only: children run
         // their engine's Python) and which variables matter
         if parent.is_none() && !prof.packages.is_empty() {
-            let proc = &self.table.proc;
-            c.versions = crate::sources::versions::read(proc, pid, &args, &env, &prof.packages);
+            c.versions = self.table.versions(pid, &args, &env, &prof.packages);
         }
         c.relevant_env = prof.relevant_env.clone();
         c

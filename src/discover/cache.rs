@@ -1,5 +1,6 @@
 //! What discovery remembers between passes: per process incarnation, keyed by (pid, start
-//! time), the command line once it was read, its network namespace and its socket fds.
+//! time), the command line once it was read, its network namespace, its socket fds, and for
+//! components' processes a few environment variables and the installed versions (`memo.rs`).
 //!
 //! A pass reads one `stat` line per pid (pid reuse, ppid, comm, the exec mark) and nothing
 //! else of a process it already knows: a known process, candidate or not, is never read in
@@ -16,10 +17,17 @@
 //! mark (another user's process, read without root: the kernel shows 1/1/0), or with address
 //! space randomization off. Such a process is read again when it restarts.
 //!
+//! For the proxy search (`holders.rs`) it also keeps which processes held client sockets
+//! towards known components, and which such sockets no readable process held (given up on
+//! while they stay).
+//!
 //! Bounded: entries of pids absent from a pass are dropped, and at most [`MAX_ENTRIES`] are
-//! kept (beyond it, processes are simply read every pass, as without a cache).
+//! kept (beyond it, processes are simply read every pass, as without a cache); given-up
+//! sockets are only those still towards a known component.
 
-use std::collections::HashMap;
+use super::memo::{EnvMemo, VersionsMemo};
+use crate::sys::Comm;
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 /// Most processes remembered (a few hundred bytes each; far above a real host's count).
@@ -30,7 +38,7 @@ pub const MAX_ENTRIES: usize = 65_536;
 pub(super) struct Identity {
     /// Start time, in clock ticks after boot.
     pub start: u64,
-    pub comm: String,
+    pub comm: Comm,
     /// (start_code, start_stack): moved by every exec.
     pub exec_mark: (u64, u64),
 }
@@ -49,8 +57,13 @@ pub(super) struct Entry {
     pub candidate: bool,
     /// None: not read (not a candidate, nor needed on demand yet).
     pub cmdline: Option<Arc<Vec<String>>>,
-    pub netns: Option<u64>,
+    /// None: not read yet; Some(None): unreadable (not tried again for this incarnation).
+    pub netns: Option<Option<u64>>,
     pub fds: Option<FdMemo>,
+    /// The few environment variables discovery uses (`memo.rs`).
+    pub env: Option<EnvMemo>,
+    /// Installed versions, once read in full (`memo.rs`).
+    pub versions: Option<VersionsMemo>,
 }
 
 impl Entry {
@@ -61,6 +74,8 @@ impl Entry {
             cmdline: None,
             netns: None,
             fds: None,
+            env: None,
+            versions: None,
         }
     }
 }
@@ -74,6 +89,12 @@ pub struct CacheStats {
     pub full_reads: u64,
     /// Fd directories scanned for sockets.
     pub fd_scans: u64,
+    /// Open-fd counts checked (`st_size` of `fd/`: is a remembered socket list still good).
+    pub fd_checks: u64,
+    /// Environments read (components' processes only).
+    pub env_reads: u64,
+    /// Installed-versions reads (`maps` and site-packages; top-level components only).
+    pub versions_reads: u64,
 }
 
 /// Discovery's memory between passes (see the module doc). `Default` is an empty cache; a
@@ -82,6 +103,10 @@ pub struct CacheStats {
 pub struct DiscoveryCache {
     entries: HashMap<i32, Entry>,
     stats: CacheStats,
+    /// Pids that held a client socket towards a known component in an earlier pass.
+    socket_holders: BTreeSet<i32>,
+    /// Such sockets no readable process held: not searched for again.
+    given_up: HashSet<u64>,
     /// Bench/peer mode: every process is a candidate and nothing is kept between passes
     /// (what discovery did before the cache).
     uncached: bool,
@@ -130,6 +155,18 @@ impl DiscoveryCache {
         self.stats.fd_scans += 1;
     }
 
+    pub(super) fn count_fd_check(&mut self) {
+        self.stats.fd_checks += 1;
+    }
+
+    pub(super) fn count_env_read(&mut self) {
+        self.stats.env_reads += 1;
+    }
+
+    pub(super) fn count_versions_read(&mut self) {
+        self.stats.versions_reads += 1;
+    }
+
     /// The entry of `pid` if it is still the same incarnation; a stale one is dropped.
     pub(super) fn known(&mut self, pid: i32, id: &Identity) -> Option<&mut Entry> {
         let same = self.entries.get(&pid).is_some_and(|e| e.id == *id);
@@ -158,9 +195,44 @@ impl DiscoveryCache {
     pub(super) fn retain_alive(&mut self, alive: &[i32]) {
         if self.uncached {
             self.entries.clear();
+            self.socket_holders.clear();
+            self.given_up.clear();
             return;
         }
         self.entries
             .retain(|pid, _| alive.binary_search(pid).is_ok());
+        self.socket_holders
+            .retain(|pid| alive.binary_search(pid).is_ok());
+    }
+
+    pub(super) fn socket_holders(&self) -> Vec<i32> {
+        self.socket_holders.iter().copied().collect()
+    }
+
+    pub(super) fn remember_socket_holders(&mut self, pids: impl Iterator<Item = i32>) {
+        for pid in pids {
+            if self.socket_holders.len() >= MAX_ENTRIES {
+                return;
+            }
+            self.socket_holders.insert(pid);
+        }
+    }
+
+    pub(super) fn give_up_sockets(&mut self, inodes: &[u64]) {
+        for &i in inodes {
+            if self.given_up.len() >= MAX_ENTRIES {
+                return;
+            }
+            self.given_up.insert(i);
+        }
+    }
+
+    pub(super) fn given_up_socket(&self, inode: u64) -> bool {
+        self.given_up.contains(&inode)
+    }
+
+    /// Keeps the given-up sockets still towards a known component (`wanted`: this pass's).
+    pub(super) fn retain_given_up(&mut self, wanted: &BTreeSet<u64>) {
+        self.given_up.retain(|i| wanted.contains(i));
     }
 }

@@ -3,16 +3,13 @@
 //! ESTABLISHED connections to a known component's port.
 
 use super::endpoints::{connect_host, endpoint_of, loopback_get_in, worker_urls_from_json};
+use super::holders::{Holders, Search};
 use super::profiles::flag_values;
 use super::Builder;
 use crate::model::topology::labels::*;
 use crate::model::{Component, Edge, EdgeOrigin, Role, TcpState};
 use crate::probes::Profile;
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
-
-/// Proxies found per round: proxy pid -> (target component id -> connection count).
-type Holders = BTreeMap<i32, BTreeMap<String, u32>>;
 
 impl Builder<'_> {
     pub(super) fn config_edges(&mut self) {
@@ -125,20 +122,27 @@ impl Builder<'_> {
             .filter(|(_, c)| c.p.connects_to_known)
             .map(|(i, _)| i)
             .collect();
-        if proxy_profiles.is_empty() || self.topo.components.is_empty() {
-            return;
+        let mut all_wanted: BTreeSet<u64> = BTreeSet::new();
+        if !proxy_profiles.is_empty() && !self.topo.components.is_empty() {
+            self.proxy_rounds(&proxy_profiles, &mut all_wanted);
         }
-        // proxies in front of proxies: a few rounds, each adding the new listen ports
+        // sockets given up on stay so only while they point at a known component
+        self.table.retain_given_up(&all_wanted);
+    }
+
+    /// Proxies in front of proxies: a few rounds, each adding the new listen ports.
+    fn proxy_rounds(&mut self, proxy_profiles: &[usize], all_wanted: &mut BTreeSet<u64>) {
         for _round in 0..3 {
             let known_ports = self.known_ports();
             let wanted = self.client_sockets_towards(&known_ports);
+            all_wanted.extend(wanted.keys());
             if wanted.is_empty() {
                 return;
             }
             let found = self.holders_of(&wanted);
             let mut added = false;
             for (pid, targets) in found {
-                added |= self.add_proxy(pid, targets, &proxy_profiles);
+                added |= self.add_proxy(pid, targets, proxy_profiles);
             }
             if !added {
                 return;
@@ -194,13 +198,7 @@ impl Builder<'_> {
         wanted
     }
 
-    /// Which unknown processes hold the wanted sockets (the expensive part: fd scans).
-    ///
-    /// Cheapest first, so a host with thousands of unrelated processes costs little: sockets
-    /// the known processes hold (a router's own connections to its workers) need no search;
-    /// the rest are looked up in each process's remembered sockets (kept while its fd count
-    /// is unchanged); only when some are still not found are the processes that hold
-    /// sockets at all read afresh (a proxy replaced a connection at an unchanged count).
+    /// Which unknown processes hold the wanted sockets (`holders.rs`).
     fn holders_of(&self, wanted: &BTreeMap<u64, String>) -> Holders {
         let mut known_pids: BTreeSet<i32> = BTreeSet::new();
         for c in &self.topo.components {
@@ -210,39 +208,12 @@ impl Builder<'_> {
             }
         }
         known_pids.extend(self.opts.exclude_pids.iter().copied());
-        let mut held: BTreeMap<i32, Arc<Vec<u64>>> = BTreeMap::new();
-        let mut seen: BTreeSet<u64> = BTreeSet::new();
-        let all_seen = |seen: &BTreeSet<u64>| wanted.keys().all(|i| seen.contains(i));
-        for &pid in known_pids
-            .iter()
-            .filter(|p| self.table.procs.contains_key(p))
-        {
-            seen.extend(self.table.socket_inodes_memo(pid, false).iter());
-        }
-        if all_seen(&seen) {
-            return Holders::new();
-        }
-        for &pid in self.table.procs.keys() {
-            if !known_pids.contains(&pid) {
-                let s = self.table.socket_inodes_memo(pid, false);
-                seen.extend(s.iter());
-                held.insert(pid, s);
-            }
-        }
-        if !all_seen(&seen) {
-            for (&pid, s) in held.iter_mut().filter(|(_, s)| !s.is_empty()) {
-                *s = self.table.socket_inodes_memo(pid, true);
-            }
-        }
-        let mut found = Holders::new();
-        for (pid, sockets) in held {
-            for i in sockets.iter() {
-                if let Some(t) = wanted.get(i) {
-                    *found.entry(pid).or_default().entry(t.clone()).or_insert(0) += 1;
-                }
-            }
-        }
-        found
+        let search = Search {
+            table: &self.table,
+            wanted,
+            known_pids: &known_pids,
+        };
+        search.run()
     }
 
     /// Adds (or extends) the proxy component of `pid` and its socket edges; true when a new
@@ -288,7 +259,7 @@ impl Builder<'_> {
                 first.port()
             ));
             c.labels.insert(LABEL_FOUND_BY.into(), "sockets".into());
-            c.labels.insert("comm".into(), proc.comm.clone());
+            c.labels.insert("comm".into(), proc.comm.to_string());
             self.table.place(&mut c, pid);
             self.topo.components.push(c);
             added = true;

@@ -29,6 +29,8 @@ mod build;
 mod cache;
 mod edges;
 mod endpoints;
+mod holders;
+mod memo;
 mod prefilter;
 mod profiles;
 mod table;
@@ -50,6 +52,7 @@ use prefilter::Prefilter;
 use profiles::{Compiled, Match};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 use table::{Proc, ProcTable};
 
@@ -114,6 +117,9 @@ struct Builder<'a> {
     compiled: Vec<Compiled<'a>>,
     opts: &'a DiscoverOptions,
     topo: Topology,
+    /// The environment variables a build reads (`memo.rs`): the profiles' GPU variables and
+    /// what the versions reader looks at.
+    env_names: Arc<Vec<String>>,
 }
 
 /// Builds the topology. Fails only when the procfs root cannot be listed at all.
@@ -139,11 +145,13 @@ pub fn discover_cached(
     let prefilter = Prefilter::new(&compiled);
     let proc = ProcFs::new(&opts.proc_root);
     let table = ProcTable::read(&proc, std::mem::take(cache), &prefilter)?;
+    let env_names = env_names(probes);
     let mut b = Builder {
         table,
         compiled,
         opts,
         topo: Topology::default(),
+        env_names,
     };
     b.top_level();
     b.children();
@@ -160,6 +168,16 @@ pub fn discover_cached(
     });
     *cache = b.table.into_cache();
     Ok(b.topo)
+}
+
+/// The environment variables component builds read (see `Builder::env_names`).
+fn env_names(probes: &ProbeSet) -> Arc<Vec<String>> {
+    let mut names: BTreeSet<String> = crate::sources::versions::ENV_VARS
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    names.extend(probes.profiles.iter().filter_map(|p| p.gpu_env.clone()));
+    Arc::new(names.into_iter().collect())
 }
 
 impl<'a> Builder<'a> {

@@ -55,7 +55,7 @@ impl<'a> Compiled<'a> {
         }
         let by_title =
             !proc.argv0().is_empty() && self.title.iter().any(|r| r.is_match(proc.argv0()));
-        let by_comm = self.comm.iter().any(|r| r.is_match(&proc.comm));
+        let by_comm = self.comm.iter().any(|r| r.is_match(proc.comm.as_str()));
         let own_args = !joined.is_empty() && self.cmdline.iter().any(|r| r.is_match(&joined));
         if by_title || by_comm || own_args {
             Some(Match {
@@ -75,8 +75,8 @@ impl<'a> Compiled<'a> {
     pub fn title_of(&self, proc: &Proc) -> Option<String> {
         if self.title.iter().any(|r| r.is_match(proc.argv0())) {
             Some(proc.argv0().to_string())
-        } else if self.comm.iter().any(|r| r.is_match(&proc.comm)) {
-            Some(proc.comm.clone())
+        } else if self.comm.iter().any(|r| r.is_match(proc.comm.as_str())) {
+            Some(proc.comm.to_string())
         } else {
             None
         }

@@ -9,7 +9,7 @@ use super::prefilter::Prefilter;
 use crate::error::{Error, Result};
 use crate::model::{SocketEntry, TcpState};
 use crate::sys::netns::Netns;
-use crate::sys::ProcFs;
+use crate::sys::{Comm, ProcFs, StatReader};
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -33,7 +33,7 @@ const TABLE_DEADLINE: Duration = Duration::from_millis(1_000);
 pub(super) struct Proc {
     pub pid: i32,
     pub ppid: i32,
-    pub comm: String,
+    pub comm: Comm,
     /// Empty unless read (`full`): only candidates are read up front, see [`ProcTable::full`].
     pub cmdline: Vec<String>,
     /// The pre-filter let it through: it can match a profile.
@@ -87,15 +87,18 @@ impl ProcTable {
                 proc.root().display()
             ))
         })?;
+        let reader = proc
+            .stat_reader()
+            .map_err(|e| Error::Other(format!("cannot open {}: {e}", proc.root().display())))?;
         cache.retain_alive(&pids);
         cache.count_stat_reads(pids.len());
         let mut procs = BTreeMap::new();
         let mut to_read = Vec::new();
-        for (pid, line) in read_stats(proc, pids) {
+        for (pid, line) in read_stats(proc, Arc::new(reader), pids) {
             let mut p = Proc {
                 pid,
                 ppid: line.ppid,
-                comm: line.id.comm.clone(),
+                comm: line.id.comm,
                 ..Proc::default()
             };
             match cache.known(pid, &line.id) {
@@ -107,7 +110,7 @@ impl ProcTable {
                     }
                 }
                 None => {
-                    p.candidate = cache.is_uncached() || prefilter.candidate(&p.comm);
+                    p.candidate = cache.is_uncached() || prefilter.candidate(p.comm.as_str());
                     cache.insert(pid, Entry::new(line.id, p.candidate));
                 }
             }
@@ -231,16 +234,17 @@ impl ProcTable {
 
     /// The network namespace of `pid` (remembered per incarnation: a process that enters
     /// another one without exec'ing is not seen to move).
+    /// An unreadable one (another user's process, read without root) is not tried again.
     pub fn netns(&self, pid: i32) -> Option<u64> {
         let cached = self.cache.borrow_mut().get_mut(pid).and_then(|e| e.netns);
-        if cached.is_some() {
-            return cached;
+        if let Some(ns) = cached {
+            return ns;
         }
-        let ns = self.proc.ns_inode(pid, "net").ok()?;
+        let ns = self.proc.ns_inode(pid, "net").ok();
         if let Some(e) = self.cache.borrow_mut().get_mut(pid) {
             e.netns = Some(ns);
         }
-        Some(ns)
+        ns
     }
 
     // --- netns (issue 11 item 5) ---
@@ -290,6 +294,7 @@ impl ProcTable {
     /// count changed, or when `fresh` asks for it.
     pub fn socket_inodes_memo(&self, pid: i32, fresh: bool) -> Arc<Vec<u64>> {
         let count = self.proc.fd_dir_size(pid).filter(|n| *n > 0);
+        self.cache.borrow_mut().count_fd_check();
         if !fresh {
             let memo = self
                 .cache
@@ -319,6 +324,28 @@ impl ProcTable {
         sockets
     }
 
+    // --- what the proxy search remembers (`holders.rs`) ---
+
+    pub fn socket_holders(&self) -> Vec<i32> {
+        self.cache.borrow().socket_holders()
+    }
+
+    pub fn remember_socket_holders(&self, pids: impl Iterator<Item = i32>) {
+        self.cache.borrow_mut().remember_socket_holders(pids);
+    }
+
+    pub fn give_up_sockets(&self, inodes: &[u64]) {
+        self.cache.borrow_mut().give_up_sockets(inodes);
+    }
+
+    pub fn given_up_socket(&self, inode: u64) -> bool {
+        self.cache.borrow().given_up_socket(inode)
+    }
+
+    pub fn retain_given_up(&self, wanted: &BTreeSet<u64>) {
+        self.cache.borrow_mut().retain_given_up(wanted);
+    }
+
     /// Socket inodes `pid` holds now (empty when its fds are unreadable).
     pub fn socket_inodes(&self, pid: i32) -> BTreeSet<u64> {
         self.socket_inodes_memo(pid, false)
@@ -344,12 +371,24 @@ impl ProcTable {
         out
     }
 
-    /// The environment of `pid` (empty when unreadable: vanished, denied, or blocked).
-    pub fn environ(&self, pid: i32) -> BTreeMap<String, String> {
+    /// The environment of `pid`; None when unreadable (vanished, denied, or blocked).
+    pub(super) fn environ_read(&self, pid: i32) -> Option<BTreeMap<String, String>> {
         let path = self.proc.path(pid, "environ");
         let proc = self.proc.clone();
-        let read = move || proc.environ(pid).unwrap_or_default();
-        crate::deadline::call(&path, READ_DEADLINE, read).unwrap_or_default()
+        let read = move || proc.environ(pid).ok();
+        self.cache.borrow_mut().count_env_read();
+        crate::deadline::call(&path, READ_DEADLINE, read)
+            .ok()
+            .flatten()
+    }
+
+    /// Runs `f` on the cache entry of `pid` (None: not remembered, the cache is full).
+    pub(super) fn with_entry<R>(&self, pid: i32, f: impl FnOnce(&mut Entry) -> R) -> Option<R> {
+        self.cache.borrow_mut().get_mut(pid).map(f)
+    }
+
+    pub(super) fn count_versions_read(&self) {
+        self.cache.borrow_mut().count_versions_read();
     }
 }
 
@@ -361,12 +400,11 @@ const STAT_CHUNK: usize = 64;
 
 /// The `stat` line of every pid, under the table's deadlines; vanished processes, kernel
 /// threads and blocked reads are left out.
-fn read_stats(proc: &ProcFs, pids: Vec<i32>) -> Vec<(i32, StatLine)> {
+fn read_stats(proc: &ProcFs, reader: Arc<StatReader>, pids: Vec<i32>) -> Vec<(i32, StatLine)> {
     let items: Vec<(std::path::PathBuf, Vec<i32>)> = pids
         .chunks(STAT_CHUNK)
         .map(|c| (proc.path(c[0], "stat"), c.to_vec()))
         .collect();
-    let reader = proc.clone();
     let read = move |chunk: &Vec<i32>| -> Vec<(i32, StatLine)> {
         chunk
             .iter()
@@ -380,9 +418,9 @@ fn read_stats(proc: &ProcFs, pids: Vec<i32>) -> Vec<(i32, StatLine)> {
         .collect()
 }
 
-fn read_stat(proc: &ProcFs, pid: i32) -> Option<StatLine> {
+fn read_stat(reader: &StatReader, pid: i32) -> Option<StatLine> {
     // a process that vanished between readdir and stat is simply not there
-    let stat = proc.stat(pid).ok()?;
+    let stat = reader.brief(pid).ok()?;
     if stat.ppid == 2 || pid == 2 {
         return None; // kernel threads
     }

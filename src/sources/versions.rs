@@ -38,73 +38,39 @@ pub fn normalize(name: &str) -> String {
     o
 }
 
+/// The variables of a process's environment [`read`] looks at.
+pub const ENV_VARS: [&str; 3] = ["VIRTUAL_ENV", "CONDA_PREFIX", "PYTHONPATH"];
+
+/// What [`read`] found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct VersionsRead {
+    pub versions: BTreeMap<String, String>,
+    /// It finished within [`VERSIONS_DEADLINE`]: a process's installed packages do not change
+    /// while it runs, so a complete read need not be done again for it (discovery keeps it
+    /// per process incarnation); an unfinished one is worth trying again.
+    pub complete: bool,
+}
+
 /// The versions of `packages` (by their names as given), `python`, and `kernel`, as far as
-/// they can be read within [`VERSIONS_DEADLINE`].
+/// they can be read within [`VERSIONS_DEADLINE`]. `env`: the process's environment (only
+/// [`ENV_VARS`] are read).
 pub fn read(
     proc: &ProcFs,
     pid: i32,
     argv: &[String],
     env: &BTreeMap<String, String>,
     packages: &[String],
-) -> BTreeMap<String, String> {
-    // A process's installed packages do not change while it runs: read once per process
-    // (discovery runs every few seconds in the daemon).
-    let key = proc.stat(pid).ok().map(|st| {
-        (
-            proc.root().to_path_buf(),
-            pid,
-            st.starttime,
-            packages.to_vec(),
-        )
-    });
-    if let Some(hit) = key
-        .as_ref()
-        .and_then(|k| cache().lock().ok()?.get(k).cloned())
-    {
-        return hit;
-    }
-    let (out, complete) = read_uncached(proc, pid, argv, env, packages);
-    // a read cut short by the deadline is tried again next time
-    if let (Some(k), true, Ok(mut c)) = (key, complete, cache().lock()) {
-        if c.len() >= MAX_CACHED {
-            c.clear();
-        }
-        c.insert(k, out.clone());
-    }
-    out
-}
-
-type CacheKey = (PathBuf, i32, u64, Vec<String>);
-
-/// Processes whose versions are kept (more than a large stack's engines and routers).
-const MAX_CACHED: usize = 1024;
-
-fn cache(
-) -> &'static std::sync::Mutex<std::collections::HashMap<CacheKey, BTreeMap<String, String>>> {
-    static CACHE: std::sync::OnceLock<
-        std::sync::Mutex<std::collections::HashMap<CacheKey, BTreeMap<String, String>>>,
-    > = std::sync::OnceLock::new();
-    CACHE.get_or_init(Default::default)
-}
-
-/// The versions, and whether the read finished within the deadline.
-fn read_uncached(
-    proc: &ProcFs,
-    pid: i32,
-    argv: &[String],
-    env: &BTreeMap<String, String>,
-    packages: &[String],
-) -> (BTreeMap<String, String>, bool) {
+) -> VersionsRead {
     let (proc2, argv, env, packages) =
         (proc.clone(), argv.to_vec(), env.clone(), packages.to_vec());
     let read = move || read_now(&proc2, pid, &argv, &env, &packages);
     let done = crate::deadline::call(&proc.path(pid, "maps"), VERSIONS_DEADLINE, read);
     let complete = done.is_ok();
-    let mut out = done.unwrap_or_default();
+    let mut versions = done.unwrap_or_default();
     if let Some(k) = proc.kernel_release() {
-        out.insert("kernel".into(), k);
+        versions.insert("kernel".into(), k);
     }
-    (out, complete)
+    VersionsRead { versions, complete }
 }
 
 /// [`read`] without the deadline (tests, and the body of the deadline call).

@@ -28,6 +28,8 @@ pub mod proc_fs;
 pub mod proc_net;
 pub mod sock_diag;
 
-pub use proc_fs::{CgroupEntry, FdScan, ProcFs, ProcFsError, PROC_ROOT};
+pub use proc_fs::{
+    CgroupEntry, Comm, FdScan, ProcFs, ProcFsError, StatBrief, StatReader, PROC_ROOT,
+};
 pub use sock_diag::{Dump, NetlinkSockDiag, SockDiag, SockDiagError};
 pub use url::Url;

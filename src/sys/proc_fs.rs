@@ -29,6 +29,8 @@ pub const MAX_SMALL_FILE: usize = 64 << 10;
 pub const MAX_MAPS_BYTES: u64 = 256 << 20;
 /// Cap of one `net/tcp{,6}` table (about 150 bytes a socket: over 400k sockets).
 pub const MAX_TCP_TABLE: usize = 64 << 20;
+/// Buffer a seq file's read starts with (a thousand sockets of `net/tcp`).
+const SEQ_READ_START: usize = 160 << 10;
 
 /// Why a `/proc` read failed, worded for an operator (these texts end up in snapshots).
 #[derive(Debug, thiserror::Error)]
@@ -192,6 +194,22 @@ impl ProcFs {
     }
 
     /// `comm` (what setproctitle also rewrites), without the newline.
+    /// A kernel seq file (`net/tcp`) read into a buffer allocated up front: each `read` of
+    /// one restarts the kernel's walk of its table at the last position, so the small probe
+    /// reads `read_to_end` makes into a full buffer each cost a walk (of the whole
+    /// established hash, for the last one) for nothing.
+    fn read_seq_text(&self, path: &Path, cap: usize) -> Result<String> {
+        use std::io::Read;
+        let err = |e| ProcFsError::from_io(path, e);
+        let file = safe_fs::open_no_follow(path).map_err(err)?;
+        let mut bytes = Vec::with_capacity(SEQ_READ_START.min(cap + 1));
+        file.take(cap as u64 + 1)
+            .read_to_end(&mut bytes)
+            .map_err(err)?;
+        bytes.truncate(cap);
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
+    }
+
     pub fn comm(&self, pid: i32) -> Result<String> {
         let text = self.read_text(&self.path(pid, "comm"), MAX_SMALL_FILE)?;
         Ok(text.trim_end_matches('\n').to_string())
@@ -378,7 +396,7 @@ impl ProcFs {
         let mut out = Vec::new();
         for (file, v6) in [("net/tcp", false), ("net/tcp6", true)] {
             let path = dir.join(file);
-            let text = match self.read_text(&path, MAX_TCP_TABLE) {
+            let text = match self.read_seq_text(&path, MAX_TCP_TABLE) {
                 Ok(t) => t,
                 Err(e) if v6 && e.is_vanished() => continue,
                 Err(e) => return Err(e),
@@ -438,7 +456,9 @@ fn socket_inode(link: &[u8]) -> Option<u64> {
     std::str::from_utf8(digits).ok()?.parse().ok()
 }
 
+mod brief;
 mod files;
+pub use brief::{parse_brief, Comm, StatBrief, StatReader};
 pub use files::is_plain_absolute;
 
 #[cfg(test)]

@@ -81,7 +81,9 @@ fn a_venv_engine_and_its_mapped_torch() {
         .iter()
         .map(|s| s.to_string())
         .collect();
-    let v = read(&t.proc(), 42, &argv, &BTreeMap::new(), &pk);
+    let r = read(&t.proc(), 42, &argv, &BTreeMap::new(), &pk);
+    assert!(r.complete);
+    let v = r.versions;
     assert_eq!(
         v.get("sglang").map(String::as_str),
         Some("0.5.4.post1"),
@@ -128,7 +130,7 @@ fn pythonpath_and_egg_info_and_python_from_the_path() {
 #[test]
 fn nothing_readable_is_nothing() {
     let t = Tree::new(9);
-    let v = read(&t.proc(), 9, &[], &BTreeMap::new(), &["sglang".to_string()]);
+    let v = read(&t.proc(), 9, &[], &BTreeMap::new(), &["sglang".to_string()]).versions;
     assert!(v.is_empty(), "{v:?}");
     assert_eq!(normalize("Sgl.Kernel--x"), "sgl_kernel_x");
     assert_eq!(

@@ -1,0 +1,95 @@
+//! The history's byte budget ([`Model::history_bytes`], issue 15 item 4): after the time
+//! bound, the oldest entry of all history buffers goes first until their estimated bytes
+//! (`footprint.rs`, counted by each [`Ring`]) fit. A buffer's newest entry always stays, so
+//! every source's latest word survives a flood from another; a budget smaller than one
+//! entry of each buffer is exceeded by that much.
+
+use super::ring::{Ring, Timed};
+use super::Model;
+use crate::clock::Millis;
+use std::collections::BTreeMap;
+
+/// The buffer whose oldest entry is the oldest of all.
+enum Oldest {
+    Gpu,
+    Stacks,
+    Closed,
+    Metrics(String),
+    Counts(String),
+}
+
+/// The key and front time of the map's ring with the oldest evictable entry.
+fn oldest_in<T: Timed + super::footprint::Footprint>(
+    m: &BTreeMap<String, Ring<T>>,
+) -> Option<(Millis, &String)> {
+    m.iter()
+        .filter(|(_, r)| r.len() > 1)
+        .filter_map(|(k, r)| r.front_t().map(|t| (t, k)))
+        .min_by_key(|(t, _)| *t)
+}
+
+/// The front time of a ring with an evictable entry (more than its newest).
+fn front<T: Timed + super::footprint::Footprint>(r: &Ring<T>) -> Option<Millis> {
+    (r.len() > 1).then(|| r.front_t()).flatten()
+}
+
+impl Model {
+    /// Estimated bytes the history holds now.
+    pub fn history_bytes_used(&self) -> usize {
+        self.gpu.bytes()
+            + self.stacks.bytes()
+            + self.closed.bytes()
+            + self.metrics.values().map(Ring::bytes).sum::<usize>()
+            + self.counts.values().map(Ring::bytes).sum::<usize>()
+    }
+
+    /// Evicts oldest-first until the history fits [`Model::history_bytes`].
+    pub(super) fn evict_to_budget(&mut self) {
+        let mut used = self.history_bytes_used();
+        while used > self.history_bytes {
+            let Some(which) = self.oldest() else { break };
+            let freed = self.pop(which);
+            if freed == 0 {
+                break;
+            }
+            used = used.saturating_sub(freed);
+        }
+    }
+
+    fn oldest(&self) -> Option<Oldest> {
+        let mut best: Option<(Millis, Oldest)> = None;
+        let mut consider = |t: Option<Millis>, w: Oldest| {
+            if let Some(t) = t {
+                if best.as_ref().is_none_or(|(b, _)| t < *b) {
+                    best = Some((t, w));
+                }
+            }
+        };
+        consider(front(&self.gpu), Oldest::Gpu);
+        consider(front(&self.stacks), Oldest::Stacks);
+        consider(front(&self.closed), Oldest::Closed);
+        if let Some((t, k)) = oldest_in(&self.metrics) {
+            consider(Some(t), Oldest::Metrics(k.clone()));
+        }
+        if let Some((t, k)) = oldest_in(&self.counts) {
+            consider(Some(t), Oldest::Counts(k.clone()));
+        }
+        best.map(|(_, w)| w)
+    }
+
+    /// Pops the front of `which`; the bytes freed.
+    fn pop(&mut self, which: Oldest) -> usize {
+        fn pop_ring<T>(r: &mut Ring<T>) -> usize {
+            let before = r.bytes();
+            r.pop_front();
+            before - r.bytes()
+        }
+        match which {
+            Oldest::Gpu => pop_ring(&mut self.gpu),
+            Oldest::Stacks => pop_ring(&mut self.stacks),
+            Oldest::Closed => pop_ring(&mut self.closed),
+            Oldest::Metrics(k) => self.metrics.get_mut(&k).map_or(0, pop_ring),
+            Oldest::Counts(k) => self.counts.get_mut(&k).map_or(0, pop_ring),
+        }
+    }
+}

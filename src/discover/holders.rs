@@ -1,0 +1,127 @@
+//! Which processes hold the client sockets towards known components (the proxy search), at a
+//! cost that does not grow with unrelated processes.
+//!
+//! Cheapest first:
+//! 1. sockets the known processes hold (a router's own connections to its workers) need no
+//!    search;
+//! 2. the processes that held such sockets in earlier passes (clients, proxies: remembered
+//!    in the [`DiscoveryCache`]) are looked at, each through its remembered sockets while its
+//!    fd count is unchanged: a churning client's new connections are found there;
+//! 3. only sockets still not found and not given up on earlier make every other process be
+//!    looked at (its remembered sockets, one fd-count check each), and when some are still
+//!    missing, every process holding sockets at all is read afresh (a proxy replaced a
+//!    connection at an unchanged count). What no readable process holds (another user's
+//!    client, read without root) is given up on: not searched for again while it stays.
+//!
+//! An unrelated process therefore costs nothing in a pass where no new socket towards a known
+//! port appeared in a process never seen holding one.
+
+use super::table::ProcTable;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+/// Proxies found per round: proxy pid -> (target component id -> connection count).
+pub(super) type Holders = BTreeMap<i32, BTreeMap<String, u32>>;
+
+/// One search: the wanted sockets (inode -> the component they point at) and what is known.
+pub(super) struct Search<'a> {
+    pub table: &'a ProcTable,
+    pub wanted: &'a BTreeMap<u64, String>,
+    /// Component pids, their ancestors and excluded pids: not proxies.
+    pub known_pids: &'a BTreeSet<i32>,
+}
+
+/// Sockets of each looked-at process, and the inodes seen so far.
+#[derive(Default)]
+struct Looked {
+    held: BTreeMap<i32, Arc<Vec<u64>>>,
+    seen: BTreeSet<u64>,
+}
+
+impl Looked {
+    fn add(&mut self, pid: i32, sockets: Arc<Vec<u64>>) {
+        self.seen.extend(sockets.iter());
+        self.held.insert(pid, sockets);
+    }
+}
+
+impl Search<'_> {
+    /// The unknown processes holding wanted sockets, and how many towards each component.
+    pub fn run(&self) -> Holders {
+        let mut known_seen: BTreeSet<u64> = BTreeSet::new();
+        for &pid in self.known_pids.iter().filter(|p| self.alive(**p)) {
+            known_seen.extend(self.table.socket_inodes_memo(pid, false).iter());
+        }
+        let mut looked = Looked::default();
+        if self.missing(&known_seen, &looked).next().is_some() {
+            for pid in self.table.socket_holders() {
+                if self.unknown(pid) {
+                    looked.add(pid, self.table.socket_inodes_memo(pid, false));
+                }
+            }
+        }
+        if self.missing(&known_seen, &looked).next().is_some() {
+            self.search_everyone(&mut looked, &known_seen);
+        }
+        let given_up: Vec<u64> = self.missing(&known_seen, &looked).collect();
+        self.table.give_up_sockets(&given_up);
+        self.holders(looked)
+    }
+
+    fn alive(&self, pid: i32) -> bool {
+        self.table.procs.contains_key(&pid)
+    }
+
+    fn unknown(&self, pid: i32) -> bool {
+        self.alive(pid) && !self.known_pids.contains(&pid)
+    }
+
+    /// Wanted sockets not seen yet and not given up on in an earlier pass.
+    fn missing<'s>(
+        &'s self,
+        known_seen: &'s BTreeSet<u64>,
+        looked: &'s Looked,
+    ) -> impl Iterator<Item = u64> + 's {
+        self.wanted
+            .keys()
+            .copied()
+            .filter(|i| !known_seen.contains(i) && !looked.seen.contains(i))
+            .filter(|i| !self.table.given_up_socket(*i))
+    }
+
+    /// Step 3 of the module doc: every other process, remembered sockets then afresh.
+    fn search_everyone(&self, looked: &mut Looked, known_seen: &BTreeSet<u64>) {
+        let pids: Vec<i32> = self.table.procs.keys().copied().collect();
+        for pid in pids {
+            if self.unknown(pid) && !looked.held.contains_key(&pid) {
+                looked.add(pid, self.table.socket_inodes_memo(pid, false));
+            }
+        }
+        if self.missing(known_seen, looked).next().is_none() {
+            return;
+        }
+        let with_sockets: Vec<i32> = looked
+            .held
+            .iter()
+            .filter(|(_, s)| !s.is_empty())
+            .map(|(p, _)| *p)
+            .collect();
+        for pid in with_sockets {
+            looked.add(pid, self.table.socket_inodes_memo(pid, true));
+        }
+    }
+
+    /// Counts per holder and target; remembers the holders for the next pass.
+    fn holders(&self, looked: Looked) -> Holders {
+        let mut found = Holders::new();
+        for (pid, sockets) in looked.held {
+            for i in sockets.iter() {
+                if let Some(t) = self.wanted.get(i) {
+                    *found.entry(pid).or_default().entry(t.clone()).or_insert(0) += 1;
+                }
+            }
+        }
+        self.table.remember_socket_holders(found.keys().copied());
+        found
+    }
+}

@@ -1,0 +1,184 @@
+//! Issue 15, item 4: the model's memory is bounded by more than time. Its history (stack
+//! captures, metrics points, GPU readings, counts, closed connections) fits a byte budget
+//! whatever a flood of samples brings, oldest entries first; and sockets that are not the
+//! stack's (other processes' connections, another address sharing a component's port,
+//! another network namespace) leave no per-connection state behind.
+
+mod correl_common;
+
+use correl_common::*;
+use wedgewatch::model::*;
+
+const BUDGET: usize = 256 << 10;
+
+/// A stack capture of `threads` threads of 30 frames each (a few KiB, like py-spy's).
+fn deep_stack(pid: i32, t: i64, threads: i32) -> StackCapture {
+    let mut cap = stack(pid, t, "idle", "recv_requests");
+    let th = cap.threads[0].clone();
+    cap.threads = (0..threads)
+        .map(|i| {
+            let mut th = th.clone();
+            th.tid = pid * 100 + i;
+            th.frames = (0..30)
+                .map(|f| Frame {
+                    name: format!("function_number_{f}_of_a_deep_python_stack"),
+                    file: "/opt/venv/lib/python3.11/site-packages/sglang/srt/managers/x.py".into(),
+                    line: f,
+                })
+                .collect();
+            th
+        })
+        .collect();
+    cap
+}
+
+/// Ten minutes of a busy stack at the samplers' cadences, squeezed: every tick a stack
+/// window of four processes, metrics of every component, a GPU reading, a socket table with
+/// new connections (and old ones closed). `check` runs after every tick.
+fn flood(sim: &mut Sim, ticks: usize, mut check: impl FnMut(&Sim, usize)) -> usize {
+    let mut serialized = 0;
+    for i in 0..ticks {
+        sim.advance(250);
+        let caps: Vec<StackCapture> = [301, 401, 300, 400]
+            .iter()
+            .map(|&p| deep_stack(p, sim.now, 4))
+            .collect();
+        serialized += serde_json::to_vec(&caps).map(|v| v.len()).unwrap_or(0);
+        sim.ingest(Payload::Stacks(caps));
+        let scrapes = [ROUTER, PREFILL, DECODE]
+            .iter()
+            .map(|c| scrape(c, &[("running", i as f64), ("queued", 0.0)]))
+            .collect();
+        sim.ingest(Payload::Metrics(scrapes));
+        sim.ingest(Payload::Gpu(gpu(&[(0, 90, 250), (1, 90, 250)])));
+        let c = sim.connect(Some(100), 30000, 200);
+        sim.request(c, 900);
+        sim.respond(c, 400);
+        if c >= 8 {
+            sim.close(c - 8);
+        }
+        sim.sample_sockets();
+        check(sim, i);
+    }
+    serialized
+}
+
+fn flooded(budget: usize, ticks: usize) -> (Sim, usize, usize) {
+    let mut sim = Sim::new(pd_topology());
+    sim.model.history_ms = 24 * 3_600_000; // the time bound must not be what holds it
+    sim.model.history_bytes = budget;
+    let mut peak = 0;
+    let serialized = flood(&mut sim, ticks, |s, _| {
+        peak = peak.max(s.model.history_bytes_used());
+    });
+    (sim, peak, serialized)
+}
+
+#[test]
+fn a_flood_of_samples_stays_under_the_byte_budget() {
+    let (sim, peak, serialized) = flooded(BUDGET, 600);
+    assert!(peak <= BUDGET, "peak {peak} over the budget {BUDGET}");
+    let used = sim.model.history_bytes_used();
+    assert!(used > BUDGET / 2, "the budget is what bounds it: {used}");
+    // the estimate follows the real size: the stack captures alone, as JSON, were far more
+    assert!(serialized > 20 * BUDGET, "{serialized}");
+    // oldest first: the newest of everything is still there
+    let parts = wedgewatch::pipeline::parts(&sim.model, sim.now);
+    let decode_threads = parts.threads.iter().filter(|t| t.pid == 401).count();
+    assert!(decode_threads > 0, "the newest stack captures are kept");
+    let rate_points = sim.model.metrics_history(DECODE).map(|q| q.len());
+    assert!(rate_points.is_some_and(|n| n >= 2), "{rate_points:?}");
+    let newest = sim.model.metrics_history(DECODE).and_then(|q| q.back());
+    assert_eq!(newest.map(|p| p.t_ms), Some(sim.now));
+    let oldest = sim.model.metrics_history(DECODE).and_then(|q| q.front());
+    assert!(
+        oldest.is_some_and(|p| p.t_ms > T0 + 250),
+        "old points evicted"
+    );
+}
+
+#[test]
+fn without_a_tight_budget_the_same_flood_is_kept() {
+    // the control: the flood above is big enough that only the budget bounded it
+    let (_, peak, _) = flooded(wedgewatch::correlate::DEFAULT_HISTORY_BYTES, 600);
+    assert!(peak > 4 * BUDGET, "{peak}");
+}
+
+/// An established connection with tcp_info counters.
+fn sock(local: &str, remote: &str, pid: Option<i32>, netns: Option<u64>) -> SocketEntry {
+    SocketEntry {
+        local: local.into(),
+        remote: remote.into(),
+        state: TcpState::Established,
+        rx_queue: 0,
+        tx_queue: 0,
+        inode: 7,
+        uid: 0,
+        pid,
+        netns,
+        tcp_info: Some(TcpInfo {
+            bytes_acked: 500,
+            bytes_received: 900,
+            bytes_sent: 500,
+            last_data_sent_ms: 100,
+            last_data_recv_ms: 200,
+            last_ack_recv_ms: 100,
+            ..Default::default()
+        }),
+    }
+}
+
+#[test]
+fn foreign_sockets_leave_no_per_connection_state() {
+    let mut sim = Sim::new(pd_topology());
+    let c = sim.connect(Some(100), 30000, 200);
+    sim.request(c, 900);
+    let mut foreign_seen = 0;
+    for round in 0..40 {
+        sim.advance(250);
+        let mut table = sim.socket_table();
+        let port = 41000 + round;
+        let foreign = [
+            // two unrelated processes talking (a database and its client)
+            sock(
+                "10.0.0.5:5432",
+                &format!("10.0.0.6:{port}"),
+                Some(999),
+                None,
+            ),
+            sock(
+                &format!("10.0.0.6:{port}"),
+                "10.0.0.5:5432",
+                Some(998),
+                None,
+            ),
+            // another address of the host on the router's port number, owner unknown
+            sock("10.0.0.7:30000", &format!("10.0.0.8:{port}"), None, None),
+            // the decode engine's port inside another network namespace
+            sock(
+                "127.0.0.1:31012",
+                &format!("127.0.0.1:{port}"),
+                None,
+                Some(77),
+            ),
+        ];
+        foreign_seen += foreign.len();
+        table.sockets.extend(foreign);
+        sim.ingest(Payload::Sockets(table));
+    }
+    assert!(foreign_seen >= 160);
+    // the stack's one connection (proxy -> router) is the only one with state
+    assert_eq!(sim.model.connections_tracked(), 1);
+    let xs: Vec<_> = sim.model.exchanges().collect();
+    assert!(xs.iter().all(|x| x.component == ROUTER), "{xs:?}");
+    assert!(!xs.is_empty());
+    let (_, kept) = sim.model.latest_sockets().expect("a table");
+    assert!(
+        kept.sockets.iter().all(|e| !e.local.starts_with("10.0.0.")
+            && !e.remote.starts_with("10.0.0.")
+            && e.netns.is_none()),
+        "{:?}",
+        kept.sockets
+    );
+    assert!(kept.sockets.iter().any(|e| e.local == "127.0.0.1:30000"));
+}
