@@ -3,6 +3,9 @@
 //! take are counted per source ([`SourceStats`]) and shown, never silently lost: a timed-out
 //! source still emits a sample whose status says `unavailable: timed out after N ms`.
 
+pub mod adaptive;
+pub mod suspicion;
+
 use crate::clock::{Clock, Millis};
 use crate::model::{GpuReading, Payload, Sample, SocketTable, SourceKind, SourceStatus, Topology};
 use crate::sources::Source;
@@ -39,6 +42,9 @@ pub struct Schedule {
     pub source: Arc<dyn Source>,
     pub every_ms: u64,
     pub timeout_ms: u64,
+    /// Runs the source at once when kicked (the daemon's adaptive stacks, on a snapshot
+    /// asked for while a suspicion is open), then on its cadence again.
+    pub kick: Option<Arc<adaptive::StacksKick>>,
 }
 
 /// Per-source sampling health.
@@ -128,7 +134,15 @@ impl Sampler {
             source,
             every_ms: every_ms.max(1),
             timeout_ms: timeout_ms.max(1),
+            kick: None,
         });
+    }
+
+    /// The source of `kind` also runs whenever `kick` is kicked.
+    pub fn kick_with(&mut self, kind: SourceKind, kick: Arc<adaptive::StacksKick>) {
+        for s in self.schedules.iter_mut().filter(|s| s.source.kind() == kind) {
+            s.kick = Some(kick.clone());
+        }
     }
 
     /// Adds a source at its kind's default cadence.
@@ -183,6 +197,7 @@ impl Sampler {
                     } else {
                         tokio::select! {
                             _ = iv.tick() => {}
+                            _ = kicked(s.kick.as_deref()) => iv.reset(),
                             r = shutdown.changed() => { if r.is_err() || *shutdown.borrow() { break; } continue; }
                         }
                     }
@@ -219,6 +234,14 @@ impl Sampler {
         for t in tasks {
             let _ = t.await;
         }
+    }
+}
+
+/// Resolves when `kick` is kicked; never without one.
+async fn kicked(kick: Option<&adaptive::StacksKick>) {
+    match kick {
+        Some(k) => k.kicked().await,
+        None => std::future::pending().await,
     }
 }
 
