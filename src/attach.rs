@@ -8,10 +8,10 @@ use crate::daemon::DiscoverFn;
 use crate::detect::Thresholds;
 use crate::discover::{self, DiscoverOptions, DiscoveryCache};
 use crate::error::{Error, Result};
+use crate::model::SourceKind;
 use crate::model::Topology;
 use crate::probes::ProbeSet;
 use crate::record::{ReadStats, Record, Recording, Replayer};
-use crate::model::SourceKind;
 use crate::sampler::adaptive::{AdaptiveStacks, SuspicionFn};
 use crate::sampler::Sampler;
 use crate::snapshot::SnapshotParts;
@@ -159,7 +159,10 @@ impl AttachOptions {
     /// their default cadences, with the stacks source adaptive (`stacks_adaptive`: every
     /// `stacks_tick_ms`, suspected engines first, else round-robin; see
     /// [`crate::sampler::adaptive`]) and `suspicion` asked at each of its ticks.
-    pub fn daemon_sources(&self, suspicion: SuspicionFn) -> Result<Vec<(Arc<dyn Source>, u64, u64)>> {
+    pub fn daemon_sources(
+        &self,
+        suspicion: SuspicionFn,
+    ) -> Result<Vec<(Arc<dyn Source>, u64, u64)>> {
         let sampling = &self.thresholds.sampling;
         let mut out = Vec::new();
         for src in self.sources()? {

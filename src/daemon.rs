@@ -135,8 +135,9 @@ impl Daemon {
         let started_ms = clock.now_ms();
         // At most one kicked stacks tick per half tick, however often snapshots are asked.
         let half_tick = config.thresholds.sampling.stacks_tick_ms / 2;
-        let stacks_kick =
-            StacksKick::new(Duration::from_millis(u64::try_from(half_tick).unwrap_or(1_000)));
+        let stacks_kick = StacksKick::new(Duration::from_millis(
+            u64::try_from(half_tick).unwrap_or(1_000),
+        ));
         Daemon {
             config,
             clock,

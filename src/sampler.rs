@@ -140,7 +140,11 @@ impl Sampler {
 
     /// The source of `kind` also runs whenever `kick` is kicked.
     pub fn kick_with(&mut self, kind: SourceKind, kick: Arc<adaptive::StacksKick>) {
-        for s in self.schedules.iter_mut().filter(|s| s.source.kind() == kind) {
+        for s in self
+            .schedules
+            .iter_mut()
+            .filter(|s| s.source.kind() == kind)
+        {
             s.kick = Some(kick.clone());
         }
     }

@@ -31,10 +31,14 @@ fn tempdir(tag: &str) -> PathBuf {
 /// Fast detector thresholds (8 s wedge), adaptive stacks ticking every [`TICK_MS`].
 fn thresholds(dir: &Path) -> PathBuf {
     let p = dir.join("thresholds.toml");
-    let fast = std::fs::read_to_string(lab::repo_root().join("tests/fixtures/thresholds-fast.toml"))
-        .expect("fast thresholds");
-    std::fs::write(&p, format!("{fast}\nstacks_adaptive = true\nstacks_tick_ms = {TICK_MS}\n"))
-        .expect("write thresholds");
+    let fast =
+        std::fs::read_to_string(lab::repo_root().join("tests/fixtures/thresholds-fast.toml"))
+            .expect("fast thresholds");
+    std::fs::write(
+        &p,
+        format!("{fast}\nstacks_adaptive = true\nstacks_tick_ms = {TICK_MS}\n"),
+    )
+    .expect("write thresholds");
     p
 }
 
@@ -115,7 +119,10 @@ impl Daemon {
                     return v;
                 }
             }
-            assert!(started.elapsed() < Duration::from_secs(30), "daemon did not answer");
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "daemon did not answer"
+            );
             std::thread::sleep(Duration::from_millis(300));
         }
     }
@@ -183,9 +190,16 @@ fn quiet_stack_is_dumped_one_process_per_tick() {
     for tick in &ticks {
         let distinct: BTreeSet<&u32> = tick.iter().collect();
         let of_mine = distinct.iter().filter(|p| mine.contains(p)).count();
-        assert!(of_mine <= 1, "more than one of this lab's pids in a tick: {tick:?}");
+        assert!(
+            of_mine <= 1,
+            "more than one of this lab's pids in a tick: {tick:?}"
+        );
         if !foreign_suspicion {
-            assert_eq!(distinct.len(), 1, "one process per tick: {tick:?}\n{daemon_log}");
+            assert_eq!(
+                distinct.len(),
+                1,
+                "one process per tick: {tick:?}\n{daemon_log}"
+            );
         }
     }
     // The rotation moves on: no pid twice in a row.
@@ -220,7 +234,10 @@ fn noon_wedge_yields_wedged_request_with_stack_evidence() {
         .cloned()
         .unwrap_or_else(|| panic!("no wedged_request at {decode}: {}", snap["findings"]));
     let ev = wedged["evidence"].to_string();
-    assert!(ev.contains("\"source\":\"stacks\""), "no stack evidence: {ev}");
+    assert!(
+        ev.contains("\"source\":\"stacks\""),
+        "no stack evidence: {ev}"
+    );
     // "idle in k/k dumps over N s": the span says what k/k means.
     let summary = wedged["summary"].as_str().unwrap_or_default().to_string();
     assert!(
@@ -228,12 +245,16 @@ fn noon_wedge_yields_wedged_request_with_stack_evidence() {
         "no span in {summary} / {ev}"
     );
     assert!(
-        daemon_log.contains("adaptive stacks: dumping the schedulers of") && daemon_log.contains(&decode),
+        daemon_log.contains("adaptive stacks: dumping the schedulers of")
+            && daemon_log.contains(&decode),
         "the daemon never said it suspected {decode}:\n{daemon_log}"
     );
     let all = runs(&log);
     let count = |pid: u32| all.iter().filter(|r| r.1 == pid).count();
-    let (dsched, psched) = (lab.decode().scheduler_pids[0], lab.prefill().scheduler_pids[0]);
+    let (dsched, psched) = (
+        lab.decode().scheduler_pids[0],
+        lab.prefill().scheduler_pids[0],
+    );
     assert!(
         count(dsched) >= 3,
         "decode's scheduler dumped {} times: {all:?}",
@@ -257,7 +278,9 @@ fn wait_for_wedge(lab: &Lab, daemon: &Daemon, bound: Duration) -> Value {
             fs.iter().any(|f| {
                 f["kind"] == "wedged_request"
                     && f["component"] == decode.as_str()
-                    && f["summary"].as_str().is_some_and(|s| s.contains(" dumps over "))
+                    && f["summary"]
+                        .as_str()
+                        .is_some_and(|s| s.contains(" dumps over "))
             })
         });
         if stacks_evidence || started.elapsed() > bound {
@@ -271,7 +294,10 @@ fn wait_for_wedge(lab: &Lab, daemon: &Daemon, bound: Duration) -> Value {
 fn component_of(snap: &Value, pid: u32) -> String {
     snap["components"]
         .as_array()
-        .and_then(|cs| cs.iter().find(|c| c["main_pid"].as_u64() == Some(u64::from(pid))))
+        .and_then(|cs| {
+            cs.iter()
+                .find(|c| c["main_pid"].as_u64() == Some(u64::from(pid)))
+        })
         .and_then(|c| c["id"].as_str())
         .unwrap_or("?")
         .to_string()

@@ -100,3 +100,40 @@ impl Model {
         by_tid.into_values().collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn window(times: &[Millis]) -> ThreadWindow {
+        ThreadWindow {
+            pid: 1,
+            tid: 1,
+            name: None,
+            states: times.iter().map(|_| ThreadState::Idle).collect(),
+            times: times.to_vec(),
+            top_frames: Vec::new(),
+            frames: Vec::new(),
+            rule: None,
+            decided_by: None,
+        }
+    }
+
+    #[test]
+    fn dumps_say_over_what_time_they_were_taken() {
+        assert_eq!(
+            window(&[1_000, 1_300, 1_600]).dumps_text(3),
+            "in 3/3 dumps over 0.6 s"
+        );
+        let ticks: Vec<Millis> = (0..6).map(|i| i * 5_000).collect();
+        assert_eq!(window(&ticks).dumps_text(6), "in 6/6 dumps over 25 s");
+        assert_eq!(window(&ticks).dumps_text(4), "in 4/6 dumps over 25 s");
+        assert_eq!(
+            window(&[7]).dumps_text(1),
+            "in 1/1 dumps",
+            "one dump spans nothing"
+        );
+        assert_eq!(span_text(9_940), "9.9 s");
+        assert_eq!(span_text(10_499), "10 s");
+    }
+}

@@ -105,7 +105,10 @@ mod tests {
         assert!(s.is_empty());
         s.add("decode", SuspicionReason::QueueNotDraining { queued: 2.0 });
         s.add("decode", SuspicionReason::QueueNotDraining { queued: 2.0 });
-        s.add("decode", SuspicionReason::FindingOpen(FindingKind::WedgedRequest));
+        s.add(
+            "decode",
+            SuspicionReason::FindingOpen(FindingKind::WedgedRequest),
+        );
         assert!(s.contains("decode") && !s.contains("prefill"));
         assert_eq!(s.reasons("decode").len(), 2);
         assert_eq!(

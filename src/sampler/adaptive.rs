@@ -269,7 +269,10 @@ mod tests {
             comp("router", Role::Router, &[20], None),
             comp("client", Role::Client, &[5], None),
         ];
-        for (engine, role, base) in [("prefill", Role::Prefill, 200), ("decode", Role::Decode, 300)] {
+        for (engine, role, base) in [
+            ("prefill", Role::Prefill, 200),
+            ("decode", Role::Decode, 300),
+        ] {
             let scheds: Vec<i32> = (1..=tp).map(|i| base + i).collect();
             let mut pids = vec![base];
             pids.extend(&scheds);
@@ -304,7 +307,11 @@ mod tests {
     fn round_robin_covers_every_process_in_n_ticks() {
         let topo = pd_node(8);
         let n = targets_from_topology(&topo).len();
-        assert_eq!(n, 2 + 2 * 9, "proxy, router, two engines of 1 + 8 (no client)");
+        assert_eq!(
+            n,
+            2 + 2 * 9,
+            "proxy, router, two engines of 1 + 8 (no client)"
+        );
         let mut p = StackPolicy::new();
         let seen: Vec<i32> = (0..n)
             .flat_map(|_| p.plan(&topo, &Suspicion::none()).pids())

@@ -94,7 +94,12 @@ fn idle_with_work_waiting(
     let oldest_open = view
         .requests
         .iter()
-        .filter(|r| matches!(r.state, RequestState::WaitingFirstByte | RequestState::Stalled))
+        .filter(|r| {
+            matches!(
+                r.state,
+                RequestState::WaitingFirstByte | RequestState::Stalled
+            )
+        })
         .filter(|r| engine_of(topo, &r.x.component) == Some(engine))
         .map(|r| r.age_ms)
         .max();
