@@ -26,6 +26,9 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, TryLockError};
 use tokio::sync::watch;
 
+/// A source with its cadence and timeout, in ms.
+pub type Cadenced = (Arc<dyn Source>, u64, u64);
+
 /// The daemon's discovery cache, shared by its rediscovery passes.
 type SharedCache = Arc<Mutex<DiscoveryCache>>;
 
@@ -159,10 +162,7 @@ impl AttachOptions {
     /// their default cadences, with the stacks source adaptive (`stacks_adaptive`: every
     /// `stacks_tick_ms`, suspected engines first, else round-robin; see
     /// [`crate::sampler::adaptive`]) and `suspicion` asked at each of its ticks.
-    pub fn daemon_sources(
-        &self,
-        suspicion: SuspicionFn,
-    ) -> Result<Vec<(Arc<dyn Source>, u64, u64)>> {
+    pub fn daemon_sources(&self, suspicion: SuspicionFn) -> Result<Vec<Cadenced>> {
         let sampling = &self.thresholds.sampling;
         let mut out = Vec::new();
         for src in self.sources()? {
