@@ -103,11 +103,20 @@ impl Daemon {
         }
     }
 
-    /// The daemon's snapshot (bounded; retried until its socket answers).
+    /// The daemon's snapshot (bounded; retried until its socket answers). The verb runs
+    /// the real py-spy: should it sample by itself, its dumps are not counted as the daemon's.
     fn snapshot(&self, lab: &Lab) -> Value {
         let started = Instant::now();
         loop {
-            let out = ww(lab, &self.py_spy)
+            if !self.socket_exists() {
+                assert!(
+                    started.elapsed() < Duration::from_secs(30),
+                    "no daemon socket"
+                );
+                std::thread::sleep(Duration::from_millis(300));
+                continue;
+            }
+            let out = ww(lab, &lab::venv_bin("py-spy"))
                 .arg("--state-dir")
                 .arg(&self.state_dir)
                 .args(["snapshot", "--json"])
@@ -125,6 +134,14 @@ impl Daemon {
             );
             std::thread::sleep(Duration::from_millis(300));
         }
+    }
+}
+
+impl Daemon {
+    fn socket_exists(&self) -> bool {
+        use std::os::unix::fs::FileTypeExt;
+        std::fs::symlink_metadata(self.state_dir.join("daemon.sock"))
+            .is_ok_and(|m| m.file_type().is_socket())
     }
 }
 
@@ -150,23 +167,33 @@ fn lab_pids(lab: &Lab) -> BTreeSet<u32> {
     lab.info.all_pids().into_iter().collect()
 }
 
+/// One test at a time: the wedged lab of one would be suspected by the other's daemon
+/// (discovery sees every stack on the machine).
+static ONE_LAB: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
 /// With nothing suspicious (an idle healthy stack), one process per tick: py-spy runs come
 /// in single file, a tick apart, and the rotation walks this lab's processes one at a time.
 #[test]
 fn quiet_stack_is_dumped_one_process_per_tick() {
+    let _one = ONE_LAB.lock().unwrap_or_else(|p| p.into_inner());
     let lab = Lab::up(&LabOptions::pd()).expect("lab up");
     let dir = tempdir("quiet");
     let (py_spy, log) = counting_py_spy(&dir);
     let daemon = Daemon::start(&lab, &dir, &py_spy);
     let _ = daemon.snapshot(&lab);
-    let t0 = Instant::now();
+    let (t0, from) = (Instant::now(), unix_now());
     std::thread::sleep(Duration::from_secs(20));
     let secs = t0.elapsed().as_secs_f64();
     let daemon_log = std::fs::read_to_string(dir.join("daemon.log")).unwrap_or_default();
     let all = runs(&log);
     drop(daemon);
-    let last = all.last().map_or(0.0, |r| r.0);
-    let window: Vec<(f64, u32)> = all.into_iter().filter(|r| r.0 >= last - secs).collect();
+    let window: Vec<(f64, u32)> = all.into_iter().filter(|r| r.0 >= from).collect();
     // Runs of one tick: within 1 s of each other (a retry of a racy read is the same pid).
     let mut ticks: Vec<Vec<u32>> = Vec::new();
     let mut prev = f64::MIN;
@@ -214,6 +241,7 @@ fn quiet_stack_is_dumped_one_process_per_tick() {
 /// its scheduler dumped tick after tick once suspected, the healthy prefill's far less.
 #[test]
 fn noon_wedge_yields_wedged_request_with_stack_evidence() {
+    let _one = ONE_LAB.lock().unwrap_or_else(|p| p.into_inner());
     let lab = Lab::up(&LabOptions::pd().decode_env(TUNING_VAR, "100")).expect("lab up");
     let dir = tempdir("wedge");
     let (py_spy, log) = counting_py_spy(&dir);
