@@ -25,7 +25,7 @@ use crate::error::{Error, Result};
 use crate::model::{Payload, Sample, SourceKind, Topology};
 use crate::record::{Baseline, Record, RecordingWriter, RotationPolicy};
 use crate::safe_fs;
-use crate::sampler::adaptive::StacksKick;
+use crate::sampler::kick::StacksKick;
 use crate::sampler::{Sampler, StatsHandle};
 use crate::sources::{BoxFuture, Source};
 pub use dirs::{default_runtime_dir, default_state_dir};

@@ -78,7 +78,6 @@ fn runs(log: &Path) -> Vec<(f64, u32)> {
 struct Daemon {
     child: Child,
     state_dir: PathBuf,
-    py_spy: PathBuf,
 }
 
 impl Daemon {
@@ -96,11 +95,7 @@ impl Daemon {
             .stderr(log)
             .spawn()
             .expect("spawn wedgewatch daemon");
-        Daemon {
-            child,
-            state_dir,
-            py_spy: py_spy.to_path_buf(),
-        }
+        Daemon { child, state_dir }
     }
 
     /// The daemon's snapshot (bounded; retried until its socket answers). The verb runs

@@ -11,7 +11,8 @@
 //! suspected engines' schedulers first, then the other schedulers, then the rest.
 //!
 //! [`AdaptiveStacks`] is the stacks source with this policy: it asks a [`SuspicionFn`] at
-//! each tick, plans, and has the plain [`StackSource`] dump the plan.
+//! each tick, plans, and has the plain [`StackSource`] dump the plan. A snapshot asked of the
+//! daemon while something is suspected runs a tick at once ([`super::kick::StacksKick`]).
 
 use super::suspicion::engine_of;
 use crate::clock::Clock;
@@ -120,56 +121,6 @@ pub fn snapshot_order(topo: &Topology, suspicion: &Suspicion) -> Vec<StackTarget
     rest.sort_by_key(|t| (!t.whole_window, t.pid));
     out.extend(rest);
     out
-}
-
-/// A snapshot asked for while a suspicion is open runs the stacks tick at once (the
-/// suspected engines' schedulers first, as every tick does), at most once per `min_gap`:
-/// the next snapshot then has fresh stacks of the engine in trouble. The daemon marks
-/// whether anything is suspected at each tick and calls [`StacksKick::on_snapshot`]; the
-/// sampler waits on [`StacksKick::kicked`] beside its interval.
-#[derive(Debug)]
-pub struct StacksKick {
-    notify: tokio::sync::Notify,
-    suspected: std::sync::atomic::AtomicBool,
-    min_gap: std::time::Duration,
-    last: Mutex<Option<Instant>>,
-}
-
-impl StacksKick {
-    pub fn new(min_gap: std::time::Duration) -> Arc<StacksKick> {
-        Arc::new(StacksKick {
-            notify: tokio::sync::Notify::new(),
-            suspected: std::sync::atomic::AtomicBool::new(false),
-            min_gap,
-            last: Mutex::new(None),
-        })
-    }
-
-    /// Whether the last tick's suspicion named any engine.
-    pub fn set_suspected(&self, yes: bool) {
-        self.suspected
-            .store(yes, std::sync::atomic::Ordering::Relaxed);
-    }
-
-    /// A snapshot was asked for: kicks the stacks source when something is suspected and
-    /// it was not kicked within `min_gap`. Returns whether it kicked.
-    pub fn on_snapshot(&self) -> bool {
-        if !self.suspected.load(std::sync::atomic::Ordering::Relaxed) {
-            return false;
-        }
-        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
-        if last.is_some_and(|t| t.elapsed() < self.min_gap) {
-            return false;
-        }
-        *last = Some(Instant::now());
-        self.notify.notify_one();
-        true
-    }
-
-    /// Resolves at the next kick.
-    pub async fn kicked(&self) {
-        self.notify.notified().await;
-    }
 }
 
 /// The stacks source with the adaptive policy (the daemon's, with `stacks_adaptive`).
@@ -381,19 +332,6 @@ mod tests {
         assert!(snapshot_order(&topo, &silent("decode"))[..4]
             .iter()
             .all(|t| t.whole_window));
-    }
-
-    #[tokio::test]
-    async fn a_snapshot_kicks_the_stacks_tick_only_while_suspected_and_not_too_often() {
-        let kick = StacksKick::new(std::time::Duration::from_secs(60));
-        assert!(!kick.on_snapshot(), "nothing suspected: no kick");
-        kick.set_suspected(true);
-        assert!(kick.on_snapshot());
-        // The stored permit wakes the sampler's next wait at once.
-        tokio::time::timeout(std::time::Duration::from_secs(1), kick.kicked())
-            .await
-            .expect("kicked");
-        assert!(!kick.on_snapshot(), "at most once per min_gap");
     }
 
     #[test]
