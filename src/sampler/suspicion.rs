@@ -100,6 +100,8 @@ fn idle_with_work_waiting(
                 RequestState::WaitingFirstByte | RequestState::Stalled
             )
         })
+        // A health check or a scrape (ours too) is no work waiting.
+        .filter(|r| !view.logical_of(r).probe)
         .filter(|r| engine_of(topo, &r.x.component) == Some(engine))
         .map(|r| r.age_ms)
         .max();
