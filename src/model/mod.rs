@@ -11,6 +11,7 @@ pub mod node;
 pub mod parts;
 pub mod sample;
 pub mod snapshot;
+pub mod suspicion;
 pub mod thread_state;
 pub mod topology;
 
@@ -22,5 +23,6 @@ pub use node::{NodeClock, NodeIdentity, SnapConnection};
 pub use parts::{ComponentExtras, SnapshotParts};
 pub use sample::*;
 pub use snapshot::*;
+pub use suspicion::{Suspicion, SuspicionReason};
 pub use thread_state::ThreadState;
 pub use topology::*;
