@@ -8,9 +8,11 @@ use crate::daemon::DiscoverFn;
 use crate::detect::Thresholds;
 use crate::discover::{self, DiscoverOptions, DiscoveryCache};
 use crate::error::{Error, Result};
+use crate::model::SourceKind;
 use crate::model::Topology;
 use crate::probes::ProbeSet;
 use crate::record::{ReadStats, Record, Recording, Replayer};
+use crate::sampler::adaptive::{AdaptiveStacks, SuspicionFn};
 use crate::sampler::Sampler;
 use crate::snapshot::SnapshotParts;
 use crate::sources::gpu::{GpuConfig, GpuSource};
@@ -23,6 +25,9 @@ use crate::sys::ProcFs;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, TryLockError};
 use tokio::sync::watch;
+
+/// A source with its cadence and timeout, in ms.
+pub type Cadenced = (Arc<dyn Source>, u64, u64);
 
 /// The daemon's discovery cache, shared by its rediscovery passes.
 type SharedCache = Arc<Mutex<DiscoveryCache>>;
@@ -129,11 +134,6 @@ impl AttachOptions {
     /// The five sources, configured from the options. A source that cannot work here (no
     /// py-spy, no NVML) still exists and reports `unavailable` with its reason.
     pub fn sources(&self) -> Result<Vec<Arc<dyn Source>>> {
-        let mut stacks = StacksConfig::from_env();
-        if let Some(p) = &self.py_spy {
-            stacks.py_spy = Some(p.clone());
-        }
-        stacks.native = self.native;
         let mut gpu = GpuConfig::from_env();
         if let Some(p) = &self.nvml_lib {
             gpu.lib_path = Some(p.clone());
@@ -153,9 +153,41 @@ impl AttachOptions {
             ),
             // Not `proc_root`: py-spy reads the kernel's `/proc` whatever our root is, and
             // whether a target is Python or has exited is a question about what py-spy sees.
-            Arc::new(StackSource::new(stacks, &self.probes.stack_rules)?),
+            Arc::new(self.stack_source()?),
             Arc::new(GpuSource::new(gpu)),
         ])
+    }
+
+    /// The daemon's sources with their cadences (every ms, timeout ms): the five sources at
+    /// their default cadences, with the stacks source adaptive (`stacks_adaptive`: every
+    /// `stacks_tick_ms`, suspected engines first, else round-robin; see
+    /// [`crate::sampler::adaptive`]) and `suspicion` asked at each of its ticks.
+    pub fn daemon_sources(&self, suspicion: SuspicionFn) -> Result<Vec<Cadenced>> {
+        let sampling = &self.thresholds.sampling;
+        let mut out = Vec::new();
+        for src in self.sources()? {
+            let (every, timeout) = crate::sampler::default_cadence(src.kind());
+            out.push((src, every, timeout));
+        }
+        if sampling.stacks_adaptive {
+            let tick = u64::try_from(sampling.stacks_tick_ms).unwrap_or(u64::MAX);
+            let stacks = self.stack_source()?;
+            for s in out.iter_mut().filter(|s| s.0.kind() == SourceKind::Stacks) {
+                let adaptive = AdaptiveStacks::new(stacks.clone(), suspicion.clone());
+                *s = (Arc::new(adaptive), tick, s.2);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The stacks source, configured from the options.
+    fn stack_source(&self) -> Result<StackSource> {
+        let mut stacks = StacksConfig::from_env();
+        if let Some(p) = &self.py_spy {
+            stacks.py_spy = Some(p.clone());
+        }
+        stacks.native = self.native;
+        StackSource::new(stacks, &self.probes.stack_rules)
     }
 
     /// A sampler over every source at its default cadence.

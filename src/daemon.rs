@@ -22,9 +22,10 @@ use crate::clock::{Clock, Millis};
 use crate::correlate::Model;
 use crate::detect::Thresholds;
 use crate::error::{Error, Result};
-use crate::model::{Payload, Sample, Topology};
+use crate::model::{Payload, Sample, SourceKind, Topology};
 use crate::record::{Baseline, Record, RecordingWriter, RotationPolicy};
 use crate::safe_fs;
+use crate::sampler::kick::StacksKick;
 use crate::sampler::{Sampler, StatsHandle};
 use crate::sources::{BoxFuture, Source};
 pub use dirs::{default_runtime_dir, default_state_dir};
@@ -107,6 +108,8 @@ pub struct Daemon {
     discover: DiscoverFn,
     sources: Vec<(Arc<dyn Source>, u64, u64)>,
     shared: Arc<Mutex<Shared>>,
+    /// Runs the stacks source at once on a snapshot asked for while a suspicion is open.
+    stacks_kick: Arc<StacksKick>,
 }
 
 fn lock(s: &Mutex<Shared>) -> std::sync::MutexGuard<'_, Shared> {
@@ -130,11 +133,17 @@ impl Daemon {
         model.history_ms = config.history_ms;
         model.window_ms = config.window_ms;
         let started_ms = clock.now_ms();
+        // At most one kicked stacks tick per half tick, however often snapshots are asked.
+        let half_tick = config.thresholds.sampling.stacks_tick_ms / 2;
+        let stacks_kick = StacksKick::new(Duration::from_millis(
+            u64::try_from(half_tick).unwrap_or(1_000),
+        ));
         Daemon {
             config,
             clock,
             discover,
             sources: Vec::new(),
+            stacks_kick,
             shared: Arc::new(Mutex::new(Shared {
                 model,
                 baselines: Vec::new(),
@@ -151,6 +160,20 @@ impl Daemon {
     pub fn add_default_source(&mut self, source: Arc<dyn Source>) {
         let (e, t) = crate::sampler::default_cadence(source.kind());
         self.add_source(source, e, t);
+    }
+
+    /// The suspicion of the daemon's model now (`sampler::suspicion`), for its adaptive
+    /// stacks source: derived from the model at each stacks tick, under the model's lock.
+    pub fn suspicion_fn(&self) -> crate::sampler::adaptive::SuspicionFn {
+        let shared = self.shared.clone();
+        let clock = self.clock.clone();
+        let kick = self.stacks_kick.clone();
+        Arc::new(move || {
+            let sh = lock(&shared);
+            let s = crate::sampler::suspicion::of_model(&sh.model, clock.now_ms());
+            kick.set_suspected(!s.is_empty());
+            s
+        })
     }
 
     /// The live state (for an in-process TUI).
@@ -205,6 +228,7 @@ impl Daemon {
         for (s, e, t) in &self.sources {
             sampler.add(s.clone(), *e, *t);
         }
+        sampler.kick_with(SourceKind::Stacks, self.stacks_kick.clone());
         let stats = sampler.stats();
         let (tx, mut rx) = mpsc::channel::<Sample>(4096);
         let (stop_tx, stop_rx) = watch::channel(false);
@@ -221,9 +245,12 @@ impl Daemon {
         });
         let server = tokio::spawn(serve(
             listener,
-            self.shared.clone(),
-            stats,
-            self.clock.clone(),
+            Answering {
+                shared: self.shared.clone(),
+                stats,
+                clock: self.clock.clone(),
+                kick: self.stacks_kick.clone(),
+            },
         ));
 
         let every = Duration::from_millis(self.config.rediscover_every_ms.max(100));
@@ -396,37 +423,37 @@ fn take_baseline(
     Some(b)
 }
 
-async fn serve(
-    listener: UnixListener,
+/// What answering a client needs: the state, the sampler's stats, the clock, and the kick
+/// of the adaptive stacks source.
+#[derive(Clone)]
+struct Answering {
     shared: Arc<Mutex<Shared>>,
     stats: StatsHandle,
     clock: Arc<dyn Clock>,
-) {
+    kick: Arc<StacksKick>,
+}
+
+async fn serve(listener: UnixListener, with: Answering) {
     loop {
         let Ok((stream, _)) = listener.accept().await else {
             // e.g. out of fds: back off instead of spinning.
             tokio::time::sleep(Duration::from_millis(50)).await;
             continue;
         };
-        let shared = shared.clone();
-        let stats = stats.clone();
-        let clock = clock.clone();
+        let with = with.clone();
         tokio::spawn(async move {
-            let _ = tokio::time::timeout(
-                Duration::from_secs(10),
-                answer(stream, shared, stats, clock),
-            )
-            .await;
+            let _ = tokio::time::timeout(Duration::from_secs(10), answer(stream, with)).await;
         });
     }
 }
 
-async fn answer(
-    stream: UnixStream,
-    shared: Arc<Mutex<Shared>>,
-    stats: StatsHandle,
-    clock: Arc<dyn Clock>,
-) -> std::io::Result<()> {
+async fn answer(stream: UnixStream, with: Answering) -> std::io::Result<()> {
+    let Answering {
+        shared,
+        stats,
+        clock,
+        kick,
+    } = with;
     let refused = socket::refuse_client(&stream);
     let (r, mut w) = stream.into_split();
     // Read the line even from a refused client, so it gets the reason instead of EPIPE.
@@ -440,6 +467,10 @@ async fn answer(
         // Building a snapshot of a large model takes a while and holds the model's lock: do
         // it off the runtime's workers so sampling never waits behind a client.
         (None, Ok(req)) => {
+            if matches!(req, Request::Snapshot { .. }) {
+                // Answered from the model now; the suspected engines' fresh stacks follow.
+                kick.on_snapshot();
+            }
             let now = clock.now_ms();
             tokio::task::spawn_blocking(move || respond(&req, &shared, &stats, now))
                 .await

@@ -3,6 +3,10 @@
 //! take are counted per source ([`SourceStats`]) and shown, never silently lost: a timed-out
 //! source still emits a sample whose status says `unavailable: timed out after N ms`.
 
+pub mod adaptive;
+pub mod kick;
+pub mod suspicion;
+
 use crate::clock::{Clock, Millis};
 use crate::model::{GpuReading, Payload, Sample, SocketTable, SourceKind, SourceStatus, Topology};
 use crate::sources::Source;
@@ -39,6 +43,9 @@ pub struct Schedule {
     pub source: Arc<dyn Source>,
     pub every_ms: u64,
     pub timeout_ms: u64,
+    /// Runs the source at once when kicked (the daemon's adaptive stacks, on a snapshot
+    /// asked for while a suspicion is open), then on its cadence again.
+    pub kick: Option<Arc<kick::StacksKick>>,
 }
 
 /// Per-source sampling health.
@@ -128,7 +135,19 @@ impl Sampler {
             source,
             every_ms: every_ms.max(1),
             timeout_ms: timeout_ms.max(1),
+            kick: None,
         });
+    }
+
+    /// The source of `kind` also runs whenever `kick` is kicked.
+    pub fn kick_with(&mut self, kind: SourceKind, kick: Arc<kick::StacksKick>) {
+        for s in self
+            .schedules
+            .iter_mut()
+            .filter(|s| s.source.kind() == kind)
+        {
+            s.kick = Some(kick.clone());
+        }
     }
 
     /// Adds a source at its kind's default cadence.
@@ -183,6 +202,7 @@ impl Sampler {
                     } else {
                         tokio::select! {
                             _ = iv.tick() => {}
+                            _ = kicked(s.kick.as_deref()) => iv.reset(),
                             r = shutdown.changed() => { if r.is_err() || *shutdown.borrow() { break; } continue; }
                         }
                     }
@@ -219,6 +239,14 @@ impl Sampler {
         for t in tasks {
             let _ = t.await;
         }
+    }
+}
+
+/// Resolves when `kick` is kicked; never without one.
+async fn kicked(kick: Option<&kick::StacksKick>) {
+    match kick {
+        Some(k) => k.kicked().await,
+        None => std::future::pending().await,
     }
 }
 
@@ -349,6 +377,47 @@ mod tests {
                 .is_some_and(|r| r.contains("end of the window")),
             "{st:?}"
         );
+    }
+
+    /// A source that answers at once with an empty sample.
+    struct Quick;
+
+    impl Source for Quick {
+        fn kind(&self) -> SourceKind {
+            SourceKind::Stacks
+        }
+        fn sample<'a>(&'a self, _: &'a Topology, c: &'a dyn Clock) -> BoxFuture<'a, Sample> {
+            Box::pin(async move {
+                Sample {
+                    t_ms: c.now_ms(),
+                    status: SourceStatus::ok(),
+                    took_ms: 0,
+                    payload: empty_payload(SourceKind::Stacks),
+                }
+            })
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_kicked_source_runs_at_once_between_its_ticks() {
+        let (_tx, rx) = watch::channel(Topology::default());
+        let mut s = Sampler::new(Arc::new(crate::clock::FakeClock::new(0)), rx);
+        s.add(Arc::new(Quick), 60_000, 1_000);
+        let kick = kick::StacksKick::new(Duration::from_secs(1));
+        s.kick_with(SourceKind::Stacks, kick.clone());
+        let (tx, mut samples) = mpsc::channel(16);
+        let (_stop_tx, stop_rx) = watch::channel(false);
+        let _task = tokio::spawn(s.run(tx, stop_rx));
+        assert!(
+            samples.recv().await.is_some(),
+            "the first tick is immediate"
+        );
+        let none = tokio::time::timeout(Duration::from_secs(5), samples.recv()).await;
+        assert!(none.is_err(), "not before its next tick unless kicked");
+        kick.set_suspected(true);
+        assert!(kick.on_snapshot());
+        let kicked = tokio::time::timeout(Duration::from_secs(1), samples.recv()).await;
+        assert!(matches!(kicked, Ok(Some(_))), "a kick runs it at once");
     }
 
     #[tokio::test(start_paused = true)]

@@ -125,7 +125,27 @@ fn wedged_request_blames_the_decode_hop() {
     sim.respond(p, 400); // prefill answers (headers + JSON body); the router now waits for decode
     sim.run(20_000, |s| env.tick(s));
     assert_none_of(&findings(&sim), &["wedged_request"]); // not yet: 20 s < 30 s
+                                                          // But suspicious already (silent past a third of the threshold): the adaptive stack
+                                                          // sampling dumps decode's schedulers from now on, and only decode's.
+    let early = wedgewatch::sampler::suspicion::of_model(&sim.model, sim.now);
+    assert_eq!(
+        early.engines().collect::<Vec<_>>(),
+        vec![DECODE],
+        "{early:?}"
+    );
+    assert!(
+        early.reasons(DECODE).iter().any(
+            |r| matches!(r, SuspicionReason::SilentRequest { silent_ms } if *silent_ms >= 10_000)
+        ),
+        "{early:?}"
+    );
     sim.run(20_000, |s| env.tick(s));
+    let late = wedgewatch::sampler::suspicion::of_model(&sim.model, sim.now);
+    assert!(
+        late.reasons(DECODE)
+            .contains(&SuspicionReason::FindingOpen(FindingKind::WedgedRequest)),
+        "{late:?}"
+    );
 
     let fs = findings(&sim);
     let w: Vec<_> = fs.iter().filter(|f| f.kind == "wedged_request").collect();
@@ -146,6 +166,8 @@ fn wedged_request_blames_the_decode_hop() {
         "GPU idle",
         "scheduler idle in",
         "/",
+        // Over what time the dumps were taken: "k/k" alone does not say.
+        " dumps over ",
         "engine reports 0 running",
         "no forward passes",
     ] {
@@ -213,6 +235,9 @@ fn healthy_streaming_load_raises_nothing() {
     let fs = findings(&sim);
     assert_none_of(&fs, &NEVER);
     assert!(fs.is_empty(), "{fs:#?}");
+    // Nothing suspicious either: the adaptive stack sampling stays in its round-robin.
+    let suspicion = wedgewatch::sampler::suspicion::of_model(&sim.model, sim.now);
+    assert!(suspicion.is_empty(), "{}", suspicion.describe());
     let parts = wedgewatch::pipeline::parts(&sim.model, sim.now);
     let streaming = parts
         .requests
@@ -833,7 +858,10 @@ fn engine_state_includes_its_scheduler_child_processes() {
     assert_eq!(w.len(), 1, "{fs:#?}");
     assert_eq!(w[0].component.as_deref(), Some(DECODE));
     assert!(
-        w[0].summary.contains("GPU idle") && w[0].summary.contains("scheduler idle in"),
+        w[0].summary.contains("GPU idle")
+            && w[0]
+                .summary
+                .contains("scheduler idle in 6/6 dumps over 25 s"),
         "{}",
         w[0].summary
     );

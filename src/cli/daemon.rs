@@ -71,8 +71,8 @@ pub fn run(top: Sampling, a: DaemonArgs) -> anyhow::Result<i32> {
     let rt = exit::runtime()?;
     let ran = rt.block_on(async {
         let mut d = Daemon::new(cfg.clone(), Arc::new(SystemClock), opts.discover_fn());
-        for src in opts.sources()? {
-            d.add_default_source(src);
+        for (src, every, timeout) in opts.daemon_sources(d.suspicion_fn())? {
+            d.add_source(src, every, timeout);
         }
         // Where the socket and recording are is the daemon's first log line.
         let (tx, rx) = tokio::sync::watch::channel(false);

@@ -230,8 +230,8 @@ impl InProcessDaemon {
         let mut opts = opts.clone();
         opts.thresholds = thresholds;
         let mut d = Daemon::new(cfg, Arc::new(SystemClock), opts.discover_fn());
-        for s in opts.sources()? {
-            d.add_default_source(s);
+        for (s, every, timeout) in opts.daemon_sources(d.suspicion_fn())? {
+            d.add_source(s, every, timeout);
         }
         let thread = std::thread::Builder::new()
             .name("wedgewatch-daemon".into())

@@ -10,8 +10,10 @@
 //! fine and then panics deep in time arithmetic or slice bounds (issue 10, item 8). Every
 //! value is checked here at load time instead, and a bad one is reported naming its key.
 
+pub mod sampling;
 pub mod thresholds;
 
+pub use sampling::SamplingThresholds;
 pub use thresholds::{CorrelateThresholds, DetectThresholds, Thresholds};
 
 use std::fmt::Display;

@@ -3,6 +3,7 @@
 //! detectors read. Loaded from one flat TOML table (`--thresholds FILE`; the format of
 //! earlier versions, every key optional, unknown keys an error) and range-checked at load.
 
+use super::sampling::SamplingThresholds;
 use super::{count, duration_ms, percent, toml_message, RangeError};
 use serde::{Deserialize, Serialize};
 
@@ -13,6 +14,8 @@ use serde::{Deserialize, Serialize};
 pub struct Thresholds {
     pub correlate: CorrelateThresholds,
     pub detect: DetectThresholds,
+    /// How the daemon samples stacks (`config/sampling.rs`).
+    pub sampling: SamplingThresholds,
 }
 
 /// What the correlator judges with: exchange states, logical requests' verdicts (stuck or
@@ -147,6 +150,10 @@ struct Flat {
     busy_sm_pct: u32,
     spin_util_pct: u32,
     spin_power_frac: f64,
+    stacks_adaptive: bool,
+    stacks_tick_ms: i64,
+    suspect_silent_pct: u32,
+    suspect_gpu_idle_ms: i64,
 }
 
 impl Default for Flat {
@@ -183,6 +190,10 @@ impl From<Thresholds> for Flat {
             busy_sm_pct: t.correlate.busy_sm_pct,
             spin_util_pct: t.correlate.spin_util_pct,
             spin_power_frac: t.correlate.spin_power_frac,
+            stacks_adaptive: t.sampling.stacks_adaptive,
+            stacks_tick_ms: t.sampling.stacks_tick_ms,
+            suspect_silent_pct: t.sampling.suspect_silent_pct,
+            suspect_gpu_idle_ms: t.sampling.suspect_gpu_idle_ms,
         }
     }
 }
@@ -219,6 +230,12 @@ impl From<Flat> for Thresholds {
                 endpoint_failures: f.endpoint_failures,
                 endpoint_slow_ms: f.endpoint_slow_ms,
             },
+            sampling: SamplingThresholds {
+                stacks_adaptive: f.stacks_adaptive,
+                stacks_tick_ms: f.stacks_tick_ms,
+                suspect_silent_pct: f.suspect_silent_pct,
+                suspect_gpu_idle_ms: f.suspect_gpu_idle_ms,
+            },
         }
     }
 }
@@ -251,6 +268,7 @@ impl Thresholds {
             ("link_window_ms", self.correlate.link_window_ms),
             ("rate_window_ms", self.correlate.rate_window_ms),
             ("stale_after_ms", self.correlate.stale_after_ms),
+            ("suspect_gpu_idle_ms", self.sampling.suspect_gpu_idle_ms),
         ] {
             duration_ms(key, v, 1)?;
         }
@@ -288,6 +306,15 @@ impl Thresholds {
         percent("busy_util_pct", self.correlate.busy_util_pct)?;
         percent("busy_sm_pct", self.correlate.busy_sm_pct)?;
         percent("spin_util_pct", self.correlate.spin_util_pct)?;
+        percent("suspect_silent_pct", self.sampling.suspect_silent_pct)?;
+        // A tick below a second would dump faster than py-spy answers on a loaded box.
+        super::in_range(
+            "stacks_tick_ms",
+            self.sampling.stacks_tick_ms,
+            1_000,
+            3_600_000,
+            " ms",
+        )?;
         let frac = self.correlate.spin_power_frac;
         if !(frac > 0.0 && frac <= 1.0) {
             return Err(RangeError {
@@ -338,6 +365,8 @@ mod tests {
             ),
             ("scheduler_min_dumps = 0", "scheduler_min_dumps"),
             ("busy_util_pct = 101", "busy_util_pct"),
+            ("suspect_silent_pct = 0", "suspect_silent_pct"),
+            ("stacks_tick_ms = 10", "stacks_tick_ms"),
             ("spin_power_frac = nan", "spin_power_frac"),
             ("spin_power_frac = -0.5", "spin_power_frac"),
         ];

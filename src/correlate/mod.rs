@@ -37,7 +37,7 @@ pub use metrics::{
     is_probe_endpoint, probe_failed, summarize_loads, LoadsSummary, MetricsPoint, PD_QUEUE_KEYS,
 };
 pub use requests::{BusyNote, LogicalView, StuckLeg};
-pub use stacks::ThreadWindow;
+pub use stacks::{span_text, ThreadWindow};
 pub use state::{signals_text, ComponentState, CountSource, WorkSignal};
 pub use view::{is_probe_sized, RequestView, View, MIN_INFERENCE_REQUEST_BYTES};
 

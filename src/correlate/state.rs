@@ -122,7 +122,8 @@ impl ComponentState {
         v
     }
 
-    /// The dominant thread state over the window as "idle in 3/3 dumps", if any dumps.
+    /// The dominant thread state over the window as "idle in 3/3 dumps over 12 s", if any
+    /// dumps (how long they span says what "3/3" means: a tick apart, or 300 ms).
     pub fn thread_summary(&self) -> Option<String> {
         // The scheduler's main thread of the lowest pid (TP rank 0 starts first): other
         // ranks idle inside a gloo broadcast, helper threads say little.
@@ -145,7 +146,7 @@ impl ComponentState {
             *counts.entry(s.as_str()).or_default() += 1;
         }
         let (state, n) = counts.into_iter().max_by_key(|(_, n)| *n)?;
-        Some(format!("scheduler {state} in {n}/{} dumps", t.states.len()))
+        Some(format!("scheduler {state} {}", t.dumps_text(n)))
     }
 }
 

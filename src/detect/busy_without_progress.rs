@@ -87,10 +87,9 @@ fn busy_reason(cs: &ComponentState, min_dumps: usize) -> Option<String> {
             Some("GPU at high utilization but idle power (kernel spinning)".to_string())
         }
         (_, Some(t)) => Some(format!(
-            "scheduler tid {} in an NCCL collective in {}/{} dumps",
+            "scheduler tid {} in an NCCL collective {}",
             t.tid,
-            t.states.len(),
-            t.states.len()
+            t.dumps_text(t.states.len()),
         )),
         (GpuActivity::Working, _) if no_tokens => {
             Some("GPU working, 0 tokens generated".to_string())

@@ -163,6 +163,14 @@ fn run_lengths(states: &[ThreadState]) -> String {
     out.join(", ")
 }
 
+/// " over 12 s": how long a thread's dumps span (nothing for a single dump).
+fn over_span(t: &crate::correlate::ThreadWindow) -> String {
+    if t.times.len() < 2 {
+        return String::new();
+    }
+    format!(" over {}", crate::correlate::span_text(t.span_ms()))
+}
+
 /// Idle-side evidence of an engine: what says it is doing nothing.
 fn idle_evidence(cs: &ComponentState) -> (Vec<String>, Vec<Evidence>) {
     let mut words = Vec::new();
@@ -191,11 +199,12 @@ fn idle_evidence(cs: &ComponentState) -> (Vec<String>, Vec<Evidence>) {
             .filter(|t| t.states.iter().any(|s| !s.is_uninformative()))
             .map(|t| {
                 format!(
-                    "pid {} tid {} ({}): {}",
+                    "pid {} tid {} ({}): {}{}",
                     t.pid,
                     t.tid,
                     t.name.as_deref().unwrap_or("?"),
-                    run_lengths(&t.states)
+                    run_lengths(&t.states),
+                    over_span(t)
                 )
             })
             .collect();

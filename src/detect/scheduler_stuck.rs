@@ -70,12 +70,11 @@ pub fn scheduler_stuck(m: &Model, v: &View) -> Vec<Finding> {
                 component: Some(cs.id.clone()),
                 role: Some(cs.role),
                 summary: format!(
-                    "{} thread {} ({}) is stuck in {frame} in {}/{} dumps, outside the scheduler loop",
+                    "{} thread {} ({}) is stuck in {frame} {}, outside the scheduler loop",
                     cs.id,
                     t.tid,
                     t.name.as_deref().unwrap_or("?"),
-                    t.states.len(),
-                    t.states.len()
+                    t.dumps_text(t.states.len()),
                 ),
                 requests: super::logical_ids(
                     v,

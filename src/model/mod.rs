@@ -9,6 +9,7 @@ pub mod masked;
 pub mod parts;
 pub mod sample;
 pub mod snapshot;
+pub mod suspicion;
 pub mod thread_state;
 pub mod topology;
 
@@ -18,5 +19,6 @@ pub use finding_kind::FindingKind;
 pub use parts::{ComponentExtras, SnapshotParts};
 pub use sample::*;
 pub use snapshot::*;
+pub use suspicion::{Suspicion, SuspicionReason};
 pub use thread_state::ThreadState;
 pub use topology::*;

@@ -22,7 +22,7 @@ mod sampler;
 pub use evidence::{summarize_window, ThreadEvidence};
 pub use pyspy::{MAX_PY_SPY_STDERR, MAX_PY_SPY_STDOUT};
 pub use rules::{classify, Classification, RuleSet, StackRule};
-pub use sampler::{StackSource, StackWindow};
+pub use sampler::{window_sample, StackSource, StackWindow};
 
 use crate::model::{Role, Topology};
 use std::collections::BTreeSet;

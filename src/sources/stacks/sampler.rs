@@ -211,7 +211,20 @@ impl StackSource {
     /// `dumps_per_window` dumps, `dump_interval` apart: every target in the first round,
     /// the `whole_window` ones in the others.
     pub async fn capture_window(&self, targets: &[StackTarget], clock: &dyn Clock) -> StackWindow {
-        let rounds = self.cfg.dumps_per_window.max(1);
+        self.capture_rounds(targets, self.cfg.dumps_per_window, clock)
+            .await
+    }
+
+    /// `rounds` dumps, `dump_interval` apart: every target in the first round, the
+    /// `whole_window` ones in the others. Targets are started in their order (at most
+    /// `concurrency` at once), so the first ones are dumped first.
+    pub async fn capture_rounds(
+        &self,
+        targets: &[StackTarget],
+        rounds: u32,
+        clock: &dyn Clock,
+    ) -> StackWindow {
+        let rounds = rounds.max(1);
         let mut status = SourceStatus::ok();
         let mut captures = Vec::new();
         let window_started = Instant::now();
@@ -294,14 +307,21 @@ impl Source for StackSource {
         Box::pin(async move {
             let t_ms = clock.now_ms();
             let started = Instant::now();
-            let targets = targets_from_topology(topo);
+            let mut targets = targets_from_topology(topo);
+            // Schedulers first: a window cut short by its budget keeps the evidence.
+            targets.sort_by_key(|t| !t.whole_window);
             let w = self.capture_window(&targets, clock).await;
-            Sample {
-                t_ms,
-                status: w.status,
-                took_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-                payload: Payload::Stacks(w.captures),
-            }
+            window_sample(t_ms, started, w)
         })
+    }
+}
+
+/// The sample of a window of dumps that started at `t_ms` (`started` on the monotonic clock).
+pub fn window_sample(t_ms: i64, started: Instant, w: StackWindow) -> Sample {
+    Sample {
+        t_ms,
+        status: w.status,
+        took_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        payload: Payload::Stacks(w.captures),
     }
 }

@@ -1,0 +1,123 @@
+//! The suspicion summary the adaptive stack policy reads ([`crate::model::Suspicion`]),
+//! derived from one correlated view and its findings: which engines have a request silent
+//! for a fraction of the wedge threshold, an idle GPU while requests are open, a queue that
+//! does not drain, or a finding open that implicates their schedulers. The daemon derives it
+//! at each stacks tick; the sources never see the model.
+
+use crate::config::Thresholds;
+use crate::correlate::{ComponentState, Model, View};
+use crate::model::{
+    Finding, FindingKind, RequestState, Role, Suspicion, SuspicionReason, Topology,
+};
+
+/// Findings that say an engine's schedulers are worth a look.
+const IMPLICATING: [FindingKind; 5] = [
+    FindingKind::WedgedRequest,
+    FindingKind::StalledStream,
+    FindingKind::BusyWithoutProgress,
+    FindingKind::QueueNotDraining,
+    FindingKind::SchedulerStuck,
+];
+
+/// The suspicion of the model at `now`: its view, the detectors over it, and [`derive`].
+pub fn of_model(model: &Model, now: crate::clock::Millis) -> Suspicion {
+    let view = model.view(now);
+    let findings = crate::detect::run_all(model, &view);
+    derive(model.topology(), &view, &findings, &model.thresholds)
+}
+
+/// Which engines are suspect in `view` (with `findings` run over it), and why.
+pub fn derive(topo: &Topology, view: &View, findings: &[Finding], th: &Thresholds) -> Suspicion {
+    let mut s = Suspicion::none();
+    silent_requests(topo, view, th, &mut s);
+    for (id, cs) in &view.components {
+        let Some(engine) = engine_of(topo, id) else {
+            continue;
+        };
+        idle_with_work_waiting(topo, view, engine, cs, th, &mut s);
+    }
+    for f in findings.iter().filter(|f| IMPLICATING.contains(&f.kind)) {
+        if let Some(engine) = f.component.as_deref().and_then(|c| engine_of(topo, c)) {
+            s.add(engine, SuspicionReason::FindingOpen(f.kind.clone()));
+        }
+    }
+    s
+}
+
+/// Requests at an engine with no response byte for `suspect_silent_pct` of the wedge
+/// threshold (of the stall threshold once the response started). Only while request states
+/// are current: a stale socket table makes every request look silent.
+fn silent_requests(topo: &Topology, view: &View, th: &Thresholds, s: &mut Suspicion) {
+    if !view.sockets_fresh {
+        return;
+    }
+    let wedge = th.sampling.silent_after(th.correlate.wedged_after_ms);
+    let stall = th.sampling.silent_after(th.correlate.stall_after_ms);
+    for r in &view.requests {
+        let limit = match r.state {
+            RequestState::WaitingFirstByte => wedge,
+            RequestState::Stalled | RequestState::Streaming => stall,
+            _ => continue,
+        };
+        if r.idle_out_ms < limit || view.logical_of(r).probe {
+            continue;
+        }
+        if let Some(engine) = engine_of(topo, &r.x.component) {
+            let silent_ms = r.idle_out_ms;
+            s.add(engine, SuspicionReason::SilentRequest { silent_ms });
+        }
+    }
+}
+
+/// An engine showing no work at all (no GPU work, forward time, tokens or busy scheduler)
+/// while work waits at it: an idle GPU with a request open `suspect_gpu_idle_ms`, or
+/// requests queued and none running.
+fn idle_with_work_waiting(
+    topo: &Topology,
+    view: &View,
+    engine: &str,
+    cs: &ComponentState,
+    th: &Thresholds,
+    s: &mut Suspicion,
+) {
+    if !cs.work_signals().is_empty() {
+        return;
+    }
+    if let Some((queued, _)) = cs.queued {
+        if queued > 0.0 && cs.running.is_some_and(|(r, _)| r <= 0.0) {
+            s.add(engine, SuspicionReason::QueueNotDraining { queued });
+        }
+    }
+    if cs.gpu_activity != crate::sources::gpu::GpuActivity::Idle || !view.sockets_fresh {
+        return;
+    }
+    let oldest_open = view
+        .requests
+        .iter()
+        .filter(|r| {
+            matches!(
+                r.state,
+                RequestState::WaitingFirstByte | RequestState::Stalled
+            )
+        })
+        .filter(|r| engine_of(topo, &r.x.component) == Some(engine))
+        .map(|r| r.age_ms)
+        .max();
+    if let Some(open_ms) = oldest_open.filter(|a| *a >= th.sampling.suspect_gpu_idle_ms) {
+        s.add(engine, SuspicionReason::GpuIdleWithOpenRequests { open_ms });
+    }
+}
+
+/// The engine a component belongs to: itself when it is one (prefill, decode, engine), else
+/// the nearest engine among its parents (a scheduler's, a detokenizer's).
+pub fn engine_of<'a>(topo: &'a Topology, id: &str) -> Option<&'a str> {
+    let mut c = topo.component(id)?;
+    // Parents form a short chain; a cycle in a hostile topology ends here.
+    for _ in 0..8 {
+        if matches!(c.role, Role::Prefill | Role::Decode | Role::Engine) {
+            return Some(&c.id);
+        }
+        c = topo.component(c.parent.as_deref()?)?;
+    }
+    None
+}
