@@ -21,7 +21,8 @@
 //!    (`WW_BENCH_COLD` runs, default 3) at its default window and at `--window 1s`;
 //!    goal <= 3 s wall.
 //!
-//! `WW_BENCH_TP` (default 8) and `WW_BENCH_MAX_TOKENS` (default 32) shape the lab. The binary
+//! `WW_BENCH_TP` (default 8) and `WW_BENCH_MAX_TOKENS` (default 32) shape the lab;
+//! `WW_BENCH_THRESHOLDS=FILE` gives every wedgewatch run `--thresholds FILE`. The binary
 //! is `CARGO_BIN_EXE_wedgewatch` (bench profile); NVML the lab's fake library, py-spy
 //! `tests/lab/.venv/bin/py-spy`. Exits 1 when a goal is missed.
 
@@ -289,14 +290,9 @@ fn read_some(s: &mut TcpStream) -> usize {
     s.read(&mut buf).unwrap_or(0)
 }
 
-fn has_wedged_request(snapshot: &Value) -> bool {
-    snapshot["findings"]
-        .as_array()
-        .is_some_and(|fs| fs.iter().any(|f| f["kind"] == "wedged_request"))
-}
-
-/// One `wedgewatch snapshot --json` served by the daemon: (wall ms, JSON, served by it).
-fn served_snapshot(b: &Bench, d: &Daemon) -> (f64, Value, bool) {
+/// One `wedgewatch snapshot --json` served by the daemon: (wall ms, JSON, why it was not
+/// served by the daemon, if it was not).
+fn served_snapshot(b: &Bench, d: &Daemon) -> (f64, Value, Option<String>) {
     let t = Instant::now();
     let out = b
         .ww()
@@ -307,19 +303,30 @@ fn served_snapshot(b: &Bench, d: &Daemon) -> (f64, Value, bool) {
     let ms = t.elapsed().as_secs_f64() * 1000.0;
     match out {
         Ok(o) => {
-            let served = String::from_utf8_lossy(&o.stderr).contains("using the daemon");
+            let err = String::from_utf8_lossy(&o.stderr);
+            let not_served = (!err.contains("using the daemon"))
+                .then(|| err.lines().next().unwrap_or("no note").to_string());
             let v = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
-            (ms, v, served)
+            (ms, v, not_served)
         }
-        Err(_) => (ms, Value::Null, false),
+        Err(e) => (ms, Value::Null, Some(e.to_string())),
     }
 }
 
-fn log_has_wedge(d: &Daemon) -> bool {
-    std::fs::read_to_string(d.log_path()).is_ok_and(|t| {
-        t.lines()
-            .any(|l| l.contains("finding opened") && l.contains("kind=wedged_request"))
-    })
+/// The daemon log's `finding opened` lines of kind `wedged_request`.
+fn log_wedges(d: &Daemon) -> Vec<String> {
+    std::fs::read_to_string(d.log_path())
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains("finding opened") && l.contains("kind=wedged_request"))
+        .map(String::from)
+        .collect()
+}
+
+fn wedged_count(snapshot: &Value) -> usize {
+    snapshot["findings"]
+        .as_array()
+        .map_or(0, |fs| fs.iter().filter(|f| f["kind"] == "wedged_request").count())
 }
 
 /// When the wedge was first seen: in a served snapshot, in the log (seconds after sending).
@@ -328,15 +335,22 @@ struct Seen {
     served_s: Option<f64>,
     log_s: Option<f64>,
     latencies_ms: Vec<f64>,
-    not_served: usize,
+    not_served: Vec<String>,
 }
 
-/// Section 3: send the wedge, ask the daemon until both have seen it (bounded).
+/// Section 3: send the wedge, ask the daemon until both have seen one more wedged_request
+/// than before it (bounded).
 fn wedge(b: &Bench, d: &Daemon, threshold_s: f64) -> (Seen, Option<TcpStream>) {
     let mut seen = Seen::default();
-    if log_has_wedge(d) {
-        println!("  note: the daemon logged a wedged_request before the wedge (a false one)");
+    let log_before = log_wedges(d);
+    for l in log_before.iter().take(3) {
+        println!("  before the wedge, the daemon logged: {l}");
     }
+    let (ms, snap, why) = served_snapshot(b, d);
+    seen.latencies_ms.push(ms);
+    seen.not_served.extend(why);
+    let served_before = wedged_count(&snap);
+    println!("  before the wedge: {served_before} wedged_request in a served snapshot");
     let conn = match send_wedge(&b.lab.info.entry_url) {
         Ok(c) => c,
         Err(e) => {
@@ -346,20 +360,43 @@ fn wedge(b: &Bench, d: &Daemon, threshold_s: f64) -> (Seen, Option<TcpStream>) {
     };
     let t0 = Instant::now();
     let bound = Duration::from_secs_f64(threshold_s + 60.0);
-    while t0.elapsed() < bound && (seen.served_s.is_none() || seen.log_s.is_none()) {
-        let (ms, snap, served) = served_snapshot(b, d);
+    let log_watch = watch_log(d.log_path(), log_before.len(), t0, bound);
+    while t0.elapsed() < bound && (seen.served_s.is_none() || !log_watch.is_finished()) {
+        let (ms, snap, why) = served_snapshot(b, d);
         seen.latencies_ms.push(ms);
-        seen.not_served += usize::from(!served);
         let el = t0.elapsed().as_secs_f64();
-        if seen.served_s.is_none() && has_wedged_request(&snap) {
+        if seen.served_s.is_none() && why.is_none() && wedged_count(&snap) > served_before {
             seen.served_s = Some(el);
         }
-        if seen.log_s.is_none() && log_has_wedge(d) {
-            seen.log_s = Some(el);
-        }
+        seen.not_served.extend(why);
         std::thread::sleep(Duration::from_millis(b.p.poll_ms));
     }
+    seen.log_s = log_watch.join().ok().flatten();
     (seen, Some(conn))
+}
+
+/// Seconds after `t0` when the log at `path` holds more than `before` wedged_request lines
+/// (polled every 100 ms on a thread, up to `bound`).
+fn watch_log(
+    path: std::path::PathBuf,
+    before: usize,
+    t0: Instant,
+    bound: Duration,
+) -> std::thread::JoinHandle<Option<f64>> {
+    std::thread::spawn(move || {
+        while t0.elapsed() < bound {
+            let n = std::fs::read_to_string(&path)
+                .unwrap_or_default()
+                .lines()
+                .filter(|l| l.contains("finding opened") && l.contains("kind=wedged_request"))
+                .count();
+            if n > before {
+                return Some(t0.elapsed().as_secs_f64());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        None
+    })
 }
 
 fn report_wedge(seen: &mut Seen, threshold_s: f64, sockets_s: f64, log_s: f64) -> bool {
@@ -382,12 +419,15 @@ fn report_wedge(seen: &mut Seen, threshold_s: f64, sockets_s: f64, log_s: f64) -
     let p50 = quantile(&mut seen.latencies_ms, 0.5);
     let p99 = quantile(&mut seen.latencies_ms, 0.99);
     let max = seen.latencies_ms.last().copied().unwrap_or(f64::NAN);
-    let ok_p99 = p99 <= 100.0 && seen.not_served == 0;
+    let ok_p99 = p99 <= 100.0 && seen.not_served.is_empty();
     println!(
         "served snapshots while sampling: {n} calls ({} not served by the daemon), p50 {p50:.0} ms, p99 {p99:.0} ms, max {max:.0} ms, goal p99 <= 100 {}",
-        seen.not_served,
+        seen.not_served.len(),
         verdict(ok_p99)
     );
+    if let Some(why) = seen.not_served.first() {
+        println!("  first one not served: {why}");
+    }
     ok_served && ok_log && ok_p99
 }
 
@@ -409,7 +449,7 @@ fn cold(b: &Bench) -> bool {
             let snap = out.map_or(Value::Null, |o| {
                 serde_json::from_slice(&o.stdout).unwrap_or(Value::Null)
             });
-            found += usize::from(has_wedged_request(&snap));
+            found += usize::from(wedged_count(&snap) > 0);
         }
         let max = quantile(&mut walls, 1.0);
         let med = quantile(&mut walls, 0.5);

@@ -14,13 +14,17 @@ pub struct Daemon {
     pub state_dir: tempfile::TempDir,
 }
 
-/// The wedgewatch binary with the lab's fake NVML and the venv's py-spy.
+/// The wedgewatch binary with the lab's fake NVML and the venv's py-spy, and
+/// `--thresholds $WW_BENCH_THRESHOLDS` when that is set (e.g. `stacks_adaptive = false`).
 pub fn wedgewatch(nvml_dir: &Path, py_spy: &Path) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_wedgewatch"));
     c.env("WEDGEWATCH_NVML_LIB", env!("FAKE_NVML_PATH"))
         .env("FAKE_NVML_DIR", nvml_dir)
         .env("WEDGEWATCH_PY_SPY", py_spy)
         .stdin(Stdio::null());
+    if let Some(t) = std::env::var_os("WW_BENCH_THRESHOLDS") {
+        c.arg("--thresholds").arg(t);
+    }
     c
 }
 
