@@ -160,8 +160,7 @@ fn throughput(b: &Bench) -> bool {
             if daemon.is_some() {
                 std::thread::sleep(Duration::from_secs(5)); // discovery, first samples
             }
-            let (rate, _, bad) =
-                load_block(&b.lab, b.p.streams, b.p.block_secs, b.p.max_tokens);
+            let (rate, _, bad) = load_block(&b.lab, b.p.streams, b.p.block_secs, b.p.max_tokens);
             rates[which] = rate;
             println!(
                 "  pair {pair} {}: {rate:.2} req/s ({bad} hung or failed requests), load {}",
@@ -232,8 +231,7 @@ fn steady(b: &Bench, d: &mut Daemon, load: &Load) -> Option<Steady> {
         cpu_pct: (d.cpu_seconds() - warm.1) / dt * 100.0,
         rss_mib: d.rss_kib() as f64 / 1024.0,
         rss_max_mib: rss_max as f64 / 1024.0,
-        growth_mib_h: d.recording_bytes().saturating_sub(warm.2) as f64 / dt * 3600.0
-            / 1048576.0,
+        growth_mib_h: d.recording_bytes().saturating_sub(warm.2) as f64 / dt * 3600.0 / 1048576.0,
         minutes: t0.elapsed().as_secs_f64() / 60.0,
     })
 }
@@ -324,9 +322,9 @@ fn log_wedges(d: &Daemon) -> Vec<String> {
 }
 
 fn wedged_count(snapshot: &Value) -> usize {
-    snapshot["findings"]
-        .as_array()
-        .map_or(0, |fs| fs.iter().filter(|f| f["kind"] == "wedged_request").count())
+    snapshot["findings"].as_array().map_or(0, |fs| {
+        fs.iter().filter(|f| f["kind"] == "wedged_request").count()
+    })
 }
 
 /// When the wedge was first seen: in a served snapshot, in the log (seconds after sending).
@@ -468,9 +466,9 @@ fn cold(b: &Bench) -> bool {
 fn daemon_sections(b: &Bench) -> bool {
     let thresholds = wedgewatch::config::Thresholds::default();
     let threshold_s = thresholds.correlate.wedged_after_ms as f64 / 1000.0;
-    let sockets_s =
-        wedgewatch::sampler::default_cadence(wedgewatch::model::SourceKind::Sockets).0 as f64
-            / 1000.0;
+    let sockets_s = wedgewatch::sampler::default_cadence(wedgewatch::model::SourceKind::Sockets).0
+        as f64
+        / 1000.0;
     let log_s = wedgewatch::daemon::DaemonConfig::default().log_every_ms as f64 / 1000.0;
     let mut d = b.daemon();
     let load = Load::start(b);
@@ -506,7 +504,13 @@ fn daemon_sections(b: &Bench) -> bool {
 
 fn git_head() -> String {
     std::process::Command::new("git")
-        .args(["-C", env!("CARGO_MANIFEST_DIR"), "log", "-1", "--format=%h %s"])
+        .args([
+            "-C",
+            env!("CARGO_MANIFEST_DIR"),
+            "log",
+            "-1",
+            "--format=%h %s",
+        ])
         .output()
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
         .unwrap_or_default()

@@ -39,7 +39,11 @@ fn check_engine_processes(lab: &Lab, name: &str, first_gpu: u32) {
     let want_gpus: Vec<u32> = (first_gpu..first_gpu + TP).collect();
     assert_eq!(e.gpus, want_gpus, "{name}");
     for (rank, &pid) in e.scheduler_pids.iter().enumerate() {
-        assert_eq!(title_of(pid), format!("sglang::scheduler_TP{rank}"), "{name} pid {pid}");
+        assert_eq!(
+            title_of(pid),
+            format!("sglang::scheduler_TP{rank}"),
+            "{name} pid {pid}"
+        );
         let gpu = want_gpus[rank];
         assert_eq!(gpu_owner(lab, gpu), Some(pid), "{name} TP{rank}: gpu{gpu}");
     }
@@ -126,7 +130,10 @@ fn tp_lab_starts_n_titled_schedulers_on_their_own_gpus_and_discovery_sees_them()
     let decode_gpus: Vec<u32> = (TP..2 * TP).collect();
     let idle = all_seen_busy(&lab, &decode_gpus, Duration::from_secs(4));
     let report = load.wait().expect("harness report");
-    assert!(idle.is_empty(), "decode GPUs never busy under load: {idle:?}");
+    assert!(
+        idle.is_empty(),
+        "decode GPUs never busy under load: {idle:?}"
+    );
     assert!(
         report["completed_requests"].as_u64().unwrap_or(0) > 0
             && report["hung_requests"] == 0

@@ -109,7 +109,11 @@ pub fn cpu_seconds(pid: u32) -> Option<f64> {
     // Fields after the parenthesised comm; field 3 is index 0 here.
     let rest = &stat[stat.rfind(')')? + 2..];
     let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: u64 = f.get(11..15)?.iter().filter_map(|v| v.parse::<u64>().ok()).sum();
+    let ticks: u64 = f
+        .get(11..15)?
+        .iter()
+        .filter_map(|v| v.parse::<u64>().ok())
+        .sum();
     // SAFETY: sysconf has no preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
     Some(ticks as f64 / hz)
