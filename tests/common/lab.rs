@@ -97,6 +97,8 @@ pub struct LabOptions {
     pub token_interval: Option<f64>,
     /// Start the router with `--api-key KEY` (lab.py `--router-api-key`).
     pub router_api_key: Option<String>,
+    /// Schedulers per engine (lab.py `--tp-size`; default 1).
+    pub tp_size: Option<u32>,
 }
 
 impl LabOptions {
@@ -137,6 +139,11 @@ impl LabOptions {
         self.router_api_key = Some(key.into());
         self
     }
+    /// Every engine runs `n` schedulers (`sglang::scheduler_TP0..n-1`), one fake GPU each.
+    pub fn tp_size(mut self, n: u32) -> Self {
+        self.tp_size = Some(n);
+        self
+    }
 }
 
 /// One started component as recorded in lab.json.
@@ -156,8 +163,11 @@ pub struct Component {
     pub detokenizer_pid: Option<u32>,
     /// Engines: every child (pid, title/cmdline) including multiprocessing's resource tracker.
     pub children: Vec<(u32, String)>,
-    /// Engines: the fake GPU index its scheduler owns (prefill 0, decode 1, regular 0).
+    /// Engines: the fake GPU index its (first) scheduler owns (prefill 0, decode 1, regular 0;
+    /// with `--tp-size N`: prefill 0, decode N).
     pub gpu: Option<u32>,
+    /// Engines: the fake GPUs of its schedulers in TP rank order (`[gpu]` when TP is 1).
+    pub gpus: Vec<u32>,
     /// Prefill: the bootstrap port given to the router.
     pub bootstrap_port: Option<u16>,
     /// Router: Prometheus port.
@@ -240,6 +250,10 @@ impl LabInfo {
                     detokenizer_pid: u32_of(&c["detokenizer_pid"]),
                     children,
                     gpu: u32_of(&c["gpu"]),
+                    gpus: match c["gpus"].as_array() {
+                        Some(a) => a.iter().filter_map(u32_of).collect(),
+                        None => u32_of(&c["gpu"]).into_iter().collect(),
+                    },
                     bootstrap_port: u16_of(&c["bootstrap_port"]),
                     prometheus_port: u16_of(&c["prometheus_port"]),
                     env,
@@ -341,6 +355,10 @@ impl Lab {
         if let Some(k) = &opts.router_api_key {
             args.push("--router-api-key".into());
             args.push(k.clone());
+        }
+        if let Some(n) = opts.tp_size {
+            args.push("--tp-size".into());
+            args.push(n.to_string());
         }
         let argv: Vec<&str> = args.iter().map(String::as_str).collect();
         let mut lab = Lab {
@@ -458,6 +476,24 @@ impl Lab {
         Ok(LoadRun {
             child: Some(child),
             bound: Duration::from_secs_f64(f64::from(rounds) * timeout_s + 15.0),
+            started: Instant::now(),
+        })
+    }
+
+    /// The harness's steady mode in the background: `agents` concurrent streams, request
+    /// after request (a new connection each) for `secs` seconds, `max_tokens` a reply; its
+    /// report has `completed_requests`, `requests_per_s`, `hung_requests`, ...
+    pub fn steady_load(&self, agents: u32, secs: f64, max_tokens: u32) -> Result<LoadRun, String> {
+        let mut args = self.load_args(agents, 4, 30.0, max_tokens);
+        args.extend(["--duration".into(), secs.to_string()]);
+        let child = lab_cmd(&args.iter().map(String::as_str).collect::<Vec<_>>())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("spawn harness: {e}"))?;
+        Ok(LoadRun {
+            child: Some(child),
+            bound: Duration::from_secs_f64(secs + 60.0),
             started: Instant::now(),
         })
     }

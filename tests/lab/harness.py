@@ -2,6 +2,12 @@
 
     python harness.py --url http://127.0.0.1:PROXY --agents N --rounds R [--timeout S]
                       [--max-tokens M] [--total-timeout T]
+    python harness.py --url ... --agents 200 --duration S [--rounds R] [--think S] ...
+
+Steady mode (--duration): every agent streams request after request for S seconds (new
+connection each, so connections churn), its conversation starting over every R rounds;
+prints {"completed_requests", "requests_per_s", "chunks", "chunks_per_s", "hung_requests",
+"errored_requests", "error_samples", ...} instead of the per-agent report below.
 
 Each agent keeps its conversation: every round appends the assistant reply and a new user
 message, so the prompt grows every round. Agent i's user messages are 12 + 8*i words long
@@ -103,6 +109,61 @@ async def agent(i, url, rounds, max_tokens, timeout, report):
         messages.append({"role": "assistant", "content": reply.strip()})
 
 
+async def steady_agent(i, url, a, deadline, stats):
+    """Duration mode: round after round until the deadline (the last request is finished,
+    not cut); the conversation starts over every --rounds rounds, so prompts stay bounded.
+    Agent i's user messages are 12 + 8 * (i % 10) words."""
+    rnd = 0
+    while time.monotonic() < deadline:
+        if rnd % a.rounds == 0:
+            messages = [{"role": "system",
+                         "content": f"You are agent {i} of a planning swarm. Answer briefly please."}]
+        rnd += 1
+        messages.append({"role": "user", "content": user_message(i, rnd, 12 + 8 * (i % 10))})
+        rec = {"bytes": 0, "chunks": 0, "status": None, "ttfb_s": None, "duration_s": None}
+        try:
+            reply = await asyncio.wait_for(one_round(url, messages, a.max_tokens, a.timeout, rec),
+                                           a.timeout)
+        except asyncio.TimeoutError:
+            stats["hung"] += 1
+            rnd = 0
+            continue
+        except (aiohttp.ClientError, RuntimeError, OSError) as e:
+            stats["errors"] += 1
+            if len(stats["error_samples"]) < 5:
+                stats["error_samples"].append(f"agent {i}: {type(e).__name__}: {e}")
+            rnd = 0
+            await asyncio.sleep(0.2)
+            continue
+        stats["completed"] += 1
+        stats["chunks"] += rec["chunks"]
+        messages.append({"role": "assistant", "content": reply.strip()})
+        if a.think > 0:
+            await asyncio.sleep(a.think)
+
+
+async def steady(a):
+    """`--duration S`: a.agents agents (streams) for S seconds; prints throughput."""
+    t0 = time.monotonic()
+    stats = {"completed": 0, "chunks": 0, "hung": 0, "errors": 0, "error_samples": []}
+    url = a.url.rstrip("/")
+    tasks = [asyncio.create_task(steady_agent(i, url, a, t0 + a.duration, stats))
+             for i in range(a.agents)]
+    bound = a.total_timeout or a.duration + a.timeout + 5
+    _, pending = await asyncio.wait(tasks, timeout=bound)
+    for t in pending:
+        t.cancel()
+    elapsed = time.monotonic() - t0
+    out = {"url": a.url, "agents_requested": a.agents, "duration_s": a.duration,
+           "elapsed_s": round(elapsed, 3), "completed_requests": stats["completed"],
+           "requests_per_s": round(stats["completed"] / elapsed, 3),
+           "chunks": stats["chunks"], "chunks_per_s": round(stats["chunks"] / elapsed, 1),
+           "hung_requests": stats["hung"], "errored_requests": stats["errors"],
+           "error_samples": stats["error_samples"], "cut_agents": len(pending)}
+    json.dump(out, sys.stdout)
+    sys.stdout.write("\n")
+
+
 async def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--url", required=True)
@@ -111,7 +172,13 @@ async def main():
     ap.add_argument("--timeout", type=float, default=10.0, help="per request, seconds")
     ap.add_argument("--max-tokens", type=int, default=12)
     ap.add_argument("--total-timeout", type=float, default=None)
+    ap.add_argument("--duration", type=float, default=0.0,
+                    help="steady mode: keep every agent busy for this many seconds")
+    ap.add_argument("--think", type=float, default=0.0,
+                    help="steady mode: seconds an agent waits between its requests")
     a = ap.parse_args()
+    if a.duration > 0:
+        return await steady(a)
     total = a.total_timeout or a.rounds * a.timeout + 5
     t0 = time.monotonic()
     reports = [{"agent": i, "rounds_completed": 0, "hung_round": None, "hung_phase": None,

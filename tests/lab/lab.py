@@ -9,7 +9,7 @@
 Standard library only; runs with the system python3. Subcommands:
 
   setup                                   create tests/lab/.venv and pip install the pins
-  up --run-dir DIR [--mode pd|regular] [--base-port N] [--token-interval S]
+  up --run-dir DIR [--mode pd|regular] [--base-port N] [--token-interval S] [--tp-size N]
      [--decode-env K=V]... [--prefill-env K=V]... [--engine-env K=V]...
      [--router-env K=V]... [--proxy-env K=V]... [--router-arg ARG]...
      [--router-api-key KEY]               (the router then answers /workers and inference
@@ -29,7 +29,8 @@ Standard library only; runs with the system python3. Subcommands:
                                           + mount namespace (two_node_lab.py; root)
   exec --run-dir DIR NODE -- CMD...       (two-node) run CMD inside node a or b
   load --run-dir DIR --agents N --rounds R [--timeout S] [--max-tokens M] [--total-timeout T]
-                                          run harness.py against the proxy, print its JSON
+       [--duration S [--think S]]         run harness.py against the proxy, print its JSON
+                                          (--duration: steady mode, e.g. 200 streams for S s)
   restart --run-dir DIR COMPONENT [--env K=V]... [--unset K]...
                                           stop one component (by recorded pid/process group)
                                           and start it again with changed env
@@ -274,10 +275,15 @@ def component_env(lab, comp):
                 "HF_ENDPOINT": "http://127.0.0.1:9", "HF_HUB_OFFLINE": "1"})
     if comp["role"] in ("prefill", "decode", "regular"):
         env["PYTHONPATH"] = PKG
-        env["CUDA_VISIBLE_DEVICES"] = str(comp["gpu"])
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in engine_gpus(comp))
         env["SGLANG_LAB_STATE_DIR"] = os.path.join(lab["run_dir"], "state", comp["name"])
     env.update(comp["env"])
     return env
+
+
+def engine_gpus(comp):
+    """The fake GPUs an engine's schedulers own: `gpus` (TP > 1) or its one `gpu`."""
+    return comp.get("gpus") or [comp["gpu"]]
 
 
 def spawn(lab, comp):
@@ -339,6 +345,13 @@ def workers_healthy(lab, router):
     return all(urls.get(e["url"]) for e in engines)
 
 
+def tp_rank_of(title):
+    """`sglang::scheduler_TP3` -> 3; a TP 1 engine's `sglang::scheduler` -> 0."""
+    _, sep, rank = title.partition("_TP")
+    digits = rank.split()[0] if sep and rank.split() else ""
+    return int(digits) if digits.isdigit() else 0
+
+
 def record_children(comp):
     kids = []
     for pid in children_of(comp["pid"]):
@@ -347,7 +360,9 @@ def record_children(comp):
             continue
         kids.append({"pid": pid, "title": cmdline(pid), "start_time": st[3]})
     comp["children"] = kids
-    comp["scheduler_pids"] = [k["pid"] for k in kids if k["title"].startswith("sglang::scheduler")]
+    scheds = [k for k in kids if k["title"].startswith("sglang::scheduler")]
+    scheds.sort(key=lambda k: tp_rank_of(k["title"]))
+    comp["scheduler_pids"] = [k["pid"] for k in scheds]  # TP rank order
     det = [k["pid"] for k in kids if k["title"].startswith("sglang::detokenizer")]
     comp["detokenizer_pid"] = det[0] if det else None
 
@@ -405,9 +420,9 @@ def stop_component(comp, grace=3.0):
     return stop_components([comp], grace)
 
 
-def engine_cmd(lab, name, mode, port, boot_port):
+def engine_cmd(lab, name, mode, port, boot_port, tp_size=1):
     cmd = [venv_python(), "-m", "sglang.launch_server", "--model-path", lab["model_path"],
-           "--host", "127.0.0.1", "--port", str(port), "--tp-size", "1",
+           "--host", "127.0.0.1", "--port", str(port), "--tp-size", str(tp_size),
            "--served-model-name", "lab-model", "--enable-metrics",
            "--decode-log-interval", "5", "--mem-fraction-static", "0.88"]
     if mode in ("prefill", "decode"):
@@ -457,12 +472,18 @@ def cmd_up_once(a):
            "python": venv_python(), "nvml_dir": nvml, "model_path": model,
            "entry_url": f"http://127.0.0.1:{x_port}", "components": {}, "order": []}
 
-    # fake NVML: two H200s, idle until the schedulers write their own files
+    # fake NVML: one H200 per scheduler (2 in the default lab; 2 x tp in PD mode, like a
+    # prefill node and a decode node of tp GPUs each seen from one host), idle until the
+    # schedulers write their own files
+    tp = max(1, a.tp_size)
+    n_gpus = tp * (2 if a.mode == "pd" else 1)
+    if tp == 1:
+        n_gpus = 2  # the default lab keeps its two GPUs (regular mode leaves gpu1 unused)
     sys.path.insert(0, os.path.join(PKG, "sglang", "srt", "utils"))
     import lab_state  # noqa: E402  (stdlib-only module from the lab package)
     lab_state.atomic_write(os.path.join(nvml, "devices"),
-                           "device_count=2\ndriver_version=550.54.15\n")
-    for i in range(2):
+                           f"device_count={n_gpus}\ndriver_version=550.54.15\n")
+    for i in range(n_gpus):
         lab_state.atomic_write(os.path.join(nvml, f"gpu{i}"), lab_state.render_gpu(
             i, 0, 0, 0, lab_state.IDLE_POWER_MW, []))
 
@@ -475,26 +496,32 @@ def cmd_up_once(a):
         lab["order"].append(comp["name"])
         return comp
 
+    def tp_fields(first_gpu):
+        if tp == 1:
+            return {"gpu": first_gpu}
+        return {"gpu": first_gpu, "gpus": list(range(first_gpu, first_gpu + tp)), "tp_size": tp}
+
     if a.mode == "pd":
         engines = [
-            add({"name": "prefill", "role": "prefill", "port": p_port, "gpu": 0,
+            add({"name": "prefill", "role": "prefill", "port": p_port, **tp_fields(0),
                  "url": f"http://127.0.0.1:{p_port}", "bootstrap_port": b_port,
                  "metrics_url": f"http://127.0.0.1:{p_port}/metrics",
-                 "cmd": engine_cmd(lab, "prefill", "prefill", p_port, b_port),
+                 "cmd": engine_cmd(lab, "prefill", "prefill", p_port, b_port, tp),
                  "env": {**token_env, **parse_env(a.prefill_env)}}),
-            add({"name": "decode", "role": "decode", "port": d_port, "gpu": 1,
+            add({"name": "decode", "role": "decode", "port": d_port,
+                 **tp_fields(1 if tp == 1 else tp),
                  "url": f"http://127.0.0.1:{d_port}", "bootstrap_port": None,
                  "metrics_url": f"http://127.0.0.1:{d_port}/metrics",
-                 "cmd": engine_cmd(lab, "decode", "decode", d_port, None),
+                 "cmd": engine_cmd(lab, "decode", "decode", d_port, None, tp),
                  "env": {**token_env, **parse_env(a.decode_env)}}),
         ]
         worker_args = ["--pd-disaggregation", "--prefill", engines[0]["url"], str(b_port),
                        "--decode", engines[1]["url"]]
     else:
-        engines = [add({"name": "engine", "role": "regular", "port": p_port, "gpu": 0,
+        engines = [add({"name": "engine", "role": "regular", "port": p_port, **tp_fields(0),
                         "url": f"http://127.0.0.1:{p_port}", "bootstrap_port": None,
                         "metrics_url": f"http://127.0.0.1:{p_port}/metrics",
-                        "cmd": engine_cmd(lab, "engine", "regular", p_port, None),
+                        "cmd": engine_cmd(lab, "engine", "regular", p_port, None, tp),
                         "env": {**token_env, **parse_env(a.engine_env)}})]
         worker_args = ["--worker-urls", engines[0]["url"], "--policy", "cache_aware"]
     router = add({
@@ -522,8 +549,8 @@ def cmd_up_once(a):
         for e in engines:
             spawn(lab, e)
         save_lab(lab)  # record pids as early as possible so `down` can always clean up
-        for e in engines:
-            wait_ready(lab, e, time.time() + 60)
+        for e in engines:  # N schedulers are N fresh interpreters: allow for a busy host
+            wait_ready(lab, e, time.time() + 60 + 10 * tp)
         spawn(lab, router)
         spawn(lab, proxy)
         save_lab(lab)
@@ -649,6 +676,8 @@ def cmd_load(a):
            "--max-tokens", str(a.max_tokens)]
     if a.total_timeout:
         cmd += ["--total-timeout", str(a.total_timeout)]
+    if a.duration:
+        cmd += ["--duration", str(a.duration), "--think", str(a.think)]
     # exec, not a child: whoever runs `lab.py load` owns (and can kill) the harness itself;
     # the harness bounds its own run time (--total-timeout, default rounds*timeout+5).
     sys.stdout.flush()
@@ -673,6 +702,9 @@ def main(argv=None):
                     help="seconds per decode step (engine env LAB_TOKEN_INTERVAL_S; default 0.03)")
     for opt in ("--decode-env", "--prefill-env", "--engine-env", "--router-env", "--proxy-env"):
         up.add_argument(opt, action="append", default=[], metavar="K=V")
+    up.add_argument("--tp-size", type=int, default=1, metavar="N",
+                    help="every engine runs N schedulers (sglang::scheduler_TP0..N-1), each on "
+                         "its own fake GPU (PD: prefill GPUs 0..N-1, decode N..2N-1)")
     up.add_argument("--router-api-key", default=None, metavar="KEY",
                     help="start the router with --api-key KEY (production norm)")
     up.add_argument("--router-arg", action="append", default=[],
@@ -695,6 +727,11 @@ def main(argv=None):
     ld.add_argument("--max-tokens", type=int, default=12)
     ld.add_argument("--total-timeout", type=float, default=0.0)
     ld.add_argument("--url", default=None, help="default: the proxy (entry_url)")
+    ld.add_argument("--duration", type=float, default=0.0,
+                    help="steady mode: every agent streams back to back for this many seconds "
+                         "(conversations start over every --rounds rounds); prints throughput")
+    ld.add_argument("--think", type=float, default=0.0,
+                    help="steady mode: seconds between an agent's requests")
     rs = sub.add_parser("restart")
     rs.add_argument("--run-dir", required=True)
     rs.add_argument("component")

@@ -88,7 +88,9 @@ class Scheduler(SchedulerDisaggregationDecodeMixin, SchedulerDisaggregationPrefi
         self.recv_from_tokenizer = recv_conn
         self.send_to_detokenizer = detok_conn
         self.state = StateDir(state_dir)
-        self.gpu = FakeGpu(gpu_id)
+        self.gpu_mirror = os.path.join(state_dir, "tp0_gpu_state")
+        self.gpu = FakeGpu(gpu_id, self.gpu_mirror if tp_rank == 0 and server_args.tp_size > 1
+                           else None)
         self.disaggregation_mode = server_args.disaggregation_mode
         self.tp_worker = TpModelWorker(server_args, self)
         self.waiting_queue = []
@@ -130,9 +132,11 @@ class Scheduler(SchedulerDisaggregationDecodeMixin, SchedulerDisaggregationPrefi
 
     def dispatch_event_loop(self):
         if self.tp_rank != 0:
-            # Non-zero TP ranks only mirror rank 0: they wait inside broadcast_pyobj.
+            # Non-zero TP ranks only mirror rank 0: they wait inside broadcast_pyobj, and
+            # their GPU does what rank 0's does.
             while True:
                 broadcast_pyobj([], self.tp_rank)
+                self.follow_tp0_gpu()
         if self.disaggregation_mode == "decode":
             self.event_loop_normal_disagg_decode()
         elif self.disaggregation_mode == "prefill":
@@ -152,6 +156,15 @@ class Scheduler(SchedulerDisaggregationDecodeMixin, SchedulerDisaggregationPrefi
             else:
                 self.on_idle()
             self.last_batch = batch
+
+    def follow_tp0_gpu(self):
+        try:
+            with open(self.gpu_mirror) as f:
+                state = f.read().strip()
+        except OSError:
+            return
+        if state in ("idle", "busy", "spin"):
+            self.gpu.set(state)
 
     # ---------------------------------------------------------------- requests
     def recv_requests(self):

@@ -58,10 +58,13 @@ class FakeGpu:
     # What "loaded weights + static KV pool" occupy, like SGLang's --mem-fraction-static.
     USED = int(MEM_TOTAL * 0.88)
 
-    def __init__(self, index):
+    def __init__(self, index, mirror_path=None):
         self.index = index
         self.path = os.path.join(nvml_dir(), f"gpu{index}")
         self.state = None
+        # TP rank 0 of a TP > 1 engine also writes its state here; the other ranks follow it
+        # (in a real engine every rank runs the same kernels at the same time).
+        self.mirror_path = mirror_path
 
     def _preserved_lines(self):
         try:
@@ -75,6 +78,11 @@ class FakeGpu:
         if state == self.state:
             return
         self.state = state
+        if self.mirror_path:
+            try:
+                atomic_write(self.mirror_path, state)
+            except OSError:
+                pass
         pid = os.getpid()
         if state == "busy":
             util, mem_util, power, sm = 93 + pid % 5, 61, BUSY_POWER_MW + (pid % 7) * 1000, 90

@@ -1,0 +1,548 @@
+//! The daemon on a big node (`cargo bench --bench biglab`), harness = false. Issue 15's goals,
+//! on the 2 x TP8 lab (prefill and decode engines of 8 schedulers each, 16 fake GPUs) under
+//! `WW_BENCH_STREAMS` (default 200) concurrent streaming agents, every request a new
+//! connection (the harness's steady mode), at the daemon's default cadences:
+//!
+//! 1. Throughput side by side: `WW_BENCH_PAIRS` (default 2) pairs of `WW_BENCH_BLOCK_SECS`
+//!    (default 60) blocks, one without a daemon and one with a fresh one (order swapped every
+//!    pair); goal: with/without >= 0.98.
+//! 2. Steady state: one daemon for `WW_BENCH_MINUTES` (default 20) under the load, sampled
+//!    every 10 s; after the first minute, CPU (daemon + py-spy children) <= 3 % of one core,
+//!    RSS <= 96 MiB, recording growth < 10 MiB/h.
+//! 3. Wedge: the same daemon and load; one request with a prompt above the decode engine's
+//!    `SGLANG_DECODE_PREALLOC_SPLIT_TOKENS` (set to 4000 from the start, above every healthy
+//!    prompt) is sent by this bench and never answered. Goal: the daemon's first
+//!    `wedged_request` <= wedge threshold + two periods of the loop that reports it: in a
+//!    snapshot it serves (asked every `WW_BENCH_POLL_MS`, default 300) the sockets source's
+//!    period; in its log, the log's detector period. Every served snapshot's wall time (the
+//!    `wedgewatch snapshot` command, run while the daemon samples) goes into the p99
+//!    (goal <= 100 ms).
+//! 4. Cold: the daemon stopped, `wedgewatch snapshot --json --no-daemon` on the wedged lab
+//!    (`WW_BENCH_COLD` runs, default 3) at its default window and at `--window 1s`;
+//!    goal <= 3 s wall.
+//!
+//! `WW_BENCH_TP` (default 8) and `WW_BENCH_MAX_TOKENS` (default 32) shape the lab;
+//! `WW_BENCH_THRESHOLDS=FILE` gives every wedgewatch run `--thresholds FILE`. The binary
+//! is `CARGO_BIN_EXE_wedgewatch` (bench profile); NVML the lab's fake library, py-spy
+//! `tests/lab/.venv/bin/py-spy`. Exits 1 when a goal is missed.
+
+#[path = "common/daemon_proc.rs"]
+mod daemon_proc;
+#[path = "../tests/common/lab.rs"]
+mod lab;
+
+use daemon_proc::{env_f64, loadavg, quantile, wedgewatch, Daemon};
+use serde_json::Value;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const SPLIT_TOKENS: &str = "4000";
+const WEDGE_WORDS: usize = 6000;
+
+struct Params {
+    tp: u32,
+    streams: u32,
+    max_tokens: u32,
+    pairs: usize,
+    block_secs: f64,
+    minutes: f64,
+    poll_ms: u64,
+    cold_runs: usize,
+}
+
+impl Params {
+    fn from_env() -> Params {
+        Params {
+            tp: env_f64("WW_BENCH_TP", 8.0) as u32,
+            streams: env_f64("WW_BENCH_STREAMS", 200.0) as u32,
+            max_tokens: env_f64("WW_BENCH_MAX_TOKENS", 32.0) as u32,
+            pairs: env_f64("WW_BENCH_PAIRS", 2.0) as usize,
+            block_secs: env_f64("WW_BENCH_BLOCK_SECS", 60.0),
+            minutes: env_f64("WW_BENCH_MINUTES", 20.0),
+            poll_ms: env_f64("WW_BENCH_POLL_MS", 300.0) as u64,
+            cold_runs: env_f64("WW_BENCH_COLD", 3.0) as usize,
+        }
+    }
+}
+
+/// The bench's lab, with what every wedgewatch run needs.
+struct Bench {
+    lab: Arc<lab::Lab>,
+    p: Params,
+}
+
+impl Bench {
+    fn daemon(&self) -> Daemon {
+        Daemon::start(self.lab.nvml_dir(), &lab::venv_bin("py-spy"))
+    }
+    fn ww(&self) -> std::process::Command {
+        wedgewatch(self.lab.nvml_dir(), &lab::venv_bin("py-spy"))
+    }
+}
+
+fn verdict(ok: bool) -> &'static str {
+    if ok {
+        "OK"
+    } else {
+        "MISSED"
+    }
+}
+
+/// One steady harness block: (requests/s, completed requests, hung + errored requests).
+fn load_block(lab: &lab::Lab, streams: u32, secs: f64, max_tokens: u32) -> (f64, u64, u64) {
+    match lab
+        .steady_load(streams, secs, max_tokens)
+        .and_then(lab::LoadRun::wait)
+    {
+        Ok(r) => (
+            r["requests_per_s"].as_f64().unwrap_or(0.0),
+            r["completed_requests"].as_u64().unwrap_or(0),
+            r["hung_requests"].as_u64().unwrap_or(0) + r["errored_requests"].as_u64().unwrap_or(0),
+        ),
+        Err(e) => {
+            eprintln!("biglab bench: harness run failed: {e}");
+            (0.0, 0, 0)
+        }
+    }
+}
+
+/// The steady load in blocks of 20 s on a thread, until dropped.
+struct Load {
+    stop: Arc<AtomicBool>,
+    requests: Arc<AtomicU64>,
+    bad: Arc<AtomicU64>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Load {
+    fn start(b: &Bench) -> Load {
+        let stop = Arc::new(AtomicBool::new(false));
+        let requests = Arc::new(AtomicU64::new(0));
+        let bad = Arc::new(AtomicU64::new(0));
+        let (s, r, f) = (stop.clone(), requests.clone(), bad.clone());
+        let (lab, streams, max_tokens) = (b.lab.clone(), b.p.streams, b.p.max_tokens);
+        let thread = std::thread::spawn(move || {
+            while !s.load(Ordering::Relaxed) {
+                let (_, n, n_bad) = load_block(&lab, streams, 20.0, max_tokens);
+                r.fetch_add(n, Ordering::Relaxed);
+                f.fetch_add(n_bad, Ordering::Relaxed);
+            }
+        });
+        Load {
+            stop,
+            requests,
+            bad,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Load {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Section 1: returns whether the ratio goal is met.
+fn throughput(b: &Bench) -> bool {
+    let mut ratios = Vec::new();
+    for pair in 0..b.p.pairs {
+        let mut rates = [0.0f64; 2]; // [without, with]
+        let order = if pair % 2 == 0 { [0, 1] } else { [1, 0] };
+        for which in order {
+            let daemon = (which == 1).then(|| b.daemon());
+            if daemon.is_some() {
+                std::thread::sleep(Duration::from_secs(5)); // discovery, first samples
+            }
+            let (rate, _, bad) = load_block(&b.lab, b.p.streams, b.p.block_secs, b.p.max_tokens);
+            rates[which] = rate;
+            println!(
+                "  pair {pair} {}: {rate:.2} req/s ({bad} hung or failed requests), load {}",
+                ["without daemon", "with daemon   "][which],
+                loadavg()
+            );
+        }
+        ratios.push(rates[1] / rates[0]);
+    }
+    if ratios.is_empty() {
+        return true;
+    }
+    let r = quantile(&mut ratios.clone(), 0.5);
+    let (lo, hi) = ratios
+        .iter()
+        .fold((f64::MAX, f64::MIN), |(lo, hi), &x| (lo.min(x), hi.max(x)));
+    println!(
+        "throughput with/without daemon: median ratio {r:.3} (range {lo:.3}-{hi:.3}, {} pairs) goal >= 0.98 {}",
+        ratios.len(),
+        verdict(r >= 0.98)
+    );
+    r >= 0.98
+}
+
+/// What the steady state measured after its first minute.
+struct Steady {
+    cpu_pct: f64,
+    rss_mib: f64,
+    rss_max_mib: f64,
+    growth_mib_h: f64,
+    minutes: f64,
+}
+
+/// Section 2, on a running daemon and load.
+fn steady(b: &Bench, d: &mut Daemon, load: &Load) -> Option<Steady> {
+    let t0 = Instant::now();
+    let total = Duration::from_secs_f64(b.p.minutes * 60.0);
+    let (cpu0, bytes0) = (d.cpu_seconds(), d.recording_bytes());
+    let mut warm = (t0, cpu0, bytes0);
+    let mut rss_max = 0;
+    let mut last_print = t0;
+    while t0.elapsed() < total {
+        std::thread::sleep(Duration::from_secs(10).min(total));
+        if !d.running() {
+            println!("daemon exited early:\n{}", d.log_tail());
+            return None;
+        }
+        let (cpu, bytes, el) = (d.cpu_seconds(), d.recording_bytes(), t0.elapsed());
+        rss_max = rss_max.max(d.rss_kib());
+        if warm.0 == t0 && el >= Duration::from_secs(60) {
+            warm = (Instant::now(), cpu, bytes);
+        }
+        if last_print.elapsed() >= Duration::from_secs(60) || el >= total {
+            last_print = Instant::now();
+            println!(
+                "  t={:5.0}s cpu {:5.2} % of a core (cumulative), rss {:6.1} MiB, recording {:8.1} KiB, requests {}, load {}",
+                el.as_secs_f64(),
+                (cpu - cpu0) / el.as_secs_f64() * 100.0,
+                d.rss_kib() as f64 / 1024.0,
+                bytes as f64 / 1024.0,
+                load.requests.load(Ordering::Relaxed),
+                loadavg()
+            );
+        }
+    }
+    let dt = warm.0.elapsed().as_secs_f64();
+    Some(Steady {
+        cpu_pct: (d.cpu_seconds() - warm.1) / dt * 100.0,
+        rss_mib: d.rss_kib() as f64 / 1024.0,
+        rss_max_mib: rss_max as f64 / 1024.0,
+        growth_mib_h: d.recording_bytes().saturating_sub(warm.2) as f64 / dt * 3600.0 / 1048576.0,
+        minutes: t0.elapsed().as_secs_f64() / 60.0,
+    })
+}
+
+fn report_steady(s: &Steady, requests: u64, bad: u64) -> bool {
+    println!(
+        "steady state over {:.1} min ({requests} requests, {bad} hung or failed), after the first minute:",
+        s.minutes
+    );
+    let (c, r, g) = (s.cpu_pct <= 3.0, s.rss_mib <= 96.0, s.growth_mib_h < 10.0);
+    println!(
+        "  CPU {:.2} % of one core (daemon + py-spy children) goal <= 3 {}",
+        s.cpu_pct,
+        verdict(c)
+    );
+    println!(
+        "  RSS at end {:.1} MiB (max {:.1}) goal <= 96 {}",
+        s.rss_mib,
+        s.rss_max_mib,
+        verdict(r)
+    );
+    println!(
+        "  recording growth {:.2} MiB/h goal < 10 {}",
+        s.growth_mib_h,
+        verdict(g)
+    );
+    c && r && g
+}
+
+/// A streamed chat request whose prompt is above the decode engine's split threshold: the
+/// decode engine accepts it and forgets it. The connection stays open while it is held.
+fn send_wedge(entry_url: &str) -> std::io::Result<TcpStream> {
+    let addr = entry_url.trim_start_matches("http://");
+    let prompt = vec!["tensor"; WEDGE_WORDS].join(" ");
+    let body = serde_json::json!({
+        "model": "lab-model", "stream": true, "max_tokens": 8,
+        "messages": [{"role": "user", "content": prompt}],
+    })
+    .to_string();
+    let mut s = TcpStream::connect(addr)?;
+    write!(
+        s,
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )?;
+    s.flush()?;
+    Ok(s)
+}
+
+/// Bytes readable within 100 ms (0 on a silent connection).
+fn read_some(s: &mut TcpStream) -> usize {
+    let _ = s.set_read_timeout(Some(Duration::from_millis(100)));
+    let mut buf = [0u8; 256];
+    s.read(&mut buf).unwrap_or(0)
+}
+
+/// One `wedgewatch snapshot --json` served by the daemon: (wall ms, JSON, why it was not
+/// served by the daemon, if it was not).
+fn served_snapshot(b: &Bench, d: &Daemon) -> (f64, Value, Option<String>) {
+    let t = Instant::now();
+    let out = b
+        .ww()
+        .arg("--state-dir")
+        .arg(d.state_dir.path())
+        .args(["snapshot", "--json"])
+        .output();
+    let ms = t.elapsed().as_secs_f64() * 1000.0;
+    match out {
+        Ok(o) => {
+            let err = String::from_utf8_lossy(&o.stderr);
+            let not_served = (!err.contains("using the daemon"))
+                .then(|| err.lines().next().unwrap_or("no note").to_string());
+            let v = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
+            (ms, v, not_served)
+        }
+        Err(e) => (ms, Value::Null, Some(e.to_string())),
+    }
+}
+
+/// The daemon log's `finding opened` lines of kind `wedged_request`.
+fn log_wedges(d: &Daemon) -> Vec<String> {
+    std::fs::read_to_string(d.log_path())
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains("finding opened") && l.contains("kind=wedged_request"))
+        .map(String::from)
+        .collect()
+}
+
+fn wedged_count(snapshot: &Value) -> usize {
+    snapshot["findings"].as_array().map_or(0, |fs| {
+        fs.iter().filter(|f| f["kind"] == "wedged_request").count()
+    })
+}
+
+/// When the wedge was first seen: in a served snapshot, in the log (seconds after sending).
+#[derive(Default)]
+struct Seen {
+    served_s: Option<f64>,
+    log_s: Option<f64>,
+    latencies_ms: Vec<f64>,
+    not_served: Vec<String>,
+}
+
+/// Section 3: send the wedge, ask the daemon until both have seen one more wedged_request
+/// than before it (bounded).
+fn wedge(b: &Bench, d: &Daemon, threshold_s: f64) -> (Seen, Option<TcpStream>) {
+    let mut seen = Seen::default();
+    let log_before = log_wedges(d);
+    for l in log_before.iter().take(3) {
+        println!("  before the wedge, the daemon logged: {l}");
+    }
+    let (ms, snap, why) = served_snapshot(b, d);
+    seen.latencies_ms.push(ms);
+    seen.not_served.extend(why);
+    let served_before = wedged_count(&snap);
+    println!("  before the wedge: {served_before} wedged_request in a served snapshot");
+    let conn = match send_wedge(&b.lab.info.entry_url) {
+        Ok(c) => c,
+        Err(e) => {
+            println!("  could not send the wedged request: {e}");
+            return (seen, None);
+        }
+    };
+    let t0 = Instant::now();
+    let bound = Duration::from_secs_f64(threshold_s + 60.0);
+    let log_watch = watch_log(d.log_path(), log_before.len(), t0, bound);
+    while t0.elapsed() < bound && (seen.served_s.is_none() || !log_watch.is_finished()) {
+        let (ms, snap, why) = served_snapshot(b, d);
+        seen.latencies_ms.push(ms);
+        let el = t0.elapsed().as_secs_f64();
+        if seen.served_s.is_none() && why.is_none() && wedged_count(&snap) > served_before {
+            seen.served_s = Some(el);
+        }
+        seen.not_served.extend(why);
+        std::thread::sleep(Duration::from_millis(b.p.poll_ms));
+    }
+    seen.log_s = log_watch.join().ok().flatten();
+    (seen, Some(conn))
+}
+
+/// Seconds after `t0` when the log at `path` holds more than `before` wedged_request lines
+/// (polled every 100 ms on a thread, up to `bound`).
+fn watch_log(
+    path: std::path::PathBuf,
+    before: usize,
+    t0: Instant,
+    bound: Duration,
+) -> std::thread::JoinHandle<Option<f64>> {
+    std::thread::spawn(move || {
+        while t0.elapsed() < bound {
+            let n = std::fs::read_to_string(&path)
+                .unwrap_or_default()
+                .lines()
+                .filter(|l| l.contains("finding opened") && l.contains("kind=wedged_request"))
+                .count();
+            if n > before {
+                return Some(t0.elapsed().as_secs_f64());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        None
+    })
+}
+
+fn report_wedge(seen: &mut Seen, threshold_s: f64, sockets_s: f64, log_s: f64) -> bool {
+    let show = |v: Option<f64>| v.map_or("never".to_string(), |s| format!("{s:.1} s"));
+    let goal_served = threshold_s + 2.0 * sockets_s;
+    let goal_log = threshold_s + 2.0 * log_s;
+    let ok_served = seen.served_s.is_some_and(|s| s <= goal_served);
+    let ok_log = seen.log_s.is_some_and(|s| s <= goal_log);
+    println!(
+        "wedge -> first wedged_request: served snapshot {} (goal <= {goal_served:.2} s = threshold {threshold_s:.0} s + 2 x sockets period {sockets_s:.2} s) {}",
+        show(seen.served_s),
+        verdict(ok_served)
+    );
+    println!(
+        "wedge -> first wedged_request: daemon log {} (goal <= {goal_log:.1} s = threshold + 2 x log period {log_s:.1} s) {}",
+        show(seen.log_s),
+        verdict(ok_log)
+    );
+    let n = seen.latencies_ms.len();
+    let p50 = quantile(&mut seen.latencies_ms, 0.5);
+    let p99 = quantile(&mut seen.latencies_ms, 0.99);
+    let max = seen.latencies_ms.last().copied().unwrap_or(f64::NAN);
+    let ok_p99 = p99 <= 100.0 && seen.not_served.is_empty();
+    println!(
+        "served snapshots while sampling: {n} calls ({} not served by the daemon), p50 {p50:.0} ms, p99 {p99:.0} ms, max {max:.0} ms, goal p99 <= 100 {}",
+        seen.not_served.len(),
+        verdict(ok_p99)
+    );
+    if let Some(why) = seen.not_served.first() {
+        println!("  first one not served: {why}");
+    }
+    ok_served && ok_log && ok_p99
+}
+
+/// Section 4: cold snapshots on the wedged lab, no daemon.
+fn cold(b: &Bench) -> bool {
+    let mut ok = true;
+    for window in [None, Some("1s")] {
+        let mut walls = Vec::new();
+        let mut found = 0;
+        for _ in 0..b.p.cold_runs {
+            let mut c = b.ww();
+            c.args(["snapshot", "--json", "--no-daemon"]);
+            if let Some(w) = window {
+                c.args(["--window", w]);
+            }
+            let t = Instant::now();
+            let out = c.output();
+            walls.push(t.elapsed().as_secs_f64());
+            let snap = out.map_or(Value::Null, |o| {
+                serde_json::from_slice(&o.stdout).unwrap_or(Value::Null)
+            });
+            found += usize::from(wedged_count(&snap) > 0);
+        }
+        let max = quantile(&mut walls, 1.0);
+        let med = quantile(&mut walls, 0.5);
+        println!(
+            "cold snapshot ({} window): median {med:.2} s, max {max:.2} s wall over {} runs, wedged_request in {found}; goal <= 3 s {}",
+            window.unwrap_or("default 3s"),
+            walls.len(),
+            verdict(max <= 3.0)
+        );
+        ok &= max <= 3.0;
+    }
+    ok
+}
+
+/// Sections 2 and 3 on one daemon; then 4 with the wedge still held.
+fn daemon_sections(b: &Bench) -> bool {
+    let thresholds = wedgewatch::config::Thresholds::default();
+    let threshold_s = thresholds.correlate.wedged_after_ms as f64 / 1000.0;
+    let sockets_s = wedgewatch::sampler::default_cadence(wedgewatch::model::SourceKind::Sockets).0
+        as f64
+        / 1000.0;
+    let log_s = wedgewatch::daemon::DaemonConfig::default().log_every_ms as f64 / 1000.0;
+    let mut d = b.daemon();
+    let load = Load::start(b);
+    let mut ok = match steady(b, &mut d, &load) {
+        Some(s) => report_steady(
+            &s,
+            load.requests.load(Ordering::Relaxed),
+            load.bad.load(Ordering::Relaxed),
+        ),
+        None => false,
+    };
+    let cpu0 = (d.cpu_seconds(), Instant::now());
+    let (mut seen, conn) = wedge(b, &d, threshold_s);
+    println!(
+        "  daemon CPU while the wedge was open: {:.2} % of one core over {:.0} s (snapshots served every {} ms included)",
+        (d.cpu_seconds() - cpu0.0) / cpu0.1.elapsed().as_secs_f64() * 100.0,
+        cpu0.1.elapsed().as_secs_f64(),
+        b.p.poll_ms
+    );
+    ok &= report_wedge(&mut seen, threshold_s, sockets_s, log_s);
+    d.stop();
+    if let Some(mut c) = conn.as_ref().and_then(|c| c.try_clone().ok()) {
+        println!(
+            "  the wedged request's client has received {} response bytes (expected 0)",
+            read_some(&mut c)
+        );
+    }
+    ok &= cold(b);
+    drop(conn);
+    drop(load);
+    ok
+}
+
+fn git_head() -> String {
+    std::process::Command::new("git")
+        .args([
+            "-C",
+            env!("CARGO_MANIFEST_DIR"),
+            "log",
+            "-1",
+            "--format=%h %s",
+        ])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default()
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return; // `cargo bench -- --list` / `cargo test --benches` probes
+    }
+    let p = Params::from_env();
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    println!(
+        "biglab bench: {} (commit {}), {cores} cores, load average {} at start; 2 x TP{} lab, {} streams, {}-token replies",
+        env!("CARGO_BIN_EXE_wedgewatch"),
+        git_head(),
+        loadavg(),
+        p.tp,
+        p.streams,
+        p.max_tokens
+    );
+    let t = Instant::now();
+    let opts = lab::LabOptions::pd()
+        .tp_size(p.tp)
+        .decode_env("SGLANG_DECODE_PREALLOC_SPLIT_TOKENS", SPLIT_TOKENS);
+    let lab = Arc::new(lab::Lab::up(&opts).expect("lab up"));
+    println!("lab up in {:.1} s", t.elapsed().as_secs_f64());
+    let b = Bench { lab, p };
+    let mut ok = throughput(&b);
+    ok &= daemon_sections(&b);
+    println!("load average at end {}", loadavg());
+    drop(b);
+    if !ok {
+        std::process::exit(1);
+    }
+}

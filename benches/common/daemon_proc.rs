@@ -1,0 +1,186 @@
+//! A `wedgewatch daemon` under measurement, and what /proc says about it: CPU (its own and
+//! its py-spy children's), RSS, the bytes of its state dir. Shared by the bench binaries
+//! that run the daemon on a lab (`#[path]`-included).
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A running `wedgewatch daemon` at default cadences, recording on, logging to
+/// `<state dir>/daemon.log`; dropping it stops it (SIGTERM, then SIGKILL after 10 s).
+pub struct Daemon {
+    pub child: Child,
+    pub state_dir: tempfile::TempDir,
+}
+
+/// The wedgewatch binary with the lab's fake NVML and the venv's py-spy, and
+/// `--thresholds $WW_BENCH_THRESHOLDS` when that is set (e.g. `stacks_adaptive = false`).
+pub fn wedgewatch(nvml_dir: &Path, py_spy: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_wedgewatch"));
+    c.env("WEDGEWATCH_NVML_LIB", env!("FAKE_NVML_PATH"))
+        .env("FAKE_NVML_DIR", nvml_dir)
+        .env("WEDGEWATCH_PY_SPY", py_spy)
+        .stdin(Stdio::null());
+    if let Some(t) = std::env::var_os("WW_BENCH_THRESHOLDS") {
+        c.arg("--thresholds").arg(t);
+    }
+    c
+}
+
+impl Daemon {
+    pub fn start(nvml_dir: &Path, py_spy: &Path) -> Daemon {
+        let state_dir = tempfile::Builder::new()
+            .prefix("ww-bench-daemon-")
+            .tempdir()
+            .expect("state dir");
+        let log = std::fs::File::create(state_dir.path().join("daemon.log")).expect("log file");
+        let child = wedgewatch(nvml_dir, py_spy)
+            .args(["daemon", "--state-dir"])
+            .arg(state_dir.path())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn wedgewatch daemon");
+        Daemon { child, state_dir }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn log_path(&self) -> PathBuf {
+        self.state_dir.path().join("daemon.log")
+    }
+
+    /// True while the daemon has not exited.
+    pub fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    pub fn stop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            // SAFETY: kill(2) on our own child's pid, which we have not reaped yet.
+            unsafe {
+                libc::kill(self.child.id() as i32, libc::SIGTERM);
+            }
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = self.child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = self.child.kill();
+        }
+        let _ = self.child.wait();
+    }
+
+    pub fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(self.log_path()).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(10)..].join("\n")
+    }
+
+    /// CPU seconds of the daemon, its reaped children and its live ones (py-spy mid-dump).
+    pub fn cpu_seconds(&self) -> f64 {
+        cpu_seconds(self.pid()).unwrap_or(0.0) + live_children_cpu(self.pid())
+    }
+
+    pub fn rss_kib(&self) -> u64 {
+        rss_kib(self.pid()).unwrap_or(0)
+    }
+
+    /// Bytes under the state dir but the log: the recording (and baselines).
+    pub fn recording_bytes(&self) -> u64 {
+        dir_bytes(self.state_dir.path())
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// CPU seconds of `pid` and its reaped children (fields 14-17 of /proc/PID/stat).
+pub fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the parenthesised comm; field 3 is index 0 here.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = f
+        .get(11..15)?
+        .iter()
+        .filter_map(|v| v.parse::<u64>().ok())
+        .sum();
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    Some(ticks as f64 / hz)
+}
+
+/// CPU seconds of the live (not yet reaped) children of `pid`.
+pub fn live_children_cpu(pid: u32) -> f64 {
+    let mut total = 0.0;
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0.0;
+    };
+    for t in tasks.flatten() {
+        let children = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
+        for c in children
+            .split_whitespace()
+            .filter_map(|c| c.parse::<u32>().ok())
+        {
+            total += cpu_seconds(c).unwrap_or(0.0);
+        }
+    }
+    total
+}
+
+pub fn rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+pub fn dir_bytes(dir: &Path) -> u64 {
+    let mut total = 0;
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten() {
+            match e.metadata() {
+                Ok(m) if m.is_dir() => total += dir_bytes(&e.path()),
+                Ok(m) if e.file_name() != "daemon.log" => total += m.len(),
+                _ => {}
+            }
+        }
+    }
+    total
+}
+
+pub fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
+pub fn env_f64(name: &str, default: f64) -> f64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The value at quantile `q` (0..=1) of `v` (sorted here; nearest rank).
+pub fn quantile(v: &mut [f64], q: f64) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    let rank = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len());
+    v[rank - 1]
+}

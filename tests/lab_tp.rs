@@ -1,0 +1,144 @@
+//! The big lab's tensor parallelism (issue 15 item 1): `lab.py up --tp-size N` starts N
+//! scheduler processes per engine titled `sglang::scheduler_TP0..N-1`, each on its own fake
+//! GPU (PD: prefill GPUs 0..N-1, decode N..2N-1), the other ranks' GPUs follow rank 0's;
+//! and wedgewatch's discovery sees `tp` = N on each engine and every scheduler pid with its
+//! GPU. A TP4 PD lab (8 schedulers, 8 fake GPUs) comes up in seconds.
+//!
+//! Needs `tests/lab/.venv` (created on first use by `lab.py setup`).
+
+#[path = "common/lab.rs"]
+mod lab;
+
+use std::time::{Duration, Instant};
+
+use lab::{read_gpu_state, Lab, LabOptions};
+use wedgewatch::discover::{self, DiscoverOptions};
+use wedgewatch::model::{Role, Topology};
+use wedgewatch::probes::ProbeSet;
+
+const TP: u32 = 4;
+
+fn title_of(pid: u32) -> String {
+    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    String::from_utf8_lossy(&raw)
+        .split('\0')
+        .filter(|s| !s.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The pid a fake NVML state file lists as the GPU's one process.
+fn gpu_owner(lab: &Lab, gpu: u32) -> Option<u32> {
+    let st = read_gpu_state(lab.nvml_dir(), gpu);
+    st.get("procs")?.split(':').next()?.parse().ok()
+}
+
+fn check_engine_processes(lab: &Lab, name: &str, first_gpu: u32) {
+    let e = lab.component(name);
+    assert_eq!(e.scheduler_pids.len(), TP as usize, "{name}: {e:?}");
+    let want_gpus: Vec<u32> = (first_gpu..first_gpu + TP).collect();
+    assert_eq!(e.gpus, want_gpus, "{name}");
+    for (rank, &pid) in e.scheduler_pids.iter().enumerate() {
+        assert_eq!(
+            title_of(pid),
+            format!("sglang::scheduler_TP{rank}"),
+            "{name} pid {pid}"
+        );
+        let gpu = want_gpus[rank];
+        assert_eq!(gpu_owner(lab, gpu), Some(pid), "{name} TP{rank}: gpu{gpu}");
+    }
+    let env = std::fs::read(format!("/proc/{}/environ", e.pid)).unwrap_or_default();
+    let cvd = format!(
+        "CUDA_VISIBLE_DEVICES={}",
+        want_gpus
+            .iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    assert!(
+        env.split(|b| *b == 0).any(|kv| kv == cvd.as_bytes()),
+        "{name}: no {cvd} in its environment"
+    );
+}
+
+fn check_discovered(topo: &Topology, lab: &Lab, name: &str, first_gpu: u32) {
+    let e = lab.component(name);
+    let engine = topo
+        .components
+        .iter()
+        .find(|c| c.main_pid == Some(e.pid as i32))
+        .unwrap_or_else(|| panic!("discovery has no component for {name} (pid {})", e.pid));
+    assert_eq!(
+        engine.labels.get("tp").map(String::as_str),
+        Some(TP.to_string().as_str()),
+        "{name}: {:?}",
+        engine.labels
+    );
+    for (rank, &pid) in e.scheduler_pids.iter().enumerate() {
+        let id = format!("scheduler_TP{rank}@{}", engine.id);
+        let s = topo
+            .component(&id)
+            .unwrap_or_else(|| panic!("discovery has no {id}"));
+        assert_eq!(s.role, Role::Scheduler, "{id}");
+        assert_eq!(s.main_pid, Some(pid as i32), "{id}");
+        assert_eq!(s.gpus, vec![first_gpu + rank as u32], "{id}");
+        assert_eq!(s.parent.as_deref(), Some(engine.id.as_str()), "{id}");
+    }
+    let schedulers = topo
+        .components
+        .iter()
+        .filter(|c| c.role == Role::Scheduler && c.parent.as_deref() == Some(&engine.id))
+        .count();
+    assert_eq!(schedulers, TP as usize, "{name}: scheduler count");
+}
+
+/// Every GPU of `gpus` reads busy (util > 0) at least once before `bound`.
+fn all_seen_busy(lab: &Lab, gpus: &[u32], bound: Duration) -> Vec<u32> {
+    let mut missing: Vec<u32> = gpus.to_vec();
+    let t0 = Instant::now();
+    while !missing.is_empty() && t0.elapsed() < bound {
+        missing.retain(|&g| {
+            let st = read_gpu_state(lab.nvml_dir(), g);
+            st.get("util.gpu").and_then(|u| u.parse::<u32>().ok()) == Some(0)
+        });
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    missing
+}
+
+#[test]
+fn tp_lab_starts_n_titled_schedulers_on_their_own_gpus_and_discovery_sees_them() {
+    let t0 = Instant::now();
+    let lab = Lab::up(&LabOptions::pd().tp_size(TP)).expect("TP lab up");
+    let up = t0.elapsed();
+    let devices = std::fs::read_to_string(lab.nvml_dir().join("devices")).expect("devices");
+    assert!(
+        devices.contains(&format!("device_count={}", 2 * TP)),
+        "{devices}"
+    );
+    check_engine_processes(&lab, "prefill", 0);
+    check_engine_processes(&lab, "decode", TP);
+
+    let probes = ProbeSet::builtin().expect("probes");
+    let topo = discover::discover(&probes, &DiscoverOptions::default()).expect("discover");
+    check_discovered(&topo, &lab, "prefill", 0);
+    check_discovered(&topo, &lab, "decode", TP);
+
+    // Under load every rank's GPU works, not only rank 0's.
+    let load = lab.steady_load(16, 4.0, 24).expect("load");
+    let decode_gpus: Vec<u32> = (TP..2 * TP).collect();
+    let idle = all_seen_busy(&lab, &decode_gpus, Duration::from_secs(4));
+    let report = load.wait().expect("harness report");
+    assert!(
+        idle.is_empty(),
+        "decode GPUs never busy under load: {idle:?}"
+    );
+    assert!(
+        report["completed_requests"].as_u64().unwrap_or(0) > 0
+            && report["hung_requests"] == 0
+            && report["errored_requests"] == 0,
+        "{report}"
+    );
+    eprintln!("TP{TP} lab up in {up:?}; steady load: {report}");
+}
