@@ -238,6 +238,7 @@ mod tests {
             node: None,
             connections: vec![],
             fleet: None,
+            elided: None,
         }
     }
 

@@ -133,6 +133,7 @@ pub fn assemble_bundle(parts: SnapshotParts, opts: &AssembleOptions) -> Bundle {
         node: parts.node.clone().map(|n| node::for_output(n, opts.redact)),
         connections: parts.connections.clone(),
         fleet: None,
+        elided: parts.elided,
     };
     versions::fill(&mut snapshot, &parts);
 

@@ -22,8 +22,14 @@ impl Model {
         view: &View,
         findings: Vec<crate::model::Finding>,
     ) -> SnapshotParts {
-        let mut requests: Vec<Request> =
-            view.requests.iter().map(|r| request_of(view, r)).collect();
+        let listed = Listed::of(view, MAX_DONE_LISTED);
+        let mut requests: Vec<Request> = view
+            .requests
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| listed.exchange(*i))
+            .map(|(_, r)| request_of(view, r))
+            .collect();
         requests.extend(view.idle.iter().cloned());
         let extras = view
             .components
@@ -61,7 +67,13 @@ impl Model {
             topology: self.topology.clone(),
             processes,
             requests,
-            logical_requests: view.logical.iter().map(|l| logical_of(view, l)).collect(),
+            logical_requests: view
+                .logical
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| listed.logical(*i))
+                .map(|(_, l)| logical_of(view, l))
+                .collect(),
             gpus: self.snap_gpus(now),
             threads: self.snap_threads(view),
             findings,
@@ -70,6 +82,7 @@ impl Model {
             raw: self.raw_payloads(now),
             node: None,
             connections: self.outbound_connections(),
+            elided: listed.elided,
         }
     }
 
@@ -220,4 +233,77 @@ fn logical_of(view: &View, l: &LogicalView) -> LogicalRequest {
         stuck_role: stuck.map(|(_, r)| r.x.role),
         stuck_kind: stuck.map(|(s, _)| s.kind),
     }
+}
+
+/// Finished logical requests a snapshot lists at most (the newest): a big node answers
+/// hundreds a second, and listing every one made a served snapshot 10 MB and seconds long.
+/// Unfinished ones (stuck, waiting, active) are always listed.
+pub const MAX_DONE_LISTED: usize = 500;
+
+/// Which of a view's logical requests and exchanges a snapshot lists.
+struct Listed {
+    /// Per logical request (index into `View::logical`).
+    logical: Vec<bool>,
+    /// Per exchange (index into `View::requests`).
+    exchanges: Vec<bool>,
+    elided: Option<crate::model::Elided>,
+}
+
+impl Listed {
+    /// Every unfinished logical request, and the newest `max_done` finished ones (by their
+    /// entry leg's start), each with all its legs.
+    fn of(view: &View, max_done: usize) -> Listed {
+        let mut done: Vec<(Millis, usize)> = view
+            .logical
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| l.verdict == crate::model::Verdict::Done)
+            .map(|(i, l)| (entry_start(view, l), i))
+            .collect();
+        let mut logical = vec![true; view.logical.len()];
+        let mut exchanges = vec![true; view.requests.len()];
+        if done.len() <= max_done {
+            return Listed {
+                logical,
+                exchanges,
+                elided: None,
+            };
+        }
+        done.sort_unstable_by(|a, b| b.cmp(a));
+        let mut legs = 0u64;
+        for &(_, i) in &done[max_done..] {
+            logical[i] = false;
+            for &x in &view.logical[i].legs {
+                if let Some(e) = exchanges.get_mut(x) {
+                    *e = false;
+                    legs += 1;
+                }
+            }
+        }
+        let elided = crate::model::Elided {
+            done_requests: (done.len() - max_done) as u64,
+            exchanges: legs,
+            kept_done: max_done as u64,
+        };
+        Listed {
+            logical,
+            exchanges,
+            elided: Some(elided),
+        }
+    }
+
+    fn logical(&self, i: usize) -> bool {
+        self.logical.get(i).copied().unwrap_or(true)
+    }
+
+    fn exchange(&self, i: usize) -> bool {
+        self.exchanges.get(i).copied().unwrap_or(true)
+    }
+}
+
+fn entry_start(view: &View, l: &LogicalView) -> Millis {
+    l.legs
+        .first()
+        .and_then(|&i| view.requests.get(i))
+        .map_or(Millis::MIN, |r| r.x.request_ms)
 }

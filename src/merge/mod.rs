@@ -176,6 +176,7 @@ fn assemble(
         node: None,
         connections: Vec::new(),
         fleet: None,
+        elided: None,
     };
     for (s, n) in snaps.into_iter().zip(&fleet.nodes) {
         let node = &n.name;

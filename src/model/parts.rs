@@ -46,6 +46,9 @@ pub struct SnapshotParts {
     /// Client sockets to servers not on this node (`correlate::parts`).
     #[serde(default)]
     pub connections: Vec<super::SnapConnection>,
+    /// Finished requests left out on a busy node (`correlate::parts`).
+    #[serde(default)]
+    pub elided: Option<super::snapshot::Elided>,
     /// Raw per-source payloads (JSON) for the bundle's raw files, keyed by file stem.
     pub raw: BTreeMap<String, serde_json::Value>,
 }

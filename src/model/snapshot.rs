@@ -53,6 +53,22 @@ pub struct Snapshot {
     /// joined across them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fleet: Option<super::fleet::FleetInfo>,
+    /// Added (issue 15): finished requests left out of `requests`/`logical_requests` on a
+    /// busy node (only the newest are listed; every unfinished one always is).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub elided: Option<Elided>,
+}
+
+/// What a snapshot left out to stay small on a busy node: finished logical requests beyond
+/// the newest [`Elided::kept_done`], with their legs (exchanges).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Elided {
+    /// Finished (`done`) logical requests not listed.
+    pub done_requests: u64,
+    /// Their exchanges (legs), not listed in `requests`.
+    pub exchanges: u64,
+    /// Finished logical requests that are listed (the newest).
+    pub kept_done: u64,
 }
 
 fn yes() -> bool {

@@ -69,6 +69,7 @@ fn sample() -> Snapshot {
         node: None,
         connections: vec![],
         fleet: None,
+        elided: None,
         redacted: false,
         config_changed: vec![Change {
             component: "decode@127.0.0.1:2".into(),

@@ -329,6 +329,7 @@ mod tests {
             node: None,
             connections: vec![],
             fleet: None,
+            elided: None,
         }
     }
 

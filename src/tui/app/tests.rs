@@ -88,6 +88,7 @@ fn snap(taken_at: &str, requests: Vec<Request>) -> Snapshot {
         node: None,
         connections: vec![],
         fleet: None,
+        elided: None,
     }
 }
 
