@@ -17,6 +17,9 @@ use std::collections::{BTreeMap, HashMap};
 
 /// The longest a hop takes to forward a request.
 pub const LINK_WINDOW_MS: i64 = 2_000;
+/// Parent candidates looked at, nearest first (a busy router has hundreds in its window;
+/// the parent is among the nearest, and the rest only lower the confidence).
+const MAX_CANDIDATES: usize = 32;
 
 /// One client connection matched with the server's exchanges on another node.
 #[derive(Debug, Clone)]
@@ -188,7 +191,8 @@ impl ParentIndex {
         // skew's error after it
         let before = v[lo..mid].iter().rev();
         let after = v[mid..hi.max(mid)].iter();
-        for p in before.chain(after).map(|&(_, i)| i).filter(|&i| i != child) {
+        let nearest = before.chain(after).map(|&(_, i)| i).filter(|&i| i != child);
+        for p in nearest.take(MAX_CANDIDATES) {
             if !free(p) {
                 continue;
             }
