@@ -93,7 +93,7 @@ pub fn link(
     offsets: &[i64],
     tolerance_ms: i64,
 ) -> Vec<CrossLink> {
-    let parents = ParentIndex::new(flat);
+    let mut parents = ParentIndex::new(flat);
     let mut links = Vec::new();
     for m in matches {
         let c = &snaps[m.client_node].connections[m.conn];
@@ -114,6 +114,9 @@ pub fn link(
                 continue;
             };
             if let Some((p, pc)) = parents.find(flat, &c.component, start, x, tolerance_ms) {
+                parents
+                    .taken
+                    .insert((p, comp_key(&flat.requests[x].component)));
                 let child_id = flat.requests[x].id.clone();
                 if !flat.requests[p].links.contains(&child_id) {
                     flat.requests[p].links.push(child_id);
@@ -144,9 +147,11 @@ pub fn link(
     links
 }
 
-/// The exchanges served by each component, by start time: the parent candidates.
+/// The exchanges served by each component, by start time: the parent candidates; and the
+/// (parent, child component) pairs linked so far (one child per downstream component).
 struct ParentIndex {
     by_comp: HashMap<String, Vec<(i64, usize)>>,
+    taken: std::collections::HashSet<(usize, u64)>,
 }
 
 impl ParentIndex {
@@ -158,7 +163,10 @@ impl ParentIndex {
             }
         }
         by_comp.values_mut().for_each(|v| v.sort_unstable());
-        ParentIndex { by_comp }
+        ParentIndex {
+            by_comp,
+            taken: Default::default(),
+        }
     }
 
     /// The parent of `child` (starting at `start` on the client's clock) at `comp`: the
@@ -178,13 +186,10 @@ impl ParentIndex {
         let mid = v.partition_point(|&(t, _)| t <= start);
         let lo = v.partition_point(|&(t, _)| t < start - LINK_WINDOW_MS - tol);
         let cr = &flat.requests[child];
-        let free = |p: usize| {
-            !flat.requests[p].links.iter().any(|l| {
-                flat.index
-                    .get(l)
-                    .is_some_and(|&k| k != child && flat.requests[k].component == cr.component)
-            })
-        };
+        // one child per downstream component: a node's own links are to its own
+        // components, so only the cross-node ones made here can be in the way
+        let key = comp_key(&cr.component);
+        let free = |p: usize| !self.taken.contains(&(p, key));
         let sized = |p: usize| similar(flat.requests[p].bytes_in, cr.bytes_in);
         let (mut first, mut best, mut n) = (None, None, 0);
         // before the child on the aligned clocks first (latest first), then within the
@@ -212,6 +217,14 @@ impl ParentIndex {
             (None, None) => None,
         }
     }
+}
+
+/// A component's id as a set key (a collision only lowers a link's chance, never makes one).
+fn comp_key(c: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    c.hash(&mut h);
+    h.finish()
 }
 
 /// Whether a forwarded body's size is about the received one's (routers add fields).
