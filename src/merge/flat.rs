@@ -2,6 +2,7 @@
 //! node's clock, and an index by id: what linking, skew and judging share.
 
 use crate::model::{Request, Snapshot};
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 #[derive(Debug, Default)]
@@ -38,15 +39,17 @@ pub fn parse_ms(s: &str) -> Option<i64> {
 }
 
 /// An `ip:port` in one spelling: IPv4-mapped IPv6 (`[::ffff:10.0.0.1]:80`, what a
-/// dual-stack listener sees) as IPv4; anything unparsable as it is.
-pub fn canon(addr: &str) -> String {
+/// dual-stack listener sees) as IPv4; anything else as it is (not copied).
+pub fn canon(addr: &str) -> Cow<'_, str> {
+    if !addr.starts_with('[') {
+        return Cow::Borrowed(addr);
+    }
     match addr.parse::<std::net::SocketAddr>() {
         Ok(std::net::SocketAddr::V6(v6)) => match v6.ip().to_ipv4_mapped() {
-            Some(v4) => format!("{v4}:{}", v6.port()),
-            None => v6.to_string(),
+            Some(v4) => Cow::Owned(format!("{v4}:{}", v6.port())),
+            None => Cow::Owned(v6.to_string()),
         },
-        Ok(a) => a.to_string(),
-        Err(_) => addr.to_string(),
+        _ => Cow::Borrowed(addr),
     }
 }
 

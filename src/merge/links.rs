@@ -13,6 +13,7 @@
 
 use super::flat::{canon, Flat};
 use crate::model::{CrossLink, Snapshot};
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 
 /// The longest a hop takes to forward a request.
@@ -37,7 +38,7 @@ pub struct ConnMatch {
 
 /// Matches every node's outbound connections with the other nodes' server exchanges.
 pub fn match_connections(snaps: &[Snapshot], flat: &Flat) -> (Vec<ConnMatch>, Vec<String>) {
-    let mut by_tuple: HashMap<(String, String), Vec<usize>> = HashMap::new();
+    let mut by_tuple: HashMap<(Cow<str>, Cow<str>), Vec<usize>> = HashMap::new();
     for (i, r) in flat.requests.iter().enumerate() {
         by_tuple
             .entry((canon(&r.client), canon(&r.server)))
