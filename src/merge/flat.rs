@@ -14,6 +14,8 @@ pub struct Flat {
     pub start_ms: Vec<Option<i64>>,
     /// Request id -> index.
     pub index: HashMap<String, usize>,
+    /// Each request's links as indices (`resolve_links`, once linking is done).
+    pub children: Vec<Vec<usize>>,
 }
 
 impl Flat {
@@ -29,6 +31,22 @@ impl Flat {
             }
         }
         f
+    }
+}
+
+impl Flat {
+    /// Resolves every request's links to indices once (links to ids not present dropped).
+    pub fn resolve_links(&mut self) {
+        self.children = self
+            .requests
+            .iter()
+            .map(|r| {
+                r.links
+                    .iter()
+                    .filter_map(|l| self.index.get(l).copied())
+                    .collect()
+            })
+            .collect();
     }
 }
 

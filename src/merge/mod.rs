@@ -80,6 +80,7 @@ pub fn merge(inputs: Vec<NodeInput>, failed: Vec<FailedNode>) -> Result<Snapshot
         .iter_mut()
         .flat_map(|s| std::mem::take(&mut s.logical_requests))
         .collect();
+    flat.resolve_links();
     let logical = judge::regroup(&mut flat, &node_logical);
     let renamed = renamed_requests(&flat, &node_logical);
     let node_findings: Vec<_> = snaps
