@@ -43,17 +43,17 @@ fn old_verdicts(
     flat: &Flat,
     node_logical: &[LogicalRequest],
 ) -> (HashMap<usize, StuckKind>, HashSet<usize>) {
-    let by_leg: HashMap<&str, usize> = flat
-        .requests
-        .iter()
-        .enumerate()
-        .filter_map(|(i, r)| r.leg.as_deref().map(|l| (l, i)))
-        .collect();
+    // the stuck leg is one of its request's legs: only those are looked up
     let stuck = node_logical
         .iter()
         .filter(|l| l.verdict == Verdict::Stuck)
         .filter_map(|l| {
-            let i = *by_leg.get(l.stuck_leg.as_deref()?)?;
+            let want = l.stuck_leg.as_deref()?;
+            let i = l
+                .legs
+                .iter()
+                .filter_map(|x| flat.index.get(x).copied())
+                .find(|&i| flat.requests[i].leg.as_deref() == Some(want))?;
             Some((i, l.stuck_kind.unwrap_or(StuckKind::NoResponse)))
         })
         .collect();
