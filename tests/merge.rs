@@ -89,6 +89,15 @@ fn the_wedge_is_named_at_decode_on_node_b_with_the_path_from_node_a() {
         .findings
         .iter()
         .all(|f| !f.component.as_deref().unwrap_or("").contains("router")));
+    // every request a finding names is a merged logical request
+    for f in &s.findings {
+        for r in &f.requests {
+            assert!(
+                s.logical_requests.iter().any(|l| &l.id == r),
+                "{r} of {f:?}"
+            );
+        }
+    }
     // node B's other finding is carried, its node named
     assert!(s
         .findings

@@ -83,11 +83,9 @@ fn carried(mut f: Finding) -> Finding {
 /// Child exchange index -> parent index.
 fn parent_map(flat: &Flat) -> HashMap<usize, usize> {
     let mut m = HashMap::new();
-    for (i, r) in flat.requests.iter().enumerate() {
-        for l in &r.links {
-            if let Some(&j) = flat.index.get(l) {
-                m.entry(j).or_insert(i);
-            }
+    for (i, c) in flat.children.iter().enumerate() {
+        for &j in c {
+            m.entry(j).or_insert(i);
         }
     }
     m

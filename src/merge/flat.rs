@@ -2,6 +2,7 @@
 //! node's clock, and an index by id: what linking, skew and judging share.
 
 use crate::model::{Request, Snapshot};
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 #[derive(Debug, Default)]
@@ -13,6 +14,8 @@ pub struct Flat {
     pub start_ms: Vec<Option<i64>>,
     /// Request id -> index.
     pub index: HashMap<String, usize>,
+    /// Each request's links as indices (`resolve_links`, once linking is done).
+    pub children: Vec<Vec<usize>>,
 }
 
 impl Flat {
@@ -31,6 +34,22 @@ impl Flat {
     }
 }
 
+impl Flat {
+    /// Resolves every request's links to indices once (links to ids not present dropped).
+    pub fn resolve_links(&mut self) {
+        self.children = self
+            .requests
+            .iter()
+            .map(|r| {
+                r.links
+                    .iter()
+                    .filter_map(|l| self.index.get(l).copied())
+                    .collect()
+            })
+            .collect();
+    }
+}
+
 /// An RFC 3339 time as Unix epoch ms.
 pub fn parse_ms(s: &str) -> Option<i64> {
     let t = time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339).ok()?;
@@ -38,15 +57,17 @@ pub fn parse_ms(s: &str) -> Option<i64> {
 }
 
 /// An `ip:port` in one spelling: IPv4-mapped IPv6 (`[::ffff:10.0.0.1]:80`, what a
-/// dual-stack listener sees) as IPv4; anything unparsable as it is.
-pub fn canon(addr: &str) -> String {
+/// dual-stack listener sees) as IPv4; anything else as it is (not copied).
+pub fn canon(addr: &str) -> Cow<'_, str> {
+    if !addr.starts_with('[') {
+        return Cow::Borrowed(addr);
+    }
     match addr.parse::<std::net::SocketAddr>() {
         Ok(std::net::SocketAddr::V6(v6)) => match v6.ip().to_ipv4_mapped() {
-            Some(v4) => format!("{v4}:{}", v6.port()),
-            None => v6.to_string(),
+            Some(v4) => Cow::Owned(format!("{v4}:{}", v6.port())),
+            None => Cow::Owned(v6.to_string()),
         },
-        Ok(a) => a.to_string(),
-        Err(_) => addr.to_string(),
+        _ => Cow::Borrowed(addr),
     }
 }
 

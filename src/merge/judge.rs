@@ -43,17 +43,17 @@ fn old_verdicts(
     flat: &Flat,
     node_logical: &[LogicalRequest],
 ) -> (HashMap<usize, StuckKind>, HashSet<usize>) {
-    let by_leg: HashMap<&str, usize> = flat
-        .requests
-        .iter()
-        .enumerate()
-        .filter_map(|(i, r)| r.leg.as_deref().map(|l| (l, i)))
-        .collect();
+    // the stuck leg is one of its request's legs: only those are looked up
     let stuck = node_logical
         .iter()
         .filter(|l| l.verdict == Verdict::Stuck)
         .filter_map(|l| {
-            let i = *by_leg.get(l.stuck_leg.as_deref()?)?;
+            let want = l.stuck_leg.as_deref()?;
+            let i = l
+                .legs
+                .iter()
+                .filter_map(|x| flat.index.get(x).copied())
+                .find(|&i| flat.requests[i].leg.as_deref() == Some(want))?;
             Some((i, l.stuck_kind.unwrap_or(StuckKind::NoResponse)))
         })
         .collect();
@@ -70,11 +70,9 @@ fn old_verdicts(
 fn group(flat: &Flat) -> Vec<Vec<usize>> {
     let n = flat.requests.len();
     let mut has_parent = vec![false; n];
-    for r in &flat.requests {
-        for l in &r.links {
-            if let Some(&j) = flat.index.get(l) {
-                has_parent[j] = true;
-            }
+    for c in &flat.children {
+        for &j in c {
+            has_parent[j] = true;
         }
     }
     let in_request = |i: usize| flat.requests[i].request.is_some();
@@ -89,8 +87,8 @@ fn group(flat: &Flat) -> Vec<Vec<usize>> {
         let mut legs = vec![s];
         let mut k = 0;
         while k < legs.len() {
-            for l in &flat.requests[legs[k]].links {
-                if let Some(&j) = flat.index.get(l).filter(|&&j| !seen[j]) {
+            for &j in &flat.children[legs[k]] {
+                if !seen[j] {
                     seen[j] = true;
                     legs.push(j);
                 }
@@ -127,11 +125,9 @@ fn is_open(s: RequestState) -> bool {
 
 /// Whether leg `i` forwarded to another node where its request is still open.
 fn superseded(flat: &Flat, i: usize) -> bool {
-    flat.requests[i].links.iter().any(|l| {
-        flat.index
-            .get(l)
-            .is_some_and(|&j| flat.node[j] != flat.node[i] && is_open(flat.requests[j].state))
-    })
+    flat.children[i]
+        .iter()
+        .any(|&j| flat.node[j] != flat.node[i] && is_open(flat.requests[j].state))
 }
 
 /// The leg the request is stuck at, if any.

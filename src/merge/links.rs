@@ -13,10 +13,14 @@
 
 use super::flat::{canon, Flat};
 use crate::model::{CrossLink, Snapshot};
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 
 /// The longest a hop takes to forward a request.
 pub const LINK_WINDOW_MS: i64 = 2_000;
+/// Parent candidates looked at, nearest first (a busy router has hundreds in its window;
+/// the parent is among the nearest, and the rest only lower the confidence).
+const MAX_CANDIDATES: usize = 32;
 
 /// One client connection matched with the server's exchanges on another node.
 #[derive(Debug, Clone)]
@@ -34,7 +38,7 @@ pub struct ConnMatch {
 
 /// Matches every node's outbound connections with the other nodes' server exchanges.
 pub fn match_connections(snaps: &[Snapshot], flat: &Flat) -> (Vec<ConnMatch>, Vec<String>) {
-    let mut by_tuple: HashMap<(String, String), Vec<usize>> = HashMap::new();
+    let mut by_tuple: HashMap<(Cow<str>, Cow<str>), Vec<usize>> = HashMap::new();
     for (i, r) in flat.requests.iter().enumerate() {
         by_tuple
             .entry((canon(&r.client), canon(&r.server)))
@@ -90,7 +94,7 @@ pub fn link(
     offsets: &[i64],
     tolerance_ms: i64,
 ) -> Vec<CrossLink> {
-    let parents = ParentIndex::new(flat);
+    let mut parents = ParentIndex::new(flat);
     let mut links = Vec::new();
     for m in matches {
         let c = &snaps[m.client_node].connections[m.conn];
@@ -111,6 +115,9 @@ pub fn link(
                 continue;
             };
             if let Some((p, pc)) = parents.find(flat, &c.component, start, x, tolerance_ms) {
+                parents
+                    .taken
+                    .insert((p, comp_key(&flat.requests[x].component)));
                 let child_id = flat.requests[x].id.clone();
                 if !flat.requests[p].links.contains(&child_id) {
                     flat.requests[p].links.push(child_id);
@@ -141,9 +148,11 @@ pub fn link(
     links
 }
 
-/// The exchanges served by each component, by start time: the parent candidates.
+/// The exchanges served by each component, by start time: the parent candidates; and the
+/// (parent, child component) pairs linked so far (one child per downstream component).
 struct ParentIndex {
     by_comp: HashMap<String, Vec<(i64, usize)>>,
+    taken: std::collections::HashSet<(usize, u64)>,
 }
 
 impl ParentIndex {
@@ -155,7 +164,10 @@ impl ParentIndex {
             }
         }
         by_comp.values_mut().for_each(|v| v.sort_unstable());
-        ParentIndex { by_comp }
+        ParentIndex {
+            by_comp,
+            taken: Default::default(),
+        }
     }
 
     /// The parent of `child` (starting at `start` on the client's clock) at `comp`: the
@@ -175,20 +187,18 @@ impl ParentIndex {
         let mid = v.partition_point(|&(t, _)| t <= start);
         let lo = v.partition_point(|&(t, _)| t < start - LINK_WINDOW_MS - tol);
         let cr = &flat.requests[child];
-        let free = |p: usize| {
-            !flat.requests[p].links.iter().any(|l| {
-                flat.index
-                    .get(l)
-                    .is_some_and(|&k| k != child && flat.requests[k].component == cr.component)
-            })
-        };
+        // one child per downstream component: a node's own links are to its own
+        // components, so only the cross-node ones made here can be in the way
+        let key = comp_key(&cr.component);
+        let free = |p: usize| !self.taken.contains(&(p, key));
         let sized = |p: usize| similar(flat.requests[p].bytes_in, cr.bytes_in);
         let (mut first, mut best, mut n) = (None, None, 0);
         // before the child on the aligned clocks first (latest first), then within the
         // skew's error after it
         let before = v[lo..mid].iter().rev();
         let after = v[mid..hi.max(mid)].iter();
-        for p in before.chain(after).map(|&(_, i)| i).filter(|&i| i != child) {
+        let nearest = before.chain(after).map(|&(_, i)| i).filter(|&i| i != child);
+        for p in nearest.take(MAX_CANDIDATES) {
             if !free(p) {
                 continue;
             }
@@ -208,6 +218,14 @@ impl ParentIndex {
             (None, None) => None,
         }
     }
+}
+
+/// A component's id as a set key (a collision only lowers a link's chance, never makes one).
+fn comp_key(c: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    c.hash(&mut h);
+    h.finish()
 }
 
 /// Whether a forwarded body's size is about the received one's (routers add fields).

@@ -80,10 +80,20 @@ pub fn merge(inputs: Vec<NodeInput>, failed: Vec<FailedNode>) -> Result<Snapshot
         .iter_mut()
         .flat_map(|s| std::mem::take(&mut s.logical_requests))
         .collect();
+    flat.resolve_links();
     let logical = judge::regroup(&mut flat, &node_logical);
+    let renamed = renamed_requests(&flat, &node_logical);
     let node_findings: Vec<_> = snaps
         .iter_mut()
         .flat_map(|s| std::mem::take(&mut s.findings))
+        .map(|mut f| {
+            for r in &mut f.requests {
+                if let Some(new) = renamed.get(r.as_str()) {
+                    *r = new.clone();
+                }
+            }
+            f
+        })
         .collect();
     let found = findings::findings(&flat, &logical, node_findings);
     let fleet = FleetInfo {
@@ -93,6 +103,20 @@ pub fn merge(inputs: Vec<NodeInput>, failed: Vec<FailedNode>) -> Result<Snapshot
         notes,
     };
     Ok(assemble(snaps, flat, logical, found, fleet))
+}
+
+/// A node's logical request id -> the merged request its first leg is now part of.
+fn renamed_requests(
+    flat: &Flat,
+    node_logical: &[crate::model::LogicalRequest],
+) -> std::collections::HashMap<String, String> {
+    node_logical
+        .iter()
+        .filter_map(|l| {
+            let first = flat.index.get(l.legs.first()?)?;
+            Some((l.id.clone(), flat.requests[*first].request.clone()?))
+        })
+        .collect()
 }
 
 /// Refuses a merged snapshot as input and two snapshots of one node.

@@ -176,6 +176,8 @@ pub fn node_b(n: usize, skew_ms: i64, decode_state: &str, client_ip: &str) -> Va
     let mut findings = vec![
         json!({"kind": "config_changed", "severity": "warning", "component": DECODE, "role": "decode",
         "summary": "SGLANG_TUNING added", "requests": [], "evidence": [{"source": "processes", "detail": "env SGLANG_TUNING=100"}]}),
+        json!({"kind": "queue_not_draining", "severity": "warning", "component": DECODE, "role": "decode",
+        "summary": "1 request queued, none drained", "requests": ["r2"], "evidence": [{"source": "metrics", "detail": "num_queue_reqs 1"}]}),
     ];
     if decode_state == "waiting_first_byte" {
         findings.insert(0, json!({"kind": "wedged_request", "severity": "critical", "component": DECODE, "role": "decode",
