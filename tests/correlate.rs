@@ -411,3 +411,60 @@ fn answer_and_next_request_between_two_samples_leaves_the_new_one_waiting() {
         "the second request has waited since it came in"
     );
 }
+
+/// A busy node (issue 15): every unfinished request is listed, only the newest finished
+/// ones are, and what was left out is counted.
+#[test]
+fn a_busy_snapshot_lists_unfinished_requests_and_the_newest_finished_ones() {
+    use wedgewatch::correlate::MAX_DONE_LISTED;
+    use wedgewatch::model::Verdict;
+    let mut sim = Sim::new(pd_topology());
+    let waiting = sim.connect(None, 31012, 400);
+    sim.request(waiting, 700);
+    let mut open: Vec<usize> = Vec::new();
+    for _ in 0..70 {
+        for c in open.drain(..) {
+            sim.respond(c, 300);
+            sim.close(c);
+        }
+        for _ in 0..10 {
+            let c = sim.connect(None, 31012, 400);
+            sim.request(c, 500);
+            open.push(c);
+        }
+        sim.run(250, |_| {});
+    }
+    sim.run(500, |_| {});
+    let parts = wedgewatch::pipeline::parts(&sim.model, sim.now);
+    let done = parts
+        .logical_requests
+        .iter()
+        .filter(|l| l.verdict == Verdict::Done)
+        .count();
+    assert_eq!(done, MAX_DONE_LISTED, "the newest finished ones");
+    let elided = parts.elided.expect("finished requests were left out");
+    assert_eq!(elided.kept_done, MAX_DONE_LISTED as u64);
+    assert!(elided.done_requests >= 150, "{elided:?}");
+    assert_eq!(elided.exchanges, elided.done_requests, "one leg each");
+    assert!(
+        parts
+            .logical_requests
+            .iter()
+            .any(|l| l.verdict != Verdict::Done),
+        "the unfinished request is listed"
+    );
+    // every listed leg is in `requests`, and nothing else of a left-out request is
+    let ids: std::collections::BTreeSet<&str> =
+        parts.requests.iter().map(|r| r.id.as_str()).collect();
+    for l in &parts.logical_requests {
+        for leg in &l.legs {
+            assert!(ids.contains(leg.as_str()), "{leg} of {} is listed", l.id);
+        }
+    }
+    let finished = parts
+        .requests
+        .iter()
+        .filter(|r| matches!(r.state, RequestState::Done | RequestState::Closed))
+        .count();
+    assert_eq!(finished, MAX_DONE_LISTED, "no leg of a left-out request");
+}

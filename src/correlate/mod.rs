@@ -28,6 +28,7 @@ pub mod links;
 mod metrics;
 mod outbound;
 mod parts;
+pub use parts::MAX_DONE_LISTED;
 mod processes;
 pub mod requests;
 mod ring;

@@ -8,6 +8,14 @@ use std::fmt::Write;
 pub fn section(s: &Snapshot) -> String {
     let mut o = String::new();
     stuck_requests(&mut o, s);
+    if let Some(e) = s.elided {
+        let _ = writeln!(
+            o,
+            "\n{} finished requests ({} exchanges) in the window are not listed: a busy node's \
+             snapshot lists every unfinished request and the newest {} finished ones.",
+            e.done_requests, e.exchanges, e.kept_done
+        );
+    }
     o
 }
 

@@ -85,6 +85,22 @@ fn sample() -> Snapshot {
 }
 
 #[test]
+fn finished_requests_left_out_are_said() {
+    let mut s = sample();
+    assert!(!render(&s).contains("are not listed"));
+    s.elided = Some(crate::model::Elided {
+        done_requests: 1234,
+        exchanges: 3702,
+        kept_done: 500,
+    });
+    let md = render(&s);
+    assert!(
+        md.contains("1234 finished requests (3702 exchanges) in the window are not listed"),
+        "{md}"
+    );
+}
+
+#[test]
 fn what_is_wrong_comes_first() {
     let s = sample();
     let md = render(&s);
