@@ -30,6 +30,8 @@
 mod daemon_proc;
 #[path = "../tests/common/lab.rs"]
 mod lab;
+#[path = "common/stop.rs"]
+mod stop;
 
 use daemon_proc::{env_f64, loadavg, quantile, wedgewatch, Daemon};
 use serde_json::Value;

@@ -18,6 +18,8 @@
 
 #[path = "../tests/common/lab.rs"]
 mod lab;
+#[path = "common/stop.rs"]
+mod stop;
 
 use serde_json::Value;
 use std::path::Path;
@@ -68,21 +70,7 @@ impl Daemon {
     }
 
     fn stop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            // SAFETY: kill(2) on our own child's pid, which we have not reaped yet.
-            unsafe {
-                libc::kill(self.child.id() as i32, libc::SIGTERM);
-            }
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = self.child.try_wait() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            let _ = self.child.kill();
-        }
-        let _ = self.child.wait();
+        stop::stop_child(&mut self.child);
     }
 
     fn log_tail(&self) -> String {

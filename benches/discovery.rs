@@ -25,6 +25,8 @@
 
 #[path = "discovery_parts/daemon_cpu.rs"]
 mod daemon_cpu;
+#[path = "common/stop.rs"]
+mod stop;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};

@@ -98,6 +98,7 @@ fn big_snapshot(exchanges: usize) -> Snapshot {
         node: None,
         connections: vec![],
         fleet: None,
+        elided: None,
     }
 }
 

@@ -5,7 +5,6 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 /// A running `wedgewatch daemon` at default cadences, recording on, logging to
 /// `<state dir>/daemon.log`; dropping it stops it (SIGTERM, then SIGKILL after 10 s).
@@ -59,21 +58,7 @@ impl Daemon {
     }
 
     pub fn stop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            // SAFETY: kill(2) on our own child's pid, which we have not reaped yet.
-            unsafe {
-                libc::kill(self.child.id() as i32, libc::SIGTERM);
-            }
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = self.child.try_wait() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            let _ = self.child.kill();
-        }
-        let _ = self.child.wait();
+        crate::stop::stop_child(&mut self.child);
     }
 
     pub fn log_tail(&self) -> String {
