@@ -580,9 +580,10 @@ fn assert_merged_wedge(lab: &TwoNode, merged: &Value, na: &str, nb: &str) {
         .collect();
     assert!(!paths.is_empty(), "no path in the evidence: {w}");
     // Every stuck request ends at decode on node b; the parent hop on node a is inferred
-    // by timing and size, so at least one (here: all, on a quiet machine) has the whole path.
+    // by timing and size, so at least one (on a quiet machine: all; in a loaded full run
+    // one of two was left unjoined) has the whole path.
     for p in &paths {
-        assert!(p.ends_with(&format!("-> {decode} [node {nb}]")), "{p:?}");
+        assert!(p.ends_with(&format!("{decode} [node {nb}]")), "{p:?}");
     }
     assert!(
         paths.iter().any(|p| p.ends_with(&path)),
