@@ -631,11 +631,18 @@ fn merge_and_fleet_snapshot_join_the_wedge_across_nodes() {
     wait_hung(&lab, 1.0, Duration::from_secs(40));
     std::thread::sleep(Duration::from_secs(6)); // past the fast thresholds' 8 s
     let dir = lab.run_dir.path();
-    for node in ["a", "b"] {
-        let snap = node_snapshot(&lab, node, 4);
-        let path = dir.join(format!("snapshot-{node}.json"));
-        std::fs::write(&path, snap.to_string()).expect("write snapshot");
-    }
+    // Both nodes at once, as `fleet snapshot` does: taken one after the other on a loaded
+    // machine, node a's view held a request that reached node b only after b's snapshot.
+    std::thread::scope(|s| {
+        for node in ["a", "b"] {
+            let lab = &lab;
+            s.spawn(move || {
+                let snap = node_snapshot(lab, node, 4);
+                let path = dir.join(format!("snapshot-{node}.json"));
+                std::fs::write(&path, snap.to_string()).expect("write snapshot");
+            });
+        }
+    });
     let mut merge = Command::new(env!("CARGO_BIN_EXE_wedgewatch"));
     merge
         .arg("merge")
