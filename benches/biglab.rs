@@ -30,6 +30,8 @@
 mod daemon_proc;
 #[path = "../tests/common/lab.rs"]
 mod lab;
+#[path = "common/proc_stat.rs"]
+mod proc_stat;
 #[path = "common/stop.rs"]
 mod stop;
 

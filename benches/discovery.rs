@@ -25,6 +25,8 @@
 
 #[path = "discovery_parts/daemon_cpu.rs"]
 mod daemon_cpu;
+#[path = "common/proc_stat.rs"]
+mod proc_stat;
 #[path = "common/stop.rs"]
 mod stop;
 

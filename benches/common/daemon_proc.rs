@@ -3,6 +3,7 @@
 //! that run the daemon on a lab (`#[path]`-included).
 #![allow(dead_code)]
 
+use crate::proc_stat::{cpu_seconds, dir_bytes, live_children_cpu, rss_kib};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
@@ -86,65 +87,6 @@ impl Drop for Daemon {
     fn drop(&mut self) {
         self.stop();
     }
-}
-
-/// CPU seconds of `pid` and its reaped children (fields 14-17 of /proc/PID/stat).
-pub fn cpu_seconds(pid: u32) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the parenthesised comm; field 3 is index 0 here.
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: u64 = f
-        .get(11..15)?
-        .iter()
-        .filter_map(|v| v.parse::<u64>().ok())
-        .sum();
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    Some(ticks as f64 / hz)
-}
-
-/// CPU seconds of the live (not yet reaped) children of `pid`.
-pub fn live_children_cpu(pid: u32) -> f64 {
-    let mut total = 0.0;
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return 0.0;
-    };
-    for t in tasks.flatten() {
-        let children = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
-        for c in children
-            .split_whitespace()
-            .filter_map(|c| c.parse::<u32>().ok())
-        {
-            total += cpu_seconds(c).unwrap_or(0.0);
-        }
-    }
-    total
-}
-
-pub fn rss_kib(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))?
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
-}
-
-pub fn dir_bytes(dir: &Path) -> u64 {
-    let mut total = 0;
-    if let Ok(rd) = std::fs::read_dir(dir) {
-        for e in rd.flatten() {
-            match e.metadata() {
-                Ok(m) if m.is_dir() => total += dir_bytes(&e.path()),
-                Ok(m) if e.file_name() != "daemon.log" => total += m.len(),
-                _ => {}
-            }
-        }
-    }
-    total
 }
 
 pub fn loadavg() -> String {

@@ -4,6 +4,7 @@
 //! CPU (utime+stime, plus reaped and live children: py-spy) is measured over a block.
 //! Blocks alternate, which arm goes first swapping every round.
 
+use crate::proc_stat::{cpu_seconds, live_children_cpu};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -37,36 +38,6 @@ impl Drop for Daemon {
     fn drop(&mut self) {
         crate::stop::stop_child(&mut self.child);
     }
-}
-
-/// CPU seconds of `pid` and its reaped children (stat fields 14-17).
-fn cpu_seconds(pid: u32) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: u64 = f
-        .get(11..15)?
-        .iter()
-        .filter_map(|v| v.parse::<u64>().ok())
-        .sum();
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    Some(ticks as f64 / hz)
-}
-
-/// CPU seconds of the live (not yet reaped) children of `pid` (py-spy mid-dump).
-fn live_children_cpu(pid: u32) -> f64 {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return 0.0;
-    };
-    let mut total = 0.0;
-    for t in tasks.flatten() {
-        let children = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
-        for c in children.split_whitespace().filter_map(|c| c.parse().ok()) {
-            total += cpu_seconds(c).unwrap_or(0.0);
-        }
-    }
-    total
 }
 
 fn total_cpu(pid: u32) -> f64 {
