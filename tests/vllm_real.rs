@@ -27,6 +27,9 @@ use serde_json::Value;
 /// The fault's variable: the "change since noon".
 const FAULT_VAR: &str = "LAB_VLLM_FORGET_AFTER";
 /// The engine core's busy states while it steps a batch (probes/stacks-vllm.toml).
+/// Snapshots taken while generating, at most, to see a running request and a stepping engine
+/// core (each 3 s window plus a starved machine's delay; the load lasts until both are seen).
+const GENERATING_TRIES: usize = 10;
 const BUSY: [&str; 3] = ["running_batch", "waiting_workers", "waiting_gpu_result"];
 
 fn repo() -> PathBuf {
@@ -447,7 +450,9 @@ fn real_vllm_discovery_metrics_stacks_and_forgotten_streams() {
     let baseline_path = dir1.join("baseline.json");
     std::fs::write(&baseline_path, base.to_string()).expect("baseline");
 
-    // Generating: 4 streams of 900 tokens each, again until the snapshot is done (bounded).
+    // Generating: 4 streams of 900 tokens each, again and again until both facts below are
+    // seen (the load used to stop after 150 s, before a starved snapshot had seen them); the
+    // cap only guards against a test that never sets `stop`.
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let load: Vec<_> = (0..4)
         .map(|i| {
@@ -455,7 +460,7 @@ fn real_vllm_discovery_metrics_stacks_and_forgotten_streams() {
             std::thread::spawn(move || {
                 let t0 = Instant::now();
                 while !stop.load(std::sync::atomic::Ordering::Relaxed)
-                    && t0.elapsed() < Duration::from_secs(150)
+                    && t0.elapsed() < Duration::from_secs(900)
                 {
                     chat(
                         port,
@@ -473,14 +478,14 @@ fn real_vllm_discovery_metrics_stacks_and_forgotten_streams() {
     // 3 s window does not always hold both a scrape that counts a running request and a dump
     // of the engine core mid-step.
     let (mut saw_running, mut busy) = (false, None);
-    for i in 1..=6 {
+    for i in 1..=GENERATING_TRIES {
         if saw_running && busy.is_some() {
             break;
         }
         let snap = match try_snapshot(3, &[], "generating") {
             Ok(snap) => snap,
             Err(e) => {
-                eprintln!("[vllm_real] generating: try {i}/6: {e}");
+                eprintln!("[vllm_real] generating: try {i}/{GENERATING_TRIES}: {e}");
                 continue;
             }
         };
@@ -489,7 +494,7 @@ fn real_vllm_discovery_metrics_stacks_and_forgotten_streams() {
             saw_running = true;
         } else {
             eprintln!(
-                "[vllm_real] generating: try {i}/6: running while generating: {}",
+                "[vllm_real] generating: try {i}/{GENERATING_TRIES}: running while generating: {}",
                 c["metrics"]
             );
         }
@@ -498,7 +503,7 @@ fn real_vllm_discovery_metrics_stacks_and_forgotten_streams() {
             busy = Some(snap);
         } else if busy.is_none() {
             eprintln!(
-                "[vllm_real] generating: try {i}/6: engine core stepping while generating: {st:?} (stacks: {})",
+                "[vllm_real] generating: try {i}/{GENERATING_TRIES}: engine core stepping while generating: {st:?} (stacks: {})",
                 snap["sources"]["stacks"]
             );
         }
