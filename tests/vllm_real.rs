@@ -233,7 +233,8 @@ fn try_snapshot(window_s: u32, extra: &[&str], tag: &str) -> Result<Value, Strin
 }
 
 /// Snapshots until `check` passes (a loaded machine may cut a window's stack dumps short, or
-/// catch a step mid-way), at most `tries`; the passing snapshot, or a panic with the last reason.
+/// catch a step mid-way), at most `tries`, each window 2 s longer than the one before; the
+/// passing snapshot, or a panic with the last reason.
 fn snapshot_until(
     window_s: u32,
     extra: &[&str],
@@ -242,12 +243,16 @@ fn snapshot_until(
     check: impl Fn(&Value) -> Result<(), String>,
 ) -> Value {
     let mut why = String::new();
+    // Each retry looks 2 s longer: on a host busy with other work, py-spy may not get its
+    // three dumps of each process done inside a 3 s window.
+    let mut window = window_s;
     for i in 1..=tries {
-        match try_snapshot(window_s, extra, tag).and_then(|snap| check(&snap).map(|()| snap)) {
+        match try_snapshot(window, extra, tag).and_then(|snap| check(&snap).map(|()| snap)) {
             Ok(snap) => return snap,
             Err(e) => {
-                eprintln!("[vllm_real] {tag}: try {i}/{tries}: {e}");
+                eprintln!("[vllm_real] {tag}: try {i}/{tries} ({window} s window): {e}");
                 why = e;
+                window += 2;
             }
         }
     }
