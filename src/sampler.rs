@@ -277,7 +277,8 @@ async fn take(
             (timeout, cut_by_window) = (left, true);
         }
     }
-    let res = tokio::time::timeout(timeout, s.source.sample(topo, clock)).await;
+    let sample = crate::sources::window::until(finish_by, s.source.sample(topo, clock));
+    let res = tokio::time::timeout(timeout, sample).await;
     let elapsed = start.elapsed().as_millis() as u64;
     let timed_out = res.is_err();
     let sample = match res {

@@ -392,6 +392,57 @@ fn only_whole_window_targets_are_dumped_every_round() {
     assert_eq!(dumps(front.proc.pid()), 1, "the front end, once");
 }
 
+/// Inside a one-shot collection the rounds stop before its window ends: a dump still
+/// running then is given up and the dumps done are delivered, said so (a cut sample used to
+/// lose them all: "stacks cut off ... still running at the end of the window").
+#[test]
+fn rounds_stop_at_the_window_end_and_keep_the_dumps_done() {
+    use std::os::unix::fs::PermissionsExt;
+    let Some(py_spy) = py_spy() else { return };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let sched = FakeScheduler::start("idle");
+    // The real py-spy for the first dump; every later one hangs (a starved host).
+    let dir = tempfile::tempdir().unwrap();
+    let wrapper = dir.path().join("py-spy");
+    let count = dir.path().join("count");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nif [ -e {c} ]; then exec sleep 30; fi\ntouch {c}\nexec {real} \"$@\"\n",
+            c = count.display(),
+            real = py_spy.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let src = StackSource::new(config(wrapper), &rules()).unwrap();
+    let targets = [StackTarget {
+        pid: sched.proc.pid(),
+        stack: Some("sglang".into()),
+        component: Some("scheduler@decode".into()),
+        whole_window: true,
+    }];
+    let t0 = Instant::now();
+    let end = tokio::time::Instant::now() + Duration::from_millis(1_800); // py-spy's own bound is 2 s
+    let w = rt.block_on(wedgewatch::sources::window::until(
+        Some(end),
+        src.capture_window(&targets, &SystemClock),
+    ));
+    assert!(
+        t0.elapsed() < Duration::from_millis(1_800),
+        "{:?}",
+        t0.elapsed()
+    );
+    assert_eq!(w.status.status, Status::Degraded, "{:?}", w.status);
+    let reason = w.status.reason.clone().unwrap_or_default();
+    assert!(
+        reason.contains("1 of 3 dumps: the window ended during dump 2"),
+        "{reason}"
+    );
+    assert_eq!(w.captures.len(), 1, "{:?}", w.captures);
+    assert!(!w.captures[0].threads.is_empty(), "{:?}", w.captures[0]);
+}
+
 #[test]
 fn exited_pid_is_recorded_not_fatal_and_timeout_kills_py_spy() {
     let Some(py_spy) = py_spy() else { return };

@@ -9,6 +9,7 @@ pub mod router_key;
 pub mod sockets;
 pub mod stacks;
 pub mod versions;
+pub mod window;
 
 use crate::clock::Clock;
 use crate::model::{Sample, SourceKind, Topology};

@@ -9,6 +9,7 @@ use crate::model::{
     CaptureMode, Payload, Sample, SourceKind, SourceStatus, StackCapture, Topology,
 };
 use crate::sources::pyspy_json::MAX_THREADS;
+use crate::sources::window;
 use crate::sources::{BoxFuture, Source};
 use crate::sys::ProcFs;
 use std::collections::BTreeSet;
@@ -217,7 +218,9 @@ impl StackSource {
 
     /// `rounds` dumps, `dump_interval` apart: every target in the first round, the
     /// `whole_window` ones in the others. Targets are started in their order (at most
-    /// `concurrency` at once), so the first ones are dumped first.
+    /// `concurrency` at once), so the first ones are dumped first. Inside a one-shot
+    /// collection the rounds stop before its window ends ([`window::wrap_up_by`]): the
+    /// dumps done are delivered, and the status says how many of `rounds` there are.
     pub async fn capture_rounds(
         &self,
         targets: &[StackTarget],
@@ -228,6 +231,14 @@ impl StackSource {
         let mut status = SourceStatus::ok();
         let mut captures = Vec::new();
         let window_started = Instant::now();
+        let wrap_up = window::wrap_up_by();
+        let budget = match wrap_up {
+            Some(t) => self
+                .cfg
+                .window_budget
+                .min(t.saturating_duration_since(tokio::time::Instant::now())),
+            None => self.cfg.window_budget,
+        };
         let repeated: Vec<StackTarget> =
             targets.iter().filter(|t| t.whole_window).cloned().collect();
         for round in 0..rounds {
@@ -236,7 +247,19 @@ impl StackSource {
             if this_round.is_empty() {
                 break;
             }
-            let w = self.capture_once(this_round, clock).await;
+            // The first round is all there is to deliver: it runs to the collection's own
+            // cut. A later one stops at the wrap-up time, keeping the rounds before it.
+            let w = match wrap_up.filter(|_| round > 0) {
+                Some(t) => tokio::time::timeout_at(t, self.capture_once(this_round, clock)).await,
+                None => Ok(self.capture_once(this_round, clock).await),
+            };
+            let Ok(w) = w else {
+                status = status.worst(SourceStatus::degraded(format!(
+                    "{round} of {rounds} dumps: the window ended during dump {}",
+                    round + 1
+                )));
+                break;
+            };
             let unavailable = w.status.status == crate::model::Status::Unavailable;
             status = status.worst(w.status);
             captures.extend(w.captures);
@@ -246,13 +269,13 @@ impl StackSource {
             // Another dump (and its spacing) would overrun the budget: stop with what we
             // have, and say so.
             let one = started.elapsed().max(self.cfg.dump_interval);
-            if round + 1 < rounds && window_started.elapsed() + one > self.cfg.window_budget {
+            if round + 1 < rounds && window_started.elapsed() + one > budget {
                 status = status.worst(SourceStatus::degraded(format!(
                     "{} of {rounds} dumps: one dump of {} processes took {} ms (window budget {} ms)",
                     round + 1,
                     targets.len(),
                     started.elapsed().as_millis(),
-                    self.cfg.window_budget.as_millis()
+                    budget.as_millis()
                 )));
                 break;
             }
