@@ -443,6 +443,58 @@ fn rounds_stop_at_the_window_end_and_keep_the_dumps_done() {
     assert!(!w.captures[0].threads.is_empty(), "{:?}", w.captures[0]);
 }
 
+/// A first round that the window ends in delivers the processes dumped by then and names
+/// how many were not (a host with a hundred Python processes): the stacks source is
+/// degraded, not unavailable.
+#[test]
+fn a_first_round_cut_by_the_window_keeps_the_processes_dumped() {
+    use std::os::unix::fs::PermissionsExt;
+    let Some(py_spy) = py_spy() else { return };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (quick, slow) = (FakeScheduler::start("idle"), FakeScheduler::start("idle"));
+    // py-spy hangs on the second process only.
+    let dir = tempfile::tempdir().unwrap();
+    let wrapper = dir.path().join("py-spy");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\ncase \" $* \" in *\" {slow} \"*) exec sleep 30;; esac\nexec {real} \"$@\"\n",
+            slow = slow.proc.pid(),
+            real = py_spy.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let src = StackSource::new(config(wrapper), &rules()).unwrap();
+    let target = |pid: i32| StackTarget {
+        pid,
+        stack: Some("sglang".into()),
+        component: Some("scheduler@decode".into()),
+        whole_window: true,
+    };
+    let targets = [target(quick.proc.pid()), target(slow.proc.pid())];
+    let t0 = Instant::now();
+    let end = tokio::time::Instant::now() + Duration::from_millis(1_800); // py-spy's own bound is 2 s
+    let w = rt.block_on(wedgewatch::sources::window::until(
+        Some(end),
+        src.capture_window(&targets, &SystemClock),
+    ));
+    assert!(
+        t0.elapsed() < Duration::from_millis(1_800),
+        "{:?}",
+        t0.elapsed()
+    );
+    assert_eq!(w.status.status, Status::Degraded, "{:?}", w.status);
+    let reason = w.status.reason.clone().unwrap_or_default();
+    assert!(
+        reason.contains("1 of 2 processes not dumped: the window ended first"),
+        "{reason}"
+    );
+    let pids: Vec<i32> = w.captures.iter().map(|c| c.pid).collect();
+    assert_eq!(pids, vec![quick.proc.pid()], "{:?}", w.captures);
+    assert!(!w.captures[0].threads.is_empty(), "{:?}", w.captures[0]);
+}
+
 #[test]
 fn exited_pid_is_recorded_not_fatal_and_timeout_kills_py_spy() {
     let Some(py_spy) = py_spy() else { return };

@@ -22,6 +22,9 @@ use std::time::{Duration, Instant};
 pub struct StackWindow {
     pub status: SourceStatus,
     pub captures: Vec<StackCapture>,
+    /// The collection's window ended before every dump was done (the status says how many
+    /// were not): no further round is started.
+    pub cut_short: bool,
 }
 
 /// The stacks source: py-spy dumps of every Python process, classified by probe rules.
@@ -68,7 +71,12 @@ impl StackSource {
         }
     }
 
-    /// One dump of each target, in parallel (at most `concurrency` py-spy at once).
+    /// One dump of each target, in parallel (at most `concurrency` py-spy at once). Inside
+    /// a one-shot collection, dumps not done by its wrap-up time ([`window::wrap_up_by`])
+    /// are given up (their py-spy killed) and the rest delivered, the status saying how
+    /// many were not dumped: on a host with a hundred Python processes one round can fill
+    /// the window, and the targets started first (the suspected engines' schedulers, when
+    /// the caller put them first) are the ones kept.
     pub async fn capture_once(&self, targets: &[StackTarget], clock: &dyn Clock) -> StackWindow {
         let py_spy = match self.cfg.resolve_py_spy() {
             Ok(p) => p,
@@ -76,13 +84,28 @@ impl StackSource {
                 return StackWindow {
                     status: SourceStatus::unavailable(reason),
                     captures: Vec::new(),
+                    cut_short: false,
                 }
             }
         };
         let (mode, _) = self.mode();
+        let wrap_up = window::wrap_up_by();
         let (mut set, mut captures) = self.spawn_dumps(&py_spy, targets, clock).await;
         let mut failures = Vec::new();
-        while let Some(joined) = set.join_next().await {
+        let mut not_dumped = 0;
+        loop {
+            let next = match wrap_up {
+                Some(t) => match tokio::time::timeout_at(t, set.join_next()).await {
+                    Ok(next) => next,
+                    Err(_) => {
+                        not_dumped = set.len();
+                        set.abort_all();
+                        break;
+                    }
+                },
+                None => set.join_next().await,
+            };
+            let Some(joined) = next else { break };
             let Ok((target, t_ms, out)) = joined else {
                 continue;
             };
@@ -93,9 +116,17 @@ impl StackSource {
             captures.push(cap);
         }
         captures.sort_by_key(|c| c.pid);
+        let mut status = failure_status(&self.proc, &failures);
+        if not_dumped > 0 {
+            status = status.worst(SourceStatus::degraded(format!(
+                "{not_dumped} of {} processes not dumped: the window ended first",
+                targets.len()
+            )));
+        }
         StackWindow {
-            status: failure_status(&self.proc, &failures),
+            status,
             captures,
+            cut_short: not_dumped > 0,
         }
     }
 
@@ -247,23 +278,18 @@ impl StackSource {
             if this_round.is_empty() {
                 break;
             }
-            // The first round is all there is to deliver: it runs to the collection's own
-            // cut. A later one stops at the wrap-up time, keeping the rounds before it.
-            let w = match wrap_up.filter(|_| round > 0) {
-                Some(t) => tokio::time::timeout_at(t, self.capture_once(this_round, clock)).await,
-                None => Ok(self.capture_once(this_round, clock).await),
-            };
-            let Ok(w) = w else {
+            let w = self.capture_once(this_round, clock).await;
+            if w.cut_short && round > 0 {
                 status = status.worst(SourceStatus::degraded(format!(
                     "{round} of {rounds} dumps: the window ended during dump {}",
                     round + 1
                 )));
-                break;
-            };
+            }
+            let cut_short = w.cut_short;
             let unavailable = w.status.status == crate::model::Status::Unavailable;
             status = status.worst(w.status);
             captures.extend(w.captures);
-            if unavailable {
+            if unavailable || cut_short {
                 break;
             }
             // Another dump (and its spacing) would overrun the budget: stop with what we
@@ -285,7 +311,11 @@ impl StackSource {
                 }
             }
         }
-        StackWindow { status, captures }
+        StackWindow {
+            status,
+            captures,
+            cut_short: false,
+        }
     }
 }
 
