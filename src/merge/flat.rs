@@ -16,6 +16,10 @@ pub struct Flat {
     pub index: HashMap<String, usize>,
     /// Each request's links as indices (`resolve_links`, once linking is done).
     pub children: Vec<Vec<usize>>,
+    /// Whether the request was forwarded to another node on a connection whose client
+    /// socket has had no byte back since (`links::unanswered`), whatever that node's
+    /// correlator guessed.
+    pub unanswered: Vec<bool>,
 }
 
 impl Flat {
@@ -27,6 +31,7 @@ impl Flat {
                 f.index.insert(r.id.clone(), f.requests.len());
                 f.start_ms.push(r.started_at.as_deref().and_then(parse_ms));
                 f.node.push(i);
+                f.unanswered.push(false);
                 f.requests.push(r);
             }
         }

@@ -4,7 +4,8 @@
 //! another node could only blame that hop. Here the legs are grouped again along every link
 //! (cross-node ones included), and each merged request keeps, of its nodes' stuck legs,
 //! those that are not *superseded*: a leg stuck at a hop whose request went on to another
-//! node, where it is still open, was blamed only because its node could not see further.
+//! node, where it is still open (or where the hop's own socket has had no answer since it
+//! sent it), was blamed only because its node could not see further.
 //! Of the rest, a leg with no response byte before a stalled stream, and then the deepest
 //! hop (in PD, when both legs wait, the prefill: the decode leg needs its KV cache), as
 //! on one node. Without a stuck leg the verdict follows the legs' states: any open leg
@@ -123,11 +124,13 @@ fn is_open(s: RequestState) -> bool {
     )
 }
 
-/// Whether leg `i` forwarded to another node where its request is still open.
+/// Whether leg `i` forwarded to another node where its request is still open, or on a
+/// connection whose client socket has had no byte back since.
 fn superseded(flat: &Flat, i: usize) -> bool {
-    flat.children[i]
-        .iter()
-        .any(|&j| flat.node[j] != flat.node[i] && is_open(flat.requests[j].state))
+    flat.unanswered[i]
+        || flat.children[i]
+            .iter()
+            .any(|&j| flat.node[j] != flat.node[i] && is_open(flat.requests[j].state))
 }
 
 /// The leg the request is stuck at, if any.

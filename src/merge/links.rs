@@ -12,7 +12,8 @@
 //! stay unmatched and are named in the merge's notes.
 
 use super::flat::{canon, Flat};
-use crate::model::{CrossLink, Snapshot};
+use crate::correlate::{JIFFY_TIE_MS, MIN_INFERENCE_REQUEST_BYTES};
+use crate::model::{CrossLink, Request, RequestState, SnapConnection, Snapshot};
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 
@@ -110,7 +111,8 @@ pub fn link(
             let shift = offsets[m.server_node] - offsets[m.client_node];
             // The newest exchange on the connection is what the client sent last: its time
             // on the client's own clock, no skew involved. Older ones by the aligned clocks.
-            let sent = c.last_send_at_ms.filter(|_| Some(x) == newest);
+            let is_newest = Some(x) == newest;
+            let sent = c.last_send_at_ms.filter(|_| is_newest);
             let Some(start) = sent.or(flat.start_ms[x].map(|t| t - shift)) else {
                 continue;
             };
@@ -118,6 +120,9 @@ pub fn link(
                 parents
                     .taken
                     .insert((p, comp_key(&flat.requests[x].component)));
+                if is_newest && unanswered(c, &flat.requests[x]) {
+                    flat.unanswered[p] = true;
+                }
                 let child_id = flat.requests[x].id.clone();
                 if !flat.requests[p].links.contains(&child_id) {
                     flat.requests[p].links.push(child_id);
@@ -146,6 +151,29 @@ pub fn link(
         });
     }
     links
+}
+
+/// Whether the client socket `c` says its last request, `newest` at the server, has had no
+/// byte back: nothing received after the last send, or within the same kernel tick
+/// (`tcp_info` times are jiffies: a request sent on a pooled connection just as the
+/// previous answer ended reads as a tie, and the server's correlator, first seeing it
+/// mid-flight, may take it for that answer). Not when the server saw response bytes go
+/// out, nor on a connection that never carried an inference-sized request (a probe's
+/// answer comes in the same tick).
+fn unanswered(c: &SnapConnection, newest: &Request) -> bool {
+    let Some(sent) = c.last_send_at_ms else {
+        return false;
+    };
+    let quiet = c.last_recv_at_ms.is_none_or(|r| r <= sent + JIFFY_TIE_MS);
+    let asked = c
+        .bytes_sent
+        .is_none_or(|b| b >= MIN_INFERENCE_REQUEST_BYTES);
+    let silent = newest.bytes_out == 0
+        && matches!(
+            newest.state,
+            RequestState::WaitingFirstByte | RequestState::Done | RequestState::Idle
+        );
+    quiet && asked && silent
 }
 
 /// The exchanges served by each component, by start time: the parent candidates; and the
@@ -193,11 +221,10 @@ impl ParentIndex {
         let free = |p: usize| !self.taken.contains(&(p, key));
         let sized = |p: usize| similar(flat.requests[p].bytes_in, cr.bytes_in);
         let (mut first, mut best, mut n) = (None, None, 0);
-        // before the child on the aligned clocks first (latest first), then within the
-        // skew's error after it
-        let before = v[lo..mid].iter().rev();
-        let after = v[mid..hi.max(mid)].iter();
-        let nearest = before.chain(after).map(|&(_, i)| i).filter(|&i| i != child);
+        // nearest first on the aligned clocks, before the child or within the skew's error
+        // after it (tcp_info times are jiffies: a parent's start read on one socket can be a
+        // tick after its child's send read on another)
+        let nearest = nearest(v, lo..hi.max(mid), mid, start).filter(|&i| i != child);
         for p in nearest.take(MAX_CANDIDATES) {
             if !free(p) {
                 continue;
@@ -220,6 +247,31 @@ impl ParentIndex {
     }
 }
 
+/// The entries of `v[range]` (sorted by time), nearest `t` first (`mid`: the first after
+/// `t`); of two as near, the one before.
+fn nearest(
+    v: &[(i64, usize)],
+    range: std::ops::Range<usize>,
+    mid: usize,
+    t: i64,
+) -> impl Iterator<Item = usize> + '_ {
+    let (mut b, mut a) = (mid, mid);
+    std::iter::from_fn(move || {
+        let before = (b > range.start).then(|| t - v[b - 1].0);
+        let after = (a < range.end).then(|| v[a].0 - t);
+        match (before, after) {
+            (Some(db), Some(da)) if da < db => a += 1,
+            (Some(_), _) => {
+                b -= 1;
+                return Some(v[b].1);
+            }
+            (None, Some(_)) => a += 1,
+            (None, None) => return None,
+        }
+        Some(v[a - 1].1)
+    })
+}
+
 /// A component's id as a set key (a collision only lowers a link's chance, never makes one).
 fn comp_key(c: &str) -> u64 {
     use std::hash::{Hash, Hasher};
@@ -228,8 +280,12 @@ fn comp_key(c: &str) -> u64 {
     h.finish()
 }
 
-/// Whether a forwarded body's size is about the received one's (routers add fields).
+/// Whether a forwarded body's size is about the received one's (routers add fields); a
+/// size not known (0: an exchange first seen mid-flight) is no evidence either way.
 fn similar(parent_in: u64, child_in: u64) -> bool {
+    if parent_in == 0 || child_in == 0 {
+        return true;
+    }
     let d = parent_in.abs_diff(child_in);
     d <= 512 || d <= parent_in / 4
 }
