@@ -5,7 +5,8 @@
 //! and router, 10,000 outbound connections; node B: the 10,000 engine legs), one request
 //! of each pair stuck at decode. Times `merge::merge` (namespacing, 4-tuple joins, skew,
 //! regrouping, verdicts, findings) on parsed snapshots, and parse + merge from JSON text.
-//! Goal: the merge under 1 s. Prints medians; exits 1 when the goal is missed.
+//! Goal: the merge under 1 s with margin (500 ms of CPU). Prints medians; exits 1 when the
+//! goal is missed.
 //! Env: `WW_BENCH_ROUNDS` (default 5), `WW_BENCH_EXCHANGES` (default 10000).
 
 #[path = "../tests/common/fleet.rs"]
@@ -14,6 +15,9 @@ mod fleet;
 use std::time::Instant;
 use wedgewatch::merge::{self, NodeInput};
 use wedgewatch::model::{FindingKind, Snapshot};
+
+/// Half the issue's 1 s: the margin that keeps the wall time under 1 s on a loaded machine.
+const GOAL_CPU_MS: f64 = 500.0;
 
 fn env_num(k: &str, d: usize) -> usize {
     std::env::var(k)
@@ -128,10 +132,10 @@ fn main() {
         eprintln!("FAIL: expected one wedge at decode per pair, got {wedged:?}");
         std::process::exit(1);
     }
-    // The goal is on the merge's own CPU time: wall time on this shared machine is mostly
-    // waiting for a core (both are printed).
-    if cpu_med >= 1000.0 {
-        eprintln!("FAIL: merge took {cpu_med:.0} ms of CPU (goal: under 1 s)");
+    // The goal (issue 14: under 1 s, with margin) is on the merge's own CPU time: wall time
+    // on this shared machine is mostly waiting for a core (both are printed).
+    if cpu_med >= GOAL_CPU_MS {
+        eprintln!("FAIL: merge took {cpu_med:.0} ms of CPU (goal: under {GOAL_CPU_MS} ms)");
         std::process::exit(1);
     }
 }

@@ -344,3 +344,191 @@ fn an_old_snapshot_without_node_identity_merges_under_its_file_name() {
         format!("engines-host/{DECODE}")
     );
 }
+
+// ---- keep-alive legs seen mid-flight (issue 14: the false verdict at node a's router) ----
+
+/// One exchange as a node's snapshot says it (`bytes_in` 0: seen mid-flight, size unknown).
+#[allow(clippy::too_many_arguments)]
+fn leg(
+    id: &str,
+    comp: &str,
+    role: &str,
+    client: &str,
+    state: &str,
+    at: i64,
+    bytes_in: u64,
+    links: &[&str],
+) -> Value {
+    let server = comp.split_once('@').map_or("", |(_, s)| s);
+    serde_json::json!({"id": id, "component": comp, "client": client, "server": server,
+        "state": state, "age_ms": (T0 - at) as f64, "bytes_in": bytes_in, "bytes_out": 0,
+        "idle_out_ms": (T0 - at) as f64, "links": links, "role": role,
+        "started_at": rfc(at), "request": format!("r{}", &id[1..]), "leg": format!("r{}@{role}", &id[1..])})
+}
+
+fn stuck(id: &str, leg_id: &str, comp: &str, role: &str) -> Value {
+    let legs: Vec<&str> = [id, leg_id].into_iter().filter(|l| !l.is_empty()).collect();
+    serde_json::json!({"id": format!("r{}", &leg_id[1..]), "legs": legs,
+        "verdict": "stuck", "component": comp, "age_ms": 13_000.0, "probe": false,
+        "stuck_leg": format!("r{}@{role}", &leg_id[1..]), "stuck_at": comp, "stuck_role": role,
+        "stuck_kind": "no_response"})
+}
+
+fn conn(local_port: u64, remote: &str, sent_at: i64, recv_at: i64) -> Value {
+    serde_json::json!({"component": ROUTER, "local": format!("{A_IP}:{local_port}"), "remote": remote,
+        "state": "ESTABLISHED", "bytes_sent": 4_000, "bytes_received": 9_000,
+        "last_send_at_ms": sent_at, "last_recv_at_ms": recv_at})
+}
+
+/// The two-node lab's noon wedge as a loaded machine saw it: three requests enter node a's
+/// proxy, the router takes them on keep-alive connections (sizes unknown: seen mid-flight)
+/// and node a judges them stuck at the router, the last hop it can see. The router
+/// forwards each to decode on node b over a pooled connection; the third reuses one whose
+/// previous answer ended in the same kernel tick (`last_send == last_recv`), and its router
+/// exchange's start, read from another socket, is 2 ms after that send. `third` is how node
+/// b saw that third decode leg.
+fn keep_alive_pair(third: &str) -> (Value, Value) {
+    let (t1, t2) = (T0 - 13_000, T0 - 12_600);
+    let mut a = node_a(1);
+    let dec = format!("{B_IP}:30002");
+    let pre = format!("{B_IP}:30001");
+    let mut reqs = Vec::new();
+    let mut logical = Vec::new();
+    for (k, (at, size)) in [(t1, 1_279), (t1, 1_120), (t2, 1_184)]
+        .into_iter()
+        .enumerate()
+    {
+        let (p, r) = (format!("x{}", 2 * k + 1), format!("x{}", 2 * k + 2));
+        reqs.push(leg(
+            &p,
+            PROXY,
+            "proxy",
+            &format!("10.77.0.9:{}", 5_000 + k),
+            "waiting_first_byte",
+            at,
+            size,
+            &[&r],
+        ));
+        let mut rx = leg(
+            &r,
+            ROUTER,
+            "router",
+            &format!("{A_IP}:{}", 6_000 + k),
+            "waiting_first_byte",
+            at + 2,
+            0,
+            &[],
+        );
+        rx["client_component"] = serde_json::json!(PROXY);
+        reqs.push(rx);
+        logical.push(stuck(&p, &r, ROUTER, "router"));
+        logical.last_mut().unwrap()["component"] = serde_json::json!(PROXY);
+    }
+    a["requests"] = Value::Array(reqs);
+    a["logical_requests"] = Value::Array(logical);
+    a["findings"][0]["requests"] = serde_json::json!(["r2", "r4", "r6"]);
+    a["connections"] = serde_json::json!([
+        // (the third before the second: its leg is joined while both older parents are free)
+        conn(41_001, &dec, t1 + 3, t1 - 20),
+        conn(41_003, &dec, t2, t2),
+        conn(41_002, &dec, t1 + 3, t1 - 20),
+        conn(42_001, &pre, t1 + 3, t1 + 40),
+        conn(42_002, &pre, t1 + 3, t1 + 40),
+        conn(42_003, &pre, t2, t2 + 30),
+    ]);
+    let mut b = node_b(1, 0, "waiting_first_byte", A_IP);
+    let mut reqs = Vec::new();
+    let mut logical = Vec::new();
+    for k in 0..3u64 {
+        let at = if k < 2 { t1 + 4 } else { t2 };
+        let client = |port: u64| format!("{A_IP}:{port}");
+        reqs.push(leg(
+            &format!("x{}", 2 * k + 1),
+            PREFILL,
+            "prefill",
+            &client(42_001 + k),
+            "done",
+            at,
+            0,
+            &[],
+        ));
+        let id = format!("x{}", 2 * k + 2);
+        let state = if k < 2 { "waiting_first_byte" } else { third };
+        if state == "idle" {
+            // what is left of an exchange judged answered: an idle connection
+            reqs.push(serde_json::json!({"id": format!("c{}", k + 1), "component": DECODE,
+                "client": client(41_001 + k), "server": dec, "state": "idle", "age_ms": 4_000.0,
+                "bytes_in": 0, "bytes_out": 0, "idle_out_ms": 12_600.0, "links": [], "role": "decode"}));
+        } else {
+            reqs.push(leg(
+                &id,
+                DECODE,
+                "decode",
+                &client(41_001 + k),
+                state,
+                at,
+                0,
+                &[],
+            ));
+        }
+        if state == "waiting_first_byte" {
+            logical.push(stuck("", &id, DECODE, "decode"));
+        }
+    }
+    b["requests"] = Value::Array(reqs);
+    b["logical_requests"] = Value::Array(logical);
+    b["findings"][0]["requests"] = serde_json::json!(["r2", "r4"]);
+    (a, b)
+}
+
+/// No stuck finding on node a: each of its stuck router legs went on to node b.
+fn assert_nothing_stuck_on_node_a(s: &Snapshot) {
+    for f in &s.findings {
+        let on_a = f
+            .component
+            .as_deref()
+            .is_some_and(|c| c.starts_with("nodea/"));
+        let stuck = matches!(
+            f.kind,
+            FindingKind::WedgedRequest | FindingKind::StalledStream
+        );
+        assert!(!(on_a && stuck), "false verdict on node a: {f:#?}");
+    }
+}
+
+#[test]
+fn a_router_leg_forwarded_on_a_connection_answered_in_the_same_tick_is_not_blamed() {
+    // node b judged the third decode leg answered (the tie read as "response last"), and
+    // a later snapshot shows only its idle connection: node a's socket says the router's
+    // send was the last thing on it, and no later byte came back.
+    for third in ["done", "idle"] {
+        let (a, b) = keep_alive_pair(third);
+        let s = merged(&a, &b);
+        assert_nothing_stuck_on_node_a(&s);
+        let w = wedged(&s);
+        assert_eq!(w.len(), 1, "{third}: {:#?}", s.findings);
+        assert_eq!(w[0].component.as_deref(), Some(&*format!("nodeb/{DECODE}")));
+        assert_eq!(w[0].requests.len(), 2, "{third}: {:?}", w[0].requests);
+    }
+}
+
+#[test]
+fn a_child_sent_a_tick_before_its_parents_start_is_joined_to_it_not_to_an_older_one() {
+    let (a, b) = keep_alive_pair("waiting_first_byte");
+    let s = merged(&a, &b);
+    assert_nothing_stuck_on_node_a(&s);
+    let w = wedged(&s);
+    assert_eq!(w.len(), 1, "{:#?}", s.findings);
+    assert_eq!(w[0].requests.len(), 3, "{:?}", w[0].requests);
+    let full = format!(
+        "nodea/{PROXY} [node nodea] -> nodea/{ROUTER} [node nodea] -> nodeb/{DECODE} [node nodeb]"
+    );
+    let paths: Vec<&str> = w[0]
+        .evidence
+        .iter()
+        .filter(|e| e.detail.contains("path: "))
+        .map(|e| e.detail.as_str())
+        .collect();
+    assert_eq!(paths.len(), 3);
+    assert!(paths.iter().all(|p| p.ends_with(&full)), "{paths:#?}");
+}

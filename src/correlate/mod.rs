@@ -44,7 +44,7 @@ pub use metrics::{
 pub use requests::{BusyNote, LogicalView, StuckLeg};
 pub use stacks::{span_text, ThreadWindow};
 pub use state::{signals_text, ComponentState, CountSource, WorkSignal};
-pub use view::{is_probe_sized, RequestView, View, MIN_INFERENCE_REQUEST_BYTES};
+pub use view::{is_probe_sized, RequestView, View, JIFFY_TIE_MS, MIN_INFERENCE_REQUEST_BYTES};
 
 use crate::clock::Millis;
 use crate::model::{

@@ -20,7 +20,7 @@ pub fn is_probe_sized(x: &Exchange) -> bool {
 
 /// Two `tcp_info` "ms since" dates this close are the same kernel tick (4 ms at HZ=250,
 /// 10 ms at HZ=100): their order is unknown.
-const JIFFY_TIE_MS: Millis = 10;
+pub const JIFFY_TIE_MS: Millis = 10;
 
 /// One exchange with its derived state at `now`.
 #[derive(Debug, Clone, PartialEq)]

@@ -9,33 +9,28 @@ use super::flat::Flat;
 use super::namespace::node_of;
 use crate::detect::secs;
 use crate::model::{Evidence, Finding, FindingKind, LogicalRequest, Severity, StuckKind};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 /// At most this many stuck legs are listed one by one in a finding's evidence.
 const MAX_LEG_EVIDENCE: usize = 50;
 
-/// The findings of the merged picture, most severe first.
+/// The findings of the merged picture, most severe first (`blamed`: each logical
+/// request's stuck leg, from `judge::regroup`).
 pub fn findings(
     flat: &Flat,
     logical: &[LogicalRequest],
+    blamed: &[Option<usize>],
     node_findings: Vec<Finding>,
 ) -> Vec<Finding> {
     let parents = parent_map(flat);
-    let leg_index: HashMap<&str, usize> = flat
-        .requests
-        .iter()
-        .enumerate()
-        .filter_map(|(i, r)| r.leg.as_deref().map(|l| (l, i)))
-        .collect();
     let ctx = Ctx {
         flat,
         parents: &parents,
-        leg_index: &leg_index,
     };
-    let mut groups: BTreeMap<(StuckKind, String), Vec<&LogicalRequest>> = BTreeMap::new();
-    for l in logical {
-        if let (Some(k), Some(at)) = (l.stuck_kind, &l.stuck_at) {
-            groups.entry((k, at.clone())).or_default().push(l);
+    let mut groups: BTreeMap<(StuckKind, &str), Vec<(&LogicalRequest, usize)>> = BTreeMap::new();
+    for (l, b) in logical.iter().zip(blamed) {
+        if let (Some(k), Some(at), Some(b)) = (l.stuck_kind, &l.stuck_at, b) {
+            groups.entry((k, at.as_str())).or_default().push((l, *b));
         }
     }
     let mut out: Vec<Finding> = groups
@@ -43,8 +38,8 @@ pub fn findings(
         .map(|((kind, at), ls)| {
             let local = node_findings
                 .iter()
-                .find(|f| f.kind == finding_kind(kind) && f.component.as_deref() == Some(&at));
-            stuck_finding(&ctx, kind, &at, &ls, local)
+                .find(|f| f.kind == finding_kind(kind) && f.component.as_deref() == Some(at));
+            stuck_finding(&ctx, kind, at, &ls, local)
         })
         .collect();
     out.extend(
@@ -80,21 +75,25 @@ fn carried(mut f: Finding) -> Finding {
     f
 }
 
-/// Child exchange index -> parent index.
-fn parent_map(flat: &Flat) -> HashMap<usize, usize> {
-    let mut m = HashMap::new();
+/// Each exchange's parent index (the first exchange linking to it; `NONE`: none).
+fn parent_map(flat: &Flat) -> Vec<usize> {
+    let mut m = vec![NONE; flat.requests.len()];
     for (i, c) in flat.children.iter().enumerate() {
         for &j in c {
-            m.entry(j).or_insert(i);
+            if m[j] == NONE {
+                m[j] = i;
+            }
         }
     }
     m
 }
 
+const NONE: usize = usize::MAX;
+
 /// "nodea/proxy@:8000 [nodea] -> nodea/router@:30000 [nodea] -> nodeb/decode@:30002 [nodeb]".
-fn path_text(flat: &Flat, parents: &HashMap<usize, usize>, leg: usize) -> String {
+fn path_text(flat: &Flat, parents: &[usize], leg: usize) -> String {
     let mut chain = vec![leg];
-    while let Some(&p) = chain.last().and_then(|c| parents.get(c)) {
+    while let Some(&p) = chain.last().map(|&c| &parents[c]).filter(|&&p| p != NONE) {
         if chain.contains(&p) || chain.len() > 32 {
             break;
         }
@@ -114,26 +113,22 @@ fn path_text(flat: &Flat, parents: &HashMap<usize, usize>, leg: usize) -> String
 /// What the finding builders look things up in.
 struct Ctx<'a> {
     flat: &'a Flat,
-    parents: &'a HashMap<usize, usize>,
-    leg_index: &'a HashMap<&'a str, usize>,
+    parents: &'a [usize],
 }
 
 fn stuck_finding(
     ctx: &Ctx,
     kind: StuckKind,
     at: &str,
-    ls: &[&LogicalRequest],
+    stuck: &[(&LogicalRequest, usize)],
     local: Option<&Finding>,
 ) -> Finding {
-    let legs: Vec<usize> = ls
-        .iter()
-        .filter_map(|l| ctx.leg_index.get(l.stuck_leg.as_deref()?).copied())
-        .collect();
-    let mut evidence: Vec<Evidence> = legs
+    let mut evidence: Vec<Evidence> = stuck
         .iter()
         .take(MAX_LEG_EVIDENCE)
-        .map(|&i| leg_evidence(ctx.flat, ctx.parents, i))
+        .map(|&(_, i)| leg_evidence(ctx.flat, ctx.parents, i))
         .collect();
+    let ls: Vec<&LogicalRequest> = stuck.iter().map(|&(l, _)| l).collect();
     if let Some(f) = local {
         evidence.extend(f.evidence.iter().filter(|e| e.source != "sockets").cloned());
     }
@@ -169,17 +164,22 @@ fn stuck_finding(
 }
 
 /// One stuck leg: its socket, bytes, age, and its path hop by hop with each hop's node.
-fn leg_evidence(flat: &Flat, parents: &HashMap<usize, usize>, i: usize) -> Evidence {
+fn leg_evidence(flat: &Flat, parents: &[usize], i: usize) -> Evidence {
     let r = &flat.requests[i];
+    // an open exchange with no byte in was first seen mid-flight: its size is not known
+    let size = if r.bytes_in == 0 {
+        "size unknown (seen mid-flight)".to_string()
+    } else {
+        format!("{} bytes in", r.bytes_in)
+    };
     Evidence::new(
         "sockets",
         format!(
-            "{} ({}) {} -> {}: {} bytes in, {} bytes out, waiting {}; path: {}",
+            "{} ({}) {} -> {}: {size}, {} bytes out, waiting {}; path: {}",
             r.leg.as_deref().unwrap_or("?"),
             r.id,
             r.client,
             r.server,
-            r.bytes_in,
             r.bytes_out,
             secs(r.age_ms as i64),
             path_text(flat, parents, i)

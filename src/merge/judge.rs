@@ -4,7 +4,8 @@
 //! another node could only blame that hop. Here the legs are grouped again along every link
 //! (cross-node ones included), and each merged request keeps, of its nodes' stuck legs,
 //! those that are not *superseded*: a leg stuck at a hop whose request went on to another
-//! node, where it is still open, was blamed only because its node could not see further.
+//! node, where it is still open (or where the hop's own socket has had no answer since it
+//! sent it), was blamed only because its node could not see further.
 //! Of the rest, a leg with no response byte before a stalled stream, and then the deepest
 //! hop (in PD, when both legs wait, the prefill: the decode leg needs its KV cache), as
 //! on one node. Without a stuck leg the verdict follows the legs' states: any open leg
@@ -12,18 +13,21 @@
 
 use super::flat::Flat;
 use crate::model::{LogicalRequest, RequestState, Role, StuckKind, Verdict};
-use std::collections::{HashMap, HashSet};
 
 /// The merged logical requests (and each exchange's new `request` and `leg`), from the
-/// nodes' own verdicts.
-pub fn regroup(flat: &mut Flat, node_logical: &[LogicalRequest]) -> Vec<LogicalRequest> {
-    let (stuck, probes) = old_verdicts(flat, node_logical);
+/// nodes' own verdicts (`Flat::stuck`, `Flat::probe`); with each one's stuck leg.
+pub fn regroup(flat: &mut Flat) -> (Vec<LogicalRequest>, Vec<Option<usize>>) {
+    let mut stuck: Vec<Option<StuckKind>> = vec![None; flat.requests.len()];
+    for &(i, k) in &flat.stuck {
+        stuck[i] = Some(k);
+    }
     let groups = group(flat);
     let mut out = Vec::with_capacity(groups.len());
+    let mut blamed_legs = Vec::with_capacity(groups.len());
     for legs in groups {
-        let entry = legs[0];
-        let num = flat.requests[entry].id.replacen("/x", "/r", 1);
-        let id = if num == flat.requests[entry].id {
+        let entry = &flat.requests[legs[0]].id;
+        let num = entry.replacen("/x", "/r", 1);
+        let id = if num == *entry {
             format!("r-{num}")
         } else {
             num
@@ -31,38 +35,11 @@ pub fn regroup(flat: &mut Flat, node_logical: &[LogicalRequest]) -> Vec<LogicalR
         name_legs(flat, &id, &legs);
         let blamed = blame(flat, &legs, &stuck);
         let mut l = logical(flat, id, &legs, blamed);
-        l.probe = legs.iter().any(|i| probes.contains(i));
+        l.probe = legs.iter().any(|&i| flat.probe[i]);
         out.push(l);
+        blamed_legs.push(blamed.map(|(i, _)| i));
     }
-    out
-}
-
-/// Exchange index -> how its node judged it stuck there; and the exchanges of requests
-/// their node judged probes (health checks, scrapes: never stuck).
-fn old_verdicts(
-    flat: &Flat,
-    node_logical: &[LogicalRequest],
-) -> (HashMap<usize, StuckKind>, HashSet<usize>) {
-    // the stuck leg is one of its request's legs: only those are looked up
-    let stuck = node_logical
-        .iter()
-        .filter(|l| l.verdict == Verdict::Stuck)
-        .filter_map(|l| {
-            let want = l.stuck_leg.as_deref()?;
-            let i = l
-                .legs
-                .iter()
-                .filter_map(|x| flat.index.get(x).copied())
-                .find(|&i| flat.requests[i].leg.as_deref() == Some(want))?;
-            Some((i, l.stuck_kind.unwrap_or(StuckKind::NoResponse)))
-        })
-        .collect();
-    let probes = node_logical
-        .iter()
-        .filter(|l| l.probe)
-        .flat_map(|l| l.legs.iter().filter_map(|x| flat.index.get(x).copied()))
-        .collect();
-    (stuck, probes)
+    (out, blamed_legs)
 }
 
 /// Legs of each request, its entry first (exchanges of a request only: idle connections
@@ -101,18 +78,25 @@ fn group(flat: &Flat) -> Vec<Vec<usize>> {
 }
 
 fn name_legs(flat: &mut Flat, id: &str, legs: &[usize]) {
-    let mut count: HashMap<Role, usize> = HashMap::new();
+    let mut count = [0usize; 16];
     for &i in legs {
         let r = &mut flat.requests[i];
         let role = r.role.unwrap_or(Role::Other);
-        let k = count.entry(role).or_default();
-        *k += 1;
-        r.request = Some(id.to_string());
-        r.leg = Some(if *k == 1 {
-            format!("{id}@{role}")
-        } else {
-            format!("{id}@{role}.{k}")
+        let k = count.get_mut(role as usize).map_or(1, |k| {
+            *k += 1;
+            *k
         });
+        let name = role.as_str();
+        let mut leg = String::with_capacity(id.len() + name.len() + 4);
+        leg.push_str(id);
+        leg.push('@');
+        leg.push_str(name);
+        if k > 1 {
+            leg.push('.');
+            leg.push_str(&k.to_string());
+        }
+        r.request = Some(id.to_string());
+        r.leg = Some(leg);
     }
 }
 
@@ -123,22 +107,20 @@ fn is_open(s: RequestState) -> bool {
     )
 }
 
-/// Whether leg `i` forwarded to another node where its request is still open.
+/// Whether leg `i` forwarded to another node where its request is still open, or on a
+/// connection whose client socket has had no byte back since.
 fn superseded(flat: &Flat, i: usize) -> bool {
-    flat.children[i]
-        .iter()
-        .any(|&j| flat.node[j] != flat.node[i] && is_open(flat.requests[j].state))
+    flat.unanswered[i]
+        || flat.children[i]
+            .iter()
+            .any(|&j| flat.node[j] != flat.node[i] && is_open(flat.requests[j].state))
 }
 
 /// The leg the request is stuck at, if any.
-fn blame(
-    flat: &Flat,
-    legs: &[usize],
-    stuck: &HashMap<usize, StuckKind>,
-) -> Option<(usize, StuckKind)> {
+fn blame(flat: &Flat, legs: &[usize], stuck: &[Option<StuckKind>]) -> Option<(usize, StuckKind)> {
     let mut c: Vec<(usize, StuckKind)> = legs
         .iter()
-        .filter_map(|&i| stuck.get(&i).map(|&k| (i, k)))
+        .filter_map(|&i| stuck[i].map(|k| (i, k)))
         .filter(|&(i, _)| !superseded(flat, i))
         .collect();
     let role = |i: usize| flat.requests[i].role.unwrap_or(Role::Other);

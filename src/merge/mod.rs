@@ -34,8 +34,7 @@ pub fn merge(inputs: Vec<NodeInput>, failed: Vec<FailedNode>) -> Result<Snapshot
     let mut fleet_nodes = Vec::with_capacity(inputs.len());
     let mut collected = Vec::with_capacity(inputs.len());
     for (inp, name) in inputs.into_iter().zip(&names) {
-        let mut s = inp.snapshot;
-        namespace::namespace(&mut s, name);
+        let s = inp.snapshot;
         fleet_nodes.push(FleetNode {
             name: name.clone(),
             source: inp.source,
@@ -48,7 +47,7 @@ pub fn merge(inputs: Vec<NodeInput>, failed: Vec<FailedNode>) -> Result<Snapshot
         collected.push(inp.collected);
         snaps.push(s);
     }
-    let mut flat = Flat::take(&mut snaps);
+    let mut flat = Flat::take(&mut snaps, &names);
     let (matches, notes) = links::match_connections(&snaps, &flat);
     let skews = skew::estimate(&snaps, &flat, &matches, &collected);
     let offsets: Vec<i64> = skews
@@ -61,7 +60,22 @@ pub fn merge(inputs: Vec<NodeInput>, failed: Vec<FailedNode>) -> Result<Snapshot
         .max()
         .unwrap_or(0);
     let cross = links::link(&snaps, &mut flat, &matches, &offsets, tolerance);
-    for (n, s) in fleet_nodes.iter_mut().zip(skews) {
+    set_skews(&mut fleet_nodes, skews);
+    let (logical, blamed) = judge::regroup(&mut flat);
+    let node_findings = carried_findings(&mut snaps, &names, &flat);
+    let found = findings::findings(&flat, &logical, &blamed, node_findings);
+    let fleet = FleetInfo {
+        nodes: fleet_nodes,
+        links: cross,
+        failed,
+        notes,
+    };
+    Ok(assemble(snaps, flat, logical, found, fleet))
+}
+
+/// Each node's clock against the reference's, as estimated.
+fn set_skews(nodes: &mut [FleetNode], skews: Vec<Option<skew::Skew>>) {
+    for (n, s) in nodes.iter_mut().zip(skews) {
         match s {
             Some(s) => {
                 n.skew_ms = Some(s.offset_ms);
@@ -76,47 +90,40 @@ pub fn merge(inputs: Vec<NodeInput>, failed: Vec<FailedNode>) -> Result<Snapshot
             }
         }
     }
-    let node_logical: Vec<_> = snaps
-        .iter_mut()
-        .flat_map(|s| std::mem::take(&mut s.logical_requests))
-        .collect();
-    flat.resolve_links();
-    let logical = judge::regroup(&mut flat, &node_logical);
-    let renamed = renamed_requests(&flat, &node_logical);
-    let node_findings: Vec<_> = snaps
-        .iter_mut()
-        .flat_map(|s| std::mem::take(&mut s.findings))
-        .map(|mut f| {
-            for r in &mut f.requests {
-                if let Some(new) = renamed.get(r.as_str()) {
-                    *r = new.clone();
-                }
-            }
-            f
-        })
-        .collect();
-    let found = findings::findings(&flat, &logical, node_findings);
-    let fleet = FleetInfo {
-        nodes: fleet_nodes,
-        links: cross,
-        failed,
-        notes,
-    };
-    Ok(assemble(snaps, flat, logical, found, fleet))
 }
 
-/// A node's logical request id -> the merged request its first leg is now part of.
-fn renamed_requests(
+/// The nodes' own findings, moved out, each naming merged requests.
+fn carried_findings(
+    snaps: &mut [Snapshot],
+    names: &[String],
     flat: &Flat,
-    node_logical: &[crate::model::LogicalRequest],
-) -> std::collections::HashMap<String, String> {
-    node_logical
-        .iter()
-        .filter_map(|l| {
-            let first = flat.index.get(l.legs.first()?)?;
-            Some((l.id.clone(), flat.requests[*first].request.clone()?))
-        })
-        .collect()
+) -> Vec<crate::model::Finding> {
+    let mut out = Vec::new();
+    for (n, (s, name)) in snaps.iter_mut().zip(names).enumerate() {
+        let merged = |r: &str| {
+            let &i = flat.named.get(n)?.get(r)?;
+            flat.requests[i].request.clone()
+        };
+        out.extend(
+            std::mem::take(&mut s.findings)
+                .into_iter()
+                .map(|f| renamed(f, name, merged)),
+        );
+    }
+    out
+}
+
+/// A node's finding with the requests it names as merged requests (`merged`: the merged
+/// request a node's own logical request id is now part of), or prefixed with its node.
+fn renamed(
+    mut f: crate::model::Finding,
+    node: &str,
+    merged: impl Fn(&str) -> Option<String> + Copy,
+) -> crate::model::Finding {
+    for r in &mut f.requests {
+        *r = merged(r).unwrap_or_else(|| namespace::ns(node, r));
+    }
+    f
 }
 
 /// Refuses a merged snapshot as input and two snapshots of one node.

@@ -1,7 +1,9 @@
 //! Every id of one node's snapshot prefixed by its node (`nodeb/decode@10.77.0.2:30001`,
-//! `nodeb/x12`, `nodeb/r12`): components, exchanges, logical requests, links, findings,
-//! threads, GPU processes, edges, changes and outbound connections. Components get a
-//! `node` label.
+//! `nodeb/x12`): components, exchanges, links, findings' components, threads, GPU
+//! processes, edges, changes and outbound connections. Components get a `node` label.
+//! What the merge names again is left alone: logical requests (read and dropped by
+//! `Flat::take`), the exchanges' `request` and `leg` (named by `judge`) and the requests
+//! findings name (renamed by `merge`).
 
 use crate::model::Snapshot;
 
@@ -10,7 +12,11 @@ pub const SEP: char = '/';
 
 /// `node/id`.
 pub fn ns(node: &str, id: &str) -> String {
-    format!("{node}{SEP}{id}")
+    let mut s = String::with_capacity(node.len() + 1 + id.len());
+    s.push_str(node);
+    s.push(SEP);
+    s.push_str(id);
+    s
 }
 
 /// The node of a namespaced id.
@@ -36,19 +42,9 @@ pub fn namespace(s: &mut Snapshot, node: &str) {
         n(&mut r.component);
         o(&mut r.client_component);
         r.links.iter_mut().for_each(n);
-        o(&mut r.request);
-        o(&mut r.leg);
-    }
-    for l in &mut s.logical_requests {
-        n(&mut l.id);
-        l.legs.iter_mut().for_each(n);
-        n(&mut l.component);
-        o(&mut l.stuck_leg);
-        o(&mut l.stuck_at);
     }
     for f in &mut s.findings {
         o(&mut f.component);
-        f.requests.iter_mut().for_each(n);
     }
     for t in &mut s.threads {
         o(&mut t.component);
