@@ -210,7 +210,7 @@ fn churn(sim: &mut Sim, minutes: i64, degraded_every: usize, mut check: impl FnM
     for _ in 0..ticks {
         sim.advance(250);
         tick += 1;
-        for _ in 0..20 {
+        for _ in 0..10 {
             let c = sim.connect(Some(100), 30000, 200);
             sim.request(c, 900);
             open.push_back((c, sim.now));
@@ -233,8 +233,9 @@ fn connection_churn_leaves_a_bounded_model() {
     let mut sim = Sim::new(pd_topology());
     sim.model.history_bytes = 4 << 20;
     let (mut peak_tracked, mut peak_bytes) = (0, 0);
-    // 80 connections a second for 10 simulated minutes (48,000), most tables degraded
-    churn(&mut sim, 10, 4, |s| {
+    // 40 connections a second for 10 simulated minutes (24,000), every table degraded (an
+    // owner's fds unreadable for good): a connection gone from its namespace's dump is closed
+    churn(&mut sim, 10, usize::MAX, |s| {
         let c = s.model.census();
         peak_tracked = peak_tracked.max(s.model.connections_tracked());
         peak_bytes = peak_bytes.max(c.open_bytes + c.history_bytes);
@@ -242,7 +243,7 @@ fn connection_churn_leaves_a_bounded_model() {
         assert!(c.open_conns <= 200, "{c:?}");
     });
     let c = sim.model.census();
-    assert!(sim.conns.len() >= 48_000, "{}", sim.conns.len());
+    assert!(sim.conns.len() >= 24_000, "{}", sim.conns.len());
     assert!(
         peak_tracked <= 4096 + 200,
         "{peak_tracked} connections kept"
