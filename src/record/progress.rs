@@ -47,6 +47,10 @@ impl Progress {
         for e in table.sockets.iter_mut() {
             let key = (e.netns, e.local.clone(), e.remote.clone());
             let w = match self.last.remove(&key) {
+                Some(w) if nothing_moved(&w.entry, e) => {
+                    *e = as_of(&w, t);
+                    w
+                }
                 Some(w) if only_progress(&w.entry, e) && t - w.t_ms < PROGRESS_EVERY_MS => {
                     *e = as_of(&w, t);
                     w
@@ -59,6 +63,27 @@ impl Progress {
             next.insert(key, w);
         }
         self.last = next;
+    }
+}
+
+/// Whether `new` is `old` again, but for its "ms since" times: no byte moved, so no data
+/// time did either. (They do move by more than a tick: the kernel counts them when the dump
+/// reaches the socket, the sample is stamped before a dump that takes 50-500 ms on a busy
+/// node.)
+fn nothing_moved(old: &SocketEntry, new: &SocketEntry) -> bool {
+    let bytes = |i: &TcpInfo| (i.bytes_acked, i.bytes_received, i.bytes_sent);
+    match (old.tcp_info, new.tcp_info) {
+        (Some(o), Some(n)) => {
+            bytes(&o) == bytes(&n)
+                && SocketEntry {
+                    tcp_info: None,
+                    ..old.clone()
+                } == SocketEntry {
+                    tcp_info: None,
+                    ..new.clone()
+                }
+        }
+        _ => false,
     }
 }
 
@@ -162,6 +187,15 @@ mod tests {
         let mut t3 = table(vec![sock("a:1", 1800, 9000, 1)]);
         p.thin(12_000 + PROGRESS_EVERY_MS, &mut t3);
         assert_eq!(t3.sockets[0], sock("a:1", 1800, 9000, 1));
+        // nothing moved: the times stay the ones written (seen 100 ms later), though the
+        // dump read them 30 ms late
+        let mut t5 = table(vec![sock("a:1", 1800, 9000, 131)]);
+        p.thin(12_000 + PROGRESS_EVERY_MS + 100, &mut t5);
+        assert_eq!(t5.sockets[0], {
+            let mut s = sock("a:1", 1800, 9000, 101);
+            s.tcp_info.as_mut().map(|i| i.last_data_recv_ms = 900);
+            s
+        });
         // a state change is written at once
         let mut closing = sock("a:1", 1800, 9100, 1);
         closing.state = TcpState::CloseWait;
