@@ -202,14 +202,12 @@ fn sockets_sample(sim: &mut Sim, degraded: bool) {
 
 /// Churn like 200 streams on a big node: every request a new connection to the router, open
 /// for about a second (four socket samples), thousands a simulated minute, for `minutes`;
-/// every `degraded_every`-th table degraded. `check` runs after every table.
-fn churn(sim: &mut Sim, minutes: i64, degraded_every: usize, mut check: impl FnMut(&Sim)) {
+/// every table `degraded` or not. `check` runs after every table.
+fn churn(sim: &mut Sim, minutes: i64, degraded: bool, mut check: impl FnMut(&Sim)) {
     let mut open: std::collections::VecDeque<(usize, i64)> = Default::default();
-    let mut tick = 0usize;
     let ticks = minutes * 60_000 / 250;
     for _ in 0..ticks {
         sim.advance(250);
-        tick += 1;
         for _ in 0..10 {
             let c = sim.connect(Some(100), 30000, 200);
             sim.request(c, 900);
@@ -223,7 +221,7 @@ fn churn(sim: &mut Sim, minutes: i64, degraded_every: usize, mut check: impl FnM
             sim.close(c);
             open.pop_front();
         }
-        sockets_sample(sim, degraded_every > 0 && tick % degraded_every != 0);
+        sockets_sample(sim, degraded);
         check(sim);
     }
 }
@@ -235,7 +233,7 @@ fn connection_churn_leaves_a_bounded_model() {
     let (mut peak_tracked, mut peak_bytes) = (0, 0);
     // 40 connections a second for 10 simulated minutes (24,000), every table degraded (an
     // owner's fds unreadable for good): a connection gone from its namespace's dump is closed
-    churn(&mut sim, 10, usize::MAX, |s| {
+    churn(&mut sim, 10, true, |s| {
         let c = s.model.census();
         peak_tracked = peak_tracked.max(s.model.connections_tracked());
         peak_bytes = peak_bytes.max(c.open_bytes + c.history_bytes);

@@ -149,6 +149,13 @@ mod tests {
         }
     }
 
+    fn recv_ago(mut s: SocketEntry, ms: u32) -> SocketEntry {
+        if let Some(i) = s.tcp_info.as_mut() {
+            i.last_data_recv_ms = ms;
+        }
+        s
+    }
+
     fn table(s: Vec<SocketEntry>) -> SocketTable {
         SocketTable {
             sockets: s,
@@ -169,11 +176,7 @@ mod tests {
         ]);
         p.thin(11_000, &mut t1);
         // a: the values of 10 s, its times as seen a second later
-        assert_eq!(t1.sockets[0], {
-            let mut s = sock("a:1", 900, 1000, 1005);
-            s.tcp_info.as_mut().map(|i| i.last_data_recv_ms = 1800);
-            s
-        });
+        assert_eq!(t1.sockets[0], recv_ago(sock("a:1", 900, 1000, 1005), 1800));
         assert_eq!(
             t1.sockets[1],
             sock("b:1", 900, 700, 3),
@@ -191,11 +194,7 @@ mod tests {
         // dump read them 30 ms late
         let mut t5 = table(vec![sock("a:1", 1800, 9000, 131)]);
         p.thin(12_000 + PROGRESS_EVERY_MS + 100, &mut t5);
-        assert_eq!(t5.sockets[0], {
-            let mut s = sock("a:1", 1800, 9000, 101);
-            s.tcp_info.as_mut().map(|i| i.last_data_recv_ms = 900);
-            s
-        });
+        assert_eq!(t5.sockets[0], recv_ago(sock("a:1", 1800, 9000, 101), 900));
         // a state change is written at once
         let mut closing = sock("a:1", 1800, 9100, 1);
         closing.state = TcpState::CloseWait;
