@@ -212,13 +212,14 @@ impl Sampler {
                     // channel's capacity of samples waits, whatever the consumer's lag.
                     let waiting = tokio::time::Instant::now();
                     let permit = tokio::select! {
-                        p = tx.reserve() => match p { Ok(p) => p, Err(_) => break },
-                        _ = shutdown.wait_for(|v| *v), if finish_by.is_none() => break,
+                        p = tx.reserve() => p.ok(),
+                        _ = shutdown.wait_for(|v| *v), if finish_by.is_none() => None,
                     };
                     let waited = waiting.elapsed().as_millis() as u64;
                     if waited >= s.every_ms {
                         lock(&stats).entry(s.source.kind()).and_modify(|st| st.late += waited / s.every_ms);
                     }
+                    let Some(permit) = permit else { break };
                     let t = topo.borrow().clone();
                     let sampled = take(&s, &t, clock.as_ref(), &stats, finish_by);
                     // Without a finish time, stopping cuts an in-flight sample short (its
