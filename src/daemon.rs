@@ -99,6 +99,13 @@ impl Default for DaemonConfig {
     }
 }
 
+/// Samples waiting for the sampling loop, at most. A source waits for a place before it
+/// samples (`Sampler::run`), so a loop held up (the model's lock taken by a long view, a
+/// rediscovery) holds at most this many samples, not a queue growing by a socket table
+/// (over a MiB on a big node under churn) four times a second. Five sources: one waiting
+/// sample each, and a second of the 4 Hz ones.
+const SAMPLE_QUEUE: usize = 8;
+
 /// What the daemon shares between its sampling loop and its socket.
 #[derive(Debug)]
 pub struct Shared {
@@ -251,7 +258,7 @@ impl Daemon {
         }
         sampler.kick_with(SourceKind::Stacks, self.stacks_kick.clone());
         let stats = sampler.stats();
-        let (tx, mut rx) = mpsc::channel::<Sample>(4096);
+        let (tx, mut rx) = mpsc::channel::<Sample>(SAMPLE_QUEUE);
         let (stop_tx, stop_rx) = watch::channel(false);
         let sampler_task = tokio::spawn(sampler.run(tx, stop_rx));
         let tasks = self.spawn_servers(listener, exporter, stats);
@@ -266,6 +273,11 @@ impl Daemon {
                 }
                 s = rx.recv() => {
                     let Some(s) = s else { break };
+                    if matches!(s.payload, Payload::Processes(_)) && tracing::enabled!(tracing::Level::DEBUG) {
+                        let census = lock(&self.shared).model.census();
+                        let lag_ms = self.clock.now_ms() - s.t_ms;
+                        tracing::debug!(queued = rx.len(), lag_ms, ?census, "what the model holds");
+                    }
                     self.on_sample(&s, &mut state);
                 }
                 _ = rediscover.tick() => {

@@ -58,10 +58,10 @@ pub struct SourceStats {
     pub took_ms: u64,
     /// Samples handed to the consumer.
     pub samples: u64,
-    /// Ticks missed because the previous sample overran its period.
+    /// Ticks missed because the previous sample overran its period, or because the
+    /// consumer was behind (a source waits for a place in its queue before sampling).
     pub late: u64,
-    /// Samples lost: timed out (an `unavailable` sample is sent instead) or the consumer's
-    /// channel was full.
+    /// Samples lost: timed out (an `unavailable` sample is sent instead).
     pub dropped: u64,
     pub timeouts: u64,
     pub status: SourceStatus,
@@ -207,6 +207,19 @@ impl Sampler {
                             r = shutdown.changed() => { if r.is_err() || *shutdown.borrow() { break; } continue; }
                         }
                     }
+                    // A place in the consumer's queue first: a source whose samples the
+                    // consumer cannot take yet waits instead of sampling, so at most the
+                    // channel's capacity of samples waits, whatever the consumer's lag.
+                    let waiting = tokio::time::Instant::now();
+                    let permit = tokio::select! {
+                        p = tx.reserve() => p.ok(),
+                        _ = shutdown.wait_for(|v| *v), if finish_by.is_none() => None,
+                    };
+                    let waited = waiting.elapsed().as_millis() as u64;
+                    if waited >= s.every_ms {
+                        lock(&stats).entry(s.source.kind()).and_modify(|st| st.late += waited / s.every_ms);
+                    }
+                    let Some(permit) = permit else { break };
                     let t = topo.borrow().clone();
                     let sampled = take(&s, &t, clock.as_ref(), &stats, finish_by);
                     // Without a finish time, stopping cuts an in-flight sample short (its
@@ -231,15 +244,8 @@ impl Sampler {
                     if elapsed > s.every_ms {
                         lock(&stats).entry(s.source.kind()).and_modify(|st| st.late += elapsed / s.every_ms);
                     }
-                    match tx.try_send(sample) {
-                        Ok(()) => {
-                            lock(&stats).entry(s.source.kind()).and_modify(|st| st.samples += 1);
-                        }
-                        Err(mpsc::error::TrySendError::Full(_)) => {
-                            lock(&stats).entry(s.source.kind()).and_modify(|st| st.dropped += 1);
-                        }
-                        Err(mpsc::error::TrySendError::Closed(_)) => break,
-                    }
+                    permit.send(sample);
+                    lock(&stats).entry(s.source.kind()).and_modify(|st| st.samples += 1);
                 }
             }));
         }
@@ -466,6 +472,51 @@ mod tests {
         assert!(kick.on_snapshot());
         let kicked = tokio::time::timeout(Duration::from_secs(1), samples.recv()).await;
         assert!(matches!(kicked, Ok(Some(_))), "a kick runs it at once");
+    }
+
+    /// Counts how often it was asked for a sample.
+    struct Counting(std::sync::atomic::AtomicU32);
+
+    impl Source for Counting {
+        fn kind(&self) -> SourceKind {
+            SourceKind::Sockets
+        }
+        fn sample<'a>(&'a self, _: &'a Topology, c: &'a dyn Clock) -> BoxFuture<'a, Sample> {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Box::pin(async move {
+                Sample {
+                    t_ms: c.now_ms(),
+                    status: SourceStatus::ok(),
+                    took_ms: 0,
+                    payload: empty_payload(SourceKind::Sockets),
+                }
+            })
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_consumer_behind_holds_at_most_the_queue_and_nothing_is_sampled_for_nothing() {
+        let (_tx, rx) = watch::channel(Topology::default());
+        let mut s = Sampler::new(Arc::new(crate::clock::FakeClock::new(0)), rx);
+        let source = Arc::new(Counting(Default::default()));
+        s.add(source.clone(), 10, 1_000);
+        let stats = s.stats();
+        let (tx, mut samples) = mpsc::channel(4);
+        let (_stop_tx, stop_rx) = watch::channel(false);
+        let _task = tokio::spawn(s.run(tx, stop_rx));
+        // the consumer is held up for a second: 100 ticks
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let asked = || source.0.load(std::sync::atomic::Ordering::SeqCst);
+        assert!(asked() <= 4, "sampled {} times for a queue of 4", asked());
+        assert_eq!(samples.len(), 4);
+        let st = lock(&stats)[&SourceKind::Sockets].clone();
+        assert_eq!((st.dropped, st.samples), (0, 4), "{st:?}");
+        // it catches up: samples flow again, the held-up ticks counted as late
+        for _ in 0..10 {
+            assert!(samples.recv().await.is_some());
+        }
+        assert!(asked() >= 10);
+        assert!(lock(&stats)[&SourceKind::Sockets].late >= 90);
     }
 
     #[tokio::test(start_paused = true)]

@@ -182,3 +182,73 @@ fn foreign_sockets_leave_no_per_connection_state() {
     );
     assert!(kept.sockets.iter().any(|e| e.local == "127.0.0.1:30000"));
 }
+
+/// A socket table of the simulation as a source sends it: complete, or degraded (an owner's
+/// fds could not be read: a process that exited mid-read, as under connection churn).
+fn sockets_sample(sim: &mut Sim, degraded: bool) {
+    let status = if degraded {
+        SourceStatus::degraded("cannot map sockets to pids: 4242: vanished")
+    } else {
+        SourceStatus::ok()
+    };
+    let s = Sample {
+        t_ms: sim.now,
+        status,
+        took_ms: 3,
+        payload: Payload::Sockets(sim.socket_table()),
+    };
+    sim.model.ingest(&s);
+}
+
+/// Churn like 200 streams on a big node: every request a new connection to the router, open
+/// for about a second (four socket samples), thousands a simulated minute, for `minutes`;
+/// every table `degraded` or not. `check` runs after every table.
+fn churn(sim: &mut Sim, minutes: i64, degraded: bool, mut check: impl FnMut(&Sim)) {
+    let mut open: std::collections::VecDeque<(usize, i64)> = Default::default();
+    let ticks = minutes * 60_000 / 250;
+    for _ in 0..ticks {
+        sim.advance(250);
+        for _ in 0..10 {
+            let c = sim.connect(Some(100), 30000, 200);
+            sim.request(c, 900);
+            open.push_back((c, sim.now));
+        }
+        while let Some(&(c, since)) = open.front() {
+            if sim.now - since < 1_000 {
+                break;
+            }
+            sim.respond(c, 2_000);
+            sim.close(c);
+            open.pop_front();
+        }
+        sockets_sample(sim, degraded);
+        check(sim);
+    }
+}
+
+#[test]
+fn connection_churn_leaves_a_bounded_model() {
+    let mut sim = Sim::new(pd_topology());
+    sim.model.history_bytes = 4 << 20;
+    let (mut peak_tracked, mut peak_bytes) = (0, 0);
+    // 40 connections a second for 10 simulated minutes (24,000), every table degraded (an
+    // owner's fds unreadable for good): a connection gone from its namespace's dump is closed
+    churn(&mut sim, 10, true, |s| {
+        let c = s.model.census();
+        peak_tracked = peak_tracked.max(s.model.connections_tracked());
+        peak_bytes = peak_bytes.max(c.open_bytes + c.history_bytes);
+        // what is open is what the source still shows: about a second of connections
+        assert!(c.open_conns <= 200, "{c:?}");
+    });
+    let c = sim.model.census();
+    assert!(sim.conns.len() >= 24_000, "{}", sim.conns.len());
+    assert!(
+        peak_tracked <= 4096 + 200,
+        "{peak_tracked} connections kept"
+    );
+    assert!(peak_bytes <= (4 << 20) + (1 << 20), "{peak_bytes} bytes");
+    // the newest closed connections are still there (the window is served)
+    assert!(c.closed_conns > 1_000, "{c:?}");
+    let newest = sim.model.exchanges().map(|x| x.request_ms).max();
+    assert!(newest.is_some_and(|t| t >= sim.now - 1_250), "{newest:?}");
+}

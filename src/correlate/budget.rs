@@ -93,3 +93,47 @@ impl Model {
         }
     }
 }
+
+/// What the model holds, counted (a debug view of its memory: `Model::census`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Census {
+    /// Connections in the open set, and their exchanges.
+    pub open_conns: usize,
+    pub open_exchanges: usize,
+    /// Closed connections still in history, and their exchanges.
+    pub closed_conns: usize,
+    pub closed_exchanges: usize,
+    /// Estimated bytes of the open connections (not history: the current state).
+    pub open_bytes: usize,
+    /// Estimated bytes of the history's buffers ([`Model::history_bytes_used`]).
+    pub history_bytes: usize,
+    /// Sockets in the model's copy of the latest table.
+    pub latest_sockets: usize,
+    /// Entries of the other buffers: metrics points, count points, stack captures, GPU
+    /// readings.
+    pub metrics_points: usize,
+    pub count_points: usize,
+    pub stacks: usize,
+    pub gpu: usize,
+}
+
+impl Model {
+    /// Counts of what the model holds now. Walks every connection: for tests and debug logs,
+    /// not for every sample.
+    pub fn census(&self) -> Census {
+        use super::footprint::Footprint;
+        Census {
+            open_conns: self.conns.len(),
+            open_exchanges: self.conns.values().map(|c| c.exchanges.len()).sum(),
+            closed_conns: self.closed.len(),
+            closed_exchanges: self.closed.iter().map(|c| c.exchanges.len()).sum(),
+            open_bytes: self.conns.values().map(Footprint::footprint).sum(),
+            history_bytes: self.history_bytes_used(),
+            latest_sockets: self.latest_sockets.as_ref().map_or(0, |t| t.sockets.len()),
+            metrics_points: self.metrics.values().map(|r| r.len()).sum(),
+            count_points: self.counts.values().map(|r| r.len()).sum(),
+            stacks: self.stacks.len(),
+            gpu: self.gpu.len(),
+        }
+    }
+}

@@ -43,7 +43,8 @@ impl Model {
                 present.insert(key);
             }
         }
-        self.retire_closed(t, &present, status);
+        let dumped: BTreeSet<Option<u64>> = table.sockets.iter().map(|e| e.netns).collect();
+        self.retire_closed(t, &present, &dumped, status);
         links::link(self, t);
         self.push_socket_counts(t, table);
         self.latest_sockets = Some(self.stack_sockets(table));
@@ -159,20 +160,27 @@ impl Model {
     }
 
     /// Moves closed connections out of the open set. A degraded table may be missing
-    /// namespaces: only a complete one proves that a connection not in it has closed.
-    fn retire_closed(&mut self, t: Millis, present: &BTreeSet<ConnKey>, status: Status) {
-        if status == Status::Ok {
-            let gone: Vec<ConnKey> = self
-                .conns
-                .keys()
-                .filter(|k| !present.contains(*k))
-                .cloned()
-                .collect();
-            for k in gone {
-                if let Some(mut c) = self.conns.remove(&k) {
-                    c.close(t);
-                    self.closed.push_back(c);
-                }
+    /// namespaces: a complete one proves that a connection not in it has closed, a degraded
+    /// one only for the namespaces it holds sockets of (their dump worked; a table degraded
+    /// for good, an owner's fds unreadable, must not keep every connection ever seen).
+    fn retire_closed(
+        &mut self,
+        t: Millis,
+        present: &BTreeSet<ConnKey>,
+        dumped: &BTreeSet<Option<u64>>,
+        status: Status,
+    ) {
+        let proven = |k: &ConnKey| status == Status::Ok || dumped.contains(&k.netns);
+        let gone: Vec<ConnKey> = self
+            .conns
+            .keys()
+            .filter(|k| !present.contains(*k) && proven(k))
+            .cloned()
+            .collect();
+        for k in gone {
+            if let Some(mut c) = self.conns.remove(&k) {
+                c.close(t);
+                self.closed.push_back(c);
             }
         }
         let closed_now: Vec<ConnKey> = self

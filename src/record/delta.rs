@@ -42,7 +42,7 @@ fn rebase_times(v: &mut serde_json::Value, t_ms: Millis) {
 }
 
 /// Identity of an array element, for keyed array diffs.
-fn elem_key(v: &serde_json::Value) -> Option<String> {
+pub(super) fn elem_key(v: &serde_json::Value) -> Option<String> {
     let o = v.as_object()?;
     if let (Some(l), Some(r)) = (o.get("local"), o.get("remote")) {
         return Some(format!(
@@ -333,8 +333,11 @@ impl DeltaState {
             .map(serde_json::Value::take)
             .unwrap_or_default();
         rebase_times(&mut state, s.t_ms);
-        let crc = crc32(&serde_json::to_vec(&state)?);
         let kind = s.kind();
+        if let Some((base, _)) = self.bases.get(&kind) {
+            super::jitter::snap(&mut state, base, &RELATIVE_MS_FIELDS);
+        }
+        let crc = crc32(&serde_json::to_vec(&state)?);
         let (key, data, count) = match self.bases.get(&kind) {
             Some((base, n)) if *n < KEYFRAME_EVERY => {
                 let patch = diff_json(base, &state).unwrap_or_else(|| unchanged(&state));

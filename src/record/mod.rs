@@ -18,6 +18,8 @@ mod baseline;
 mod delta;
 mod gz;
 mod inflate;
+mod jitter;
+mod progress;
 mod read;
 mod recording;
 mod replay;

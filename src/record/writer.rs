@@ -51,6 +51,8 @@ pub struct RecordingWriter {
     pid: i32,
     tool: String,
     delta: DeltaState,
+    /// The sockets last written: response progress is thinned (`progress.rs`).
+    progress: super::progress::Progress,
     last_written: BTreeMap<crate::model::SourceKind, Millis>,
     /// Recordings travel (an incident recorded on one box is studied on another): every
     /// record passes through one redactor for the whole run, so a secret learned in one
@@ -131,20 +133,45 @@ pub fn trim_sockets(
         if server_side && e.state == crate::model::TcpState::Listen {
             // A listener's tcp_info "ms since last data" reads 0 on every dump, which would
             // rewrite every listener on every recorded sample; its counters mean nothing.
-            let mut e = e.clone();
+            let mut e = replayed_fields(e);
             e.tcp_info = None;
             out.sockets.push(e);
         } else if server_side {
-            out.sockets.push(e.clone());
+            out.sockets.push(replayed_fields(e));
         } else if client_side {
-            let mut e = e.clone();
+            let mut e = replayed_fields(e);
             e.tcp_info = None;
             out.sockets.push(e);
         } else if owned {
-            out.sockets.push(e.clone());
+            out.sockets.push(replayed_fields(e));
         }
     }
     out
+}
+
+/// A socket as a recording keeps it: what replay reads (addresses, state, owner,
+/// namespace, inode, and of `tcp_info` the byte counters and "ms since" times), the rest
+/// zeroed: queue lengths, uid, rtt, retransmits and unacked are read by nothing downstream
+/// and change on busy sockets in every sample, and `bytes_sent` only counts while nothing is
+/// acked (the correlator's fallback), so it is kept only then. On a big node under churn
+/// these were a fifth of the recording's socket updates.
+fn replayed_fields(e: &crate::model::SocketEntry) -> crate::model::SocketEntry {
+    let tcp_info = e.tcp_info.map(|t| crate::model::TcpInfo {
+        bytes_acked: t.bytes_acked,
+        bytes_received: t.bytes_received,
+        bytes_sent: if t.bytes_acked == 0 { t.bytes_sent } else { 0 },
+        last_data_sent_ms: t.last_data_sent_ms,
+        last_data_recv_ms: t.last_data_recv_ms,
+        last_ack_recv_ms: t.last_ack_recv_ms,
+        ..crate::model::TcpInfo::default()
+    });
+    crate::model::SocketEntry {
+        rx_queue: 0,
+        tx_queue: 0,
+        uid: 0,
+        tcp_info,
+        ..e.clone()
+    }
 }
 
 /// Raw series the correlator reads directly (kept even when raw series are dropped).
@@ -225,6 +252,7 @@ impl RecordingWriter {
             pid: std::process::id() as i32,
             tool: format!("wedgewatch {}", env!("CARGO_PKG_VERSION")),
             delta: DeltaState::default(),
+            progress: super::progress::Progress::default(),
             last_written: BTreeMap::new(),
             policy: RecordPolicy::default(),
         }
@@ -327,8 +355,12 @@ impl RecordingWriter {
                 let Some(Record::Topology { topology, .. }) = &self.last_topology else {
                     return self.write_untrimmed(s);
                 };
+                let mut table = trim_sockets(table, topology);
+                if self.policy.compact {
+                    self.progress.thin(s.t_ms, &mut table);
+                }
                 trimmed = Sample {
-                    payload: crate::model::Payload::Sockets(trim_sockets(table, topology)),
+                    payload: crate::model::Payload::Sockets(table),
                     ..s.clone()
                 };
                 &trimmed
@@ -389,6 +421,7 @@ impl RecordingWriter {
             .map_err(|e| Error::io(&old, e))?;
         self.bytes = 0;
         self.delta.reset();
+        self.progress.reset();
         self.write_header(now_ms)?;
         // A segment must replay on its own: carry the context forward.
         if let Some(t) = self.last_topology.clone() {
