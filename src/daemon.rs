@@ -16,6 +16,7 @@ pub mod dirs;
 pub mod lock;
 pub mod log;
 pub mod metrics;
+pub mod pass;
 pub mod protocol;
 pub mod socket;
 
@@ -125,6 +126,8 @@ pub struct Daemon {
     shared: Arc<Mutex<Shared>>,
     /// Runs the stacks source at once on a snapshot asked for while a suspicion is open.
     stacks_kick: Arc<StacksKick>,
+    /// The newest detector pass ([`pass`]).
+    latest: pass::Latest,
 }
 
 fn lock(s: &Mutex<Shared>) -> std::sync::MutexGuard<'_, Shared> {
@@ -160,6 +163,7 @@ impl Daemon {
             discover,
             sources: Vec::new(),
             stacks_kick,
+            latest: pass::Latest::default(),
             shared: Arc::new(Mutex::new(Shared {
                 model,
                 baselines: Vec::new(),
@@ -178,15 +182,14 @@ impl Daemon {
         self.add_source(source, e, t);
     }
 
-    /// The suspicion of the daemon's model now (`sampler::suspicion`), for its adaptive
-    /// stacks source: derived from the model at each stacks tick, under the model's lock.
+    /// The suspicion of the daemon's model (`sampler::suspicion`), for its adaptive stacks
+    /// source: the newest detector pass's ([`pass`], at most `log_every_ms` old), read at
+    /// each stacks tick without the model's lock or a view of its own.
     pub fn suspicion_fn(&self) -> crate::sampler::adaptive::SuspicionFn {
-        let shared = self.shared.clone();
-        let clock = self.clock.clone();
+        let latest = self.latest.clone();
         let kick = self.stacks_kick.clone();
         Arc::new(move || {
-            let sh = lock(&shared);
-            let s = crate::sampler::suspicion::of_model(&sh.model, clock.now_ms());
+            let s = latest.suspicion();
             kick.set_suspected(!s.is_empty());
             s
         })
@@ -296,10 +299,9 @@ impl Daemon {
         Ok(())
     }
 
-    /// The socket's server, the exporter's (with `exporter`) and the watch task that logs
-    /// findings and publishes them for the exporter. Without a log subscriber (the TUI's
-    /// in-process daemon, library users) and without an exporter, no detector passes run
-    /// for output nobody reads.
+    /// The socket's server, the exporter's (with `exporter`) and the watch task: the one
+    /// detector pass every `log_every_ms` that logs findings, publishes them for the
+    /// exporter, and keeps the newest pass for the adaptive stacks and served snapshots.
     fn spawn_servers(
         &self,
         listener: UnixListener,
@@ -308,15 +310,16 @@ impl Daemon {
     ) -> Vec<tokio::task::JoinHandle<()>> {
         let mut tasks = Vec::new();
         let published = exporter.as_ref().map(|_| metrics::Published::default());
-        if tracing::level_enabled!(tracing::Level::ERROR) || published.is_some() {
-            tasks.push(tokio::spawn(log::watch(
-                self.shared.clone(),
-                stats.clone(),
-                self.clock.clone(),
-                Duration::from_millis(self.config.log_every_ms.max(100)),
-                published.clone(),
-            )));
-        }
+        tasks.push(tokio::spawn(log::watch(
+            self.shared.clone(),
+            stats.clone(),
+            self.clock.clone(),
+            Duration::from_millis(self.config.log_every_ms.max(100)),
+            log::Readers {
+                publish: published.clone(),
+                latest: self.latest.clone(),
+            },
+        )));
         if let (Some(l), Some(p)) = (exporter, published) {
             let clock = self.clock.clone();
             tasks.push(tokio::spawn(metrics::serve(l, p, stats.clone(), clock)));
@@ -328,6 +331,8 @@ impl Daemon {
                 stats,
                 clock: self.clock.clone(),
                 kick: self.stacks_kick.clone(),
+                latest: self.latest.clone(),
+                serve_max_age_ms: serve_max_age_ms(self.config.log_every_ms),
             },
         )));
         tasks
@@ -472,14 +477,25 @@ fn take_baseline(
     Some(b)
 }
 
-/// What answering a client needs: the state, the sampler's stats, the clock, and the kick
-/// of the adaptive stacks source.
+/// What answering a client needs: the state, the sampler's stats, the clock, the kick of
+/// the adaptive stacks source, and the newest detector pass with how old it may be to
+/// answer a snapshot.
 #[derive(Clone)]
 struct Answering {
     shared: Arc<Mutex<Shared>>,
     stats: StatsHandle,
     clock: Arc<dyn Clock>,
     kick: Arc<StacksKick>,
+    latest: pass::Latest,
+    serve_max_age_ms: i64,
+}
+
+/// How old the newest detector pass may be for a snapshot to answer from it: one period of
+/// the pass, plus a second for the pass itself to run on a busy machine.
+fn serve_max_age_ms(log_every_ms: u64) -> i64 {
+    i64::try_from(log_every_ms.max(100))
+        .unwrap_or(i64::MAX)
+        .saturating_add(1_000)
 }
 
 async fn serve(listener: UnixListener, with: Answering) {
@@ -502,6 +518,8 @@ async fn answer(stream: UnixStream, with: Answering) -> std::io::Result<()> {
         stats,
         clock,
         kick,
+        latest,
+        serve_max_age_ms,
     } = with;
     let refused = socket::refuse_client(&stream);
     let (r, mut w) = stream.into_split();
@@ -521,7 +539,13 @@ async fn answer(stream: UnixStream, with: Answering) -> std::io::Result<()> {
                 kick.on_snapshot();
             }
             let now = clock.now_ms();
-            tokio::task::spawn_blocking(move || respond(&req, &shared, &stats, now))
+            // A snapshot of the model's own window answers from the newest pass while it is
+            // fresh: no view is rebuilt under the lock the sampling loop needs.
+            let pass = match req.window_ms() {
+                None => latest.fresh(now, serve_max_age_ms),
+                Some(_) => None,
+            };
+            tokio::task::spawn_blocking(move || respond_with(&req, &shared, &stats, now, pass))
                 .await
                 .unwrap_or_else(|e| serde_json::json!({ "error": format!("answer failed: {e}") }))
         }
@@ -553,6 +577,18 @@ pub fn respond(
     stats: &StatsHandle,
     now: Millis,
 ) -> serde_json::Value {
+    respond_with(req, shared, stats, now, None)
+}
+
+/// [`respond`], a snapshot answered from `pass` (a detector pass over the model's own
+/// window) when given: taken at the pass's instant, with its view and findings.
+pub fn respond_with(
+    req: &Request,
+    shared: &Mutex<Shared>,
+    stats: &StatsHandle,
+    now: Millis,
+    pass: Option<Arc<pass::Pass>>,
+) -> serde_json::Value {
     let sampler = stats.lock().map(|s| s.clone()).unwrap_or_default();
     match req {
         Request::Perfetto { .. } => {
@@ -560,13 +596,20 @@ pub fn respond(
             crate::export::perfetto_model(&windowed(&sh.model, req.window_ms()), now)
         }
         Request::Snapshot { .. } => {
-            let sh = lock(shared);
-            let parts = crate::pipeline::parts(&windowed(&sh.model, req.window_ms()), now);
+            let (parts, started_ms, baselines) = {
+                let sh = lock(shared);
+                let parts = match &pass {
+                    Some(p) => sh.model.parts_with(p.at_ms(), &p.view, p.findings.clone()),
+                    None => crate::pipeline::parts(&windowed(&sh.model, req.window_ms()), now),
+                };
+                (parts, sh.started_ms, sh.baselines.len())
+            };
+            // Serialized after the lock is released: sampling never waits for it.
             serde_json::json!({
                 "schema": DAEMON_SCHEMA,
                 "parts": parts,
                 "sampler": sampler,
-                "daemon": { "pid": std::process::id(), "started_ms": sh.started_ms, "baselines": sh.baselines.len() },
+                "daemon": { "pid": std::process::id(), "started_ms": started_ms, "baselines": baselines },
             })
         }
         Request::Baseline => {

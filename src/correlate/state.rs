@@ -8,7 +8,7 @@ use super::Model;
 use crate::clock::Millis;
 use crate::model::{Component, Role, ThreadState};
 use crate::sources::gpu::GpuActivity;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 /// The state of one component at `now`, derived from the history.
 #[derive(Debug, Clone, PartialEq)]
@@ -176,6 +176,41 @@ impl Model {
 
     /// Component state at `now`.
     pub fn component_state(&self, c: &Component, now: Millis) -> ComponentState {
+        self.component_state_with(c, now, self.socket_counts(c))
+    }
+
+    /// The socket counts by state of every component, in one pass over the newest socket
+    /// table (a big node's has thousands of sockets): each socket counts for the most
+    /// specific component holding its pid, as [`Model::component_state`]'s do.
+    pub(super) fn socket_counts_by_component(&self) -> HashMap<&str, BTreeMap<String, u32>> {
+        let mut counts: HashMap<&str, BTreeMap<String, u32>> = HashMap::new();
+        let Some(t) = &self.latest_sockets else {
+            return counts;
+        };
+        let mut owner: HashMap<i32, Option<&str>> = HashMap::new();
+        for e in &t.sockets {
+            let Some(pid) = e.pid else { continue };
+            let o = *owner
+                .entry(pid)
+                .or_insert_with(|| self.topology.component_of_pid(pid).map(|c| c.id.as_str()));
+            if let Some(id) = o {
+                *counts
+                    .entry(id)
+                    .or_default()
+                    .entry(e.state.as_str().to_string())
+                    .or_default() += 1;
+            }
+        }
+        counts
+    }
+
+    /// Component state at `now`, with its socket counts already taken.
+    pub(super) fn component_state_with(
+        &self,
+        c: &Component,
+        now: Millis,
+        sockets: BTreeMap<String, u32>,
+    ) -> ComponentState {
         let latest = self.latest_metrics(&c.id, now);
         let mapped = |k: &str| latest.and_then(|p| p.mapped.get(k).copied());
         let loads = latest.and_then(|p| p.loads);
@@ -218,7 +253,6 @@ impl Model {
                 metrics.insert("v1_loads_pd_queued".into(), l.pd_queued);
             }
         }
-        let sockets = self.socket_counts(c);
         ComponentState {
             id: c.id.clone(),
             role: c.role,

@@ -7,7 +7,7 @@ use super::state::{ComponentState, CountSource};
 use super::Model;
 use crate::clock::Millis;
 use crate::model::{Request, RequestState, Role};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// Requests smaller than this (headers only: `GET /metrics`, `/health`, `/v1/loads`) are
 /// probes, not inference requests (a POST with a JSON body is larger).
@@ -117,18 +117,22 @@ impl Model {
     /// The derived state of every exchange at `now` (see the module doc of `exchange`), the
     /// component states, and the logical requests with their verdicts (`requests.rs`).
     pub fn view(&self, now: Millis) -> View {
+        let sockets = self.socket_counts_by_component();
         let components: BTreeMap<String, ComponentState> = self
             .topology
             .components
             .iter()
-            .map(|c| (c.id.clone(), self.component_state(c, now)))
+            .map(|c| {
+                let counts = sockets.get(c.id.as_str()).cloned().unwrap_or_default();
+                (c.id.clone(), self.component_state_with(c, now, counts))
+            })
             .collect();
         let all: Vec<&Exchange> = self.exchanges().collect();
         let states = self.request_states(&components, &all, now);
         let keep = kept_ids(&all, &states, now, now - self.window_ms);
         let mut requests = Vec::new();
         for x in &all {
-            let Some(state) = states.get(&x.id).copied() else {
+            let Some(state) = states.get(x.id.as_str()).copied() else {
                 continue;
             };
             if !keep.contains(x.id.as_str()) || x.request_ms > now {
@@ -169,42 +173,41 @@ impl Model {
     }
 
     /// The state of every exchange at `now`. Components are judged deepest hop first: a
-    /// parent is outstanding while a child is.
-    fn request_states(
+    /// parent is outstanding while a child is. Keyed by exchange id, borrowed from `all`.
+    fn request_states<'a>(
         &self,
         components: &BTreeMap<String, ComponentState>,
-        all: &[&Exchange],
+        all: &[&'a Exchange],
         now: Millis,
-    ) -> BTreeMap<String, RequestState> {
-        let mut states: BTreeMap<String, RequestState> = BTreeMap::new();
-        let by_id: BTreeSet<&str> = all.iter().map(|x| x.id.as_str()).collect();
+    ) -> HashMap<&'a str, RequestState> {
+        let mut states: HashMap<&'a str, RequestState> = HashMap::with_capacity(all.len());
+        // Each component's exchanges in history order, in one pass over the history.
+        let mut by_comp: HashMap<&str, Vec<&'a Exchange>> = HashMap::new();
+        for x in all {
+            by_comp.entry(x.component.as_str()).or_default().push(x);
+        }
         let mut comp_order: Vec<(&String, u8)> = components
             .iter()
             .map(|(id, s)| (id, s.role.depth()))
             .collect();
         comp_order.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
         for (cid, _) in comp_order {
-            let mine: Vec<&Exchange> = all
-                .iter()
-                .copied()
-                .filter(|x| &x.component == cid)
-                .collect();
-            self.component_request_states(&components[cid], &mine, &by_id, now, &mut states);
+            let mine = by_comp.remove(cid.as_str()).unwrap_or_default();
+            self.component_request_states(&components[cid], &mine, now, &mut states);
         }
         states
     }
 
     /// The states of one component's exchanges (`mine`), given those of deeper hops.
-    fn component_request_states(
+    fn component_request_states<'a>(
         &self,
         cs: &ComponentState,
-        mine: &[&Exchange],
-        by_id: &BTreeSet<&str>,
+        mine: &[&'a Exchange],
         now: Millis,
-        states: &mut BTreeMap<String, RequestState>,
+        states: &mut HashMap<&'a str, RequestState>,
     ) {
         let th = &self.thresholds;
-        let mut quiet: Vec<&Exchange> = Vec::new();
+        let mut quiet: Vec<&'a Exchange> = Vec::new();
         let mut explained = 0.0;
         for x in mine {
             let st = match x.end {
@@ -231,22 +234,23 @@ impl Model {
                     }
                 }
             };
-            states.insert(x.id.clone(), st);
+            states.insert(x.id.as_str(), st);
         }
         // Quiet responses: outstanding if a child still is, or if the component's own
         // in-flight count says more requests are open than we can otherwise explain.
         quiet.sort_by_key(|x| std::cmp::Reverse(x.last_out_ms));
         let mut unexplained = outstanding_signal(cs).map_or(0.0, |o| o - explained);
         for x in quiet {
+            // (Every state is of an exchange in history: a link to one evicted has none.)
             let child_open = x.links.iter().any(|l| {
-                states.get(l).is_some_and(|s| {
+                states.get(l.as_str()).is_some_and(|s| {
                     matches!(
                         s,
                         RequestState::WaitingFirstByte
                             | RequestState::Streaming
                             | RequestState::Stalled
                     )
-                }) && by_id.contains(l.as_str())
+                })
             });
             let outstanding = if child_open {
                 true
@@ -265,21 +269,17 @@ impl Model {
             } else {
                 RequestState::Streaming
             };
-            states.insert(x.id.clone(), st);
+            states.insert(x.id.as_str(), st);
         }
     }
 
     /// Open connections with nothing outstanding (keep-alive idle), as `idle` requests.
-    fn idle_connections(
-        &self,
-        states: &BTreeMap<String, RequestState>,
-        now: Millis,
-    ) -> Vec<Request> {
+    fn idle_connections(&self, states: &HashMap<&str, RequestState>, now: Millis) -> Vec<Request> {
         let mut idle = Vec::new();
         for c in self.conns.values().filter(|c| c.closed_ms.is_none()) {
             let busy = c.exchanges.back().is_some_and(|x| {
                 states
-                    .get(&x.id)
+                    .get(x.id.as_str())
                     .is_some_and(|s| !matches!(s, RequestState::Done | RequestState::Closed))
             });
             if busy {
@@ -342,14 +342,14 @@ fn jiffy_tie(x: &Exchange) -> bool {
 /// is shown whole.
 fn kept_ids<'a>(
     all: &[&'a Exchange],
-    states: &BTreeMap<String, RequestState>,
+    states: &HashMap<&str, RequestState>,
     now: Millis,
     from: Millis,
-) -> BTreeSet<&'a str> {
-    let by_id: BTreeMap<&str, &Exchange> = all.iter().map(|x| (x.id.as_str(), *x)).collect();
-    let mut keep: BTreeSet<&str> = BTreeSet::new();
+) -> HashSet<&'a str> {
+    let by_id: HashMap<&str, &Exchange> = all.iter().map(|x| (x.id.as_str(), *x)).collect();
+    let mut keep: HashSet<&str> = HashSet::with_capacity(all.len());
     for x in all {
-        let Some(state) = states.get(&x.id) else {
+        let Some(state) = states.get(x.id.as_str()) else {
             continue;
         };
         let finished = matches!(state, RequestState::Done | RequestState::Closed);

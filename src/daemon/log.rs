@@ -9,12 +9,14 @@
 //! it has not seen yet, so a value from a component's environment never reaches the log.
 //!
 //! With `--metrics-listen`, the same pass also publishes an [`Evaluation`] for the exporter
-//! ([`super::metrics`]); the task then runs even when no log subscriber would print.
+//! ([`super::metrics`]). Each pass ([`Pass`]) is kept for the adaptive stacks' suspicion and
+//! served snapshots, so the task runs whether or not a log subscriber would print.
 //!
 //! Levels: a finding opens at its severity (critical -> ERROR, warning -> WARN, info ->
 //! INFO), closes at INFO; a source going degraded or unavailable is WARN, its recovery INFO.
 
 use super::metrics::Published;
+use super::pass::{Latest, Pass};
 use super::Shared;
 use crate::clock::{Clock, Millis};
 use crate::export::prometheus::Evaluation;
@@ -321,27 +323,30 @@ impl Watch {
     /// One evaluation: learn new processes' secrets, run the detectors over the model at
     /// `now`, compare sources' status; the events, in the order to log them.
     /// With `publish`, the pass's [`Evaluation`] is stored there for the exporter.
+    /// The pass itself ([`Pass`]: view, findings, suspicion) is stored in `latest` for the
+    /// adaptive stacks and served snapshots.
     pub fn pass(
         &mut self,
         shared: &Mutex<Shared>,
         stats: &StatsHandle,
         now: Millis,
-        publish: Option<&Published>,
+        to: &Readers,
     ) -> Vec<Event> {
         let started = std::time::Instant::now();
-        let findings = {
+        let pass = {
             let sh = super::lock(shared);
             self.learn(sh.model.latest_processes());
-            let view = sh.model.view(now);
-            let findings = crate::detect::run_all(&sh.model, &view);
-            if let Some(p) = publish {
+            let pass = Pass::run(&sh.model, now);
+            if let Some(p) = &to.publish {
                 let topology = sh.model.topology();
-                let mut e = Evaluation::new(&view, &findings, topology, &mut self.labels);
+                let mut e = Evaluation::new(&pass.view, &pass.findings, topology, &mut self.labels);
                 e.took_ms = started.elapsed().as_millis() as u64;
                 *p.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
             }
-            findings
+            Arc::new(pass)
         };
+        to.latest.set(pass.clone());
+        let findings = &pass.findings;
         let mut events = Vec::new();
         // Sources first: "metrics unavailable" explains the endpoint finding that follows.
         let statuses: Vec<_> = stats
@@ -356,7 +361,7 @@ impl Watch {
         for (kind, st) in statuses {
             events.extend(self.sources.update(kind, &st, now));
         }
-        events.extend(self.findings.update(&findings, now));
+        events.extend(self.findings.update(findings, now));
         events
     }
 
@@ -379,15 +384,24 @@ impl Watch {
     }
 }
 
-/// Logs findings and source health every `every` until the task is aborted, and publishes
-/// each pass's evaluation for the exporter when there is one. The detectors run off the
-/// runtime's workers: a large model takes a while and holds the model's lock.
+/// Who reads each pass besides the log: the exporter (when there is one) and the newest
+/// pass's readers (adaptive stacks, served snapshots).
+#[derive(Debug, Clone, Default)]
+pub struct Readers {
+    pub publish: Option<Published>,
+    pub latest: Latest,
+}
+
+/// Logs findings and source health every `every` until the task is aborted, publishes
+/// each pass's evaluation for the exporter when there is one, and keeps the newest pass in
+/// `to.latest`. The detectors run off the runtime's workers: a large model takes a while
+/// and holds the model's lock.
 pub async fn watch(
     shared: Arc<Mutex<Shared>>,
     stats: StatsHandle,
     clock: Arc<dyn Clock>,
     every: Duration,
-    publish: Option<Published>,
+    to: Readers,
 ) {
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -397,9 +411,9 @@ pub async fn watch(
         let (Some(mut w), now) = (state.take(), clock.now_ms()) else {
             return;
         };
-        let (shared, stats, publish) = (shared.clone(), stats.clone(), publish.clone());
+        let (shared, stats, to) = (shared.clone(), stats.clone(), to.clone());
         let done = tokio::task::spawn_blocking(move || {
-            for e in w.pass(&shared, &stats, now, publish.as_ref()) {
+            for e in w.pass(&shared, &stats, now, &to) {
                 emit(&e);
             }
             w

@@ -2,7 +2,8 @@
 //! derived from one correlated view and its findings: which engines have a request silent
 //! for a fraction of the wedge threshold, an idle GPU while requests are open, a queue that
 //! does not drain, or a finding open that implicates their schedulers. The daemon derives it
-//! at each stacks tick; the sources never see the model.
+//! once per detector pass (`daemon::pass`, with the view and findings the log and the
+//! exporter read) and its stacks ticks read the newest; the sources never see the model.
 
 use crate::config::Thresholds;
 use crate::correlate::{ComponentState, Model, View};
