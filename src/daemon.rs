@@ -301,7 +301,7 @@ impl Daemon {
 
     /// The socket's server, the exporter's (with `exporter`) and the watch task: the one
     /// detector pass every `log_every_ms` that logs findings, publishes them for the
-    /// exporter, and keeps the newest pass for the adaptive stacks and served snapshots.
+    /// exporter, and keeps the newest pass for the adaptive stacks.
     fn spawn_servers(
         &self,
         listener: UnixListener,
@@ -331,8 +331,6 @@ impl Daemon {
                 stats,
                 clock: self.clock.clone(),
                 kick: self.stacks_kick.clone(),
-                latest: self.latest.clone(),
-                serve_max_age_ms: serve_max_age_ms(self.config.log_every_ms),
             },
         )));
         tasks
@@ -477,25 +475,14 @@ fn take_baseline(
     Some(b)
 }
 
-/// What answering a client needs: the state, the sampler's stats, the clock, the kick of
-/// the adaptive stacks source, and the newest detector pass with how old it may be to
-/// answer a snapshot.
+/// What answering a client needs: the state, the sampler's stats, the clock, and the kick
+/// of the adaptive stacks source.
 #[derive(Clone)]
 struct Answering {
     shared: Arc<Mutex<Shared>>,
     stats: StatsHandle,
     clock: Arc<dyn Clock>,
     kick: Arc<StacksKick>,
-    latest: pass::Latest,
-    serve_max_age_ms: i64,
-}
-
-/// How old the newest detector pass may be for a snapshot to answer from it: one period of
-/// the pass, plus a second for the pass itself to run on a busy machine.
-fn serve_max_age_ms(log_every_ms: u64) -> i64 {
-    i64::try_from(log_every_ms.max(100))
-        .unwrap_or(i64::MAX)
-        .saturating_add(1_000)
 }
 
 async fn serve(listener: UnixListener, with: Answering) {
@@ -518,8 +505,6 @@ async fn answer(stream: UnixStream, with: Answering) -> std::io::Result<()> {
         stats,
         clock,
         kick,
-        latest,
-        serve_max_age_ms,
     } = with;
     let refused = socket::refuse_client(&stream);
     let (r, mut w) = stream.into_split();
@@ -538,14 +523,10 @@ async fn answer(stream: UnixStream, with: Answering) -> std::io::Result<()> {
                 // Answered from the model now; the suspected engines' fresh stacks follow.
                 kick.on_snapshot();
             }
+            // A fresh view, not the newest detector pass: a pass is up to `log_every_ms`
+            // old, and a client asking now wants the requests open now.
             let now = clock.now_ms();
-            // A snapshot of the model's own window answers from the newest pass while it is
-            // fresh: no view is rebuilt under the lock the sampling loop needs.
-            let pass = match req.window_ms() {
-                None => latest.fresh(now, serve_max_age_ms),
-                Some(_) => None,
-            };
-            tokio::task::spawn_blocking(move || respond_with(&req, &shared, &stats, now, pass))
+            tokio::task::spawn_blocking(move || respond(&req, &shared, &stats, now))
                 .await
                 .unwrap_or_else(|e| serde_json::json!({ "error": format!("answer failed: {e}") }))
         }
@@ -577,18 +558,6 @@ pub fn respond(
     stats: &StatsHandle,
     now: Millis,
 ) -> serde_json::Value {
-    respond_with(req, shared, stats, now, None)
-}
-
-/// [`respond`], a snapshot answered from `pass` (a detector pass over the model's own
-/// window) when given: taken at the pass's instant, with its view and findings.
-pub fn respond_with(
-    req: &Request,
-    shared: &Mutex<Shared>,
-    stats: &StatsHandle,
-    now: Millis,
-    pass: Option<Arc<pass::Pass>>,
-) -> serde_json::Value {
     let sampler = stats.lock().map(|s| s.clone()).unwrap_or_default();
     match req {
         Request::Perfetto { .. } => {
@@ -598,10 +567,7 @@ pub fn respond_with(
         Request::Snapshot { .. } => {
             let (parts, started_ms, baselines) = {
                 let sh = lock(shared);
-                let parts = match &pass {
-                    Some(p) => sh.model.parts_with(p.at_ms(), &p.view, p.findings.clone()),
-                    None => crate::pipeline::parts(&windowed(&sh.model, req.window_ms()), now),
-                };
+                let parts = crate::pipeline::parts(&windowed(&sh.model, req.window_ms()), now);
                 (parts, sh.started_ms, sh.baselines.len())
             };
             // Serialized after the lock is released: sampling never waits for it.

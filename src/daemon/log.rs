@@ -9,8 +9,8 @@
 //! it has not seen yet, so a value from a component's environment never reaches the log.
 //!
 //! With `--metrics-listen`, the same pass also publishes an [`Evaluation`] for the exporter
-//! ([`super::metrics`]). Each pass ([`Pass`]) is kept for the adaptive stacks' suspicion and
-//! served snapshots, so the task runs whether or not a log subscriber would print.
+//! ([`super::metrics`]). Each pass ([`Pass`]) is kept for the adaptive stacks' suspicion, so
+//! the task runs whether or not a log subscriber would print.
 //!
 //! Levels: a finding opens at its severity (critical -> ERROR, warning -> WARN, info ->
 //! INFO), closes at INFO; a source going degraded or unavailable is WARN, its recovery INFO.
@@ -324,7 +324,7 @@ impl Watch {
     /// `now`, compare sources' status; the events, in the order to log them.
     /// With `publish`, the pass's [`Evaluation`] is stored there for the exporter.
     /// The pass itself ([`Pass`]: view, findings, suspicion) is stored in `latest` for the
-    /// adaptive stacks and served snapshots.
+    /// adaptive stacks.
     pub fn pass(
         &mut self,
         shared: &Mutex<Shared>,
@@ -385,7 +385,7 @@ impl Watch {
 }
 
 /// Who reads each pass besides the log: the exporter (when there is one) and the newest
-/// pass's readers (adaptive stacks, served snapshots).
+/// pass's reader (the adaptive stacks).
 #[derive(Debug, Clone, Default)]
 pub struct Readers {
     pub publish: Option<Published>,
