@@ -392,47 +392,64 @@ fn only_whole_window_targets_are_dumped_every_round() {
     assert_eq!(dumps(front.proc.pid()), 1, "the front end, once");
 }
 
-/// Inside a one-shot collection the rounds stop before its window ends: a dump still
-/// running then is given up and the dumps done are delivered, said so (a cut sample used to
-/// lose them all: "stacks cut off ... still running at the end of the window").
-#[test]
-fn rounds_stop_at_the_window_end_and_keep_the_dumps_done() {
+/// A py-spy in `dir` that runs `script` (sh) and then the real one.
+fn py_spy_wrapper(dir: &tempfile::TempDir, real: &Path, script: &str) -> PathBuf {
     use std::os::unix::fs::PermissionsExt;
-    let Some(py_spy) = py_spy() else { return };
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let sched = FakeScheduler::start("idle");
-    // The real py-spy for the first dump; every later one hangs (a starved host).
-    let dir = tempfile::tempdir().unwrap();
     let wrapper = dir.path().join("py-spy");
-    let count = dir.path().join("count");
-    std::fs::write(
-        &wrapper,
-        format!(
-            "#!/bin/sh\nif [ -e {c} ]; then exec sleep 30; fi\ntouch {c}\nexec {real} \"$@\"\n",
-            c = count.display(),
-            real = py_spy.display()
-        ),
-    )
-    .unwrap();
+    let text = format!("#!/bin/sh\n{script}exec {} \"$@\"\n", real.display());
+    std::fs::write(&wrapper, text).unwrap();
     std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let src = StackSource::new(config(wrapper), &rules()).unwrap();
-    let targets = [StackTarget {
-        pid: sched.proc.pid(),
+    wrapper
+}
+
+fn scheduler_target(pid: i32) -> StackTarget {
+    StackTarget {
+        pid,
         stack: Some("sglang".into()),
         component: Some("scheduler@decode".into()),
         whole_window: true,
-    }];
+    }
+}
+
+/// A window of dumps inside a one-shot collection whose cut comes 1.8 s from now (before
+/// py-spy's own 2 s bound), which it must return before.
+fn capture_cut_by_window(
+    rt: &tokio::runtime::Runtime,
+    src: &StackSource,
+    targets: &[StackTarget],
+) -> wedgewatch::sources::stacks::StackWindow {
     let t0 = Instant::now();
-    let end = tokio::time::Instant::now() + Duration::from_millis(1_800); // py-spy's own bound is 2 s
+    let end = tokio::time::Instant::now() + Duration::from_millis(1_800);
     let w = rt.block_on(wedgewatch::sources::window::until(
         Some(end),
-        src.capture_window(&targets, &SystemClock),
+        src.capture_window(targets, &SystemClock),
     ));
     assert!(
         t0.elapsed() < Duration::from_millis(1_800),
         "{:?}",
         t0.elapsed()
     );
+    w
+}
+
+/// Inside a one-shot collection the rounds stop before its window ends: a dump still
+/// running then is given up and the dumps done are delivered, said so (a cut sample used to
+/// lose them all: "stacks cut off ... still running at the end of the window").
+#[test]
+fn rounds_stop_at_the_window_end_and_keep_the_dumps_done() {
+    let Some(py_spy) = py_spy() else { return };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let sched = FakeScheduler::start("idle");
+    // The real py-spy for the first dump; every later one hangs (a starved host).
+    let dir = tempfile::tempdir().unwrap();
+    let count = dir.path().join("count");
+    let script = format!(
+        "if [ -e {c} ]; then exec sleep 30; fi\ntouch {c}\n",
+        c = count.display()
+    );
+    let src = StackSource::new(config(py_spy_wrapper(&dir, &py_spy, &script)), &rules()).unwrap();
+    let targets = [scheduler_target(sched.proc.pid())];
+    let w = capture_cut_by_window(&rt, &src, &targets);
     assert_eq!(w.status.status, Status::Degraded, "{:?}", w.status);
     let reason = w.status.reason.clone().unwrap_or_default();
     assert!(
@@ -448,42 +465,21 @@ fn rounds_stop_at_the_window_end_and_keep_the_dumps_done() {
 /// degraded, not unavailable.
 #[test]
 fn a_first_round_cut_by_the_window_keeps_the_processes_dumped() {
-    use std::os::unix::fs::PermissionsExt;
     let Some(py_spy) = py_spy() else { return };
     let rt = tokio::runtime::Runtime::new().unwrap();
     let (quick, slow) = (FakeScheduler::start("idle"), FakeScheduler::start("idle"));
     // py-spy hangs on the second process only.
     let dir = tempfile::tempdir().unwrap();
-    let wrapper = dir.path().join("py-spy");
-    std::fs::write(
-        &wrapper,
-        format!(
-            "#!/bin/sh\ncase \" $* \" in *\" {slow} \"*) exec sleep 30;; esac\nexec {real} \"$@\"\n",
-            slow = slow.proc.pid(),
-            real = py_spy.display()
-        ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let src = StackSource::new(config(wrapper), &rules()).unwrap();
-    let target = |pid: i32| StackTarget {
-        pid,
-        stack: Some("sglang".into()),
-        component: Some("scheduler@decode".into()),
-        whole_window: true,
-    };
-    let targets = [target(quick.proc.pid()), target(slow.proc.pid())];
-    let t0 = Instant::now();
-    let end = tokio::time::Instant::now() + Duration::from_millis(1_800); // py-spy's own bound is 2 s
-    let w = rt.block_on(wedgewatch::sources::window::until(
-        Some(end),
-        src.capture_window(&targets, &SystemClock),
-    ));
-    assert!(
-        t0.elapsed() < Duration::from_millis(1_800),
-        "{:?}",
-        t0.elapsed()
+    let script = format!(
+        "case \" $* \" in *\" {slow} \"*) exec sleep 30;; esac\n",
+        slow = slow.proc.pid()
     );
+    let src = StackSource::new(config(py_spy_wrapper(&dir, &py_spy, &script)), &rules()).unwrap();
+    let targets = [
+        scheduler_target(quick.proc.pid()),
+        scheduler_target(slow.proc.pid()),
+    ];
+    let w = capture_cut_by_window(&rt, &src, &targets);
     assert_eq!(w.status.status, Status::Degraded, "{:?}", w.status);
     let reason = w.status.reason.clone().unwrap_or_default();
     assert!(
