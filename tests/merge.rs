@@ -210,6 +210,23 @@ fn ww() -> Command {
     Command::new(env!("CARGO_BIN_EXE_wedgewatch"))
 }
 
+/// `wedgewatch merge A B --json`, which must succeed; its output.
+fn merge_json(a: &Path, b: &Path) -> Value {
+    let out = ww()
+        .arg("merge")
+        .arg(a)
+        .arg(b)
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 fn write(dir: &Path, name: &str, v: &Value) -> PathBuf {
     let p = dir.join(name);
     std::fs::write(&p, serde_json::to_string_pretty(v).unwrap()).unwrap();
@@ -241,19 +258,7 @@ fn merge_prints_json_that_fits_the_contract_and_writes_a_bundle() {
         "b.json",
         &node_b(2, 1_000, "waiting_first_byte", A_IP),
     );
-    let out = ww()
-        .arg("merge")
-        .arg(&a)
-        .arg(&b)
-        .arg("--json")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = merge_json(&a, &b);
     contract::validate_snapshot(&v);
     assert_eq!(v["fleet"]["nodes"][1]["name"], "nodeb");
     let bundle = d.path().join("merged");
@@ -325,19 +330,7 @@ fn an_old_snapshot_without_node_identity_merges_under_its_file_name() {
     old.as_object_mut().unwrap().remove("node");
     let b = write(d.path(), "engines-host.json", &old);
     let a = write(d.path(), "a.json", &node_a(1));
-    let out = ww()
-        .arg("merge")
-        .arg(&a)
-        .arg(&b)
-        .arg("--json")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = merge_json(&a, &b);
     assert_eq!(v["fleet"]["nodes"][1]["name"], "engines-host");
     assert_eq!(
         v["findings"][0]["component"],
