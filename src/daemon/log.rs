@@ -323,8 +323,7 @@ impl Watch {
     /// One evaluation: learn new processes' secrets, run the detectors over the model at
     /// `now`, compare sources' status; the events, in the order to log them.
     /// With `publish`, the pass's [`Evaluation`] is stored there for the exporter.
-    /// The pass itself ([`Pass`]: view, findings, suspicion) is stored in `latest` for the
-    /// adaptive stacks.
+    /// The pass's suspicion is stored in `latest` for the adaptive stacks.
     pub fn pass(
         &mut self,
         shared: &Mutex<Shared>,
@@ -343,9 +342,9 @@ impl Watch {
                 e.took_ms = started.elapsed().as_millis() as u64;
                 *p.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
             }
-            Arc::new(pass)
+            pass
         };
-        to.latest.set(pass.clone());
+        to.latest.set(pass.suspicion.clone());
         let findings = &pass.findings;
         let mut events = Vec::new();
         // Sources first: "metrics unavailable" explains the endpoint finding that follows.

@@ -43,37 +43,47 @@ impl Pass {
     }
 }
 
-/// The newest pass, shared by the watch task (writer) and its readers.
+/// The newest pass's suspicion, shared by the watch task (writer) and the adaptive stacks
+/// (reader). Only the suspicion is kept: the view and findings are read within the pass,
+/// and a big node's view need not live on until the next one.
 #[derive(Debug, Clone, Default)]
-pub struct Latest(Arc<Mutex<Option<Arc<Pass>>>>);
+pub struct Latest(Arc<Mutex<Option<Suspicion>>>);
 
 impl Latest {
-    pub fn set(&self, p: Arc<Pass>) {
-        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(p);
-    }
-
-    pub fn get(&self) -> Option<Arc<Pass>> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    pub fn set(&self, s: Suspicion) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(s);
     }
 
     /// The newest pass's suspicion; none before the first pass.
     pub fn suspicion(&self) -> Suspicion {
-        self.get()
-            .map_or_else(Suspicion::none, |p| p.suspicion.clone())
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .unwrap_or_else(Suspicion::none)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::SuspicionReason;
 
     #[test]
-    fn the_newest_pass_is_kept() {
+    fn the_newest_suspicion_is_kept() {
         let latest = Latest::default();
-        assert!(latest.get().is_none(), "no pass yet");
-        assert!(latest.suspicion().is_empty());
-        latest.set(Arc::new(Pass::run(&Model::default(), 10_000)));
-        latest.set(Arc::new(Pass::run(&Model::default(), 12_000)));
-        assert_eq!(latest.get().map(|p| p.at_ms()), Some(12_000));
+        assert!(latest.suspicion().is_empty(), "no pass yet");
+        let pass = Pass::run(&Model::default(), 10_000);
+        assert_eq!(pass.at_ms(), 10_000);
+        latest.set(pass.suspicion.clone());
+        assert_eq!(latest.suspicion(), pass.suspicion);
+        let mut s = Suspicion::none();
+        s.add(
+            "decode@:30001",
+            SuspicionReason::QueueNotDraining { queued: 2.0 },
+        );
+        latest.set(s.clone());
+        assert_eq!(latest.suspicion(), s);
+        assert!(!latest.suspicion().is_empty());
     }
 }
