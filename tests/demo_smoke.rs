@@ -188,11 +188,32 @@ fn demo_without_ui_finds_the_wedge_and_leaves_nothing_behind() {
     );
 }
 
+/// How the demo sits in the terminal that gets killed.
+#[derive(Clone, Copy)]
+enum Pane {
+    /// `exec wedgewatch demo`: the demo leads the session and gets the kernel's SIGHUP.
+    Direct,
+    /// Under a shell that survives the hang-up (it traps SIGHUP and waits): the kernel
+    /// signals the session leader only, so the demo gets no signal, just a dead tty.
+    UnderAShell,
+}
+
 /// A demo whose terminal window is killed (tmux session gone: SIGHUP, a dead tty) must not
 /// leave its lab running: the UI's hang-up path ends the process without unwinding, so the
 /// demo registers its teardown there too.
 #[test]
 fn demo_in_a_killed_terminal_leaves_nothing_behind() {
+    killed_terminal(Pane::Direct);
+}
+
+/// The same with no signal at all, only the dead tty: the UI notices the terminal is gone
+/// (it used to spin a core in crossterm's poll forever, the lab left running).
+#[test]
+fn demo_under_a_shell_in_a_killed_terminal_leaves_nothing_behind() {
+    killed_terminal(Pane::UnderAShell);
+}
+
+fn killed_terminal(pane: Pane) {
     if !venv_present() {
         return;
     }
@@ -200,8 +221,18 @@ fn demo_in_a_killed_terminal_leaves_nothing_behind() {
         eprintln!("SKIPPED: tmux not installed; the killed-terminal demo test did not run");
         return;
     }
-    let name = format!("ww-demo-hup-{}", std::process::id());
-    let cmd = format!("exec {} demo", env!("CARGO_BIN_EXE_wedgewatch"));
+    let name = format!("ww-demo-hup-{}-{}", std::process::id(), pane as u8);
+    let log = std::env::temp_dir().join(format!("{name}.log"));
+    let _ = std::fs::remove_file(&log);
+    let demo = format!(
+        "{} demo 2>>{}",
+        env!("CARGO_BIN_EXE_wedgewatch"),
+        log.display()
+    );
+    let cmd = match pane {
+        Pane::Direct => format!("exec {demo}"),
+        Pane::UnderAShell => format!("exec sh -c 'trap : HUP; {demo}; true'"),
+    };
     let tmux = |args: &[&str]| {
         let out = Command::new("tmux").args(args).output().expect("tmux runs");
         String::from_utf8_lossy(&out.stdout).into_owned()
@@ -217,37 +248,76 @@ fn demo_in_a_killed_terminal_leaves_nothing_behind() {
         "40",
         &cmd,
     ]);
-    let demo_pid = tmux(&["display-message", "-p", "-t", &name, "#{pane_pid}"]);
-    let demo_pid = demo_pid.trim().to_string();
-    assert!(!demo_pid.is_empty(), "the demo runs in the pane");
-    let run_dir = format!("/tmp/wedgewatch-demo-{demo_pid}");
+    let pane_pid = tmux(&["display-message", "-p", "-t", &name, "#{pane_pid}"]);
+    let pane_pid = pane_pid.trim().to_string();
+    assert!(!pane_pid.is_empty(), "the pane runs");
     // Wait for the UI (the lab is up and the agents are running by then).
     let started = Instant::now();
-    loop {
-        let pane = tmux(&["capture-pane", "-p", "-t", &name]);
-        if pane.contains("Overview") && processes_mentioning(&run_dir).len() >= 4 {
-            break;
+    let (demo_pid, run_dir) = loop {
+        let pane_text = tmux(&["capture-pane", "-p", "-t", &name]);
+        if let Some(demo_pid) = demo_pid_in(&pane_pid, pane) {
+            let run_dir = format!("/tmp/wedgewatch-demo-{demo_pid}");
+            if pane_text.contains("Overview") && processes_mentioning(&run_dir).len() >= 4 {
+                break (demo_pid, run_dir);
+            }
         }
         if started.elapsed() > Duration::from_secs(120) {
             let _ = tmux(&["kill-session", "-t", &name]);
-            panic!("the demo's UI did not come up; pane:\n{pane}");
+            panic!("the demo's UI did not come up; pane:\n{pane_text}");
         }
         std::thread::sleep(Duration::from_millis(500));
-    }
+    };
     // Kill the terminal, as closing its window does.
     tmux(&["kill-session", "-t", &name]);
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
+        // With the demo leading the session more hang-ups arrive late (tmux signals the
+        // pane's group, the kernel the session when the pty closes); on a loaded machine one
+        // can land after the UI has returned, while the demo stops its daemon: it must not
+        // end the demo before the teardown. Sent until the demo is gone.
         let demo_alive = Path::new(&format!("/proc/{demo_pid}")).exists();
+        if demo_alive && matches!(pane, Pane::Direct) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(demo_pid),
+                nix::sys::signal::Signal::SIGHUP,
+            );
+        }
         let left = processes_mentioning(&run_dir);
         if !demo_alive && left.is_empty() {
             break;
         }
-        assert!(
-            Instant::now() < deadline,
-            "30 s after its terminal died: demo alive {demo_alive}, lab processes left {left:?}"
-        );
+        if Instant::now() >= deadline {
+            let said = std::fs::read_to_string(&log).unwrap_or_default();
+            if demo_alive {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(demo_pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+            let _ = Command::new("python3")
+                .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/lab/lab.py"))
+                .args(["down", "--run-dir", &run_dir])
+                .output();
+            panic!(
+                "30 s after its terminal died: demo alive {demo_alive}, lab processes left \
+                 {left:?}; the demo's stderr:\n{said}"
+            );
+        }
         std::thread::sleep(Duration::from_millis(250));
     }
     assert!(!Path::new(&run_dir).exists(), "{run_dir} removed");
+    let _ = std::fs::remove_file(&log);
+}
+
+/// The demo's pid: the pane's process itself, or the shell's one child.
+fn demo_pid_in(pane_pid: &str, pane: Pane) -> Option<i32> {
+    let pid: i32 = pane_pid.parse().ok()?;
+    match pane {
+        Pane::Direct => Some(pid),
+        Pane::UnderAShell => {
+            let children =
+                std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).ok()?;
+            children.split_whitespace().next()?.parse().ok()
+        }
+    }
 }

@@ -11,7 +11,7 @@ use super::snapshot::is_stdout;
 use super::tui::{need_terminal, watch_socket, InProcessDaemon};
 use anyhow::{bail, Context};
 use clap::Args;
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -108,15 +108,21 @@ impl Drop for LabGuard {
 fn tear_down(lab: &Path, run_dir: &Path) {
     // Not eprintln!: it panics when the terminal is gone, which is one way we get here.
     let _ = writeln!(std::io::stderr(), "wedgewatch demo: tearing the lab down");
-    // Detached from the terminal: after a hang-up it is gone (writes fail with EIO) and
-    // its process group may still be signalled.
+    // Detached from the terminal: after a hang-up it is gone (writes fail with EIO, which
+    // would end the lab's script mid-way) and its process group may still be signalled.
+    // A stderr that is not a terminal (a log file) gets the lab's messages.
+    let lab_stderr = if std::io::stderr().is_terminal() {
+        Stdio::null()
+    } else {
+        Stdio::inherit()
+    };
     let down = Command::new("python3")
         .arg(lab)
         .args(["down", "--run-dir"])
         .arg(run_dir)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(lab_stderr)
         .process_group(0)
         .spawn();
     // Bounded: the demo must end even if the teardown hangs.
@@ -137,8 +143,11 @@ extern "C" fn on_interrupt(_: libc::c_int) {
     INTERRUPTED.store(true, Ordering::SeqCst);
 }
 
-/// Ctrl-C during set-up or a --no-tui wait must still tear the lab down: turn SIGINT and
-/// SIGTERM into a flag the steps check.
+/// Ctrl-C during set-up or a --no-tui wait must still tear the lab down: turn SIGINT,
+/// SIGTERM and SIGHUP into a flag the steps check. SIGHUP too because a killed terminal
+/// sends it more than once (tmux to the pane's group, the kernel when the pty closes): a
+/// late one arriving after the UI put back the handlers it found would otherwise end the
+/// demo by default action before the teardown starts, leaving the lab running.
 fn catch_interrupts() {
     use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
     let act = SigAction::new(
@@ -146,7 +155,7 @@ fn catch_interrupts() {
         SaFlags::empty(),
         SigSet::empty(),
     );
-    for sig in [Signal::SIGINT, Signal::SIGTERM] {
+    for sig in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
         // SAFETY: the handler only stores into an atomic, which is async-signal-safe.
         let _ = unsafe { sigaction(sig, &act) };
     }

@@ -25,6 +25,7 @@ pub use render::{fmt_bytes, fmt_ms, sparkline, HELP};
 
 use crate::error::{Error, Result};
 use ratatui::crossterm::event::{self, Event, KeyEventKind};
+use std::io::IsTerminal;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -132,18 +133,27 @@ pub fn on_forced_exit(cleanup: impl FnOnce() + Send + 'static) {
 /// on the dead tty and the loop never sees STOP. Once STOP has been set (SIGHUP/SIGTERM/
 /// SIGINT) and the loop has not returned within 2 s, this thread ends the process, so a UI
 /// never outlives its terminal burning a core.
+///
+/// A hang-up does not always come with a signal: the kernel sends SIGHUP to the session
+/// leader only, so a UI started by a shell that survives (`sh -c 'wedgewatch tui; ...'`)
+/// gets none while its tty is gone. The thread therefore also watches the terminal itself:
+/// a hung-up tty answers every ioctl with EIO, so stdout stops being a terminal.
 struct HangupWatchdog(Arc<AtomicBool>);
 
 impl HangupWatchdog {
     fn start() -> HangupWatchdog {
         let done = Arc::new(AtomicBool::new(false));
         let seen = done.clone();
+        let on_a_terminal = std::io::stdout().is_terminal();
         let _ = std::thread::Builder::new()
             .name("tui-hangup-watchdog".into())
             .spawn(move || {
                 let mut stopped_for = 0u32;
                 while !seen.load(Ordering::SeqCst) {
                     std::thread::sleep(Duration::from_millis(100));
+                    if on_a_terminal && !std::io::stdout().is_terminal() {
+                        STOP.store(true, Ordering::SeqCst);
+                    }
                     if STOP.load(Ordering::SeqCst) {
                         stopped_for += 1;
                         if stopped_for >= 20 && !seen.load(Ordering::SeqCst) {
