@@ -13,12 +13,14 @@
 //! - [`node`]: which node this is (hostname, machine-id, boot-id, addresses) and its clocks;
 //! - [`netns`]: connections opened inside another process's network namespace (a
 //!   container's), as a [`http::Connector`];
+//! - [`alloc`]: the allocator's arenas capped (the daemon's RSS);
 //! - [`addr`]: the one `host:port` splitter and the endpoint of a [`Url`] (the one URL type,
 //!   from the `url` crate).
 //!
 //! Nothing here knows a component, a profile or a finding.
 
 pub mod addr;
+pub mod alloc;
 pub mod cgroup;
 pub mod exec;
 pub mod http;
