@@ -131,6 +131,7 @@ fn send_request(sock: &Socket, family: u8, time_wait: bool) -> Result<(), SockDi
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::TcpState;
 
     #[test]
     fn dumps_our_namespace_and_sees_a_listener() {
