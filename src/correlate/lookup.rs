@@ -120,14 +120,32 @@ mod tests {
         Topology {
             components: vec![
                 comp("proxy", Role::Proxy, &[10], &["0.0.0.0:8080"], None),
-                comp("router", Role::Router, &[20, 21], &["127.0.0.1:30000"], None),
+                comp(
+                    "router",
+                    Role::Router,
+                    &[20, 21],
+                    &["127.0.0.1:30000"],
+                    None,
+                ),
                 // A scheduler shares its engine's pid list: the deeper role owns the pid.
-                comp("decode", Role::Decode, &[30, 31], &["[::1]:31000", "127.0.0.1:31001"], None),
+                comp(
+                    "decode",
+                    Role::Decode,
+                    &[30, 31],
+                    &["[::1]:31000", "127.0.0.1:31001"],
+                    None,
+                ),
                 comp("sched", Role::Scheduler, &[31], &[], None),
                 comp("sched2", Role::Scheduler, &[31], &[], None),
                 // Same port, another namespace; and a second listener on a taken port.
                 comp("pod", Role::Engine, &[40], &["10.0.0.5:30000"], Some(7)),
-                comp("late", Role::Engine, &[50], &["127.0.0.2:30000", "name.local:32000"], None),
+                comp(
+                    "late",
+                    Role::Engine,
+                    &[50],
+                    &["127.0.0.2:30000", "name.local:32000"],
+                    None,
+                ),
                 comp("bad", Role::Other, &[60], &["nonsense", ":x"], None),
             ],
             edges: vec![],
@@ -150,7 +168,8 @@ mod tests {
             for port in [8080, 30000, 31000, 31001, 32000, 1] {
                 assert_eq!(
                     id(l.listening_in(netns, port)),
-                    topo.component_listening_in(netns, port).map(|c| c.id.clone()),
+                    topo.component_listening_in(netns, port)
+                        .map(|c| c.id.clone()),
                     "{netns:?} {port}"
                 );
             }
