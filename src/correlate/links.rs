@@ -12,23 +12,20 @@
 //! Cost: each exchange is tried as a child on the two sampling passes after it appears
 //! (both ends of a hop come from the same socket sample, the second pass covers a parent
 //! whose bytes were counted one sample late); parents are found by binary search in a
-//! per-component index of recent exchanges.
+//! per-component index of recent exchanges. The recent exchanges are borrowed, not copied:
+//! a pass allocates its index and the new links, nothing per exchange (under connection
+//! churn the horizon holds thousands of exchanges, and a copy of each id and component
+//! per sample was a quarter of the daemon's CPU).
 
-use super::exchange::{End, Exchange};
+use super::exchange::Exchange;
 use super::Model;
 use crate::clock::Millis;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{HashMap, HashSet};
 
-/// What linking needs of an exchange (no clone of the whole history per sample).
-struct Lite {
-    id: String,
+/// What linking reads of an exchange: the exchange itself and its number.
+struct Lite<'a> {
+    x: &'a Exchange,
     num: u64,
-    component: String,
-    client_component: Option<String>,
-    request_ms: Millis,
-    end_ms: Option<Millis>,
-    bytes_in: u64,
-    parent: Option<String>,
 }
 
 fn num_of(id: &str) -> u64 {
@@ -37,110 +34,144 @@ fn num_of(id: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// New links: child id -> (parent id, confidence).
+type NewLinks = HashMap<String, (String, f64)>;
+
 /// Links recently started exchanges to their parents. Existing links are kept.
 pub(crate) fn link(model: &mut Model, now: Millis) {
     let window = model.thresholds.correlate.link_window_ms;
     let slack = model.thresholds.correlate.link_slack_ms;
     let horizon = 10_000 + window + slack;
     let first_new = model.link_cursor.0;
-    let recent: Vec<Lite> = model
-        .conns_since(now - horizon)
-        .flat_map(|c| c.exchanges.iter())
-        .filter(|x| now - x.request_ms <= horizon || x.end.is_none())
-        .map(|x: &Exchange| Lite {
-            id: x.id.clone(),
-            num: num_of(&x.id),
-            component: x.component.clone(),
-            client_component: x.client_component.clone(),
-            request_ms: x.request_ms,
-            end_ms: match x.end {
-                Some(End::Done(t)) | Some(End::Closed(t)) => Some(t),
-                None => None,
-            },
-            bytes_in: x.bytes_in,
-            parent: x.parent.clone(),
-        })
-        .collect();
     // Exchanges numbered from `first_new` appeared in the last two passes.
-    model.link_cursor = (model.link_cursor.1, model.next_exchange_num() + 1);
-    let mut taken: BTreeSet<(String, String)> = BTreeSet::new();
-    for x in &recent {
-        if let Some(p) = &x.parent {
-            taken.insert((p.clone(), x.component.clone()));
-        }
-    }
-    // Parent candidates per component, by request time.
-    let mut index: BTreeMap<&str, Vec<(Millis, usize)>> = BTreeMap::new();
-    for (i, x) in recent.iter().enumerate() {
-        index
-            .entry(x.component.as_str())
-            .or_default()
-            .push((x.request_ms, i));
-    }
-    for v in index.values_mut() {
-        v.sort();
-    }
-    let mut children: Vec<&Lite> = recent
-        .iter()
-        .filter(|x| x.num >= first_new && x.parent.is_none() && x.client_component.is_some())
-        .collect();
-    children.sort_by_key(|x| x.request_ms);
-    let new_links = best_parents(&recent, &index, &children, &mut taken, window, slack);
+    let next_cursor = (model.link_cursor.1, model.next_exchange_num() + 1);
+    let new_links = find_links(model, now, horizon, first_new, (window, slack));
+    model.link_cursor = next_cursor;
     if !new_links.is_empty() {
         apply(model, now - horizon, &new_links);
     }
 }
 
-/// For each child (oldest first), the best free parent among the candidates of its client
-/// component: child id -> (parent id, confidence). `taken` holds (parent, child component)
-/// pairs already linked: a parent has at most one child per downstream component.
-fn best_parents(
-    recent: &[Lite],
-    index: &BTreeMap<&str, Vec<(Millis, usize)>>,
-    children: &[&Lite],
-    taken: &mut BTreeSet<(String, String)>,
-    window: Millis,
-    slack: Millis,
-) -> BTreeMap<String, (String, f64)> {
-    let mut new_links: BTreeMap<String, (String, f64)> = BTreeMap::new();
-    for &child in children {
-        let Some(cc) = child.client_component.as_deref() else {
-            continue;
-        };
-        let Some(cands) = index.get(cc) else { continue };
-        let lo = cands.partition_point(|(t, _)| *t < child.request_ms - window);
-        let hi = cands.partition_point(|(t, _)| *t <= child.request_ms + slack);
-        let free: Vec<&Lite> = cands[lo..hi]
-            .iter()
-            .map(|(_, i)| &recent[*i])
-            .filter(|p| p.end_ms.is_none_or(|e| e + slack >= child.request_ms))
-            .filter(|p| !taken.contains(&(p.id.clone(), child.component.clone())))
-            .collect();
-        let best = free
-            .iter()
-            .map(|p| (*p, score(p, child, window)))
-            .max_by(|a, b| a.1.total_cmp(&b.1));
-        if let Some((p, s)) = best {
-            // Several plausible parents: the pick is a guess among them.
-            let conf = if free.len() > 1 { s * 0.6 } else { s };
-            taken.insert((p.id.clone(), child.component.clone()));
-            new_links.insert(
-                child.id.clone(),
-                (p.id.clone(), (conf * 100.0).round() / 100.0),
-            );
+/// The links the exchanges that appeared since `first_new` get, among the exchanges of
+/// the last `horizon` ms (and every unfinished one).
+fn find_links(
+    model: &Model,
+    now: Millis,
+    horizon: Millis,
+    first_new: u64,
+    (window, slack): (Millis, Millis),
+) -> NewLinks {
+    let recent: Vec<Lite> = model
+        .conns_since(now - horizon)
+        .flat_map(|c| c.exchanges.iter())
+        .filter(|x| now - x.request_ms <= horizon || x.end.is_none())
+        .map(|x| Lite {
+            x,
+            num: num_of(&x.id),
+        })
+        .collect();
+    let mut taken: HashSet<(&str, &str)> = HashSet::new();
+    for l in &recent {
+        if let Some(p) = &l.x.parent {
+            taken.insert((p.as_str(), l.x.component.as_str()));
         }
     }
-    new_links
+    // Parent candidates per component, by request time.
+    let mut index: HashMap<&str, Vec<(Millis, usize)>> = HashMap::new();
+    for (i, l) in recent.iter().enumerate() {
+        index
+            .entry(l.x.component.as_str())
+            .or_default()
+            .push((l.x.request_ms, i));
+    }
+    let mut children: Vec<&Lite> = recent
+        .iter()
+        .filter(|l| l.num >= first_new && l.x.parent.is_none() && l.x.client_component.is_some())
+        .collect();
+    if children.is_empty() {
+        return NewLinks::new();
+    }
+    for v in index.values_mut() {
+        v.sort_unstable();
+    }
+    children.sort_by_key(|l| l.x.request_ms);
+    let pass = Pass {
+        recent: &recent,
+        index: &index,
+        window,
+        slack,
+    };
+    pass.best_parents(&children, &mut taken)
+}
+
+/// One pass's recent exchanges and their index by component.
+struct Pass<'p, 'a> {
+    recent: &'p [Lite<'a>],
+    index: &'p HashMap<&'a str, Vec<(Millis, usize)>>,
+    window: Millis,
+    slack: Millis,
+}
+
+impl<'a> Pass<'_, 'a> {
+    /// For each child (oldest first), the best free parent among the candidates of its
+    /// client component. `taken` holds (parent, child component) pairs already linked: a
+    /// parent has at most one child per downstream component.
+    fn best_parents(
+        &self,
+        children: &[&Lite<'a>],
+        taken: &mut HashSet<(&'a str, &'a str)>,
+    ) -> NewLinks {
+        let mut new_links = NewLinks::new();
+        for &child in children {
+            let c = child.x;
+            let Some(cands) = c
+                .client_component
+                .as_deref()
+                .and_then(|cc| self.index.get(cc))
+            else {
+                continue;
+            };
+            let lo = cands.partition_point(|(t, _)| *t < c.request_ms - self.window);
+            let hi = cands.partition_point(|(t, _)| *t <= c.request_ms + self.slack);
+            let mut free = 0usize;
+            let mut best: Option<(&'a Exchange, f64)> = None;
+            for (_, i) in &cands[lo..hi] {
+                let p = self.recent[*i].x;
+                if p.end_ms().is_some_and(|e| e + self.slack < c.request_ms)
+                    || taken.contains(&(p.id.as_str(), c.component.as_str()))
+                {
+                    continue;
+                }
+                free += 1;
+                let s = score(p, c, self.window);
+                // The last of equal scores, as `Iterator::max_by` picks.
+                if best.is_none_or(|(_, b)| s.total_cmp(&b).is_ge()) {
+                    best = Some((p, s));
+                }
+            }
+            if let Some((p, s)) = best {
+                // Several plausible parents: the pick is a guess among them.
+                let conf = if free > 1 { s * 0.6 } else { s };
+                taken.insert((p.id.as_str(), c.component.as_str()));
+                new_links.insert(c.id.clone(), (p.id.clone(), (conf * 100.0).round() / 100.0));
+            }
+        }
+        new_links
+    }
 }
 
 /// Writes new links into the exchanges (all on connections seen since `since`).
-fn apply(model: &mut Model, since: Millis, new_links: &BTreeMap<String, (String, f64)>) {
-    let mut parent_children: BTreeMap<String, Vec<String>> = BTreeMap::new();
+fn apply(model: &mut Model, since: Millis, new_links: &NewLinks) {
+    let mut parent_children: HashMap<&str, Vec<&str>> = HashMap::new();
     for (c, (p, _)) in new_links {
         parent_children
-            .entry(p.clone())
+            .entry(p.as_str())
             .or_default()
-            .push(c.clone());
+            .push(c.as_str());
+    }
+    // Children in the order of their ids, as they were linked before.
+    for cs in parent_children.values_mut() {
+        cs.sort_unstable();
     }
     // Children and parents are all in `recent`, so on these connections.
     for conn in model.conns_since_mut(since) {
@@ -149,10 +180,10 @@ fn apply(model: &mut Model, since: Millis, new_links: &BTreeMap<String, (String,
                 x.parent = Some(p.clone());
                 x.parent_confidence = Some(*conf);
             }
-            if let Some(cs) = parent_children.get(&x.id) {
+            if let Some(cs) = parent_children.get(x.id.as_str()) {
                 for c in cs {
-                    if !x.links.contains(c) {
-                        x.links.push(c.clone());
+                    if !x.links.iter().any(|l| l == c) {
+                        x.links.push((*c).to_string());
                     }
                 }
             }
@@ -161,7 +192,7 @@ fn apply(model: &mut Model, since: Millis, new_links: &BTreeMap<String, (String,
 }
 
 /// 0..1: closeness in time, plus agreement of request sizes when both are known.
-fn score(parent: &Lite, child: &Lite, window: i64) -> f64 {
+fn score(parent: &Exchange, child: &Exchange, window: i64) -> f64 {
     let dt = (child.request_ms - parent.request_ms).abs() as f64;
     let timing = 1.0 - (dt / window.max(1) as f64).min(1.0);
     let bytes = if parent.bytes_in > 0 && child.bytes_in > 0 {

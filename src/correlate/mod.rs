@@ -26,6 +26,7 @@ pub mod exchange;
 mod footprint;
 mod gpu;
 pub mod links;
+mod lookup;
 mod metrics;
 mod outbound;
 mod parts;
@@ -117,6 +118,8 @@ pub struct Model {
     metrics: BTreeMap<String, Ring<MetricsPoint>>,
     latest_scrapes: BTreeMap<String, MetricsScrape>,
     latest_sockets: Option<SocketTable>,
+    /// Each component's socket counts by TCP state in `latest_sockets`.
+    latest_socket_counts: sockets::SocketCounts,
     config_changes: Vec<Change>,
     /// Hop linking: exchange numbers from `.0` are tried this pass (`.1` next pass).
     pub(crate) link_cursor: (u64, u64),
@@ -162,6 +165,7 @@ impl Model {
             metrics: BTreeMap::new(),
             latest_scrapes: BTreeMap::new(),
             latest_sockets: None,
+            latest_socket_counts: BTreeMap::new(),
             config_changes: Vec::new(),
             link_cursor: (0, 0),
             last_sockets_ms: None,
@@ -207,6 +211,7 @@ impl Model {
             }
         }
         self.topology = topology;
+        self.recount_sockets();
     }
 
     /// Changes against the baseline (from `diff`), reported as `config_changed`.

@@ -1,37 +1,31 @@
 //! Socket tables -> connections and their exchanges (`exchange.rs` cuts the byte deltas),
 //! hop links (`links.rs`), and per-component socket counts.
+//!
+//! Cost per table: the topology's answers come from a [`Lookup`] built once per table; a
+//! socket without `tcp_info` (TIME_WAIT, `/proc/net/tcp`) or listening is never a hop's
+//! server side and costs one check; the components' socket counts are taken once per
+//! table, not once per component per view.
 
 use super::exchange::{Conn, ConnKey, Obs};
+use super::lookup::Lookup;
 use super::{links, CountPoint, Model};
 use crate::clock::Millis;
-use crate::model::addr::{parse_socket_addr, port_of, split_host_port};
+use crate::model::addr::port_of;
 use crate::model::{Component, SocketEntry, SocketTable, Status, TcpState};
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::net::IpAddr;
-
-/// Whether `c` listens at `local` (`host:port`): a listen address with its port and an
-/// equivalent or wildcard host; a host that is not an address (a name) cannot be told apart.
-fn listens_at(c: &Component, local: &str) -> bool {
-    let Some((ip, port)) = parse_socket_addr(local) else {
-        return true;
-    };
-    c.listen.iter().any(|l| match split_host_port(l) {
-        Some((host, p)) if p == port => match host.parse::<IpAddr>() {
-            Ok(h) => h == ip || h.is_unspecified() || (h.is_loopback() && ip.is_loopback()),
-            Err(_) => true,
-        },
-        _ => false,
-    })
-}
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 /// Client pid of each connection by (netns, local, remote) of the client's socket.
-type ClientPids<'a> = BTreeMap<(Option<u64>, &'a str, &'a str), i32>;
+type ClientPids<'a> = HashMap<(Option<u64>, &'a str, &'a str), i32>;
+
+/// Socket counts by TCP state, per component id, of the latest table.
+pub(super) type SocketCounts = BTreeMap<String, BTreeMap<String, u32>>;
 
 impl Model {
     pub(super) fn ingest_sockets(&mut self, t: Millis, table: &SocketTable, status: Status) {
+        let lookup = Lookup::new(&self.topology);
         // Client side of each connection, by (netns, local, remote): the outbound connection
         // of a proxy IS the router's inbound connection with the 4-tuple reversed.
-        let mut client_pid: ClientPids = BTreeMap::new();
+        let mut client_pid: ClientPids = HashMap::with_capacity(table.sockets.len());
         for e in &table.sockets {
             if let Some(pid) = e.pid {
                 client_pid.insert((e.netns, e.local.as_str(), e.remote.as_str()), pid);
@@ -39,35 +33,32 @@ impl Model {
         }
         let mut present: BTreeSet<ConnKey> = BTreeSet::new();
         for e in &table.sockets {
-            if let Some(key) = self.track_server_socket(t, e, &client_pid) {
+            if let Some(key) = self.track_server_socket(t, e, &client_pid, &lookup) {
                 present.insert(key);
             }
         }
         let dumped: BTreeSet<Option<u64>> = table.sockets.iter().map(|e| e.netns).collect();
         self.retire_closed(t, &present, &dumped, status);
         links::link(self, t);
-        self.push_socket_counts(t, table);
-        self.latest_sockets = Some(self.stack_sockets(table));
+        self.push_socket_counts(t, table, &lookup);
+        self.latest_sockets = Some(self.stack_sockets(table, &lookup));
     }
 
     /// The table's sockets that belong to the stack: owned by a component's process, or
     /// at an address a component listens on, in its namespace (a client's side of a hop). A
     /// source that kept every socket on the box (`keep_all`) does not make the model keep
     /// them. Without a topology nothing tells the stack's from the rest: all are kept.
-    fn stack_sockets(&self, table: &SocketTable) -> SocketTable {
+    fn stack_sockets(&self, table: &SocketTable, lookup: &Lookup) -> SocketTable {
         if self.topology.components.is_empty() {
             return table.clone();
         }
         let ours = |e: &SocketEntry| {
             let at = |addr: &str| {
                 port_of(addr)
-                    .and_then(|p| self.topology.component_listening_in(e.netns, p))
-                    .is_some_and(|c| listens_at(c, addr))
+                    .and_then(|p| lookup.listening_in(e.netns, p))
+                    .is_some_and(|c| lookup.listens_at(c, addr))
             };
-            e.pid
-                .is_some_and(|p| self.topology.component_of_pid(p).is_some())
-                || at(&e.local)
-                || at(&e.remote)
+            e.pid.is_some_and(|p| lookup.of_pid(p).is_some()) || at(&e.local) || at(&e.remote)
         };
         SocketTable {
             sockets: table.sockets.iter().filter(|e| ours(e)).cloned().collect(),
@@ -82,14 +73,16 @@ impl Model {
         t: Millis,
         e: &SocketEntry,
         client_pid: &ClientPids,
+        lookup: &Lookup,
     ) -> Option<ConnKey> {
-        if e.state == TcpState::Listen {
+        // A listener carries no exchange, and a socket without tcp_info (TIME_WAIT, or read
+        // from /proc/net/tcp) has no counters to cut one from.
+        if e.state == TcpState::Listen || e.tcp_info.is_none() {
             return None;
         }
         // By namespace too: two pods listening on one port are two servers.
-        let server = self
-            .topology
-            .component_listening_in(e.netns, e.local_port()?)?;
+        let si = lookup.listening_in(e.netns, e.local_port()?)?;
+        let server = self.topology.components.get(si)?;
         // A socket on the listen port owned by another component's pid is that other
         // component's outbound connection, not this server's inbound one.
         if let (Some(pid), false) = (e.pid, server.pids.is_empty()) {
@@ -100,7 +93,7 @@ impl Model {
         // Without an owner, only one at an address the component listens on: another
         // process's socket that merely shares the port number (another address of the host)
         // is not the stack's, and no state is kept for it.
-        if e.pid.is_none() && !listens_at(server, &e.local) {
+        if e.pid.is_none() && !lookup.listens_at(si, &e.local) {
             return None;
         }
         let (server_id, server_role) = (server.id.clone(), server.role);
@@ -117,7 +110,8 @@ impl Model {
             remote: e.remote.clone(),
         };
         let client_component = cpid
-            .and_then(|p| self.topology.component_of_pid(p))
+            .and_then(|p| lookup.of_pid(p))
+            .and_then(|i| self.topology.components.get(i))
             .map(|c| c.id.clone());
         let next_x = &mut self.next_x;
         let mut idgen = || Model::next_exchange_id(next_x);
@@ -197,45 +191,64 @@ impl Model {
     }
 
     /// ESTABLISHED and CLOSE_WAIT counts of every component at `t`, for
-    /// `accumulating_state`.
-    fn push_socket_counts(&mut self, t: Millis, table: &SocketTable) {
-        let mut per_comp: BTreeMap<String, BTreeMap<String, u32>> = BTreeMap::new();
+    /// `accumulating_state`; and every state's count of each component's own sockets, for
+    /// [`Model::socket_counts`].
+    fn push_socket_counts(&mut self, t: Millis, table: &SocketTable, lookup: &Lookup) {
+        let mut per_comp: HashMap<usize, BTreeMap<TcpState, u32>> = HashMap::new();
         for e in &table.sockets {
-            if let Some(c) = e.pid.and_then(|pid| self.topology.component_of_pid(pid)) {
-                *per_comp
-                    .entry(c.id.clone())
-                    .or_default()
-                    .entry(e.state.as_str().to_string())
-                    .or_default() += 1;
+            if let Some(c) = e.pid.and_then(|pid| lookup.of_pid(pid)) {
+                *per_comp.entry(c).or_default().entry(e.state).or_default() += 1;
             }
         }
-        for c in &self.topology.components {
-            let counts = per_comp.get(&c.id);
-            let count = |state: &str| Some(counts.and_then(|m| m.get(state)).copied().unwrap_or(0));
+        let mut latest = SocketCounts::new();
+        for (i, c) in self.topology.components.iter().enumerate() {
+            let counts = per_comp.get(&i);
+            let count = |s: TcpState| Some(counts.and_then(|m| m.get(&s)).copied().unwrap_or(0));
             let pt = CountPoint {
                 t_ms: t,
-                established: count("ESTABLISHED"),
-                close_wait: count("CLOSE_WAIT"),
+                established: count(TcpState::Established),
+                close_wait: count(TcpState::CloseWait),
                 fds: None,
                 threads: None,
             };
             self.counts.entry(c.id.clone()).or_default().push_back(pt);
-        }
-    }
-
-    /// Socket counts by TCP state of a component's own sockets in the latest table.
-    pub(super) fn socket_counts(&self, c: &Component) -> BTreeMap<String, u32> {
-        let mut m = BTreeMap::new();
-        if let Some(t) = &self.latest_sockets {
-            for e in &t.sockets {
-                if e.pid
-                    .and_then(|p| self.topology.component_of_pid(p))
-                    .is_some_and(|o| o.id == c.id)
-                {
-                    *m.entry(e.state.as_str().to_string()).or_default() += 1;
+            if let Some(m) = counts {
+                let by_state = latest.entry(c.id.clone()).or_default();
+                for (s, n) in m {
+                    *by_state.entry(s.as_str().to_string()).or_default() += n;
                 }
             }
         }
-        m
+        self.latest_socket_counts = latest;
+    }
+
+    /// Socket counts by TCP state of a component's own sockets in the latest table (taken
+    /// when the table was ingested, and again when the topology changes).
+    pub(super) fn socket_counts(&self, c: &Component) -> BTreeMap<String, u32> {
+        self.latest_socket_counts
+            .get(&c.id)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// The components' socket counts of the latest table again, under a new topology.
+    pub(super) fn recount_sockets(&mut self) {
+        let lookup = Lookup::new(&self.topology);
+        let mut latest = SocketCounts::new();
+        if let Some(t) = &self.latest_sockets {
+            for e in &t.sockets {
+                let Some(c) = e.pid.and_then(|p| lookup.of_pid(p)) else {
+                    continue;
+                };
+                if let Some(c) = self.topology.components.get(c) {
+                    *latest
+                        .entry(c.id.clone())
+                        .or_default()
+                        .entry(e.state.as_str().to_string())
+                        .or_default() += 1;
+                }
+            }
+        }
+        self.latest_socket_counts = latest;
     }
 }

@@ -2,9 +2,11 @@
 //! netlink `sock_diag` implementation ([`NetlinkSockDiag`], per network namespace) and a
 //! fake ([`FakeSockDiag`]) so the sockets source can be tested without a kernel's sockets.
 
+mod decode;
 mod fake;
 mod netlink;
 
+pub use decode::decode_datagram;
 pub use fake::FakeSockDiag;
 pub use netlink::{dump_netlink, NetlinkSockDiag};
 
