@@ -754,6 +754,34 @@ fn wedged_on_a_busy_engine_only_when_later_requests_overtook_it() {
     assert!(run(1).iter().all(|f| f.kind != "wedged_request"));
 }
 
+/// The incident's variable under load: the decode engine forgets a long prompt while it keeps
+/// answering short ones. Decode does no prefill, so the short ones count as overtaking it
+/// (before: only requests of at least half its size did, and none came: never reported).
+#[test]
+fn a_long_prompt_forgotten_by_a_busy_decode_is_wedged() {
+    let run = |overtakers: usize| {
+        let mut sim = Sim::new(pd_topology());
+        let mut env = Env::busy(4.0);
+        let stuck = sim.connect(Some(200), 31012, 400);
+        sim.request(stuck, 42_000);
+        sim.run(2_000, |s| env.tick(s));
+        for _ in 0..overtakers {
+            let c = sim.connect(Some(200), 31012, 400);
+            sim.request(c, 2_000);
+            sim.run(500, |s| env.tick(s));
+            sim.respond(c, 300);
+            sim.run(250, |s| env.tick(s));
+        }
+        sim.run(35_000, |s| env.tick(s));
+        findings(&sim)
+    };
+    let fs = run(6);
+    let w: Vec<_> = fs.iter().filter(|f| f.kind == "wedged_request").collect();
+    assert_eq!(w.len(), 1, "{fs:#?}");
+    assert!(w[0].summary.contains("6 later requests answered meanwhile"), "{}", w[0].summary);
+    assert!(run(1).iter().all(|f| f.kind != "wedged_request"));
+}
+
 #[test]
 fn own_metrics_scrape_in_http_active_does_not_make_a_stall() {
     // sglang:http_requests_active counts the /metrics request that reads it.

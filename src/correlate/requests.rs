@@ -361,9 +361,15 @@ fn counters_flat_since(m: &Model, comp: &str, since: Millis, now: Millis) -> Opt
 /// comparable size (so the upstream's health checks and metrics scrapes do not count), and
 /// were answered meanwhile. (Whole history, not only the window: they may have finished long
 /// ago.)
+///
+/// Comparable: at an engine that prefills, at least half the waiting request's size (a long
+/// prompt is slower to start, smaller ones may pass it for a while). A PD decode engine does
+/// no prefill: any inference-sized request is comparable there, so a long prompt it accepted
+/// and forgot (the incident's decode variable: prompts above a token count) is not excused
+/// by the small ones it keeps answering.
 fn overtaken(m: &Model, r: &RequestView) -> usize {
-    let min_in = if r.x.bytes_in > 0 {
-        r.x.bytes_in / 2
+    let min_in = if r.x.bytes_in > 0 && r.x.role != Role::Decode {
+        (r.x.bytes_in / 2).max(OVERTAKE_MIN_BYTES_IN)
     } else {
         OVERTAKE_MIN_BYTES_IN
     };
