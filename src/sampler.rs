@@ -20,7 +20,10 @@ use tokio::sync::{mpsc, watch};
 /// and processes ~1 Hz, stacks every 5 s (py-spy is the expensive one).
 pub fn default_cadence(kind: SourceKind) -> (u64, u64) {
     match kind {
-        SourceKind::Sockets => (250, 1_000),
+        // The dump and the fd scans of a big node's table (12,000 sockets) took over 1 s
+        // on a loaded 2-core host, and a timed-out sample is a lost one: the socket table
+        // went stale and the wedge could not be judged. The cadence holds while one runs.
+        SourceKind::Sockets => (250, 2_500),
         // Longer than the GPU source's own timeout, which can say why (a hung driver).
         SourceKind::Gpu => (
             250,

@@ -20,7 +20,7 @@ use super::pass::{Latest, Pass};
 use super::Shared;
 use crate::clock::{Clock, Millis};
 use crate::export::prometheus::Evaluation;
-use crate::model::{Finding, ProcessFacts, Role, Severity, SourceStatus, Status};
+use crate::model::{Finding, FindingKind, ProcessFacts, Role, Severity, SourceStatus, Status};
 use crate::redact::Redactor;
 use crate::sampler::StatsHandle;
 use std::collections::{BTreeMap, BTreeSet};
@@ -94,7 +94,11 @@ pub struct FindingTracker {
 impl FindingTracker {
     /// The events between the open findings and `findings` (sorted most severe first, as
     /// `detect::run_all` returns them: of two with one key, the first counts).
-    pub fn update(&mut self, findings: &[Finding], now: Millis) -> Vec<Event> {
+    /// `sockets_fresh`: whether this evaluation had a socket table to judge from; without
+    /// one, open findings judged from sockets stay open as they are (not judged is not
+    /// over: on a loaded node the table goes stale for seconds, and the wedge kept closing
+    /// and reopening).
+    pub fn update(&mut self, findings: &[Finding], now: Millis, sockets_fresh: bool) -> Vec<Event> {
         let mut events = Vec::new();
         let mut seen = BTreeSet::new();
         for f in findings {
@@ -141,7 +145,14 @@ impl FindingTracker {
             }
         }
         let mut closed = Vec::new();
-        for (key, o) in self.open.iter_mut().filter(|(k, _)| !seen.contains(*k)) {
+        let unjudged = |k: &FindingKey| {
+            !sockets_fresh && FindingKind::from(k.0.as_str()).judged_from_sockets()
+        };
+        for (key, o) in self
+            .open
+            .iter_mut()
+            .filter(|(k, _)| !seen.contains(*k) && !unjudged(k))
+        {
             o.absent += 1;
             if o.absent >= CLOSE_AFTER_ABSENT {
                 closed.push(key.clone());
@@ -360,7 +371,7 @@ impl Watch {
         for (kind, st) in statuses {
             events.extend(self.sources.update(kind, &st, now));
         }
-        events.extend(self.findings.update(findings, now));
+        events.extend(self.findings.update(findings, now, pass.view.sockets_fresh));
         events
     }
 
@@ -433,7 +444,6 @@ pub async fn watch(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::FindingKind;
 
     fn finding(kind: FindingKind, sev: Severity, comp: &str, summary: &str) -> Finding {
         Finding {
@@ -452,18 +462,18 @@ mod tests {
     fn a_finding_opens_once_changes_severity_and_closes_after_two_absent_passes() {
         let mut t = FindingTracker::default();
         let w = |n: &str, s| finding(FindingKind::WedgedRequest, s, "decode", n);
-        let ev = t.update(&[w("2 requests", Severity::Warning)], 1_000);
+        let ev = t.update(&[w("2 requests", Severity::Warning)], 1_000, true);
         assert!(
             matches!(&ev[..], [Event::FindingOpened { kind, severity: Severity::Warning, summary, .. }]
                 if kind == "wedged_request" && summary == "2 requests"),
             "{ev:?}"
         );
         assert!(
-            t.update(&[w("3 requests", Severity::Warning)], 2_000)
+            t.update(&[w("3 requests", Severity::Warning)], 2_000, true)
                 .is_empty(),
             "same key, new count: no line"
         );
-        let ev = t.update(&[w("3 requests", Severity::Critical)], 3_000);
+        let ev = t.update(&[w("3 requests", Severity::Critical)], 3_000, true);
         assert!(
             matches!(
                 &ev[..],
@@ -476,21 +486,55 @@ mod tests {
             "{ev:?}"
         );
         assert!(
-            t.update(&[], 4_000).is_empty(),
+            t.update(&[], 4_000, true).is_empty(),
             "one absent pass is not a close"
         );
         assert!(
-            t.update(&[w("3 requests", Severity::Critical)], 5_000)
+            t.update(&[w("3 requests", Severity::Critical)], 5_000, true)
                 .is_empty(),
             "back: still the same open finding"
         );
-        assert!(t.update(&[], 6_000).is_empty());
-        let ev = t.update(&[], 7_000);
+        assert!(t.update(&[], 6_000, true).is_empty());
+        let ev = t.update(&[], 7_000, true);
         assert!(
             matches!(&ev[..], [Event::FindingClosed { open_ms: 6_000, summary, .. }] if summary == "3 requests"),
             "{ev:?}"
         );
         assert_eq!(t.open_count(), 0);
+    }
+
+    #[test]
+    fn a_finding_judged_from_sockets_stays_open_while_the_table_is_stale() {
+        let mut t = FindingTracker::default();
+        let wedged = finding(
+            FindingKind::WedgedRequest,
+            Severity::Critical,
+            "decode",
+            "1 request",
+        );
+        let changed = finding(
+            FindingKind::ConfigChanged,
+            Severity::Warning,
+            "decode",
+            "env",
+        );
+        assert_eq!(t.update(&[wedged.clone(), changed], 0, true).len(), 2);
+        // No socket table for three passes: the wedge was not judged, so it is not over;
+        // a kind judged from other sources closes as usual.
+        let mut closed = Vec::new();
+        for i in 1..=3 {
+            closed.extend(t.update(&[], i * 2_000, false));
+        }
+        assert_eq!(closed.len(), 1, "{closed:?}");
+        assert!(
+            matches!(&closed[0], Event::FindingClosed { kind, .. } if kind == "config_changed")
+        );
+        assert_eq!(t.open_count(), 1);
+        // Judged again and still there: no new "opened" line.
+        assert!(t.update(&[wedged], 8_000, true).is_empty());
+        // Judged and gone: closes after the usual absent passes.
+        assert!(t.update(&[], 10_000, true).is_empty());
+        assert_eq!(t.update(&[], 12_000, true).len(), 1);
     }
 
     #[test]
@@ -515,7 +559,7 @@ mod tests {
             "decode",
             "dup",
         );
-        let ev = t.update(&[a, b, c, dup], 0);
+        let ev = t.update(&[a, b, c, dup], 0, true);
         assert_eq!(ev.len(), 3, "{ev:?}");
         assert_eq!(t.open_count(), 3);
     }

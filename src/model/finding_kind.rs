@@ -39,6 +39,19 @@ impl FindingKind {
         FindingKind::ConfigChanged,
     ];
 
+    /// Judged from the socket table (requests, connections): without a fresh table these
+    /// kinds cannot be judged at all (`View::sockets_fresh`), which says nothing about
+    /// whether what they found is over.
+    pub fn judged_from_sockets(&self) -> bool {
+        matches!(
+            self,
+            FindingKind::WedgedRequest
+                | FindingKind::StalledStream
+                | FindingKind::BusyWithoutProgress
+                | FindingKind::AccumulatingState
+        )
+    }
+
     /// The contract's name of the kind: `"wedged_request"`, ...
     pub fn as_str(&self) -> &str {
         match self {
