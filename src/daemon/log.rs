@@ -339,12 +339,15 @@ impl Watch {
         &mut self,
         shared: &Mutex<Shared>,
         stats: &StatsHandle,
-        now: Millis,
+        clock: &dyn Clock,
         to: &Readers,
     ) -> Vec<Event> {
         let started = std::time::Instant::now();
-        let pass = {
+        let (pass, now) = {
             let sh = super::lock(shared);
+            // The time once the lock is held: samples ingested while this pass waited for
+            // it are not from its future.
+            let now = clock.now_ms();
             self.learn(sh.model.latest_processes());
             let pass = Pass::run(&sh.model, now);
             if let Some(p) = &to.publish {
@@ -353,7 +356,7 @@ impl Watch {
                 e.took_ms = started.elapsed().as_millis() as u64;
                 *p.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
             }
-            pass
+            (pass, now)
         };
         to.latest.set(pass.suspicion.clone());
         let findings = &pass.findings;
@@ -418,12 +421,12 @@ pub async fn watch(
     let mut state = Some(Watch::default());
     loop {
         tick.tick().await;
-        let (Some(mut w), now) = (state.take(), clock.now_ms()) else {
+        let Some(mut w) = state.take() else {
             return;
         };
-        let (shared, stats, to) = (shared.clone(), stats.clone(), to.clone());
+        let (shared, stats, to, clock) = (shared.clone(), stats.clone(), to.clone(), clock.clone());
         let done = tokio::task::spawn_blocking(move || {
-            for e in w.pass(&shared, &stats, now, &to) {
+            for e in w.pass(&shared, &stats, clock.as_ref(), &to) {
                 emit(&e);
             }
             w
