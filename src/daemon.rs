@@ -12,6 +12,7 @@
 //! Requests are parsed by [`protocol::parse_request`]; both ends check the other's uid
 //! ([`socket`]); one daemon per state directory ([`lock`]).
 
+pub mod answer;
 pub mod dirs;
 pub mod lock;
 pub mod log;
@@ -513,9 +514,9 @@ async fn answer(stream: UnixStream, with: Answering) -> std::io::Result<()> {
     BufReader::new(r.take(MAX_REQUEST as u64 + 1))
         .read_until(b'\n', &mut line)
         .await?;
-    let v = match (refused, parse_request(&line)) {
-        (Some(why), _) => serde_json::json!({ "error": why }),
-        (None, Err(e)) => serde_json::json!({ "error": e.to_string() }),
+    let mut out = match (refused, parse_request(&line)) {
+        (Some(why), _) => error_bytes(&why),
+        (None, Err(e)) => error_bytes(&e.to_string()),
         // Building a snapshot of a large model takes a while and holds the model's lock: do
         // it off the runtime's workers so sampling never waits behind a client.
         (None, Ok(req)) => {
@@ -526,13 +527,11 @@ async fn answer(stream: UnixStream, with: Answering) -> std::io::Result<()> {
             // A fresh view, not the newest detector pass: a pass is up to `log_every_ms`
             // old, and a client asking now wants the requests open now.
             let now = clock.now_ms();
-            tokio::task::spawn_blocking(move || respond(&req, &shared, &stats, now))
+            tokio::task::spawn_blocking(move || respond_bytes(&req, &shared, &stats, now))
                 .await
-                .unwrap_or_else(|e| serde_json::json!({ "error": format!("answer failed: {e}") }))
+                .unwrap_or_else(|e| error_bytes(&format!("answer failed: {e}")))
         }
     };
-    let mut out =
-        serde_json::to_vec(&v).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}").into_bytes());
     out.push(b'\n');
     w.write_all(&out).await?;
     w.shutdown().await
@@ -565,18 +564,15 @@ pub fn respond(
             crate::export::perfetto_model(&windowed(&sh.model, req.window_ms()), now)
         }
         Request::Snapshot { .. } => {
-            let (parts, started_ms, baselines) = {
-                let sh = lock(shared);
-                let parts = crate::pipeline::parts(&windowed(&sh.model, req.window_ms()), now);
-                (parts, sh.started_ms, sh.baselines.len())
+            let (parts, daemon) = answer::parts_now(shared, req.window_ms(), now);
+            let a = answer::SnapshotAnswer {
+                schema: DAEMON_SCHEMA,
+                parts: &parts,
+                sampler: &sampler,
+                daemon,
             };
-            // Serialized after the lock is released: sampling never waits for it.
-            serde_json::json!({
-                "schema": DAEMON_SCHEMA,
-                "parts": parts,
-                "sampler": sampler,
-                "daemon": { "pid": std::process::id(), "started_ms": started_ms, "baselines": baselines },
-            })
+            serde_json::to_value(&a)
+                .unwrap_or_else(|e| serde_json::json!({ "error": e.to_string() }))
         }
         Request::Baseline => {
             let sh = lock(shared);
@@ -592,9 +588,45 @@ pub fn respond(
     }
 }
 
+/// The answer's bytes to one parsed request: a snapshot's parts serialized once, outside the
+/// model's lock; any other answer through [`respond`].
+pub fn respond_bytes(
+    req: &Request,
+    shared: &Mutex<Shared>,
+    stats: &StatsHandle,
+    now: Millis,
+) -> Vec<u8> {
+    match req {
+        Request::Snapshot { .. } => {
+            let sampler = stats.lock().map(|s| s.clone()).unwrap_or_default();
+            answer::snapshot_bytes(shared, &sampler, req.window_ms(), now)
+        }
+        _ => serde_json::to_vec(&respond(req, shared, stats, now))
+            .unwrap_or_else(|e| error_bytes(&e.to_string())),
+    }
+}
+
+/// `{"error": why}` as bytes.
+fn error_bytes(why: &str) -> Vec<u8> {
+    serde_json::json!({ "error": why }).to_string().into_bytes()
+}
+
 /// Asks a running daemon (one running as us or root: see [`socket::check_daemon`]).
 /// `what` is a request line, e.g. `snapshot`, `baseline`, `sources` or `ping`.
 pub async fn query(socket_path: &Path, what: &str, timeout_ms: u64) -> Result<serde_json::Value> {
+    let buf = query_bytes(socket_path, what, timeout_ms).await?;
+    let v: serde_json::Value = serde_json::from_slice(&buf)?;
+    if let Some(e) = v.get("error").and_then(|e| e.as_str()) {
+        return Err(Error::Other(format!(
+            "daemon at {}: {e}",
+            socket_path.display()
+        )));
+    }
+    Ok(v)
+}
+
+/// The answer's bytes to `what` (at most [`MAX_ANSWER`]), unparsed.
+async fn query_bytes(socket_path: &Path, what: &str, timeout_ms: u64) -> Result<Vec<u8>> {
     let fut = async {
         let mut s = UnixStream::connect(socket_path)
             .await
@@ -608,14 +640,7 @@ pub async fn query(socket_path: &Path, what: &str, timeout_ms: u64) -> Result<se
             .read_to_end(&mut buf)
             .await
             .map_err(|e| Error::io(socket_path, e))?;
-        let v: serde_json::Value = serde_json::from_slice(&buf)?;
-        if let Some(e) = v.get("error").and_then(|e| e.as_str()) {
-            return Err(Error::Other(format!(
-                "daemon at {}: {e}",
-                socket_path.display()
-            )));
-        }
-        Ok(v)
+        Ok(buf)
     };
     tokio::time::timeout(Duration::from_millis(timeout_ms), fut)
         .await
@@ -631,6 +656,21 @@ pub fn query_blocking(
     what: &str,
     timeout_ms: u64,
 ) -> Result<serde_json::Value> {
+    blocking(query(socket_path, what, timeout_ms))
+}
+
+/// The snapshot parts a running daemon answers to `snapshot`, read straight from its bytes
+/// (for synchronous callers, like [`query_blocking`]).
+pub fn snapshot_parts_blocking(
+    socket_path: &Path,
+    timeout_ms: u64,
+) -> Result<crate::snapshot::SnapshotParts> {
+    let buf = blocking(query_bytes(socket_path, "snapshot", timeout_ms))?;
+    answer::parts_from_bytes(&buf, socket_path)
+}
+
+/// Runs `fut` on a small current-thread runtime; refused inside a runtime.
+fn blocking<T>(fut: impl std::future::Future<Output = Result<T>>) -> Result<T> {
     if tokio::runtime::Handle::try_current().is_ok() {
         // block_on inside a runtime would panic: say what to do instead.
         return Err(Error::Other(
@@ -642,7 +682,7 @@ pub fn query_blocking(
         .enable_all()
         .build()
         .map_err(|e| Error::Other(format!("tokio runtime: {e}")))?;
-    rt.block_on(query(socket_path, what, timeout_ms))
+    rt.block_on(fut)
 }
 
 /// The snapshot parts from a daemon answer to `snapshot`.
@@ -650,5 +690,6 @@ pub fn parts_from_answer(v: &serde_json::Value) -> Result<crate::snapshot::Snaps
     let p = v
         .get("parts")
         .ok_or_else(|| Error::Other("daemon answer has no parts".into()))?;
-    Ok(serde_json::from_value(p.clone())?)
+    // read from the tree in place, not from a copy of it
+    Ok(serde::Deserialize::deserialize(p)?)
 }

@@ -67,9 +67,7 @@ pub fn from_daemon(s: &Sampling) -> Option<SnapshotParts> {
     if !cfg.socket_path.exists() {
         return None;
     }
-    match daemon::query_blocking(&cfg.socket_path, "snapshot", 5000)
-        .and_then(|v| daemon::parts_from_answer(&v))
-    {
+    match daemon::snapshot_parts_blocking(&cfg.socket_path, 5000) {
         Ok(p) => {
             progress::note(&format!(
                 "using the daemon at {} (its history and baseline)",

@@ -32,6 +32,7 @@ mod outbound;
 mod parts;
 pub use parts::MAX_DONE_LISTED;
 mod processes;
+mod raw_sockets;
 pub mod requests;
 mod ring;
 mod sockets;

@@ -164,11 +164,8 @@ impl Model {
     /// The latest sockets, GPU and metrics payloads, for the bundle's raw files.
     fn raw_payloads(&self, now: Millis) -> BTreeMap<String, serde_json::Value> {
         let mut raw = BTreeMap::new();
-        if let Some(s) = &self.latest_sockets {
-            raw.insert(
-                "sockets".to_string(),
-                serde_json::to_value(s).unwrap_or_default(),
-            );
+        if let Some(s) = self.raw_sockets() {
+            raw.insert("sockets".to_string(), s);
         }
         if let Some(g) = self.latest_gpu(now) {
             raw.insert(

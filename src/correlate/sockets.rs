@@ -14,6 +14,15 @@ use crate::model::addr::port_of;
 use crate::model::{Component, SocketEntry, SocketTable, Status, TcpState};
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
+/// The note a kept table carries for the sockets it left out, so a snapshot's raw table
+/// says what it omitted instead of dropping it silently.
+fn foreign_omitted_note(omitted: usize) -> String {
+    format!(
+        "{omitted} sockets not of the stack omitted (neither owned by a component's process \
+         nor at a component's listen address in its namespace)"
+    )
+}
+
 /// Client pid of each connection by (netns, local, remote) of the client's socket.
 type ClientPids<'a> = HashMap<(Option<u64>, &'a str, &'a str), i32>;
 
@@ -60,10 +69,13 @@ impl Model {
             };
             e.pid.is_some_and(|p| lookup.of_pid(p).is_some()) || at(&e.local) || at(&e.remote)
         };
-        SocketTable {
-            sockets: table.sockets.iter().filter(|e| ours(e)).cloned().collect(),
-            notes: table.notes.clone(),
+        let sockets: Vec<SocketEntry> = table.sockets.iter().filter(|e| ours(e)).cloned().collect();
+        let mut notes = table.notes.clone();
+        let omitted = table.sockets.len() - sockets.len();
+        if omitted > 0 {
+            notes.push(foreign_omitted_note(omitted));
         }
+        SocketTable { sockets, notes }
     }
 
     /// Feeds one socket to its connection when it is the server side of a hop (a
