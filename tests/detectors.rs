@@ -778,7 +778,11 @@ fn a_long_prompt_forgotten_by_a_busy_decode_is_wedged() {
     let fs = run(6);
     let w: Vec<_> = fs.iter().filter(|f| f.kind == "wedged_request").collect();
     assert_eq!(w.len(), 1, "{fs:#?}");
-    assert!(w[0].summary.contains("6 later requests answered meanwhile"), "{}", w[0].summary);
+    assert!(
+        w[0].summary.contains("6 later requests answered meanwhile"),
+        "{}",
+        w[0].summary
+    );
     assert!(run(1).iter().all(|f| f.kind != "wedged_request"));
 }
 
