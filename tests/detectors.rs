@@ -754,6 +754,33 @@ fn wedged_on_a_busy_engine_only_when_later_requests_overtook_it() {
     assert!(run(1).iter().all(|f| f.kind != "wedged_request"));
 }
 
+/// On a busy engine, a kept-alive connection first seen in a jiffy tie (its last request
+/// and response bytes in one tick) is an idle connection, not a request waiting since the
+/// daemon started, whatever the engine's in-flight count says at the moment (it moves with
+/// every batch). Seen on the big lab: a false `wedged_request` right after start.
+#[test]
+fn a_jiffy_tie_at_start_on_a_busy_engine_is_not_a_wedge() {
+    let mut sim = Sim::new(pd_topology());
+    let mut env = Env::busy(4.0);
+    let idle = sim.connect(Some(200), 31012, 400);
+    sim.request(idle, 500);
+    sim.respond(idle, 300);
+    sim.advance(3_000);
+    sim.run(2_000, |s| env.tick(s));
+    // Later requests answered meanwhile, each on a connection of its own, closed after.
+    for _ in 0..8 {
+        let c = sim.connect(Some(200), 31012, 400);
+        sim.request(c, 500);
+        sim.run(500, |s| env.tick(s));
+        sim.respond(c, 300);
+        sim.run(250, |s| env.tick(s));
+        sim.close(c);
+    }
+    sim.run(40_000, |s| env.tick(s));
+    let fs = findings(&sim);
+    assert!(fs.iter().all(|f| f.kind != "wedged_request"), "{fs:#?}");
+}
+
 /// The incident's variable under load: the decode engine forgets a long prompt while it keeps
 /// answering short ones. Decode does no prefill, so the short ones count as overtaking it
 /// (before: only requests of at least half its size did, and none came: never reported).

@@ -240,6 +240,13 @@ impl Model {
         // in-flight count says more requests are open than we can otherwise explain.
         quiet.sort_by_key(|x| std::cmp::Reverse(x.last_out_ms));
         let mut unexplained = outstanding_signal(cs).map_or(0.0, |o| o - explained);
+        // A busy engine's in-flight count moves with every batch and is read at another
+        // instant than the sockets: it cannot tell which of its quiet connections holds a
+        // request. An exchange first seen in a jiffy tie (request and response bytes in one
+        // tick: most likely an idle keep-alive connection) is not made outstanding by it
+        // there; on a busy big node such a connection read as a request waiting since the
+        // daemon started, in some passes and not others.
+        let busy = !cs.work_signals().is_empty();
         for x in quiet {
             // (Every state is of an exchange in history: a link to one evicted has none.)
             let child_open = x.links.iter().any(|l| {
@@ -254,6 +261,8 @@ impl Model {
             });
             let outstanding = if child_open {
                 true
+            } else if busy && jiffy_tie(x) {
+                false
             } else if unexplained >= 1.0 {
                 unexplained -= 1.0;
                 true
