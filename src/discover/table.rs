@@ -1,5 +1,6 @@
 //! The process table discovery works on: pid, parent and comm of every process (its `stat`
-//! line, read every pass through [`ProcFs`] under deadlines), the command line of candidates
+//! line, read through [`ProcFs`] under deadlines when new or needed, else as a recent pass
+//! read it: `cache.rs`), the command line of candidates
 //! (the pre-filter's, read once per process incarnation: `cache.rs`), with ancestry,
 //! descendants, other command lines, environments, listening sockets and per-namespace TCP
 //! tables on demand.
@@ -9,7 +10,7 @@ use super::prefilter::Prefilter;
 use crate::error::{Error, Result};
 use crate::model::{SocketEntry, TcpState};
 use crate::sys::netns::Netns;
-use crate::sys::{Comm, ProcFs, StatReader};
+use crate::sys::{Comm, PidEntry, ProcFs, StatReader};
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -66,22 +67,24 @@ pub(super) struct ProcTable {
     cache: RefCell<DiscoveryCache>,
 }
 
-/// What a pass reads of every pid: its `stat` line.
+/// What a pass reads of a pid: its `stat` line.
 struct StatLine {
     ppid: i32,
     id: Identity,
+    /// A kernel thread: remembered, never in the table.
+    kernel: bool,
 }
 
 impl ProcTable {
-    /// One `stat` read per pid; command lines only of new candidates (`prefilter`), the rest
-    /// from `cache` or on demand.
+    /// A `stat` read per pid new, changed or needed (`cache.rs`); command lines only of new
+    /// candidates (`prefilter`), the rest from `cache` or on demand.
     pub fn read(
         proc: &ProcFs,
         mut cache: DiscoveryCache,
         prefilter: &Prefilter,
     ) -> Result<ProcTable> {
         let started = Instant::now();
-        let pids = proc.pids().map_err(|e| {
+        let listing = proc.pid_entries().map_err(|e| {
             Error::Other(format!(
                 "cannot list processes in {}: {e}",
                 proc.root().display()
@@ -90,34 +93,34 @@ impl ProcTable {
         let reader = proc
             .stat_reader()
             .map_err(|e| Error::Other(format!("cannot open {}: {e}", proc.root().display())))?;
-        cache.retain_alive(&pids);
-        cache.count_stat_reads(pids.len());
+        cache.start_pass(&listing);
         let mut procs = BTreeMap::new();
+        let mut to_stat = Vec::new();
+        for e in listing {
+            match cache.unchanged(e) {
+                Some(known) if known.kernel => {}
+                Some(known) => {
+                    let p = Proc {
+                        pid: e.pid,
+                        ppid: known.ppid,
+                        comm: known.id.comm,
+                        ..Proc::default()
+                    };
+                    procs.insert(e.pid, p);
+                }
+                None => to_stat.push(e),
+            }
+        }
+        cache.count_stat_reads(to_stat.len());
         let mut to_read = Vec::new();
-        for (pid, line) in read_stats(proc, Arc::new(reader), pids) {
-            let mut p = Proc {
-                pid,
-                ppid: line.ppid,
-                comm: line.id.comm,
-                ..Proc::default()
+        for (e, line) in read_stats(proc, Arc::new(reader), to_stat) {
+            let Some(p) = admit(&mut cache, prefilter, e, line) else {
+                continue;
             };
-            match cache.known(pid, &line.id) {
-                Some(e) => {
-                    p.candidate = e.candidate;
-                    if let Some(c) = &e.cmdline {
-                        p.cmdline = c.to_vec();
-                        p.full = true;
-                    }
-                }
-                None => {
-                    p.candidate = cache.is_uncached() || prefilter.candidate(p.comm.as_str());
-                    cache.insert(pid, Entry::new(line.id, p.candidate));
-                }
-            }
             if p.candidate && !p.full {
-                to_read.push(pid);
+                to_read.push(p.pid);
             }
-            procs.insert(pid, p);
+            procs.insert(p.pid, p);
         }
         let left = TABLE_DEADLINE
             .saturating_sub(started.elapsed())
@@ -392,23 +395,61 @@ impl ProcTable {
     }
 }
 
+/// One process whose `stat` line this pass read, checked against its cache entry (a new
+/// incarnation replaces it): its place in the table, None for a kernel thread.
+fn admit(
+    cache: &mut DiscoveryCache,
+    prefilter: &Prefilter,
+    e: PidEntry,
+    line: StatLine,
+) -> Option<Proc> {
+    let mut p = Proc {
+        pid: e.pid,
+        ppid: line.ppid,
+        comm: line.id.comm,
+        ..Proc::default()
+    };
+    match cache.known(e.pid, &line.id) {
+        Some(entry) => {
+            (entry.ino, entry.ppid) = (e.ino, line.ppid);
+            p.candidate = entry.candidate;
+            if let Some(c) = &entry.cmdline {
+                p.cmdline = c.to_vec();
+                p.full = true;
+            }
+        }
+        None => {
+            let candidate = cache.is_uncached() || prefilter.candidate(p.comm.as_str());
+            p.candidate = candidate && !line.kernel;
+            let mut entry = Entry::new(line.id, p.candidate);
+            (entry.ino, entry.ppid, entry.kernel) = (e.ino, line.ppid, line.kernel);
+            cache.insert(e.pid, entry);
+        }
+    }
+    (!line.kernel).then_some(p)
+}
+
 /// Pids whose `stat` lines one deadline item reads: one item per pid made the deadline's
 /// bookkeeping (a message, the blocked-path registry, two paths) cost more than the read.
 /// `stat` does not take the mmap lock, so a blocked chunk is not expected; if one is, its
 /// pids are missing from that pass only.
 const STAT_CHUNK: usize = 64;
 
-/// The `stat` line of every pid, under the table's deadlines; vanished processes, kernel
-/// threads and blocked reads are left out.
-fn read_stats(proc: &ProcFs, reader: Arc<StatReader>, pids: Vec<i32>) -> Vec<(i32, StatLine)> {
-    let items: Vec<(std::path::PathBuf, Vec<i32>)> = pids
+/// The `stat` line of each listed pid, under the table's deadlines; vanished processes and
+/// blocked reads are left out.
+fn read_stats(
+    proc: &ProcFs,
+    reader: Arc<StatReader>,
+    pids: Vec<PidEntry>,
+) -> Vec<(PidEntry, StatLine)> {
+    let items: Vec<(std::path::PathBuf, Vec<PidEntry>)> = pids
         .chunks(STAT_CHUNK)
-        .map(|c| (proc.path(c[0], "stat"), c.to_vec()))
+        .map(|c| (proc.path(c[0].pid, "stat"), c.to_vec()))
         .collect();
-    let read = move |chunk: &Vec<i32>| -> Vec<(i32, StatLine)> {
+    let read = move |chunk: &Vec<PidEntry>| -> Vec<(PidEntry, StatLine)> {
         chunk
             .iter()
-            .filter_map(|&pid| read_stat(&reader, pid).map(|s| (pid, s)))
+            .filter_map(|&e| read_stat(&reader, e.pid).map(|s| (e, s)))
             .collect()
     };
     crate::deadline::map(items, READ_DEADLINE, TABLE_DEADLINE, read)
@@ -421,10 +462,8 @@ fn read_stats(proc: &ProcFs, reader: Arc<StatReader>, pids: Vec<i32>) -> Vec<(i3
 fn read_stat(reader: &StatReader, pid: i32) -> Option<StatLine> {
     // a process that vanished between readdir and stat is simply not there
     let stat = reader.brief(pid).ok()?;
-    if stat.ppid == 2 || pid == 2 {
-        return None; // kernel threads
-    }
     Some(StatLine {
+        kernel: stat.ppid == 2 || pid == 2,
         ppid: stat.ppid,
         id: Identity {
             start: stat.starttime,
