@@ -281,15 +281,32 @@ impl ProcTable {
 
     // --- end netns ---
 
-    /// TCP entries of the network namespace `pid` lives in.
+    /// TCP entries of the network namespace `pid` lives in (no TIME_WAIT ones: a socket
+    /// without an inode, which discovery never uses).
     pub fn tcp_of(&self, pid: i32) -> Rc<Vec<SocketEntry>> {
-        let key = self.netns(pid).unwrap_or(0);
+        let ns = self.netns(pid);
+        let key = ns.unwrap_or(0);
         if let Some(v) = self.net.borrow().get(&key) {
             return Rc::clone(v);
         }
-        let entries = Rc::new(self.proc.tcp_table(pid).unwrap_or_default());
+        let entries = Rc::new(self.read_tcp(pid, ns));
         self.net.borrow_mut().insert(key, Rc::clone(&entries));
         entries
+    }
+
+    /// The TCP sockets of `pid`'s namespace `ns`: our own through sock_diag on the kernel's
+    /// procfs (the kernel leaves TIME_WAIT sockets out, thousands under connection churn,
+    /// instead of formatting each as a line of `net/tcp`), else, or when that fails, from
+    /// `net/tcp{,6}` as `pid` sees them.
+    fn read_tcp(&self, pid: i32, ns: Option<u64>) -> Vec<SocketEntry> {
+        if ns.is_some() && ns == self.own_net && self.proc.is_real() {
+            if let Ok(dump) = crate::sys::sock_diag::dump_netlink(READ_DEADLINE, false) {
+                return dump.sockets;
+            }
+        }
+        let mut all = self.proc.tcp_table(pid).unwrap_or_default();
+        all.retain(|e| e.state != TcpState::TimeWait);
+        all
     }
 
     /// Socket inodes `pid` holds (empty when its fds are unreadable). Kept per incarnation
