@@ -315,6 +315,42 @@ fn every_unrelated_process_is_read_within_a_rotation() {
 }
 
 #[test]
+fn an_unrelated_process_that_execs_an_engine_is_seen_by_its_children() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    tree(root);
+    let mut cache = DiscoveryCache::new();
+    pass(root, &mut cache);
+    // A launcher script (`sleep` here) exec's the engine in place, which forks a scheduler
+    // at once. 1002 is not in the second pass's slice of the rotation (1002 % 6 != 2).
+    let engine = ["python3", "-m", "sglang.launch_server", "--port", "31055"];
+    let exec = P {
+        pid: 1002,
+        ppid: 1,
+        comm: "python3",
+        start: 5000,
+        code: 8192,
+        argv: &engine,
+    };
+    write(root, &exec);
+    let title = ["sglang::scheduler_TP0"];
+    let child = P {
+        pid: 1400,
+        ppid: 1002,
+        comm: "sglang::schedul",
+        start: 9100,
+        code: 8192,
+        argv: &title,
+    };
+    write(root, &child);
+    let (t, reads) = pass(root, &mut cache);
+    assert!(has_role(&t, Role::Engine, 1002), "{:?}", ids(&t));
+    assert!(has_role(&t, Role::Scheduler, 1400), "{:?}", ids(&t));
+    assert_eq!(reads.full_reads, 2, "{reads:?}");
+    assert!(reads.stat_reads < SLEEPERS.len() as u64, "{reads:?}");
+}
+
+#[test]
 fn the_profiles_are_compiled_once_per_cache() {
     let dir = tempfile::tempdir().unwrap();
     tree(dir.path());

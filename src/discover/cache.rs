@@ -22,7 +22,8 @@
 //!   though comm stays `python3`.
 //!
 //! An unrelated process that exec's a stack's program (same pid, same directory) is seen when
-//! its turn in the rotation comes, within [`STAT_ROTATION`] passes; a new process (a new pid,
+//! its turn in the rotation comes, within [`STAT_ROTATION`] passes, or on the next pass when a
+//! new candidate descends from it (an engine forks its schedulers at once); a new process (a new pid,
 //! or a new directory at a reused one) and a known one's death (its pid gone from the listing)
 //! on the very next pass. The parent of an unrelated process is as its last `stat` read showed
 //! (a re-parented orphan is seen at its turn). Kernel threads are remembered too, so that they
@@ -192,6 +193,12 @@ impl DiscoveryCache {
         self.stats.profile_compiles += 1;
         self.compiled = Some(Arc::clone(&set));
         set
+    }
+
+    /// `n` skipped processes read after all (ancestors of new candidates).
+    pub(super) fn count_refreshed(&mut self, n: usize) {
+        self.stats.stat_reads += n as u64;
+        self.stats.stat_skips = self.stats.stat_skips.saturating_sub(n as u64);
     }
 
     pub(super) fn count_stat_reads(&mut self, n: usize) {

@@ -94,34 +94,19 @@ impl ProcTable {
             .stat_reader()
             .map_err(|e| Error::Other(format!("cannot open {}: {e}", proc.root().display())))?;
         cache.start_pass(&listing);
-        let mut procs = BTreeMap::new();
-        let mut to_stat = Vec::new();
-        for e in listing {
-            match cache.unchanged(e) {
-                Some(known) if known.kernel => {}
-                Some(known) => {
-                    let p = Proc {
-                        pid: e.pid,
-                        ppid: known.ppid,
-                        comm: known.id.comm,
-                        ..Proc::default()
-                    };
-                    procs.insert(e.pid, p);
-                }
-                None => to_stat.push(e),
-            }
-        }
+        let reader = Arc::new(reader);
+        let (mut procs, to_stat, skipped) = take_unchanged(&mut cache, listing);
         cache.count_stat_reads(to_stat.len());
         let mut to_read = Vec::new();
-        for (e, line) in read_stats(proc, Arc::new(reader), to_stat) {
-            let Some(p) = admit(&mut cache, prefilter, e, line) else {
-                continue;
-            };
-            if p.candidate && !p.full {
-                to_read.push(p.pid);
-            }
-            procs.insert(p.pid, p);
-        }
+        let stats = read_stats(proc, Arc::clone(&reader), to_stat);
+        admit_all(&mut cache, prefilter, stats, &mut procs, &mut to_read);
+        // An unrelated process that exec'd a stack's program (a launcher script's `exec
+        // python -m ...`) forks its children at once: new candidates' skipped ancestors are
+        // read now rather than at their turn.
+        let ancestors = skipped_ancestors(&procs, &to_read, &skipped);
+        cache.count_refreshed(ancestors.len());
+        let stats = read_stats(proc, reader, ancestors);
+        admit_all(&mut cache, prefilter, stats, &mut procs, &mut to_read);
         let left = TABLE_DEADLINE
             .saturating_sub(started.elapsed())
             .max(READ_DEADLINE);
@@ -410,6 +395,79 @@ impl ProcTable {
     pub(super) fn count_versions_read(&self) {
         self.cache.borrow_mut().count_versions_read();
     }
+}
+
+/// The processes of `listing` whose `stat` line this pass need not read (`cache.rs`), as
+/// the table has them (kernel threads left out); the ones to read; the ones skipped.
+fn take_unchanged(
+    cache: &mut DiscoveryCache,
+    listing: Vec<PidEntry>,
+) -> (BTreeMap<i32, Proc>, Vec<PidEntry>, Vec<PidEntry>) {
+    let mut procs = BTreeMap::new();
+    let (mut to_stat, mut skipped) = (Vec::new(), Vec::new());
+    for e in listing {
+        let Some(known) = cache.unchanged(e) else {
+            to_stat.push(e);
+            continue;
+        };
+        skipped.push(e);
+        if !known.kernel {
+            let p = Proc {
+                pid: e.pid,
+                ppid: known.ppid,
+                comm: known.id.comm,
+                ..Proc::default()
+            };
+            procs.insert(e.pid, p);
+        }
+    }
+    (procs, to_stat, skipped)
+}
+
+/// Admits the `stat` lines read into the table; candidates not read in full go to `to_read`
+/// (the pids of two calls in one pass are disjoint: read, then skipped ones).
+fn admit_all(
+    cache: &mut DiscoveryCache,
+    prefilter: &Prefilter,
+    stats: Vec<(PidEntry, StatLine)>,
+    procs: &mut BTreeMap<i32, Proc>,
+    to_read: &mut Vec<i32>,
+) {
+    for (e, line) in stats {
+        let Some(p) = admit(cache, prefilter, e, line) else {
+            procs.remove(&e.pid);
+            continue;
+        };
+        if p.candidate && !p.full {
+            to_read.push(p.pid);
+        }
+        procs.insert(p.pid, p);
+    }
+}
+
+/// The skipped (`skipped`, sorted by pid) ancestors of the processes `new`, each once.
+fn skipped_ancestors(
+    procs: &BTreeMap<i32, Proc>,
+    new: &[i32],
+    skipped: &[PidEntry],
+) -> Vec<PidEntry> {
+    let mut out: Vec<PidEntry> = Vec::new();
+    for &pid in new {
+        let mut cur = pid;
+        for _ in 0..MAX_ANCESTRY {
+            let Some(ppid) = procs.get(&cur).map(|p| p.ppid).filter(|p| *p > 1) else {
+                break;
+            };
+            if let Ok(i) = skipped.binary_search_by_key(&ppid, |e| e.pid) {
+                if !out.contains(&skipped[i]) {
+                    out.push(skipped[i]);
+                }
+            }
+            cur = ppid;
+        }
+    }
+    out.sort_unstable_by_key(|e| e.pid);
+    out
 }
 
 /// One process whose `stat` line this pass read, checked against its cache entry (a new
