@@ -22,12 +22,12 @@
 //!   though comm stays `python3`.
 //!
 //! An unrelated process that exec's a stack's program (same pid, same directory) is seen when
-//! its turn in the rotation comes, within [`STAT_ROTATION`] passes, or on the next pass when a
-//! new candidate descends from it (an engine forks its schedulers at once); a new process (a new pid,
-//! or a new directory at a reused one) and a known one's death (its pid gone from the listing)
-//! on the very next pass. The parent of an unrelated process is as its last `stat` read showed
-//! (a re-parented orphan is seen at its turn). Kernel threads are remembered too, so that they
-//! are not read every pass either.
+//! its turn in the rotation comes, within [`STAT_ROTATION`] passes, or on the next pass when
+//! a new candidate descends from it (an engine forks its schedulers at once); a new process
+//! (a new pid, or a new directory at a reused one) and a known one's death (its pid gone from
+//! the listing) on the very next pass. The parent of an unrelated process is as its last
+//! `stat` read showed (a re-parented orphan is seen at its turn). Kernel threads are
+//! remembered too, so that they are not read every pass either.
 //!
 //! What is not seen: a process rewriting its argv in place without changing comm (not what
 //! setproctitle does on Linux), and an exec that keeps comm while the kernel hides the exec
