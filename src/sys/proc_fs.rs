@@ -185,6 +185,15 @@ impl ProcFs {
         Ok(out)
     }
 
+    /// Whether the root can be listed: opened as a directory, nothing read. A cheap "is
+    /// procfs there" for a source's status (listing every pid for it grew with the host's
+    /// processes).
+    pub fn readable(&self) -> Result<()> {
+        std::fs::read_dir(&self.root)
+            .map(|_| ())
+            .map_err(|e| ProcFsError::from_io(&self.root, e))
+    }
+
     /// Whether `pid`'s directory is there (Err says why not).
     pub fn exists(&self, pid: i32) -> Result<()> {
         let dir = self.pid_dir(pid);

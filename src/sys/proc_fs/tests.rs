@@ -240,6 +240,9 @@ fn pid_entries_list_pids_with_their_directory_inodes() {
     assert!(ProcFs::new(dir.path().join("absent"))
         .pid_entries()
         .is_err());
+    assert!(fs.readable().is_ok());
+    let absent = ProcFs::new(dir.path().join("absent")).readable();
+    assert!(absent.is_err_and(|e| e.is_vanished()));
 }
 
 #[test]
