@@ -168,11 +168,14 @@ struct Block {
     cached: Vec<(f64, f64)>,
     cold: Vec<(f64, f64)>,
     uncached: Vec<(f64, f64)>,
+    /// `stat` lines read and skipped by the cached passes, and how many passes.
+    stats: (u64, u64, u64),
 }
 
 fn block(b: &mut Block, probes: &ProbeSet, opts: &DiscoverOptions, port: u16, passes: usize) {
     let mut cache = DiscoveryCache::new();
     b.cold.push(one_pass(probes, opts, &mut cache, port));
+    let before = cache.stats();
     for _ in 0..passes {
         b.cached.push(one_pass(probes, opts, &mut cache, port));
         b.uncached.push(one_pass(
@@ -182,6 +185,10 @@ fn block(b: &mut Block, probes: &ProbeSet, opts: &DiscoverOptions, port: u16, pa
             port,
         ));
     }
+    let after = cache.stats();
+    b.stats.0 += after.stat_reads - before.stat_reads;
+    b.stats.1 += after.stat_skips - before.stat_skips;
+    b.stats.2 += passes as u64;
 }
 
 fn median(v: &[(f64, f64)], pick: impl Fn(&(f64, f64)) -> f64) -> f64 {
@@ -299,6 +306,15 @@ fn report(without: &Block, with: &Block, extra: usize) -> bool {
             "| {name} | {aw:.1} | {ac:.1} | {bw:.1} | {bc:.1} | {:.2} | {:.2} |",
             bw / aw,
             bc / ac
+        );
+    }
+    for (name, b) in [("without", without), ("with", with)] {
+        let (reads, skips, n) = b.stats;
+        let n = n.max(1) as f64;
+        println!(
+            "cached passes {name} the extras: {:.0} stat reads, {:.0} skipped per pass",
+            reads as f64 / n,
+            skips as f64 / n
         );
     }
     let vs = median(&with.cached, |s| s.0) / median(&with.uncached, |s| s.0);

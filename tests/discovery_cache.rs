@@ -1,10 +1,11 @@
 //! The daemon's rediscovery on a fake /proc tree: the pre-filter never reads unrelated
-//! processes' command lines, a second pass reads no command line of a known process, and pid
-//! reuse, exec and setproctitle are read again (issue 15, item 3).
+//! processes' command lines, a second pass reads no command line of a known process (and
+//! the `stat` line of only a slice of the unrelated ones), the profiles are compiled once,
+//! and pid reuse, exec and setproctitle are read again (issue 15, item 3).
 
 use std::path::Path;
 use std::time::Duration;
-use wedgewatch::discover::{self, CacheStats, DiscoverOptions, DiscoveryCache};
+use wedgewatch::discover::{self, CacheStats, DiscoverOptions, DiscoveryCache, STAT_ROTATION};
 use wedgewatch::model::{Role, Topology};
 use wedgewatch::probes::ProbeSet;
 
@@ -93,17 +94,22 @@ fn opts(root: &Path) -> DiscoverOptions {
 
 /// One pass: the topology and the reads it did.
 fn pass(root: &Path, cache: &mut DiscoveryCache) -> (Topology, CacheStats) {
+    pass_with(&ProbeSet::builtin().expect("probes"), root, cache)
+}
+
+fn pass_with(probes: &ProbeSet, root: &Path, cache: &mut DiscoveryCache) -> (Topology, CacheStats) {
     let before = cache.stats();
-    let probes = ProbeSet::builtin().expect("probes");
-    let topo = discover::discover_cached(&probes, &opts(root), cache).expect("discover");
+    let topo = discover::discover_cached(probes, &opts(root), cache).expect("discover");
     let after = cache.stats();
     let delta = CacheStats {
         stat_reads: after.stat_reads - before.stat_reads,
+        stat_skips: after.stat_skips - before.stat_skips,
         full_reads: after.full_reads - before.full_reads,
         fd_scans: after.fd_scans - before.fd_scans,
         fd_checks: after.fd_checks - before.fd_checks,
         env_reads: after.env_reads - before.env_reads,
         versions_reads: after.versions_reads - before.versions_reads,
+        profile_compiles: after.profile_compiles - before.profile_compiles,
     };
     (topo, delta)
 }
@@ -142,6 +148,7 @@ fn first_pass_reads_only_candidates_and_launchers() {
     // 100, 101, 111 (candidates) and 110 (the launcher, on demand); no sleeper
     assert_eq!(reads.full_reads, 4, "{reads:?}");
     assert_eq!(reads.stat_reads, 4 + SLEEPERS.len() as u64);
+    assert_eq!(reads.stat_skips, 0);
     assert_eq!(cache.len(), 4 + SLEEPERS.len());
     // the peer: what discovery did before the cache, every command line
     let (peer, peer_reads) = pass(dir.path(), &mut DiscoveryCache::uncached());
@@ -168,7 +175,18 @@ fn a_second_pass_reads_no_command_line_of_a_known_process() {
     let (second, reads) = pass(dir.path(), &mut cache);
     assert_eq!(reads.full_reads, 0, "{reads:?}");
     assert_eq!((reads.env_reads, reads.versions_reads), (0, 0), "{reads:?}");
-    assert_eq!(reads.stat_reads, 4 + SLEEPERS.len() as u64);
+    // the four that matter, and the rotation's slice of the sleepers
+    let sleepers = SLEEPERS.len() as u64;
+    assert_eq!(
+        reads.stat_reads + reads.stat_skips,
+        4 + sleepers,
+        "{reads:?}"
+    );
+    assert!(reads.stat_reads >= 4, "{reads:?}");
+    assert!(
+        reads.stat_reads <= 4 + sleepers.div_ceil(STAT_ROTATION),
+        "{reads:?}"
+    );
     assert_eq!(ids(&second), ids(&first));
     assert_eq!(second, first);
     // a one-shot discovery (fresh cache) does read them: the engine is gone
@@ -196,7 +214,9 @@ fn pid_reuse_exec_and_title_changes_are_read_again() {
         argv: &title,
     };
     write(root, &sched("sglang::schedul"));
-    // pid reuse: a sleeper's pid now a new engine (new start time, same exec mark)
+    // pid reuse: a sleeper's pid now a new engine (new start time, same exec mark) in a new
+    // directory (the kernel's procfs gives a new process a new one, with a new inode)
+    std::fs::rename(root.join("1000"), root.join("reaped-1000")).unwrap();
     let engine2 = ["python3", "-m", "sglang.launch_server", "--port", "31099"];
     let reused = P {
         pid: 1000,
@@ -234,20 +254,121 @@ fn pid_reuse_exec_and_title_changes_are_read_again() {
         argv: &engine3,
     };
     write(root, &exec_same);
+    // 1000 is a candidate now: read on the next pass; 1001 (an unrelated process that
+    // exec'd in its directory) at its turn in the rotation
+    let mut full_reads = 0;
+    let mut seen = None;
+    for n in 1..=STAT_ROTATION {
+        let (t, reads) = pass(root, &mut cache);
+        full_reads += reads.full_reads;
+        let e = t
+            .components
+            .iter()
+            .find(|c| c.main_pid == Some(1000))
+            .expect("engine");
+        assert!(e.id.ends_with(":31077"), "{}", e.id);
+        if let Some(v) = t.components.iter().find(|c| c.main_pid == Some(1001)) {
+            assert_eq!(v.stack, "vllm");
+            seen = Some(n);
+            break;
+        }
+    }
+    assert!(
+        seen.is_some(),
+        "the exec'd vllm within {STAT_ROTATION} passes"
+    );
+    assert_eq!(full_reads, 2);
+}
+
+#[test]
+fn every_unrelated_process_is_read_within_a_rotation() {
+    let dir = tempfile::tempdir().unwrap();
+    tree(dir.path());
+    let mut cache = DiscoveryCache::new();
+    pass(dir.path(), &mut cache);
+    let mut reads = 0;
+    for _ in 0..STAT_ROTATION {
+        let (_, r) = pass(dir.path(), &mut cache);
+        assert!(r.stat_reads < SLEEPERS.len() as u64, "{r:?}");
+        reads += r.stat_reads - 4;
+    }
+    assert_eq!(reads, SLEEPERS.len() as u64, "each sleeper once a rotation");
+    // every sleeper exec'd at once (`sleep` -> `vllm`): all seen within one rotation
+    for pid in SLEEPERS {
+        let argv = ["vllm", "serve", "--port", "8001"];
+        let p = P {
+            pid,
+            ppid: 1,
+            comm: "vllm",
+            start: 5000,
+            code: 4096,
+            argv: &argv,
+        };
+        write(dir.path(), &p);
+    }
+    let mut engines = 0;
+    for _ in 0..STAT_ROTATION {
+        let (t, _) = pass(dir.path(), &mut cache);
+        engines = t.components.iter().filter(|c| c.stack == "vllm").count();
+    }
+    assert_eq!(engines, SLEEPERS.len());
+}
+
+#[test]
+fn an_unrelated_process_that_execs_an_engine_is_seen_by_its_children() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    tree(root);
+    let mut cache = DiscoveryCache::new();
+    pass(root, &mut cache);
+    // A launcher script (`sleep` here) exec's the engine in place, which forks a scheduler
+    // at once. 1002 is not in the second pass's slice of the rotation (1002 % 6 != 2).
+    let engine = ["python3", "-m", "sglang.launch_server", "--port", "31055"];
+    let exec = P {
+        pid: 1002,
+        ppid: 1,
+        comm: "python3",
+        start: 5000,
+        code: 8192,
+        argv: &engine,
+    };
+    write(root, &exec);
+    let title = ["sglang::scheduler_TP0"];
+    let child = P {
+        pid: 1400,
+        ppid: 1002,
+        comm: "sglang::schedul",
+        start: 9100,
+        code: 8192,
+        argv: &title,
+    };
+    write(root, &child);
     let (t, reads) = pass(root, &mut cache);
-    let vllm_engine = t
-        .components
-        .iter()
-        .find(|c| c.main_pid == Some(1001))
-        .expect("the exec'd vllm");
-    assert_eq!(vllm_engine.stack, "vllm");
-    let e = t
-        .components
-        .iter()
-        .find(|c| c.main_pid == Some(1000))
-        .expect("engine");
-    assert!(e.id.ends_with(":31077"), "{}", e.id);
+    assert!(has_role(&t, Role::Engine, 1002), "{:?}", ids(&t));
+    assert!(has_role(&t, Role::Scheduler, 1400), "{:?}", ids(&t));
     assert_eq!(reads.full_reads, 2, "{reads:?}");
+    assert!(reads.stat_reads < SLEEPERS.len() as u64, "{reads:?}");
+}
+
+#[test]
+fn the_profiles_are_compiled_once_per_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    tree(dir.path());
+    let mut cache = DiscoveryCache::new();
+    let (first, reads) = pass(dir.path(), &mut cache);
+    assert_eq!(reads.profile_compiles, 1);
+    for _ in 0..3 {
+        let (t, reads) = pass(dir.path(), &mut cache);
+        assert_eq!(reads.profile_compiles, 0, "{reads:?}");
+        assert_eq!(t, first);
+    }
+    // other profiles (a user's probe file): compiled again, then kept
+    let mut probes = ProbeSet::builtin().expect("probes");
+    probes.profiles.retain(|p| p.stack != "vllm");
+    let (_, reads) = pass_with(&probes, dir.path(), &mut cache);
+    assert_eq!(reads.profile_compiles, 1);
+    let (_, reads) = pass_with(&probes, dir.path(), &mut cache);
+    assert_eq!(reads.profile_compiles, 0);
 }
 
 #[test]

@@ -35,7 +35,7 @@ impl Builder<'_> {
         parent: Option<&Component>,
     ) -> Component {
         let comp = &self.compiled[ci];
-        let prof = comp.p;
+        let prof: &Profile = &comp.p;
         let proc = self.table.full(pid).unwrap_or(Proc {
             pid,
             ..Proc::default()

@@ -2,15 +2,32 @@
 //! time), the command line once it was read, its network namespace, its socket fds, and for
 //! components' processes a few environment variables and the installed versions (`memo.rs`).
 //!
-//! A pass reads one `stat` line per pid (pid reuse, ppid, comm, the exec mark) and nothing
-//! else of a process it already knows: a known process, candidate or not, is never read in
-//! full again. An entry is dropped and its process read afresh when
+//! A pass lists `/proc` (one getdents: pids and their directories' inode numbers) and reads
+//! the `stat` line (pid reuse, ppid, comm, the exec mark) of
+//! - every pid it does not know, and every pid whose directory's inode number changed (a new
+//!   process at a reused pid gets a new directory on the kernel's procfs);
+//! - every known process that matters: a candidate of the pre-filter, a process read in full
+//!   (a launcher, a component's child, a proxy, a `--pid` target), a socket holder;
+//! - a rotating slice of the other known processes, the unrelated ones: those whose pid is
+//!   [`STAT_ROTATION`]'s pass number modulo it, so each is read every [`STAT_ROTATION`]
+//!   passes (a minute at the daemon's 10 s rediscovery).
+//!
+//! and nothing else of a process it already knows: a known process, candidate or not, is
+//! never read in full again. An entry is dropped and its process read afresh when
 //! - the pid's start time differs (the pid was reused);
 //! - its comm differs (an exec of another program, or setproctitle, which on Linux also sets
 //!   comm: a forked scheduler that sets its title after we first read it);
 //! - its exec mark differs: `stat`'s start_code and start_stack, which an exec moves (address
 //!   space randomization), so `python` exec'ing `python -m sglang.launch_server` is seen even
 //!   though comm stays `python3`.
+//!
+//! An unrelated process that exec's a stack's program (same pid, same directory) is seen when
+//! its turn in the rotation comes, within [`STAT_ROTATION`] passes, or on the next pass when
+//! a new candidate descends from it (an engine forks its schedulers at once); a new process
+//! (a new pid, or a new directory at a reused one) and a known one's death (its pid gone from
+//! the listing) on the very next pass. The parent of an unrelated process is as its last
+//! `stat` read showed (a re-parented orphan is seen at its turn). Kernel threads are
+//! remembered too, so that they are not read every pass either.
 //!
 //! What is not seen: a process rewriting its argv in place without changing comm (not what
 //! setproctitle does on Linux), and an exec that keeps comm while the kernel hides the exec
@@ -26,12 +43,18 @@
 //! sockets are only those still towards a known component.
 
 use super::memo::{EnvMemo, VersionsMemo};
-use crate::sys::Comm;
+use super::profiles::CompiledSet;
+use crate::probes::Profile;
+use crate::sys::{Comm, PidEntry};
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 /// Most processes remembered (a few hundred bytes each; far above a real host's count).
 pub const MAX_ENTRIES: usize = 65_536;
+
+/// A known unrelated process's `stat` line is read every this many passes (see the module
+/// doc): the longest an exec of one into a stack's program goes unseen, in passes.
+pub const STAT_ROTATION: u64 = 6;
 
 /// One process incarnation as its `stat` line shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,6 +76,12 @@ pub(super) struct FdMemo {
 #[derive(Debug, Clone)]
 pub(super) struct Entry {
     pub id: Identity,
+    /// Its directory's inode number in the last listing.
+    pub ino: u64,
+    /// Its parent when its `stat` line was last read.
+    pub ppid: i32,
+    /// A kernel thread (never in the table).
+    pub kernel: bool,
     /// The pre-filter's verdict on its comm.
     pub candidate: bool,
     /// None: not read (not a candidate, nor needed on demand yet).
@@ -70,6 +99,9 @@ impl Entry {
     pub fn new(id: Identity, candidate: bool) -> Entry {
         Entry {
             id,
+            ino: 0,
+            ppid: 0,
+            kernel: false,
             candidate,
             cmdline: None,
             netns: None,
@@ -83,8 +115,10 @@ impl Entry {
 /// Reads done through the cache, for tests and benchmarks.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CacheStats {
-    /// `stat` lines read (one per pid per pass).
+    /// `stat` lines read (new, changed and related pids, and the rotation's slice).
     pub stat_reads: u64,
+    /// `stat` lines not read: known unrelated processes out of the rotation's slice.
+    pub stat_skips: u64,
     /// Command lines read (the full reads).
     pub full_reads: u64,
     /// Fd directories scanned for sockets.
@@ -95,6 +129,8 @@ pub struct CacheStats {
     pub env_reads: u64,
     /// Installed-versions reads (`maps` and site-packages; top-level components only).
     pub versions_reads: u64,
+    /// Probe sets compiled (once per cache while its profiles stay the same).
+    pub profile_compiles: u64,
 }
 
 /// Discovery's memory between passes (see the module doc). `Default` is an empty cache; a
@@ -107,6 +143,10 @@ pub struct DiscoveryCache {
     socket_holders: BTreeSet<i32>,
     /// Such sockets no readable process held: not searched for again.
     given_up: HashSet<u64>,
+    /// The profiles compiled, kept while a pass's profiles are the same.
+    compiled: Option<Arc<CompiledSet>>,
+    /// Passes started: which slice of the unrelated processes is read (`STAT_ROTATION`).
+    passes: u64,
     /// Bench/peer mode: every process is a candidate and nothing is kept between passes
     /// (what discovery did before the cache).
     uncached: bool,
@@ -143,6 +183,24 @@ impl DiscoveryCache {
         self.uncached
     }
 
+    /// `profiles` compiled: this cache's set when it was compiled from the same profiles,
+    /// else compiled now (and kept).
+    pub(super) fn compiled(&mut self, profiles: &[Profile]) -> Arc<CompiledSet> {
+        if let Some(set) = self.compiled.as_ref().filter(|s| s.is_of(profiles)) {
+            return Arc::clone(set);
+        }
+        let set = Arc::new(CompiledSet::new(profiles));
+        self.stats.profile_compiles += 1;
+        self.compiled = Some(Arc::clone(&set));
+        set
+    }
+
+    /// `n` skipped processes read after all (ancestors of new candidates).
+    pub(super) fn count_refreshed(&mut self, n: usize) {
+        self.stats.stat_reads += n as u64;
+        self.stats.stat_skips = self.stats.stat_skips.saturating_sub(n as u64);
+    }
+
     pub(super) fn count_stat_reads(&mut self, n: usize) {
         self.stats.stat_reads += n as u64;
     }
@@ -165,6 +223,23 @@ impl DiscoveryCache {
 
     pub(super) fn count_versions_read(&mut self) {
         self.stats.versions_reads += 1;
+    }
+
+    /// What this pass can take of `e` without reading its `stat` line: the entry of a known
+    /// unrelated process (see the module doc) whose directory is the same and whose turn in
+    /// the rotation it is not. None: read it.
+    pub(super) fn unchanged(&mut self, e: PidEntry) -> Option<&Entry> {
+        let turn = u64::from(e.pid.unsigned_abs()) % STAT_ROTATION == self.passes % STAT_ROTATION;
+        if self.uncached || turn || self.socket_holders.contains(&e.pid) {
+            return None;
+        }
+        let entry = self.entries.get(&e.pid)?;
+        let unrelated = !entry.candidate && entry.cmdline.is_none();
+        if !unrelated || entry.ino != e.ino {
+            return None;
+        }
+        self.stats.stat_skips += 1;
+        Some(entry)
     }
 
     /// The entry of `pid` if it is still the same incarnation; a stale one is dropped.
@@ -190,19 +265,20 @@ impl DiscoveryCache {
         self.entries.insert(pid, entry);
     }
 
-    /// Drops the entries of processes not listed in this pass (`alive` sorted); at the start
-    /// of a pass. Uncached: forgets everything (entries then only live for one pass).
-    pub(super) fn retain_alive(&mut self, alive: &[i32]) {
+    /// Starts a pass: drops the entries of processes not listed (`alive` sorted by pid) and
+    /// moves the rotation on. Uncached: forgets everything (entries then only live for one
+    /// pass).
+    pub(super) fn start_pass(&mut self, alive: &[PidEntry]) {
+        self.passes += 1;
+        let listed = |pid: &i32| alive.binary_search_by_key(pid, |e| e.pid).is_ok();
         if self.uncached {
             self.entries.clear();
             self.socket_holders.clear();
             self.given_up.clear();
             return;
         }
-        self.entries
-            .retain(|pid, _| alive.binary_search(pid).is_ok());
-        self.socket_holders
-            .retain(|pid| alive.binary_search(pid).is_ok());
+        self.entries.retain(|pid, _| listed(pid));
+        self.socket_holders.retain(|pid| listed(pid));
     }
 
     pub(super) fn socket_holders(&self) -> Vec<i32> {

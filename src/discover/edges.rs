@@ -10,6 +10,7 @@ use crate::model::topology::labels::*;
 use crate::model::{Component, Edge, EdgeOrigin, Role, TcpState};
 use crate::probes::Profile;
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 impl Builder<'_> {
     pub(super) fn config_edges(&mut self) {
@@ -19,14 +20,14 @@ impl Builder<'_> {
                 .compiled
                 .iter()
                 .find(|x| x.p.name == c.profile)
-                .map(|x| x.p)
+                .map(|x| Arc::clone(&x.p))
             else {
                 continue;
             };
             if prof.worker_flags.is_empty() {
                 continue;
             }
-            let (urls, source) = self.worker_urls(&c, prof);
+            let (urls, source) = self.worker_urls(&c, &prof);
             self.add_worker_edges(&c, &urls, source);
         }
     }
@@ -238,7 +239,7 @@ impl Builder<'_> {
         }) else {
             return false;
         };
-        let prof = self.compiled[ci].p;
+        let prof = Arc::clone(&self.compiled[ci].p);
         let role = Role::parse(&prof.role).unwrap_or(Role::Proxy);
         let id = format!("{role}@{}", self.table.keyed(pid, &first.to_string()));
         let mut added = false;

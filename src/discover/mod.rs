@@ -38,7 +38,7 @@ mod targets;
 #[cfg(test)]
 mod tests;
 
-pub use cache::{CacheStats, DiscoveryCache};
+pub use cache::{CacheStats, DiscoveryCache, STAT_ROTATION};
 pub use endpoints::{loopback_get, scrape_addr};
 pub use profiles::{flag_value, flag_values};
 
@@ -48,7 +48,6 @@ use crate::probes::ProbeSet;
 use crate::sys::addr::split_host_port;
 use crate::sys::ProcFs;
 use endpoints::hosts_equivalent;
-use prefilter::Prefilter;
 use profiles::{Compiled, Match};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -114,7 +113,8 @@ pub fn args_pid(c: &Component) -> Option<i32> {
 /// One discovery in progress: the process table, the compiled profiles, the topology so far.
 struct Builder<'a> {
     table: ProcTable,
-    compiled: Vec<Compiled<'a>>,
+    /// The profiles compiled, kept by the cache across passes.
+    compiled: Arc<Vec<Compiled>>,
     opts: &'a DiscoverOptions,
     topo: Topology,
     /// The environment variables a build reads (`memo.rs`): the profiles' GPU variables and
@@ -128,27 +128,23 @@ pub fn discover(probes: &ProbeSet, opts: &DiscoverOptions) -> Result<Topology> {
     discover_cached(probes, opts, &mut DiscoveryCache::new())
 }
 
-/// [`discover`] with what earlier passes read (the daemon's rediscovery): processes already
-/// known by (pid, start time) are not read again, so a pass costs one `stat` read per
-/// unrelated process (see `cache.rs`, `prefilter.rs`). `cache` is updated for the next pass.
+/// [`discover`] with what earlier passes read (the daemon's rediscovery): the profiles are
+/// compiled once, processes already known by (pid, start time) are not read again, and a
+/// known unrelated process's `stat` line only every [`STAT_ROTATION`] passes, so a pass costs
+/// a directory entry per unrelated process and a `stat` read for a slice of them (see
+/// `cache.rs`, `prefilter.rs`). `cache` is updated for the next pass.
 pub fn discover_cached(
     probes: &ProbeSet,
     opts: &DiscoverOptions,
     cache: &mut DiscoveryCache,
 ) -> Result<Topology> {
-    let compiled: Vec<Compiled> = probes
-        .profiles
-        .iter()
-        .enumerate()
-        .map(|(i, p)| Compiled::new(p, i))
-        .collect();
-    let prefilter = Prefilter::new(&compiled);
+    let set = cache.compiled(&probes.profiles);
     let proc = ProcFs::new(&opts.proc_root);
-    let table = ProcTable::read(&proc, std::mem::take(cache), &prefilter)?;
+    let table = ProcTable::read(&proc, std::mem::take(cache), &set.prefilter)?;
     let env_names = env_names(probes);
     let mut b = Builder {
         table,
-        compiled,
+        compiled: Arc::clone(&set.compiled),
         opts,
         topo: Topology::default(),
         env_names,

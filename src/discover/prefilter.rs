@@ -36,7 +36,7 @@ pub(super) struct Prefilter {
 }
 
 impl Prefilter {
-    pub fn new(compiled: &[Compiled<'_>]) -> Prefilter {
+    pub fn new(compiled: &[Compiled]) -> Prefilter {
         let mut names = Vec::new();
         let mut words = BTreeSet::new();
         for c in compiled {
@@ -94,17 +94,12 @@ fn flush(cur: &mut String, out: &mut Vec<String>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::discover::profiles::CompiledSet;
     use crate::probes::ProbeSet;
 
     fn builtin() -> Prefilter {
         let probes = ProbeSet::builtin().expect("probes");
-        let compiled: Vec<Compiled> = probes
-            .profiles
-            .iter()
-            .enumerate()
-            .map(|(i, p)| Compiled::new(p, i))
-            .collect();
-        Prefilter::new(&compiled)
+        Prefilter::new(&CompiledSet::new(&probes.profiles).compiled)
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! The process table discovery works on: pid, parent and comm of every process (its `stat`
-//! line, read every pass through [`ProcFs`] under deadlines), the command line of candidates
+//! line, read through [`ProcFs`] under deadlines when new or needed, else as a recent pass
+//! read it: `cache.rs`), the command line of candidates
 //! (the pre-filter's, read once per process incarnation: `cache.rs`), with ancestry,
 //! descendants, other command lines, environments, listening sockets and per-namespace TCP
 //! tables on demand.
@@ -9,7 +10,7 @@ use super::prefilter::Prefilter;
 use crate::error::{Error, Result};
 use crate::model::{SocketEntry, TcpState};
 use crate::sys::netns::Netns;
-use crate::sys::{Comm, ProcFs, StatReader};
+use crate::sys::{Comm, PidEntry, ProcFs, StatReader};
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -66,22 +67,24 @@ pub(super) struct ProcTable {
     cache: RefCell<DiscoveryCache>,
 }
 
-/// What a pass reads of every pid: its `stat` line.
+/// What a pass reads of a pid: its `stat` line.
 struct StatLine {
     ppid: i32,
     id: Identity,
+    /// A kernel thread: remembered, never in the table.
+    kernel: bool,
 }
 
 impl ProcTable {
-    /// One `stat` read per pid; command lines only of new candidates (`prefilter`), the rest
-    /// from `cache` or on demand.
+    /// A `stat` read per pid new, changed or needed (`cache.rs`); command lines only of new
+    /// candidates (`prefilter`), the rest from `cache` or on demand.
     pub fn read(
         proc: &ProcFs,
         mut cache: DiscoveryCache,
         prefilter: &Prefilter,
     ) -> Result<ProcTable> {
         let started = Instant::now();
-        let pids = proc.pids().map_err(|e| {
+        let listing = proc.pid_entries().map_err(|e| {
             Error::Other(format!(
                 "cannot list processes in {}: {e}",
                 proc.root().display()
@@ -90,35 +93,20 @@ impl ProcTable {
         let reader = proc
             .stat_reader()
             .map_err(|e| Error::Other(format!("cannot open {}: {e}", proc.root().display())))?;
-        cache.retain_alive(&pids);
-        cache.count_stat_reads(pids.len());
-        let mut procs = BTreeMap::new();
+        cache.start_pass(&listing);
+        let reader = Arc::new(reader);
+        let (mut procs, to_stat, skipped) = take_unchanged(&mut cache, listing);
+        cache.count_stat_reads(to_stat.len());
         let mut to_read = Vec::new();
-        for (pid, line) in read_stats(proc, Arc::new(reader), pids) {
-            let mut p = Proc {
-                pid,
-                ppid: line.ppid,
-                comm: line.id.comm,
-                ..Proc::default()
-            };
-            match cache.known(pid, &line.id) {
-                Some(e) => {
-                    p.candidate = e.candidate;
-                    if let Some(c) = &e.cmdline {
-                        p.cmdline = c.to_vec();
-                        p.full = true;
-                    }
-                }
-                None => {
-                    p.candidate = cache.is_uncached() || prefilter.candidate(p.comm.as_str());
-                    cache.insert(pid, Entry::new(line.id, p.candidate));
-                }
-            }
-            if p.candidate && !p.full {
-                to_read.push(pid);
-            }
-            procs.insert(pid, p);
-        }
+        let stats = read_stats(proc, Arc::clone(&reader), to_stat);
+        admit_all(&mut cache, prefilter, stats, &mut procs, &mut to_read);
+        // An unrelated process that exec'd a stack's program (a launcher script's `exec
+        // python -m ...`) forks its children at once: new candidates' skipped ancestors are
+        // read now rather than at their turn.
+        let ancestors = skipped_ancestors(&procs, &to_read, &skipped);
+        cache.count_refreshed(ancestors.len());
+        let stats = read_stats(proc, reader, ancestors);
+        admit_all(&mut cache, prefilter, stats, &mut procs, &mut to_read);
         let left = TABLE_DEADLINE
             .saturating_sub(started.elapsed())
             .max(READ_DEADLINE);
@@ -278,15 +266,32 @@ impl ProcTable {
 
     // --- end netns ---
 
-    /// TCP entries of the network namespace `pid` lives in.
+    /// TCP entries of the network namespace `pid` lives in (no TIME_WAIT ones: a socket
+    /// without an inode, which discovery never uses).
     pub fn tcp_of(&self, pid: i32) -> Rc<Vec<SocketEntry>> {
-        let key = self.netns(pid).unwrap_or(0);
+        let ns = self.netns(pid);
+        let key = ns.unwrap_or(0);
         if let Some(v) = self.net.borrow().get(&key) {
             return Rc::clone(v);
         }
-        let entries = Rc::new(self.proc.tcp_table(pid).unwrap_or_default());
+        let entries = Rc::new(self.read_tcp(pid, ns));
         self.net.borrow_mut().insert(key, Rc::clone(&entries));
         entries
+    }
+
+    /// The TCP sockets of `pid`'s namespace `ns`: our own through sock_diag on the kernel's
+    /// procfs (the kernel leaves TIME_WAIT sockets out, thousands under connection churn,
+    /// instead of formatting each as a line of `net/tcp`), else, or when that fails, from
+    /// `net/tcp{,6}` as `pid` sees them.
+    fn read_tcp(&self, pid: i32, ns: Option<u64>) -> Vec<SocketEntry> {
+        if ns.is_some() && ns == self.own_net && self.proc.is_real() {
+            if let Ok(dump) = crate::sys::sock_diag::dump_netlink(READ_DEADLINE, false) {
+                return dump.sockets;
+            }
+        }
+        let mut all = self.proc.tcp_table(pid).unwrap_or_default();
+        all.retain(|e| e.state != TcpState::TimeWait);
+        all
     }
 
     /// Socket inodes `pid` holds (empty when its fds are unreadable). Kept per incarnation
@@ -392,23 +397,134 @@ impl ProcTable {
     }
 }
 
+/// The processes of `listing` whose `stat` line this pass need not read (`cache.rs`), as
+/// the table has them (kernel threads left out); the ones to read; the ones skipped.
+fn take_unchanged(
+    cache: &mut DiscoveryCache,
+    listing: Vec<PidEntry>,
+) -> (BTreeMap<i32, Proc>, Vec<PidEntry>, Vec<PidEntry>) {
+    let mut procs = BTreeMap::new();
+    let (mut to_stat, mut skipped) = (Vec::new(), Vec::new());
+    for e in listing {
+        let Some(known) = cache.unchanged(e) else {
+            to_stat.push(e);
+            continue;
+        };
+        skipped.push(e);
+        if !known.kernel {
+            let p = Proc {
+                pid: e.pid,
+                ppid: known.ppid,
+                comm: known.id.comm,
+                ..Proc::default()
+            };
+            procs.insert(e.pid, p);
+        }
+    }
+    (procs, to_stat, skipped)
+}
+
+/// Admits the `stat` lines read into the table; candidates not read in full go to `to_read`
+/// (the pids of two calls in one pass are disjoint: read, then skipped ones).
+fn admit_all(
+    cache: &mut DiscoveryCache,
+    prefilter: &Prefilter,
+    stats: Vec<(PidEntry, StatLine)>,
+    procs: &mut BTreeMap<i32, Proc>,
+    to_read: &mut Vec<i32>,
+) {
+    for (e, line) in stats {
+        let Some(p) = admit(cache, prefilter, e, line) else {
+            procs.remove(&e.pid);
+            continue;
+        };
+        if p.candidate && !p.full {
+            to_read.push(p.pid);
+        }
+        procs.insert(p.pid, p);
+    }
+}
+
+/// The skipped (`skipped`, sorted by pid) ancestors of the processes `new`, each once.
+fn skipped_ancestors(
+    procs: &BTreeMap<i32, Proc>,
+    new: &[i32],
+    skipped: &[PidEntry],
+) -> Vec<PidEntry> {
+    let mut out: Vec<PidEntry> = Vec::new();
+    for &pid in new {
+        let mut cur = pid;
+        for _ in 0..MAX_ANCESTRY {
+            let Some(ppid) = procs.get(&cur).map(|p| p.ppid).filter(|p| *p > 1) else {
+                break;
+            };
+            if let Ok(i) = skipped.binary_search_by_key(&ppid, |e| e.pid) {
+                if !out.contains(&skipped[i]) {
+                    out.push(skipped[i]);
+                }
+            }
+            cur = ppid;
+        }
+    }
+    out.sort_unstable_by_key(|e| e.pid);
+    out
+}
+
+/// One process whose `stat` line this pass read, checked against its cache entry (a new
+/// incarnation replaces it): its place in the table, None for a kernel thread.
+fn admit(
+    cache: &mut DiscoveryCache,
+    prefilter: &Prefilter,
+    e: PidEntry,
+    line: StatLine,
+) -> Option<Proc> {
+    let mut p = Proc {
+        pid: e.pid,
+        ppid: line.ppid,
+        comm: line.id.comm,
+        ..Proc::default()
+    };
+    match cache.known(e.pid, &line.id) {
+        Some(entry) => {
+            (entry.ino, entry.ppid) = (e.ino, line.ppid);
+            p.candidate = entry.candidate;
+            if let Some(c) = &entry.cmdline {
+                p.cmdline = c.to_vec();
+                p.full = true;
+            }
+        }
+        None => {
+            let candidate = cache.is_uncached() || prefilter.candidate(p.comm.as_str());
+            p.candidate = candidate && !line.kernel;
+            let mut entry = Entry::new(line.id, p.candidate);
+            (entry.ino, entry.ppid, entry.kernel) = (e.ino, line.ppid, line.kernel);
+            cache.insert(e.pid, entry);
+        }
+    }
+    (!line.kernel).then_some(p)
+}
+
 /// Pids whose `stat` lines one deadline item reads: one item per pid made the deadline's
 /// bookkeeping (a message, the blocked-path registry, two paths) cost more than the read.
 /// `stat` does not take the mmap lock, so a blocked chunk is not expected; if one is, its
 /// pids are missing from that pass only.
 const STAT_CHUNK: usize = 64;
 
-/// The `stat` line of every pid, under the table's deadlines; vanished processes, kernel
-/// threads and blocked reads are left out.
-fn read_stats(proc: &ProcFs, reader: Arc<StatReader>, pids: Vec<i32>) -> Vec<(i32, StatLine)> {
-    let items: Vec<(std::path::PathBuf, Vec<i32>)> = pids
+/// The `stat` line of each listed pid, under the table's deadlines; vanished processes and
+/// blocked reads are left out.
+fn read_stats(
+    proc: &ProcFs,
+    reader: Arc<StatReader>,
+    pids: Vec<PidEntry>,
+) -> Vec<(PidEntry, StatLine)> {
+    let items: Vec<(std::path::PathBuf, Vec<PidEntry>)> = pids
         .chunks(STAT_CHUNK)
-        .map(|c| (proc.path(c[0], "stat"), c.to_vec()))
+        .map(|c| (proc.path(c[0].pid, "stat"), c.to_vec()))
         .collect();
-    let read = move |chunk: &Vec<i32>| -> Vec<(i32, StatLine)> {
+    let read = move |chunk: &Vec<PidEntry>| -> Vec<(PidEntry, StatLine)> {
         chunk
             .iter()
-            .filter_map(|&pid| read_stat(&reader, pid).map(|s| (pid, s)))
+            .filter_map(|&e| read_stat(&reader, e.pid).map(|s| (e, s)))
             .collect()
     };
     crate::deadline::map(items, READ_DEADLINE, TABLE_DEADLINE, read)
@@ -421,10 +537,8 @@ fn read_stats(proc: &ProcFs, reader: Arc<StatReader>, pids: Vec<i32>) -> Vec<(i3
 fn read_stat(reader: &StatReader, pid: i32) -> Option<StatLine> {
     // a process that vanished between readdir and stat is simply not there
     let stat = reader.brief(pid).ok()?;
-    if stat.ppid == 2 || pid == 2 {
-        return None; // kernel threads
-    }
     Some(StatLine {
+        kernel: stat.ppid == 2 || pid == 2,
         ppid: stat.ppid,
         id: Identity {
             start: stat.starttime,

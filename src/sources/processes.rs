@@ -176,7 +176,7 @@ impl ProcessesSource {
 
     /// One synchronous pass (the async `sample` runs this on a blocking thread).
     pub fn collect(&self, pids: &[i32]) -> (Vec<ProcessFacts>, SourceStatus) {
-        if ProcFs::new(&self.proc_root).pids().is_err() {
+        if ProcFs::new(&self.proc_root).readable().is_err() {
             return (
                 Vec::new(),
                 SourceStatus::unavailable(format!(

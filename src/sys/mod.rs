@@ -31,7 +31,7 @@ pub mod proc_net;
 pub mod sock_diag;
 
 pub use proc_fs::{
-    CgroupEntry, Comm, FdScan, ProcFs, ProcFsError, StatBrief, StatReader, PROC_ROOT,
+    CgroupEntry, Comm, FdScan, PidEntry, ProcFs, ProcFsError, StatBrief, StatReader, PROC_ROOT,
 };
 pub use sock_diag::{Dump, NetlinkSockDiag, SockDiag, SockDiagError};
 pub use url::Url;

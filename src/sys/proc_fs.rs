@@ -12,6 +12,9 @@
 use super::proc_net;
 use crate::model::{SocketEntry, ThreadInfo};
 use crate::safe_fs;
+use nix::dir::Dir;
+use nix::fcntl::OFlag;
+use nix::sys::stat::Mode;
 use procfs::process::{Stat, Status};
 use procfs::FromRead;
 use std::collections::BTreeMap;
@@ -87,6 +90,14 @@ pub struct CgroupEntry {
     pub path: String,
 }
 
+/// One pid directory of the root as a directory listing shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PidEntry {
+    pub pid: i32,
+    /// The directory's inode number (`d_ino`).
+    pub ino: u64,
+}
+
 /// A procfs tree: `/proc`, or a fixture tree with the same layout.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProcFs {
@@ -148,6 +159,39 @@ impl ProcFs {
             .collect();
         pids.sort_unstable();
         Ok(pids)
+    }
+
+    /// The numeric entries of the root with their inode numbers (`d_ino`), sorted by pid:
+    /// one pass of getdents, no allocation per entry. On the kernel's procfs a pid's
+    /// directory gets a new inode number when a new process takes the pid (the old one's
+    /// dentries are flushed when it is reaped), so an unchanged (pid, inode) is a cheap sign
+    /// of the same process; not a proof (an evicted dentry comes back with a new number,
+    /// which only costs a `stat` read).
+    pub fn pid_entries(&self) -> Result<Vec<PidEntry>> {
+        let err = |e: nix::errno::Errno| ProcFsError::from_io(&self.root, e.into());
+        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+        let mut dir = Dir::open(&self.root, flags, Mode::empty()).map_err(err)?;
+        let mut out = Vec::new();
+        for entry in dir.iter() {
+            let entry = entry.map_err(err)?;
+            if let Some(pid) = pid_of_name(entry.file_name().to_bytes()) {
+                out.push(PidEntry {
+                    pid,
+                    ino: entry.ino(),
+                });
+            }
+        }
+        out.sort_unstable_by_key(|e| e.pid);
+        Ok(out)
+    }
+
+    /// Whether the root can be listed: opened as a directory, nothing read. A cheap "is
+    /// procfs there" for a source's status (listing every pid for it grew with the host's
+    /// processes).
+    pub fn readable(&self) -> Result<()> {
+        std::fs::read_dir(&self.root)
+            .map(|_| ())
+            .map_err(|e| ProcFsError::from_io(&self.root, e))
     }
 
     /// Whether `pid`'s directory is there (Err says why not).
@@ -448,6 +492,18 @@ fn parse_cgroup_line(line: &str) -> Option<CgroupEntry> {
             .collect(),
         path: path.to_string(),
     })
+}
+
+/// A directory name that is a pid (decimal, positive, fits an i32), without allocating.
+fn pid_of_name(name: &[u8]) -> Option<i32> {
+    if name.is_empty() || name.len() > 10 || name[0] == b'0' {
+        return None;
+    }
+    let n = name.iter().try_fold(0i64, |acc, &b| {
+        let d = b.checked_sub(b'0').filter(|d| *d < 10)?;
+        Some(acc * 10 + i64::from(d))
+    })?;
+    i32::try_from(n).ok()
 }
 
 /// `socket:[12345]` -> 12345.

@@ -5,8 +5,9 @@
 use crate::error::{Error, Result};
 use crate::model::{MetricsScrape, Role, Series};
 use serde::Deserialize;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
+use std::sync::Mutex;
 
 /// Whether a logical value is a level or a monotonically growing count.
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
@@ -177,8 +178,29 @@ pub fn apply_maps(
 fn exclude_regexes(m: &MetricMap) -> Vec<(&str, regex::Regex)> {
     m.exclude_labels
         .iter()
-        .filter_map(|(label, re)| Some((label.as_str(), regex::Regex::new(re).ok()?)))
+        .filter_map(|(label, re)| Some((label.as_str(), compiled(re)?)))
         .collect()
+}
+
+/// Most exclude patterns kept compiled (the probe files hold a few dozen).
+const MAX_COMPILED: usize = 1024;
+
+/// Exclude patterns compiled, by source: maps are applied at every scrape of every
+/// endpoint, and compiling their patterns each time showed in the daemon's profile.
+static COMPILED: std::sync::LazyLock<Mutex<HashMap<String, Option<regex::Regex>>>> =
+    std::sync::LazyLock::new(Mutex::default);
+
+/// `re` compiled once per process (while [`MAX_COMPILED`] holds; beyond, every time).
+fn compiled(re: &str) -> Option<regex::Regex> {
+    let mut memo = COMPILED.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(r) = memo.get(re) {
+        return r.clone();
+    }
+    let r = regex::Regex::new(re).ok();
+    if memo.len() < MAX_COMPILED {
+        memo.insert(re.to_string(), r.clone());
+    }
+    r
 }
 
 fn excluded(excludes: &[(&str, regex::Regex)], s: &Series) -> bool {
@@ -260,6 +282,23 @@ fn rate_key(k: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn exclude_patterns_are_compiled_once() {
+        let re = "^/compiled-once-[0-9]+$";
+        assert!(!COMPILED.lock().unwrap().contains_key(re));
+        let first = compiled(re).expect("compiles");
+        assert!(first.is_match("/compiled-once-42"));
+        assert!(COMPILED.lock().unwrap().contains_key(re), "kept");
+        assert_eq!(
+            compiled(re).map(|r| r.as_str().to_string()),
+            Some(re.into())
+        );
+        assert!(
+            compiled("(unclosed").is_none(),
+            "a bad one excludes nothing"
+        );
+    }
 
     fn map(name: &str, kind: ValueKind, series: &[&str]) -> MetricMap {
         MetricMap {

@@ -218,3 +218,41 @@ fn reads_our_own_process_in_the_real_proc() {
     assert_eq!(fs.owner_uid(me).unwrap(), nix::unistd::geteuid().as_raw());
     assert!(!fs.cmdline_bytes(me, 1 << 20).unwrap().is_empty());
 }
+
+#[test]
+fn pid_entries_list_pids_with_their_directory_inodes() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = fake_tree();
+    let fs = ProcFs::new(dir.path());
+    for d in ["7", "0042", "99999999999", "-3"] {
+        std::fs::create_dir_all(dir.path().join(d)).unwrap();
+    }
+    let entries = fs.pid_entries().unwrap();
+    let pids: Vec<i32> = entries.iter().map(|e| e.pid).collect();
+    assert_eq!(pids, vec![7, 42], "names that are not pids are skipped");
+    let ino = std::fs::metadata(dir.path().join("42")).unwrap().ino();
+    assert_eq!(entries[1].ino, ino);
+    // a new directory at the same name (a new process at a reused pid): a new inode
+    std::fs::rename(dir.path().join("42"), dir.path().join("old")).unwrap();
+    std::fs::create_dir_all(dir.path().join("42")).unwrap();
+    let again = fs.pid_entries().unwrap();
+    assert_ne!(again[1].ino, ino);
+    assert!(ProcFs::new(dir.path().join("absent"))
+        .pid_entries()
+        .is_err());
+    assert!(fs.readable().is_ok());
+    let absent = ProcFs::new(dir.path().join("absent")).readable();
+    assert!(absent.is_err_and(|e| e.is_vanished()));
+}
+
+#[test]
+fn pid_entries_of_the_real_proc_match_its_listing() {
+    let fs = ProcFs::real();
+    let me = std::process::id() as i32;
+    let entries = fs.pid_entries().unwrap();
+    let mine = entries.iter().find(|e| e.pid == me).expect("our own pid");
+    assert_ne!(mine.ino, 0);
+    let again = fs.pid_entries().unwrap();
+    assert_eq!(again.iter().find(|e| e.pid == me), Some(mine), "stable");
+    assert!(entries.windows(2).all(|w| w[0].pid < w[1].pid));
+}
