@@ -724,25 +724,28 @@ fn pd_both_legs_waiting_blames_prefill() {
         .any(|e| e.detail.contains("needs the KV cache from this prefill")));
 }
 
+/// A request of `stuck_bytes` waits at the busy decode engine while `overtakers` later ones
+/// of `later_bytes` are answered; the findings 35 s after.
+fn busy_decode_overtaken(stuck_bytes: u64, later_bytes: u64, overtakers: usize) -> Vec<Finding> {
+    let mut sim = Sim::new(pd_topology());
+    let mut env = Env::busy(4.0);
+    let stuck = sim.connect(Some(200), 31012, 400);
+    sim.request(stuck, stuck_bytes);
+    sim.run(2_000, |s| env.tick(s));
+    for _ in 0..overtakers {
+        let c = sim.connect(Some(200), 31012, 400);
+        sim.request(c, later_bytes);
+        sim.run(500, |s| env.tick(s));
+        sim.respond(c, 300);
+        sim.run(250, |s| env.tick(s));
+    }
+    sim.run(35_000, |s| env.tick(s));
+    findings(&sim)
+}
+
 #[test]
 fn wedged_on_a_busy_engine_only_when_later_requests_overtook_it() {
-    let run = |overtakers: usize| {
-        let mut sim = Sim::new(pd_topology());
-        let mut env = Env::busy(4.0);
-        let stuck = sim.connect(Some(200), 31012, 400);
-        sim.request(stuck, 500);
-        sim.run(2_000, |s| env.tick(s));
-        for _ in 0..overtakers {
-            let c = sim.connect(Some(200), 31012, 400);
-            sim.request(c, 500);
-            sim.run(500, |s| env.tick(s));
-            sim.respond(c, 300);
-            sim.run(250, |s| env.tick(s));
-        }
-        sim.run(35_000, |s| env.tick(s));
-        findings(&sim)
-    };
-    let fs = run(6);
+    let fs = busy_decode_overtaken(500, 500, 6);
     let w: Vec<_> = fs.iter().filter(|f| f.kind == "wedged_request").collect();
     assert_eq!(w.len(), 1, "{fs:#?}");
     assert!(
@@ -751,7 +754,9 @@ fn wedged_on_a_busy_engine_only_when_later_requests_overtook_it() {
         w[0].summary
     );
     // A busy engine with nothing overtaking: a queue, not a wedge.
-    assert!(run(1).iter().all(|f| f.kind != "wedged_request"));
+    assert!(busy_decode_overtaken(500, 500, 1)
+        .iter()
+        .all(|f| f.kind != "wedged_request"));
 }
 
 /// On a busy engine, a kept-alive connection first seen in a jiffy tie (its last request
@@ -786,23 +791,7 @@ fn a_jiffy_tie_at_start_on_a_busy_engine_is_not_a_wedge() {
 /// (before: only requests of at least half its size did, and none came: never reported).
 #[test]
 fn a_long_prompt_forgotten_by_a_busy_decode_is_wedged() {
-    let run = |overtakers: usize| {
-        let mut sim = Sim::new(pd_topology());
-        let mut env = Env::busy(4.0);
-        let stuck = sim.connect(Some(200), 31012, 400);
-        sim.request(stuck, 42_000);
-        sim.run(2_000, |s| env.tick(s));
-        for _ in 0..overtakers {
-            let c = sim.connect(Some(200), 31012, 400);
-            sim.request(c, 2_000);
-            sim.run(500, |s| env.tick(s));
-            sim.respond(c, 300);
-            sim.run(250, |s| env.tick(s));
-        }
-        sim.run(35_000, |s| env.tick(s));
-        findings(&sim)
-    };
-    let fs = run(6);
+    let fs = busy_decode_overtaken(42_000, 2_000, 6);
     let w: Vec<_> = fs.iter().filter(|f| f.kind == "wedged_request").collect();
     assert_eq!(w.len(), 1, "{fs:#?}");
     assert!(
@@ -810,7 +799,9 @@ fn a_long_prompt_forgotten_by_a_busy_decode_is_wedged() {
         "{}",
         w[0].summary
     );
-    assert!(run(1).iter().all(|f| f.kind != "wedged_request"));
+    assert!(busy_decode_overtaken(42_000, 2_000, 1)
+        .iter()
+        .all(|f| f.kind != "wedged_request"));
 }
 
 #[test]
