@@ -468,3 +468,45 @@ fn a_busy_snapshot_lists_unfinished_requests_and_the_newest_finished_ones() {
         .count();
     assert_eq!(finished, MAX_DONE_LISTED, "no leg of a left-out request");
 }
+
+/// A big node's socket dump takes hundreds of ms on a loaded host, and each socket's request
+/// time is counted from the sample's stamp: the proxy's leg can look younger than the router's
+/// by up to the dump's length. Linked when the dump was that slow; not when it was quick (a
+/// parent that much younger is no parent then).
+#[test]
+fn a_slow_dump_widens_the_link_slack_by_its_length() {
+    let run = |dump_ms: u64| {
+        let mut sim = Sim::new(pd_topology());
+        let client = sim.connect(None, 8000, 100);
+        let hop = sim.connect(Some(100), 30000, 200);
+        // As the dump saw them: the router's bytes 300 ms before the proxy's.
+        sim.request(hop, 42_000);
+        sim.advance(300);
+        sim.request(client, 42_000);
+        sim.advance(100);
+        for _ in 0..4 {
+            let table = sim.socket_table();
+            sim.model.ingest(&wedgewatch::model::Sample {
+                t_ms: sim.now,
+                status: wedgewatch::model::SourceStatus::ok(),
+                took_ms: dump_ms,
+                payload: wedgewatch::model::Payload::Sockets(table),
+            });
+            sim.advance(250);
+        }
+        let xs: Vec<_> = sim.model.exchanges().cloned().collect();
+        let at = |comp: &str| {
+            xs.iter()
+                .find(|x| x.component == comp)
+                .cloned()
+                .expect(comp)
+        };
+        let (px, rx) = (at(PROXY), at(ROUTER));
+        rx.parent == Some(px.id.clone())
+    };
+    assert!(
+        run(400),
+        "a 400 ms dump: the router's leg is the proxy's child"
+    );
+    assert!(!run(3), "a 3 ms dump: 300 ms is too far for a link");
+}

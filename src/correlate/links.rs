@@ -40,7 +40,15 @@ type NewLinks = HashMap<String, (String, f64)>;
 /// Links recently started exchanges to their parents. Existing links are kept.
 pub(crate) fn link(model: &mut Model, now: Millis) {
     let window = model.thresholds.correlate.link_window_ms;
-    let slack = model.thresholds.correlate.link_slack_ms;
+    // Request times come from the kernel's "ms since" fields read during the dump but
+    // counted from the sample's stamp: a dump that took long (a big node's table on a
+    // loaded host: hundreds of ms) skews one hop against the next by up to its length, and
+    // a parent can look that much younger than its child. Allow for it, up to the window.
+    let dump_ms = model
+        .seen
+        .get(&crate::model::SourceKind::Sockets)
+        .map_or(0, |s| i64::try_from(s.took_ms).unwrap_or(i64::MAX));
+    let slack = model.thresholds.correlate.link_slack_ms + dump_ms.min(window);
     let horizon = 10_000 + window + slack;
     let first_new = model.link_cursor.0;
     // Exchanges numbered from `first_new` appeared in the last two passes.
