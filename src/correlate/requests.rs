@@ -398,9 +398,10 @@ fn stalled(v: &View) -> Vec<StuckLeg> {
         .collect();
     let mut out = Vec::new();
     for (comp, ls) in by_component(v, leaves) {
-        let busy = v.components.get(&comp).is_some_and(|cs| {
-            !cs.work_signals().is_empty() || cs.gpu_activity == GpuActivity::Spinning
-        });
+        let busy = v
+            .components
+            .get(&comp)
+            .is_some_and(|cs| cs.shows_work() || cs.gpu_activity == GpuActivity::Spinning);
         if busy {
             continue;
         }

@@ -99,6 +99,11 @@ pub fn signals_text(signals: &[WorkSignal]) -> String {
 }
 
 impl ComponentState {
+    /// Busy: at least one of its [`work_signals`](Self::work_signals).
+    pub fn shows_work(&self) -> bool {
+        !self.work_signals().is_empty()
+    }
+
     /// Positive evidence that the engine is doing work (any one suffices).
     pub fn work_signals(&self) -> Vec<WorkSignal> {
         let mut v = Vec::new();

@@ -246,7 +246,7 @@ impl Model {
         // tick: most likely an idle keep-alive connection) is not made outstanding by it
         // there; on a busy big node such a connection read as a request waiting since the
         // daemon started, in some passes and not others.
-        let busy = !cs.work_signals().is_empty();
+        let busy = cs.shows_work();
         for x in quiet {
             // (Every state is of an exchange in history: a link to one evicted has none.)
             let child_open = x.links.iter().any(|l| {

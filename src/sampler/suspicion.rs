@@ -81,7 +81,7 @@ fn idle_with_work_waiting(
     th: &Thresholds,
     s: &mut Suspicion,
 ) {
-    if !cs.work_signals().is_empty() {
+    if cs.shows_work() {
         return;
     }
     if let Some((queued, _)) = cs.queued {
