@@ -29,6 +29,7 @@ use crate::model::{Payload, Sample, SourceKind, Topology};
 use crate::record::{Baseline, Record, RecordingWriter, RotationPolicy};
 use crate::safe_fs;
 use crate::sampler::kick::StacksKick;
+use crate::sampler::pace::Pace;
 use crate::sampler::{Sampler, StatsHandle};
 use crate::sources::{BoxFuture, Source};
 pub use dirs::{default_runtime_dir, default_state_dir};
@@ -196,6 +197,18 @@ impl Daemon {
         })
     }
 
+    /// The sockets source's pace (`sockets_calm_ms` while nothing is suspected, its own
+    /// period while something is), when calm is the slower of the two.
+    fn sockets_pace(&self) -> Option<Arc<Pace>> {
+        let calm = u64::try_from(self.config.thresholds.sampling.sockets_calm_ms).ok()?;
+        let every = self
+            .sources
+            .iter()
+            .find(|(s, ..)| s.kind() == SourceKind::Sockets)
+            .map(|(_, every, _)| *every)?;
+        (calm > every).then(|| Pace::new(calm, every))
+    }
+
     /// The live state (for an in-process TUI).
     pub fn shared(&self) -> Arc<Mutex<Shared>> {
         self.shared.clone()
@@ -261,11 +274,15 @@ impl Daemon {
             sampler.add(s.clone(), *e, *t);
         }
         sampler.kick_with(SourceKind::Stacks, self.stacks_kick.clone());
+        let sockets_pace = self.sockets_pace();
+        if let Some(p) = &sockets_pace {
+            sampler.pace_with(SourceKind::Sockets, p.clone());
+        }
         let stats = sampler.stats();
         let (tx, mut rx) = mpsc::channel::<Sample>(SAMPLE_QUEUE);
         let (stop_tx, stop_rx) = watch::channel(false);
         let sampler_task = tokio::spawn(sampler.run(tx, stop_rx));
-        let tasks = self.spawn_servers(listener, exporter, stats);
+        let tasks = self.spawn_servers(listener, exporter, stats, sockets_pace);
 
         let every = Duration::from_millis(self.config.rediscover_every_ms.max(100));
         let mut rediscover = tokio::time::interval(every);
@@ -308,6 +325,7 @@ impl Daemon {
         listener: UnixListener,
         exporter: Option<TcpListener>,
         stats: StatsHandle,
+        sockets_pace: Option<Arc<Pace>>,
     ) -> Vec<tokio::task::JoinHandle<()>> {
         let mut tasks = Vec::new();
         let published = exporter.as_ref().map(|_| metrics::Published::default());
@@ -319,6 +337,7 @@ impl Daemon {
             log::Readers {
                 publish: published.clone(),
                 latest: self.latest.clone(),
+                sockets_pace,
             },
         )));
         if let (Some(l), Some(p)) = (exporter, published) {

@@ -5,7 +5,9 @@
 
 pub mod adaptive;
 pub mod kick;
+pub mod pace;
 pub mod suspicion;
+mod ticker;
 
 use crate::clock::{Clock, Millis};
 use crate::model::{GpuReading, Payload, Sample, SocketTable, SourceKind, SourceStatus, Topology};
@@ -49,6 +51,9 @@ pub struct Schedule {
     /// Runs the source at once when kicked (the daemon's adaptive stacks, on a snapshot
     /// asked for while a suspicion is open), then on its cadence again.
     pub kick: Option<Arc<kick::StacksKick>>,
+    /// Runs the source at this pace's period instead of `every_ms` (the daemon's sockets:
+    /// slow while nothing is suspected).
+    pub pace: Option<Arc<pace::Pace>>,
 }
 
 /// Per-source sampling health.
@@ -139,6 +144,7 @@ impl Sampler {
             every_ms: every_ms.max(1),
             timeout_ms: timeout_ms.max(1),
             kick: None,
+            pace: None,
         });
     }
 
@@ -150,6 +156,20 @@ impl Sampler {
             .filter(|s| s.source.kind() == kind)
         {
             s.kick = Some(kick.clone());
+        }
+    }
+
+    /// The source of `kind` runs at `pace`'s period, and at once when it turns alert.
+    pub fn pace_with(&mut self, kind: SourceKind, pace: Arc<pace::Pace>) {
+        for s in self
+            .schedules
+            .iter_mut()
+            .filter(|s| s.source.kind() == kind)
+        {
+            s.pace = Some(pace.clone());
+        }
+        if let Some(st) = lock(&self.stats).get_mut(&kind) {
+            st.every_ms = pace.period_ms();
         }
     }
 
@@ -190,8 +210,7 @@ impl Sampler {
             let tx = tx.clone();
             let mut shutdown = shutdown.clone();
             tasks.push(tokio::spawn(async move {
-                let mut iv = tokio::time::interval(Duration::from_millis(s.every_ms));
-                iv.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+                let mut ticker = ticker::Ticker::new(&s);
                 // A one-shot collection takes every source at least once, however short
                 // its window (a 0 s snapshot still has processes, sockets, ...).
                 let mut owed_first = finish_by.is_some();
@@ -201,14 +220,17 @@ impl Sampler {
                         break;
                     }
                     if owed_first {
-                        iv.tick().await;
+                        ticker.first().await;
                         owed_first = false;
                     } else {
                         tokio::select! {
-                            _ = iv.tick() => {}
-                            _ = kicked(s.kick.as_deref()) => iv.reset(),
+                            _ = ticker.next() => {}
                             r = shutdown.changed() => { if r.is_err() || *shutdown.borrow() { break; } continue; }
                         }
+                    }
+                    let every_ms = ticker.period_ms();
+                    if ticker.repaced() {
+                        lock(&stats).entry(s.source.kind()).and_modify(|st| st.every_ms = every_ms);
                     }
                     // A place in the consumer's queue first: a source whose samples the
                     // consumer cannot take yet waits instead of sampling, so at most the
@@ -219,8 +241,8 @@ impl Sampler {
                         _ = shutdown.wait_for(|v| *v), if finish_by.is_none() => None,
                     };
                     let waited = waiting.elapsed().as_millis() as u64;
-                    if waited >= s.every_ms {
-                        lock(&stats).entry(s.source.kind()).and_modify(|st| st.late += waited / s.every_ms);
+                    if waited >= every_ms {
+                        lock(&stats).entry(s.source.kind()).and_modify(|st| st.late += waited / every_ms);
                     }
                     let Some(permit) = permit else { break };
                     let t = topo.borrow().clone();
@@ -244,8 +266,8 @@ impl Sampler {
                         continue;
                     }
                     delivered = true;
-                    if elapsed > s.every_ms {
-                        lock(&stats).entry(s.source.kind()).and_modify(|st| st.late += elapsed / s.every_ms);
+                    if elapsed > every_ms {
+                        lock(&stats).entry(s.source.kind()).and_modify(|st| st.late += elapsed / every_ms);
                     }
                     permit.send(sample);
                     lock(&stats).entry(s.source.kind()).and_modify(|st| st.samples += 1);
@@ -256,14 +278,6 @@ impl Sampler {
         for t in tasks {
             let _ = t.await;
         }
-    }
-}
-
-/// Resolves when `kick` is kicked; never without one.
-async fn kicked(kick: Option<&kick::StacksKick>) {
-    match kick {
-        Some(k) => k.kicked().await,
-        None => std::future::pending().await,
     }
 }
 
@@ -475,6 +489,44 @@ mod tests {
         assert!(kick.on_snapshot());
         let kicked = tokio::time::timeout(Duration::from_secs(1), samples.recv()).await;
         assert!(matches!(kicked, Ok(Some(_))), "a kick runs it at once");
+    }
+
+    /// How many samples arrive within `ms`.
+    async fn count_for(rx: &mut mpsc::Receiver<Sample>, ms: u64) -> usize {
+        let end = tokio::time::Instant::now() + Duration::from_millis(ms);
+        let mut n = 0;
+        while let Ok(Some(_)) = tokio::time::timeout_at(end, rx.recv()).await {
+            n += 1;
+        }
+        n
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_paced_source_runs_slow_while_calm_and_at_once_then_fast_when_alerted() {
+        let (_tx, rx) = watch::channel(Topology::default());
+        let mut s = Sampler::new(Arc::new(crate::clock::FakeClock::new(0)), rx);
+        s.add(Arc::new(Quick), 250, 1_000);
+        let pace = pace::Pace::new(1_000, 250);
+        s.pace_with(SourceKind::Stacks, pace.clone());
+        let stats = s.stats();
+        assert_eq!(lock(&stats)[&SourceKind::Stacks].every_ms, 1_000);
+        let (tx, mut samples) = mpsc::channel(64);
+        let (_stop_tx, stop_rx) = watch::channel(false);
+        let _task = tokio::spawn(s.run(tx, stop_rx));
+        // calm: the first tick at once, then one a second
+        assert_eq!(count_for(&mut samples, 2_900).await, 3);
+        pace.set_alert(true);
+        let woken = tokio::time::timeout(Duration::from_millis(10), samples.recv()).await;
+        assert!(matches!(woken, Ok(Some(_))), "the alert runs it at once");
+        assert_eq!(
+            count_for(&mut samples, 2_010).await,
+            8,
+            "then four a second"
+        );
+        assert_eq!(lock(&stats)[&SourceKind::Stacks].every_ms, 250);
+        pace.set_alert(false);
+        let _ = count_for(&mut samples, 300).await; // the tick already due at the fast period
+        assert_eq!(count_for(&mut samples, 3_000).await, 3, "calm again");
     }
 
     /// Counts how often it was asked for a sample.

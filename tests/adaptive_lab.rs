@@ -133,6 +133,22 @@ impl Daemon {
 }
 
 impl Daemon {
+    /// The sockets source's period now, from the daemon's `sources` answer.
+    fn sockets_every_ms(&self) -> u64 {
+        use std::io::{Read, Write};
+        let mut c = std::os::unix::net::UnixStream::connect(self.state_dir.join("daemon.sock"))
+            .expect("connect to the daemon");
+        c.set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        c.write_all(b"sources\n").expect("ask");
+        let mut out = String::new();
+        c.read_to_string(&mut out).expect("answer");
+        let v: Value = serde_json::from_str(&out).expect("json answer");
+        v["sampler"]["sockets"]["every_ms"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no sockets cadence in {out}"))
+    }
+
     fn socket_exists(&self) -> bool {
         use std::os::unix::fs::FileTypeExt;
         std::fs::symlink_metadata(self.state_dir.join("daemon.sock"))
@@ -173,7 +189,8 @@ fn unix_now() -> f64 {
 }
 
 /// With nothing suspicious (an idle healthy stack), one process per tick: py-spy runs come
-/// in single file, a tick apart, and the rotation walks this lab's processes one at a time.
+/// in single file, a tick apart, and the rotation walks this lab's processes one at a time;
+/// the socket table at its calm pace.
 #[test]
 fn quiet_stack_is_dumped_one_process_per_tick() {
     let _one = ONE_LAB.lock().unwrap_or_else(|p| p.into_inner());
@@ -186,6 +203,7 @@ fn quiet_stack_is_dumped_one_process_per_tick() {
     std::thread::sleep(Duration::from_secs(20));
     let secs = t0.elapsed().as_secs_f64();
     let daemon_log = std::fs::read_to_string(dir.join("daemon.log")).unwrap_or_default();
+    let sockets_every_ms = daemon.sockets_every_ms();
     let all = runs(&log);
     drop(daemon);
     let window: Vec<(f64, u32)> = all.into_iter().filter(|r| r.0 >= from).collect();
@@ -208,6 +226,12 @@ fn quiet_stack_is_dumped_one_process_per_tick() {
         ticks.len()
     );
     let foreign_suspicion = daemon_log.contains("adaptive stacks: dumping the schedulers");
+    if !foreign_suspicion {
+        assert_eq!(
+            sockets_every_ms, 1_000,
+            "nothing suspected: the calm socket pace"
+        );
+    }
     let mine = lab_pids(&lab);
     for tick in &ticks {
         let distinct: BTreeSet<&u32> = tick.iter().collect();
@@ -233,7 +257,8 @@ fn quiet_stack_is_dumped_one_process_per_tick() {
 }
 
 /// The noon wedge with adaptive sampling: `wedged_request` at decode with stack evidence,
-/// its scheduler dumped tick after tick once suspected, the healthy prefill's far less.
+/// its scheduler dumped tick after tick once suspected, the healthy prefill's far less, and
+/// the socket table at its fast pace.
 #[test]
 fn noon_wedge_yields_wedged_request_with_stack_evidence() {
     let _one = ONE_LAB.lock().unwrap_or_else(|p| p.into_inner());
@@ -245,6 +270,11 @@ fn noon_wedge_yields_wedged_request_with_stack_evidence() {
     let _load = lab.load_background(3, 6, 90.0).expect("harness");
     // Past the 8 s wedge threshold and a few ticks of the suspected engine's schedulers.
     let snap = wait_for_wedge(&lab, &daemon, Duration::from_secs(60));
+    assert_eq!(
+        daemon.sockets_every_ms(),
+        250,
+        "a wedge suspected: the socket table at its fast pace"
+    );
     let daemon_log = std::fs::read_to_string(dir.join("daemon.log")).unwrap_or_default();
     let decode_pid = lab.decode().pid;
     let decode = component_of(&snap, decode_pid);

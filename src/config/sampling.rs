@@ -10,6 +10,9 @@
 //! and none runs, or when a finding that implicates its schedulers is open. Off: every Python
 //! process of the stack at each stacks period (15 s), three dumps of each scheduler, as
 //! before. One-shot snapshots always take their full window of dumps.
+//!
+//! The daemon's socket table follows the same suspicion: every `sockets_calm_ms` while
+//! nothing is suspected, at the sockets source's own period while something is.
 
 /// The adaptive stack sampling policy's knobs (see the module doc).
 #[derive(Debug, Clone, PartialEq)]
@@ -24,6 +27,10 @@ pub struct SamplingThresholds {
     /// An idle GPU with nothing showing work makes its engine suspect once a request has
     /// been open at it this long (shorter: a request between two batches).
     pub suspect_gpu_idle_ms: i64,
+    /// The daemon's socket table every this many ms while nothing is suspected (at the
+    /// sockets source's own period, 250 ms, while something is): the table is the
+    /// daemon's largest cost on a big node, and only a suspicion needs it fine.
+    pub sockets_calm_ms: i64,
 }
 
 impl Default for SamplingThresholds {
@@ -33,6 +40,7 @@ impl Default for SamplingThresholds {
             stacks_tick_ms: 5_000,
             suspect_silent_pct: 33,
             suspect_gpu_idle_ms: 3_000,
+            sockets_calm_ms: 1_000,
         }
     }
 }

@@ -154,6 +154,7 @@ struct Flat {
     stacks_tick_ms: i64,
     suspect_silent_pct: u32,
     suspect_gpu_idle_ms: i64,
+    sockets_calm_ms: i64,
 }
 
 impl Default for Flat {
@@ -194,6 +195,7 @@ impl From<Thresholds> for Flat {
             stacks_tick_ms: t.sampling.stacks_tick_ms,
             suspect_silent_pct: t.sampling.suspect_silent_pct,
             suspect_gpu_idle_ms: t.sampling.suspect_gpu_idle_ms,
+            sockets_calm_ms: t.sampling.sockets_calm_ms,
         }
     }
 }
@@ -235,6 +237,7 @@ impl From<Flat> for Thresholds {
                 stacks_tick_ms: f.stacks_tick_ms,
                 suspect_silent_pct: f.suspect_silent_pct,
                 suspect_gpu_idle_ms: f.suspect_gpu_idle_ms,
+                sockets_calm_ms: f.sockets_calm_ms,
             },
         }
     }
@@ -315,6 +318,14 @@ impl Thresholds {
             3_600_000,
             " ms",
         )?;
+        // Calm still sees a request within the suspicion's fraction of the wedge threshold.
+        super::in_range(
+            "sockets_calm_ms",
+            self.sampling.sockets_calm_ms,
+            250,
+            10_000,
+            " ms",
+        )?;
         let frac = self.correlate.spin_power_frac;
         if !(frac > 0.0 && frac <= 1.0) {
             return Err(RangeError {
@@ -367,6 +378,7 @@ mod tests {
             ("busy_util_pct = 101", "busy_util_pct"),
             ("suspect_silent_pct = 0", "suspect_silent_pct"),
             ("stacks_tick_ms = 10", "stacks_tick_ms"),
+            ("sockets_calm_ms = 60000", "sockets_calm_ms"),
             ("spin_power_frac = nan", "spin_power_frac"),
             ("spin_power_frac = -0.5", "spin_power_frac"),
         ];

@@ -334,7 +334,8 @@ impl Watch {
     /// One evaluation: learn new processes' secrets, run the detectors over the model at
     /// `now`, compare sources' status; the events, in the order to log them.
     /// With `publish`, the pass's [`Evaluation`] is stored there for the exporter.
-    /// The pass's suspicion is stored in `latest` for the adaptive stacks.
+    /// The pass's suspicion is stored in `latest` for the adaptive stacks, and sets the
+    /// sockets' pace.
     pub fn pass(
         &mut self,
         shared: &Mutex<Shared>,
@@ -358,6 +359,9 @@ impl Watch {
             }
             (pass, now)
         };
+        if let Some(p) = &to.sockets_pace {
+            p.set_alert(!pass.suspicion.is_empty());
+        }
         to.latest.set(pass.suspicion.clone());
         let findings = &pass.findings;
         let mut events = Vec::new();
@@ -397,12 +401,14 @@ impl Watch {
     }
 }
 
-/// Who reads each pass besides the log: the exporter (when there is one) and the newest
-/// pass's reader (the adaptive stacks).
+/// Who reads each pass besides the log: the exporter (when there is one), the newest
+/// pass's reader (the adaptive stacks) and the sockets' pace (alert while anything is
+/// suspected).
 #[derive(Debug, Clone, Default)]
 pub struct Readers {
     pub publish: Option<Published>,
     pub latest: Latest,
+    pub sockets_pace: Option<Arc<crate::sampler::pace::Pace>>,
 }
 
 /// Logs findings and source health every `every` until the task is aborted, publishes

@@ -1,0 +1,78 @@
+//! The daemon's socket pace: the socket table is the daemon's largest cost on a big node
+//! (the dump, then every connection ingested, linked and viewed), and its fine cadence is
+//! needed only while something is suspected. Calm, the sockets source runs at a slow
+//! period; once the daemon's detector pass suspects an engine (`sampler::suspicion`), at the
+//! fast one until the suspicion clears. The daemon sets [`Pace::set_alert`] at every pass;
+//! the sampler reads [`Pace::period_ms`] at every tick and wakes at once on
+//! [`Pace::alerted`] instead of finishing a slow period.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+#[derive(Debug)]
+pub struct Pace {
+    calm_ms: u64,
+    alert_ms: u64,
+    alert: AtomicBool,
+    notify: tokio::sync::Notify,
+}
+
+impl Pace {
+    /// A pace of `calm_ms` while nothing is suspected, `alert_ms` while something is.
+    pub fn new(calm_ms: u64, alert_ms: u64) -> Arc<Pace> {
+        Arc::new(Pace {
+            calm_ms: calm_ms.max(1),
+            alert_ms: alert_ms.max(1),
+            alert: AtomicBool::new(false),
+            notify: tokio::sync::Notify::new(),
+        })
+    }
+
+    /// Whether anything is suspected now. Turning alert wakes the sampler at once.
+    pub fn set_alert(&self, yes: bool) {
+        let was = self.alert.swap(yes, Ordering::Relaxed);
+        if yes && !was {
+            self.notify.notify_one();
+        }
+    }
+
+    pub fn is_alert(&self) -> bool {
+        self.alert.load(Ordering::Relaxed)
+    }
+
+    /// The period to run at now.
+    pub fn period_ms(&self) -> u64 {
+        if self.is_alert() {
+            self.alert_ms
+        } else {
+            self.calm_ms
+        }
+    }
+
+    /// Resolves when the pace turns alert.
+    pub async fn alerted(&self) {
+        self.notify.notified().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn the_period_follows_the_alert_and_turning_alert_wakes_the_sampler() {
+        let pace = Pace::new(1_000, 250);
+        assert_eq!(pace.period_ms(), 1_000, "calm at start");
+        pace.set_alert(true);
+        assert_eq!(pace.period_ms(), 250);
+        tokio::time::timeout(Duration::from_secs(1), pace.alerted())
+            .await
+            .expect("woken by the alert");
+        pace.set_alert(true);
+        let again = tokio::time::timeout(Duration::from_millis(50), pace.alerted()).await;
+        assert!(again.is_err(), "staying alert wakes no one again");
+        pace.set_alert(false);
+        assert_eq!(pace.period_ms(), 1_000);
+    }
+}
