@@ -510,3 +510,37 @@ fn a_slow_dump_widens_the_link_slack_by_its_length() {
     );
     assert!(!run(3), "a 3 ms dump: 300 ms is too far for a link");
 }
+
+/// A wedged PD request two minutes old: its prefill leg ended long before the view's window
+/// (and its scope's margin), yet the view still shows the chain whole, prefill included.
+#[test]
+fn a_chain_is_shown_whole_though_a_leg_ended_long_before_the_window() {
+    let mut sim = Sim::new(pd_topology());
+    let [a, b, p, d] = pd_request(&mut sim);
+    sim.run(250, |_| {});
+    sim.respond(p, 200);
+    sim.run(250, |_| {});
+    sim.close(p);
+    sim.run(120_000, |_| {});
+    let v = sim.model.view(sim.now);
+    let id_of = |conn: usize| {
+        let client = &sim.conns[conn].client;
+        v.requests
+            .iter()
+            .find(|r| &r.x.client == client)
+            .unwrap_or_else(|| panic!("no exchange of conn {conn} in the view"))
+    };
+    let (prefill, decode) = (id_of(p), id_of(d));
+    assert_eq!(prefill.state, RequestState::Done);
+    assert!(
+        wedgewatch::correlate::View::is_outstanding(decode),
+        "{:?}",
+        decode.state
+    );
+    assert_eq!(
+        prefill.request, decode.request,
+        "one logical request: {} / {}",
+        prefill.leg, decode.leg
+    );
+    let _ = (a, b);
+}

@@ -738,6 +738,18 @@ fn recordings_never_hold_secrets_in_clear() {
             payload: Payload::Processes(vec![facts]),
         })
         .expect("write");
+        // A socket table's free text is redacted too (its entries are ours: numbers and
+        // addresses); the secrets were learned from the process sample above.
+        w.write_sample(&Sample {
+            t_ms: T0 + 2000,
+            status: SourceStatus::unavailable("netns of pid 400: sk-recorded-cli-77 refused"),
+            took_ms: 1,
+            payload: Payload::Sockets(SocketTable {
+                sockets: Vec::new(),
+                notes: vec!["fell back to /proc for hf_recorded_secret_99".into()],
+            }),
+        })
+        .expect("write");
     }
     let mut text = String::new();
     std::io::Read::read_to_string(
@@ -751,6 +763,10 @@ fn recordings_never_hold_secrets_in_clear() {
     );
     assert!(!text.contains("hf_recorded_secret_99"), "{text}");
     assert!(!text.contains("sk-recorded-cli-77"), "{text}");
+    assert!(
+        text.contains("fell back to /proc for"),
+        "the note is kept: {text}"
+    );
     // Names and harmless values stay, so replay still shows what was set.
     let (records, _) = Recording::open(&path).expect("open").read().expect("read");
     let procs = records

@@ -19,8 +19,8 @@
 
 use super::exchange::Exchange;
 use super::Model;
+use super::{FastMap, FastSet};
 use crate::clock::Millis;
-use std::collections::{HashMap, HashSet};
 
 /// What linking reads of an exchange: the exchange itself and its number.
 struct Lite<'a> {
@@ -35,7 +35,7 @@ fn num_of(id: &str) -> u64 {
 }
 
 /// New links: child id -> (parent id, confidence).
-type NewLinks = HashMap<String, (String, f64)>;
+type NewLinks = FastMap<String, (String, f64)>;
 
 /// Links recently started exchanges to their parents. Existing links are kept.
 pub(crate) fn link(model: &mut Model, now: Millis) {
@@ -78,14 +78,14 @@ fn find_links(
             num: num_of(&x.id),
         })
         .collect();
-    let mut taken: HashSet<(&str, &str)> = HashSet::new();
+    let mut taken: FastSet<(&str, &str)> = FastSet::default();
     for l in &recent {
         if let Some(p) = &l.x.parent {
             taken.insert((p.as_str(), l.x.component.as_str()));
         }
     }
     // Parent candidates per component, by request time.
-    let mut index: HashMap<&str, Vec<(Millis, usize)>> = HashMap::new();
+    let mut index: FastMap<&str, Vec<(Millis, usize)>> = FastMap::default();
     for (i, l) in recent.iter().enumerate() {
         index
             .entry(l.x.component.as_str())
@@ -97,7 +97,7 @@ fn find_links(
         .filter(|l| l.num >= first_new && l.x.parent.is_none() && l.x.client_component.is_some())
         .collect();
     if children.is_empty() {
-        return NewLinks::new();
+        return NewLinks::default();
     }
     for v in index.values_mut() {
         v.sort_unstable();
@@ -115,7 +115,7 @@ fn find_links(
 /// One pass's recent exchanges and their index by component.
 struct Pass<'p, 'a> {
     recent: &'p [Lite<'a>],
-    index: &'p HashMap<&'a str, Vec<(Millis, usize)>>,
+    index: &'p FastMap<&'a str, Vec<(Millis, usize)>>,
     window: Millis,
     slack: Millis,
 }
@@ -127,9 +127,9 @@ impl<'a> Pass<'_, 'a> {
     fn best_parents(
         &self,
         children: &[&Lite<'a>],
-        taken: &mut HashSet<(&'a str, &'a str)>,
+        taken: &mut FastSet<(&'a str, &'a str)>,
     ) -> NewLinks {
-        let mut new_links = NewLinks::new();
+        let mut new_links = NewLinks::default();
         for &child in children {
             let c = child.x;
             let Some(cands) = c
@@ -170,7 +170,7 @@ impl<'a> Pass<'_, 'a> {
 
 /// Writes new links into the exchanges (all on connections seen since `since`).
 fn apply(model: &mut Model, since: Millis, new_links: &NewLinks) {
-    let mut parent_children: HashMap<&str, Vec<&str>> = HashMap::new();
+    let mut parent_children: FastMap<&str, Vec<&str>> = FastMap::default();
     for (c, (p, _)) in new_links {
         parent_children
             .entry(p.as_str())

@@ -3,9 +3,9 @@
 //! addresses), computed once per table instead of by scanning every component (and parsing
 //! its listen addresses) for each of thousands of sockets.
 
+use super::FastMap;
 use crate::model::addr::{parse_socket_addr, split_host_port};
 use crate::model::{Component, Topology};
-use std::collections::HashMap;
 use std::net::IpAddr;
 
 /// The host of a listen address: an IP, or a name (which cannot be told apart from any
@@ -20,9 +20,9 @@ enum ListenHost {
 #[derive(Debug, Default)]
 pub(super) struct Lookup {
     /// As `Topology::component_of_pid`: the deepest role, the last of equals.
-    by_pid: HashMap<i32, usize>,
+    by_pid: FastMap<i32, usize>,
     /// As `Topology::component_listening_in`: the first component listening there.
-    by_port: HashMap<(Option<u64>, u16), usize>,
+    by_port: FastMap<(Option<u64>, u16), usize>,
     /// Each component's listen addresses, parsed.
     listen: Vec<Vec<(ListenHost, u16)>>,
 }

@@ -134,6 +134,17 @@ impl Default for Model {
     }
 }
 
+/// The number `n` of an exchange id `x<n>` (the model's ids, `Model::next_exchange_id`).
+pub(crate) fn exchange_num(id: &str) -> Option<u64> {
+    id.strip_prefix('x')?.parse().ok()
+}
+
+/// The correlator's hash maps: keyed by its own exchange ids, component ids and socket
+/// addresses, built and probed thousands of times per view on a big node, where std's
+/// SipHash was the largest single cost. foldhash is seeded per process.
+pub(crate) type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+pub(crate) type FastSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
+
 /// Most closed connections kept (on top of the time bound).
 const MAX_CLOSED_CONNS: usize = 4096;
 /// Most metrics points per component / GPU readings / stack captures kept.

@@ -25,11 +25,12 @@
 
 use super::state::{ComponentState, WorkSignal};
 use super::view::{is_probe_sized, RequestView, View};
+use super::FastMap;
 use super::Model;
 use crate::clock::Millis;
 use crate::model::{RequestState, Role, StuckKind, Verdict};
 use crate::sources::gpu::GpuActivity;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
 /// One logical request in a view.
 #[derive(Debug, Clone, PartialEq)]
@@ -113,7 +114,7 @@ pub(super) fn group(v: &mut View) {
         });
     }
     for l in &logical {
-        let mut seen: HashMap<Role, usize> = HashMap::new();
+        let mut seen: FastMap<Role, usize> = FastMap::default();
         for &i in &l.legs {
             let r = &mut v.requests[i];
             let k = seen.entry(r.x.role).or_default();

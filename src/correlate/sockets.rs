@@ -8,11 +8,12 @@
 
 use super::exchange::{Conn, ConnKey, Obs};
 use super::lookup::Lookup;
+use super::FastMap;
 use super::{links, CountPoint, Model};
 use crate::clock::Millis;
 use crate::model::addr::port_of;
 use crate::model::{Component, SocketEntry, SocketTable, Status, TcpState};
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// The note a kept table carries for the sockets it left out, so a snapshot's raw table
 /// says what it omitted instead of dropping it silently.
@@ -24,7 +25,7 @@ fn foreign_omitted_note(omitted: usize) -> String {
 }
 
 /// Client pid of each connection by (netns, local, remote) of the client's socket.
-type ClientPids<'a> = HashMap<(Option<u64>, &'a str, &'a str), i32>;
+type ClientPids<'a> = FastMap<(Option<u64>, &'a str, &'a str), i32>;
 
 /// Socket counts by TCP state, per component id, of the latest table.
 pub(super) type SocketCounts = BTreeMap<String, BTreeMap<String, u32>>;
@@ -34,7 +35,8 @@ impl Model {
         let lookup = Lookup::new(&self.topology);
         // Client side of each connection, by (netns, local, remote): the outbound connection
         // of a proxy IS the router's inbound connection with the 4-tuple reversed.
-        let mut client_pid: ClientPids = HashMap::with_capacity(table.sockets.len());
+        let mut client_pid: ClientPids =
+            FastMap::with_capacity_and_hasher(table.sockets.len(), Default::default());
         for e in &table.sockets {
             if let Some(pid) = e.pid {
                 client_pid.insert((e.netns, e.local.as_str(), e.remote.as_str()), pid);
@@ -206,7 +208,7 @@ impl Model {
     /// `accumulating_state`; and every state's count of each component's own sockets, for
     /// [`Model::socket_counts`].
     fn push_socket_counts(&mut self, t: Millis, table: &SocketTable, lookup: &Lookup) {
-        let mut per_comp: HashMap<usize, BTreeMap<TcpState, u32>> = HashMap::new();
+        let mut per_comp: FastMap<usize, BTreeMap<TcpState, u32>> = FastMap::default();
         for e in &table.sockets {
             if let Some(c) = e.pid.and_then(|pid| lookup.of_pid(pid)) {
                 *per_comp.entry(c).or_default().entry(e.state).or_default() += 1;

@@ -4,11 +4,12 @@
 use super::gpu::gpu_activity;
 use super::metrics::PD_QUEUE_KEYS;
 use super::stacks::ThreadWindow;
+use super::FastMap;
 use super::Model;
 use crate::clock::Millis;
 use crate::model::{Component, Role, ThreadState};
 use crate::sources::gpu::GpuActivity;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 /// The state of one component at `now`, derived from the history.
 #[derive(Debug, Clone, PartialEq)]
@@ -187,12 +188,12 @@ impl Model {
     /// The socket counts by state of every component, in one pass over the newest socket
     /// table (a big node's has thousands of sockets): each socket counts for the most
     /// specific component holding its pid, as [`Model::component_state`]'s do.
-    pub(super) fn socket_counts_by_component(&self) -> HashMap<&str, BTreeMap<String, u32>> {
-        let mut counts: HashMap<&str, BTreeMap<String, u32>> = HashMap::new();
+    pub(super) fn socket_counts_by_component(&self) -> FastMap<&str, BTreeMap<String, u32>> {
+        let mut counts: FastMap<&str, BTreeMap<String, u32>> = FastMap::default();
         let Some(t) = &self.latest_sockets else {
             return counts;
         };
-        let mut owner: HashMap<i32, Option<&str>> = HashMap::new();
+        let mut owner: FastMap<i32, Option<&str>> = FastMap::default();
         for e in &t.sockets {
             let Some(pid) = e.pid else { continue };
             let o = *owner

@@ -5,9 +5,10 @@ use super::exchange::{End, Exchange};
 use super::requests::{self, LogicalView};
 use super::state::{ComponentState, CountSource};
 use super::Model;
+use super::{FastMap, FastSet};
 use crate::clock::Millis;
 use crate::model::{Request, RequestState, Role};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
 
 /// Requests smaller than this (headers only: `GET /metrics`, `/health`, `/v1/loads`) are
 /// probes, not inference requests (a POST with a JSON body is larger).
@@ -49,16 +50,17 @@ pub struct View {
     pub sockets_fresh: bool,
     /// Logical requests (each exchange is a leg of one) with their verdicts.
     pub logical: Vec<LogicalView>,
-    index: std::collections::HashMap<String, usize>,
+    /// Index into `requests` by exchange number (the `n` of `x<n>`: no id copied).
+    index: FastMap<u64, usize>,
 }
 
 impl View {
     pub fn request(&self, id: &str) -> Option<&RequestView> {
-        self.index.get(id).map(|i| &self.requests[*i])
+        self.index_of(id).map(|i| &self.requests[i])
     }
     /// Index into `requests` of an exchange id.
     pub fn index_of(&self, id: &str) -> Option<usize> {
-        self.index.get(id).copied()
+        self.index.get(&super::exchange_num(id)?).copied()
     }
     /// The logical request an exchange is a leg of.
     pub fn logical_of(&self, r: &RequestView) -> &LogicalView {
@@ -127,7 +129,7 @@ impl Model {
                 (c.id.clone(), self.component_state_with(c, now, counts))
             })
             .collect();
-        let all: Vec<&Exchange> = self.exchanges().collect();
+        let all = self.in_scope(now - self.window_ms);
         let states = self.request_states(&components, &all, now);
         let keep = kept_ids(&all, &states, now, now - self.window_ms);
         let mut requests = Vec::new();
@@ -153,7 +155,7 @@ impl Model {
         let index = requests
             .iter()
             .enumerate()
-            .map(|(i, r)| (r.x.id.clone(), i))
+            .filter_map(|(i, r)| Some((super::exchange_num(&r.x.id)?, i)))
             .collect();
         let sockets_fresh = self
             .last_sockets_ms
@@ -172,6 +174,43 @@ impl Model {
         v
     }
 
+    /// The exchanges a view at a window starting `from` can report: every unfinished one
+    /// (an open one's state can depend on its siblings'), those that ended at or after
+    /// `from`, and their relatives (links and parents, as far as [`kept_ids`] follows them)
+    /// however old. The history holds minutes of a big node's traffic; a view reports its
+    /// window, and judging all of it at every pass was most of the daemon's work.
+    fn in_scope(&self, from: Millis) -> Vec<&Exchange> {
+        // Relatives end close together (a hop's response ends a little before the one
+        // that carried it): with this margin, finding one outside it is rare.
+        let recent = |x: &Exchange| x.end_ms().is_none_or(|t| t >= from - SCOPE_MARGIN_MS);
+        let mut scope: Vec<&Exchange> = self.exchanges().filter(|x| recent(x)).collect();
+        // Ids in scope or already sought (a link to an evicted exchange is sought once).
+        let mut known: FastSet<&str> = scope.iter().map(|x| x.id.as_str()).collect();
+        let mut from_ix = 0;
+        for _ in 0..KEPT_DEPTH {
+            let wanted: FastSet<&str> = scope[from_ix..]
+                .iter()
+                .flat_map(|x| {
+                    x.links
+                        .iter()
+                        .map(String::as_str)
+                        .chain(x.parent.as_deref())
+                })
+                .filter(|id| !known.contains(id))
+                .collect();
+            if wanted.is_empty() {
+                break;
+            }
+            known.extend(wanted.iter().copied());
+            from_ix = scope.len();
+            scope.extend(
+                self.exchanges()
+                    .filter(|x| !recent(x) && wanted.contains(x.id.as_str())),
+            );
+        }
+        scope
+    }
+
     /// The state of every exchange at `now`. Components are judged deepest hop first: a
     /// parent is outstanding while a child is. Keyed by exchange id, borrowed from `all`.
     fn request_states<'a>(
@@ -179,10 +218,11 @@ impl Model {
         components: &BTreeMap<String, ComponentState>,
         all: &[&'a Exchange],
         now: Millis,
-    ) -> HashMap<&'a str, RequestState> {
-        let mut states: HashMap<&'a str, RequestState> = HashMap::with_capacity(all.len());
+    ) -> FastMap<&'a str, RequestState> {
+        let mut states: FastMap<&'a str, RequestState> =
+            FastMap::with_capacity_and_hasher(all.len(), Default::default());
         // Each component's exchanges in history order, in one pass over the history.
-        let mut by_comp: HashMap<&str, Vec<&'a Exchange>> = HashMap::new();
+        let mut by_comp: FastMap<&str, Vec<&'a Exchange>> = FastMap::default();
         for x in all {
             by_comp.entry(x.component.as_str()).or_default().push(x);
         }
@@ -204,7 +244,7 @@ impl Model {
         cs: &ComponentState,
         mine: &[&'a Exchange],
         now: Millis,
-        states: &mut HashMap<&'a str, RequestState>,
+        states: &mut FastMap<&'a str, RequestState>,
     ) {
         let th = &self.thresholds;
         let mut quiet: Vec<&'a Exchange> = Vec::new();
@@ -283,7 +323,7 @@ impl Model {
     }
 
     /// Open connections with nothing outstanding (keep-alive idle), as `idle` requests.
-    fn idle_connections(&self, states: &HashMap<&str, RequestState>, now: Millis) -> Vec<Request> {
+    fn idle_connections(&self, states: &FastMap<&str, RequestState>, now: Millis) -> Vec<Request> {
         let mut idle = Vec::new();
         for c in self.conns.values().filter(|c| c.closed_ms.is_none()) {
             let busy = c.exchanges.back().is_some_and(|x| {
@@ -346,17 +386,24 @@ fn jiffy_tie(x: &Exchange) -> bool {
             .is_some_and(|f| (f - x.request_ms).abs() <= JIFFY_TIE_MS)
 }
 
+/// How long before its window a finished exchange stays in a view's scope without being
+/// sought as a relative.
+const SCOPE_MARGIN_MS: Millis = 30_000;
+
+/// How many links deep a reported exchange pulls in its relatives.
+const KEPT_DEPTH: usize = 8;
+
 /// Exchanges reported at `now`: those with a state, except finished ones older than the
 /// window (`from`), unless a reported exchange links to them (or they link to one): a chain
 /// is shown whole.
 fn kept_ids<'a>(
     all: &[&'a Exchange],
-    states: &HashMap<&str, RequestState>,
+    states: &FastMap<&str, RequestState>,
     now: Millis,
     from: Millis,
-) -> HashSet<&'a str> {
-    let by_id: HashMap<&str, &Exchange> = all.iter().map(|x| (x.id.as_str(), *x)).collect();
-    let mut keep: HashSet<&str> = HashSet::with_capacity(all.len());
+) -> FastSet<&'a str> {
+    let by_id: FastMap<&str, &Exchange> = all.iter().map(|x| (x.id.as_str(), *x)).collect();
+    let mut keep: FastSet<&str> = FastSet::with_capacity_and_hasher(all.len(), Default::default());
     for x in all {
         let Some(state) = states.get(x.id.as_str()) else {
             continue;
@@ -367,7 +414,7 @@ fn kept_ids<'a>(
         }
     }
     let mut frontier: Vec<&str> = keep.iter().copied().collect();
-    for _ in 0..8 {
+    for _ in 0..KEPT_DEPTH {
         let mut next = Vec::new();
         for id in frontier {
             let Some(x) = by_id.get(id) else { continue };
