@@ -388,7 +388,7 @@ fn jiffy_tie(x: &Exchange) -> bool {
 
 /// How long before its window a finished exchange stays in a view's scope without being
 /// sought as a relative.
-const SCOPE_MARGIN_MS: Millis = 30_000;
+const SCOPE_MARGIN_MS: Millis = 5_000;
 
 /// How many links deep a reported exchange pulls in its relatives.
 const KEPT_DEPTH: usize = 8;
