@@ -35,6 +35,8 @@ pub enum End {
 pub struct Exchange {
     /// Stable id within a model (`x<n>`).
     pub id: String,
+    /// Its `n`: what the correlator's indexes key on (no string hashed).
+    pub num: u64,
     pub conn_id: u64,
     /// Sequence number on its connection (1 = first request seen).
     pub seq: u32,
@@ -264,6 +266,7 @@ impl Conn {
         out_base: u64,
     ) -> Exchange {
         Exchange {
+            num: super::exchange_num(&id).unwrap_or(0),
             id,
             conn_id: self.id,
             seq: self.exchanges.back().map(|x| x.seq + 1).unwrap_or(1),

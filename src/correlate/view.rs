@@ -155,7 +155,7 @@ impl Model {
         let index = requests
             .iter()
             .enumerate()
-            .filter_map(|(i, r)| Some((super::exchange_num(&r.x.id)?, i)))
+            .map(|(i, r)| (r.x.num, i))
             .collect();
         let sockets_fresh = self
             .last_sockets_ms
@@ -184,11 +184,13 @@ impl Model {
         // that carried it): with this margin, finding one outside it is rare.
         let recent = |x: &Exchange| x.end_ms().is_none_or(|t| t >= from - SCOPE_MARGIN_MS);
         let mut scope: Vec<&Exchange> = self.exchanges().filter(|x| recent(x)).collect();
-        // Ids in scope or already sought (a link to an evicted exchange is sought once).
-        let mut known: FastSet<&str> = scope.iter().map(|x| x.id.as_str()).collect();
+        // Numbers in scope or already sought (a link to an evicted exchange is sought once).
+        // An idle keep-alive connection's last exchange never ends, and its relatives ended
+        // long ago: most views seek some, so the search compares numbers.
+        let mut known: FastSet<u64> = scope.iter().map(|x| x.num).collect();
         let mut from_ix = 0;
         for _ in 0..KEPT_DEPTH {
-            let wanted: FastSet<&str> = scope[from_ix..]
+            let wanted: FastSet<u64> = scope[from_ix..]
                 .iter()
                 .flat_map(|x| {
                     x.links
@@ -196,7 +198,8 @@ impl Model {
                         .map(String::as_str)
                         .chain(x.parent.as_deref())
                 })
-                .filter(|id| !known.contains(id))
+                .filter_map(super::exchange_num)
+                .filter(|n| !known.contains(n))
                 .collect();
             if wanted.is_empty() {
                 break;
@@ -205,7 +208,7 @@ impl Model {
             from_ix = scope.len();
             scope.extend(
                 self.exchanges()
-                    .filter(|x| !recent(x) && wanted.contains(x.id.as_str())),
+                    .filter(|x| !recent(x) && wanted.contains(&x.num)),
             );
         }
         scope
