@@ -21,3 +21,35 @@ pub fn limit_arenas() {
         libc::mallopt(libc::M_ARENA_MAX, ARENAS);
     }
 }
+
+/// Gives the heap's free pages back to the kernel (glibc's `malloc_trim`). Memory freed in
+/// the middle of an arena stays resident until then: the daemon builds and drops a view and
+/// a socket table every second, and on the big lab its RSS held tens of MiB of such free
+/// pages. Returns whether anything was released. A no-op where the C library is not glibc.
+pub fn release_free_memory() -> bool {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only walks the allocator's own free lists under its locks.
+    unsafe {
+        libc::malloc_trim(0) == 1
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    false
+}
+
+#[cfg(all(test, target_os = "linux", target_env = "gnu"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn free_pages_in_the_middle_of_the_heap_are_released() {
+        // 32 MiB in 16 KiB blocks, every other one freed: holes of whole pages that free()
+        // alone keeps resident (only the heap's top is returned by itself).
+        let mut blocks: Vec<Option<Vec<u8>>> =
+            (0..2048).map(|_| Some(vec![1u8; 16 * 1024])).collect();
+        for b in blocks.iter_mut().step_by(2) {
+            *b = None;
+        }
+        assert!(release_free_memory(), "nothing released");
+        drop(blocks);
+    }
+}
