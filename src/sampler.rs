@@ -148,26 +148,23 @@ impl Sampler {
         });
     }
 
+    /// The schedules of the sources of `kind`.
+    fn schedules_of(&mut self, kind: SourceKind) -> impl Iterator<Item = &mut Schedule> {
+        self.schedules
+            .iter_mut()
+            .filter(move |s| s.source.kind() == kind)
+    }
+
     /// The source of `kind` also runs whenever `kick` is kicked.
     pub fn kick_with(&mut self, kind: SourceKind, kick: Arc<kick::StacksKick>) {
-        for s in self
-            .schedules
-            .iter_mut()
-            .filter(|s| s.source.kind() == kind)
-        {
-            s.kick = Some(kick.clone());
-        }
+        self.schedules_of(kind)
+            .for_each(|s| s.kick = Some(kick.clone()));
     }
 
     /// The source of `kind` runs at `pace`'s period, and at once when it turns alert.
     pub fn pace_with(&mut self, kind: SourceKind, pace: Arc<pace::Pace>) {
-        for s in self
-            .schedules
-            .iter_mut()
-            .filter(|s| s.source.kind() == kind)
-        {
-            s.pace = Some(pace.clone());
-        }
+        self.schedules_of(kind)
+            .for_each(|s| s.pace = Some(pace.clone()));
         if let Some(st) = lock(&self.stats).get_mut(&kind) {
             st.every_ms = pace.period_ms();
         }
