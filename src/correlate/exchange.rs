@@ -258,16 +258,10 @@ impl Conn {
         self.exchanges.push_back(x);
     }
 
-    fn new_exchange(
-        &self,
-        id: String,
-        request_ms: Millis,
-        in_base: u64,
-        out_base: u64,
-    ) -> Exchange {
+    fn new_exchange(&self, num: u64, request_ms: Millis, in_base: u64, out_base: u64) -> Exchange {
         Exchange {
-            num: super::exchange_num(&id).unwrap_or(0),
-            id,
+            id: format!("x{num}"),
+            num,
             conn_id: self.id,
             seq: self.exchanges.back().map(|x| x.seq + 1).unwrap_or(1),
             component: self.component.clone(),
@@ -294,7 +288,7 @@ impl Conn {
 
     /// First sight of a connection: reconstruct what is outstanding from the counters and
     /// the kernel's "ms since last data" fields.
-    pub(crate) fn first_observation(&mut self, o: &Obs, next_id: &mut dyn FnMut() -> String) {
+    pub(crate) fn first_observation(&mut self, o: &Obs, next_num: &mut dyn FnMut() -> u64) {
         self.in_total = o.bytes_in;
         self.out_total = o.bytes_out;
         self.last_in_ms = o.last_in_at;
@@ -304,7 +298,7 @@ impl Conn {
             return; // opened, nothing asked yet
         }
         let req_at = o.last_in_at.unwrap_or(o.t).min(o.t);
-        let mut x = self.new_exchange(next_id(), req_at, 0, o.bytes_out);
+        let mut x = self.new_exchange(next_num(), req_at, 0, o.bytes_out);
         x.seen_mid_flight = true;
         x.opened_ms = self.first_seen_ms.min(req_at);
         match (o.last_in_at, o.last_out_at) {
@@ -343,16 +337,16 @@ impl Conn {
     }
 
     /// A later observation: cut the byte deltas into exchanges.
-    pub(crate) fn observe(&mut self, o: &Obs, next_id: &mut dyn FnMut() -> String) {
+    pub(crate) fn observe(&mut self, o: &Obs, next_num: &mut dyn FnMut() -> u64) {
         if self.closed_ms.is_some() {
             self.observe_half_closed(o);
             return;
         }
         let m = Moved::since(self, o);
         if m.din > 0 {
-            self.bytes_came_in(o, &m, next_id);
+            self.bytes_came_in(o, &m, next_num);
         } else if m.dout > 0 {
-            self.bytes_went_out(&m, next_id);
+            self.bytes_went_out(&m, next_num);
         }
         self.settle(o, &m);
     }
@@ -374,7 +368,7 @@ impl Conn {
 
     /// Request bytes came in since the previous sample: the waiting request goes on, or was
     /// answered and followed by the next, or a new request starts.
-    fn bytes_came_in(&mut self, o: &Obs, m: &Moved, next_id: &mut dyn FnMut() -> String) {
+    fn bytes_came_in(&mut self, o: &Obs, m: &Moved, next_num: &mut dyn FnMut() -> u64) {
         let waiting = self
             .exchanges
             .back()
@@ -385,7 +379,7 @@ impl Conn {
         // recordings. Close the answered one; the new one waits.
         let answered_then_asked = waiting && m.dout > 0 && m.in_at >= m.out_at;
         if answered_then_asked {
-            self.answered_then_asked(o, m, next_id);
+            self.answered_then_asked(o, m, next_num);
         } else if waiting {
             if let Some(x) = self.current_mut() {
                 x.last_request_ms = m.in_at;
@@ -395,26 +389,26 @@ impl Conn {
                 }
             }
         } else {
-            self.next_request(o, m, next_id);
+            self.next_request(o, m, next_num);
         }
     }
 
     /// The waiting request was answered and the next one asked between two samples.
-    fn answered_then_asked(&mut self, o: &Obs, m: &Moved, next_id: &mut dyn FnMut() -> String) {
+    fn answered_then_asked(&mut self, o: &Obs, m: &Moved, next_num: &mut dyn FnMut() -> u64) {
         if let Some(cur) = self.current_mut() {
             cur.first_byte_ms = Some(m.out_at);
             cur.last_out_ms = Some(m.out_at);
             cur.bytes_out = o.bytes_out.saturating_sub(cur.out_base);
             cur.end = Some(End::Done(m.out_at));
         }
-        let mut x = self.new_exchange(next_id(), m.in_at.min(o.t), m.old_in, o.bytes_out);
+        let mut x = self.new_exchange(next_num(), m.in_at.min(o.t), m.old_in, o.bytes_out);
         // How the bytes in split between the two requests is not known.
         x.seen_mid_flight = true;
         self.push(x);
     }
 
     /// A new request on a connection with no request waiting: the current exchange ends.
-    fn next_request(&mut self, o: &Obs, m: &Moved, next_id: &mut dyn FnMut() -> String) {
+    fn next_request(&mut self, o: &Obs, m: &Moved, next_num: &mut dyn FnMut() -> u64) {
         // Response bytes that came before the new request belong to the old one.
         let out_to_old = m.dout > 0 && m.out_at <= m.in_at;
         if let Some(cur) = self.current_mut() {
@@ -428,7 +422,7 @@ impl Conn {
         // The new request's start: no earlier than the previous sample.
         let start = m.in_at.min(o.t);
         let out_base = if out_to_old { o.bytes_out } else { m.old_out };
-        let mut x = self.new_exchange(next_id(), start, m.old_in, out_base);
+        let mut x = self.new_exchange(next_num(), start, m.old_in, out_base);
         if m.dout > 0 && !out_to_old {
             x.first_byte_ms = Some(m.out_at);
             x.last_out_ms = Some(m.out_at);
@@ -437,7 +431,7 @@ impl Conn {
     }
 
     /// Only response bytes went out since the previous sample.
-    fn bytes_went_out(&mut self, m: &Moved, next_id: &mut dyn FnMut() -> String) {
+    fn bytes_went_out(&mut self, m: &Moved, next_num: &mut dyn FnMut() -> u64) {
         match self.current_mut() {
             Some(x) => {
                 if x.first_byte_ms.is_none() {
@@ -448,7 +442,7 @@ impl Conn {
             None => {
                 // Bytes out with no request seen (server push, or an exchange that
                 // started before a counter wrap): account them to a new exchange.
-                let mut x = self.new_exchange(next_id(), m.out_at, m.old_in, m.old_out);
+                let mut x = self.new_exchange(next_num(), m.out_at, m.old_in, m.old_out);
                 x.first_byte_ms = Some(m.out_at);
                 x.last_out_ms = Some(m.out_at);
                 self.push(x);

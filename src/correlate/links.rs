@@ -22,18 +22,6 @@ use super::Model;
 use super::{FastMap, FastSet};
 use crate::clock::Millis;
 
-/// What linking reads of an exchange: the exchange itself and its number.
-struct Lite<'a> {
-    x: &'a Exchange,
-    num: u64,
-}
-
-fn num_of(id: &str) -> u64 {
-    id.strip_prefix('x')
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
-}
-
 /// New links: child id -> (parent id, confidence).
 type NewLinks = FastMap<String, (String, f64)>;
 
@@ -69,32 +57,29 @@ fn find_links(
     first_new: u64,
     (window, slack): (Millis, Millis),
 ) -> NewLinks {
-    let recent: Vec<Lite> = model
+    let recent: Vec<&Exchange> = model
         .conns_since(now - horizon)
         .flat_map(|c| c.exchanges.iter())
         .filter(|x| now - x.request_ms <= horizon || x.end.is_none())
-        .map(|x| Lite {
-            x,
-            num: num_of(&x.id),
-        })
         .collect();
     let mut taken: FastSet<(&str, &str)> = FastSet::default();
-    for l in &recent {
-        if let Some(p) = &l.x.parent {
-            taken.insert((p.as_str(), l.x.component.as_str()));
+    for x in &recent {
+        if let Some(p) = &x.parent {
+            taken.insert((p.as_str(), x.component.as_str()));
         }
     }
     // Parent candidates per component, by request time.
     let mut index: FastMap<&str, Vec<(Millis, usize)>> = FastMap::default();
-    for (i, l) in recent.iter().enumerate() {
+    for (i, x) in recent.iter().enumerate() {
         index
-            .entry(l.x.component.as_str())
+            .entry(x.component.as_str())
             .or_default()
-            .push((l.x.request_ms, i));
+            .push((x.request_ms, i));
     }
-    let mut children: Vec<&Lite> = recent
+    let mut children: Vec<&Exchange> = recent
         .iter()
-        .filter(|l| l.num >= first_new && l.x.parent.is_none() && l.x.client_component.is_some())
+        .copied()
+        .filter(|x| x.num >= first_new && x.parent.is_none() && x.client_component.is_some())
         .collect();
     if children.is_empty() {
         return NewLinks::default();
@@ -102,7 +87,7 @@ fn find_links(
     for v in index.values_mut() {
         v.sort_unstable();
     }
-    children.sort_by_key(|l| l.x.request_ms);
+    children.sort_by_key(|x| x.request_ms);
     let pass = Pass {
         recent: &recent,
         index: &index,
@@ -114,7 +99,7 @@ fn find_links(
 
 /// One pass's recent exchanges and their index by component.
 struct Pass<'p, 'a> {
-    recent: &'p [Lite<'a>],
+    recent: &'p [&'a Exchange],
     index: &'p FastMap<&'a str, Vec<(Millis, usize)>>,
     window: Millis,
     slack: Millis,
@@ -126,12 +111,11 @@ impl<'a> Pass<'_, 'a> {
     /// parent has at most one child per downstream component.
     fn best_parents(
         &self,
-        children: &[&Lite<'a>],
+        children: &[&'a Exchange],
         taken: &mut FastSet<(&'a str, &'a str)>,
     ) -> NewLinks {
         let mut new_links = NewLinks::default();
-        for &child in children {
-            let c = child.x;
+        for &c in children {
             let Some(cands) = c
                 .client_component
                 .as_deref()
@@ -144,7 +128,7 @@ impl<'a> Pass<'_, 'a> {
             let mut free = 0usize;
             let mut best: Option<(&'a Exchange, f64)> = None;
             for (_, i) in &cands[lo..hi] {
-                let p = self.recent[*i].x;
+                let p = self.recent[*i];
                 if p.end_ms().is_some_and(|e| e + self.slack < c.request_ms)
                     || taken.contains(&(p.id.as_str(), c.component.as_str()))
                 {

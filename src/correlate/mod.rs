@@ -134,7 +134,7 @@ impl Default for Model {
     }
 }
 
-/// The number `n` of an exchange id `x<n>` (the model's ids, `Model::next_exchange_id`).
+/// The number `n` of an exchange id `x<n>` (the model's ids, made in `Conn::new_exchange`).
 pub(crate) fn exchange_num(id: &str) -> Option<u64> {
     id.strip_prefix('x')?.parse().ok()
 }
@@ -279,11 +279,6 @@ impl Model {
     /// The number of the newest exchange created so far.
     pub(crate) fn next_exchange_num(&self) -> u64 {
         self.next_x
-    }
-
-    fn next_exchange_id(counter: &mut u64) -> String {
-        *counter += 1;
-        format!("x{counter}")
     }
 
     fn push_restart(&mut self, e: RestartEvent) {

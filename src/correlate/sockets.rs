@@ -128,7 +128,10 @@ impl Model {
             .and_then(|i| self.topology.components.get(i))
             .map(|c| c.id.clone());
         let next_x = &mut self.next_x;
-        let mut idgen = || Model::next_exchange_id(next_x);
+        let mut idgen = || {
+            *next_x += 1;
+            *next_x
+        };
         match self.conns.get_mut(&key) {
             Some(conn) => {
                 if conn.client_component.is_none() && client_component.is_some() {
