@@ -8,8 +8,9 @@ use super::delta::DeltaState;
 use super::{encode, gz, Record, RECORDING_VERSION};
 use crate::clock::Millis;
 use crate::error::{Error, Result};
-use crate::model::{Payload, Sample, SocketTable, SourceStatus, Topology};
+use crate::model::{Payload, Sample, Topology};
 use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
@@ -98,6 +99,16 @@ impl Default for RecordPolicy {
             trim_sockets: true,
             compress: true,
         }
+    }
+}
+
+/// `s` with another payload (its time, status and duration), without copying its own.
+fn with_payload(s: &Sample, payload: Payload) -> Sample {
+    Sample {
+        t_ms: s.t_ms,
+        status: s.status.clone(),
+        took_ms: s.took_ms,
+        payload,
     }
 }
 
@@ -349,9 +360,8 @@ impl RecordingWriter {
                 return Ok(false);
             }
         }
-        let trimmed;
-        let s = match (&s.payload, self.policy.keep_raw_series) {
-            (crate::model::Payload::Sockets(table), _) if self.policy.trim_sockets => {
+        let trimmed = match (&s.payload, self.policy.keep_raw_series) {
+            (Payload::Sockets(table), _) if self.policy.trim_sockets => {
                 let Some(Record::Topology { topology, .. }) = &self.last_topology else {
                     return self.write_untrimmed(s);
                 };
@@ -359,44 +369,36 @@ impl RecordingWriter {
                 if self.policy.compact {
                     self.progress.thin(s.t_ms, &mut table);
                 }
-                trimmed = Sample {
-                    payload: crate::model::Payload::Sockets(table),
-                    ..s.clone()
-                };
-                &trimmed
+                Cow::Owned(with_payload(s, Payload::Sockets(table)))
             }
-            (crate::model::Payload::Metrics(scrapes), false) => {
+            (Payload::Metrics(scrapes), false) => {
                 let mut scrapes = scrapes.clone();
                 for sc in scrapes.iter_mut() {
                     sc.series.retain(|x| series_consumed(&x.name));
                 }
-                trimmed = Sample {
-                    payload: crate::model::Payload::Metrics(scrapes),
-                    ..s.clone()
-                };
-                &trimmed
+                Cow::Owned(with_payload(s, Payload::Metrics(scrapes)))
             }
-            _ => s,
+            _ => Cow::Borrowed(s),
         };
         // After trimming (less to walk). Every kind of payload, not only processes:
         // secrets also sit in metrics labels, `/v1/loads` bodies, thread names, stacks.
-        let Some(redacted) = self.redacted(s) else {
+        let Some(redacted) = self.redacted(trimmed) else {
             return Ok(false);
         };
-        let s = &redacted;
+        let t_ms = redacted.t_ms;
         if self.policy.compact {
             // Rotation resets the delta base: check before encoding.
             if let Target::Dir { policy, .. } = &self.target {
                 if self.bytes > 0 && self.bytes >= policy.max_segment_bytes {
-                    self.rotate(s.t_ms)?;
+                    self.rotate(t_ms)?;
                 }
             }
-            let rec = self.delta.encode(s)?;
+            let rec = self.delta.encode(&redacted)?;
             self.write_raw(&rec)?;
         } else {
-            self.write(&Record::Sample { sample: s.clone() })?;
+            self.write(&Record::Sample { sample: redacted })?;
         }
-        self.last_written.insert(kind, s.t_ms);
+        self.last_written.insert(kind, t_ms);
         Ok(true)
     }
 
@@ -405,24 +407,20 @@ impl RecordingWriter {
     /// only its free text (notes, the status's reason) is redacted; every other payload
     /// goes through the redactor's JSON walk. On a big node's table the walk was a tenth
     /// of the daemon's work, for nothing.
-    fn redacted(&mut self, s: &Sample) -> Option<Sample> {
-        let Payload::Sockets(table) = &s.payload else {
-            return self.redactor.redact_typed(s);
-        };
-        let notes = table.notes.iter().map(|n| self.redactor.text(n)).collect();
-        let reason = s.status.reason.as_deref().map(|r| self.redactor.text(r));
-        Some(Sample {
-            t_ms: s.t_ms,
-            status: SourceStatus {
-                status: s.status.status,
-                reason,
-            },
-            took_ms: s.took_ms,
-            payload: Payload::Sockets(SocketTable {
-                sockets: table.sockets.clone(),
-                notes,
-            }),
-        })
+    fn redacted(&mut self, s: Cow<'_, Sample>) -> Option<Sample> {
+        if !matches!(s.payload, Payload::Sockets(_)) {
+            return self.redactor.redact_typed(s.as_ref());
+        }
+        let mut s = s.into_owned();
+        if let Some(r) = s.status.reason.as_mut() {
+            *r = self.redactor.text(r);
+        }
+        if let Payload::Sockets(table) = &mut s.payload {
+            for n in table.notes.iter_mut() {
+                *n = self.redactor.text(n);
+            }
+        }
+        Some(s)
     }
 
     fn write_untrimmed(&mut self, s: &Sample) -> Result<bool> {
