@@ -109,6 +109,25 @@ impl Default for DaemonConfig {
 /// sample each, and a second of the 4 Hz ones.
 const SAMPLE_QUEUE: usize = 8;
 
+/// What runs slower while the daemon suspects nothing (`sampler::pace`); every detector
+/// pass sets their alert.
+struct Paces {
+    /// The sources whose calm period is slower than their own.
+    sources: Vec<(SourceKind, Arc<Pace>)>,
+    pass: Arc<Pace>,
+}
+
+impl Paces {
+    fn all(&self) -> Vec<Arc<Pace>> {
+        self.sources
+            .iter()
+            .map(|(_, p)| p)
+            .chain([&self.pass])
+            .cloned()
+            .collect()
+    }
+}
+
 /// What the daemon shares between its sampling loop and its socket.
 #[derive(Debug)]
 pub struct Shared {
@@ -197,16 +216,41 @@ impl Daemon {
         })
     }
 
-    /// The sockets source's pace (`sockets_calm_ms` while nothing is suspected, its own
-    /// period while something is), when calm is the slower of the two.
-    fn sockets_pace(&self) -> Option<Arc<Pace>> {
-        let calm = u64::try_from(self.config.thresholds.sampling.sockets_calm_ms).ok()?;
-        let every = self
-            .sources
-            .iter()
-            .find(|(s, ..)| s.kind() == SourceKind::Sockets)
-            .map(|(_, every, _)| *every)?;
-        (calm > every).then(|| Pace::new(calm, every))
+    /// The daemon's paces: its socket table, GPU, process facts, stacks tick and detector
+    /// pass run slower while nothing is suspected (`sockets_calm_ms`, `gpu_calm_ms`,
+    /// `processes_calm_ms`, `stacks_calm_ms`, `pass_calm_ms`).
+    fn paces(&self) -> Paces {
+        let sampling = &self.config.thresholds.sampling;
+        let every_of = |kind: SourceKind| {
+            self.sources
+                .iter()
+                .find(|(s, ..)| s.kind() == kind)
+                .map(|(_, every, _)| *every)
+        };
+        let pass_every = self.config.log_every_ms.max(100);
+        // A calm pass never outlasts the silence that makes a request suspect: the first
+        // suspicion of a wedge (or stall) is seen within its fraction of the threshold.
+        let t = &self.config.thresholds;
+        let pass_calm = sampling.pass_calm_ms.min(
+            sampling.silent_after(t.correlate.wedged_after_ms.min(t.correlate.stall_after_ms)),
+        );
+        let calm = [
+            (SourceKind::Sockets, sampling.sockets_calm_ms),
+            (SourceKind::Gpu, sampling.gpu_calm_ms),
+            (SourceKind::Processes, sampling.processes_calm_ms),
+            (SourceKind::Stacks, sampling.stacks_calm_ms),
+        ];
+        Paces {
+            sources: calm
+                .into_iter()
+                .filter_map(|(kind, calm_ms)| {
+                    let every = every_of(kind)?;
+                    Some((kind, Pace::calm_slower(calm_ms, every)?))
+                })
+                .collect(),
+            pass: Pace::calm_slower(pass_calm, pass_every)
+                .unwrap_or_else(|| Pace::new(pass_every, pass_every)),
+        }
     }
 
     /// The live state (for an in-process TUI).
@@ -274,15 +318,15 @@ impl Daemon {
             sampler.add(s.clone(), *e, *t);
         }
         sampler.kick_with(SourceKind::Stacks, self.stacks_kick.clone());
-        let sockets_pace = self.sockets_pace();
-        if let Some(p) = &sockets_pace {
-            sampler.pace_with(SourceKind::Sockets, p.clone());
+        let paces = self.paces();
+        for (kind, p) in &paces.sources {
+            sampler.pace_with(*kind, p.clone());
         }
         let stats = sampler.stats();
         let (tx, mut rx) = mpsc::channel::<Sample>(SAMPLE_QUEUE);
         let (stop_tx, stop_rx) = watch::channel(false);
         let sampler_task = tokio::spawn(sampler.run(tx, stop_rx));
-        let tasks = self.spawn_servers(listener, exporter, stats, sockets_pace);
+        let tasks = self.spawn_servers(listener, exporter, stats, paces);
 
         let every = Duration::from_millis(self.config.rediscover_every_ms.max(100));
         let mut rediscover = tokio::time::interval(every);
@@ -321,14 +365,14 @@ impl Daemon {
     }
 
     /// The socket's server, the exporter's (with `exporter`) and the watch task: the one
-    /// detector pass every `log_every_ms` that logs findings, publishes them for the
-    /// exporter, and keeps the newest pass for the adaptive stacks.
+    /// detector pass at its pace that logs findings, publishes them for the exporter, keeps
+    /// the newest pass for the adaptive stacks, and sets every pace's alert.
     fn spawn_servers(
         &self,
         listener: UnixListener,
         exporter: Option<TcpListener>,
         stats: StatsHandle,
-        sockets_pace: Option<Arc<Pace>>,
+        paces: Paces,
     ) -> Vec<tokio::task::JoinHandle<()>> {
         let mut tasks = Vec::new();
         let published = exporter.as_ref().map(|_| metrics::Published::default());
@@ -336,11 +380,11 @@ impl Daemon {
             self.shared.clone(),
             stats.clone(),
             self.clock.clone(),
-            Duration::from_millis(self.config.log_every_ms.max(100)),
+            paces.pass.clone(),
             log::Readers {
                 publish: published.clone(),
                 latest: self.latest.clone(),
-                sockets_pace,
+                paces: paces.all(),
             },
         )));
         if let (Some(l), Some(p)) = (exporter, published) {

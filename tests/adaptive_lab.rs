@@ -18,8 +18,10 @@ use serde_json::Value;
 
 /// The incident's tuning variable (the "change since noon").
 const TUNING_VAR: &str = "SGLANG_DECODE_PREALLOC_SPLIT_TOKENS";
-/// The stacks tick of these tests (the default is 5 s).
+/// The stacks tick of these tests while something is suspected (the default is 5 s).
 const TICK_MS: u64 = 2_000;
+/// The stacks tick of these tests while nothing is (the default is 20 s).
+const CALM_TICK_MS: u64 = 4_000;
 
 fn tempdir(tag: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("ww-adaptive-{tag}-{}", std::process::id()));
@@ -28,7 +30,8 @@ fn tempdir(tag: &str) -> PathBuf {
     d
 }
 
-/// Fast detector thresholds (8 s wedge), adaptive stacks ticking every [`TICK_MS`].
+/// Fast detector thresholds (8 s wedge), adaptive stacks ticking every [`TICK_MS`] while
+/// something is suspected, every [`CALM_TICK_MS`] while nothing is.
 fn thresholds(dir: &Path) -> PathBuf {
     let p = dir.join("thresholds.toml");
     let fast =
@@ -36,7 +39,10 @@ fn thresholds(dir: &Path) -> PathBuf {
             .expect("fast thresholds");
     std::fs::write(
         &p,
-        format!("{fast}\nstacks_adaptive = true\nstacks_tick_ms = {TICK_MS}\n"),
+        format!(
+            "{fast}\nstacks_adaptive = true\nstacks_tick_ms = {TICK_MS}\n\
+             stacks_calm_ms = {CALM_TICK_MS}\n"
+        ),
     )
     .expect("write thresholds");
     p
@@ -133,8 +139,8 @@ impl Daemon {
 }
 
 impl Daemon {
-    /// The sockets source's period now, from the daemon's `sources` answer.
-    fn sockets_every_ms(&self) -> u64 {
+    /// A source's period now (`sockets`, `stacks`), from the daemon's `sources` answer.
+    fn every_ms(&self, source: &str) -> u64 {
         use std::io::{Read, Write};
         let mut c = std::os::unix::net::UnixStream::connect(self.state_dir.join("daemon.sock"))
             .expect("connect to the daemon");
@@ -144,9 +150,9 @@ impl Daemon {
         let mut out = String::new();
         c.read_to_string(&mut out).expect("answer");
         let v: Value = serde_json::from_str(&out).expect("json answer");
-        v["sampler"]["sockets"]["every_ms"]
+        v["sampler"][source]["every_ms"]
             .as_u64()
-            .unwrap_or_else(|| panic!("no sockets cadence in {out}"))
+            .unwrap_or_else(|| panic!("no {source} cadence in {out}"))
     }
 
     fn socket_exists(&self) -> bool {
@@ -190,7 +196,7 @@ fn unix_now() -> f64 {
 
 /// With nothing suspicious (an idle healthy stack), one process per tick: py-spy runs come
 /// in single file, a tick apart, and the rotation walks this lab's processes one at a time;
-/// the socket table at its calm pace.
+/// the socket table and the stacks tick at their calm paces.
 #[test]
 fn quiet_stack_is_dumped_one_process_per_tick() {
     let _one = ONE_LAB.lock().unwrap_or_else(|p| p.into_inner());
@@ -203,7 +209,8 @@ fn quiet_stack_is_dumped_one_process_per_tick() {
     std::thread::sleep(Duration::from_secs(20));
     let secs = t0.elapsed().as_secs_f64();
     let daemon_log = std::fs::read_to_string(dir.join("daemon.log")).unwrap_or_default();
-    let sockets_every_ms = daemon.sockets_every_ms();
+    let sockets_every_ms = daemon.every_ms("sockets");
+    let stacks_every_ms = daemon.every_ms("stacks");
     let all = runs(&log);
     drop(daemon);
     let window: Vec<(f64, u32)> = all.into_iter().filter(|r| r.0 >= from).collect();
@@ -219,17 +226,26 @@ fn quiet_stack_is_dumped_one_process_per_tick() {
             tick.push(*pid);
         }
     }
-    let ticks_expected = secs * 1000.0 / TICK_MS as f64;
+    let foreign_suspicion = daemon_log.contains("adaptive stacks: dumping the schedulers");
+    let tick_ms = if foreign_suspicion {
+        TICK_MS
+    } else {
+        CALM_TICK_MS
+    };
+    let ticks_expected = secs * 1000.0 / tick_ms as f64;
     assert!(
         ticks.len() as f64 >= ticks_expected * 0.5 && ticks.len() as f64 <= ticks_expected + 2.0,
-        "{} ticks with py-spy runs in {secs:.0} s (tick {TICK_MS} ms): {window:?}",
+        "{} ticks with py-spy runs in {secs:.0} s (tick {tick_ms} ms): {window:?}",
         ticks.len()
     );
-    let foreign_suspicion = daemon_log.contains("adaptive stacks: dumping the schedulers");
     if !foreign_suspicion {
         assert_eq!(
-            sockets_every_ms, 1_000,
+            sockets_every_ms, 2_000,
             "nothing suspected: the calm socket pace"
+        );
+        assert_eq!(
+            stacks_every_ms, CALM_TICK_MS,
+            "nothing suspected: the calm stacks tick"
         );
     }
     let mine = lab_pids(&lab);
@@ -271,9 +287,14 @@ fn noon_wedge_yields_wedged_request_with_stack_evidence() {
     // Past the 8 s wedge threshold and a few ticks of the suspected engine's schedulers.
     let snap = wait_for_wedge(&lab, &daemon, Duration::from_secs(60));
     assert_eq!(
-        daemon.sockets_every_ms(),
+        daemon.every_ms("sockets"),
         250,
         "a wedge suspected: the socket table at its fast pace"
+    );
+    assert_eq!(
+        daemon.every_ms("stacks"),
+        TICK_MS,
+        "a wedge suspected: the stacks tick at its fast pace"
     );
     let daemon_log = std::fs::read_to_string(dir.join("daemon.log")).unwrap_or_default();
     let decode_pid = lab.decode().pid;

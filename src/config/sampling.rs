@@ -11,8 +11,13 @@
 //! process of the stack at each stacks period (15 s), three dumps of each scheduler, as
 //! before. One-shot snapshots always take their full window of dumps.
 //!
-//! The daemon's socket table follows the same suspicion: every `sockets_calm_ms` while
-//! nothing is suspected, at the sockets source's own period while something is.
+//! The daemon's other periodic work follows the same suspicion: while nothing is suspected
+//! its socket table runs every `sockets_calm_ms`, its GPU source every `gpu_calm_ms`, its
+//! process facts every `processes_calm_ms`, its stacks tick every `stacks_calm_ms` and its
+//! detector pass every `pass_calm_ms`; while something is, at their own periods (250 ms,
+//! 250 ms, 1 s, `stacks_tick_ms`, 2 s). A healthy node needs none of them fine, and the
+//! first suspicion of a wedge comes at a third of its threshold, long before a calm period
+//! could hide it.
 
 /// The adaptive stack sampling policy's knobs (see the module doc).
 #[derive(Debug, Clone, PartialEq)]
@@ -31,6 +36,17 @@ pub struct SamplingThresholds {
     /// sockets source's own period, 250 ms, while something is): the table is the
     /// daemon's largest cost on a big node, and only a suspicion needs it fine.
     pub sockets_calm_ms: i64,
+    /// The daemon's GPU source every this many ms while nothing is suspected.
+    pub gpu_calm_ms: i64,
+    /// The daemon's process facts (restarts, fds, threads) every this many ms while
+    /// nothing is suspected; rediscovery still runs every 10 s.
+    pub processes_calm_ms: i64,
+    /// The daemon's stacks tick every this many ms while nothing is suspected (one
+    /// process of the round-robin per tick); at `stacks_tick_ms` while something is.
+    pub stacks_calm_ms: i64,
+    /// The daemon's detector pass (log, exporter, suspicion) every this many ms while
+    /// nothing is suspected; every 2 s while something is.
+    pub pass_calm_ms: i64,
 }
 
 impl Default for SamplingThresholds {
@@ -40,7 +56,11 @@ impl Default for SamplingThresholds {
             stacks_tick_ms: 5_000,
             suspect_silent_pct: 33,
             suspect_gpu_idle_ms: 3_000,
-            sockets_calm_ms: 1_000,
+            sockets_calm_ms: 2_000,
+            gpu_calm_ms: 1_000,
+            processes_calm_ms: 5_000,
+            stacks_calm_ms: 20_000,
+            pass_calm_ms: 6_000,
         }
     }
 }

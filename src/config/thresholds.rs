@@ -155,6 +155,10 @@ struct Flat {
     suspect_silent_pct: u32,
     suspect_gpu_idle_ms: i64,
     sockets_calm_ms: i64,
+    gpu_calm_ms: i64,
+    processes_calm_ms: i64,
+    stacks_calm_ms: i64,
+    pass_calm_ms: i64,
 }
 
 impl Default for Flat {
@@ -196,6 +200,10 @@ impl From<Thresholds> for Flat {
             suspect_silent_pct: t.sampling.suspect_silent_pct,
             suspect_gpu_idle_ms: t.sampling.suspect_gpu_idle_ms,
             sockets_calm_ms: t.sampling.sockets_calm_ms,
+            gpu_calm_ms: t.sampling.gpu_calm_ms,
+            processes_calm_ms: t.sampling.processes_calm_ms,
+            stacks_calm_ms: t.sampling.stacks_calm_ms,
+            pass_calm_ms: t.sampling.pass_calm_ms,
         }
     }
 }
@@ -238,6 +246,10 @@ impl From<Flat> for Thresholds {
                 suspect_silent_pct: f.suspect_silent_pct,
                 suspect_gpu_idle_ms: f.suspect_gpu_idle_ms,
                 sockets_calm_ms: f.sockets_calm_ms,
+                gpu_calm_ms: f.gpu_calm_ms,
+                processes_calm_ms: f.processes_calm_ms,
+                stacks_calm_ms: f.stacks_calm_ms,
+                pass_calm_ms: f.pass_calm_ms,
             },
         }
     }
@@ -326,6 +338,31 @@ impl Thresholds {
             10_000,
             " ms",
         )?;
+        // A GPU idle while a request is open makes its engine suspect after 3 s.
+        super::in_range("gpu_calm_ms", self.sampling.gpu_calm_ms, 250, 3_000, " ms")?;
+        super::in_range(
+            "processes_calm_ms",
+            self.sampling.processes_calm_ms,
+            1_000,
+            60_000,
+            " ms",
+        )?;
+        super::in_range(
+            "stacks_calm_ms",
+            self.sampling.stacks_calm_ms,
+            1_000,
+            3_600_000,
+            " ms",
+        )?;
+        // Calm, the suspicion itself is derived once per pass: a pass slower than the
+        // suspicion's fraction of the wedge threshold (10 s of 30 s) would delay the alert.
+        super::in_range(
+            "pass_calm_ms",
+            self.sampling.pass_calm_ms,
+            500,
+            10_000,
+            " ms",
+        )?;
         let frac = self.correlate.spin_power_frac;
         if !(frac > 0.0 && frac <= 1.0) {
             return Err(RangeError {
@@ -379,6 +416,10 @@ mod tests {
             ("suspect_silent_pct = 0", "suspect_silent_pct"),
             ("stacks_tick_ms = 10", "stacks_tick_ms"),
             ("sockets_calm_ms = 60000", "sockets_calm_ms"),
+            ("stacks_calm_ms = 999", "stacks_calm_ms"),
+            ("gpu_calm_ms = 5000", "gpu_calm_ms"),
+            ("processes_calm_ms = 100", "processes_calm_ms"),
+            ("pass_calm_ms = 20000", "pass_calm_ms"),
             ("spin_power_frac = nan", "spin_power_frac"),
             ("spin_power_frac = -0.5", "spin_power_frac"),
         ];

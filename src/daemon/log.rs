@@ -22,6 +22,7 @@ use crate::clock::{Clock, Millis};
 use crate::export::prometheus::Evaluation;
 use crate::model::{Finding, FindingKind, ProcessFacts, Role, Severity, SourceStatus, Status};
 use crate::redact::Redactor;
+use crate::sampler::pace::Pace;
 use crate::sampler::StatsHandle;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -359,7 +360,7 @@ impl Watch {
             }
             (pass, now)
         };
-        if let Some(p) = &to.sockets_pace {
+        for p in &to.paces {
             p.set_alert(!pass.suspicion.is_empty());
         }
         to.latest.set(pass.suspicion.clone());
@@ -402,16 +403,17 @@ impl Watch {
 }
 
 /// Who reads each pass besides the log: the exporter (when there is one), the newest
-/// pass's reader (the adaptive stacks) and the sockets' pace (alert while anything is
+/// pass's reader (the adaptive stacks) and the daemon's paces (alert while anything is
 /// suspected).
 #[derive(Debug, Clone, Default)]
 pub struct Readers {
     pub publish: Option<Published>,
     pub latest: Latest,
-    pub sockets_pace: Option<Arc<crate::sampler::pace::Pace>>,
+    pub paces: Vec<Arc<Pace>>,
 }
 
-/// Logs findings and source health every `every` until the task is aborted, publishes
+/// Logs findings and source health at `pace` (slower while nothing is suspected, at once
+/// when a pass turns it alert) until the task is aborted, publishes
 /// each pass's evaluation for the exporter when there is one, and keeps the newest pass in
 /// `to.latest`. The detectors run off the runtime's workers: a large model takes a while
 /// and holds the model's lock.
@@ -419,14 +421,11 @@ pub async fn watch(
     shared: Arc<Mutex<Shared>>,
     stats: StatsHandle,
     clock: Arc<dyn Clock>,
-    every: Duration,
+    pace: Arc<Pace>,
     to: Readers,
 ) {
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut state = Some(Watch::default());
     loop {
-        tick.tick().await;
         let Some(mut w) = state.take() else {
             return;
         };
@@ -446,6 +445,11 @@ pub async fn watch(
                 tracing::error!("finding log stopped: {e}");
                 return;
             }
+        }
+        // The period from the end of a pass (a slow pass never queues another behind it).
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(pace.period_ms())) => {}
+            _ = pace.alerted() => {}
         }
     }
 }

@@ -1,9 +1,9 @@
-//! The daemon's socket pace: the socket table is the daemon's largest cost on a big node
-//! (the dump, then every connection ingested, linked and viewed), and its fine cadence is
-//! needed only while something is suspected. Calm, the sockets source runs at a slow
-//! period; once the daemon's detector pass suspects an engine (`sampler::suspicion`), at the
+//! The daemon's paces: its socket table is its largest cost on a big node (the dump, then
+//! every connection ingested, linked and viewed), then its detector pass and py-spy, and
+//! none of them is needed fine unless something is suspected. Calm, each runs at a slow
+//! period; once the daemon's detector pass suspects an engine (`sampler::suspicion`), at its
 //! fast one until the suspicion clears. The daemon sets [`Pace::set_alert`] at every pass;
-//! the sampler reads [`Pace::period_ms`] at every tick and wakes at once on
+//! a paced loop reads [`Pace::period_ms`] at every tick and wakes at once on
 //! [`Pace::alerted`] instead of finishing a slow period.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -26,6 +26,13 @@ impl Pace {
             alert: AtomicBool::new(false),
             notify: tokio::sync::Notify::new(),
         })
+    }
+
+    /// A pace of `calm_ms` while calm and `fast_ms` while alert, when calm is the slower
+    /// (a calm period at or below the fast one, or negative, needs no pace).
+    pub fn calm_slower(calm_ms: i64, fast_ms: u64) -> Option<Arc<Pace>> {
+        let calm = u64::try_from(calm_ms).ok()?;
+        (calm > fast_ms).then(|| Pace::new(calm, fast_ms))
     }
 
     /// Whether anything is suspected now. Turning alert wakes the sampler at once.
