@@ -204,18 +204,34 @@ impl AttachOptions {
     }
 }
 
-/// Samples the stack for `window_ms` (every source at least once) and returns the model.
+/// Finds the stack and samples it within `window_ms`, discovery included (at least half of
+/// it sampled, every source at least once), and returns the model.
 pub async fn collect_window(
     opts: &AttachOptions,
     window_ms: u64,
     clock: Arc<dyn Clock>,
 ) -> Result<Model> {
+    let started = std::time::Instant::now();
     let topology = opts.discover().await?;
+    let discovered = started.elapsed();
     let (_tx, rx) = watch::channel(topology.clone());
     let sampler = opts.sampler(clock, rx)?;
     let mut model = Model::new(opts.thresholds.clone());
     model.set_topology(topology);
-    sampler.collect(&mut model, window_ms).await;
+    // The window is the verb's time to look, discovery included: `--window 3s` is a
+    // snapshot in about 3 s, however long finding the stack took (at least half of it
+    // is sampled).
+    let left_ms = window_ms.saturating_sub(discovered.as_millis() as u64);
+    let samples = sampler
+        .collect(&mut model, left_ms.max(window_ms / 2))
+        .await;
+    tracing::debug!(
+        discovery_ms = discovered.as_millis() as u64,
+        window_ms,
+        sampled_ms = (started.elapsed() - discovered).as_millis() as u64,
+        samples,
+        "one-shot window sampled"
+    );
     Ok(model)
 }
 

@@ -202,12 +202,15 @@ impl Sampler {
         let finish_by = self.finish_by;
         for s in self.schedules {
             let clock = self.clock.clone();
-            let topo = self.topology.clone();
+            let mut topo = self.topology.clone();
             let stats = self.stats.clone();
             let tx = tx.clone();
             let mut shutdown = shutdown.clone();
             tasks.push(tokio::spawn(async move {
                 let mut ticker = ticker::Ticker::new(&s);
+                // Copied when it changes, not at every tick: a big node's topology (every
+                // component's facts) is not small, and sources tick up to 4 times a second.
+                let mut current = topo.borrow_and_update().clone();
                 // A one-shot collection takes every source at least once, however short
                 // its window (a 0 s snapshot still has processes, sockets, ...).
                 let mut owed_first = finish_by.is_some();
@@ -242,8 +245,10 @@ impl Sampler {
                         lock(&stats).entry(s.source.kind()).and_modify(|st| st.late += waited / every_ms);
                     }
                     let Some(permit) = permit else { break };
-                    let t = topo.borrow().clone();
-                    let sampled = take(&s, &t, clock.as_ref(), &stats, finish_by);
+                    if topo.has_changed().unwrap_or(false) {
+                        current = topo.borrow_and_update().clone();
+                    }
+                    let sampled = take(&s, &current, clock.as_ref(), &stats, finish_by);
                     // Without a finish time, stopping cuts an in-flight sample short (its
                     // py-spy children die with the dropped future) instead of waiting for it.
                     let stopped = async {

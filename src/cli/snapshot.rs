@@ -76,7 +76,12 @@ pub fn run(top: Sampling, a: SnapshotArgs) -> anyhow::Result<i32> {
     if let Some(base) = &a.baseline {
         against_baseline(&mut parts, base, &opts)?;
     }
+    let assembling = std::time::Instant::now();
     let bundle = snapshot::assemble_bundle(parts, &opts);
+    tracing::debug!(
+        took_ms = assembling.elapsed().as_millis() as u64,
+        "snapshot assembled"
+    );
     if let Some(dir) = dir {
         snapshot::write_bundle(&bundle.snapshot, &bundle.raw, dir, overwrite)
             .with_context(|| format!("writing the bundle to {}", dir.display()))?;

@@ -28,7 +28,8 @@ pub const MAX_WINDOW: Duration = Duration::from_secs(3600);
 /// Where the parts come from (`snapshot`, `check`).
 #[derive(Debug, Args, Clone)]
 pub struct SourceArgs {
-    /// How long to sample when sampling here (500ms, 90s, 5m; a bare number is seconds).
+    /// How long to look when sampling here, finding the stack included (500ms, 90s, 5m; a
+    /// bare number is seconds).
     #[arg(long, value_name = "DURATION", default_value = "3s",
           value_parser = duration::at_most(MAX_WINDOW))]
     pub window: Duration,
