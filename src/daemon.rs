@@ -759,3 +759,77 @@ pub fn parts_from_answer(v: &serde_json::Value) -> Result<crate::snapshot::Snaps
     // read from the tree in place, not from a copy of it
     Ok(serde::Deserialize::deserialize(p)?)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::SystemClock;
+
+    struct Kind(SourceKind);
+    impl Source for Kind {
+        fn kind(&self) -> SourceKind {
+            self.0
+        }
+        fn sample<'a>(&'a self, _: &'a Topology, _: &'a dyn Clock) -> BoxFuture<'a, Sample> {
+            Box::pin(std::future::pending())
+        }
+    }
+
+    fn daemon(thresholds: Thresholds) -> Daemon {
+        let mut cfg = DaemonConfig::new(PathBuf::from("/nonexistent"));
+        cfg.thresholds = thresholds;
+        let discover: DiscoverFn = Arc::new(|| Box::pin(async { Ok(Topology::default()) }));
+        let mut d = Daemon::new(cfg, Arc::new(SystemClock), discover);
+        for kind in [SourceKind::Sockets, SourceKind::Gpu, SourceKind::Processes] {
+            d.add_default_source(Arc::new(Kind(kind)));
+        }
+        d.add_source(Arc::new(Kind(SourceKind::Stacks)), 5_000, 8_000);
+        d.add_default_source(Arc::new(Kind(SourceKind::Metrics)));
+        d
+    }
+
+    fn periods(p: &Paces) -> Vec<(SourceKind, u64, u64)> {
+        p.sources
+            .iter()
+            .map(|(k, pace)| {
+                let calm = pace.period_ms();
+                pace.set_alert(true);
+                let alert = pace.period_ms();
+                pace.set_alert(false);
+                (*k, calm, alert)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn calm_paces_follow_the_thresholds_and_the_pass_never_outlasts_the_suspicion() {
+        let d = daemon(Thresholds::default());
+        let p = d.paces();
+        assert_eq!(
+            periods(&p),
+            vec![
+                (SourceKind::Sockets, 2_000, 250),
+                (SourceKind::Gpu, 1_000, 250),
+                (SourceKind::Processes, 5_000, 1_000),
+                (SourceKind::Stacks, 20_000, 5_000),
+            ],
+            "metrics keep their own period: a queue not draining is read from them"
+        );
+        assert_eq!(p.pass.period_ms(), 6_000);
+        assert_eq!(p.all().len(), 5, "every pace is set by the pass");
+        // An 8 s wedge threshold is suspected at 33 % of it: the calm pass comes that often.
+        let mut fast = Thresholds::default();
+        fast.correlate.wedged_after_ms = 8_000;
+        assert_eq!(daemon(fast).paces().pass.period_ms(), 2_640);
+        // A calm period at or below a source's own needs no pace.
+        let mut unpaced = Thresholds::default();
+        unpaced.sampling.sockets_calm_ms = 250;
+        let kinds: Vec<SourceKind> = daemon(unpaced)
+            .paces()
+            .sources
+            .iter()
+            .map(|s| s.0)
+            .collect();
+        assert!(!kinds.contains(&SourceKind::Sockets), "{kinds:?}");
+    }
+}

@@ -395,6 +395,9 @@ async fn incident_wedge_at_decode_with_the_added_variable() {
     let mut cfg = DaemonConfig::new(dir.path().join("state"));
     cfg.rotation = None;
     cfg.thresholds.correlate.wedged_after_ms = 400; // the real default is 30 s
+                                                    // Process facts come at their calm pace (5 s) until a pass suspects the wedge: a pass
+                                                    // every 200 ms sees it at once, and the restart is read at the fast pace after.
+    cfg.log_every_ms = 200;
     let sock = cfg.socket_path.clone();
     let discover: DiscoverFn = Arc::new(|| Box::pin(async { Ok(pd_topology()) }));
     let idle = Sim::new(pd_topology()).socket_table();
@@ -428,9 +431,10 @@ async fn incident_wedge_at_decode_with_the_added_variable() {
     *table.lock().expect("table") = sim.socket_table();
 
     let v = wait_for(&sock, "snapshot", |v| {
-        v["parts"]["findings"]
-            .as_array()
-            .is_some_and(|f| f.iter().any(|f| f["kind"] == "wedged_request"))
+        v["parts"]["findings"].as_array().is_some_and(|f| {
+            f.iter().any(|f| f["kind"] == "wedged_request")
+                && f.iter().any(|f| f["kind"] == "config_changed")
+        })
     })
     .await;
     let parts = parts_from_answer(&v).expect("parts");
