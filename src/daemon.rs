@@ -266,6 +266,7 @@ impl Daemon {
             topo_key: topology_key(&topo),
             pending_reason: Some("start".to_string()),
             discovery,
+            pace: None,
         };
         lock(&self.shared).model.set_topology(topo);
 
@@ -278,6 +279,7 @@ impl Daemon {
         if let Some(p) = &sockets_pace {
             sampler.pace_with(SourceKind::Sockets, p.clone());
         }
+        state.pace = sockets_pace.clone();
         let stats = sampler.stats();
         let (tx, mut rx) = mpsc::channel::<Sample>(SAMPLE_QUEUE);
         let (stop_tx, stop_rx) = watch::channel(false);
@@ -385,6 +387,10 @@ impl Daemon {
     /// One sample: recorded, ingested, and (process facts) possibly a new baseline.
     fn on_sample(&self, s: &Sample, state: &mut LoopState) {
         if let Some(w) = state.writer.as_mut() {
+            // The recording's cadence follows the socket pace (calm: fewer socket tables).
+            if let Some(p) = &state.pace {
+                w.set_alert(p.is_alert());
+            }
             if let Err(e) = w.write_sample(s) {
                 // A full disk must not stop the live view; say so once.
                 tracing::error!("recording stopped: {e}");
@@ -438,6 +444,8 @@ struct LoopState {
     pending_reason: Option<String>,
     /// Whether discovery works, for the log.
     discovery: log::HealthTracker,
+    /// The socket pace, which says whether anything is suspected (None: no calm pace).
+    pace: Option<Arc<Pace>>,
 }
 
 /// Discovery's failures are logged like a source's: when it starts failing and when it
