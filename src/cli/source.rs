@@ -117,7 +117,11 @@ pub fn from_recording(
     if let Some(skipped) = replayed.stats.summary() {
         progress::note(&format!("{}: {skipped}", path.display()));
     }
-    if let Some(ms) = replayed.every_ms.get(&SourceKind::Sockets).filter(|ms| **ms > 1000) {
+    if let Some(ms) = replayed
+        .every_ms
+        .get(&SourceKind::Sockets)
+        .filter(|ms| **ms > 1000)
+    {
         progress::note(&format!(
             "{}: sockets were recorded every {} s then (calm): connections opened and closed \
              between two records are not in it",
