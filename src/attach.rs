@@ -281,7 +281,7 @@ pub fn replay_frames_counted(
     for rec in records.by_ref() {
         let rec = rec?;
         // A frame shows the model as it was just before the first sample past its time.
-        if let (Record::Sample { sample }, Some(due)) = (&rec, next_frame) {
+        if let (Record::Sample { sample, .. }, Some(due)) = (&rec, next_frame) {
             if sample.t_ms >= due {
                 frames.push(crate::pipeline::parts(&r.model, due));
                 // Saturating: times in a recording from a stranger can be anything.

@@ -310,6 +310,7 @@ impl Daemon {
             topo_key: topology_key(&topo),
             pending_reason: Some("start".to_string()),
             discovery,
+            pace: None,
         };
         lock(&self.shared).model.set_topology(topo);
 
@@ -322,6 +323,7 @@ impl Daemon {
         for (kind, p) in &paces.sources {
             sampler.pace_with(*kind, p.clone());
         }
+        state.pace = Some(paces.pass.clone());
         let stats = sampler.stats();
         let (tx, mut rx) = mpsc::channel::<Sample>(SAMPLE_QUEUE);
         let (stop_tx, stop_rx) = watch::channel(false);
@@ -429,6 +431,10 @@ impl Daemon {
     /// One sample: recorded, ingested, and (process facts) possibly a new baseline.
     fn on_sample(&self, s: &Sample, state: &mut LoopState) {
         if let Some(w) = state.writer.as_mut() {
+            // The recording's cadence follows the suspicion (calm: fewer socket tables).
+            if let Some(p) = &state.pace {
+                w.set_alert(p.is_alert());
+            }
             if let Err(e) = w.write_sample(s) {
                 // A full disk must not stop the live view; say so once.
                 tracing::error!("recording stopped: {e}");
@@ -482,6 +488,8 @@ struct LoopState {
     pending_reason: Option<String>,
     /// Whether discovery works, for the log.
     discovery: log::HealthTracker,
+    /// The detector pass's pace, which says whether anything is suspected.
+    pace: Option<Arc<Pace>>,
 }
 
 /// Discovery's failures are logged like a source's: when it starts failing and when it

@@ -219,9 +219,12 @@ fn rotation_keeps_n_bounded_segments(compress: bool) {
     let line_max = samples
         .iter()
         .map(|s| {
-            encode(&Record::Sample { sample: s.clone() })
-                .expect("enc")
-                .len() as u64
+            encode(&Record::Sample {
+                sample: s.clone(),
+                every_ms: None,
+            })
+            .expect("enc")
+            .len() as u64
         })
         .max()
         .unwrap_or(0);
@@ -441,7 +444,7 @@ fn compact_encoding_is_lossless_and_much_smaller() {
         let back: Vec<Sample> = recs
             .into_iter()
             .filter_map(|r| match r {
-                Record::Sample { sample } => Some(sample),
+                Record::Sample { sample, .. } => Some(sample),
                 _ => None,
             })
             .collect();
@@ -486,7 +489,7 @@ fn compact_recording_recovers_at_the_next_keyframe_after_a_corrupt_line() {
     let back: Vec<Sample> = recs
         .into_iter()
         .filter_map(|r| match r {
-            Record::Sample { sample } => Some(sample),
+            Record::Sample { sample, .. } => Some(sample),
             _ => None,
         })
         .collect();
@@ -544,6 +547,7 @@ fn default_policy_thins_sockets_to_one_hertz_and_drops_raw_series() {
                     payload: Payload::Metrics(m),
                     ..
                 },
+            ..
         } => Some(m.clone()),
         _ => None,
     });
@@ -556,6 +560,7 @@ fn default_policy_thins_sockets_to_one_hertz_and_drops_raw_series() {
                     payload: Payload::Sockets(t),
                     ..
                 },
+            ..
         } => Some(t.clone()),
         _ => None,
     });
@@ -772,7 +777,7 @@ fn recordings_never_hold_secrets_in_clear() {
     let procs = records
         .iter()
         .find_map(|r| match r {
-            Record::Sample { sample } => match &sample.payload {
+            Record::Sample { sample, .. } => match &sample.payload {
                 Payload::Processes(p) => Some(p.clone()),
                 _ => None,
             },
@@ -866,7 +871,7 @@ fn every_metric_value_survives_both_encodings_bit_for_bit() {
         let back: Vec<Sample> = recs
             .into_iter()
             .filter_map(|r| match r {
-                Record::Sample { sample } => Some(sample),
+                Record::Sample { sample, .. } => Some(sample),
                 _ => None,
             })
             .collect();
@@ -875,4 +880,90 @@ fn every_metric_value_survives_both_encodings_bit_for_bit() {
             assert_eq!(bits(a), bits(b), "compact={compact} at t={}", b.t_ms);
         }
     }
+}
+
+/// Socket samples written by a writer told calm for the first `calm_ms` of `samples`, then
+/// alert; returns what was read back (time and cadence of each socket sample) and the file.
+fn write_paced(samples: &[Sample], calm_ms: i64) -> (Vec<(i64, Option<i64>)>, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("paced.wwrec");
+    let mut w = RecordingWriter::create_file(&path, T0).expect("create");
+    w.write(&Record::Topology {
+        t_ms: T0,
+        topology: pd_topology(),
+    })
+    .expect("topo");
+    for s in samples {
+        w.set_alert(s.t_ms - T0 > calm_ms);
+        w.write_sample(s).expect("write");
+    }
+    drop(w);
+    let (recs, stats) = Recording::open(&path).expect("open").read().expect("read");
+    assert_eq!(stats.summary(), None);
+    let written = recs
+        .iter()
+        .filter_map(|r| match r {
+            Record::Sample { sample, every_ms } => Some((sample.t_ms - T0, *every_ms)),
+            _ => None,
+        })
+        .collect();
+    (written, dir)
+}
+
+#[test]
+fn the_writer_records_sockets_every_five_seconds_while_calm_and_every_second_while_alert() {
+    let samples = wedge_samples(); // 4 Hz from T0 + 250 ms to T0 + 40 s
+    let (written, _dir) = write_paced(&samples, 20_000);
+    let calm: Vec<i64> = (0..4).map(|i| 250 + i * 5_000).collect();
+    let alert: Vec<i64> = (0..20).map(|i| 20_250 + i * 1_000).collect();
+    let want: Vec<(i64, Option<i64>)> = calm
+        .into_iter()
+        .map(|t| (t, Some(5_000)))
+        .chain(alert.into_iter().map(|t| (t, Some(1_000))))
+        .collect();
+    assert_eq!(written, want);
+}
+
+#[test]
+fn a_recording_written_calm_replays_the_wedge_and_says_its_cadence() {
+    let samples = wedge_samples();
+    let (written, dir) = write_paced(&samples, i64::MAX);
+    assert_eq!(written.len(), 8, "{written:?}");
+    let rec = Recording::open(&dir.path().join("paced.wwrec")).expect("open");
+    let r = replay(&rec, None, Thresholds::default()).expect("replay");
+    assert_eq!(r.every_ms.get(&SourceKind::Sockets), Some(&5_000));
+    let parts = wedgewatch::pipeline::parts(&r.model, r.at_ms);
+    let w: Vec<_> = parts
+        .findings
+        .iter()
+        .filter(|f| f.kind == "wedged_request")
+        .collect();
+    assert_eq!(w.len(), 1, "{:#?}", parts.findings);
+    assert_eq!(w[0].component.as_deref(), Some(DECODE));
+}
+
+#[test]
+fn a_recording_from_before_cadences_were_said_still_reads() {
+    // Lines as version 1 writers wrote them, without `every_ms`.
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("old.wwrec");
+    let header = serde_json::json!({"type": "header", "version": 1, "t_ms": T0, "pid": 1,
+        "tool": "wedgewatch 0.1.0"});
+    let status = serde_json::to_value(SourceStatus::ok()).expect("status");
+    let delta = serde_json::json!({"type": "delta", "t_ms": T0 + 1, "kind": "processes",
+        "status": status, "took_ms": 1, "key": true, "crc": crc32(b"[]"), "data": []});
+    let mut bytes = Vec::new();
+    for v in [header, delta] {
+        let json = serde_json::to_vec(&v).expect("json");
+        bytes.extend(format!("{:08x} ", crc32(&json)).into_bytes());
+        bytes.extend(json);
+        bytes.push(b'\n');
+    }
+    std::fs::write(&path, bytes).expect("write");
+    let (recs, stats) = Recording::open(&path).expect("open").read().expect("read");
+    assert_eq!(stats.summary(), None);
+    assert!(matches!(
+        recs.last(),
+        Some(Record::Sample { sample, every_ms: None }) if sample.t_ms == T0 + 1
+    ));
 }

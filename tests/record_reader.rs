@@ -129,7 +129,7 @@ fn every_sample_written_replays() {
         let back: Vec<&Sample> = records
             .iter()
             .filter_map(|r| match r {
-                Record::Sample { sample } => Some(sample),
+                Record::Sample { sample, .. } => Some(sample),
                 _ => None,
             })
             .collect();

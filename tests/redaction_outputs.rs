@@ -326,11 +326,10 @@ fn an_old_recording_replays_clean() {
             topology: topology(),
         },
     ];
-    records.extend(
-        samples()
-            .into_iter()
-            .map(|sample| Record::Sample { sample }),
-    );
+    records.extend(samples().into_iter().map(|sample| Record::Sample {
+        sample,
+        every_ms: None,
+    }));
     for r in &records {
         f.write_all(&encode(r).expect("encode")).expect("write");
     }

@@ -89,7 +89,7 @@ fn sample_span(rec: &Recording) -> Option<(Millis, Millis)> {
     let mut span: Option<(Millis, Millis)> = None;
     // Streamed: one record in memory at a time. Damage is counted by the replay itself.
     for r in rec.records().map_while(Result::ok) {
-        if let Record::Sample { sample } = r {
+        if let Record::Sample { sample, .. } = r {
             let t = sample.t_ms;
             span = Some(span.map_or((t, t), |(a, b)| (a.min(t), b.max(t))));
         }
@@ -117,6 +117,18 @@ pub fn from_recording(
     let replayed = record::replay(&rec, at_ms, th)?;
     if let Some(skipped) = replayed.stats.summary() {
         progress::note(&format!("{}: {skipped}", path.display()));
+    }
+    if let Some(ms) = replayed
+        .every_ms
+        .get(&SourceKind::Sockets)
+        .filter(|ms| **ms > 1000)
+    {
+        progress::note(&format!(
+            "{}: sockets were recorded every {} s then (calm): connections opened and closed \
+             between two records are not in it",
+            path.display(),
+            *ms as f64 / 1000.0
+        ));
     }
     let mut parts = wedgewatch::pipeline::parts(&replayed.model, replayed.at_ms);
     // the recorded node, not this one (its clocks: when its segment began)

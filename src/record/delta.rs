@@ -325,8 +325,9 @@ impl DeltaState {
         self.bases.clear();
     }
 
-    /// Encodes a sample as a keyframe or a delta record.
-    pub fn encode(&mut self, s: &Sample) -> Result<Record> {
+    /// Encodes a sample as a keyframe or a delta record (`every_ms`: the cadence in force,
+    /// carried as is).
+    pub fn encode(&mut self, s: &Sample, every_ms: Option<i64>) -> Result<Record> {
         let mut full = serde_json::to_value(&s.payload)?;
         let mut state = full
             .get_mut("data")
@@ -354,6 +355,7 @@ impl DeltaState {
             key,
             crc,
             data,
+            every_ms,
         })
     }
 
@@ -370,6 +372,7 @@ impl DeltaState {
             key,
             crc,
             data,
+            ..
         } = r
         else {
             return None;
@@ -441,7 +444,7 @@ mod delta_tests {
         for payload in [Payload::Processes(vec![]), Payload::Metrics(vec![])] {
             for t in 0..3 {
                 let s = sample(t * 1000, payload.clone());
-                let rec = enc.encode(&s).expect("encode");
+                let rec = enc.encode(&s, None).expect("encode");
                 if let (t @ 1.., super::Record::Delta { data, .. }) = (t, &rec) {
                     // A form that readers released before this fix also apply.
                     assert_eq!(data, &json!({"$i": []}), "sample {t}");

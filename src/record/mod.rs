@@ -60,6 +60,12 @@ pub enum Record {
     },
     Sample {
         sample: Sample,
+        /// The recording's cadence for this kind when it was written (added with the calm
+        /// cadence, issue 15): at most one sample per this many ms, so what happened between
+        /// two of them (a connection opened and closed) is not in the recording. Absent: every
+        /// sample, or a writer that did not say.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        every_ms: Option<i64>,
     },
     Topology {
         t_ms: Millis,
@@ -78,6 +84,9 @@ pub enum Record {
         key: bool,
         crc: u32,
         data: serde_json::Value,
+        /// As a sample's `every_ms`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        every_ms: Option<i64>,
     },
 }
 
@@ -85,7 +94,7 @@ impl Record {
     pub fn t_ms(&self) -> Millis {
         match self {
             Record::Header { t_ms, .. } | Record::Topology { t_ms, .. } => *t_ms,
-            Record::Sample { sample } => sample.t_ms,
+            Record::Sample { sample, .. } => sample.t_ms,
             Record::Delta { t_ms, .. } => *t_ms,
             Record::Baseline { baseline } => baseline.t_ms,
         }

@@ -232,8 +232,8 @@ impl<R: Read> Records<R> {
             return None;
         };
         let rec = match rec {
-            Record::Delta { .. } => match self.delta.decode(rec) {
-                Some(sample) => Record::Sample { sample },
+            Record::Delta { every_ms, .. } => match self.delta.decode(rec) {
+                Some(sample) => Record::Sample { sample, every_ms },
                 None => {
                     self.stats.undecodable += 1;
                     return None;

@@ -5,6 +5,8 @@ use crate::clock::Millis;
 use crate::correlate::Model;
 use crate::detect::Thresholds;
 use crate::error::{Error, Result};
+use crate::model::SourceKind;
+use std::collections::BTreeMap;
 
 /// A model rebuilt from a recording.
 #[derive(Debug, Clone)]
@@ -18,6 +20,9 @@ pub struct Replayed {
     /// The node recorded (the newest header's up to the replay time; None: an older
     /// recording).
     pub node: Option<crate::model::NodeIdentity>,
+    /// The recording's cadence per kind at the replay time, as its newest sample of the kind
+    /// says (see `Record::Sample::every_ms`; kinds whose samples do not say are absent).
+    pub every_ms: BTreeMap<SourceKind, i64>,
 }
 
 /// Feeds a recording through the correlator up to `at` (inclusive; None: the end), so
@@ -45,6 +50,7 @@ pub fn replay(rec: &Recording, at: Option<Millis>, thresholds: Thresholds) -> Re
         stats: records.stats(),
         at_ms,
         node: r.node,
+        every_ms: r.every_ms,
     })
 }
 
@@ -58,6 +64,8 @@ pub struct Replayer {
     pub last_sample_ms: Option<Millis>,
     /// The node of the newest header applied.
     pub node: Option<crate::model::NodeIdentity>,
+    /// The cadence per kind of the newest sample applied, when it said.
+    pub every_ms: BTreeMap<SourceKind, i64>,
     /// Re-scrubs every record on read, so recordings made before a redaction rule existed
     /// replay clean, and a value learned in one record goes from every later one.
     redactor: crate::redact::Redactor,
@@ -73,6 +81,7 @@ impl Replayer {
             baselines: Vec::new(),
             last_sample_ms: None,
             node: None,
+            every_ms: BTreeMap::new(),
             redactor: crate::redact::Redactor::new(),
         }
     }
@@ -108,8 +117,12 @@ impl Replayer {
             }
             // Decoded into samples by `read`.
             Record::Delta { .. } => None,
-            Record::Sample { sample } => {
+            Record::Sample { sample, every_ms } => {
                 let t = sample.t_ms;
+                match every_ms {
+                    Some(ms) => self.every_ms.insert(sample.kind(), ms),
+                    None => self.every_ms.remove(&sample.kind()),
+                };
                 self.last_sample_ms = Some(self.last_sample_ms.map_or(t, |l| l.max(t)));
                 self.model.ingest(&sample);
                 Some(t)

@@ -55,6 +55,8 @@ pub struct RecordingWriter {
     /// The sockets last written: response progress is thinned (`progress.rs`).
     progress: super::progress::Progress,
     last_written: BTreeMap<crate::model::SourceKind, Millis>,
+    /// Whether the recorder suspects anything now (see [`RecordingWriter::set_alert`]).
+    alert: bool,
     /// Recordings travel (an incident recorded on one box is studied on another): every
     /// record passes through one redactor for the whole run, so a secret learned in one
     /// sample is scrubbed from every later one.
@@ -69,6 +71,13 @@ pub struct RecordPolicy {
     /// Write at most one sample of a kind per this many ms (0: all). Sockets and GPU are
     /// sampled at 4 Hz for the live view; 1 Hz is plenty to replay a wedge.
     pub min_interval_ms: BTreeMap<crate::model::SourceKind, i64>,
+    /// The same while the recorder is calm (nothing suspected, [`RecordingWriter::set_alert`]):
+    /// on a big node under churn the socket table at 1 Hz was nearly all of the recording,
+    /// most of it connections opened and closed within a few seconds that nothing was wrong
+    /// with. A wedge is suspected long before it counts (a third of the threshold), and from
+    /// then on the table is written at `min_interval_ms` again.
+    #[serde(default = "calm_intervals")]
+    pub calm_interval_ms: BTreeMap<crate::model::SourceKind, i64>,
     /// Keep every raw Prometheus series; otherwise only the ones the correlator reads raw
     /// (in-flight gauges); the mapped values are always kept.
     pub keep_raw_series: bool,
@@ -87,6 +96,14 @@ fn yes() -> bool {
     true
 }
 
+/// Sockets every 5 s while calm: the same cadence as the thinned response progress
+/// (`progress.rs`), and a sixth of the wedge threshold.
+fn calm_intervals() -> BTreeMap<crate::model::SourceKind, i64> {
+    [(crate::model::SourceKind::Sockets, 5_000)]
+        .into_iter()
+        .collect()
+}
+
 impl Default for RecordPolicy {
     fn default() -> Self {
         use crate::model::SourceKind;
@@ -94,6 +111,7 @@ impl Default for RecordPolicy {
             min_interval_ms: [(SourceKind::Sockets, 1000), (SourceKind::Gpu, 1000)]
                 .into_iter()
                 .collect(),
+            calm_interval_ms: calm_intervals(),
             keep_raw_series: false,
             compact: true,
             trim_sockets: true,
@@ -265,6 +283,7 @@ impl RecordingWriter {
             delta: DeltaState::default(),
             progress: super::progress::Progress::default(),
             last_written: BTreeMap::new(),
+            alert: true,
             policy: RecordPolicy::default(),
         }
     }
@@ -350,11 +369,30 @@ impl RecordingWriter {
         self.write_raw(rec)
     }
 
+    /// Whether anything is suspected now: alert, samples are written at
+    /// [`RecordPolicy::min_interval_ms`]; calm, at [`RecordPolicy::calm_interval_ms`] where
+    /// it names their kind. A writer never told is alert (`record -o FILE` keeps every
+    /// second); the daemon tells it before each sample, from its socket pace.
+    pub fn set_alert(&mut self, yes: bool) {
+        self.alert = yes;
+    }
+
+    /// The cadence in force for `kind`: at most one sample per this many ms (0: every one).
+    pub fn every_ms(&self, kind: crate::model::SourceKind) -> i64 {
+        let calm = (!self.alert)
+            .then(|| self.policy.calm_interval_ms.get(&kind))
+            .flatten();
+        calm.or_else(|| self.policy.min_interval_ms.get(&kind))
+            .copied()
+            .unwrap_or(0)
+            .max(0)
+    }
+
     /// Appends a sample per the [`RecordPolicy`]: possibly skipped (cadence), trimmed
     /// (raw series) and delta-encoded. Returns whether it was written.
     pub fn write_sample(&mut self, s: &Sample) -> Result<bool> {
         let kind = s.kind();
-        let min = self.policy.min_interval_ms.get(&kind).copied().unwrap_or(0);
+        let min = self.every_ms(kind);
         if let Some(last) = self.last_written.get(&kind) {
             if min > 0 && s.t_ms - last < min && s.t_ms >= *last {
                 return Ok(false);
@@ -386,6 +424,7 @@ impl RecordingWriter {
             return Ok(false);
         };
         let t_ms = redacted.t_ms;
+        let every_ms = (min > 0).then_some(min);
         if self.policy.compact {
             // Rotation resets the delta base: check before encoding.
             if let Target::Dir { policy, .. } = &self.target {
@@ -393,10 +432,13 @@ impl RecordingWriter {
                     self.rotate(t_ms)?;
                 }
             }
-            let rec = self.delta.encode(&redacted)?;
+            let rec = self.delta.encode(&redacted, every_ms)?;
             self.write_raw(&rec)?;
         } else {
-            self.write(&Record::Sample { sample: redacted })?;
+            self.write(&Record::Sample {
+                sample: redacted,
+                every_ms,
+            })?;
         }
         self.last_written.insert(kind, t_ms);
         Ok(true)
