@@ -66,6 +66,40 @@ impl Default for SamplingThresholds {
 }
 
 impl SamplingThresholds {
+    /// Every period in its range (see the keys' docs in docs/findings.md).
+    pub fn validate(&self) -> Result<(), super::RangeError> {
+        // A tick below a second would dump faster than py-spy answers on a loaded box.
+        super::in_range(
+            "stacks_tick_ms",
+            self.stacks_tick_ms,
+            1_000,
+            3_600_000,
+            " ms",
+        )?;
+        // Calm still sees a request within the suspicion's fraction of the wedge threshold.
+        super::in_range("sockets_calm_ms", self.sockets_calm_ms, 250, 10_000, " ms")?;
+        // A GPU idle while a request is open makes its engine suspect after 3 s.
+        super::in_range("gpu_calm_ms", self.gpu_calm_ms, 250, 3_000, " ms")?;
+        super::in_range(
+            "processes_calm_ms",
+            self.processes_calm_ms,
+            1_000,
+            60_000,
+            " ms",
+        )?;
+        super::in_range(
+            "stacks_calm_ms",
+            self.stacks_calm_ms,
+            1_000,
+            3_600_000,
+            " ms",
+        )?;
+        // Calm, the suspicion itself is derived once per pass: a pass slower than the
+        // suspicion's fraction of the wedge threshold (10 s of 30 s) would delay the alert.
+        super::in_range("pass_calm_ms", self.pass_calm_ms, 500, 10_000, " ms")?;
+        Ok(())
+    }
+
     /// `pct` percent of `threshold_ms`: when a request silent that long is suspicious.
     pub fn silent_after(&self, threshold_ms: i64) -> i64 {
         threshold_ms.saturating_mul(i64::from(self.suspect_silent_pct)) / 100

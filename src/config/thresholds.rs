@@ -322,47 +322,7 @@ impl Thresholds {
         percent("busy_sm_pct", self.correlate.busy_sm_pct)?;
         percent("spin_util_pct", self.correlate.spin_util_pct)?;
         percent("suspect_silent_pct", self.sampling.suspect_silent_pct)?;
-        // A tick below a second would dump faster than py-spy answers on a loaded box.
-        super::in_range(
-            "stacks_tick_ms",
-            self.sampling.stacks_tick_ms,
-            1_000,
-            3_600_000,
-            " ms",
-        )?;
-        // Calm still sees a request within the suspicion's fraction of the wedge threshold.
-        super::in_range(
-            "sockets_calm_ms",
-            self.sampling.sockets_calm_ms,
-            250,
-            10_000,
-            " ms",
-        )?;
-        // A GPU idle while a request is open makes its engine suspect after 3 s.
-        super::in_range("gpu_calm_ms", self.sampling.gpu_calm_ms, 250, 3_000, " ms")?;
-        super::in_range(
-            "processes_calm_ms",
-            self.sampling.processes_calm_ms,
-            1_000,
-            60_000,
-            " ms",
-        )?;
-        super::in_range(
-            "stacks_calm_ms",
-            self.sampling.stacks_calm_ms,
-            1_000,
-            3_600_000,
-            " ms",
-        )?;
-        // Calm, the suspicion itself is derived once per pass: a pass slower than the
-        // suspicion's fraction of the wedge threshold (10 s of 30 s) would delay the alert.
-        super::in_range(
-            "pass_calm_ms",
-            self.sampling.pass_calm_ms,
-            500,
-            10_000,
-            " ms",
-        )?;
+        self.sampling.validate()?;
         let frac = self.correlate.spin_power_frac;
         if !(frac > 0.0 && frac <= 1.0) {
             return Err(RangeError {
