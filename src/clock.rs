@@ -45,6 +45,15 @@ impl Clock for FakeClock {
     }
 }
 
+/// CPU time the calling thread has used, in ms (0 if the clock cannot be read): what a piece
+/// of work costs on a machine whose wall clock is mostly waiting for a core.
+pub fn thread_cpu_ms() -> f64 {
+    use nix::time::{clock_gettime, ClockId};
+    clock_gettime(ClockId::CLOCK_THREAD_CPUTIME_ID).map_or(0.0, |t| {
+        t.tv_sec() as f64 * 1000.0 + t.tv_nsec() as f64 / 1e6
+    })
+}
+
 /// RFC 3339 (UTC, millisecond precision) for a Unix-epoch millisecond timestamp.
 pub fn rfc3339(ms: Millis) -> String {
     let nanos = i128::from(ms) * 1_000_000;

@@ -6,6 +6,8 @@
 //! Socket protocol: one request line, one JSON answer line, then the daemon closes.
 //! `snapshot [SECONDS]` -> `{schema, parts: SnapshotParts, sampler: {kind: SourceStats}}`
 //! (requests of the last SECONDS, default the model's window);
+//! `json [SECONDS]` -> the snapshot itself (`wedgewatch.snapshot/1`, assembled and redacted
+//! here, pretty-printed: what `wedgewatch snapshot --json` prints);
 //! `perfetto [SECONDS]` -> Chrome trace-event JSON of the history (see `export`);
 //! `baseline` -> `{oldest, latest, count}` (`latest` = newest facts of every component);
 //! `sources` -> sampler stats; `ping` -> `{ok, pid}`. Errors: `{error: "..."}`.
@@ -594,7 +596,7 @@ async fn answer(stream: UnixStream, with: Answering) -> std::io::Result<()> {
         // Building a snapshot of a large model takes a while and holds the model's lock: do
         // it off the runtime's workers so sampling never waits behind a client.
         (None, Ok(req)) => {
-            if matches!(req, Request::Snapshot { .. }) {
+            if matches!(req, Request::Snapshot { .. } | Request::Json { .. }) {
                 // Answered from the model now; the suspected engines' fresh stacks follow.
                 kick.on_snapshot();
             }
@@ -637,6 +639,11 @@ pub fn respond(
             let sh = lock(shared);
             crate::export::perfetto_model(&windowed(&sh.model, req.window_ms()), now)
         }
+        Request::Json { .. } => {
+            let snapshot = answer::snapshot_now(shared, req.window_ms(), now);
+            serde_json::to_value(&snapshot)
+                .unwrap_or_else(|e| serde_json::json!({ "error": e.to_string() }))
+        }
         Request::Snapshot { .. } => {
             let (parts, daemon) = answer::parts_now(shared, req.window_ms(), now);
             let a = answer::SnapshotAnswer {
@@ -675,6 +682,7 @@ pub fn respond_bytes(
             let sampler = stats.lock().map(|s| s.clone()).unwrap_or_default();
             answer::snapshot_bytes(shared, &sampler, req.window_ms(), now)
         }
+        Request::Json { .. } => answer::snapshot_json_bytes(shared, req.window_ms(), now),
         _ => serde_json::to_vec(&respond(req, shared, stats, now))
             .unwrap_or_else(|e| error_bytes(&e.to_string())),
     }
@@ -731,6 +739,13 @@ pub fn query_blocking(
     timeout_ms: u64,
 ) -> Result<serde_json::Value> {
     blocking(query(socket_path, what, timeout_ms))
+}
+
+/// The bytes a running daemon answers to `json` (check them with
+/// [`answer::check_snapshot_bytes`]: an error answer, e.g. from a daemon older than the
+/// request, is not a transport error).
+pub fn snapshot_json_blocking(socket_path: &Path, timeout_ms: u64) -> Result<Vec<u8>> {
+    blocking(query_bytes(socket_path, "json", timeout_ms))
 }
 
 /// The snapshot parts a running daemon answers to `snapshot`, read straight from its bytes

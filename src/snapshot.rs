@@ -231,11 +231,25 @@ pub(crate) fn redact_outputs(
     snapshot: &mut Snapshot,
     raw: &mut BTreeMap<String, serde_json::Value>,
 ) {
+    // The exchanges and logical requests, most of a big node's snapshot, are redacted
+    // typed: no JSON tree of them (`redact::typed`).
+    let mut requests = std::mem::take(&mut snapshot.requests);
+    let mut logical = std::mem::take(&mut snapshot.logical_requests);
     let mut snap = serde_json::to_value(&*snapshot).unwrap_or(serde_json::Value::Null);
     redactor.learn_json(&snap);
     raw.values().for_each(|v| redactor.learn_json(v));
+    redactor.learn_requests(&requests, &logical);
+    let known = redactor.secrets().count();
     redactor.redact_json(&mut snap);
     raw.values_mut().for_each(|v| redactor.redact_json(v));
+    redactor.redact_requests(&mut requests, &mut logical);
+    if redactor.secrets().count() != known {
+        // learned while redacting (never expected: everything was learned first): scrub
+        // every part again with all of it
+        redactor.scrub_json(&mut snap);
+        raw.values_mut().for_each(|v| redactor.scrub_json(v));
+        redactor.redact_requests(&mut requests, &mut logical);
+    }
     match serde_json::from_value::<Snapshot>(snap) {
         Ok(s) => *snapshot = s,
         // Our own types always round-trip; if one ever did not, publish no host facts
@@ -246,6 +260,8 @@ pub(crate) fn redact_outputs(
             snapshot.config_changed.clear();
         }
     }
+    snapshot.requests = requests;
+    snapshot.logical_requests = logical;
 }
 
 /// The largest snapshot file read (`diff`, `--baseline`, `--replay`): a snapshot of a big

@@ -157,8 +157,49 @@ fn parts() -> SnapshotParts {
         taken_at_ms: T0 + 2000,
         topology: topology(),
         processes: vec![facts()],
+        requests: vec![request()],
+        logical_requests: vec![logical()],
         raw,
         ..SnapshotParts::default()
+    }
+}
+
+/// An exchange whose text fields echo planted values (learned from the env and argv, and by
+/// structure), as a hostile peer's or a component's name could: the typed redaction of
+/// requests must remove them as the JSON walk does.
+fn request() -> Request {
+    Request {
+        id: "x1".into(),
+        component: "decode planted-db-pass-1".into(),
+        client: "127.0.0.1:1".into(),
+        server: "127.0.0.1:2 token=planted-query-4".into(),
+        state: RequestState::Streaming,
+        age_ms: 1.0,
+        bytes_in: 1,
+        bytes_out: 2,
+        idle_out_ms: 0.0,
+        links: vec!["x2".into(), "--api-key".into(), "planted-json-arg-7".into()],
+        role: Some(Role::Decode),
+        client_component: Some("router planted-gh-pat-2".into()),
+        link_confidence: None,
+        started_at: None,
+        request: Some("r1 hf_PLANTEDabcdefghijklmnopqrstuvwxyz0123".into()),
+        leg: Some("r1@decode".into()),
+    }
+}
+
+fn logical() -> LogicalRequest {
+    LogicalRequest {
+        id: "r1".into(),
+        legs: vec!["x1".into(), "Bearer".into(), "planted-bearer-5".into()],
+        verdict: Verdict::Stuck,
+        component: "proxy planted-url-pw-11".into(),
+        age_ms: 1.0,
+        probe: false,
+        stuck_leg: Some("r1@decode planted-positional-6".into()),
+        stuck_at: Some("decode".into()),
+        stuck_role: Some(Role::Decode),
+        stuck_kind: None,
     }
 }
 
@@ -215,6 +256,31 @@ fn snapshot_bundle_report_and_export_hold_no_planted_secret() {
     }
     let trace = wedgewatch::export::perfetto(&parts());
     assert_clean("perfetto", &trace.to_string());
+}
+
+/// A snapshot a daemon serves (`json`: assembled and redacted by the daemon, printed by the
+/// client as it comes) holds no planted secret either: the daemon's model fed the same
+/// samples, its answer's bytes checked.
+#[test]
+fn a_served_json_snapshot_holds_no_planted_secret() {
+    use wedgewatch::daemon::{self, protocol, Shared};
+    let mut model = wedgewatch::correlate::Model::new(Thresholds::default());
+    model.set_topology(topology());
+    samples().iter().for_each(|s| model.ingest(s));
+    let shared = std::sync::Mutex::new(Shared {
+        model,
+        baselines: Vec::new(),
+        latest_facts: None,
+        started_ms: T0,
+    });
+    let req = protocol::parse_request(b"json\n").expect("json");
+    let stats = wedgewatch::sampler::StatsHandle::default();
+    let bytes = daemon::respond_bytes(&req, &shared, &stats, T0 + 2000);
+    let text = String::from_utf8(bytes).expect("utf-8");
+    assert!(text.contains("wedgewatch.snapshot/1"), "{text:.200}");
+    assert!(text.contains("DB_PASS"), "the env is served: {text:.2000}");
+    assert_clean("served json", &text);
+    assert_names("served json", &text);
 }
 
 /// The report and the bundle writer re-redact what they are given: a snapshot assembled by

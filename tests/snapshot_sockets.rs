@@ -156,3 +156,62 @@ fn a_served_snapshot_leaves_foreign_sockets_out_and_a_client_reads_its_bytes() {
         .expect_err("an error");
     assert!(e.to_string().contains("daemon at /s: busy"), "{e}");
 }
+
+/// `json`: the daemon assembles and redacts the snapshot itself and a client prints its
+/// bytes. They are the snapshot a one-shot assembly of the same model at the same instant
+/// gives (the requests open, their logical requests and verdicts, the findings, the
+/// components), with this node's identity, and a client checks them whole.
+#[test]
+fn a_served_json_snapshot_is_the_one_shot_snapshot_of_the_same_model() {
+    let mut sim = sim_with_foreign(40);
+    let c = sim.connect(Some(100), 30000, 200);
+    sim.request(c, 700);
+    sim.advance(250);
+    sim.ingest(Payload::Sockets(sim.socket_table()));
+    let now = sim.now;
+    let one_shot = snapshot::assemble(
+        wedgewatch::pipeline::parts(&sim.model, now),
+        &AssembleOptions::default(),
+    );
+    let shared = Mutex::new(Shared {
+        model: sim.model,
+        baselines: Vec::new(),
+        latest_facts: None,
+        started_ms: T0,
+    });
+    let stats = wedgewatch::sampler::StatsHandle::default();
+    let bytes = daemon::respond_bytes(&Request::Json { window_s: None }, &shared, &stats, now);
+    let served = daemon::answer::check_snapshot_bytes(bytes.clone(), std::path::Path::new("/x"))
+        .expect("a whole snapshot");
+    let s: Snapshot = serde_json::from_slice(&served.bytes).expect("the contract");
+    assert!(
+        one_shot
+            .requests
+            .iter()
+            .any(|r| r.state != RequestState::Closed),
+        "requests open: {:?}",
+        one_shot.requests
+    );
+    assert_eq!(s.requests, one_shot.requests);
+    assert_eq!(s.logical_requests, one_shot.logical_requests);
+    assert_eq!(s.findings, one_shot.findings);
+    assert_eq!(served.findings, one_shot.findings);
+    assert_eq!(s.components, one_shot.components);
+    assert_eq!((s.taken_at, s.redacted), (one_shot.taken_at, true));
+    assert!(s.node.is_some(), "the daemon's node: this one");
+    // printed as `snapshot --json` prints a one-shot snapshot
+    let text = String::from_utf8(served.bytes).expect("utf-8");
+    assert!(
+        text.starts_with("{\n  \"schema\": \"wedgewatch.snapshot/1\""),
+        "{text:.80}"
+    );
+    // a truncated answer, an error and a foreign document are refused, never printed
+    let cut = bytes[..bytes.len() / 2].to_vec();
+    let p = std::path::Path::new("/s");
+    assert!(daemon::answer::check_snapshot_bytes(cut, p).is_err());
+    let e = daemon::answer::check_snapshot_bytes(br#"{"error":"busy"}"#.to_vec(), p)
+        .expect_err("an error");
+    assert!(e.to_string().contains("daemon at /s: busy"), "{e}");
+    let other = br#"{"schema":"wedgewatch.daemon/1","parts":{}}"#.to_vec();
+    assert!(daemon::answer::check_snapshot_bytes(other, p).is_err());
+}

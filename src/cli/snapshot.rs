@@ -5,10 +5,12 @@ use super::check::FailOn;
 use super::exit::code;
 use super::options::Sampling;
 use super::progress;
-use super::source::{self, SourceArgs};
+use super::source::{self, Served, SourceArgs};
 use anyhow::{bail, Context};
 use clap::Args;
+use std::io::Write;
 use std::path::{Path, PathBuf};
+use wedgewatch::daemon::answer::ServedSnapshot;
 use wedgewatch::model::FindingKind;
 use wedgewatch::snapshot::{self, AssembleOptions, Overwrite, SnapshotParts};
 use wedgewatch::{detect, diff};
@@ -71,7 +73,13 @@ pub fn run(top: Sampling, a: SnapshotArgs) -> anyhow::Result<i32> {
         // refuse before sampling, not after
         snapshot::check_bundle_target(dir, overwrite)?;
     }
-    let mut parts = source::parts(&s, &a.source)?;
+    let mut from = a.source.clone();
+    if json && dir.is_none() && a.baseline.is_none() && s.assemble().redact {
+        if let Some(snap) = served(&s, &mut from) {
+            return print_served(&snap, a.fail_on);
+        }
+    }
+    let mut parts = source::parts(&s, &from)?;
     let opts = s.assemble();
     if let Some(base) = &a.baseline {
         against_baseline(&mut parts, base, &opts)?;
@@ -91,6 +99,36 @@ pub fn run(top: Sampling, a: SnapshotArgs) -> anyhow::Result<i32> {
         println!("{}", serde_json::to_string_pretty(&bundle.snapshot)?);
     }
     Ok(match a.fail_on.worst(&bundle.snapshot.findings) {
+        Some(_) => code::FOUND,
+        None => code::OK,
+    })
+}
+
+/// The snapshot a running daemon assembled and redacted, when it can serve this one (not a
+/// recording, not `--no-daemon`). A daemon that did not answer is not asked again: `from`
+/// then samples here.
+fn served(s: &Sampling, from: &mut SourceArgs) -> Option<ServedSnapshot> {
+    if from.from.is_some() || from.no_daemon {
+        return None;
+    }
+    match source::served_json(s) {
+        Served::Snapshot(snap) => Some(snap),
+        Served::Unusable => {
+            from.no_daemon = true;
+            None
+        }
+        Served::NoDaemon | Served::AskParts => None,
+    }
+}
+
+/// Prints a served snapshot's bytes as they came (a checked, whole document); the exit code
+/// from its findings.
+fn print_served(snap: &ServedSnapshot, fail_on: FailOn) -> anyhow::Result<i32> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(&snap.bytes)?;
+    out.write_all(b"\n")?;
+    out.flush()?;
+    Ok(match fail_on.worst(&snap.findings) {
         Some(_) => code::FOUND,
         None => code::OK,
     })

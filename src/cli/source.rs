@@ -84,6 +84,45 @@ pub fn from_daemon(s: &Sampling) -> Option<SnapshotParts> {
     }
 }
 
+/// What a daemon answered to `json`.
+pub enum Served {
+    /// The snapshot it assembled and redacted, to print as it is.
+    Snapshot(daemon::answer::ServedSnapshot),
+    /// No daemon runs here.
+    NoDaemon,
+    /// A daemon runs but did not answer (said on stderr): sample here.
+    Unusable,
+    /// It answered, not with a snapshot (a daemon older than `json`): ask it for parts.
+    AskParts,
+}
+
+/// The snapshot a running daemon assembled and redacted itself (for `snapshot --json`, which
+/// adds nothing to it: the client only prints the bytes).
+pub fn served_json(s: &Sampling) -> Served {
+    let cfg = s.daemon_config();
+    if !cfg.socket_path.exists() {
+        return Served::NoDaemon;
+    }
+    let bytes = match daemon::snapshot_json_blocking(&cfg.socket_path, 5000) {
+        Ok(b) => b,
+        Err(e) => {
+            let e = wedgewatch::redact::log_line(&e.to_string());
+            progress::note(&format!("daemon not usable ({e}); sampling here instead"));
+            return Served::Unusable;
+        }
+    };
+    match daemon::answer::check_snapshot_bytes(bytes, &cfg.socket_path) {
+        Ok(snap) => {
+            progress::note(&format!(
+                "using the daemon at {} (its history and baseline)",
+                cfg.socket_path.display()
+            ));
+            Served::Snapshot(snap)
+        }
+        Err(_) => Served::AskParts,
+    }
+}
+
 /// The times of a recording's first and last samples (None: it holds none).
 fn sample_span(rec: &Recording) -> Option<(Millis, Millis)> {
     let mut span: Option<(Millis, Millis)> = None;

@@ -1,17 +1,20 @@
-//! The `snapshot` answer, both ends: the daemon builds the parts under the model's lock and
+//! The `snapshot` and `json` answers, both ends. `snapshot`: the daemon builds the parts under the model's lock and
 //! serializes them to bytes once, after the lock is released (no JSON tree of the parts in
 //! between); a client reads the parts straight from those bytes (no tree of the whole
-//! answer, no copy of it).
+//! answer, no copy of it). `json`: the daemon assembles and redacts the snapshot itself and
+//! the client prints its bytes.
 
 use super::{lock, Shared, DAEMON_SCHEMA};
-use crate::clock::Millis;
+use crate::clock::{thread_cpu_ms, Millis};
 use crate::error::{Error, Result};
-use crate::model::{SnapshotParts, SourceKind};
+use crate::model::{Finding, Snapshot, SnapshotParts, SourceKind, SNAPSHOT_SCHEMA};
 use crate::sampler::SourceStats;
+use crate::snapshot::AssembleOptions;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Mutex;
+use std::time::Instant;
 
 /// Facts about the daemon that answered.
 #[derive(Debug, Clone, Copy, Serialize)]
@@ -37,8 +40,17 @@ pub fn parts_now(
     window_ms: Option<i64>,
     now: Millis,
 ) -> (SnapshotParts, DaemonFacts) {
+    let asked = Instant::now();
     let sh = lock(shared);
+    let (locked, cpu) = (Instant::now(), thread_cpu_ms());
     let parts = crate::pipeline::parts(&super::windowed(&sh.model, window_ms), now);
+    tracing::debug!(
+        lock_wait_ms = ms(locked - asked),
+        parts_ms = ms(locked.elapsed()),
+        parts_cpu_ms = thread_cpu_ms() - cpu,
+        requests = parts.requests.len(),
+        "snapshot parts built"
+    );
     let facts = DaemonFacts {
         pid: std::process::id(),
         started_ms: sh.started_ms,
@@ -62,11 +74,96 @@ pub fn snapshot_bytes(
         sampler,
         daemon,
     };
-    serde_json::to_vec(&answer).unwrap_or_else(|e| {
+    let cpu = thread_cpu_ms();
+    let bytes = serde_json::to_vec(&answer).unwrap_or_else(|e| {
         serde_json::json!({ "error": e.to_string() })
             .to_string()
             .into_bytes()
-    })
+    });
+    let serialize_cpu_ms = thread_cpu_ms() - cpu;
+    tracing::debug!(
+        serialize_cpu_ms,
+        bytes = bytes.len(),
+        "snapshot parts serialized"
+    );
+    bytes
+}
+
+/// The snapshot at `now` (`json [SECONDS]`): the parts built under the model's lock, then,
+/// outside it, assembled and redacted once, here, as `wedgewatch snapshot --json` would
+/// (this node's identity included: the daemon runs on the node it watches).
+pub fn snapshot_now(shared: &Mutex<Shared>, window_ms: Option<i64>, now: Millis) -> Snapshot {
+    let (mut parts, _) = parts_now(shared, window_ms, now);
+    parts.node = Some(crate::sys::node::this_node());
+    let (t, cpu) = (Instant::now(), thread_cpu_ms());
+    let s = crate::snapshot::assemble(parts, &AssembleOptions::default());
+    tracing::debug!(
+        assemble_ms = ms(t.elapsed()),
+        assemble_cpu_ms = thread_cpu_ms() - cpu,
+        "snapshot assembled"
+    );
+    s
+}
+
+/// The answer to `json`: the snapshot pretty-printed, as the CLI prints it (one answer, not
+/// one line: the client reads to the end).
+pub fn snapshot_json_bytes(shared: &Mutex<Shared>, window_ms: Option<i64>, now: Millis) -> Vec<u8> {
+    let snapshot = snapshot_now(shared, window_ms, now);
+    let cpu = thread_cpu_ms();
+    let bytes = serde_json::to_vec_pretty(&snapshot).unwrap_or_else(|e| {
+        serde_json::json!({ "error": e.to_string() })
+            .to_string()
+            .into_bytes()
+    });
+    let serialize_cpu_ms = thread_cpu_ms() - cpu;
+    tracing::debug!(serialize_cpu_ms, bytes = bytes.len(), "snapshot serialized");
+    bytes
+}
+
+/// A snapshot served by the daemon: its bytes as they are printed, and its findings (for
+/// `--fail-on`).
+#[derive(Debug)]
+pub struct ServedSnapshot {
+    pub bytes: Vec<u8>,
+    pub findings: Vec<Finding>,
+}
+
+/// What a client checks of a `json` answer: a whole `wedgewatch.snapshot/1` document (a
+/// truncated or foreign answer is never printed), or the daemon's error.
+#[derive(Debug, Deserialize)]
+struct Checked {
+    #[serde(default)]
+    schema: Option<String>,
+    #[serde(default)]
+    error: Option<String>,
+    #[serde(default)]
+    findings: Vec<Finding>,
+}
+
+/// The snapshot in the bytes the daemon at `socket` answered to `json`. The whole answer is
+/// parsed (skipping all but the findings), so only a complete document is printed.
+pub fn check_snapshot_bytes(mut bytes: Vec<u8>, socket: &Path) -> Result<ServedSnapshot> {
+    let c: Checked = serde_json::from_slice(&bytes)?;
+    let at = socket.display();
+    match (c.schema.as_deref(), c.error) {
+        (_, Some(e)) => Err(Error::Other(format!("daemon at {at}: {e}"))),
+        (Some(SNAPSHOT_SCHEMA), None) => {
+            if bytes.last() == Some(&b'\n') {
+                bytes.pop();
+            }
+            Ok(ServedSnapshot {
+                bytes,
+                findings: c.findings,
+            })
+        }
+        (other, None) => Err(Error::Other(format!(
+            "daemon at {at}: answered schema {other:?}, not {SNAPSHOT_SCHEMA:?}"
+        ))),
+    }
+}
+
+fn ms(d: std::time::Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
 }
 
 /// What a client reads of a `snapshot` answer: the parts, or the daemon's error. The other

@@ -14,6 +14,11 @@ pub enum Request {
     Snapshot {
         window_s: Option<u32>,
     },
+    /// `json [SECONDS]`: the snapshot itself (`wedgewatch.snapshot/1`), assembled and
+    /// redacted by the daemon, as `wedgewatch snapshot --json` prints it.
+    Json {
+        window_s: Option<u32>,
+    },
     /// `perfetto [SECONDS]`: the history as Chrome trace-event JSON.
     Perfetto {
         window_s: Option<u32>,
@@ -27,9 +32,9 @@ impl Request {
     /// The window asked for, in milliseconds (never overflows: at most [`MAX_WINDOW_S`]).
     pub fn window_ms(&self) -> Option<i64> {
         match self {
-            Request::Snapshot { window_s } | Request::Perfetto { window_s } => {
-                window_s.map(|s| i64::from(s) * 1000)
-            }
+            Request::Snapshot { window_s }
+            | Request::Json { window_s }
+            | Request::Perfetto { window_s } => window_s.map(|s| i64::from(s) * 1000),
             _ => None,
         }
     }
@@ -52,7 +57,8 @@ pub enum ProtocolError {
     Unexpected { verb: String, extra: String },
 }
 
-const EXPECTED: &str = "expected snapshot [SECONDS], perfetto [SECONDS], baseline, sources or ping";
+const EXPECTED: &str =
+    "expected snapshot [SECONDS], json [SECONDS], perfetto [SECONDS], baseline, sources or ping";
 
 /// Shortened for error messages: a hostile client must not make the daemon echo kilobytes.
 fn shown(word: &str) -> String {
@@ -83,6 +89,9 @@ pub fn parse_request(line: &[u8]) -> Result<Request, ProtocolError> {
     };
     match verb {
         "snapshot" => Ok(Request::Snapshot {
+            window_s: arg.map(parse_window).transpose()?,
+        }),
+        "json" => Ok(Request::Json {
             window_s: arg.map(parse_window).transpose()?,
         }),
         "perfetto" => Ok(Request::Perfetto {
@@ -117,6 +126,10 @@ mod tests {
             Ok(Request::Perfetto {
                 window_s: Some(300)
             })
+        );
+        assert_eq!(
+            parse_request(b"json 60\n"),
+            Ok(Request::Json { window_s: Some(60) })
         );
         assert_eq!(parse_request(b"ping"), Ok(Request::Ping));
         assert_eq!(parse_request(b"baseline\n"), Ok(Request::Baseline));

@@ -17,9 +17,11 @@
 pub mod control;
 pub mod mask;
 pub mod names;
+mod plain;
 mod scrubber;
 pub mod shapes;
 pub mod structure;
+mod typed;
 
 pub use mask::MaskKey;
 pub use names::is_secret_name;

@@ -41,7 +41,19 @@ const OUR_FIELDS: &[&str] = &["key", "keys"];
 
 /// Whether a variable/option/label/JSON key name looks like it holds a secret.
 pub fn is_secret_name(name: &str) -> bool {
-    let up = name.to_ascii_uppercase();
+    // Upper-cased on the stack: a redaction pass asks this of every key of a snapshot.
+    let mut buf = [0u8; 64];
+    let Some(up) = buf.get_mut(..name.len()) else {
+        return is_secret_upper(&name.to_ascii_uppercase());
+    };
+    up.copy_from_slice(name.as_bytes());
+    up.make_ascii_uppercase();
+    // ASCII case changes keep UTF-8 valid
+    std::str::from_utf8(up).is_ok_and(is_secret_upper)
+}
+
+/// [`is_secret_name`] of a name already upper-cased.
+fn is_secret_upper(up: &str) -> bool {
     let bare = up.trim_start_matches('-');
     if NOT_SECRET.contains(&bare) {
         return false;

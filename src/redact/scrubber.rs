@@ -6,6 +6,7 @@ use super::names::{is_secret_field, is_secret_name};
 use super::{shapes, structure};
 use crate::model::{ProcessFacts, REDACTED};
 use serde_json::Value;
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::ops::Range;
 
@@ -92,18 +93,27 @@ impl Redactor {
 
     /// Redacts one free-text value by structure and shape, then scrubs known secrets.
     pub fn text(&mut self, value: &str) -> String {
+        self.text_cow(value).into_owned()
+    }
+
+    /// [`Redactor::text`], borrowing `value` back when nothing in it changes (most values:
+    /// a big node's snapshot holds tens of thousands of addresses and ids).
+    pub fn text_cow<'a>(&mut self, value: &'a str) -> Cow<'a, str> {
+        if super::plain::cannot_reveal(value) {
+            return self.scrub_cow(value);
+        }
         if self.clean.contains(value) {
-            return value.to_string();
+            return Cow::Borrowed(value);
         }
         let mut spans = structure::find(value);
         spans.extend(shapes::find(value));
         if spans.is_empty() {
-            let out = self.scrub(value);
-            if out == value {
+            let out = self.scrub_cow(value);
+            if matches!(out, Cow::Borrowed(_)) {
                 if self.clean.len() >= MAX_CLEAN {
                     self.clean.clear();
                 }
-                self.clean.insert(out.clone());
+                self.clean.insert(value.to_string());
             }
             return out;
         }
@@ -122,7 +132,14 @@ impl Redactor {
             at = r.end;
         }
         out.push_str(&value[at..]);
-        self.scrub(&out)
+        Cow::Owned(self.scrub(&out))
+    }
+
+    /// `*s` redacted in place ([`Redactor::text`]); untouched (no copy) when clean.
+    pub fn text_in_place(&mut self, s: &mut String) {
+        if let Cow::Owned(new) = self.text_cow(s) {
+            *s = new;
+        }
     }
 
     /// Redacts an environment map in place.
@@ -138,10 +155,11 @@ impl Redactor {
 
     /// Redacts a command line: values of secret-named options (`--api-key X`,
     /// `--api-key=X`), the word after `Bearer`, and each argument as free text.
-    pub fn args(&mut self, args: &[String]) -> Vec<String> {
+    pub fn args<S: AsRef<str>>(&mut self, args: &[S]) -> Vec<String> {
         let mut out = Vec::with_capacity(args.len());
         let mut redact_next = false;
         for a in args {
+            let a = a.as_ref();
             if redact_next && !a.starts_with("--") {
                 redact_next = false;
                 out.push(self.secret(a));
@@ -157,7 +175,7 @@ impl Redactor {
                     }
                 } else if is_secret_name(a) {
                     redact_next = true;
-                    out.push(a.clone());
+                    out.push(a.to_string());
                     continue;
                 }
             }
@@ -191,10 +209,32 @@ impl Redactor {
         self.facts(&mut copy);
     }
 
-    /// Learns the secrets of a JSON tree without changing it.
+    /// Learns the secrets of a JSON tree without changing it: what [`Redactor::redact_json`]
+    /// would remove, read in place (no copy of the tree).
     pub fn learn_json(&mut self, v: &Value) {
-        let mut copy = v.clone();
-        self.walk(&mut copy);
+        match v {
+            Value::String(s) => {
+                self.text_cow(s);
+            }
+            Value::Array(a) => match strings_of(a) {
+                Some(words) => {
+                    self.args(&words);
+                }
+                None => a.iter().for_each(|x| self.learn_json(x)),
+            },
+            Value::Object(o) => {
+                let keyed_secret = is_keyed_secret(o);
+                for (k, x) in o {
+                    match x {
+                        Value::String(s) if by_key(k, keyed_secret) => {
+                            self.secret(s);
+                        }
+                        _ => self.learn_json(x),
+                    }
+                }
+            }
+            _ => {}
+        }
     }
 
     /// Redacts a JSON tree: by key name, structure and shape, then scrubs every value
@@ -222,23 +262,13 @@ impl Redactor {
 
     fn walk(&mut self, v: &mut Value) {
         match v {
-            Value::String(s) => {
-                let new = self.text(s);
-                if new != *s {
-                    *s = new;
-                }
-            }
+            Value::String(s) => self.text_in_place(s),
             Value::Array(a) => self.walk_array(a),
             Value::Object(o) => {
-                let keyed_secret = o
-                    .get("key")
-                    .and_then(Value::as_str)
-                    .is_some_and(is_secret_name);
+                let keyed_secret = is_keyed_secret(o);
                 for (k, x) in o.iter_mut() {
-                    let by_key = is_secret_field(k)
-                        || (keyed_secret && KEYED_VALUE_FIELDS.contains(&k.as_str()));
                     match x {
-                        Value::String(s) if by_key => *s = self.secret(s),
+                        Value::String(s) if by_key(k, keyed_secret) => *s = self.secret(s),
                         _ => self.walk(x),
                     }
                 }
@@ -249,33 +279,38 @@ impl Redactor {
 
     /// An array of strings may be a command line: flags give context to the next element.
     fn walk_array(&mut self, a: &mut [Value]) {
-        let all_strings: Option<Vec<String>> =
-            a.iter().map(|x| x.as_str().map(str::to_string)).collect();
-        match all_strings {
-            Some(words) if !words.is_empty() => {
-                for (x, w) in a.iter_mut().zip(self.args(&words)) {
-                    *x = Value::String(w);
-                }
+        let Some(words) = strings_of(a) else {
+            a.iter_mut().for_each(|x| self.walk(x));
+            return;
+        };
+        let redacted = self.args(&words);
+        for (x, w) in a.iter_mut().zip(redacted) {
+            if x.as_str() != Some(w.as_str()) {
+                *x = Value::String(w);
             }
-            _ => a.iter_mut().for_each(|x| self.walk(x)),
         }
     }
 
     /// Replaces every remembered secret value in `text`; longest first so a secret that
     /// contains another is removed whole.
     pub fn scrub(&self, text: &str) -> String {
-        let mut out = text.to_string();
-        if self.secrets.is_empty() {
-            return out;
+        self.scrub_cow(text).into_owned()
+    }
+
+    /// [`Redactor::scrub`], borrowing `text` back when it holds no remembered value.
+    fn scrub_cow<'a>(&self, text: &'a str) -> Cow<'a, str> {
+        if !self.secrets.iter().any(|s| text.contains(s.as_str())) {
+            return Cow::Borrowed(text);
         }
         let mut secrets: Vec<&String> = self.secrets.iter().collect();
         secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+        let mut out = text.to_string();
         for s in secrets {
             if out.contains(s.as_str()) {
                 out = out.replace(s.as_str(), &self.replacement(s));
             }
         }
-        out
+        Cow::Owned(out)
     }
 
     /// Scrubs every remembered value from every string inside a JSON value.
@@ -285,8 +320,7 @@ impl Redactor {
         }
         match v {
             Value::String(s) => {
-                let new = self.scrub(s);
-                if new != *s {
+                if let Cow::Owned(new) = self.scrub_cow(s) {
                     *s = new;
                 }
             }
@@ -295,6 +329,25 @@ impl Redactor {
             _ => {}
         }
     }
+}
+
+/// The strings of an array made of strings only, and not empty (maybe a command line).
+fn strings_of(a: &[Value]) -> Option<Vec<&str>> {
+    let words: Option<Vec<&str>> = a.iter().map(Value::as_str).collect();
+    words.filter(|w| !w.is_empty())
+}
+
+/// Whether an object's `key` names a secret (our own `Change` records): then its
+/// [`KEYED_VALUE_FIELDS`] are secret too.
+fn is_keyed_secret(o: &serde_json::Map<String, Value>) -> bool {
+    o.get("key")
+        .and_then(Value::as_str)
+        .is_some_and(is_secret_name)
+}
+
+/// Whether the string under key `k` is secret by its key alone.
+fn by_key(k: &str, keyed_secret: bool) -> bool {
+    is_secret_field(k) || (keyed_secret && KEYED_VALUE_FIELDS.contains(&k))
 }
 
 /// Sorted, non-overlapping ranges covering all of `spans`.
