@@ -96,10 +96,11 @@ fn yes() -> bool {
     true
 }
 
-/// Sockets every 5 s while calm: the same cadence as the thinned response progress
-/// (`progress.rs`), and a sixth of the wedge threshold.
+/// Sockets every 10 s while calm, a third of the wedge threshold: a calm stretch is kept for
+/// its state (what was open, how the node looked), not for every short request (at 5 s the
+/// big lab's recording still grew 14 MiB/h, issue 15's goal is 10; docs/performance.md).
 fn calm_intervals() -> BTreeMap<crate::model::SourceKind, i64> {
-    [(crate::model::SourceKind::Sockets, 5_000)]
+    [(crate::model::SourceKind::Sockets, 10_000)]
         .into_iter()
         .collect()
 }
