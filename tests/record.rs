@@ -928,7 +928,11 @@ fn the_writer_records_sockets_every_ten_seconds_while_calm_and_every_second_whil
 fn a_recording_written_calm_replays_the_wedge_and_says_its_cadence() {
     let samples = wedge_samples();
     let (written, dir) = write_paced(&samples, i64::MAX);
-    assert_eq!(written.len(), 4, "a socket table every 10 s of 40: {written:?}");
+    assert_eq!(
+        written.len(),
+        4,
+        "a socket table every 10 s of 40: {written:?}"
+    );
     let rec = Recording::open(&dir.path().join("paced.wwrec")).expect("open");
     let r = replay(&rec, None, Thresholds::default()).expect("replay");
     assert_eq!(r.every_ms.get(&SourceKind::Sockets), Some(&10_000));
