@@ -412,6 +412,9 @@ pub struct Readers {
     pub paces: Vec<Arc<Pace>>,
 }
 
+/// Passes at the fast period after the daemon starts, before its pace decides.
+const STARTING_PASSES: u32 = 3;
+
 /// Logs findings and source health at `pace` (slower while nothing is suspected, at once
 /// when a pass turns it alert) until the task is aborted, publishes
 /// each pass's evaluation for the exporter when there is one, and keeps the newest pass in
@@ -425,6 +428,9 @@ pub async fn watch(
     to: Readers,
 ) {
     let mut state = Some(Watch::default());
+    // The first passes at the fast period: a daemon just started tells the health of its
+    // sources' first samples (a GPU source unavailable, ...) in seconds, calm or not.
+    let mut starting = STARTING_PASSES;
     loop {
         let Some(mut w) = state.take() else {
             return;
@@ -447,8 +453,14 @@ pub async fn watch(
             }
         }
         // The period from the end of a pass (a slow pass never queues another behind it).
+        let period_ms = if starting > 0 {
+            starting -= 1;
+            pace.alert_period_ms()
+        } else {
+            pace.period_ms()
+        };
         tokio::select! {
-            _ = tokio::time::sleep(Duration::from_millis(pace.period_ms())) => {}
+            _ = tokio::time::sleep(Duration::from_millis(period_ms)) => {}
             _ = pace.alerted() => {}
         }
     }

@@ -47,6 +47,11 @@ impl Pace {
         self.alert.load(Ordering::Relaxed)
     }
 
+    /// The period while something is suspected.
+    pub fn alert_period_ms(&self) -> u64 {
+        self.alert_ms
+    }
+
     /// The period to run at now.
     pub fn period_ms(&self) -> u64 {
         if self.is_alert() {
