@@ -307,12 +307,13 @@ impl Daemon {
         let mut discovery = log::HealthTracker::default();
         let topo = self.first_topology(&mut discovery).await;
         let (topo_tx, topo_rx) = watch::channel(topo.clone());
+        let paces = self.paces();
         let mut state = LoopState {
             writer: self.open_recording(state_dir, &topo)?,
             topo_key: topology_key(&topo),
             pending_reason: Some("start".to_string()),
             discovery,
-            pace: None,
+            pace: paces.pass.clone(),
         };
         lock(&self.shared).model.set_topology(topo);
 
@@ -321,11 +322,9 @@ impl Daemon {
             sampler.add(s.clone(), *e, *t);
         }
         sampler.kick_with(SourceKind::Stacks, self.stacks_kick.clone());
-        let paces = self.paces();
         for (kind, p) in &paces.sources {
             sampler.pace_with(*kind, p.clone());
         }
-        state.pace = Some(paces.pass.clone());
         let stats = sampler.stats();
         let (tx, mut rx) = mpsc::channel::<Sample>(SAMPLE_QUEUE);
         let (stop_tx, stop_rx) = watch::channel(false);
@@ -434,9 +433,7 @@ impl Daemon {
     fn on_sample(&self, s: &Sample, state: &mut LoopState) {
         if let Some(w) = state.writer.as_mut() {
             // The recording's cadence follows the suspicion (calm: fewer socket tables).
-            if let Some(p) = &state.pace {
-                w.set_alert(p.is_alert());
-            }
+            w.set_alert(state.pace.is_alert());
             if let Err(e) = w.write_sample(s) {
                 // A full disk must not stop the live view; say so once.
                 tracing::error!("recording stopped: {e}");
@@ -491,7 +488,7 @@ struct LoopState {
     /// Whether discovery works, for the log.
     discovery: log::HealthTracker,
     /// The detector pass's pace, which says whether anything is suspected.
-    pace: Option<Arc<Pace>>,
+    pace: Arc<Pace>,
 }
 
 /// Discovery's failures are logged like a source's: when it starts failing and when it

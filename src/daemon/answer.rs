@@ -75,11 +75,7 @@ pub fn snapshot_bytes(
         daemon,
     };
     let cpu = thread_cpu_ms();
-    let bytes = serde_json::to_vec(&answer).unwrap_or_else(|e| {
-        serde_json::json!({ "error": e.to_string() })
-            .to_string()
-            .into_bytes()
-    });
+    let bytes = or_error(serde_json::to_vec(&answer));
     let serialize_cpu_ms = thread_cpu_ms() - cpu;
     tracing::debug!(
         serialize_cpu_ms,
@@ -110,11 +106,7 @@ pub fn snapshot_now(shared: &Mutex<Shared>, window_ms: Option<i64>, now: Millis)
 pub fn snapshot_json_bytes(shared: &Mutex<Shared>, window_ms: Option<i64>, now: Millis) -> Vec<u8> {
     let snapshot = snapshot_now(shared, window_ms, now);
     let cpu = thread_cpu_ms();
-    let bytes = serde_json::to_vec_pretty(&snapshot).unwrap_or_else(|e| {
-        serde_json::json!({ "error": e.to_string() })
-            .to_string()
-            .into_bytes()
-    });
+    let bytes = or_error(serde_json::to_vec_pretty(&snapshot));
     let serialize_cpu_ms = thread_cpu_ms() - cpu;
     tracing::debug!(serialize_cpu_ms, bytes = bytes.len(), "snapshot serialized");
     bytes
@@ -160,6 +152,11 @@ pub fn check_snapshot_bytes(mut bytes: Vec<u8>, socket: &Path) -> Result<ServedS
             "daemon at {at}: answered schema {other:?}, not {SNAPSHOT_SCHEMA:?}"
         ))),
     }
+}
+
+/// Serialized bytes, or the daemon's error answer saying why not.
+fn or_error(bytes: serde_json::Result<Vec<u8>>) -> Vec<u8> {
+    bytes.unwrap_or_else(|e| super::error_bytes(&e.to_string()))
 }
 
 fn ms(d: std::time::Duration) -> f64 {
