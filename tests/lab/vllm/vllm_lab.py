@@ -42,7 +42,8 @@ import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LAB_DIR = os.path.dirname(HERE)
-VENV = os.environ.get("WEDGEWATCH_VLLM_VENV") or os.path.join(LAB_DIR, ".vllm-venv")
+DEFAULT_VENV = os.path.join(LAB_DIR, ".vllm-venv")
+VENV = os.environ.get("WEDGEWATCH_VLLM_VENV") or DEFAULT_VENV
 MODEL_DIR = os.path.join(VENV, "lab-model")
 VLLM_VERSION = "0.32.0"
 TORCH_PIN = "torch==2.13.0"
@@ -101,7 +102,8 @@ def _install():
 
 
 def _empty_venv():
-    """Removes everything of the venv but its set-up lock (held by us), then makes it anew."""
+    """Removes everything of the lab's own venv but its set-up lock (held by us), then makes
+    it anew. A symlink inside is removed, never followed."""
     for name in os.listdir(VENV):
         if name == ".setup.lock":
             continue
@@ -126,7 +128,10 @@ def _setup_locked():
             _install()
         except LabError as e:
             # An install killed half-way (a test run interrupted) leaves distributions pip
-            # cannot read ("expected string or bytes-like object"): start once from empty.
+            # cannot read ("expected string or bytes-like object"): start once from empty,
+            # but only in the lab's own venv (WEDGEWATCH_VLLM_VENV may name anyone's dir).
+            if VENV != DEFAULT_VENV:
+                raise LabError(f"{e}; if {VENV} holds a half-done install, remove it") from e
             log(f"{e}; emptying {VENV} and installing once more")
             _empty_venv()
             _install()
