@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Usage: biglab.sh up|load SECS|down   (run dir /tmp/biglab-$TAG, base port from $PORT)
-# Brings up the 2 x TP8 lab (issue 15's big node) from the repo in $REPO (default: cwd).
+# Brings up the 2 x TP8 lab (issue 15's big node) from the repo in $REPO (default: this checkout).
 set -euo pipefail
-REPO=${REPO:-$PWD}
+REPO=${REPO:-$(cd "$(dirname "$0")/../.." && pwd)}
 TAG=${TAG:-main}
 PORT=${PORT:-31000}
 RUN=/tmp/biglab-$TAG
