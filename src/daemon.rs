@@ -349,9 +349,6 @@ impl Daemon {
                     self.on_sample(&s, &mut state);
                 }
                 _ = rediscover.tick() => {
-                    let trim = std::time::Instant::now();
-                    let released = crate::sys::alloc::release_free_memory();
-                    tracing::debug!(released, took_us = trim.elapsed().as_micros() as u64, "free heap pages returned");
                     let found = (self.discover)().await;
                     log_discovery(&mut state.discovery, &found, self.clock.now_ms());
                     if let Ok(t) = found {

@@ -14,11 +14,20 @@ use clap::error::ErrorKind;
 use clap::Parser;
 use std::io::Write;
 
+/// jemalloc, not glibc's malloc: see `wedgewatch::sys::alloc` for why and how it is tuned.
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+/// jemalloc's options, read at its first allocation (`_RJEM_MALLOC_CONF` in the environment
+/// is read after them and wins: the operator's word).
+#[export_name = "_rjem_malloc_conf"]
+#[used]
+static MALLOC_CONF: Option<&u8> = wedgewatch::sys::alloc::JEMALLOC_CONF.first();
+
 mod cli;
 use cli::exit;
 
 fn main() {
-    wedgewatch::sys::alloc::limit_arenas();
     // not env::args(): it panics on an argument that is not UTF-8
     let args: Vec<String> = std::env::args_os()
         .map(|a| a.to_string_lossy().into_owned())

@@ -3,7 +3,8 @@
 # Recording growth and CPU of `wedgewatch daemon`s, one per binary given, run side by side
 # on one big lab (TAG=rec, PORT=33000, brought up and down here) under 200 steady agents:
 # after WARM s of warm-up each daemon's recording/ bytes and CPU are read, then again after
-# MEAS s. Prints MiB/h and % of one core (own utime+stime; and with reaped children, py-spy).
+# MEAS s. Prints MiB/h, % of one core (own utime+stime; and with reaped children, py-spy) and
+# RSS at the end.
 set -euo pipefail
 WARM=${WARM:-60}
 MEAS=${MEAS:-300}
@@ -49,7 +50,8 @@ sleep "$MEAS"
 t1=$(date +%s.%N)
 for i in "${!PIDS[@]}"; do
   read -r o1 a1 < <(cpu "${PIDS[$i]}"); b1=$(bytes "${STATES[$i]}")
-  echo "== $(basename "${@:$((i+1)):1}") (state ${STATES[$i]})"
+  rss=$(awk '/VmRSS/{print $2}' "/proc/${PIDS[$i]}/status"); hwm=$(awk '/VmHWM/{print $2}' "/proc/${PIDS[$i]}/status")
+  echo "== $(basename "${@:$((i+1)):1}") (state ${STATES[$i]}): RSS $((rss/1024)) MiB, peak $((hwm/1024)) MiB"
   python3 - "${O0[$i]}" "${A0[$i]}" "${B0[$i]}" "$t0" "$o1" "$a1" "$b1" "$t1" "$HZ" <<'PY'
 import sys
 o0, a0, b0, t0, o1, a1, b1, t1, hz = map(float, sys.argv[1:])

@@ -13,7 +13,7 @@
 //! - [`node`]: which node this is (hostname, machine-id, boot-id, addresses) and its clocks;
 //! - [`netns`]: connections opened inside another process's network namespace (a
 //!   container's), as a [`http::Connector`];
-//! - [`alloc`]: the allocator's arenas capped (the daemon's RSS);
+//! - [`alloc`]: the binary's allocator (jemalloc) and its options (the daemon's CPU and RSS);
 //! - [`addr`]: the one `host:port` splitter and the endpoint of a [`Url`] (the one URL type,
 //!   from the `url` crate).
 //!
