@@ -639,7 +639,8 @@ pub fn respond(
                 .unwrap_or_else(|e| serde_json::json!({ "error": e.to_string() }))
         }
         Request::Snapshot { .. } => {
-            let (parts, daemon) = answer::parts_now(shared, req.window_ms(), now);
+            let (parts, daemon) =
+                answer::parts_now(shared, req.window_ms(), now, crate::model::RawFiles::All);
             let a = answer::SnapshotAnswer {
                 schema: DAEMON_SCHEMA,
                 parts: &parts,

@@ -100,7 +100,7 @@ fn rfc(ms: Option<Millis>) -> Option<String> {
 
 /// Builds the snapshot and its raw files, redacting every value that looks like a secret
 /// (structurally in env/cmdline, then by value everywhere else) unless `opts.redact` is off.
-pub fn assemble_bundle(parts: SnapshotParts, opts: &AssembleOptions) -> Bundle {
+pub fn assemble_bundle(mut parts: SnapshotParts, opts: &AssembleOptions) -> Bundle {
     let facts: BTreeMap<i32, ProcessFacts> =
         parts.processes.iter().map(|f| (f.pid, f.clone())).collect();
 
@@ -111,33 +111,35 @@ pub fn assemble_bundle(parts: SnapshotParts, opts: &AssembleOptions) -> Bundle {
         .map(|c| snap_component(c, &facts, &parts))
         .collect();
 
-    let mut findings = parts.findings.clone();
+    let mut findings = std::mem::take(&mut parts.findings);
     findings.sort_by_key(|f| std::cmp::Reverse(f.severity));
 
+    // The big parts (thousands of requests on a big node) move into the snapshot: the parts
+    // are ours, nothing reads them after.
     let mut snapshot = Snapshot {
         schema: SNAPSHOT_SCHEMA.to_string(),
         taken_at: crate::clock::rfc3339(parts.taken_at_ms),
         window_ms: parts.window_ms as f64,
         sources: contract_sources(&parts),
         components,
-        requests: parts.requests.clone(),
-        logical_requests: parts.logical_requests.clone(),
-        gpus: parts.gpus.clone(),
-        threads: parts.threads.clone(),
+        requests: std::mem::take(&mut parts.requests),
+        logical_requests: std::mem::take(&mut parts.logical_requests),
+        gpus: std::mem::take(&mut parts.gpus),
+        threads: std::mem::take(&mut parts.threads),
         findings,
         edges: parts.topology.edges.clone(),
         redacted: opts.redact,
-        config_changed: parts.config_changed.clone(),
+        config_changed: std::mem::take(&mut parts.config_changed),
         tool: opts.tool.clone(),
         versions: BTreeMap::new(),
-        node: parts.node.clone().map(|n| node::for_output(n, opts.redact)),
-        connections: parts.connections.clone(),
+        node: parts.node.take().map(|n| node::for_output(n, opts.redact)),
+        connections: std::mem::take(&mut parts.connections),
         fleet: None,
         elided: parts.elided,
     };
     versions::fill(&mut snapshot, &parts);
 
-    let mut raw = parts.raw.clone();
+    let mut raw = std::mem::take(&mut parts.raw);
     let facts_list: Vec<&ProcessFacts> = facts.values().collect();
     if let Ok(v) = serde_json::to_value(&facts_list) {
         raw.insert("processes".to_string(), v);

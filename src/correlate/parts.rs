@@ -8,8 +8,8 @@ use super::view::View;
 use super::Model;
 use crate::clock::Millis;
 use crate::model::{
-    ComponentExtras, LogicalRequest, Request, SnapGpu, SnapGpuProcess, SnapThread, SnapshotParts,
-    SourceKind, SourceStatus,
+    ComponentExtras, LogicalRequest, RawFiles, Request, SnapGpu, SnapGpuProcess, SnapThread,
+    SnapshotParts, SourceKind, SourceStatus,
 };
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -21,6 +21,7 @@ impl Model {
         now: Millis,
         view: &View,
         findings: Vec<crate::model::Finding>,
+        raw: RawFiles,
     ) -> SnapshotParts {
         let listed = Listed::of(view, MAX_DONE_LISTED);
         let mut requests: Vec<Request> = view
@@ -79,7 +80,7 @@ impl Model {
             findings,
             extras,
             config_changed: self.config_changes.clone(),
-            raw: self.raw_payloads(now),
+            raw: self.raw_payloads(now, raw),
             node: None,
             connections: self.outbound_connections(),
             elided: listed.elided,
@@ -161,17 +162,21 @@ impl Model {
         threads
     }
 
-    /// The latest sockets, GPU and metrics payloads, for the bundle's raw files.
-    fn raw_payloads(&self, now: Millis) -> BTreeMap<String, serde_json::Value> {
+    /// The latest sockets, GPU and metrics payloads, for the bundle's raw files (only the
+    /// GPU's for [`RawFiles::SnapshotOnly`]).
+    fn raw_payloads(&self, now: Millis, which: RawFiles) -> BTreeMap<String, serde_json::Value> {
         let mut raw = BTreeMap::new();
-        if let Some(s) = self.raw_sockets() {
-            raw.insert("sockets".to_string(), s);
-        }
         if let Some(g) = self.latest_gpu(now) {
             raw.insert(
                 "gpu".to_string(),
                 serde_json::to_value(g).unwrap_or_default(),
             );
+        }
+        if which == RawFiles::SnapshotOnly {
+            return raw;
+        }
+        if let Some(s) = self.raw_sockets() {
+            raw.insert("sockets".to_string(), s);
         }
         if !self.latest_scrapes.is_empty() {
             raw.insert(

@@ -25,7 +25,6 @@
 
 use super::state::{ComponentState, WorkSignal};
 use super::view::{is_probe_sized, RequestView, View};
-use super::FastMap;
 use super::Model;
 use crate::clock::Millis;
 use crate::model::{RequestState, Role, StuckKind, Verdict};
@@ -114,11 +113,19 @@ pub(super) fn group(v: &mut View) {
         });
     }
     for l in &logical {
-        let mut seen: FastMap<Role, usize> = FastMap::default();
+        // Legs per kind of hop so far (no map per logical request: thousands per view).
+        let mut seen: Vec<(Role, usize)> = Vec::with_capacity(l.legs.len());
         for &i in &l.legs {
             let r = &mut v.requests[i];
-            let k = seen.entry(r.x.role).or_default();
-            *k += 1;
+            let at = match seen.iter().position(|(role, _)| *role == r.x.role) {
+                Some(at) => at,
+                None => {
+                    seen.push((r.x.role, 0));
+                    seen.len() - 1
+                }
+            };
+            seen[at].1 += 1;
+            let k = &seen[at].1;
             // A second leg at the same kind of hop (a retry, two proxies): numbered.
             r.leg = if *k == 1 {
                 format!("{}@{}", l.id, r.x.role)

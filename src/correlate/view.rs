@@ -132,12 +132,12 @@ impl Model {
         let all = self.in_scope(now - self.window_ms);
         let states = self.request_states(&components, &all, now);
         let keep = kept_ids(&all, &states, now, now - self.window_ms);
-        let mut requests = Vec::new();
+        let mut requests = Vec::with_capacity(keep.len());
         for x in &all {
-            let Some(state) = states.get(x.id.as_str()).copied() else {
+            let Some(state) = states.get(&x.num).copied() else {
                 continue;
             };
-            if !keep.contains(x.id.as_str()) || x.request_ms > now {
+            if !keep.contains(&x.num) || x.request_ms > now {
                 continue;
             }
             let age_ms = now - x.request_ms;
@@ -215,17 +215,17 @@ impl Model {
     }
 
     /// The state of every exchange at `now`. Components are judged deepest hop first: a
-    /// parent is outstanding while a child is. Keyed by exchange id, borrowed from `all`.
-    fn request_states<'a>(
+    /// parent is outstanding while a child is. Keyed by exchange number (no id hashed).
+    fn request_states(
         &self,
         components: &BTreeMap<String, ComponentState>,
-        all: &[&'a Exchange],
+        all: &[&Exchange],
         now: Millis,
-    ) -> FastMap<&'a str, RequestState> {
-        let mut states: FastMap<&'a str, RequestState> =
+    ) -> FastMap<u64, RequestState> {
+        let mut states: FastMap<u64, RequestState> =
             FastMap::with_capacity_and_hasher(all.len(), Default::default());
         // Each component's exchanges in history order, in one pass over the history.
-        let mut by_comp: FastMap<&str, Vec<&'a Exchange>> = FastMap::default();
+        let mut by_comp: FastMap<&str, Vec<&Exchange>> = FastMap::default();
         for x in all {
             by_comp.entry(x.component.as_str()).or_default().push(x);
         }
@@ -242,15 +242,15 @@ impl Model {
     }
 
     /// The states of one component's exchanges (`mine`), given those of deeper hops.
-    fn component_request_states<'a>(
+    fn component_request_states(
         &self,
         cs: &ComponentState,
-        mine: &[&'a Exchange],
+        mine: &[&Exchange],
         now: Millis,
-        states: &mut FastMap<&'a str, RequestState>,
+        states: &mut FastMap<u64, RequestState>,
     ) {
         let th = &self.thresholds;
-        let mut quiet: Vec<&'a Exchange> = Vec::new();
+        let mut quiet: Vec<&Exchange> = Vec::new();
         let mut explained = 0.0;
         for x in mine {
             let st = match x.end {
@@ -277,7 +277,7 @@ impl Model {
                     }
                 }
             };
-            states.insert(x.id.as_str(), st);
+            states.insert(x.num, st);
         }
         // Quiet responses: outstanding if a child still is, or if the component's own
         // in-flight count says more requests are open than we can otherwise explain.
@@ -293,14 +293,16 @@ impl Model {
         for x in quiet {
             // (Every state is of an exchange in history: a link to one evicted has none.)
             let child_open = x.links.iter().any(|l| {
-                states.get(l.as_str()).is_some_and(|s| {
-                    matches!(
-                        s,
-                        RequestState::WaitingFirstByte
-                            | RequestState::Streaming
-                            | RequestState::Stalled
-                    )
-                })
+                super::exchange_num(l)
+                    .and_then(|n| states.get(&n))
+                    .is_some_and(|s| {
+                        matches!(
+                            s,
+                            RequestState::WaitingFirstByte
+                                | RequestState::Streaming
+                                | RequestState::Stalled
+                        )
+                    })
             });
             let outstanding = if child_open {
                 true
@@ -321,17 +323,17 @@ impl Model {
             } else {
                 RequestState::Streaming
             };
-            states.insert(x.id.as_str(), st);
+            states.insert(x.num, st);
         }
     }
 
     /// Open connections with nothing outstanding (keep-alive idle), as `idle` requests.
-    fn idle_connections(&self, states: &FastMap<&str, RequestState>, now: Millis) -> Vec<Request> {
+    fn idle_connections(&self, states: &FastMap<u64, RequestState>, now: Millis) -> Vec<Request> {
         let mut idle = Vec::new();
         for c in self.conns.values().filter(|c| c.closed_ms.is_none()) {
             let busy = c.exchanges.back().is_some_and(|x| {
                 states
-                    .get(x.id.as_str())
+                    .get(&x.num)
                     .is_some_and(|s| !matches!(s, RequestState::Done | RequestState::Closed))
             });
             if busy {
@@ -399,38 +401,37 @@ const KEPT_DEPTH: usize = 8;
 /// Exchanges reported at `now`: those with a state, except finished ones older than the
 /// window (`from`), unless a reported exchange links to them (or they link to one): a chain
 /// is shown whole.
-fn kept_ids<'a>(
-    all: &[&'a Exchange],
-    states: &FastMap<&str, RequestState>,
+fn kept_ids(
+    all: &[&Exchange],
+    states: &FastMap<u64, RequestState>,
     now: Millis,
     from: Millis,
-) -> FastSet<&'a str> {
-    let by_id: FastMap<&str, &Exchange> = all.iter().map(|x| (x.id.as_str(), *x)).collect();
-    let mut keep: FastSet<&str> = FastSet::with_capacity_and_hasher(all.len(), Default::default());
+) -> FastSet<u64> {
+    let by_num: FastMap<u64, &Exchange> = all.iter().map(|x| (x.num, *x)).collect();
+    let mut keep: FastSet<u64> = FastSet::with_capacity_and_hasher(all.len(), Default::default());
     for x in all {
-        let Some(state) = states.get(x.id.as_str()) else {
+        let Some(state) = states.get(&x.num) else {
             continue;
         };
         let finished = matches!(state, RequestState::Done | RequestState::Closed);
         if x.request_ms <= now && !(finished && x.end_ms().unwrap_or(x.last_activity_ms()) < from) {
-            keep.insert(x.id.as_str());
+            keep.insert(x.num);
         }
     }
-    let mut frontier: Vec<&str> = keep.iter().copied().collect();
+    let mut frontier: Vec<u64> = keep.iter().copied().collect();
     for _ in 0..KEPT_DEPTH {
         let mut next = Vec::new();
-        for id in frontier {
-            let Some(x) = by_id.get(id) else { continue };
+        for num in frontier {
+            let Some(x) = by_num.get(&num) else { continue };
             for rel in x
                 .links
                 .iter()
                 .map(String::as_str)
                 .chain(x.parent.as_deref())
+                .filter_map(super::exchange_num)
             {
-                if let Some((k, _)) = by_id.get_key_value(rel) {
-                    if keep.insert(k) {
-                        next.push(*k);
-                    }
+                if by_num.contains_key(&rel) && keep.insert(rel) {
+                    next.push(rel);
                 }
             }
         }

@@ -7,7 +7,7 @@
 use super::{lock, Shared, DAEMON_SCHEMA};
 use crate::clock::{thread_cpu_ms, Millis};
 use crate::error::{Error, Result};
-use crate::model::{Finding, Snapshot, SnapshotParts, SourceKind, SNAPSHOT_SCHEMA};
+use crate::model::{Finding, RawFiles, Snapshot, SnapshotParts, SourceKind, SNAPSHOT_SCHEMA};
 use crate::sampler::SourceStats;
 use crate::snapshot::AssembleOptions;
 use serde::{Deserialize, Serialize};
@@ -33,17 +33,19 @@ pub struct SnapshotAnswer<'a> {
     pub daemon: DaemonFacts,
 }
 
-/// The parts at `now` (of the last `window_ms`, default the model's window), built under the
-/// model's lock, which is released before the caller serializes them.
+/// The parts at `now` (of the last `window_ms`, default the model's window) with the raw
+/// payloads `raw` says, built under the model's lock, which is released before the caller
+/// serializes them.
 pub fn parts_now(
     shared: &Mutex<Shared>,
     window_ms: Option<i64>,
     now: Millis,
+    raw: RawFiles,
 ) -> (SnapshotParts, DaemonFacts) {
     let asked = Instant::now();
     let sh = lock(shared);
     let (locked, cpu) = (Instant::now(), thread_cpu_ms());
-    let parts = crate::pipeline::parts(&super::windowed(&sh.model, window_ms), now);
+    let parts = crate::pipeline::parts_for(&super::windowed(&sh.model, window_ms), now, raw);
     tracing::debug!(
         lock_wait_ms = ms(locked - asked),
         parts_ms = ms(locked.elapsed()),
@@ -67,7 +69,8 @@ pub fn snapshot_bytes(
     window_ms: Option<i64>,
     now: Millis,
 ) -> Vec<u8> {
-    let (parts, daemon) = parts_now(shared, window_ms, now);
+    // The client may write a bundle from them: every raw file.
+    let (parts, daemon) = parts_now(shared, window_ms, now, RawFiles::All);
     let answer = SnapshotAnswer {
         schema: DAEMON_SCHEMA,
         parts: &parts,
@@ -89,7 +92,7 @@ pub fn snapshot_bytes(
 /// outside it, assembled and redacted once, here, as `wedgewatch snapshot --json` would
 /// (this node's identity included: the daemon runs on the node it watches).
 pub fn snapshot_now(shared: &Mutex<Shared>, window_ms: Option<i64>, now: Millis) -> Snapshot {
-    let (mut parts, _) = parts_now(shared, window_ms, now);
+    let (mut parts, _) = parts_now(shared, window_ms, now, RawFiles::SnapshotOnly);
     parts.node = Some(crate::sys::node::this_node());
     let (t, cpu) = (Instant::now(), thread_cpu_ms());
     let s = crate::snapshot::assemble(parts, &AssembleOptions::default());

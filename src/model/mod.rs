@@ -20,7 +20,7 @@ pub use facts::ComponentFacts;
 pub use finding_kind::FindingKind;
 pub use fleet::{CrossLink, FailedNode, FleetInfo, FleetNode};
 pub use node::{NodeClock, NodeIdentity, SnapConnection};
-pub use parts::{ComponentExtras, SnapshotParts};
+pub use parts::{ComponentExtras, RawFiles, SnapshotParts};
 pub use sample::*;
 pub use snapshot::*;
 pub use suspicion::{Suspicion, SuspicionReason};

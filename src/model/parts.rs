@@ -21,6 +21,18 @@ pub struct ComponentExtras {
     pub gpu_activity: Option<String>,
 }
 
+/// Which raw payloads a snapshot's parts carry. A bundle writes them as its raw files; a
+/// snapshot printed as JSON never shows them, and the latest socket table (thousands of
+/// sockets on a big node) was most of the work of a served snapshot: converted to JSON,
+/// walked by the redactor and dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RawFiles {
+    /// Every raw payload (the bundle's `raw/` files).
+    All,
+    /// Only what the snapshot itself reads (the GPU's for driver and CUDA versions).
+    SnapshotOnly,
+}
+
 /// Everything a snapshot is made of, before redaction and assembly.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct SnapshotParts {
