@@ -204,6 +204,10 @@ impl AttachOptions {
     }
 }
 
+/// What a one-shot window keeps for building and printing the snapshot after sampling (a
+/// big node's takes 30-80 ms).
+const ASSEMBLY_RESERVE_MS: u64 = 100;
+
 /// Finds the stack and samples it within `window_ms`, discovery included (at least half of
 /// it sampled, every source at least once), and returns the model.
 pub async fn collect_window(
@@ -218,10 +222,11 @@ pub async fn collect_window(
     let sampler = opts.sampler(clock, rx)?;
     let mut model = Model::new(opts.thresholds.clone());
     model.set_topology(topology);
-    // The window is the verb's time to look, discovery included: `--window 3s` is a
-    // snapshot in about 3 s, however long finding the stack took (at least half of it
+    // The window is the verb's time to look, discovery and assembly included: `--window 3s`
+    // is a snapshot in about 3 s, however long finding the stack took (at least half of it
     // is sampled).
-    let left_ms = window_ms.saturating_sub(discovered.as_millis() as u64);
+    let spent_ms = discovered.as_millis() as u64 + ASSEMBLY_RESERVE_MS;
+    let left_ms = window_ms.saturating_sub(spent_ms);
     let samples = sampler
         .collect(&mut model, left_ms.max(window_ms / 2))
         .await;

@@ -215,6 +215,7 @@ impl Sampler {
                 // its window (a 0 s snapshot still has processes, sockets, ...).
                 let mut owed_first = finish_by.is_some();
                 let mut delivered = false;
+                let mut last_took = Duration::ZERO;
                 loop {
                     if *shutdown.borrow() && !owed_first {
                         break;
@@ -248,6 +249,11 @@ impl Sampler {
                     if topo.has_changed().unwrap_or(false) {
                         current = topo.borrow_and_update().clone();
                     }
+                    if delivered && !fits_in_window(finish_by, last_took) {
+                        // A one-shot window: a repeat that would end after the window adds
+                        // nothing to it and only delays the snapshot.
+                        break;
+                    }
                     let sampled = take(&s, &current, clock.as_ref(), &stats, finish_by);
                     // Without a finish time, stopping cuts an in-flight sample short (its
                     // py-spy children die with the dropped future) instead of waiting for it.
@@ -268,6 +274,7 @@ impl Sampler {
                         continue;
                     }
                     delivered = true;
+                    last_took = Duration::from_millis(elapsed);
                     if elapsed > every_ms {
                         lock(&stats).entry(s.source.kind()).and_modify(|st| st.late += elapsed / every_ms);
                     }
@@ -281,6 +288,13 @@ impl Sampler {
             let _ = t.await;
         }
     }
+}
+
+/// Whether a sample that takes `took` (the source's last one), started now, ends within a
+/// one-shot window that must be finished by `finish_by` (its end plus [`COLLECT_GRACE`]).
+/// Always true outside a one-shot window.
+fn fits_in_window(finish_by: Option<tokio::time::Instant>, took: Duration) -> bool {
+    finish_by.is_none_or(|f| tokio::time::Instant::now() + took <= f - COLLECT_GRACE)
 }
 
 /// Takes one sample under the schedule's timeout, and never past `finish_by`; updates
@@ -413,6 +427,41 @@ mod tests {
                 .is_some_and(|r| r.contains("end of the window")),
             "{st:?}"
         );
+    }
+
+    /// Takes 600 ms per sample (a py-spy dump of a busy scheduler).
+    struct Slow;
+
+    impl Source for Slow {
+        fn kind(&self) -> SourceKind {
+            SourceKind::Stacks
+        }
+        fn sample<'a>(&'a self, _: &'a Topology, c: &'a dyn Clock) -> BoxFuture<'a, Sample> {
+            Box::pin(async move {
+                tokio::time::sleep(Duration::from_millis(600)).await;
+                Sample {
+                    t_ms: c.now_ms(),
+                    status: SourceStatus::ok(),
+                    took_ms: 600,
+                    payload: empty_payload(SourceKind::Stacks),
+                }
+            })
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_one_shot_starts_no_repeat_that_would_end_after_its_window() {
+        let (_tx, rx) = watch::channel(Topology::default());
+        let mut s = Sampler::new(Arc::new(crate::clock::FakeClock::new(0)), rx);
+        s.add(Arc::new(Slow), 100, 5_000);
+        let mut model = crate::correlate::Model::new(Default::default());
+        let t0 = tokio::time::Instant::now();
+        let n = s.collect(&mut model, 1_000).await;
+        let took = t0.elapsed();
+        // The second would run from 600 to 1,200 ms: not started, so the snapshot is ready
+        // when the first ends instead of 200 ms after its window.
+        assert_eq!(n, 1);
+        assert!(took <= Duration::from_millis(1_000), "{took:?}");
     }
 
     /// Answers at once the first time, then hangs (a /proc read stuck behind a busy host).
