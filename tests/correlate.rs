@@ -544,3 +544,52 @@ fn a_chain_is_shown_whole_though_a_leg_ended_long_before_the_window() {
     );
     let _ = (a, b);
 }
+
+/// A router health-checks an engine every second over one keep-alive connection (120 bytes
+/// in, 111 out) while the socket table is read every 2 s: two checks arrive as one exchange
+/// of 240 in and 222 out, which looks like an inference request answered with headers only.
+/// It is a repeat of the probe before it, not a request waiting on the engine (on the lab this
+/// read as "GPU idle with a request open" on a quiet stack).
+#[test]
+fn probes_faster_than_the_socket_table_are_probes_not_a_waiting_request() {
+    let mut sim = Sim::new(pd_topology());
+    let c = sim.connect(Some(200), 31012, 400);
+    sim.sample_sockets();
+    // one check between two tables: a probe
+    sim.advance(500);
+    sim.request(c, 120);
+    sim.advance(5);
+    sim.respond(c, 111);
+    sim.advance(1495);
+    sim.sample_sockets();
+    // two checks between the next two tables
+    for _ in 0..2 {
+        sim.advance(500);
+        sim.request(c, 120);
+        sim.advance(5);
+        sim.respond(c, 111);
+        sim.advance(495);
+    }
+    sim.sample_sockets();
+    for _ in 0..2 {
+        sim.advance(1000);
+        sim.sample_sockets();
+    }
+    let v = sim.model.view(sim.now);
+    let merged = v
+        .requests
+        .iter()
+        .find(|r| r.x.bytes_in == 240)
+        .expect("the two checks as one exchange");
+    assert_eq!(merged.x.probe_unit, Some((120, 111)));
+    assert!(wedgewatch::correlate::is_probe_sized(&merged.x));
+    assert!(
+        !matches!(
+            merged.state,
+            RequestState::WaitingFirstByte | RequestState::Stalled
+        ),
+        "{:?}",
+        merged.state
+    );
+    assert!(v.logical_of(merged).probe);
+}

@@ -131,7 +131,7 @@ struct CheckJson<'a> {
 
 pub fn run(top: Sampling, a: CheckArgs) -> anyhow::Result<i32> {
     let s = Sampling::merge(top, a.sampling);
-    let mut parts = source::parts(&s, &a.source)?;
+    let mut parts = source::parts(&s, &a.source, wedgewatch::model::RawFiles::All)?;
     let opts = s.assemble();
     if let Some(base) = &a.baseline {
         super::snapshot::against_baseline(&mut parts, base, &opts)?;

@@ -53,7 +53,7 @@ pub fn run(top: Sampling, a: ExportArgs) -> anyhow::Result<i32> {
             let daemon = (!a.no_daemon).then(|| source::from_daemon(&s)).flatten();
             let parts = match daemon {
                 Some(p) => p,
-                None => source::by_sampling(&s, a.window)?,
+                None => source::by_sampling(&s, a.window, wedgewatch::model::RawFiles::All)?,
             };
             export::perfetto(&parts)
         }

@@ -11,7 +11,7 @@ use clap::Args;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use wedgewatch::daemon::answer::ServedSnapshot;
-use wedgewatch::model::FindingKind;
+use wedgewatch::model::{FindingKind, RawFiles};
 use wedgewatch::snapshot::{self, AssembleOptions, Overwrite, SnapshotParts};
 use wedgewatch::{detect, diff};
 
@@ -79,7 +79,12 @@ pub fn run(top: Sampling, a: SnapshotArgs) -> anyhow::Result<i32> {
             return print_served(&snap, a.fail_on);
         }
     }
-    let mut parts = source::parts(&s, &from)?;
+    // Only a bundle writes the raw files (the latest socket table is most of them).
+    let raw = match dir {
+        Some(_) => RawFiles::All,
+        None => RawFiles::SnapshotOnly,
+    };
+    let mut parts = source::parts(&s, &from, raw)?;
     let opts = s.assemble();
     if let Some(base) = &a.baseline {
         against_baseline(&mut parts, base, &opts)?;

@@ -18,7 +18,7 @@ use wedgewatch::attach;
 use wedgewatch::clock::{Clock, Millis, SystemClock};
 use wedgewatch::daemon;
 use wedgewatch::detect::Thresholds;
-use wedgewatch::model::{SourceKind, Status};
+use wedgewatch::model::{RawFiles, SourceKind, Status};
 use wedgewatch::record::{self, Record, Recording};
 use wedgewatch::snapshot::SnapshotParts;
 
@@ -47,8 +47,9 @@ pub struct SourceArgs {
     pub no_daemon: bool,
 }
 
-/// The parts `a` asks for.
-pub fn parts(s: &Sampling, a: &SourceArgs) -> anyhow::Result<SnapshotParts> {
+/// The parts `a` asks for. Sampled here, they carry the raw payloads `raw` says (a daemon's
+/// and a recording's carry all).
+pub fn parts(s: &Sampling, a: &SourceArgs, raw: RawFiles) -> anyhow::Result<SnapshotParts> {
     if let Some(f) = &a.from {
         return from_recording(f, a.at.as_ref(), s.thresholds()?);
     }
@@ -56,7 +57,7 @@ pub fn parts(s: &Sampling, a: &SourceArgs) -> anyhow::Result<SnapshotParts> {
         false => from_daemon(s),
         true => None,
     }
-    .map_or_else(|| by_sampling(s, a.window), Ok)?;
+    .map_or_else(|| by_sampling(s, a.window, raw), Ok)?;
     // sampled here or by the daemon beside us: this node, its clocks now
     parts.node = Some(wedgewatch::sys::node::this_node());
     Ok(parts)
@@ -176,7 +177,7 @@ pub fn from_recording(
 }
 
 /// Samples here for `window`; a failure to sample at all is [`CouldNotSample`].
-pub fn by_sampling(s: &Sampling, window: Duration) -> anyhow::Result<SnapshotParts> {
+pub fn by_sampling(s: &Sampling, window: Duration, raw: RawFiles) -> anyhow::Result<SnapshotParts> {
     // bad options (probes, thresholds, a --pid that does not exist) are usage errors
     let opts = s.attach_options()?;
     let ms = duration::millis(window);
@@ -188,7 +189,7 @@ pub fn by_sampling(s: &Sampling, window: Duration) -> anyhow::Result<SnapshotPar
     .context("starting the runtime")
     .map_err(CouldNotSample)?
     .map_err(|e| CouldNotSample(e.into()))?;
-    let parts = wedgewatch::pipeline::parts(&model, SystemClock.now_ms());
+    let parts = wedgewatch::pipeline::parts_for(&model, SystemClock.now_ms(), raw);
     if let Some(st) = parts.sources.get(&SourceKind::Processes) {
         if st.status == Status::Unavailable {
             // without processes there is no topology: nothing else means anything

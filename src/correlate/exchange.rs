@@ -67,6 +67,9 @@ pub struct Exchange {
     /// The request was already in flight when we started watching (ages are estimates from
     /// the kernel's `last_data_recv`).
     pub seen_mid_flight: bool,
+    /// The bytes in and out of one probe this exchange is whole repeats of
+    /// ([`Conn::note_repeated_probe`]): not one request but several probes between two samples.
+    pub probe_unit: Option<(u64, u64)>,
 }
 
 /// Largest response, in bytes, that counts as "status line and headers only" when it answers an
@@ -104,6 +107,7 @@ impl Exchange {
                 _ => true,
             }
             && self.bytes_in >= super::MIN_INFERENCE_REQUEST_BYTES
+            && self.probe_unit.is_none()
     }
 
     /// Waiting for the first byte of its answer's body: nothing sent at all yet, or only the
@@ -239,6 +243,16 @@ impl Moved {
     }
 }
 
+/// Whether `bytes_in` / `bytes_out` are k >= 2 requests of `unit` and k or k - 1 of its
+/// responses.
+fn repeats(bytes_in: u64, bytes_out: u64, (unit_in, unit_out): (u64, u64)) -> bool {
+    if unit_in == 0 || bytes_in % unit_in != 0 {
+        return false;
+    }
+    let k = bytes_in / unit_in;
+    k >= 2 && (bytes_out == k * unit_out || bytes_out == (k - 1) * unit_out)
+}
+
 pub(crate) fn is_open(state: TcpState) -> bool {
     matches!(
         state,
@@ -283,6 +297,7 @@ impl Conn {
             parent: None,
             parent_confidence: None,
             seen_mid_flight: false,
+            probe_unit: None,
         }
     }
 
@@ -349,6 +364,29 @@ impl Conn {
             self.bytes_went_out(&m, next_num);
         }
         self.settle(o, &m);
+        self.note_repeated_probe();
+    }
+
+    /// Probes faster than the socket table (a router's health check every second, the table
+    /// read every 2 s while nothing is suspected) are cut as one exchange of k probes' bytes
+    /// in and out: 2 x 120 bytes in looks like an inference request, 2 x 111 out like its
+    /// response headers with no token yet. When the connection's previous exchange was a
+    /// probe (or such a repeat) and this one's bytes are whole multiples of it (k requests,
+    /// k or k - 1 responses), it is marked a repeat of that probe.
+    fn note_repeated_probe(&mut self) {
+        let n = self.exchanges.len();
+        if n < 2 {
+            return;
+        }
+        let prev = &self.exchanges[n - 2];
+        let single = prev.bytes_in > 0
+            && prev.bytes_in < super::MIN_INFERENCE_REQUEST_BYTES
+            && prev.bytes_out > 0;
+        let unit = prev
+            .probe_unit
+            .or(single.then_some((prev.bytes_in, prev.bytes_out)));
+        let x = &mut self.exchanges[n - 1];
+        x.probe_unit = unit.filter(|&u| repeats(x.bytes_in, x.bytes_out, u));
     }
 
     /// Half-closed (CLOSE_WAIT, FIN_WAIT...): bytes still moving are the tail of the last

@@ -14,9 +14,10 @@ use std::collections::BTreeMap;
 /// probes, not inference requests (a POST with a JSON body is larger).
 pub const MIN_INFERENCE_REQUEST_BYTES: u64 = 200;
 
-/// A request of known size too small to be an inference request.
+/// A request of known size too small to be an inference request, or several such probes
+/// cut as one exchange ([`Exchange::probe_unit`]).
 pub fn is_probe_sized(x: &Exchange) -> bool {
-    x.bytes_in > 0 && x.bytes_in < MIN_INFERENCE_REQUEST_BYTES
+    x.bytes_in > 0 && (x.bytes_in < MIN_INFERENCE_REQUEST_BYTES || x.probe_unit.is_some())
 }
 
 /// Two `tcp_info` "ms since" dates this close are the same kernel tick (4 ms at HZ=250,
