@@ -246,7 +246,7 @@ impl Moved {
 /// Whether `bytes_in` / `bytes_out` are k >= 2 requests of `unit` and k or k - 1 of its
 /// responses.
 fn repeats(bytes_in: u64, bytes_out: u64, (unit_in, unit_out): (u64, u64)) -> bool {
-    if unit_in == 0 || bytes_in % unit_in != 0 {
+    if unit_in == 0 || !bytes_in.is_multiple_of(unit_in) {
         return false;
     }
     let k = bytes_in / unit_in;
