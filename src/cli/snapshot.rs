@@ -79,10 +79,10 @@ pub fn run(top: Sampling, a: SnapshotArgs) -> anyhow::Result<i32> {
             return print_served(&snap, a.fail_on);
         }
     }
-    // Only a bundle writes the raw files (the latest socket table is most of them).
+    // Only a bundle writes the raw socket table (most of the raw files' bytes).
     let raw = match dir {
         Some(_) => RawFiles::All,
-        None => RawFiles::SnapshotOnly,
+        None => RawFiles::WithoutSockets,
     };
     let mut parts = source::parts(&s, &from, raw)?;
     let opts = s.assemble();

@@ -162,21 +162,20 @@ impl Model {
         threads
     }
 
-    /// The latest sockets, GPU and metrics payloads, for the bundle's raw files (only the
-    /// GPU's for [`RawFiles::SnapshotOnly`]).
+    /// The latest sockets, GPU and metrics payloads, for the bundle's raw files (no sockets
+    /// for [`RawFiles::WithoutSockets`]).
     fn raw_payloads(&self, now: Millis, which: RawFiles) -> BTreeMap<String, serde_json::Value> {
         let mut raw = BTreeMap::new();
+        if which == RawFiles::All {
+            if let Some(s) = self.raw_sockets() {
+                raw.insert("sockets".to_string(), s);
+            }
+        }
         if let Some(g) = self.latest_gpu(now) {
             raw.insert(
                 "gpu".to_string(),
                 serde_json::to_value(g).unwrap_or_default(),
             );
-        }
-        if which == RawFiles::SnapshotOnly {
-            return raw;
-        }
-        if let Some(s) = self.raw_sockets() {
-            raw.insert("sockets".to_string(), s);
         }
         if !self.latest_scrapes.is_empty() {
             raw.insert(

@@ -92,7 +92,7 @@ pub fn snapshot_bytes(
 /// outside it, assembled and redacted once, here, as `wedgewatch snapshot --json` would
 /// (this node's identity included: the daemon runs on the node it watches).
 pub fn snapshot_now(shared: &Mutex<Shared>, window_ms: Option<i64>, now: Millis) -> Snapshot {
-    let (mut parts, _) = parts_now(shared, window_ms, now, RawFiles::SnapshotOnly);
+    let (mut parts, _) = parts_now(shared, window_ms, now, RawFiles::WithoutSockets);
     parts.node = Some(crate::sys::node::this_node());
     let (t, cpu) = (Instant::now(), thread_cpu_ms());
     let s = crate::snapshot::assemble(parts, &AssembleOptions::default());

@@ -29,8 +29,11 @@ pub struct ComponentExtras {
 pub enum RawFiles {
     /// Every raw payload (the bundle's `raw/` files).
     All,
-    /// Only what the snapshot itself reads (the GPU's for driver and CUDA versions).
-    SnapshotOnly,
+    /// All but the socket table. The others stay: the snapshot reads the GPU's (driver and
+    /// CUDA versions), and the redactor learns secrets named in the metrics' labels to
+    /// scrub them everywhere; the table holds kernel-formatted addresses and numbers, no
+    /// names to learn from.
+    WithoutSockets,
 }
 
 /// Everything a snapshot is made of, before redaction and assembly.
