@@ -125,9 +125,9 @@ pub(super) fn group(v: &mut View) {
                 }
             };
             seen[at].1 += 1;
-            let k = &seen[at].1;
+            let k = seen[at].1;
             // A second leg at the same kind of hop (a retry, two proxies): numbered.
-            r.leg = if *k == 1 {
+            r.leg = if k == 1 {
                 format!("{}@{}", l.id, r.x.role)
             } else {
                 format!("{}@{}.{k}", l.id, r.x.role)
