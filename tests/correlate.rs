@@ -593,3 +593,25 @@ fn probes_faster_than_the_socket_table_are_probes_not_a_waiting_request() {
     );
     assert!(v.logical_of(merged).probe);
 }
+
+/// Counters as large as a stranger's connection makes them never overflow the repeat check.
+#[test]
+fn huge_counters_after_a_probe_are_no_repeat_and_no_panic() {
+    let mut sim = Sim::new(pd_topology());
+    let c = sim.connect(Some(200), 31012, 400);
+    sim.sample_sockets();
+    sim.advance(500);
+    sim.request(c, 100);
+    sim.advance(5);
+    sim.respond(c, u64::MAX / 4);
+    sim.advance(1495);
+    sim.sample_sockets();
+    sim.advance(500);
+    sim.request(c, 100 * 1_000_000);
+    sim.advance(5);
+    sim.respond(c, 1);
+    sim.advance(1495);
+    sim.sample_sockets();
+    let v = sim.model.view(sim.now);
+    assert!(v.requests.iter().all(|r| r.x.probe_unit.is_none()));
+}

@@ -250,7 +250,9 @@ fn repeats(bytes_in: u64, bytes_out: u64, (unit_in, unit_out): (u64, u64)) -> bo
         return false;
     }
     let k = bytes_in / unit_in;
-    k >= 2 && (bytes_out == k * unit_out || bytes_out == (k - 1) * unit_out)
+    // Checked: the counters are a stranger's traffic, as large as it likes.
+    let times = |n: u64| n.checked_mul(unit_out) == Some(bytes_out);
+    k >= 2 && (times(k) || times(k - 1))
 }
 
 pub(crate) fn is_open(state: TcpState) -> bool {
