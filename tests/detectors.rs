@@ -135,7 +135,9 @@ fn wedged_request_blames_the_decode_hop() {
     );
     assert!(
         early.reasons(DECODE).iter().any(
-            |r| matches!(r, SuspicionReason::SilentRequest { silent_ms } if *silent_ms >= 10_000)
+            |r| matches!(r, SuspicionReason::SilentRequest { silent_ms, request }
+                if *silent_ms >= 10_000 && early.describe().contains(&request.id)
+                    && request.bytes_in >= wedgewatch::correlate::MIN_INFERENCE_REQUEST_BYTES)
         ),
         "{early:?}"
     );

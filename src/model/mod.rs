@@ -23,6 +23,6 @@ pub use node::{NodeClock, NodeIdentity, SnapConnection};
 pub use parts::{ComponentExtras, RawFiles, SnapshotParts};
 pub use sample::*;
 pub use snapshot::*;
-pub use suspicion::{Suspicion, SuspicionReason};
+pub use suspicion::{RequestNote, Suspicion, SuspicionReason};
 pub use thread_state::ThreadState;
 pub use topology::*;

@@ -240,7 +240,17 @@ mod tests {
     }
 
     fn silent(engine: &str) -> Suspicion {
-        Suspicion::none().with(engine, SuspicionReason::SilentRequest { silent_ms: 12_000 })
+        let request = crate::model::RequestNote {
+            id: "x1".into(),
+            client: "127.0.0.1:40000".into(),
+            bytes_in: 900,
+            bytes_out: 0,
+        };
+        let reason = SuspicionReason::SilentRequest {
+            request,
+            silent_ms: 12_000,
+        };
+        Suspicion::none().with(engine, reason)
     }
 
     #[test]

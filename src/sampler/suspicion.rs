@@ -6,9 +6,9 @@
 //! exporter read) and its stacks ticks read the newest; the sources never see the model.
 
 use crate::config::Thresholds;
-use crate::correlate::{ComponentState, Model, View};
+use crate::correlate::{ComponentState, Model, RequestView, View};
 use crate::model::{
-    Finding, FindingKind, RequestState, Role, Suspicion, SuspicionReason, Topology,
+    Finding, FindingKind, RequestNote, RequestState, Role, Suspicion, SuspicionReason, Topology,
 };
 
 /// Findings that say an engine's schedulers are worth a look.
@@ -64,8 +64,11 @@ fn silent_requests(topo: &Topology, view: &View, th: &Thresholds, s: &mut Suspic
             continue;
         }
         if let Some(engine) = engine_of(topo, &r.x.component) {
-            let silent_ms = r.idle_out_ms;
-            s.add(engine, SuspicionReason::SilentRequest { silent_ms });
+            let (request, silent_ms) = (note(r), r.idle_out_ms);
+            s.add(
+                engine,
+                SuspicionReason::SilentRequest { request, silent_ms },
+            );
         }
     }
 }
@@ -104,10 +107,24 @@ fn idle_with_work_waiting(
         // A health check or a scrape (ours too) is no work waiting.
         .filter(|r| !view.logical_of(r).probe)
         .filter(|r| engine_of(topo, &r.x.component) == Some(engine))
-        .map(|r| r.age_ms)
-        .max();
-    if let Some(open_ms) = oldest_open.filter(|a| *a >= th.sampling.suspect_gpu_idle_ms) {
-        s.add(engine, SuspicionReason::GpuIdleWithOpenRequests { open_ms });
+        .max_by_key(|r| r.age_ms)
+        .filter(|r| r.age_ms >= th.sampling.suspect_gpu_idle_ms);
+    if let Some(r) = oldest_open {
+        let (request, open_ms) = (note(r), r.age_ms);
+        s.add(
+            engine,
+            SuspicionReason::GpuIdleWithOpenRequests { request, open_ms },
+        );
+    }
+}
+
+/// How the log names `r`.
+fn note(r: &RequestView) -> RequestNote {
+    RequestNote {
+        id: r.x.id.clone(),
+        client: r.x.client.clone(),
+        bytes_in: r.x.bytes_in,
+        bytes_out: r.x.bytes_out,
     }
 }
 
