@@ -228,7 +228,10 @@ fn quiet_stack_is_dumped_one_process_per_tick() {
     }
     let foreign_suspicion = daemon_log.contains("adaptive stacks: dumping the schedulers");
     // What was suspected, and of which request (`--nocapture` shows it on success too).
-    for l in daemon_log.lines().filter(|l| l.contains("adaptive stacks:")) {
+    for l in daemon_log
+        .lines()
+        .filter(|l| l.contains("adaptive stacks:"))
+    {
         eprintln!("{l}");
     }
     // This quiet lab itself is sometimes suspected for a few seconds ("GPU idle with a

@@ -594,6 +594,60 @@ fn probes_faster_than_the_socket_table_are_probes_not_a_waiting_request() {
     assert!(v.logical_of(merged).probe);
 }
 
+/// The router forwards requests and health-checks over the same keep-alive connections: a
+/// connection whose exchange before was an inference request (or a fresh one) has no probe of
+/// its own to compare two merged checks with. The size its server answered on another
+/// connection marks them (on the big lab this read as "GPU idle with request x67226 (240 B
+/// in, 222 B out) open for 3051 ms" at a prefill).
+#[test]
+fn merged_probes_after_a_request_are_known_from_the_servers_other_connections() {
+    let mut sim = Sim::new(pd_topology());
+    let (a, b) = (
+        sim.connect(Some(200), 31012, 400),
+        sim.connect(Some(200), 31012, 400),
+    );
+    sim.sample_sockets();
+    // a: one health check between two tables, a single probe of 120 in, 111 out
+    sim.advance(500);
+    sim.request(a, 120);
+    // b: an inference request, answered at length
+    sim.request(b, 2_600);
+    sim.advance(5);
+    sim.respond(a, 111);
+    sim.respond(b, 4_000);
+    sim.advance(1495);
+    sim.sample_sockets();
+    // b: two health checks between the next two tables
+    for _ in 0..2 {
+        sim.advance(500);
+        sim.request(b, 120);
+        sim.advance(5);
+        sim.respond(b, 111);
+        sim.advance(495);
+    }
+    sim.sample_sockets();
+    for _ in 0..3 {
+        sim.advance(1000);
+        sim.sample_sockets();
+    }
+    let v = sim.model.view(sim.now);
+    let merged = v
+        .requests
+        .iter()
+        .find(|r| r.x.bytes_in == 240)
+        .expect("the two checks as one exchange");
+    assert_eq!(merged.x.probe_unit, Some((120, 111)));
+    assert!(
+        !matches!(
+            merged.state,
+            RequestState::WaitingFirstByte | RequestState::Stalled
+        ),
+        "{:?}",
+        merged.state
+    );
+    assert!(v.logical_of(merged).probe);
+}
+
 /// Counters as large as a stranger's connection makes them never overflow the repeat check.
 #[test]
 fn huge_counters_after_a_probe_are_no_repeat_and_no_panic() {

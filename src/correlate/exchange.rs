@@ -7,6 +7,7 @@
 //! next request arrives or the connection closes; in between the correlator decides from the
 //! component's own in-flight counts (see `Model::request_states`).
 
+use super::probe_units::ProbeUnits;
 use crate::clock::Millis;
 use crate::model::{Role, SocketEntry, TcpState};
 use std::collections::VecDeque;
@@ -354,7 +355,12 @@ impl Conn {
     }
 
     /// A later observation: cut the byte deltas into exchanges.
-    pub(crate) fn observe(&mut self, o: &Obs, next_num: &mut dyn FnMut() -> u64) {
+    pub(crate) fn observe(
+        &mut self,
+        o: &Obs,
+        next_num: &mut dyn FnMut() -> u64,
+        known: &mut ProbeUnits,
+    ) {
         if self.closed_ms.is_some() {
             self.observe_half_closed(o);
             return;
@@ -366,29 +372,40 @@ impl Conn {
             self.bytes_went_out(&m, next_num);
         }
         self.settle(o, &m);
-        self.note_repeated_probe();
+        self.note_repeated_probe(known);
     }
 
     /// Probes faster than the socket table (a router's health check every second, the table
     /// read every 2 s while nothing is suspected) are cut as one exchange of k probes' bytes
     /// in and out: 2 x 120 bytes in looks like an inference request, 2 x 111 out like its
-    /// response headers with no token yet. When the connection's previous exchange was a
-    /// probe (or such a repeat) and this one's bytes are whole multiples of it (k requests,
-    /// k or k - 1 responses), it is marked a repeat of that probe.
-    fn note_repeated_probe(&mut self) {
+    /// response headers with no token yet. When this one's bytes are whole multiples of a
+    /// probe (k requests, k or k - 1 responses): the connection's previous exchange, when it
+    /// was a probe or such a repeat, else one its server answered on any connection
+    /// (`known`, where this connection's single probes are noted too), it is marked a repeat
+    /// of that probe.
+    pub(crate) fn note_repeated_probe(&mut self, known: &mut ProbeUnits) {
         let n = self.exchanges.len();
-        if n < 2 {
+        let single = |x: &Exchange| {
+            (x.bytes_in > 0 && x.bytes_in < super::MIN_INFERENCE_REQUEST_BYTES && x.bytes_out > 0)
+                .then_some((x.bytes_in, x.bytes_out))
+        };
+        let prev = n
+            .checked_sub(2)
+            .and_then(|i| self.exchanges.get(i))
+            .and_then(|p| p.probe_unit.or(single(p)));
+        let Some(x) = self.exchanges.back_mut() else {
             return;
+        };
+        if let Some(u) = single(x) {
+            known.learn(u);
         }
-        let prev = &self.exchanges[n - 2];
-        let single = prev.bytes_in > 0
-            && prev.bytes_in < super::MIN_INFERENCE_REQUEST_BYTES
-            && prev.bytes_out > 0;
-        let unit = prev
-            .probe_unit
-            .or(single.then_some((prev.bytes_in, prev.bytes_out)));
-        let x = &mut self.exchanges[n - 1];
-        x.probe_unit = unit.filter(|&u| repeats(x.bytes_in, x.bytes_out, u));
+        if let Some(u) = prev {
+            known.learn(u);
+        }
+        x.probe_unit = prev
+            .into_iter()
+            .chain(known.iter())
+            .find(|&u| repeats(x.bytes_in, x.bytes_out, u));
     }
 
     /// Half-closed (CLOSE_WAIT, FIN_WAIT...): bytes still moving are the tail of the last

@@ -31,6 +31,7 @@ mod metrics;
 mod outbound;
 mod parts;
 pub use parts::MAX_DONE_LISTED;
+mod probe_units;
 mod processes;
 mod raw_sockets;
 pub mod requests;
@@ -126,6 +127,8 @@ pub struct Model {
     pub(crate) link_cursor: (u64, u64),
     /// Time of the newest usable socket table.
     last_sockets_ms: Option<Millis>,
+    /// The probe sizes each server component has answered (`probe_units.rs`).
+    probe_units: FastMap<String, probe_units::ProbeUnits>,
 }
 
 impl Default for Model {
@@ -181,6 +184,7 @@ impl Model {
             config_changes: Vec::new(),
             link_cursor: (0, 0),
             last_sockets_ms: None,
+            probe_units: FastMap::default(),
         }
     }
 

@@ -15,6 +15,9 @@ use crate::model::addr::port_of;
 use crate::model::{Component, SocketEntry, SocketTable, Status, TcpState};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
+/// Most servers whose probe sizes are kept ([`super::probe_units`]).
+const MAX_PROBE_SERVERS: usize = 1024;
+
 /// The note a kept table carries for the sockets it left out, so a snapshot's raw table
 /// says what it omitted instead of dropping it silently.
 fn foreign_omitted_note(omitted: usize) -> String {
@@ -127,6 +130,15 @@ impl Model {
             .and_then(|p| lookup.of_pid(p))
             .and_then(|i| self.topology.components.get(i))
             .map(|c| c.id.clone());
+        if !self.probe_units.contains_key(server_id.as_str()) {
+            // Bounded by the components a topology names; a host that churns them starts over.
+            if self.probe_units.len() >= MAX_PROBE_SERVERS {
+                self.probe_units.clear();
+            }
+            self.probe_units
+                .insert(server_id.clone(), Default::default());
+        }
+        let known = self.probe_units.get_mut(server_id.as_str())?;
         let next_x = &mut self.next_x;
         let mut idgen = || {
             *next_x += 1;
@@ -141,7 +153,7 @@ impl Model {
                     }
                 }
                 conn.client_pid = conn.client_pid.or(cpid);
-                conn.observe(&obs, &mut idgen);
+                conn.observe(&obs, &mut idgen, known);
             }
             None => {
                 self.next_conn += 1;
@@ -164,6 +176,7 @@ impl Model {
                     exchanges: VecDeque::new(),
                 };
                 conn.first_observation(&obs, &mut idgen);
+                conn.note_repeated_probe(known);
                 self.conns.insert(key.clone(), conn);
             }
         }
