@@ -237,10 +237,11 @@ fn quiet_stack_is_dumped_one_process_per_tick() {
     // This quiet lab itself is sometimes suspected for a few seconds ("GPU idle with a
     // request open", 3-4.5 s, both engines at once): its router health-checks both engines
     // every second over keep-alive connections the daemon reads every 2 s while calm. Two
-    // checks between two tables are now known as probes (`Exchange::probe_unit`); what is
-    // still read as a waiting request is not pinned down yet (docs/performance.md). A
-    // suspected engine's schedulers are rightly dumped together; the one-process-per-tick
-    // rule holds while nothing of this lab is suspected.
+    // checks between two tables are known as probes (`Exchange::probe_unit`), also on a
+    // connection that carried a request just before (probe sizes per server). The suspicion
+    // names its request in the log (printed above); a real one (a request slow on a loaded
+    // machine) may still come. A suspected engine's schedulers are rightly dumped together;
+    // the one-process-per-tick rule holds while nothing of this lab is suspected.
     let own_suspicion = [lab.prefill().port, lab.decode().port].iter().any(|p| {
         daemon_log
             .lines()
