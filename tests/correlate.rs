@@ -575,23 +575,7 @@ fn probes_faster_than_the_socket_table_are_probes_not_a_waiting_request() {
         sim.advance(1000);
         sim.sample_sockets();
     }
-    let v = sim.model.view(sim.now);
-    let merged = v
-        .requests
-        .iter()
-        .find(|r| r.x.bytes_in == 240)
-        .expect("the two checks as one exchange");
-    assert_eq!(merged.x.probe_unit, Some((120, 111)));
-    assert!(wedgewatch::correlate::is_probe_sized(&merged.x));
-    assert!(
-        !matches!(
-            merged.state,
-            RequestState::WaitingFirstByte | RequestState::Stalled
-        ),
-        "{:?}",
-        merged.state
-    );
-    assert!(v.logical_of(merged).probe);
+    assert_two_checks_are_one_probe(&sim);
 }
 
 /// The router forwards requests and health-checks over the same keep-alive connections: a
@@ -630,6 +614,12 @@ fn merged_probes_after_a_request_are_known_from_the_servers_other_connections() 
         sim.advance(1000);
         sim.sample_sockets();
     }
+    assert_two_checks_are_one_probe(&sim);
+}
+
+/// The view's exchange of two 120/111-byte health checks cut as one (240 in) is a repeat of
+/// that probe: probe-sized, not waiting, its logical request a probe.
+fn assert_two_checks_are_one_probe(sim: &Sim) {
     let v = sim.model.view(sim.now);
     let merged = v
         .requests
@@ -637,6 +627,7 @@ fn merged_probes_after_a_request_are_known_from_the_servers_other_connections() 
         .find(|r| r.x.bytes_in == 240)
         .expect("the two checks as one exchange");
     assert_eq!(merged.x.probe_unit, Some((120, 111)));
+    assert!(wedgewatch::correlate::is_probe_sized(&merged.x));
     assert!(
         !matches!(
             merged.state,
