@@ -28,6 +28,7 @@ mod cli;
 use cli::exit;
 
 fn main() {
+    cli::mark_start();
     // not env::args(): it panics on an argument that is not UTF-8
     let args: Vec<String> = std::env::args_os()
         .map(|a| a.to_string_lossy().into_owned())

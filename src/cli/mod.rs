@@ -113,6 +113,20 @@ impl Verb {
     }
 }
 
+/// When this process began its work (set first thing in `main`): a one-shot window counts
+/// from here, so `snapshot --window 3s` is 3 s of the caller's wall clock.
+static STARTED: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+
+/// Marks the process's start (the first call wins).
+pub fn mark_start() {
+    STARTED.get_or_init(std::time::Instant::now);
+}
+
+/// The process's start, as [`mark_start`] marked it (now, if it never was).
+pub fn started() -> std::time::Instant {
+    *STARTED.get_or_init(std::time::Instant::now)
+}
+
 /// Runs the verb; the exit code on success.
 pub fn run(cli: Cli) -> anyhow::Result<i32> {
     progress::set_quiet(cli.quiet);

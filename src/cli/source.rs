@@ -184,7 +184,7 @@ pub fn by_sampling(s: &Sampling, window: Duration, raw: RawFiles) -> anyhow::Res
     let model = exit::block_on(progress::during(
         "sampling",
         window,
-        attach::collect_window(&opts, ms, Arc::new(SystemClock)),
+        attach::collect_window(&opts, ms, Arc::new(SystemClock), super::started()),
     ))
     .context("starting the runtime")
     .map_err(CouldNotSample)?

@@ -18,6 +18,9 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 const NLMSG_ERROR: u16 = 2;
 const NLMSG_DONE: u16 = 3;
 const SOCK_DIAG_BY_FAMILY: u16 = 20;
+/// The older interface's TCP dump (`TCPDIAG_GETSOCK`): its answers carry this type and the
+/// same `inet_diag_msg` (netlink.rs asks for both families with it).
+const TCPDIAG_GETSOCK: u16 = 18;
 /// Size of `struct nlmsghdr`.
 pub(super) const NLMSG_HDR_LEN: usize = 16;
 /// Size of `struct inet_diag_msg`.
@@ -62,7 +65,9 @@ pub fn decode_datagram(data: &[u8], out: &mut Dump) -> Result<bool, SockDiagErro
 /// offsets (`struct tcp_info`, include/uapi/linux/tcp.h). None: not one this reads (another
 /// message type, a short `tcp_info`, attributes that do not add up): the crate decides.
 pub(super) fn decode_fast(msg: &[u8]) -> Option<SocketEntry> {
-    if msg.len() < NLMSG_HDR_LEN || read_u16_ne(msg, 4) != SOCK_DIAG_BY_FAMILY {
+    if msg.len() < NLMSG_HDR_LEN
+        || !matches!(read_u16_ne(msg, 4), SOCK_DIAG_BY_FAMILY | TCPDIAG_GETSOCK)
+    {
         return None;
     }
     let body = &msg[NLMSG_HDR_LEN..];
@@ -141,8 +146,18 @@ fn decode_message(msg: &[u8], out: &mut Dump) {
 }
 
 /// The crate's decoder: every attribute parsed into its type (a few allocations per
-/// socket); a message it rejects still gives its fixed header.
+/// socket); a message it rejects still gives its fixed header. An answer to the older
+/// request is given to it as the newer one it knows (the same body).
 fn decode_with_crate(msg: &[u8], out: &mut Dump) {
+    let retyped;
+    let msg = if msg.len() >= NLMSG_HDR_LEN && read_u16_ne(msg, 4) == TCPDIAG_GETSOCK {
+        let mut m = msg.to_vec();
+        m[4..6].copy_from_slice(&SOCK_DIAG_BY_FAMILY.to_ne_bytes());
+        retyped = m;
+        &retyped[..]
+    } else {
+        msg
+    };
     match NetlinkMessage::<SockDiagMessage>::deserialize(msg) {
         Ok(m) => {
             if let NetlinkPayload::InnerMessage(SockDiagMessage::InetResponse(r)) = m.payload {
@@ -282,6 +297,24 @@ mod tests {
                 assert!(fast.local.ends_with(":8080"), "{}", fast.local);
             }
         }
+    }
+
+    /// The older request's answers (type 18) read like the newer ones, both ways.
+    #[test]
+    fn an_answer_to_the_older_request_reads_the_same() {
+        for info in [Some(TCP_INFO_LEN), Some(104), None] {
+            let newer = message(AF_INET6, info);
+            let mut older = newer.clone();
+            older[4..6].copy_from_slice(&TCPDIAG_GETSOCK.to_ne_bytes());
+            let (mut a, mut b) = (Dump::default(), Dump::default());
+            decode_message(&newer, &mut a);
+            decode_message(&older, &mut b);
+            assert_eq!(a, b, "{info:?}");
+            assert_eq!(b.sockets.len(), 1);
+        }
+        let mut other = message(AF_INET, None);
+        other[4..6].copy_from_slice(&19u16.to_ne_bytes());
+        assert_eq!(decode_fast(&other), None);
     }
 
     #[test]

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# The whole test suite (what `cargo test --no-fail-fast` runs), in two lanes side by side.
+# Called by tests/run-all.sh once everything is built and set up.
+#
+# The tests wait on their labs far more than they compute (a whole run is about a third of a
+# core on average), so two lanes nearly halve the wall time. What may not share a lane with
+# what:
+# - the SGLang labs: discovery sees every stack on the machine, and a lab test's daemon must
+#   not watch another test's wedge. They run one binary at a time, in the lab lane, as they
+#   always did.
+# - everything else (no lab, or the real vLLM server: its tests find their own server by its
+#   pid and retry a window cut short by a busy machine) runs in the other lane.
+# A new test binary that starts an SGLang lab (tests/common/lab.rs) belongs in LAB_LANE.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+LAB_LANE=(
+    e2e_lab demo_smoke lab_selftest adaptive_lab oneshot_lab two_node_lab exporter_lab
+    stacks fleet_lab router_key gpu lab_tp tui_pty netns_lab discovery
+)
+
+lab_args=()
+for name in "${LAB_LANE[@]}"; do
+    if [ ! -f "tests/$name.rs" ]; then
+        echo "lanes: tests/$name.rs is in LAB_LANE but does not exist" >&2
+        exit 1
+    fi
+    lab_args+=(--test "$name")
+done
+# Everything not in the lab lane; the real vLLM tier last, when the quick ones are done.
+other_args=(--lib --bins --examples)
+for file in tests/*.rs; do
+    name="$(basename "$file" .rs)"
+    case " ${LAB_LANE[*]} vllm_real " in
+    *" $name "*) ;;
+    *) other_args+=(--test "$name") ;;
+    esac
+done
+other_args+=(--test vllm_real)
+
+other_log="$(mktemp -t ww-lane.XXXXXX)"
+trap 'rm -f "$other_log"' EXIT
+started=$SECONDS
+(
+    cargo test --no-fail-fast "${other_args[@]}"
+    rc=$?
+    cargo test --doc || rc=1
+    exit "$rc"
+) >"$other_log" 2>&1 &
+other_pid=$!
+cargo test --no-fail-fast "${lab_args[@]}"
+lab_rc=$?
+lab_secs=$((SECONDS - started))
+wait "$other_pid"
+other_rc=$?
+echo "=== the other lane (lab-free tests and the real-vLLM tier) ==="
+cat "$other_log"
+echo "lanes: lab lane exit $lab_rc after ${lab_secs} s; other lane exit $other_rc; both done after $((SECONDS - started)) s"
+[ "$lab_rc" = 0 ] && [ "$other_rc" = 0 ]
