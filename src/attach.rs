@@ -210,6 +210,14 @@ impl AttachOptions {
 /// 0.1-0.3 s past the logged steps (docs/performance.md).
 const ASSEMBLY_RESERVE_MS: u64 = 350;
 
+/// How long a one-shot window of `window_ms` waits, inside it, for samples still in flight
+/// at its sampling's end (a py-spy dump of a loaded scheduler): a tenth of it, between 0.2
+/// and 1 s ([`crate::sampler::COLLECT_GRACE`]). A 3 s snapshot on a loaded big node overran
+/// its window by up to 1.1 s when this was always the whole second, outside the window.
+pub fn one_shot_grace(window_ms: u64) -> std::time::Duration {
+    std::time::Duration::from_millis((window_ms / 10).clamp(200, 1_000))
+}
+
 /// Finds the stack and samples it so that the verb that began at `started` ends within
 /// `window_ms`: discovery and assembly included, at least half of it sampled, every source
 /// at least once. Returns the model.
@@ -228,14 +236,17 @@ pub async fn collect_window(
     // The window is the verb's time to look, from the process's start to its exit:
     // `--window 3s` is a snapshot in about 3 s, however long starting and finding the stack
     // took (at least half of it is sampled).
-    let spent_ms = discovered.as_millis() as u64 + ASSEMBLY_RESERVE_MS;
+    let grace = one_shot_grace(window_ms);
+    let spent_ms = discovered.as_millis() as u64 + ASSEMBLY_RESERVE_MS + grace.as_millis() as u64;
     let left_ms = window_ms.saturating_sub(spent_ms);
     let samples = sampler
+        .with_grace(grace)
         .collect(&mut model, left_ms.max(window_ms / 2))
         .await;
     tracing::debug!(
         started_and_discovered_ms = discovered.as_millis() as u64,
         window_ms,
+        grace_ms = grace.as_millis() as u64,
         sampled_ms = (started.elapsed() - discovered).as_millis() as u64,
         samples,
         "one-shot window sampled"
@@ -305,4 +316,17 @@ pub fn replay_frames_counted(
         frames.push(crate::pipeline::parts(&r.model, t));
     }
     Ok((frames, records.stats()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_one_shot_grace_is_a_tenth_of_its_window_within_bounds() {
+        let ms = |w| one_shot_grace(w).as_millis();
+        assert_eq!(ms(3_000), 300);
+        assert_eq!(ms(500), 200, "at least 0.2 s: a py-spy dump in flight");
+        assert_eq!(ms(90_000), 1_000, "at most the sampler's whole grace");
+    }
 }

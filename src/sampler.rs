@@ -84,8 +84,11 @@ pub struct Sampler {
     schedules: Vec<Schedule>,
     stats: StatsHandle,
     /// Set by [`Sampler::collect`]: no sample may run past this (a one-shot verb's window
-    /// plus [`COLLECT_GRACE`]). None: samples are cut short by `shutdown` instead.
+    /// plus its grace). None: samples are cut short by `shutdown` instead.
     finish_by: Option<tokio::time::Instant>,
+    /// How long a one-shot collection waits after its window for samples in flight
+    /// ([`COLLECT_GRACE`] unless [`Sampler::with_grace`] said otherwise).
+    grace: Duration,
 }
 
 /// How long a one-shot collection waits, after its window, for samples still in flight
@@ -118,7 +121,15 @@ impl Sampler {
             schedules: Vec::new(),
             stats: Arc::new(Mutex::new(BTreeMap::new())),
             finish_by: None,
+            grace: COLLECT_GRACE,
         }
+    }
+
+    /// A one-shot collection with this grace after its window instead of [`COLLECT_GRACE`]
+    /// (a short window's verb must end close to it: `attach::collect_window`).
+    pub fn with_grace(mut self, grace: Duration) -> Sampler {
+        self.grace = grace;
+        self
     }
 
     /// Adds a source with its own cadence and timeout.
@@ -200,6 +211,7 @@ impl Sampler {
     pub async fn run(self, tx: mpsc::Sender<Sample>, shutdown: watch::Receiver<bool>) {
         let mut tasks = Vec::new();
         let finish_by = self.finish_by;
+        let grace = self.grace;
         for s in self.schedules {
             let clock = self.clock.clone();
             let mut topo = self.topology.clone();
@@ -249,7 +261,7 @@ impl Sampler {
                     if topo.has_changed().unwrap_or(false) {
                         current = topo.borrow_and_update().clone();
                     }
-                    if delivered && !fits_in_window(finish_by, last_took) {
+                    if delivered && !fits_in_window(finish_by, grace, last_took) {
                         // A one-shot window: a repeat that would end after the window adds
                         // nothing to it and only delays the snapshot.
                         break;
@@ -291,10 +303,14 @@ impl Sampler {
 }
 
 /// Whether a sample that takes `took` (the source's last one), started now, ends within a
-/// one-shot window that must be finished by `finish_by` (its end plus [`COLLECT_GRACE`]).
-/// Always true outside a one-shot window.
-fn fits_in_window(finish_by: Option<tokio::time::Instant>, took: Duration) -> bool {
-    finish_by.is_none_or(|f| tokio::time::Instant::now() + took <= f - COLLECT_GRACE)
+/// one-shot window that must be finished by `finish_by` (its end plus `grace`). Always true
+/// outside a one-shot window.
+fn fits_in_window(
+    finish_by: Option<tokio::time::Instant>,
+    grace: Duration,
+    took: Duration,
+) -> bool {
+    finish_by.is_none_or(|f| tokio::time::Instant::now() + took <= f - grace)
 }
 
 /// Takes one sample under the schedule's timeout, and never past `finish_by`; updates
@@ -361,7 +377,7 @@ impl Sampler {
             model.set_topology(topo);
         }
         let deadline = tokio::time::Instant::now() + Duration::from_millis(duration_ms);
-        let finish_by = deadline + COLLECT_GRACE;
+        let finish_by = deadline + self.grace;
         self.finish_by = Some(finish_by);
         let (tx, mut rx) = mpsc::channel(4096);
         let (stop_tx, stop_rx) = watch::channel(false);
@@ -426,6 +442,24 @@ mod tests {
                 .as_deref()
                 .is_some_and(|r| r.contains("end of the window")),
             "{st:?}"
+        );
+    }
+
+    /// A shorter grace ends a one-shot collection that much sooner.
+    #[tokio::test(start_paused = true)]
+    async fn a_shorter_grace_ends_a_hung_collection_sooner() {
+        let (_tx, rx) = watch::channel(Topology::default());
+        let mut s = Sampler::new(Arc::new(crate::clock::FakeClock::new(0)), rx);
+        s.add(Arc::new(Hangs), 15_000, 60_000);
+        let mut model = crate::correlate::Model::new(Default::default());
+        let t0 = tokio::time::Instant::now();
+        s.with_grace(Duration::from_millis(300))
+            .collect(&mut model, 1_000)
+            .await;
+        let took = t0.elapsed();
+        assert!(
+            (Duration::from_millis(1_300)..Duration::from_millis(1_600)).contains(&took),
+            "{took:?}"
         );
     }
 

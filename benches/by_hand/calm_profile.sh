@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Big lab + 200 agents + release daemon; measures daemon CPU (own + children) over MEASURE s
-# after WARM s. PERF=1: perf record 20 s into /tmp/prof.data. Leaves nothing running.
+# after WARM s. PERF=1: perf record PERF_SECS (20) s into /tmp/prof.data. Leaves nothing running.
 # env: REPO (default: this checkout), TAG, PORT, WARM (60), MEASURE (120), KEEP_LAB=1
 set -uo pipefail
 REPO=${REPO:-$(cd "$(dirname "$0")/../.." && pwd)}; TAG=${TAG:-main}; PORT=${PORT:-31000}
@@ -19,7 +19,7 @@ D=$!
 sleep "$WARM"
 tick() { awk '{print $14+$15+$16+$17}' /proc/$D/stat; }
 c0=$(tick); r0=$(du -sb "$ST/recording" | cut -f1); t0=$(date +%s.%N)
-if [ "${PERF:-0}" = 1 ]; then perf record -F 199 --call-graph dwarf -p $D -o /tmp/prof.data -- sleep 20 >/dev/null 2>&1; fi
+if [ "${PERF:-0}" = 1 ]; then perf record -F 199 --call-graph dwarf -p $D -o /tmp/prof.data -- sleep "${PERF_SECS:-20}" >/dev/null 2>&1; fi
 sleep "$MEASURE"
 c1=$(tick); r1=$(du -sb "$ST/recording" | cut -f1); t1=$(date +%s.%N)
 rss=$(awk '/VmRSS/{print $2}' /proc/$D/status); hwm=$(awk '/VmHWM/{print $2}' /proc/$D/status)

@@ -69,7 +69,13 @@ pub fn dump_netlink(timeout: Duration, time_wait: bool) -> Result<Dump, SockDiag
     let deadline = Instant::now() + timeout;
     let sock = open_socket()?;
     let one_walk = both_families_request(time_wait);
-    dump_on(&sock, &one_walk, &BOTH_FAMILIES_REFUSED, deadline, time_wait)
+    dump_on(
+        &sock,
+        &one_walk,
+        &BOTH_FAMILIES_REFUSED,
+        deadline,
+        time_wait,
+    )
 }
 
 fn open_socket() -> Result<Socket, SockDiagError> {
@@ -245,8 +251,14 @@ mod tests {
         };
         let deadline = || Instant::now() + Duration::from_secs(2);
         let accepted = AtomicBool::new(false);
-        let one = dump_on(&sock, &both_families_request(false), &accepted, deadline(), false)
-            .expect("one-walk dump");
+        let one = dump_on(
+            &sock,
+            &both_families_request(false),
+            &accepted,
+            deadline(),
+            false,
+        )
+        .expect("one-walk dump");
         assert!(!accepted.load(Ordering::Relaxed), "this kernel answers it");
         // A request every kernel refuses (shorter than `struct inet_diag_req`: EINVAL): the
         // same dump, family by family, and the refusal is remembered.
