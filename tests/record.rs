@@ -924,6 +924,52 @@ fn the_writer_records_sockets_every_ten_seconds_while_calm_and_every_second_whil
     assert_eq!(written, want);
 }
 
+/// Metrics and GPU readings taken every second: recorded every 5 s while calm, every one
+/// (metrics) or every second (GPU) while alert.
+#[test]
+fn the_writer_records_metrics_and_gpu_every_five_seconds_while_calm() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("paced.wwrec");
+    let mut w = RecordingWriter::create_file(&path, T0).expect("create");
+    let sample = |t_ms, payload| Sample {
+        t_ms,
+        status: SourceStatus::ok(),
+        took_ms: 1,
+        payload,
+    };
+    for i in 0..20 {
+        let t = T0 + 500 + i * 1_000;
+        w.set_alert(i >= 10);
+        w.write_sample(&sample(t, Payload::Metrics(Vec::new())))
+            .expect("metrics");
+        w.write_sample(&sample(t, Payload::Gpu(GpuReading::default())))
+            .expect("gpu");
+    }
+    drop(w);
+    let (recs, _) = Recording::open(&path).expect("open").read().expect("read");
+    let written = |kind: SourceKind| -> Vec<(i64, Option<i64>)> {
+        recs.iter()
+            .filter_map(|r| match r {
+                Record::Sample { sample, every_ms } if sample.kind() == kind => {
+                    Some((sample.t_ms - T0, *every_ms))
+                }
+                _ => None,
+            })
+            .collect()
+    };
+    let calm = [(500, Some(5_000)), (5_500, Some(5_000))];
+    let metrics: Vec<_> = calm
+        .into_iter()
+        .chain((10..20).map(|i| (500 + i * 1_000, None)))
+        .collect();
+    let gpu: Vec<_> = calm
+        .into_iter()
+        .chain((10..20).map(|i| (500 + i * 1_000, Some(1_000))))
+        .collect();
+    assert_eq!(written(SourceKind::Metrics), metrics);
+    assert_eq!(written(SourceKind::Gpu), gpu);
+}
+
 #[test]
 fn a_recording_written_calm_replays_the_wedge_and_says_its_cadence() {
     let samples = wedge_samples();

@@ -99,10 +99,18 @@ fn yes() -> bool {
 /// Sockets every 10 s while calm, a third of the wedge threshold: a calm stretch is kept for
 /// its state (what was open, how the node looked), not for every short request (at 5 s the
 /// big lab's recording still grew 14 MiB/h, issue 15's goal is 10; docs/performance.md).
+/// Metrics and GPU readings every 5 s while calm: taken every second (a queue not draining,
+/// a GPU idle under load are read live from them), recorded every second they were the
+/// recorder's most frequent work on a calm big node.
 fn calm_intervals() -> BTreeMap<crate::model::SourceKind, i64> {
-    [(crate::model::SourceKind::Sockets, 10_000)]
-        .into_iter()
-        .collect()
+    use crate::model::SourceKind;
+    [
+        (SourceKind::Sockets, 10_000),
+        (SourceKind::Metrics, 5_000),
+        (SourceKind::Gpu, 5_000),
+    ]
+    .into_iter()
+    .collect()
 }
 
 impl Default for RecordPolicy {
