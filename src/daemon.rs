@@ -346,7 +346,7 @@ impl Daemon {
                         let lag_ms = self.clock.now_ms() - s.t_ms;
                         tracing::debug!(queued = rx.len(), lag_ms, ?census, "what the model holds");
                     }
-                    self.on_sample(&s, &mut state);
+                    self.on_sample(s, &mut state);
                 }
                 _ = rediscover.tick() => {
                     let found = (self.discover)().await;
@@ -427,11 +427,11 @@ impl Daemon {
     }
 
     /// One sample: recorded, ingested, and (process facts) possibly a new baseline.
-    fn on_sample(&self, s: &Sample, state: &mut LoopState) {
+    fn on_sample(&self, s: Sample, state: &mut LoopState) {
         if let Some(w) = state.writer.as_mut() {
             // The recording's cadence follows the suspicion (calm: fewer socket tables).
             w.set_alert(state.pace.is_alert());
-            if let Err(e) = w.write_sample(s) {
+            if let Err(e) = w.write_sample(&s) {
                 // A full disk must not stop the live view; say so once.
                 tracing::error!("recording stopped: {e}");
                 state.writer = None;
@@ -439,12 +439,16 @@ impl Daemon {
         }
         let baseline = {
             let mut sh = lock(&self.shared);
-            sh.model.ingest(s);
             match &s.payload {
                 Payload::Processes(p) => {
+                    sh.model.ingest(&s);
                     take_baseline(&mut sh, s.t_ms, p, state.pending_reason.take())
                 }
-                _ => None,
+                // The model keeps what it needs of the rest without copying it.
+                _ => {
+                    sh.model.ingest_owned(s);
+                    None
+                }
             }
         };
         if let (Some(b), Some(w)) = (baseline, state.writer.as_mut()) {

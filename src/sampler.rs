@@ -384,13 +384,13 @@ impl Sampler {
         let mut task = tokio::spawn(self.run(tx, stop_rx));
         let mut n = 0;
         while let Ok(Some(s)) = tokio::time::timeout_at(deadline, rx.recv()).await {
-            model.ingest(&s);
+            model.ingest_owned(s);
             n += 1;
         }
         let _ = stop_tx.send(true);
         // Samples in flight at the deadline are still taken (each cut off at `finish_by`).
         while let Ok(Some(s)) = tokio::time::timeout_at(finish_by, rx.recv()).await {
-            model.ingest(&s);
+            model.ingest_owned(s);
             n += 1;
         }
         // Every take ends by `finish_by`; a source that blocks its thread instead of
@@ -400,7 +400,7 @@ impl Sampler {
             task.abort();
         }
         while let Ok(s) = rx.try_recv() {
-            model.ingest(&s);
+            model.ingest_owned(s);
             n += 1;
         }
         n

@@ -660,3 +660,49 @@ fn huge_counters_after_a_probe_are_no_repeat_and_no_panic() {
     let v = sim.model.view(sim.now);
     assert!(v.requests.iter().all(|r| r.x.probe_unit.is_none()));
 }
+
+/// A sample handed over (`ingest_owned`, the daemon's and the one-shot's way) leaves the
+/// model as one read from a borrowed sample: the same parts, the same stack sockets kept
+/// (a socket of no component's left out of both, and said so).
+#[test]
+fn a_sample_handed_over_reads_like_one_lent() {
+    let mut sim = Sim::new(pd_topology());
+    let mut owned = wedgewatch::correlate::Model::default();
+    owned.ignore_client_pids.clear();
+    owned.set_topology(pd_topology());
+    let wedged = sim.connect(Some(200), 31012, 400);
+    let done = sim.connect(None, 8000, 100);
+    let foreign = sim.connect(None, 5432, 999);
+    sim.request(wedged, 900);
+    for i in 0..40 {
+        sim.advance(250);
+        if i == 4 {
+            sim.request(done, 700);
+            sim.request(foreign, 300);
+        }
+        if i == 8 {
+            sim.respond(done, 4_000);
+        }
+        let sample = wedgewatch::model::Sample {
+            t_ms: sim.now,
+            status: wedgewatch::model::SourceStatus::ok(),
+            took_ms: 3,
+            payload: wedgewatch::model::Payload::Sockets(sim.socket_table()),
+        };
+        sim.model.ingest(&sample);
+        owned.ingest_owned(sample);
+    }
+    let lent = wedgewatch::pipeline::parts(&sim.model, sim.now);
+    let handed = wedgewatch::pipeline::parts(&owned, sim.now);
+    let json = |p| serde_json::to_string(p).expect("json");
+    assert_eq!(json(&handed), json(&lent));
+    let (Some((_, a)), Some((_, b))) = (sim.model.latest_sockets(), owned.latest_sockets()) else {
+        panic!("no socket table kept");
+    };
+    assert_eq!(a, b);
+    assert!(!a.sockets.iter().any(|e| e.local.ends_with(":5432")));
+    // both ends of the foreign connection
+    let note = "2 sockets not of the stack omitted";
+    assert!(a.notes.iter().any(|n| n.starts_with(note)), "{:?}", a.notes);
+    assert!(!lent.requests.is_empty());
+}

@@ -295,6 +295,44 @@ impl Model {
     /// Feeds one sample. Samples should come in time order; an older one is still applied
     /// (its data is real) but never moves the model's clock backwards.
     pub fn ingest(&mut self, s: &Sample) {
+        self.note_seen(s);
+        let t = s.t_ms;
+        let usable = s.status.status != Status::Unavailable;
+        match &s.payload {
+            Payload::Sockets(table) if usable => {
+                let rows = sockets::SocketRows::Borrowed(table);
+                self.ingest_sockets(t, rows, s.status.status)
+            }
+            Payload::Processes(p) if usable => self.ingest_processes(t, p),
+            Payload::Gpu(g) if usable => self.gpu.push_back((t, g.clone())),
+            Payload::Stacks(caps) if usable => self.ingest_stacks(t, caps),
+            Payload::Metrics(scrapes) => self.ingest_metrics(t, scrapes),
+            _ => {}
+        }
+        self.evict();
+    }
+
+    /// [`Model::ingest`] of a sample the caller is done with: what the model keeps of it
+    /// (the stack's sockets, a GPU reading) is moved in, not copied.
+    pub fn ingest_owned(&mut self, s: Sample) {
+        self.note_seen(&s);
+        let t = s.t_ms;
+        let (usable, status) = (s.status.status != Status::Unavailable, s.status.status);
+        match s.payload {
+            Payload::Sockets(table) if usable => {
+                self.ingest_sockets(t, sockets::SocketRows::Owned(table), status)
+            }
+            Payload::Gpu(g) if usable => self.gpu.push_back((t, g)),
+            Payload::Processes(p) if usable => self.ingest_processes(t, &p),
+            Payload::Stacks(caps) if usable => self.ingest_stacks(t, &caps),
+            Payload::Metrics(scrapes) => self.ingest_metrics(t, &scrapes),
+            _ => {}
+        }
+        self.evict();
+    }
+
+    /// A sample's time, status and duration, kept per source whatever its payload.
+    fn note_seen(&mut self, s: &Sample) {
         let t = s.t_ms;
         self.first_t = Some(self.first_t.map_or(t, |f| f.min(t)));
         self.last_t = self.last_t.max(t);
@@ -309,21 +347,9 @@ impl Model {
         e.last_t_ms = t;
         e.took_ms = s.took_ms;
         e.samples += 1;
-        let usable = s.status.status != Status::Unavailable;
-        match &s.payload {
-            Payload::Sockets(table) if usable => {
-                self.last_sockets_ms = Some(self.last_sockets_ms.map_or(t, |l| l.max(t)));
-                self.ingest_sockets(t, table, s.status.status)
-            }
-            Payload::Processes(p) if usable => self.ingest_processes(t, p),
-            Payload::Gpu(g) if usable => {
-                self.gpu.push_back((t, g.clone()));
-            }
-            Payload::Stacks(caps) if usable => self.ingest_stacks(t, caps),
-            Payload::Metrics(scrapes) => self.ingest_metrics(t, scrapes),
-            _ => {}
+        if matches!(s.payload, Payload::Sockets(_)) && s.status.status != Status::Unavailable {
+            self.last_sockets_ms = Some(self.last_sockets_ms.map_or(t, |l| l.max(t)));
         }
-        self.evict();
     }
 
     fn evict(&mut self) {

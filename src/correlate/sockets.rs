@@ -18,6 +18,41 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 /// Most servers whose probe sizes are kept ([`super::probe_units`]).
 const MAX_PROBE_SERVERS: usize = 1024;
 
+/// A socket table the model reads, and may keep ([`Model::ingest_owned`] hands it over).
+pub(super) enum SocketRows<'a> {
+    Borrowed(&'a SocketTable),
+    Owned(SocketTable),
+}
+
+impl SocketRows<'_> {
+    fn get(&self) -> &SocketTable {
+        match self {
+            SocketRows::Borrowed(t) => t,
+            SocketRows::Owned(t) => t,
+        }
+    }
+}
+
+/// Whether a socket is the stack's: owned by a component's process, or at an address a
+/// component listens on, in its namespace.
+fn is_ours(e: &SocketEntry, lookup: &Lookup) -> bool {
+    let at = |addr: &str| {
+        port_of(addr)
+            .and_then(|p| lookup.listening_in(e.netns, p))
+            .is_some_and(|c| lookup.listens_at(c, addr))
+    };
+    e.pid.is_some_and(|p| lookup.of_pid(p).is_some()) || at(&e.local) || at(&e.remote)
+}
+
+/// `kept` (of a table of `all` sockets) with a note of how many were left out.
+fn with_omitted_note(mut kept: SocketTable, all: usize) -> SocketTable {
+    let omitted = all - kept.sockets.len();
+    if omitted > 0 {
+        kept.notes.push(foreign_omitted_note(omitted));
+    }
+    kept
+}
+
 /// The note a kept table carries for the sockets it left out, so a snapshot's raw table
 /// says what it omitted instead of dropping it silently.
 fn foreign_omitted_note(omitted: usize) -> String {
@@ -34,8 +69,14 @@ type ClientPids<'a> = FastMap<(Option<u64>, &'a str, &'a str), i32>;
 pub(super) type SocketCounts = BTreeMap<String, BTreeMap<String, u32>>;
 
 impl Model {
-    pub(super) fn ingest_sockets(&mut self, t: Millis, table: &SocketTable, status: Status) {
+    pub(super) fn ingest_sockets(&mut self, t: Millis, table: SocketRows<'_>, status: Status) {
         let lookup = Lookup::new(&self.topology);
+        self.track_table(t, table.get(), status, &lookup);
+        self.latest_sockets = Some(self.stack_sockets(table, &lookup));
+    }
+
+    /// Connections, their exchanges and the components' socket counts from one table.
+    fn track_table(&mut self, t: Millis, table: &SocketTable, status: Status, lookup: &Lookup) {
         // Client side of each connection, by (netns, local, remote): the outbound connection
         // of a proxy IS the router's inbound connection with the 4-tuple reversed.
         let mut client_pid: ClientPids =
@@ -47,40 +88,39 @@ impl Model {
         }
         let mut present: BTreeSet<ConnKey> = BTreeSet::new();
         for e in &table.sockets {
-            if let Some(key) = self.track_server_socket(t, e, &client_pid, &lookup) {
+            if let Some(key) = self.track_server_socket(t, e, &client_pid, lookup) {
                 present.insert(key);
             }
         }
         let dumped: BTreeSet<Option<u64>> = table.sockets.iter().map(|e| e.netns).collect();
         self.retire_closed(t, &present, &dumped, status);
         links::link(self, t);
-        self.push_socket_counts(t, table, &lookup);
-        self.latest_sockets = Some(self.stack_sockets(table, &lookup));
+        self.push_socket_counts(t, table, lookup);
     }
 
     /// The table's sockets that belong to the stack: owned by a component's process, or
     /// at an address a component listens on, in its namespace (a client's side of a hop). A
     /// source that kept every socket on the box (`keep_all`) does not make the model keep
-    /// them. Without a topology nothing tells the stack's from the rest: all are kept.
-    fn stack_sockets(&self, table: &SocketTable, lookup: &Lookup) -> SocketTable {
-        if self.topology.components.is_empty() {
-            return table.clone();
-        }
-        let ours = |e: &SocketEntry| {
-            let at = |addr: &str| {
-                port_of(addr)
-                    .and_then(|p| lookup.listening_in(e.netns, p))
-                    .is_some_and(|c| lookup.listens_at(c, addr))
-            };
-            e.pid.is_some_and(|p| lookup.of_pid(p).is_some()) || at(&e.local) || at(&e.remote)
+    /// them. Without a topology nothing tells the stack's from the rest: all are kept. A
+    /// table the model owns is filtered in place: the daemon's tables hold thousands of
+    /// sockets every few seconds, and copying each one's addresses was a few % of its work.
+    fn stack_sockets(&self, table: SocketRows<'_>, lookup: &Lookup) -> SocketTable {
+        let mut table = match table {
+            SocketRows::Borrowed(t) if self.topology.components.is_empty() => return t.clone(),
+            SocketRows::Owned(t) if self.topology.components.is_empty() => return t,
+            SocketRows::Borrowed(t) => {
+                let sockets = t.sockets.iter().filter(|e| is_ours(e, lookup)).cloned();
+                let kept = SocketTable {
+                    sockets: sockets.collect(),
+                    notes: t.notes.clone(),
+                };
+                return with_omitted_note(kept, t.sockets.len());
+            }
+            SocketRows::Owned(t) => t,
         };
-        let sockets: Vec<SocketEntry> = table.sockets.iter().filter(|e| ours(e)).cloned().collect();
-        let mut notes = table.notes.clone();
-        let omitted = table.sockets.len() - sockets.len();
-        if omitted > 0 {
-            notes.push(foreign_omitted_note(omitted));
-        }
-        SocketTable { sockets, notes }
+        let all = table.sockets.len();
+        table.sockets.retain(|e| is_ours(e, lookup));
+        with_omitted_note(table, all)
     }
 
     /// Feeds one socket to its connection when it is the server side of a hop (a
