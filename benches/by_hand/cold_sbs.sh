@@ -13,14 +13,14 @@ LAB="$(dirname "$0")/biglab.sh"
 NVML_LIB=$(ls "$REPO"/target/release/build/wedgewatch-*/out/fake_nvml/libnvidia-ml.so.1 | head -1)
 LPID=""
 cleanup() {
-  [ -n "$LPID" ] && kill "$LPID" 2>/dev/null || true
+  [ -n "$LPID" ] && kill -- "-$LPID" 2>/dev/null || true
   "$LAB" down >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
 "$LAB" down >/dev/null 2>&1 || true
 "$LAB" up >/dev/null
 NVML_DIR=$("$LAB" nvml)
-"$LAB" load $((WARM + N * $# * 10 + 60)) >/tmp/cold-sbs-load.out 2>&1 &
+setsid "$LAB" load $((WARM + N * $# * 10 + 60)) >/tmp/cold-sbs-load.out 2>&1 &
 LPID=$!
 sleep "$WARM"
 for round in $(seq "$N"); do
