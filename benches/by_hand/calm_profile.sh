@@ -10,7 +10,7 @@ B="$(dirname "$0")/biglab.sh"
 cd "$REPO"
 [ "${REUSE:-0}" = 1 ] || { $B down >/dev/null 2>&1; $B up >/dev/null; }
 NVML_LIB=$(ls "$REPO"/target/release/build/wedgewatch-*/out/fake_nvml/libnvidia-ml.so.1 | head -1)
-AGENTS=${AGENTS:-200} $B load $((WARM+MEASURE+60)) > /tmp/load-$TAG.log 2>&1 &
+AGENTS=${AGENTS:-200} setsid $B load $((WARM+MEASURE+60)) > /tmp/load-$TAG.log 2>&1 &
 LOADPID=$!
 ST=$(mktemp -d /tmp/ww-prof-XXXX)
 WEDGEWATCH_NVML_LIB=$NVML_LIB FAKE_NVML_DIR=$($B nvml) WEDGEWATCH_PY_SPY=$REPO/tests/lab/.venv/bin/py-spy \
@@ -28,7 +28,7 @@ hz=100; dt=$t1-$t0
 print(f"cpu {($c1-$c0)/hz/dt*100:.2f}% of a core (own+reaped children) over {dt:.0f}s")
 print(f"recording {($r1-$r0)/dt*3600/2**20:.1f} MiB/h; rss {$rss/1024:.1f} MiB hwm {$hwm/1024:.1f} MiB")
 PY
-kill $D; wait $D 2>/dev/null; kill $LOADPID 2>/dev/null; wait $LOADPID 2>/dev/null
+kill $D; wait $D 2>/dev/null; kill -- -$LOADPID 2>/dev/null; wait $LOADPID 2>/dev/null
 tail -3 /tmp/load-$TAG.log
 grep -c "" "$ST/daemon.log" >/dev/null
 echo "state dir $ST"

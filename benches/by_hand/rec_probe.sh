@@ -17,7 +17,7 @@ PIDS=(); STATES=(); LPID=""
 cleanup() {
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
   for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-  [ -n "$LPID" ] && kill "$LPID" 2>/dev/null || true
+  [ -n "$LPID" ] && kill -- "-$LPID" 2>/dev/null || true
   "$LAB" down >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
@@ -29,7 +29,7 @@ for try in 1 2 3 4 5; do
 done
 [ -n "$up" ] || { echo "lab would not come up: $(tail -1 /tmp/rec-probe-up.err)"; exit 1; }
 NVML_DIR=$("$LAB" nvml)
-"$LAB" load $((WARM + MEAS + 30)) >/tmp/rec-probe-load.out 2>&1 &
+setsid "$LAB" load $((WARM + MEAS + 30)) >/tmp/rec-probe-load.out 2>&1 &
 LPID=$!
 sleep 2
 for BIN in "$@"; do
