@@ -57,6 +57,7 @@ use crate::model::{
 };
 use exchange::{Conn, ConnKey, Exchange};
 use ring::Ring;
+use std::borrow::Cow;
 use std::collections::{BTreeMap, VecDeque};
 
 /// What the latest sample of a source said, as the model saw it.
@@ -296,37 +297,35 @@ impl Model {
     /// (its data is real) but never moves the model's clock backwards.
     pub fn ingest(&mut self, s: &Sample) {
         self.note_seen(s);
-        let t = s.t_ms;
-        let usable = s.status.status != Status::Unavailable;
-        match &s.payload {
-            Payload::Sockets(table) if usable => {
-                let rows = sockets::SocketRows::Borrowed(table);
-                self.ingest_sockets(t, rows, s.status.status)
-            }
-            Payload::Processes(p) if usable => self.ingest_processes(t, p),
-            Payload::Gpu(g) if usable => self.gpu.push_back((t, g.clone())),
-            Payload::Stacks(caps) if usable => self.ingest_stacks(t, caps),
-            Payload::Metrics(scrapes) => self.ingest_metrics(t, scrapes),
-            _ => {}
-        }
-        self.evict();
+        self.ingest_payload(s.t_ms, s.status.status, Cow::Borrowed(&s.payload));
     }
 
     /// [`Model::ingest`] of a sample the caller is done with: what the model keeps of it
     /// (the stack's sockets, a GPU reading) is moved in, not copied.
     pub fn ingest_owned(&mut self, s: Sample) {
         self.note_seen(&s);
-        let t = s.t_ms;
-        let (usable, status) = (s.status.status != Status::Unavailable, s.status.status);
-        match s.payload {
-            Payload::Sockets(table) if usable => {
-                self.ingest_sockets(t, sockets::SocketRows::Owned(table), status)
+        self.ingest_payload(s.t_ms, s.status.status, Cow::Owned(s.payload));
+    }
+
+    /// One payload into its source's part of the model; kept parts are copied only when
+    /// the payload is borrowed.
+    fn ingest_payload(&mut self, t: Millis, status: Status, payload: Cow<'_, Payload>) {
+        let usable = status != Status::Unavailable;
+        match payload {
+            Cow::Borrowed(Payload::Sockets(table)) if usable => {
+                self.ingest_sockets(t, Cow::Borrowed(table), status)
             }
-            Payload::Gpu(g) if usable => self.gpu.push_back((t, g)),
-            Payload::Processes(p) if usable => self.ingest_processes(t, &p),
-            Payload::Stacks(caps) if usable => self.ingest_stacks(t, &caps),
-            Payload::Metrics(scrapes) => self.ingest_metrics(t, &scrapes),
-            _ => {}
+            Cow::Owned(Payload::Sockets(table)) if usable => {
+                self.ingest_sockets(t, Cow::Owned(table), status)
+            }
+            Cow::Borrowed(Payload::Gpu(g)) if usable => self.gpu.push_back((t, g.clone())),
+            Cow::Owned(Payload::Gpu(g)) if usable => self.gpu.push_back((t, g)),
+            other => match &*other {
+                Payload::Processes(p) if usable => self.ingest_processes(t, p),
+                Payload::Stacks(caps) if usable => self.ingest_stacks(t, caps),
+                Payload::Metrics(scrapes) => self.ingest_metrics(t, scrapes),
+                _ => {}
+            },
         }
         self.evict();
     }

@@ -13,25 +13,11 @@ use super::{links, CountPoint, Model};
 use crate::clock::Millis;
 use crate::model::addr::port_of;
 use crate::model::{Component, SocketEntry, SocketTable, Status, TcpState};
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// Most servers whose probe sizes are kept ([`super::probe_units`]).
 const MAX_PROBE_SERVERS: usize = 1024;
-
-/// A socket table the model reads, and may keep ([`Model::ingest_owned`] hands it over).
-pub(super) enum SocketRows<'a> {
-    Borrowed(&'a SocketTable),
-    Owned(SocketTable),
-}
-
-impl SocketRows<'_> {
-    fn get(&self) -> &SocketTable {
-        match self {
-            SocketRows::Borrowed(t) => t,
-            SocketRows::Owned(t) => t,
-        }
-    }
-}
 
 /// Whether a socket is the stack's: owned by a component's process, or at an address a
 /// component listens on, in its namespace.
@@ -69,9 +55,15 @@ type ClientPids<'a> = FastMap<(Option<u64>, &'a str, &'a str), i32>;
 pub(super) type SocketCounts = BTreeMap<String, BTreeMap<String, u32>>;
 
 impl Model {
-    pub(super) fn ingest_sockets(&mut self, t: Millis, table: SocketRows<'_>, status: Status) {
+    /// A socket table, borrowed or handed over ([`Model::ingest_owned`]).
+    pub(super) fn ingest_sockets(
+        &mut self,
+        t: Millis,
+        table: Cow<'_, SocketTable>,
+        status: Status,
+    ) {
         let lookup = Lookup::new(&self.topology);
-        self.track_table(t, table.get(), status, &lookup);
+        self.track_table(t, &table, status, &lookup);
         self.latest_sockets = Some(self.stack_sockets(table, &lookup));
     }
 
@@ -104,23 +96,29 @@ impl Model {
     /// them. Without a topology nothing tells the stack's from the rest: all are kept. A
     /// table the model owns is filtered in place: the daemon's tables hold thousands of
     /// sockets every few seconds, and copying each one's addresses was a few % of its work.
-    fn stack_sockets(&self, table: SocketRows<'_>, lookup: &Lookup) -> SocketTable {
-        let mut table = match table {
-            SocketRows::Borrowed(t) if self.topology.components.is_empty() => return t.clone(),
-            SocketRows::Owned(t) if self.topology.components.is_empty() => return t,
-            SocketRows::Borrowed(t) => {
-                let sockets = t.sockets.iter().filter(|e| is_ours(e, lookup)).cloned();
+    fn stack_sockets(&self, table: Cow<'_, SocketTable>, lookup: &Lookup) -> SocketTable {
+        if self.topology.components.is_empty() {
+            return table.into_owned();
+        }
+        match table {
+            Cow::Borrowed(t) => {
                 let kept = SocketTable {
-                    sockets: sockets.collect(),
+                    sockets: t
+                        .sockets
+                        .iter()
+                        .filter(|e| is_ours(e, lookup))
+                        .cloned()
+                        .collect(),
                     notes: t.notes.clone(),
                 };
-                return with_omitted_note(kept, t.sockets.len());
+                with_omitted_note(kept, t.sockets.len())
             }
-            SocketRows::Owned(t) => t,
-        };
-        let all = table.sockets.len();
-        table.sockets.retain(|e| is_ours(e, lookup));
-        with_omitted_note(table, all)
+            Cow::Owned(mut t) => {
+                let all = t.sockets.len();
+                t.sockets.retain(|e| is_ours(e, lookup));
+                with_omitted_note(t, all)
+            }
+        }
     }
 
     /// Feeds one socket to its connection when it is the server side of a hop (a
