@@ -545,6 +545,16 @@ fn a_chain_is_shown_whole_though_a_leg_ended_long_before_the_window() {
     let _ = (a, b);
 }
 
+/// One of the router's health checks on connection `c` in a second of its own: asked (120
+/// bytes) half way, answered (111 bytes) 5 ms later.
+fn health_check(sim: &mut Sim, c: usize) {
+    sim.advance(500);
+    sim.request(c, 120);
+    sim.advance(5);
+    sim.respond(c, 111);
+    sim.advance(495);
+}
+
 /// A router health-checks an engine every second over one keep-alive connection (120 bytes
 /// in, 111 out) while the socket table is read every 2 s: two checks arrive as one exchange
 /// of 240 in and 222 out, which looks like an inference request answered with headers only.
@@ -554,22 +564,14 @@ fn a_chain_is_shown_whole_though_a_leg_ended_long_before_the_window() {
 fn probes_faster_than_the_socket_table_are_probes_not_a_waiting_request() {
     let mut sim = Sim::new(pd_topology());
     let c = sim.connect(Some(200), 31012, 400);
-    // One health check a second: asked, answered 5 ms later.
-    let check = |sim: &mut Sim| {
-        sim.advance(500);
-        sim.request(c, 120);
-        sim.advance(5);
-        sim.respond(c, 111);
-        sim.advance(495);
-    };
     sim.sample_sockets();
     // one check between two tables: a probe
-    check(&mut sim);
+    health_check(&mut sim, c);
     sim.advance(1000);
     sim.sample_sockets();
     // two checks between the next two tables
-    check(&mut sim);
-    check(&mut sim);
+    health_check(&mut sim, c);
+    health_check(&mut sim, c);
     sim.sample_sockets();
     for _ in 0..2 {
         sim.advance(1000);
@@ -602,13 +604,8 @@ fn merged_probes_after_a_request_are_known_from_the_servers_other_connections() 
     sim.advance(1495);
     sim.sample_sockets();
     // b: two health checks between the next two tables
-    for _ in 0..2 {
-        sim.advance(500);
-        sim.request(b, 120);
-        sim.advance(5);
-        sim.respond(b, 111);
-        sim.advance(495);
-    }
+    health_check(&mut sim, b);
+    health_check(&mut sim, b);
     sim.sample_sockets();
     for _ in 0..3 {
         sim.advance(1000);
