@@ -11,6 +11,7 @@ use super::probe_units::ProbeUnits;
 use crate::clock::Millis;
 use crate::model::{Role, SocketEntry, TcpState};
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 /// Identity of one TCP connection as seen from its server side.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -162,7 +163,9 @@ pub struct Conn {
     pub out_total: u64,
     pub last_in_ms: Option<Millis>,
     pub last_out_ms: Option<Millis>,
-    pub exchanges: VecDeque<Exchange>,
+    /// Shared with the views built from them (a view's request holds its exchange without
+    /// copying it); changed through [`Arc::make_mut`], which copies only one a view holds.
+    pub exchanges: VecDeque<Arc<Exchange>>,
 }
 
 /// Most exchanges kept per connection (older finished ones are dropped first).
@@ -265,14 +268,17 @@ pub(crate) fn is_open(state: TcpState) -> bool {
 
 impl Conn {
     pub(crate) fn current_mut(&mut self) -> Option<&mut Exchange> {
-        self.exchanges.back_mut().filter(|x| x.end.is_none())
+        self.exchanges
+            .back_mut()
+            .filter(|x| x.end.is_none())
+            .map(Arc::make_mut)
     }
 
     fn push(&mut self, x: Exchange) {
         if self.exchanges.len() >= MAX_EXCHANGES_PER_CONN {
             self.exchanges.pop_front();
         }
-        self.exchanges.push_back(x);
+        self.exchanges.push_back(Arc::new(x));
     }
 
     fn new_exchange(&self, num: u64, request_ms: Millis, in_base: u64, out_base: u64) -> Exchange {
@@ -393,7 +399,7 @@ impl Conn {
             .checked_sub(2)
             .and_then(|i| self.exchanges.get(i))
             .and_then(|p| p.probe_unit.or(single(p)));
-        let Some(x) = self.exchanges.back_mut() else {
+        let Some(x) = self.exchanges.back_mut().map(Arc::make_mut) else {
             return;
         };
         if let Some(u) = single(x) {
@@ -412,7 +418,7 @@ impl Conn {
     /// exchange, never a new request.
     fn observe_half_closed(&mut self, o: &Obs) {
         let dout = o.bytes_out.saturating_sub(self.out_total);
-        if let Some(x) = self.exchanges.back_mut() {
+        if let Some(x) = self.exchanges.back_mut().map(Arc::make_mut) {
             if dout > 0 && x.started() {
                 x.bytes_out = o.bytes_out.saturating_sub(x.out_base);
             }

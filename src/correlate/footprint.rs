@@ -106,8 +106,12 @@ impl Footprint for (Millis, GpuReading) {
     }
 }
 
-fn exchange(x: &Exchange) -> usize {
-    size_of::<Exchange>()
+/// One exchange of a connection: its slot (a pointer), its shared allocation (two counts
+/// and the exchange) and its texts.
+fn exchange(x: &std::sync::Arc<Exchange>) -> usize {
+    size_of::<std::sync::Arc<Exchange>>()
+        + 2 * size_of::<usize>()
+        + size_of::<Exchange>()
         + text(&x.id)
         + text(&x.component)
         + text(&x.client)

@@ -21,6 +21,7 @@ use super::exchange::Exchange;
 use super::Model;
 use super::{FastMap, FastSet};
 use crate::clock::Millis;
+use std::sync::Arc;
 
 /// New links: child id -> (parent id, confidence).
 type NewLinks = FastMap<String, (String, f64)>;
@@ -59,7 +60,7 @@ fn find_links(
 ) -> NewLinks {
     let recent: Vec<&Exchange> = model
         .conns_since(now - horizon)
-        .flat_map(|c| c.exchanges.iter())
+        .flat_map(|c| c.exchanges.iter().map(Arc::as_ref))
         .filter(|x| now - x.request_ms <= horizon || x.end.is_none())
         .collect();
     let mut taken: FastSet<(&str, &str)> = FastSet::default();
@@ -169,13 +170,14 @@ fn apply(model: &mut Model, since: Millis, new_links: &NewLinks) {
     for conn in model.conns_since_mut(since) {
         for x in conn.exchanges.iter_mut() {
             if let Some((p, conf)) = new_links.get(&x.id) {
+                let x = Arc::make_mut(x);
                 x.parent = Some(p.clone());
                 x.parent_confidence = Some(*conf);
             }
             if let Some(cs) = parent_children.get(x.id.as_str()) {
                 for c in cs {
                     if !x.links.iter().any(|l| l == c) {
-                        x.links.push((*c).to_string());
+                        Arc::make_mut(x).links.push((*c).to_string());
                     }
                 }
             }

@@ -269,6 +269,11 @@ impl Model {
     /// Every exchange still in history (open and closed connections), oldest connection
     /// first.
     pub fn exchanges(&self) -> impl Iterator<Item = &Exchange> {
+        self.exchanges_shared().map(std::sync::Arc::as_ref)
+    }
+
+    /// [`Model::exchanges`], each as the shared allocation a view's request holds.
+    pub(crate) fn exchanges_shared(&self) -> impl Iterator<Item = &std::sync::Arc<Exchange>> {
         self.closed
             .iter()
             .chain(self.conns.values())

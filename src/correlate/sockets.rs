@@ -15,6 +15,7 @@ use crate::model::addr::port_of;
 use crate::model::{Component, SocketEntry, SocketTable, Status, TcpState};
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
 
 /// Most servers whose probe sizes are kept ([`super::probe_units`]).
 const MAX_PROBE_SERVERS: usize = 1024;
@@ -187,7 +188,7 @@ impl Model {
                 if conn.client_component.is_none() && client_component.is_some() {
                     conn.client_component = client_component.clone();
                     for x in conn.exchanges.iter_mut() {
-                        x.client_component = client_component.clone();
+                        Arc::make_mut(x).client_component = client_component.clone();
                     }
                 }
                 conn.client_pid = conn.client_pid.or(cpid);

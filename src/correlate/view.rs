@@ -9,6 +9,7 @@ use super::{FastMap, FastSet};
 use crate::clock::Millis;
 use crate::model::{Request, RequestState, Role};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// Requests smaller than this (headers only: `GET /metrics`, `/health`, `/v1/loads`) are
 /// probes, not inference requests (a POST with a JSON body is larger).
@@ -27,7 +28,8 @@ pub const JIFFY_TIE_MS: Millis = 10;
 /// One exchange with its derived state at `now`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RequestView {
-    pub x: Exchange,
+    /// The model's exchange itself, shared (a view of thousands copies none).
+    pub x: Arc<Exchange>,
     pub state: RequestState,
     pub age_ms: i64,
     pub idle_out_ms: i64,
@@ -144,7 +146,7 @@ impl Model {
             let age_ms = now - x.request_ms;
             let idle_out_ms = now - x.last_out_ms.unwrap_or(x.request_ms).max(x.request_ms);
             requests.push(RequestView {
-                x: (*x).clone(),
+                x: Arc::clone(x),
                 state,
                 age_ms,
                 idle_out_ms,
@@ -180,11 +182,12 @@ impl Model {
     /// `from`, and their relatives (links and parents, as far as [`kept_ids`] follows them)
     /// however old. The history holds minutes of a big node's traffic; a view reports its
     /// window, and judging all of it at every pass was most of the daemon's work.
-    fn in_scope(&self, from: Millis) -> Vec<&Exchange> {
+    fn in_scope(&self, from: Millis) -> Vec<&Arc<Exchange>> {
         // Relatives end close together (a hop's response ends a little before the one
         // that carried it): with this margin, finding one outside it is rare.
         let recent = |x: &Exchange| x.end_ms().is_none_or(|t| t >= from - SCOPE_MARGIN_MS);
-        let mut scope: Vec<&Exchange> = self.exchanges().filter(|x| recent(x)).collect();
+        let mut scope: Vec<&Arc<Exchange>> =
+            self.exchanges_shared().filter(|x| recent(x)).collect();
         // Numbers in scope or already sought (a link to an evicted exchange is sought once).
         // An idle keep-alive connection's last exchange never ends, and its relatives ended
         // long ago: most views seek some, so the search compares numbers.
@@ -208,7 +211,7 @@ impl Model {
             known.extend(wanted.iter().copied());
             from_ix = scope.len();
             scope.extend(
-                self.exchanges()
+                self.exchanges_shared()
                     .filter(|x| !recent(x) && wanted.contains(&x.num)),
             );
         }
@@ -220,7 +223,7 @@ impl Model {
     fn request_states(
         &self,
         components: &BTreeMap<String, ComponentState>,
-        all: &[&Exchange],
+        all: &[&Arc<Exchange>],
         now: Millis,
     ) -> FastMap<u64, RequestState> {
         let mut states: FastMap<u64, RequestState> =
@@ -228,7 +231,10 @@ impl Model {
         // Each component's exchanges in history order, in one pass over the history.
         let mut by_comp: FastMap<&str, Vec<&Exchange>> = FastMap::default();
         for x in all {
-            by_comp.entry(x.component.as_str()).or_default().push(x);
+            by_comp
+                .entry(x.component.as_str())
+                .or_default()
+                .push(Arc::as_ref(x));
         }
         let mut comp_order: Vec<(&String, u8)> = components
             .iter()
@@ -403,12 +409,12 @@ const KEPT_DEPTH: usize = 8;
 /// window (`from`), unless a reported exchange links to them (or they link to one): a chain
 /// is shown whole.
 fn kept_ids(
-    all: &[&Exchange],
+    all: &[&Arc<Exchange>],
     states: &FastMap<u64, RequestState>,
     now: Millis,
     from: Millis,
 ) -> FastSet<u64> {
-    let by_num: FastMap<u64, &Exchange> = all.iter().map(|x| (x.num, *x)).collect();
+    let by_num: FastMap<u64, &Exchange> = all.iter().map(|x| (x.num, Arc::as_ref(x))).collect();
     let mut keep: FastSet<u64> = FastSet::with_capacity_and_hasher(all.len(), Default::default());
     for x in all {
         let Some(state) = states.get(&x.num) else {
