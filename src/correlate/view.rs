@@ -186,8 +186,17 @@ impl Model {
         // Relatives end close together (a hop's response ends a little before the one
         // that carried it): with this margin, finding one outside it is rare.
         let recent = |x: &Exchange| x.end_ms().is_none_or(|t| t >= from - SCOPE_MARGIN_MS);
-        let mut scope: Vec<&Arc<Exchange>> =
-            self.exchanges_shared().filter(|x| recent(x)).collect();
+        // One walk of the history (each exchange is its own allocation, so the walk is
+        // cache misses): the rest is noted by number, and relatives are sought in that list.
+        let mut scope: Vec<&Arc<Exchange>> = Vec::new();
+        let mut older: Vec<(u64, &Arc<Exchange>)> = Vec::new();
+        for x in self.exchanges_shared() {
+            if recent(x) {
+                scope.push(x);
+            } else {
+                older.push((x.num, x));
+            }
+        }
         // Numbers in scope or already sought (a link to an evicted exchange is sought once).
         // An idle keep-alive connection's last exchange never ends, and its relatives ended
         // long ago: most views seek some, so the search compares numbers.
@@ -211,8 +220,10 @@ impl Model {
             known.extend(wanted.iter().copied());
             from_ix = scope.len();
             scope.extend(
-                self.exchanges_shared()
-                    .filter(|x| !recent(x) && wanted.contains(&x.num)),
+                older
+                    .iter()
+                    .filter(|(n, _)| wanted.contains(n))
+                    .map(|(_, x)| *x),
             );
         }
         scope
