@@ -61,14 +61,15 @@ else
 fi
 
 cargo fmt --check
-cargo test --no-run
 
-# Clippy checks every target in a directory of its own, at nice 19, while the set-ups finish
-# and the tests run: they wait on their labs more than they compute, and a niced check takes
-# only the cores they leave idle. Its verdict is read after the tests.
+# Clippy checks every target in a directory of its own, at nice 19, from now until the tests
+# end: it takes only what the build and the tests leave idle (the build's serial steps, the
+# tests waiting on their labs). Its verdict is read after the tests.
 clippy_log="$setup_dir/clippy.log"
 nice -n 19 cargo clippy --all-targets --target-dir target/clippy -- -D warnings >"$clippy_log" 2>&1 &
 clippy_pid=$!
+
+cargo test --no-run
 
 for i in "${!setup_pids[@]}"; do
     if ! wait "${setup_pids[$i]}"; then

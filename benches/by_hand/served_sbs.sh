@@ -11,7 +11,8 @@ A_BIN=$1; B_BIN=$2; N=${N:-40}
 cd $REPO
 $B down >/dev/null 2>&1; $B up >/dev/null
 NVML_LIB=$(ls $REPO/target/release/build/wedgewatch-*/out/fake_nvml/libnvidia-ml.so.1 | head -1)
-AGENTS=200 $B load ${LOADSECS:-200} > /tmp/load-sbs.log 2>&1 &
+# In its own process group: a plain kill leaves the harness's agents running.
+setsid bash -c "AGENTS=200 $B load ${LOADSECS:-200} > /tmp/load-sbs.log 2>&1" &
 LOADPID=$!
 PIDS=(); STS=()
 for BIN in $A_BIN $B_BIN; do
@@ -39,5 +40,5 @@ for i in 0 1; do
   grep -E "parts built" ${STS[$i]}/daemon.log | sed -E 's/.*parts_cpu_ms=([0-9.]+).*requests=([0-9]+)/\1 \2/' | sort -n | awk -v w=$i '{a[NR]=$1; r=$2} END{print w, "parts cpu p50",a[int(NR/2)],"max",a[NR], NR, "requests", r}'
   grep -E "snapshot assembled" ${STS[$i]}/daemon.log | sed -E 's/.*assemble_cpu_ms=([0-9.]+).*/\1/' | sort -n | awk -v w=$i '{a[NR]=$1} END{print w, "assemble cpu p50",a[int(NR/2)],"max",a[NR]}'
 done
-kill ${PIDS[@]}; wait ${PIDS[@]} 2>/dev/null; kill $LOADPID; wait $LOADPID 2>/dev/null
+kill ${PIDS[@]}; wait ${PIDS[@]} 2>/dev/null; kill -- -$LOADPID 2>/dev/null; wait $LOADPID 2>/dev/null
 $B down >/dev/null
