@@ -333,6 +333,9 @@ impl Daemon {
 
         let every = Duration::from_millis(self.config.rediscover_every_ms.max(100));
         let mut rediscover = tokio::time::interval(every);
+        // After the daemon was stopped or the host slept: one rediscovery, not one for
+        // every period missed (the interval's default bursts them), as the sources' tickers.
+        rediscover.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         rediscover.tick().await; // the first tick is immediate: discovery just ran
         loop {
             tokio::select! {

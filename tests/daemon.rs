@@ -323,6 +323,48 @@ async fn daemon_serves_state_on_an_owner_only_socket_and_takes_baselines() {
         .any(|c| c.key.as_deref() == Some("SGLANG_DECODE_SPLIT_TUNING")));
 }
 
+/// A daemon stopped (SIGSTOP, a host asleep) misses many rediscovery periods at once: it then
+/// rediscovers once, not once per period missed (tokio's interval bursts them by default).
+#[tokio::test(start_paused = true)]
+async fn a_daemon_that_missed_a_minute_rediscovers_once_not_once_per_period() {
+    use wedgewatch::daemon::*;
+    let dir = tempfile::tempdir().expect("tmp");
+    let mut cfg = DaemonConfig::new(dir.path().join("state"));
+    cfg.rediscover_every_ms = 1_000;
+    cfg.rotation = None;
+    let found = Arc::new(AtomicU64::new(0));
+    let counter = found.clone();
+    let discover: DiscoverFn = Arc::new(move || {
+        counter.fetch_add(1, Ordering::SeqCst);
+        Box::pin(async { Ok(pd_topology()) })
+    });
+    let mut daemon = Daemon::new(
+        cfg,
+        Arc::new(TokioClock(tokio::time::Instant::now())),
+        discover,
+    );
+    daemon.add_source(fake(SourceKind::Gpu, 1), 1_000, 500);
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let task = tokio::spawn(daemon.run(stop_rx));
+    tokio::time::sleep(std::time::Duration::from_millis(5_500)).await;
+    let before = found.load(Ordering::SeqCst);
+    assert!(
+        (5..=8).contains(&before),
+        "about one discovery a second: {before}"
+    );
+    // A minute passes with nothing run (the daemon stopped), then it runs again.
+    tokio::time::advance(std::time::Duration::from_secs(60)).await;
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let after = found.load(Ordering::SeqCst);
+    assert!(
+        after - before <= 2,
+        "{} rediscoveries right after the missed minute",
+        after - before
+    );
+    stop_tx.send(true).expect("stop");
+    task.await.expect("join").expect("daemon ran");
+}
+
 #[tokio::test]
 async fn query_without_a_daemon_fails_clearly() {
     let dir = tempfile::tempdir().expect("tmp");
