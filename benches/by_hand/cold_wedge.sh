@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Usage: cold_wedge.sh BIN [BIN...]   (env N=4)
+# Usage: cold_wedge.sh BIN [BIN...]   (env N=4, WINDOW: a --window for every call, e.g. 1s)
 # Cold snapshots on the wedged big lab (TAG=cold, PORT=35000, brought up and down here): 200
 # agents, one streamed request with a 6,000-word prompt (above the decode engine's split
 # threshold) held open for 36 s, then N rounds of `BIN snapshot --json --no-daemon` for each
@@ -36,14 +36,15 @@ for round in $(seq $N); do
   for BIN in "$@"; do
     t0=$(date +%s%N)
     WEDGEWATCH_NVML_LIB=$NVML_LIB FAKE_NVML_DIR=$NVML_DIR WEDGEWATCH_PY_SPY=$REPO/tests/lab/.venv/bin/py-spy \
-      $BIN snapshot --json --no-daemon >"$OUT.json" 2>"$OUT.err" || true
+      $BIN snapshot --json --no-daemon ${WINDOW:+--window $WINDOW} >"$OUT.json" 2>"$OUT.err" || true
     t1=$(date +%s%N)
     python3 - "$round" "$(basename $BIN)" "$(( (t1-t0)/1000000 ))" "$OUT.json" <<'PY'
 import json,sys
 d=json.load(open(sys.argv[4]))
 w=[f for f in d['findings'] if f['kind']=='wedged_request']
 other=sorted(set(f['kind'] for f in d['findings']))
-print(f"round {sys.argv[1]} {sys.argv[2]}: wall {sys.argv[3]} ms wedged {len(w)} findings {other} reqs {len(d['requests'])}")
+src={k: v.get('status') for k, v in d.get('sources', {}).items()}
+print(f"round {sys.argv[1]} {sys.argv[2]}: wall {sys.argv[3]} ms wedged {len(w)} findings {other} reqs {len(d['requests'])} sources {src}")
 PY
   done
 done
