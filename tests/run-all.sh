@@ -86,6 +86,7 @@ lanes_rc=0
 bash tests/lanes.sh || lanes_rc=$?
 clippy_rc=0
 wait "$clippy_pid" || clippy_rc=$?
+clippy_pid="" # reaped: the exit trap must not signal a pid now free for another process
 if [ "$clippy_rc" != 0 ]; then
     cat "$clippy_log" >&2
     echo "run-all: cargo clippy --all-targets -D warnings failed (log above)" >&2
