@@ -178,6 +178,7 @@ fn throughput(b: &Bench) -> bool {
             let running = which == 1;
             if !pause(&d, !running) {
                 println!("  could not pause or continue the daemon: no throughput figure");
+                let _ = pause(&d, false); // a stopped daemon would only go at SIGKILL
                 d.stop();
                 return false;
             }
