@@ -30,7 +30,7 @@ pub fn parts_for(model: &Model, now: Millis, raw: RawFiles) -> SnapshotParts {
     tracing::debug!(
         view_cpu_ms = viewed - cpu,
         detect_cpu_ms = detected - viewed,
-        parts_cpu_ms = done - detected,
+        parts_with_cpu_ms = done - detected,
         drop_cpu_ms = thread_cpu_ms() - done,
         in_view,
         logical,

@@ -51,7 +51,7 @@ PY
 echo "load $(cat /proc/loadavg)"
 [ "${PERF:-0}" = 1 ] && kill -INT $PERFPID && wait $PERFPID
 grep -E "parts built" $ST/daemon.log | sed -E 's/.*lock_wait_ms=([0-9.]+).*parts_ms=([0-9.]+).*parts_cpu_ms=([0-9.]+).*requests=([0-9]+).*/\1 \2 \3 \4/' | sort -k3 -n | awk '{w[NR]=$1; p[NR]=$2; c[NR]=$3; r=$4} END{print "parts: lock wait max", w[NR], "cpu p50", c[int(NR/2)], "max", c[NR], "n", NR, "requests", r}'
-grep -E "parts for a snapshot" $ST/daemon.log | sed -E 's/.*view_cpu_ms=([0-9.]+) detect_cpu_ms=([0-9.]+) parts_cpu_ms=([0-9.]+).*in_view=([0-9]+) logical=([0-9]+).*/\1 \2 \3 \4 \5/' | sort -n | awk '{v[NR]=$1; d[NR]=$2; p[NR]=$3; x=$4; l=$5} END{print "inside the parts: view cpu p50", v[int((NR+1)/2)], "max", v[NR], "| detectors", d[int((NR+1)/2)], "| parts", p[int((NR+1)/2)], "| exchanges in the view", x, "logical", l}'
+grep -E "parts for a snapshot" $ST/daemon.log | sed -E 's/.*view_cpu_ms=([0-9.]+) detect_cpu_ms=([0-9.]+) parts_with_cpu_ms=([0-9.]+).*in_view=([0-9]+) logical=([0-9]+).*/\1 \2 \3 \4 \5/' | sort -n | awk '{v[NR]=$1; d[NR]=$2; p[NR]=$3; x=$4; l=$5} END{print "inside the parts: view cpu p50", v[int((NR+1)/2)], "max", v[NR], "| detectors", d[int((NR+1)/2)], "| parts", p[int((NR+1)/2)], "| exchanges in the view", x, "logical", l}'
 grep -E "snapshot assembled" $ST/daemon.log | sed -E 's/.*assemble_cpu_ms=([0-9.]+).*/\1/' | sort -n | awk '{a[NR]=$1} END{print "assemble cpu p50",a[int(NR/2)],"max",a[NR]}'
 grep -E "snapshot serialized" $ST/daemon.log | sed -E 's/.*serialize_cpu_ms=([0-9.]+).*/\1/' | sort -n | awk '{a[NR]=$1} END{print "serialize cpu p50",a[int(NR/2)],"max",a[NR]}'
 kill $DPID; wait $DPID 2>/dev/null; kill -- -$LOADPGID 2>/dev/null; sleep 1
