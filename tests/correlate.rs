@@ -133,18 +133,18 @@ fn hop_links_follow_proxy_router_prefill_and_decode() {
     assert_eq!(rx.client_component.as_deref(), Some(PROXY));
     assert_eq!(fx.client_component.as_deref(), Some(ROUTER));
     assert_eq!(px.client_component, None);
-    assert_eq!(px.links, vec![rx.id.clone()]);
+    assert_eq!(px.links, vec![rx.num]);
     let mut rl = rx.links.clone();
     rl.sort();
-    let mut want = vec![fx.id.clone(), dx.id.clone()];
+    let mut want = vec![fx.num, dx.num];
     want.sort();
     assert_eq!(rl, want, "PD: the same request goes to both legs");
-    assert_eq!(dx.parent.as_deref(), Some(rx.id.as_str()));
+    assert_eq!(dx.parent, Some(rx.num));
     let conf = dx.parent_confidence.expect("confidence");
     assert!(conf > 0.5 && conf <= 1.0, "{conf}");
     // The earlier request's exchanges are not linked to the new ones.
     let first_router = xs.iter().find(|x| x.component == ROUTER).expect("r1");
-    assert!(!first_router.links.contains(&dx.id));
+    assert!(!first_router.links.contains(&dx.num));
 
     let parts = wedgewatch::pipeline::parts(&sim.model, sim.now);
     let rr = parts
@@ -502,7 +502,7 @@ fn a_slow_dump_widens_the_link_slack_by_its_length() {
                 .expect(comp)
         };
         let (px, rx) = (at(PROXY), at(ROUTER));
-        rx.parent == Some(px.id.clone())
+        rx.parent == Some(px.num)
     };
     assert!(
         run(400),

@@ -61,10 +61,12 @@ pub struct Exchange {
     pub bytes_out: u64,
     pub(crate) in_base: u64,
     pub(crate) out_base: u64,
-    /// Exchanges this one caused at the next hop.
-    pub links: Vec<String>,
-    /// The exchange that caused this one, and how sure we are.
-    pub parent: Option<String>,
+    /// Exchanges this one caused at the next hop, by number (the `n` of `x<n>`): a view
+    /// follows thousands of links, and a number is read where the exchange is, a string
+    /// behind one more pointer.
+    pub links: Vec<u64>,
+    /// The exchange that caused this one (its number), and how sure we are.
+    pub parent: Option<u64>,
     pub parent_confidence: Option<f64>,
     /// The request was already in flight when we started watching (ages are estimates from
     /// the kernel's `last_data_recv`).
@@ -283,7 +285,7 @@ impl Conn {
 
     fn new_exchange(&self, num: u64, request_ms: Millis, in_base: u64, out_base: u64) -> Exchange {
         Exchange {
-            id: format!("x{num}"),
+            id: super::exchange_id(num),
             num,
             conn_id: self.id,
             seq: self.exchanges.back().map(|x| x.seq + 1).unwrap_or(1),

@@ -23,8 +23,8 @@ use super::{FastMap, FastSet};
 use crate::clock::Millis;
 use std::sync::Arc;
 
-/// New links: child id -> (parent id, confidence).
-type NewLinks = FastMap<String, (String, f64)>;
+/// New links: child number -> (parent number, confidence).
+type NewLinks = FastMap<u64, (u64, f64)>;
 
 /// Links recently started exchanges to their parents. Existing links are kept.
 pub(crate) fn link(model: &mut Model, now: Millis) {
@@ -63,10 +63,10 @@ fn find_links(
         .flat_map(|c| c.exchanges.iter().map(Arc::as_ref))
         .filter(|x| now - x.request_ms <= horizon || x.end.is_none())
         .collect();
-    let mut taken: FastSet<(&str, &str)> = FastSet::default();
+    let mut taken: FastSet<(u64, &str)> = FastSet::default();
     for x in &recent {
-        if let Some(p) = &x.parent {
-            taken.insert((p.as_str(), x.component.as_str()));
+        if let Some(p) = x.parent {
+            taken.insert((p, x.component.as_str()));
         }
     }
     // Parent candidates per component, by request time.
@@ -113,7 +113,7 @@ impl<'a> Pass<'_, 'a> {
     fn best_parents(
         &self,
         children: &[&'a Exchange],
-        taken: &mut FastSet<(&'a str, &'a str)>,
+        taken: &mut FastSet<(u64, &'a str)>,
     ) -> NewLinks {
         let mut new_links = NewLinks::default();
         for &c in children {
@@ -131,7 +131,7 @@ impl<'a> Pass<'_, 'a> {
             for (_, i) in &cands[lo..hi] {
                 let p = self.recent[*i];
                 if p.end_ms().is_some_and(|e| e + self.slack < c.request_ms)
-                    || taken.contains(&(p.id.as_str(), c.component.as_str()))
+                    || taken.contains(&(p.num, c.component.as_str()))
                 {
                     continue;
                 }
@@ -145,8 +145,8 @@ impl<'a> Pass<'_, 'a> {
             if let Some((p, s)) = best {
                 // Several plausible parents: the pick is a guess among them.
                 let conf = if free > 1 { s * 0.6 } else { s };
-                taken.insert((p.id.as_str(), c.component.as_str()));
-                new_links.insert(c.id.clone(), (p.id.clone(), (conf * 100.0).round() / 100.0));
+                taken.insert((p.num, c.component.as_str()));
+                new_links.insert(c.num, (p.num, (conf * 100.0).round() / 100.0));
             }
         }
         new_links
@@ -155,29 +155,26 @@ impl<'a> Pass<'_, 'a> {
 
 /// Writes new links into the exchanges (all on connections seen since `since`).
 fn apply(model: &mut Model, since: Millis, new_links: &NewLinks) {
-    let mut parent_children: FastMap<&str, Vec<&str>> = FastMap::default();
+    let mut parent_children: FastMap<u64, Vec<u64>> = FastMap::default();
     for (c, (p, _)) in new_links {
-        parent_children
-            .entry(p.as_str())
-            .or_default()
-            .push(c.as_str());
+        parent_children.entry(*p).or_default().push(*c);
     }
-    // Children in the order of their ids, as they were linked before.
+    // Children in the order they appeared.
     for cs in parent_children.values_mut() {
         cs.sort_unstable();
     }
     // Children and parents are all in `recent`, so on these connections.
     for conn in model.conns_since_mut(since) {
         for x in conn.exchanges.iter_mut() {
-            if let Some((p, conf)) = new_links.get(&x.id) {
+            if let Some((p, conf)) = new_links.get(&x.num) {
                 let x = Arc::make_mut(x);
-                x.parent = Some(p.clone());
+                x.parent = Some(*p);
                 x.parent_confidence = Some(*conf);
             }
-            if let Some(cs) = parent_children.get(x.id.as_str()) {
+            if let Some(cs) = parent_children.get(&x.num) {
                 for c in cs {
-                    if !x.links.iter().any(|l| l == c) {
-                        Arc::make_mut(x).links.push((*c).to_string());
+                    if !x.links.contains(c) {
+                        Arc::make_mut(x).links.push(*c);
                     }
                 }
             }

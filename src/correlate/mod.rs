@@ -48,7 +48,9 @@ pub use metrics::{
 pub use requests::{BusyNote, LogicalView, StuckLeg};
 pub use stacks::{span_text, ThreadWindow};
 pub use state::{signals_text, ComponentState, CountSource, WorkSignal};
-pub use view::{is_probe_sized, RequestView, View, JIFFY_TIE_MS, MIN_INFERENCE_REQUEST_BYTES};
+pub use view::{
+    is_probe_sized, LegName, RequestView, View, JIFFY_TIE_MS, MIN_INFERENCE_REQUEST_BYTES,
+};
 
 use crate::clock::Millis;
 use crate::model::{
@@ -141,6 +143,11 @@ impl Default for Model {
 /// The number `n` of an exchange id `x<n>` (the model's ids, made in `Conn::new_exchange`).
 pub(crate) fn exchange_num(id: &str) -> Option<u64> {
     id.strip_prefix('x')?.parse().ok()
+}
+
+/// The id of exchange number `n` (`x<n>`), as outputs name it.
+pub(crate) fn exchange_id(n: u64) -> String {
+    format!("x{n}")
 }
 
 /// The correlator's hash maps: keyed by its own exchange ids, component ids and socket

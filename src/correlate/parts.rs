@@ -192,7 +192,7 @@ fn request_of(view: &View, r: &super::RequestView) -> Request {
     let conf =
         r.x.links
             .iter()
-            .filter_map(|l| view.request(l).and_then(|c| c.x.parent_confidence))
+            .filter_map(|&l| view.request_by_num(l).and_then(|c| c.x.parent_confidence))
             .fold(None, |a: Option<f64>, c| Some(a.map_or(c, |a| a.min(c))));
     Request {
         id: r.x.id.clone(),
@@ -204,13 +204,13 @@ fn request_of(view: &View, r: &super::RequestView) -> Request {
         bytes_in: r.x.bytes_in,
         bytes_out: r.x.bytes_out,
         idle_out_ms: r.idle_out_ms.max(0) as f64,
-        links: r.x.links.clone(),
+        links: r.x.links.iter().map(|&n| super::exchange_id(n)).collect(),
         role: Some(r.x.role),
         client_component: r.x.client_component.clone(),
         link_confidence: conf,
         started_at: Some(crate::clock::rfc3339(r.x.request_ms)),
-        request: Some(view.logical_of(r).id.clone()),
-        leg: Some(r.leg.clone()),
+        request: Some(view.logical_of(r).id()),
+        leg: Some(r.leg.to_string()),
     }
 }
 
@@ -219,7 +219,7 @@ fn logical_of(view: &View, l: &LogicalView) -> LogicalRequest {
     let entry = l.legs.first().map(|&i| &view.requests[i]);
     let stuck = l.stuck.as_ref().map(|s| (s, &view.requests[s.leg]));
     LogicalRequest {
-        id: l.id.clone(),
+        id: l.id(),
         legs: l
             .legs
             .iter()
@@ -229,7 +229,7 @@ fn logical_of(view: &View, l: &LogicalView) -> LogicalRequest {
         component: entry.map(|r| r.x.component.clone()).unwrap_or_default(),
         age_ms: entry.map_or(0.0, |r| r.age_ms.max(0) as f64),
         probe: l.probe,
-        stuck_leg: stuck.map(|(_, r)| r.leg.clone()),
+        stuck_leg: stuck.map(|(_, r)| r.leg.to_string()),
         stuck_at: stuck.map(|(_, r)| r.x.component.clone()),
         stuck_role: stuck.map(|(_, r)| r.x.role),
         stuck_kind: stuck.map(|(s, _)| s.kind),

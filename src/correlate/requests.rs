@@ -24,7 +24,7 @@
 //! are never stuck; wedgewatch's own scrapes are not even exchanges (`ignore_client_pids`).
 
 use super::state::{ComponentState, WorkSignal};
-use super::view::{is_probe_sized, RequestView, View};
+use super::view::{is_probe_sized, LegName, RequestView, View};
 use super::Model;
 use crate::clock::Millis;
 use crate::model::{RequestState, Role, StuckKind, Verdict};
@@ -34,14 +34,21 @@ use std::collections::{BTreeMap, BTreeSet};
 /// One logical request in a view.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LogicalView {
-    /// `r` and the number of its first leg's exchange.
-    pub id: String,
+    /// The number of its first leg's exchange: its id is `r<num>` ([`LogicalView::id`]).
+    pub num: u64,
     /// Indices into `View::requests`, the entry hop first.
     pub legs: Vec<usize>,
     pub verdict: Verdict,
     /// Too small to be an inference request: never stuck.
     pub probe: bool,
     pub stuck: Option<StuckLeg>,
+}
+
+impl LogicalView {
+    /// `r` and the number of its first leg's exchange (`r17`).
+    pub fn id(&self) -> String {
+        format!("r{}", self.num)
+    }
 }
 
 /// Where and how a stuck logical request is stuck.
@@ -81,7 +88,7 @@ pub(super) fn group(v: &mut View) {
     let n = v.requests.len();
     let mut of = vec![usize::MAX; n];
     let mut logical: Vec<LogicalView> = Vec::new();
-    let is_entry = |r: &RequestView| r.x.parent.as_deref().and_then(|p| v.index_of(p)).is_none();
+    let is_entry = |r: &RequestView| r.x.parent.and_then(|p| v.index_of_num(p)).is_none();
     let starts: Vec<usize> = (0..n)
         .filter(|&i| is_entry(&v.requests[i]))
         .chain(0..n)
@@ -95,17 +102,16 @@ pub(super) fn group(v: &mut View) {
         let mut legs = vec![start];
         let mut k = 0;
         while k < legs.len() {
-            for l in &v.requests[legs[k]].x.links {
-                if let Some(j) = v.index_of(l).filter(|&j| of[j] == usize::MAX) {
+            for &l in &v.requests[legs[k]].x.links {
+                if let Some(j) = v.index_of_num(l).filter(|&j| of[j] == usize::MAX) {
                     of[j] = li;
                     legs.push(j);
                 }
             }
             k += 1;
         }
-        let num = v.requests[start].x.id.trim_start_matches('x');
         logical.push(LogicalView {
-            id: format!("r{num}"),
+            num: v.requests[start].x.num,
             probe: legs.iter().any(|&i| is_probe_sized(&v.requests[i].x)),
             legs,
             verdict: Verdict::Done,
@@ -114,7 +120,7 @@ pub(super) fn group(v: &mut View) {
     }
     for l in &logical {
         // Legs per kind of hop so far (no map per logical request: thousands per view).
-        let mut seen: Vec<(Role, usize)> = Vec::with_capacity(l.legs.len());
+        let mut seen: Vec<(Role, u32)> = Vec::with_capacity(l.legs.len());
         for &i in &l.legs {
             let r = &mut v.requests[i];
             let at = match seen.iter().position(|(role, _)| *role == r.x.role) {
@@ -125,12 +131,11 @@ pub(super) fn group(v: &mut View) {
                 }
             };
             seen[at].1 += 1;
-            let k = seen[at].1;
             // A second leg at the same kind of hop (a retry, two proxies): numbered.
-            r.leg = if k == 1 {
-                format!("{}@{}", l.id, r.x.role)
-            } else {
-                format!("{}@{}.{k}", l.id, r.x.role)
+            r.leg = LegName {
+                request: l.num,
+                role: r.x.role,
+                k: seen[at].1,
             };
         }
     }
@@ -206,11 +211,11 @@ fn no_response(m: &Model, v: &View) -> Vec<StuckLeg> {
             None => (ls, None),
         };
         for &leg in &ls {
-            let parent = &v.requests[leg].x.parent;
+            let parent = v.requests[leg].x.parent;
             let deps = consequences
                 .iter()
                 .copied()
-                .filter(|&d| parent.is_some() && v.requests[d].x.parent == *parent)
+                .filter(|&d| parent.is_some() && v.requests[d].x.parent == parent)
                 .collect();
             out.push(StuckLeg {
                 leg,
@@ -244,19 +249,17 @@ fn waiting_leaves(m: &Model, v: &View) -> Vec<usize> {
 /// needs its KV cache); the decode leg is its consequence, not stuck on its own. Returns the
 /// leaves to judge and the decode legs set aside.
 fn split_off_decode_legs(v: &View, mut leaves: Vec<usize>) -> (Vec<usize>, Vec<usize>) {
-    let prefill_parents: BTreeSet<&str> = leaves
+    let prefill_parents: BTreeSet<u64> = leaves
         .iter()
         .map(|&i| &v.requests[i].x)
         .filter(|x| x.role == Role::Prefill)
-        .filter_map(|x| x.parent.as_deref())
+        .filter_map(|x| x.parent)
         .collect();
     let mut consequences = Vec::new();
     leaves.retain(|&i| {
         let x = &v.requests[i].x;
-        let dependent = x.role == Role::Decode
-            && x.parent
-                .as_deref()
-                .is_some_and(|p| prefill_parents.contains(p));
+        let dependent =
+            x.role == Role::Decode && x.parent.is_some_and(|p| prefill_parents.contains(&p));
         if dependent {
             consequences.push(i);
         }

@@ -36,7 +36,29 @@ pub struct RequestView {
     /// Index of its logical request in `View::logical`.
     pub request: usize,
     /// Its name as a leg of that request (`r17@decode`).
-    pub leg: String,
+    pub leg: LegName,
+}
+
+/// A leg's name (`r17@decode`, `r17@proxy.2` for a second leg at the same kind of hop),
+/// written out only where it is shown: a view names every one of thousands of legs, and
+/// most are never read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LegName {
+    /// The number of the logical request (`r<n>`: its first leg's exchange number).
+    pub request: u64,
+    pub role: Role,
+    /// 1 for the first leg at this kind of hop, 2 for the second...
+    pub k: u32,
+}
+
+impl std::fmt::Display for LegName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "r{}@{}", self.request, self.role)?;
+        if self.k > 1 {
+            write!(f, ".{}", self.k)?;
+        }
+        Ok(())
+    }
 }
 
 /// Everything detectors and outputs need at one instant.
@@ -61,6 +83,14 @@ impl View {
     pub fn request(&self, id: &str) -> Option<&RequestView> {
         self.index_of(id).map(|i| &self.requests[i])
     }
+    /// The exchange numbered `n` (the `n` of `x<n>`), when the view reports it.
+    pub fn request_by_num(&self, n: u64) -> Option<&RequestView> {
+        self.index.get(&n).map(|&i| &self.requests[i])
+    }
+    /// Index into `requests` of exchange number `n`.
+    pub fn index_of_num(&self, n: u64) -> Option<usize> {
+        self.index.get(&n).copied()
+    }
     /// Index into `requests` of an exchange id.
     pub fn index_of(&self, id: &str) -> Option<usize> {
         self.index.get(&super::exchange_num(id)?).copied()
@@ -78,7 +108,7 @@ impl View {
         let mut out = vec![r];
         let mut cur = r;
         for _ in 0..16 {
-            match cur.x.parent.as_deref().and_then(|p| self.request(p)) {
+            match cur.x.parent.and_then(|p| self.request_by_num(p)) {
                 Some(p) => {
                     out.push(p);
                     cur = p;
@@ -93,7 +123,7 @@ impl View {
     pub fn outstanding_child(&self, r: &RequestView) -> Option<&RequestView> {
         r.x.links
             .iter()
-            .filter_map(|l| self.request(l))
+            .filter_map(|&l| self.request_by_num(l))
             .find(|c| View::is_outstanding(c))
     }
     /// Is some request at a component whose client is `comp` still open? Then an unlinked
@@ -132,17 +162,20 @@ impl Model {
                 (c.id.clone(), self.component_state_with(c, now, counts))
             })
             .collect();
-        let all = self.in_scope(now - self.window_ms);
-        let states = self.request_states(&components, &all, now);
-        let keep = kept_ids(&all, &states, now, now - self.window_ms);
-        let mut requests = Vec::with_capacity(keep.len());
-        for x in &all {
-            let Some(state) = states.get(&x.num).copied() else {
+        let scope = Scope::new(self.in_scope(now - self.window_ms));
+        let states = self.request_states(&components, &scope, now);
+        let keep = kept(&scope, &states, now, now - self.window_ms);
+        let mut requests = Vec::with_capacity(keep.iter().filter(|k| **k).count());
+        // Where each exchange of the scope went in `requests`, if it did.
+        let mut listed_at = vec![u32::MAX; scope.all.len()];
+        for (i, x) in scope.all.iter().enumerate() {
+            let Some(state) = states[i] else {
                 continue;
             };
-            if !keep.contains(&x.num) || x.request_ms > now {
+            if !keep[i] || x.request_ms > now {
                 continue;
             }
+            listed_at[i] = requests.len() as u32;
             let age_ms = now - x.request_ms;
             let idle_out_ms = now - x.last_out_ms.unwrap_or(x.request_ms).max(x.request_ms);
             requests.push(RequestView {
@@ -151,15 +184,15 @@ impl Model {
                 age_ms,
                 idle_out_ms,
                 request: 0,
-                leg: String::new(),
+                leg: LegName {
+                    request: 0,
+                    role: x.role,
+                    k: 0,
+                },
             });
         }
-        let idle = self.idle_connections(&states, now);
-        let index = requests
-            .iter()
-            .enumerate()
-            .map(|(i, r)| (r.x.num, i))
-            .collect();
+        let idle = self.idle_connections(&scope, &states, now);
+        let index = scope.into_index(&listed_at);
         let sockets_fresh = self
             .last_sockets_ms
             .is_some_and(|t| now - t <= self.thresholds.correlate.stale_after_ms);
@@ -205,13 +238,7 @@ impl Model {
         for _ in 0..KEPT_DEPTH {
             let wanted: FastSet<u64> = scope[from_ix..]
                 .iter()
-                .flat_map(|x| {
-                    x.links
-                        .iter()
-                        .map(String::as_str)
-                        .chain(x.parent.as_deref())
-                })
-                .filter_map(super::exchange_num)
+                .flat_map(|x| x.links.iter().copied().chain(x.parent))
                 .filter(|n| !known.contains(n))
                 .collect();
             if wanted.is_empty() {
@@ -229,23 +256,32 @@ impl Model {
         scope
     }
 
-    /// The state of every exchange at `now`. Components are judged deepest hop first: a
-    /// parent is outstanding while a child is. Keyed by exchange number (no id hashed).
+    /// The state of every exchange of the scope at `now`, by its place in the scope.
+    /// Components are judged deepest hop first: a parent is outstanding while a child is.
     fn request_states(
         &self,
         components: &BTreeMap<String, ComponentState>,
-        all: &[&Arc<Exchange>],
+        scope: &Scope,
         now: Millis,
-    ) -> FastMap<u64, RequestState> {
-        let mut states: FastMap<u64, RequestState> =
-            FastMap::with_capacity_and_hasher(all.len(), Default::default());
-        // Each component's exchanges in history order, in one pass over the history.
-        let mut by_comp: FastMap<&str, Vec<&Exchange>> = FastMap::default();
-        for x in all {
-            by_comp
-                .entry(x.component.as_str())
-                .or_default()
-                .push(Arc::as_ref(x));
+    ) -> States {
+        let mut states: States = vec![None; scope.all.len()];
+        // Each component's exchanges in history order, in one pass over the history. The
+        // scope lists a connection's exchanges together: their component is hashed once.
+        let mut by_comp: FastMap<&str, Vec<(usize, &Exchange)>> = FastMap::default();
+        let mut run: Option<(&str, Vec<(usize, &Exchange)>)> = None;
+        for (i, x) in scope.all.iter().enumerate() {
+            match &mut run {
+                Some((comp, xs)) if *comp == x.component.as_str() => xs.push((i, x)),
+                _ => {
+                    if let Some((comp, xs)) = run.take() {
+                        by_comp.entry(comp).or_default().extend(xs);
+                    }
+                    run = Some((x.component.as_str(), vec![(i, Arc::as_ref(x))]));
+                }
+            }
+        }
+        if let Some((comp, xs)) = run {
+            by_comp.entry(comp).or_default().extend(xs);
         }
         let mut comp_order: Vec<(&String, u8)> = components
             .iter()
@@ -254,7 +290,7 @@ impl Model {
         comp_order.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
         for (cid, _) in comp_order {
             let mine = by_comp.remove(cid.as_str()).unwrap_or_default();
-            self.component_request_states(&components[cid], &mine, now, &mut states);
+            self.component_request_states(&components[cid], &mine, scope, now, &mut states);
         }
         states
     }
@@ -263,14 +299,15 @@ impl Model {
     fn component_request_states(
         &self,
         cs: &ComponentState,
-        mine: &[&Exchange],
+        mine: &[(usize, &Exchange)],
+        scope: &Scope,
         now: Millis,
-        states: &mut FastMap<u64, RequestState>,
+        states: &mut States,
     ) {
         let th = &self.thresholds;
-        let mut quiet: Vec<&Exchange> = Vec::new();
+        let mut quiet: Vec<(usize, &Exchange)> = Vec::new();
         let mut explained = 0.0;
-        for x in mine {
+        for &(i, x) in mine {
             let st = match x.end {
                 Some(End::Done(_)) => RequestState::Done,
                 Some(End::Closed(_)) => RequestState::Closed,
@@ -290,16 +327,16 @@ impl Model {
                         explained += 1.0;
                         RequestState::Streaming
                     } else {
-                        quiet.push(x);
+                        quiet.push((i, x));
                         continue;
                     }
                 }
             };
-            states.insert(x.num, st);
+            states[i] = Some(st);
         }
         // Quiet responses: outstanding if a child still is, or if the component's own
         // in-flight count says more requests are open than we can otherwise explain.
-        quiet.sort_by_key(|x| std::cmp::Reverse(x.last_out_ms));
+        quiet.sort_by_key(|(_, x)| std::cmp::Reverse(x.last_out_ms));
         let mut unexplained = outstanding_signal(cs).map_or(0.0, |o| o - explained);
         // A busy engine's in-flight count moves with every batch and is read at another
         // instant than the sockets: it cannot tell which of its quiet connections holds a
@@ -308,19 +345,17 @@ impl Model {
         // there; on a busy big node such a connection read as a request waiting since the
         // daemon started, in some passes and not others.
         let busy = cs.shows_work();
-        for x in quiet {
-            // (Every state is of an exchange in history: a link to one evicted has none.)
-            let child_open = x.links.iter().any(|l| {
-                super::exchange_num(l)
-                    .and_then(|n| states.get(&n))
-                    .is_some_and(|s| {
-                        matches!(
-                            s,
-                            RequestState::WaitingFirstByte
-                                | RequestState::Streaming
-                                | RequestState::Stalled
-                        )
-                    })
+        for (i, x) in quiet {
+            // (Every state is of an exchange in scope: a link to one evicted has none.)
+            let child_open = x.links.iter().any(|&l| {
+                scope.pos(l).and_then(|p| states[p]).is_some_and(|s| {
+                    matches!(
+                        s,
+                        RequestState::WaitingFirstByte
+                            | RequestState::Streaming
+                            | RequestState::Stalled
+                    )
+                })
             });
             let outstanding = if child_open {
                 true
@@ -341,17 +376,18 @@ impl Model {
             } else {
                 RequestState::Streaming
             };
-            states.insert(x.num, st);
+            states[i] = Some(st);
         }
     }
 
     /// Open connections with nothing outstanding (keep-alive idle), as `idle` requests.
-    fn idle_connections(&self, states: &FastMap<u64, RequestState>, now: Millis) -> Vec<Request> {
+    fn idle_connections(&self, scope: &Scope, states: &States, now: Millis) -> Vec<Request> {
         let mut idle = Vec::new();
         for c in self.conns.values().filter(|c| c.closed_ms.is_none()) {
             let busy = c.exchanges.back().is_some_and(|x| {
-                states
-                    .get(&x.num)
+                scope
+                    .pos(x.num)
+                    .and_then(|p| states[p])
                     .is_some_and(|s| !matches!(s, RequestState::Done | RequestState::Closed))
             });
             if busy {
@@ -416,40 +452,68 @@ const SCOPE_MARGIN_MS: Millis = 5_000;
 /// How many links deep a reported exchange pulls in its relatives.
 const KEPT_DEPTH: usize = 8;
 
-/// Exchanges reported at `now`: those with a state, except finished ones older than the
-/// window (`from`), unless a reported exchange links to them (or they link to one): a chain
-/// is shown whole.
-fn kept_ids(
-    all: &[&Arc<Exchange>],
-    states: &FastMap<u64, RequestState>,
-    now: Millis,
-    from: Millis,
-) -> FastSet<u64> {
-    let by_num: FastMap<u64, &Exchange> = all.iter().map(|x| (x.num, Arc::as_ref(x))).collect();
-    let mut keep: FastSet<u64> = FastSet::with_capacity_and_hasher(all.len(), Default::default());
-    for x in all {
-        let Some(state) = states.get(&x.num) else {
+/// Each exchange's state by its place in the scope (none: evicted relatives' states are
+/// not judged).
+type States = Vec<Option<RequestState>>;
+
+/// The exchanges a view judges, and where each one's number is among them: the one map a
+/// view builds over them (states, what is kept and the index are arrays by place).
+struct Scope<'m> {
+    all: Vec<&'m Arc<Exchange>>,
+    at: FastMap<u64, u32>,
+}
+
+impl<'m> Scope<'m> {
+    fn new(all: Vec<&'m Arc<Exchange>>) -> Scope<'m> {
+        let at = all
+            .iter()
+            .enumerate()
+            .map(|(i, x)| (x.num, i as u32))
+            .collect();
+        Scope { all, at }
+    }
+
+    /// The place of exchange number `n`, when in scope.
+    fn pos(&self, n: u64) -> Option<usize> {
+        self.at.get(&n).map(|&p| p as usize)
+    }
+
+    /// The view's index (exchange number -> place in its requests) from where each place was
+    /// listed (`u32::MAX`: not listed), made of the scope's map in place.
+    fn into_index(self, listed_at: &[u32]) -> FastMap<u64, usize> {
+        let mut index = self.at;
+        index.retain(|_, p| listed_at[*p as usize] != u32::MAX);
+        index
+            .into_iter()
+            .map(|(n, p)| (n, listed_at[p as usize] as usize))
+            .collect()
+    }
+}
+
+/// Exchanges reported at `now`, by place in the scope: those with a state, except finished
+/// ones older than the window (`from`), unless a reported exchange links to them (or they
+/// link to one): a chain is shown whole.
+fn kept(scope: &Scope, states: &States, now: Millis, from: Millis) -> Vec<bool> {
+    let mut keep = vec![false; scope.all.len()];
+    let mut frontier: Vec<usize> = Vec::new();
+    for (i, x) in scope.all.iter().enumerate() {
+        let Some(state) = states[i] else {
             continue;
         };
         let finished = matches!(state, RequestState::Done | RequestState::Closed);
         if x.request_ms <= now && !(finished && x.end_ms().unwrap_or(x.last_activity_ms()) < from) {
-            keep.insert(x.num);
+            keep[i] = true;
+            frontier.push(i);
         }
     }
-    let mut frontier: Vec<u64> = keep.iter().copied().collect();
     for _ in 0..KEPT_DEPTH {
         let mut next = Vec::new();
-        for num in frontier {
-            let Some(x) = by_num.get(&num) else { continue };
-            for rel in x
-                .links
-                .iter()
-                .map(String::as_str)
-                .chain(x.parent.as_deref())
-                .filter_map(super::exchange_num)
-            {
-                if by_num.contains_key(&rel) && keep.insert(rel) {
-                    next.push(rel);
+        for i in frontier {
+            let x = scope.all[i];
+            for rel in x.links.iter().copied().chain(x.parent) {
+                if let Some(p) = scope.pos(rel).filter(|&p| !keep[p]) {
+                    keep[p] = true;
+                    next.push(p);
                 }
             }
         }

@@ -255,7 +255,7 @@ fn stuck_by_component(v: &View, kind: StuckKind) -> BTreeMap<String, Vec<&Reques
 fn logical_ids(v: &View, legs: &[&RequestView]) -> Vec<String> {
     let mut seen = BTreeSet::new();
     legs.iter()
-        .map(|r| v.logical_of(r).id.clone())
+        .map(|r| v.logical_of(r).id())
         .filter(|id| seen.insert(id.clone()))
         .collect()
 }
