@@ -118,9 +118,11 @@ pub(super) fn group(v: &mut View) {
             stuck: None,
         });
     }
+    // Legs per kind of hop so far in one logical request (one list for all: thousands per
+    // view).
+    let mut seen: Vec<(Role, u32)> = Vec::new();
     for l in &logical {
-        // Legs per kind of hop so far (no map per logical request: thousands per view).
-        let mut seen: Vec<(Role, u32)> = Vec::with_capacity(l.legs.len());
+        seen.clear();
         for &i in &l.legs {
             let r = &mut v.requests[i];
             let at = match seen.iter().position(|(role, _)| *role == r.x.role) {

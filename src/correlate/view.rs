@@ -162,7 +162,7 @@ impl Model {
                 (c.id.clone(), self.component_state_with(c, now, counts))
             })
             .collect();
-        let scope = Scope::new(self.in_scope(now - self.window_ms));
+        let scope = self.in_scope(now - self.window_ms);
         let states = self.request_states(&components, &scope, now);
         let keep = kept(&scope, &states, now, now - self.window_ms);
         let mut requests = Vec::with_capacity(keep.iter().filter(|k| **k).count());
@@ -212,10 +212,10 @@ impl Model {
 
     /// The exchanges a view at a window starting `from` can report: every unfinished one
     /// (an open one's state can depend on its siblings'), those that ended at or after
-    /// `from`, and their relatives (links and parents, as far as [`kept_ids`] follows them)
+    /// `from`, and their relatives (links and parents, as far as [`kept`] follows them)
     /// however old. The history holds minutes of a big node's traffic; a view reports its
     /// window, and judging all of it at every pass was most of the daemon's work.
-    fn in_scope(&self, from: Millis) -> Vec<&Arc<Exchange>> {
+    fn in_scope(&self, from: Millis) -> Scope<'_> {
         // Relatives end close together (a hop's response ends a little before the one
         // that carried it): with this margin, finding one outside it is rare.
         let recent = |x: &Exchange| x.end_ms().is_none_or(|t| t >= from - SCOPE_MARGIN_MS);
@@ -230,28 +230,28 @@ impl Model {
                 older.push((x.num, x));
             }
         }
-        // Numbers in scope or already sought (a link to an evicted exchange is sought once).
         // An idle keep-alive connection's last exchange never ends, and its relatives ended
-        // long ago: most views seek some, so the search compares numbers.
-        let mut known: FastSet<u64> = scope.iter().map(|x| x.num).collect();
+        // long ago: most views seek some, so the search compares numbers. A link to an
+        // evicted exchange is sought once.
+        let mut scope = Scope::new(scope);
+        let mut evicted: FastSet<u64> = FastSet::default();
         let mut from_ix = 0;
         for _ in 0..KEPT_DEPTH {
-            let wanted: FastSet<u64> = scope[from_ix..]
+            let wanted: FastSet<u64> = scope.all[from_ix..]
                 .iter()
                 .flat_map(|x| x.links.iter().copied().chain(x.parent))
-                .filter(|n| !known.contains(n))
+                .filter(|n| scope.pos(*n).is_none() && !evicted.contains(n))
                 .collect();
             if wanted.is_empty() {
                 break;
             }
-            known.extend(wanted.iter().copied());
-            from_ix = scope.len();
-            scope.extend(
-                older
-                    .iter()
-                    .filter(|(n, _)| wanted.contains(n))
-                    .map(|(_, x)| *x),
-            );
+            from_ix = scope.all.len();
+            for (n, x) in &older {
+                if wanted.contains(n) {
+                    scope.push(x);
+                }
+            }
+            evicted.extend(wanted.into_iter().filter(|n| scope.pos(*n).is_none()));
         }
         scope
     }
@@ -473,6 +473,11 @@ impl<'m> Scope<'m> {
         Scope { all, at }
     }
 
+    fn push(&mut self, x: &'m Arc<Exchange>) {
+        self.at.insert(x.num, self.all.len() as u32);
+        self.all.push(x);
+    }
+
     /// The place of exchange number `n`, when in scope.
     fn pos(&self, n: u64) -> Option<usize> {
         self.at.get(&n).map(|&p| p as usize)
@@ -523,4 +528,20 @@ fn kept(scope: &Scope, states: &States, now: Millis, from: Millis) -> Vec<bool> 
         frontier = next;
     }
     keep
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_leg_name_numbers_only_a_second_leg_at_one_kind_of_hop() {
+        let leg = |k| LegName {
+            request: 17,
+            role: Role::Decode,
+            k,
+        };
+        assert_eq!(leg(1).to_string(), "r17@decode");
+        assert_eq!(leg(2).to_string(), "r17@decode.2");
+    }
 }
