@@ -14,7 +14,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 /// Identity of one TCP connection as seen from its server side.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ConnKey {
     pub netns: Option<u64>,
     /// The server's address (a component's listen address).
@@ -165,6 +165,9 @@ pub struct Conn {
     pub out_total: u64,
     pub last_in_ms: Option<Millis>,
     pub last_out_ms: Option<Millis>,
+    /// The number of the newest socket table it was in (`Model`'s count of tables): what
+    /// tells the connections a table no longer holds, without a set of every key.
+    pub(crate) in_table: u64,
     /// Shared with the views built from them (a view's request holds its exchange without
     /// copying it); changed through [`Arc::make_mut`], which copies only one a view holds.
     pub exchanges: VecDeque<Arc<Exchange>>,

@@ -111,6 +111,8 @@ pub struct Model {
     closed: Ring<Conn>,
     next_x: u64,
     next_conn: u64,
+    /// Socket tables tracked so far (the number of the newest: `Conn::in_table`).
+    tables: u64,
     last_t: Millis,
     first_t: Option<Millis>,
     seen: BTreeMap<SourceKind, SourceSeen>,
@@ -176,6 +178,7 @@ impl Model {
             closed: Ring::default(),
             next_x: 0,
             next_conn: 0,
+            tables: 0,
             last_t: 0,
             first_t: None,
             seen: BTreeMap::new(),

@@ -79,14 +79,14 @@ impl Model {
                 client_pid.insert((e.netns, e.local.as_str(), e.remote.as_str()), pid);
             }
         }
-        let mut present: BTreeSet<ConnKey> = BTreeSet::new();
+        self.tables += 1;
+        // The key looked up for each socket, its texts' buffers reused (no copy per socket).
+        let mut key = ConnKey::default();
         for e in &table.sockets {
-            if let Some(key) = self.track_server_socket(t, e, &client_pid, lookup) {
-                present.insert(key);
-            }
+            self.track_server_socket(t, e, &client_pid, lookup, &mut key);
         }
         let dumped: BTreeSet<Option<u64>> = table.sockets.iter().map(|e| e.netns).collect();
-        self.retire_closed(t, &present, &dumped, status);
+        self.retire_closed(t, &dumped, status);
         links::link(self, t);
         self.push_socket_counts(t, table, lookup);
     }
@@ -123,14 +123,16 @@ impl Model {
     }
 
     /// Feeds one socket to its connection when it is the server side of a hop (a
-    /// component's listen port, owned by that component); returns the connection's key.
+    /// component's listen port, owned by that component), and marks the connection as in
+    /// this table. `key` is a scratch key.
     fn track_server_socket(
         &mut self,
         t: Millis,
         e: &SocketEntry,
         client_pid: &ClientPids,
         lookup: &Lookup,
-    ) -> Option<ConnKey> {
+        key: &mut ConnKey,
+    ) -> Option<()> {
         // A listener carries no exchange, and a socket without tcp_info (TIME_WAIT, or read
         // from /proc/net/tcp) has no counters to cut one from.
         if e.state == TcpState::Listen || e.tcp_info.is_none() {
@@ -152,7 +154,6 @@ impl Model {
         if e.pid.is_none() && !lookup.listens_at(si, &e.local) {
             return None;
         }
-        let (server_id, server_role) = (server.id.clone(), server.role);
         let cpid = client_pid
             .get(&(e.netns, e.remote.as_str(), e.local.as_str()))
             .copied();
@@ -160,38 +161,39 @@ impl Model {
             return None;
         }
         let obs = Obs::from_entry(t, e)?;
-        let key = ConnKey {
-            netns: e.netns,
-            local: e.local.clone(),
-            remote: e.remote.clone(),
-        };
+        key.netns = e.netns;
+        key.local.clear();
+        key.local.push_str(&e.local);
+        key.remote.clear();
+        key.remote.push_str(&e.remote);
         let client_component = cpid
             .and_then(|p| lookup.of_pid(p))
-            .and_then(|i| self.topology.components.get(i))
-            .map(|c| c.id.clone());
-        if !self.probe_units.contains_key(server_id.as_str()) {
+            .and_then(|i| self.topology.components.get(i));
+        if !self.probe_units.contains_key(server.id.as_str()) {
             // Bounded by the components a topology names; a host that churns them starts over.
             if self.probe_units.len() >= MAX_PROBE_SERVERS {
                 self.probe_units.clear();
             }
             self.probe_units
-                .insert(server_id.clone(), Default::default());
+                .insert(server.id.clone(), Default::default());
         }
-        let known = self.probe_units.get_mut(server_id.as_str())?;
+        let known = self.probe_units.get_mut(server.id.as_str())?;
+        let tables = self.tables;
         let next_x = &mut self.next_x;
         let mut idgen = || {
             *next_x += 1;
             *next_x
         };
-        match self.conns.get_mut(&key) {
+        match self.conns.get_mut(key) {
             Some(conn) => {
-                if conn.client_component.is_none() && client_component.is_some() {
-                    conn.client_component = client_component.clone();
+                if let (None, Some(c)) = (&conn.client_component, client_component) {
+                    conn.client_component = Some(c.id.clone());
                     for x in conn.exchanges.iter_mut() {
-                        Arc::make_mut(x).client_component = client_component.clone();
+                        Arc::make_mut(x).client_component = Some(c.id.clone());
                     }
                 }
                 conn.client_pid = conn.client_pid.or(cpid);
+                conn.in_table = tables;
                 conn.observe(&obs, &mut idgen, known);
             }
             None => {
@@ -199,11 +201,11 @@ impl Model {
                 let mut conn = Conn {
                     id: self.next_conn,
                     key: key.clone(),
-                    component: server_id,
-                    role: server_role,
+                    component: server.id.clone(),
+                    role: server.role,
                     server_pid: e.pid,
                     client_pid: cpid,
-                    client_component,
+                    client_component: client_component.map(|c| c.id.clone()),
                     first_seen_ms: t,
                     last_seen_ms: t,
                     closed_ms: None,
@@ -212,6 +214,7 @@ impl Model {
                     out_total: 0,
                     last_in_ms: None,
                     last_out_ms: None,
+                    in_table: tables,
                     exchanges: VecDeque::new(),
                 };
                 conn.first_observation(&obs, &mut idgen);
@@ -219,26 +222,21 @@ impl Model {
                 self.conns.insert(key.clone(), conn);
             }
         }
-        Some(key)
+        Some(())
     }
 
     /// Moves closed connections out of the open set. A degraded table may be missing
     /// namespaces: a complete one proves that a connection not in it has closed, a degraded
     /// one only for the namespaces it holds sockets of (their dump worked; a table degraded
     /// for good, an owner's fds unreadable, must not keep every connection ever seen).
-    fn retire_closed(
-        &mut self,
-        t: Millis,
-        present: &BTreeSet<ConnKey>,
-        dumped: &BTreeSet<Option<u64>>,
-        status: Status,
-    ) {
+    fn retire_closed(&mut self, t: Millis, dumped: &BTreeSet<Option<u64>>, status: Status) {
         let proven = |k: &ConnKey| status == Status::Ok || dumped.contains(&k.netns);
+        let present = |c: &Conn| c.in_table == self.tables;
         let gone: Vec<ConnKey> = self
             .conns
-            .keys()
-            .filter(|k| !present.contains(*k) && proven(k))
-            .cloned()
+            .iter()
+            .filter(|(k, c)| !present(c) && proven(k))
+            .map(|(k, _)| k.clone())
             .collect();
         for k in gone {
             if let Some(mut c) = self.conns.remove(&k) {
@@ -249,7 +247,7 @@ impl Model {
         let closed_now: Vec<ConnKey> = self
             .conns
             .iter()
-            .filter(|(_, c)| c.closed_ms.is_some() && !present.contains(&c.key))
+            .filter(|(_, c)| c.closed_ms.is_some() && !present(c))
             .map(|(k, _)| k.clone())
             .collect();
         for k in closed_now {
