@@ -23,6 +23,17 @@ pub struct ConnKey {
     pub remote: String,
 }
 
+impl ConnKey {
+    /// Becomes the key of the server socket `e`, in the buffers it already has.
+    pub(crate) fn refill(&mut self, e: &crate::model::SocketEntry) {
+        self.netns = e.netns;
+        self.local.clear();
+        self.local.push_str(&e.local);
+        self.remote.clear();
+        self.remote.push_str(&e.remote);
+    }
+}
+
 /// How an exchange ended, when it is known to have ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum End {

@@ -161,11 +161,7 @@ impl Model {
             return None;
         }
         let obs = Obs::from_entry(t, e)?;
-        key.netns = e.netns;
-        key.local.clear();
-        key.local.push_str(&e.local);
-        key.remote.clear();
-        key.remote.push_str(&e.remote);
+        key.refill(e);
         let client_component = cpid
             .and_then(|p| lookup.of_pid(p))
             .and_then(|i| self.topology.components.get(i));
