@@ -8,7 +8,7 @@
 //! wrong base: it waits for the next keyframe. The kernel's "ms since last data" fields are
 //! stored as absolute times so an idle connection is byte-for-byte unchanged.
 
-use super::{crc32, Record};
+use super::{crc32_json, Record};
 use crate::clock::Millis;
 use crate::error::Result;
 use crate::model::Sample;
@@ -338,7 +338,7 @@ impl DeltaState {
         if let Some((base, _)) = self.bases.get(&kind) {
             super::jitter::snap(&mut state, base, &RELATIVE_MS_FIELDS);
         }
-        let crc = crc32(&serde_json::to_vec(&state)?);
+        let crc = crc32_json(&state)?;
         let (key, data, count) = match self.bases.get(&kind) {
             Some((base, n)) if *n < KEYFRAME_EVERY => {
                 let patch = diff_json(base, &state).unwrap_or_else(|| unchanged(&state));
@@ -383,9 +383,7 @@ impl DeltaState {
             let (base, patch) = (&self.bases.get(&kind)?.0, data);
             apply_json(base, &patch)?
         };
-        let ok = serde_json::to_vec(&state)
-            .map(|b| crc32(&b) == crc)
-            .unwrap_or(false);
+        let ok = crc32_json(&state).is_ok_and(|c| c == crc);
         if !ok {
             self.bases.remove(&kind);
             return None;

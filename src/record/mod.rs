@@ -101,24 +101,38 @@ impl Record {
     }
 }
 
-/// CRC-32 (IEEE), bitwise: records are small and this keeps the format dependency-free.
+/// CRC-32 (IEEE). `crc32fast`, not a bitwise loop: a big node's socket table is hundreds of
+/// KB of JSON every few seconds, checked twice (its state and its record line).
 pub fn crc32(data: &[u8]) -> u32 {
-    let mut crc: u32 = 0xFFFF_FFFF;
-    for &b in data {
-        crc ^= u32::from(b);
-        for _ in 0..8 {
-            let mask = (crc & 1).wrapping_neg();
-            crc = (crc >> 1) ^ (0xEDB8_8320 & mask);
-        }
-    }
-    !crc
+    crc32fast::hash(data)
 }
 
-/// Encodes one record as a line.
+/// CRC-32 of a value's JSON (the bytes `serde_json::to_vec` writes), without keeping them.
+pub fn crc32_json<T: Serialize + ?Sized>(v: &T) -> serde_json::Result<u32> {
+    let mut w = CrcWriter(crc32fast::Hasher::new());
+    serde_json::to_writer(&mut w, v)?;
+    Ok(w.0.finalize())
+}
+
+/// Feeds what is written to a CRC.
+struct CrcWriter(crc32fast::Hasher);
+
+impl std::io::Write for CrcWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.update(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Encodes one record as a line: the JSON written once, in place after room for its CRC.
 pub fn encode(rec: &Record) -> Result<Vec<u8>> {
-    let json = serde_json::to_vec(rec)?;
-    let mut line = format!("{:08x} ", crc32(&json)).into_bytes();
-    line.extend_from_slice(&json);
+    let mut line = b"00000000 ".to_vec();
+    serde_json::to_writer(&mut line, rec)?;
+    let crc = format!("{:08x}", crc32(&line[9..]));
+    line[..8].copy_from_slice(crc.as_bytes());
     line.push(b'\n');
     Ok(line)
 }
@@ -134,4 +148,53 @@ pub fn decode(line: &[u8]) -> Option<Record> {
         return None;
     }
     serde_json::from_slice(json).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The bitwise CRC-32 the format was defined with: the recordings already written carry it.
+    fn bitwise_crc32(data: &[u8]) -> u32 {
+        let mut crc: u32 = 0xFFFF_FFFF;
+        for &b in data {
+            crc ^= u32::from(b);
+            for _ in 0..8 {
+                let mask = (crc & 1).wrapping_neg();
+                crc = (crc >> 1) ^ (0xEDB8_8320 & mask);
+            }
+        }
+        !crc
+    }
+
+    #[test]
+    fn the_crc_is_the_one_recordings_were_written_with() {
+        assert_eq!(crc32(b"123456789"), 0xCBF4_3926);
+        let data: Vec<u8> = (0..5000u32).map(|i| (i * 7 + i / 13) as u8).collect();
+        for len in [0, 1, 3, 64, 65, 4999, 5000] {
+            assert_eq!(crc32(&data[..len]), bitwise_crc32(&data[..len]), "{len}");
+        }
+        let v = serde_json::json!({"a": [1, 2.5, "x\u{e9}"], "b": null});
+        let bytes = serde_json::to_vec(&v).unwrap();
+        assert_eq!(crc32_json(&v).unwrap(), bitwise_crc32(&bytes));
+    }
+
+    #[test]
+    fn an_encoded_line_decodes_and_a_flipped_byte_does_not() {
+        let rec = Record::Header {
+            version: 1,
+            t_ms: 1_795_963_800_000,
+            pid: 4242,
+            tool: "wedgewatch test".into(),
+            node: None,
+        };
+        let line = encode(&rec).unwrap();
+        assert_eq!(line.last(), Some(&b'\n'));
+        let body = &line[..line.len() - 1];
+        assert!(decode(body).is_some());
+        let mut bad = body.to_vec();
+        let last = bad.len() - 2;
+        bad[last] ^= 1;
+        assert!(decode(&bad).is_none());
+    }
 }
