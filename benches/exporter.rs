@@ -15,6 +15,8 @@
 
 #[path = "../tests/correl_common/mod.rs"]
 mod correl_common;
+#[path = "common/env.rs"]
+mod env;
 
 use correl_common::*;
 use std::collections::BTreeMap;
@@ -28,10 +30,7 @@ use wedgewatch::redact::Redactor;
 use wedgewatch::sampler::SourceStats;
 
 fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
+    env::env_or(name, default)
 }
 
 /// `stacks` PD stacks side by side (proxy -> router -> prefill, which answers, + decode,

@@ -16,16 +16,15 @@
 
 #[path = "../tests/correl_common/mod.rs"]
 mod correl_common;
+#[path = "common/env.rs"]
+mod env;
 
 use correl_common::*;
 use std::time::Instant;
 use wedgewatch::model::*;
 
 fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
+    env::env_or(name, default)
 }
 
 /// An agent's four keep-alive connections, one per hop.
