@@ -460,38 +460,37 @@ type States = Vec<Option<RequestState>>;
 /// view builds over them (states, what is kept and the index are arrays by place).
 struct Scope<'m> {
     all: Vec<&'m Arc<Exchange>>,
-    at: FastMap<u64, u32>,
+    at: FastMap<u64, usize>,
 }
 
 impl<'m> Scope<'m> {
     fn new(all: Vec<&'m Arc<Exchange>>) -> Scope<'m> {
-        let at = all
-            .iter()
-            .enumerate()
-            .map(|(i, x)| (x.num, i as u32))
-            .collect();
+        let at = all.iter().enumerate().map(|(i, x)| (x.num, i)).collect();
         Scope { all, at }
     }
 
     fn push(&mut self, x: &'m Arc<Exchange>) {
-        self.at.insert(x.num, self.all.len() as u32);
+        self.at.insert(x.num, self.all.len());
         self.all.push(x);
     }
 
     /// The place of exchange number `n`, when in scope.
     fn pos(&self, n: u64) -> Option<usize> {
-        self.at.get(&n).map(|&p| p as usize)
+        self.at.get(&n).copied()
     }
 
     /// The view's index (exchange number -> place in its requests) from where each place was
     /// listed (`u32::MAX`: not listed), made of the scope's map in place.
     fn into_index(self, listed_at: &[u32]) -> FastMap<u64, usize> {
         let mut index = self.at;
-        index.retain(|_, p| listed_at[*p as usize] != u32::MAX);
+        index.retain(|_, p| match listed_at[*p] {
+            u32::MAX => false,
+            at => {
+                *p = at as usize;
+                true
+            }
+        });
         index
-            .into_iter()
-            .map(|(n, p)| (n, listed_at[p as usize] as usize))
-            .collect()
     }
 }
 
