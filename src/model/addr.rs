@@ -20,34 +20,17 @@ pub fn fmt_addr(ip: IpAddr, port: u16) -> String {
 /// addresses four times a second, and `format!` through `Ipv4Addr`'s `Display` (which
 /// formats into a buffer first, for padding) was a few % of the daemon's CPU.
 fn fmt_v4(octets: [u8; 4], port: u16) -> String {
+    let mut digits = itoa::Buffer::new();
     let mut s = String::with_capacity(21);
     for (i, o) in octets.into_iter().enumerate() {
         if i > 0 {
             s.push('.');
         }
-        push_decimal(&mut s, u32::from(o));
+        s.push_str(digits.format(o));
     }
     s.push(':');
-    push_decimal(&mut s, u32::from(port));
+    s.push_str(digits.format(port));
     s
-}
-
-/// Appends `n` in decimal.
-fn push_decimal(s: &mut String, n: u32) {
-    let mut digits = [0u8; 10];
-    let mut at = digits.len();
-    let mut n = n;
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    for &d in &digits[at..] {
-        s.push(char::from(d));
-    }
 }
 
 /// `host:port` for a host that may be an IP literal (IPv6 bracketed) or a name.

@@ -126,18 +126,8 @@ impl StatReader {
 
 /// `<pid>/stat` into `buf`, without allocating.
 fn stat_name(pid: i32, buf: &mut [u8; 32]) -> &[u8] {
-    let mut digits = [0u8; 12];
-    let mut n = pid.unsigned_abs();
-    let mut i = digits.len();
-    loop {
-        i -= 1;
-        digits[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    let d = &digits[i..];
+    let mut digits = itoa::Buffer::new();
+    let d = digits.format(pid.unsigned_abs()).as_bytes();
     buf[..d.len()].copy_from_slice(d);
     buf[d.len()..d.len() + 5].copy_from_slice(b"/stat");
     &buf[..d.len() + 5]
