@@ -16,7 +16,7 @@ pub fn fmt_addr(ip: IpAddr, port: u16) -> String {
     }
 }
 
-/// `a.b.c.d:port` written digit by digit: a big node's socket table is thousands of
+/// `a.b.c.d:port` written number by number (`itoa`): a big node's socket table is thousands of
 /// addresses four times a second, and `format!` through `Ipv4Addr`'s `Display` (which
 /// formats into a buffer first, for padding) was a few % of the daemon's CPU.
 fn fmt_v4(octets: [u8; 4], port: u16) -> String {
