@@ -7,7 +7,8 @@
 //! `snapshot [SECONDS]` -> `{schema, parts: SnapshotParts, sampler: {kind: SourceStats}}`
 //! (requests of the last SECONDS, default the model's window);
 //! `json [SECONDS]` -> the snapshot itself (`wedgewatch.snapshot/1`, assembled and redacted
-//! here, pretty-printed: what `wedgewatch snapshot --json` prints);
+//! here, pretty-printed: what `wedgewatch snapshot --json` prints; `json` alone is kept
+//! and built ahead while clients poll it, [`kept_answer`]);
 //! `perfetto [SECONDS]` -> Chrome trace-event JSON of the history (see `export`);
 //! `baseline` -> `{oldest, latest, count}` (`latest` = newest facts of every component);
 //! `sources` -> sampler stats; `ping` -> `{ok, pid}`. Errors: `{error: "..."}`.
@@ -16,6 +17,7 @@
 
 pub mod answer;
 pub mod dirs;
+pub mod kept_answer;
 pub mod lock;
 pub mod log;
 pub mod metrics;
@@ -35,10 +37,11 @@ use crate::sampler::pace::Pace;
 use crate::sampler::{Sampler, StatsHandle};
 use crate::sources::{BoxFuture, Source};
 pub use dirs::{default_runtime_dir, default_state_dir};
+use kept_answer::{Asked, KeptAnswer, Ticket};
 use protocol::{parse_request, Request, MAX_REQUEST};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, UnixListener, UnixStream};
 use tokio::sync::{mpsc, watch};
@@ -151,6 +154,8 @@ pub struct Daemon {
     stacks_kick: Arc<StacksKick>,
     /// The newest detector pass ([`pass`]).
     latest: pass::Latest,
+    /// The newest `json` answer, built ahead while clients ask ([`kept_answer`]).
+    kept: Arc<KeptAnswer>,
 }
 
 fn lock(s: &Mutex<Shared>) -> std::sync::MutexGuard<'_, Shared> {
@@ -187,6 +192,7 @@ impl Daemon {
             sources: Vec::new(),
             stacks_kick,
             latest: pass::Latest::default(),
+            kept: Arc::default(),
             shared: Arc::new(Mutex::new(Shared {
                 model,
                 baselines: Vec::new(),
@@ -401,6 +407,7 @@ impl Daemon {
                 stats,
                 clock: self.clock.clone(),
                 kick: self.stacks_kick.clone(),
+                kept: self.kept.clone(),
             },
         )));
         tasks
@@ -440,6 +447,7 @@ impl Daemon {
                 state.writer = None;
             }
         }
+        let is_table = matches!(s.payload, Payload::Sockets(_));
         let baseline = {
             let mut sh = lock(&self.shared);
             match &s.payload {
@@ -456,6 +464,10 @@ impl Daemon {
         };
         if let (Some(b), Some(w)) = (baseline, state.writer.as_mut()) {
             let _ = w.write(&Record::Baseline { baseline: b });
+        }
+        if let Some(ticket) = is_table.then(|| self.kept.on_table(Instant::now())).flatten() {
+            let (shared, kept, clock) = (self.shared.clone(), self.kept.clone(), self.clock.clone());
+            tokio::task::spawn_blocking(move || build_ahead(&shared, &kept, &*clock, ticket));
         }
     }
 
@@ -553,14 +565,15 @@ fn take_baseline(
     Some(b)
 }
 
-/// What answering a client needs: the state, the sampler's stats, the clock, and the kick
-/// of the adaptive stacks source.
+/// What answering a client needs: the state, the sampler's stats, the clock, the kick
+/// of the adaptive stacks source, and the `json` answer kept while clients ask.
 #[derive(Clone)]
 struct Answering {
     shared: Arc<Mutex<Shared>>,
     stats: StatsHandle,
     clock: Arc<dyn Clock>,
     kick: Arc<StacksKick>,
+    kept: Arc<KeptAnswer>,
 }
 
 async fn serve(listener: UnixListener, with: Answering) {
@@ -578,12 +591,6 @@ async fn serve(listener: UnixListener, with: Answering) {
 }
 
 async fn answer(stream: UnixStream, with: Answering) -> std::io::Result<()> {
-    let Answering {
-        shared,
-        stats,
-        clock,
-        kick,
-    } = with;
     let refused = socket::refuse_client(&stream);
     let (r, mut w) = stream.into_split();
     // Read the line even from a refused client, so it gets the reason instead of EPIPE.
@@ -591,27 +598,67 @@ async fn answer(stream: UnixStream, with: Answering) -> std::io::Result<()> {
     BufReader::new(r.take(MAX_REQUEST as u64 + 1))
         .read_until(b'\n', &mut line)
         .await?;
-    let mut out = match (refused, parse_request(&line)) {
-        (Some(why), _) => error_bytes(&why),
-        (None, Err(e)) => error_bytes(&e.to_string()),
-        // Building a snapshot of a large model takes a while and holds the model's lock: do
-        // it off the runtime's workers so sampling never waits behind a client.
-        (None, Ok(req)) => {
-            if matches!(req, Request::Snapshot { .. } | Request::Json { .. }) {
-                // Answered from the model now; the suspected engines' fresh stacks follow.
-                kick.on_snapshot();
-            }
-            // A fresh view, not the newest detector pass: a pass is up to `log_every_ms`
-            // old, and a client asking now wants the requests open now.
-            let now = clock.now_ms();
-            tokio::task::spawn_blocking(move || respond_bytes(&req, &shared, &stats, now))
-                .await
-                .unwrap_or_else(|e| error_bytes(&format!("answer failed: {e}")))
-        }
+    let out = match (refused, parse_request(&line)) {
+        (Some(why), _) => Arc::new(error_bytes(&why)),
+        (None, Err(e)) => Arc::new(error_bytes(&e.to_string())),
+        (None, Ok(req)) => answer_request(req, with).await,
     };
-    out.push(b'\n');
     w.write_all(&out).await?;
+    w.write_all(b"\n").await?;
     w.shutdown().await
+}
+
+/// The bytes answering `req`. Building a snapshot of a large model takes a while and holds
+/// the model's lock: it is done off the runtime's workers so sampling never waits behind a
+/// client.
+async fn answer_request(req: Request, with: Answering) -> Arc<Vec<u8>> {
+    let Answering {
+        shared,
+        stats,
+        clock,
+        kick,
+        kept,
+    } = with;
+    if matches!(req, Request::Snapshot { .. } | Request::Json { .. }) {
+        // Answered from the model now; the suspected engines' fresh stacks follow.
+        kick.on_snapshot();
+    }
+    let ticket = match req {
+        Request::Json { window_s: None } => match kept.ask(Instant::now()) {
+            Asked::Kept(bytes) => return bytes,
+            Asked::Build(ticket) => Some(ticket),
+        },
+        _ => None,
+    };
+    // A fresh view, not the newest detector pass: a pass is up to `log_every_ms` old, and a
+    // client asking now wants the requests open now.
+    let (taken, now) = (Instant::now(), clock.now_ms());
+    let (built, answering) = (shared.clone(), kept.clone());
+    let (bytes, next) = tokio::task::spawn_blocking(move || {
+        let bytes = Arc::new(respond_bytes(&req, &built, &stats, now));
+        let next =
+            ticket.and_then(|t| answering.store(t, bytes.clone(), taken, Instant::now()));
+        (bytes, next)
+    })
+    .await
+    .unwrap_or_else(|e| (Arc::new(error_bytes(&format!("answer failed: {e}"))), None));
+    if let Some(next) = next {
+        // Tables arrived during a build ahead this call took over: the next one goes on
+        // without the client waiting for it.
+        tokio::task::spawn_blocking(move || build_ahead(&shared, &kept, &*clock, next));
+    }
+    bytes
+}
+
+/// Builds the `json` answer for `ticket`, and the next one while tables arrived meanwhile
+/// and a client still asks ([`KeptAnswer::store`]). Blocking.
+fn build_ahead(shared: &Mutex<Shared>, kept: &KeptAnswer, clock: &dyn Clock, ticket: Ticket) {
+    let mut ticket = Some(ticket);
+    while let Some(t) = ticket {
+        let (taken, now) = (Instant::now(), clock.now_ms());
+        let bytes = answer::snapshot_json_bytes(shared, None, now);
+        ticket = kept.store(t, Arc::new(bytes), taken, Instant::now());
+    }
 }
 
 /// The model a request reads: the daemon's own, or a copy widened to the asked window

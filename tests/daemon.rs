@@ -323,6 +323,95 @@ async fn daemon_serves_state_on_an_owner_only_socket_and_takes_baselines() {
         .any(|c| c.key.as_deref() == Some("SGLANG_DECODE_SPLIT_TUNING")));
 }
 
+/// A socket table the test changes while the daemon samples it.
+struct SwitchedSockSource {
+    table: std::sync::Mutex<SocketTable>,
+}
+impl Source for SwitchedSockSource {
+    fn kind(&self) -> SourceKind {
+        SourceKind::Sockets
+    }
+    fn sample<'a>(&'a self, _topo: &'a Topology, clock: &'a dyn Clock) -> BoxFuture<'a, Sample> {
+        let table = self.table.lock().map(|t| t.clone()).unwrap_or_default();
+        Box::pin(async move {
+            Sample {
+                t_ms: clock.now_ms(),
+                status: SourceStatus::ok(),
+                took_ms: 1,
+                payload: Payload::Sockets(table),
+            }
+        })
+    }
+}
+
+fn waiting_at(v: &serde_json::Value, component: &str) -> usize {
+    v["requests"].as_array().map_or(0, |r| {
+        r.iter()
+            .filter(|r| r["component"] == component && r["state"] == "waiting_first_byte")
+            .count()
+    })
+}
+
+/// A client polling `json` back to back is served the answer the daemon built after the
+/// newest socket table (not one built per call), never one older than `MAX_AGE`, and a
+/// request opened since shows up within a few socket periods.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_polling_json_is_served_the_answer_built_after_each_table() {
+    use wedgewatch::daemon::kept_answer::MAX_AGE;
+    use wedgewatch::daemon::*;
+    let dir = tempfile::tempdir().expect("tmp");
+    let cfg = DaemonConfig::new(dir.path().join("state"));
+    let sock = cfg.socket_path.clone();
+    let discover: DiscoverFn = Arc::new(|| Box::pin(async { Ok(pd_topology()) }));
+    let mut sim = Sim::new(pd_topology());
+    let d = sim.connect(Some(200), 31012, 400);
+    sim.request(d, 900);
+    let source = Arc::new(SwitchedSockSource {
+        table: std::sync::Mutex::new(sim.socket_table()),
+    });
+    let mut daemon = Daemon::new(
+        cfg.clone(),
+        Arc::new(wedgewatch::clock::SystemClock),
+        discover,
+    );
+    daemon.add_source(source.clone(), 200, 500);
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let task = tokio::spawn(daemon.run(stop_rx));
+    let _ = wait_for(&sock, "json", |v| waiting_at(v, DECODE) == 1).await;
+
+    let (mut taken, started) = (Vec::new(), std::time::Instant::now());
+    while started.elapsed() < std::time::Duration::from_millis(1_500) {
+        let asked = wedgewatch::clock::SystemClock.now_ms();
+        let v = query(&sock, "json", 2000).await.expect("json");
+        let at = v["taken_at"].as_str().unwrap_or_default().to_string();
+        let at_ms = wedgewatch::clock::parse_rfc3339(&at).expect("taken_at");
+        let max_age = i64::try_from(MAX_AGE.as_millis()).expect("ms");
+        assert!(asked - at_ms <= max_age + 5, "{at} asked at {asked}");
+        taken.push(at);
+    }
+    let distinct: std::collections::BTreeSet<&String> = taken.iter().collect();
+    assert!(
+        distinct.len() * 2 < taken.len(),
+        "{} answers, {} built: one per call, none kept",
+        taken.len(),
+        distinct.len()
+    );
+
+    // A request opens at the prefill engine: the kept answer follows.
+    let p = sim.connect(Some(200), 31011, 300);
+    sim.request(p, 700);
+    *source.table.lock().expect("table") = sim.socket_table();
+    let opened = std::time::Instant::now();
+    let _ = wait_for(&sock, "json", |v| waiting_at(v, PREFILL) == 1).await;
+    assert!(
+        opened.elapsed() < std::time::Duration::from_millis(1_500),
+        "the new request took {:?} to show",
+        opened.elapsed()
+    );
+    let _ = stop_tx.send(true);
+    task.await.expect("join").expect("daemon run");
+}
+
 /// A daemon stopped (SIGSTOP, a host asleep) misses many rediscovery periods at once: it then
 /// rediscovers once, not once per period missed (tokio's interval bursts them by default).
 #[tokio::test(start_paused = true)]
