@@ -37,7 +37,7 @@ use crate::sampler::pace::Pace;
 use crate::sampler::{Sampler, StatsHandle};
 use crate::sources::{BoxFuture, Source};
 pub use dirs::{default_runtime_dir, default_state_dir};
-use kept_answer::{Asked, KeptAnswer, Ticket};
+use kept_answer::{Builder, KeptAnswer};
 use protocol::{parse_request, Request, MAX_REQUEST};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -181,6 +181,9 @@ impl Daemon {
         model.window_ms = config.window_ms;
         let started_ms = clock.now_ms();
         // At most one kicked stacks tick per half tick, however often snapshots are asked.
+        let kept = Arc::new(KeptAnswer::for_socket_period(
+            config.thresholds.sampling.sockets_calm_ms,
+        ));
         let half_tick = config.thresholds.sampling.stacks_tick_ms / 2;
         let stacks_kick = StacksKick::new(Duration::from_millis(
             u64::try_from(half_tick).unwrap_or(1_000),
@@ -192,7 +195,7 @@ impl Daemon {
             sources: Vec::new(),
             stacks_kick,
             latest: pass::Latest::default(),
-            kept: Arc::default(),
+            kept,
             shared: Arc::new(Mutex::new(Shared {
                 model,
                 baselines: Vec::new(),
@@ -465,9 +468,9 @@ impl Daemon {
         if let (Some(b), Some(w)) = (baseline, state.writer.as_mut()) {
             let _ = w.write(&Record::Baseline { baseline: b });
         }
-        if let Some(ticket) = is_table.then(|| self.kept.on_table(Instant::now())).flatten() {
+        if is_table && self.kept.on_table(Instant::now()) {
             let (shared, kept, clock) = (self.shared.clone(), self.kept.clone(), self.clock.clone());
-            tokio::task::spawn_blocking(move || build_ahead(&shared, &kept, &*clock, ticket));
+            tokio::task::spawn_blocking(move || build_ahead(&shared, &kept, &*clock));
         }
     }
 
@@ -623,42 +626,42 @@ async fn answer_request(req: Request, with: Answering) -> Arc<Vec<u8>> {
         // Answered from the model now; the suspected engines' fresh stacks follow.
         kick.on_snapshot();
     }
-    let ticket = match req {
-        Request::Json { window_s: None } => match kept.ask(Instant::now()) {
-            Asked::Kept(bytes) => return bytes,
-            Asked::Build(ticket) => Some(ticket),
-        },
-        _ => None,
-    };
+    let kept_json = matches!(req, Request::Json { window_s: None });
+    if kept_json {
+        if let Some(bytes) = kept.ask(Instant::now()) {
+            return bytes;
+        }
+    }
     // A fresh view, not the newest detector pass: a pass is up to `log_every_ms` old, and a
     // client asking now wants the requests open now.
     let (taken, now) = (Instant::now(), clock.now_ms());
-    let (built, answering) = (shared.clone(), kept.clone());
-    let (bytes, next) = tokio::task::spawn_blocking(move || {
-        let bytes = Arc::new(respond_bytes(&req, &built, &stats, now));
-        let next =
-            ticket.and_then(|t| answering.store(t, bytes.clone(), taken, Instant::now()));
-        (bytes, next)
+    tokio::task::spawn_blocking(move || {
+        let bytes = Arc::new(respond_bytes(&req, &shared, &stats, now));
+        if kept_json {
+            kept.store(Builder::Call, bytes.clone(), taken);
+        }
+        bytes
     })
     .await
-    .unwrap_or_else(|e| (Arc::new(error_bytes(&format!("answer failed: {e}"))), None));
-    if let Some(next) = next {
-        // Tables arrived during a build ahead this call took over: the next one goes on
-        // without the client waiting for it.
-        tokio::task::spawn_blocking(move || build_ahead(&shared, &kept, &*clock, next));
-    }
-    bytes
+    .unwrap_or_else(|e| Arc::new(error_bytes(&format!("answer failed: {e}"))))
 }
 
-/// Builds the `json` answer for `ticket`, and the next one while tables arrived meanwhile
-/// and a client still asks ([`KeptAnswer::store`]). Blocking.
-fn build_ahead(shared: &Mutex<Shared>, kept: &KeptAnswer, clock: &dyn Clock, ticket: Ticket) {
-    let mut ticket = Some(ticket);
-    while let Some(t) = ticket {
-        let (taken, now) = (Instant::now(), clock.now_ms());
-        let bytes = answer::snapshot_json_bytes(shared, None, now);
-        ticket = kept.store(t, Arc::new(bytes), taken, Instant::now());
+/// Builds the `json` answer ahead ([`KeptAnswer::on_table`] asked for it). Blocking.
+fn build_ahead(shared: &Mutex<Shared>, kept: &KeptAnswer, clock: &dyn Clock) {
+    // Ends the build however it ends: a panic while building must not stop every later one.
+    struct Abandon<'a>(&'a KeptAnswer, bool);
+    impl Drop for Abandon<'_> {
+        fn drop(&mut self) {
+            if !self.1 {
+                self.0.abandon();
+            }
+        }
     }
+    let mut guard = Abandon(kept, false);
+    let (taken, now) = (Instant::now(), clock.now_ms());
+    let bytes = answer::snapshot_json_bytes(shared, None, now);
+    kept.store(Builder::Ahead, Arc::new(bytes), taken);
+    guard.1 = true;
 }
 
 /// The model a request reads: the daemon's own, or a copy widened to the asked window

@@ -353,11 +353,10 @@ fn waiting_at(v: &serde_json::Value, component: &str) -> usize {
 }
 
 /// A client polling `json` back to back is served the answer the daemon built after the
-/// newest socket table (not one built per call), never one older than `MAX_AGE`, and a
+/// socket tables (not one built per call), never one older than its `max_age`, and a
 /// request opened since shows up within a few socket periods.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_polling_json_is_served_the_answer_built_after_each_table() {
-    use wedgewatch::daemon::kept_answer::MAX_AGE;
     use wedgewatch::daemon::*;
     let dir = tempfile::tempdir().expect("tmp");
     let cfg = DaemonConfig::new(dir.path().join("state"));
@@ -385,7 +384,13 @@ async fn a_client_polling_json_is_served_the_answer_built_after_each_table() {
         let v = query(&sock, "json", 2000).await.expect("json");
         let at = v["taken_at"].as_str().unwrap_or_default().to_string();
         let at_ms = wedgewatch::clock::parse_rfc3339(&at).expect("taken_at");
-        let max_age = i64::try_from(MAX_AGE.as_millis()).expect("ms");
+        let calm = cfg.thresholds.sampling.sockets_calm_ms;
+        let max_age = i64::try_from(
+            wedgewatch::daemon::kept_answer::KeptAnswer::for_socket_period(calm)
+                .max_age()
+                .as_millis(),
+        )
+        .expect("ms");
         assert!(asked - at_ms <= max_age + 5, "{at} asked at {asked}");
         taken.push(at);
     }
