@@ -465,6 +465,15 @@ fn report_wedge(seen: &mut Seen, threshold_s: f64, sockets_s: f64, log_s: f64) -
         verdict(ok_log)
     );
     let n = seen.latencies_ms.len();
+    // Which calls were slow, in the order asked (the first is asked before the wedge, with
+    // no answer kept by the daemon yet): a p99 of fewer than 100 calls is their slowest.
+    let mut slowest: Vec<(usize, f64)> = seen.latencies_ms.iter().copied().enumerate().collect();
+    slowest.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let shown: Vec<String> = slowest
+        .iter()
+        .take(5)
+        .map(|(i, ms)| format!("call {} {ms:.0} ms", i + 1))
+        .collect();
     let p50 = quantile(&mut seen.latencies_ms, 0.5);
     let p99 = quantile(&mut seen.latencies_ms, 0.99);
     let max = seen.latencies_ms.last().copied().unwrap_or(f64::NAN);
@@ -474,6 +483,7 @@ fn report_wedge(seen: &mut Seen, threshold_s: f64, sockets_s: f64, log_s: f64) -
         seen.not_served.len(),
         verdict(ok_p99)
     );
+    println!("  slowest: {}", shown.join(", "));
     if let Some(why) = seen.not_served.first() {
         println!("  first one not served: {why}");
     }

@@ -469,7 +469,8 @@ impl Daemon {
             let _ = w.write(&Record::Baseline { baseline: b });
         }
         if is_table && self.kept.on_table(Instant::now()) {
-            let (shared, kept, clock) = (self.shared.clone(), self.kept.clone(), self.clock.clone());
+            let (shared, kept, clock) =
+                (self.shared.clone(), self.kept.clone(), self.clock.clone());
             tokio::task::spawn_blocking(move || build_ahead(&shared, &kept, &*clock));
         }
     }
