@@ -15,6 +15,12 @@ use crate::model::Sample;
 use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, BTreeSet};
 
+/// Sets and maps of a delta's element keys, used for membership only (never iterated):
+/// a socket table's keys are ~1,600 strings sharing a long prefix (`s|127.0.0.1:PORT|...`),
+/// which a tree compares byte by byte at every level.
+type KeySet<'a> = std::collections::HashSet<&'a String, foldhash::fast::RandomState>;
+type KeyIndex<'a, V> = std::collections::HashMap<&'a String, V, foldhash::fast::RandomState>;
+
 /// A keyframe at least this often per source kind.
 pub const KEYFRAME_EVERY: u32 = 120;
 const RELATIVE_MS_FIELDS: [&str; 3] =
@@ -64,7 +70,7 @@ pub(super) fn elem_key(v: &serde_json::Value) -> Option<String> {
 fn keyed(a: &[serde_json::Value]) -> Option<Vec<String>> {
     let keys: Option<Vec<String>> = a.iter().map(elem_key).collect();
     let keys = keys?;
-    let uniq: std::collections::BTreeSet<&String> = keys.iter().collect();
+    let uniq: KeySet = keys.iter().collect();
     (uniq.len() == keys.len()).then_some(keys)
 }
 
@@ -131,7 +137,7 @@ fn diff_unkeyed(a: &[Value], b: &[Value], new: &Value) -> Value {
 /// A list of keyed elements (`ka`, `kb` their keys): `{"$k":1}` with updated (`$u`), added
 /// (`$n`) and removed (`$r`) elements, and where the order changed, `$a` or `$o`.
 fn diff_keyed(a: &[Value], ka: &[String], b: &[Value], kb: &[String]) -> Value {
-    let index: BTreeMap<&String, &Value> = ka.iter().zip(a.iter()).collect();
+    let index: KeyIndex<&Value> = ka.iter().zip(a.iter()).collect();
     let mut upd = Vec::new();
     let mut added = Vec::new();
     for (k, eb) in kb.iter().zip(b.iter()) {
@@ -144,7 +150,7 @@ fn diff_keyed(a: &[Value], ka: &[String], b: &[Value], kb: &[String]) -> Value {
             None => added.push(eb.clone()),
         }
     }
-    let kb_set: BTreeSet<&String> = kb.iter().collect();
+    let kb_set: KeySet = kb.iter().collect();
     let removed: Vec<&String> = ka.iter().filter(|k| !kb_set.contains(k)).collect();
     let mut node = Map::new();
     node.insert("$k".into(), json!(1));
@@ -166,8 +172,8 @@ fn diff_keyed(a: &[Value], ka: &[String], b: &[Value], kb: &[String]) -> Value {
 /// How to restore `kb`'s order after applying, when the default (old order minus removed,
 /// then the added ones) is not it: `$a` or `$o`.
 fn keyed_order(ka: &[String], kb: &[String]) -> Option<(&'static str, Value)> {
-    let kb_set: BTreeSet<&String> = kb.iter().collect();
-    let ka_set: BTreeSet<&String> = ka.iter().collect();
+    let kb_set: KeySet = kb.iter().collect();
+    let ka_set: KeySet = ka.iter().collect();
     let mut order: Vec<&String> = ka.iter().filter(|k| kb_set.contains(k)).collect();
     order.extend(kb.iter().filter(|k| !ka_set.contains(k)));
     if order == kb.iter().collect::<Vec<_>>() {
