@@ -37,7 +37,7 @@ use crate::sampler::pace::Pace;
 use crate::sampler::{Sampler, StatsHandle};
 use crate::sources::{BoxFuture, Source};
 pub use dirs::{default_runtime_dir, default_state_dir};
-use kept_answer::{Builder, KeptAnswer};
+use kept_answer::{BuildAhead, KeptAnswer};
 use protocol::{parse_request, Request, MAX_REQUEST};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -180,10 +180,10 @@ impl Daemon {
         model.history_bytes = config.history_bytes;
         model.window_ms = config.window_ms;
         let started_ms = clock.now_ms();
-        // At most one kicked stacks tick per half tick, however often snapshots are asked.
         let kept = Arc::new(KeptAnswer::for_socket_period(
             config.thresholds.sampling.sockets_calm_ms,
         ));
+        // At most one kicked stacks tick per half tick, however often snapshots are asked.
         let half_tick = config.thresholds.sampling.stacks_tick_ms / 2;
         let stacks_kick = StacksKick::new(Duration::from_millis(
             u64::try_from(half_tick).unwrap_or(1_000),
@@ -468,10 +468,12 @@ impl Daemon {
         if let (Some(b), Some(w)) = (baseline, state.writer.as_mut()) {
             let _ = w.write(&Record::Baseline { baseline: b });
         }
-        if is_table && self.kept.on_table(Instant::now()) {
-            let (shared, kept, clock) =
-                (self.shared.clone(), self.kept.clone(), self.clock.clone());
-            tokio::task::spawn_blocking(move || build_ahead(&shared, &kept, &*clock));
+        if let Some(build) = is_table
+            .then(|| self.kept.on_table(Instant::now()))
+            .flatten()
+        {
+            let (shared, clock) = (self.shared.clone(), self.clock.clone());
+            tokio::task::spawn_blocking(move || build_ahead(build, &shared, &*clock));
         }
     }
 
@@ -639,7 +641,7 @@ async fn answer_request(req: Request, with: Answering) -> Arc<Vec<u8>> {
     tokio::task::spawn_blocking(move || {
         let bytes = Arc::new(respond_bytes(&req, &shared, &stats, now));
         if kept_json {
-            kept.store(Builder::Call, bytes.clone(), taken);
+            kept.store(bytes.clone(), taken);
         }
         bytes
     })
@@ -647,22 +649,11 @@ async fn answer_request(req: Request, with: Answering) -> Arc<Vec<u8>> {
     .unwrap_or_else(|e| Arc::new(error_bytes(&format!("answer failed: {e}"))))
 }
 
-/// Builds the `json` answer ahead ([`KeptAnswer::on_table`] asked for it). Blocking.
-fn build_ahead(shared: &Mutex<Shared>, kept: &KeptAnswer, clock: &dyn Clock) {
-    // Ends the build however it ends: a panic while building must not stop every later one.
-    struct Abandon<'a>(&'a KeptAnswer, bool);
-    impl Drop for Abandon<'_> {
-        fn drop(&mut self) {
-            if !self.1 {
-                self.0.abandon();
-            }
-        }
-    }
-    let mut guard = Abandon(kept, false);
+/// Builds the `json` answer ahead ([`KeptAnswer::on_table`] handed out `build`). Blocking.
+fn build_ahead(build: BuildAhead, shared: &Mutex<Shared>, clock: &dyn Clock) {
     let (taken, now) = (Instant::now(), clock.now_ms());
     let bytes = answer::snapshot_json_bytes(shared, None, now);
-    kept.store(Builder::Ahead, Arc::new(bytes), taken);
-    guard.1 = true;
+    build.finish(Arc::new(bytes), taken);
 }
 
 /// The model a request reads: the daemon's own, or a copy widened to the asked window

@@ -55,6 +55,6 @@ sl=sorted(enumerate(w),key=lambda x:-x[1][0])[:6]
 print("slowest:", ", ".join(f"call {i+1} {v[0]:.0f} ms (py-spy {v[1]})" for i,v in sl))
 PY
 echo "load $(cat /proc/loadavg)"
-kill $DP; kill -- -$LP 2>/dev/null; pkill -f "harness.py --url http://127.0.0.1:${PORT:0:2}" ; sleep 1
+kill $DP; kill -- -$LP 2>/dev/null; sleep 1
 $B down >/dev/null
 rm -rf $ST

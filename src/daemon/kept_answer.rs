@@ -50,13 +50,22 @@ struct Built {
     taken: Instant,
 }
 
-/// Who built an answer handed to [`KeptAnswer::store`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Builder {
-    /// The daemon, after a table ([`KeptAnswer::on_table`] said so).
-    Ahead,
-    /// A call that found nothing young enough.
-    Call,
+/// A build ahead [`KeptAnswer::on_table`] handed out. It ends when dropped, finished or
+/// not: a build that panicked must not stop every later one.
+#[derive(Debug)]
+pub struct BuildAhead(Arc<KeptAnswer>);
+
+impl BuildAhead {
+    /// Keeps the bytes built from the model at `taken` ([`KeptAnswer::store`]).
+    pub fn finish(self, bytes: Arc<Vec<u8>>, taken: Instant) {
+        self.0.store(bytes, taken);
+    }
+}
+
+impl Drop for BuildAhead {
+    fn drop(&mut self) {
+        self.0.state().building = false;
+    }
 }
 
 impl KeptAnswer {
@@ -83,11 +92,10 @@ impl KeptAnswer {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// A socket table was ingested at `now`. True when the caller is to build the answer
-    /// ahead: a client asked within [`ACTIVE`], none is being built, and the kept one is
-    /// [`REBUILD_AFTER`] old. Then the caller must [`KeptAnswer::store`] it (or
-    /// [`KeptAnswer::abandon`] it).
-    pub fn on_table(&self, now: Instant) -> bool {
+    /// A socket table was ingested at `now`. A build for the caller to run when a client
+    /// asked within [`ACTIVE`], none is being built, and the kept answer is
+    /// [`REBUILD_AFTER`] old.
+    pub fn on_table(self: &Arc<Self>, now: Instant) -> Option<BuildAhead> {
         let mut st = self.state();
         let active = st
             .asked_at
@@ -95,17 +103,17 @@ impl KeptAnswer {
         if !active {
             // Nobody is asking: drop the bytes (1-2 MB) instead of keeping them stale.
             st.newest = None;
-            return false;
+            return None;
         }
         let due = st
             .newest
             .as_ref()
             .is_none_or(|b| now.saturating_duration_since(b.taken) >= REBUILD_AFTER);
         if st.building || !due {
-            return false;
+            return None;
         }
         st.building = true;
-        true
+        Some(BuildAhead(self.clone()))
     }
 
     /// A client asks at `now`: the kept bytes when at most `max_age` old, else None (the
@@ -119,21 +127,13 @@ impl KeptAnswer {
             .map(|b| b.bytes.clone())
     }
 
-    /// Bytes `by` built from the model at `taken` (the build's start: its `taken_at`), kept
+    /// Bytes built from the model at `taken` (the build's start: its `taken_at`), kept
     /// unless younger ones already are.
-    pub fn store(&self, by: Builder, bytes: Arc<Vec<u8>>, taken: Instant) {
+    pub fn store(&self, bytes: Arc<Vec<u8>>, taken: Instant) {
         let mut st = self.state();
-        if by == Builder::Ahead {
-            st.building = false;
-        }
         if st.newest.as_ref().is_none_or(|b| b.taken <= taken) {
             st.newest = Some(Built { bytes, taken });
         }
-    }
-
-    /// The build ahead [`KeptAnswer::on_table`] asked for did not finish: another may start.
-    pub fn abandon(&self) {
-        self.state().building = false;
     }
 }
 
@@ -155,20 +155,20 @@ mod tests {
 
     const MAX_AGE: Duration = Duration::from_secs(3);
 
-    fn kept() -> KeptAnswer {
-        KeptAnswer::for_socket_period(2_000)
+    fn kept() -> Arc<KeptAnswer> {
+        Arc::new(KeptAnswer::for_socket_period(2_000))
     }
 
     #[test]
     fn nothing_is_built_ahead_while_nobody_asks() {
         let k = kept();
         let t0 = Instant::now();
-        assert!(!k.on_table(t0));
+        assert!(k.on_table(t0).is_none());
         assert!(k.ask(t0).is_none(), "nothing kept yet: the call builds");
-        k.store(Builder::Call, bytes("a"), t0);
+        k.store(bytes("a"), t0);
         assert_eq!(text(k.ask(t0 + ms(10))).as_deref(), Some("a"));
         // ACTIVE without a call: no build, and the stale bytes are dropped.
-        assert!(!k.on_table(t0 + ms(10) + ACTIVE));
+        assert!(k.on_table(t0 + ms(10) + ACTIVE).is_none());
         assert!(k.ask(t0 + ms(20) + ACTIVE).is_none());
     }
 
@@ -177,16 +177,22 @@ mod tests {
         let k = kept();
         let t0 = Instant::now();
         assert!(k.ask(t0).is_none());
-        k.store(Builder::Call, bytes("call"), t0);
-        assert!(!k.on_table(t0 + ms(250)), "younger than REBUILD_AFTER");
-        assert!(k.on_table(t0 + REBUILD_AFTER), "a build ahead");
-        assert!(!k.on_table(t0 + ms(750)), "one build at a time");
+        k.store(bytes("call"), t0);
+        assert!(
+            k.on_table(t0 + ms(250)).is_none(),
+            "younger than REBUILD_AFTER"
+        );
+        let ahead = k.on_table(t0 + REBUILD_AFTER).expect("a build ahead");
+        assert!(k.on_table(t0 + ms(750)).is_none(), "one build at a time");
         assert_eq!(text(k.ask(t0 + ms(800))).as_deref(), Some("call"));
-        k.store(Builder::Ahead, bytes("ahead"), t0 + REBUILD_AFTER);
+        ahead.finish(bytes("ahead"), t0 + REBUILD_AFTER);
         assert_eq!(text(k.ask(t0 + ms(900))).as_deref(), Some("ahead"));
-        assert!(k.on_table(t0 + REBUILD_AFTER * 2), "the next one");
-        k.abandon();
-        assert!(k.on_table(t0 + REBUILD_AFTER * 2), "after one abandoned");
+        let next = k.on_table(t0 + REBUILD_AFTER * 2).expect("the next one");
+        drop(next);
+        assert!(
+            k.on_table(t0 + REBUILD_AFTER * 2).is_some(),
+            "after one dropped unfinished"
+        );
     }
 
     #[test]
@@ -195,7 +201,7 @@ mod tests {
         assert_eq!(k.max_age(), MAX_AGE, "a calm period and the allowance");
         let t0 = Instant::now();
         k.ask(t0);
-        k.store(Builder::Call, bytes("a"), t0);
+        k.store(bytes("a"), t0);
         assert_eq!(text(k.ask(t0 + MAX_AGE)).as_deref(), Some("a"));
         assert!(k.ask(t0 + MAX_AGE + ms(1)).is_none());
     }
@@ -205,10 +211,10 @@ mod tests {
         let k = kept();
         let t0 = Instant::now();
         k.ask(t0);
-        assert!(k.on_table(t0));
-        k.store(Builder::Call, bytes("young"), t0 + ms(100));
-        k.store(Builder::Ahead, bytes("old"), t0);
+        let ahead = k.on_table(t0).expect("a build ahead");
+        k.store(bytes("young"), t0 + ms(100));
+        ahead.finish(bytes("old"), t0);
         assert_eq!(text(k.ask(t0 + ms(200))).as_deref(), Some("young"));
-        assert!(k.on_table(t0 + ms(600)), "the build ahead ended");
+        assert!(k.on_table(t0 + ms(600)).is_some(), "the build ahead ended");
     }
 }
