@@ -20,8 +20,10 @@
 //!    that snapshot (its `taken_at`; the call's own wall time is the p99 goal's, and is
 //!    printed beside it); in its log, the log's detector period. Snapshots are asked every
 //!    `WW_BENCH_POLL_MS` (default 300), back to back from 1.5 s before the threshold, so the
-//!    bench's own polling does not hide the daemon's latency. Every served snapshot's wall
-//!    time (the `wedgewatch snapshot` command, run while the daemon samples) goes into the p99
+//!    bench's own polling does not hide the daemon's latency. Once both have seen it, the
+//!    asking goes on (the wedge still open) until `WW_BENCH_SERVED_CALLS` (default 200) calls
+//!    were made, so the p99 is not just the slowest call. Every served snapshot's wall time
+//!    (the `wedgewatch snapshot` command, run while the daemon samples) goes into the p99
 //!    (goal <= 100 ms).
 //! 4. Cold: the daemon stopped, `wedgewatch snapshot --json --no-daemon` on the wedged lab
 //!    (`WW_BENCH_COLD` runs, default 3) at its default window and at `--window 1s`;
@@ -62,6 +64,7 @@ struct Params {
     warm_secs: f64,
     minutes: f64,
     poll_ms: u64,
+    served_calls: usize,
     cold_runs: usize,
 }
 
@@ -76,6 +79,7 @@ impl Params {
             warm_secs: env_f64("WW_BENCH_WARM_SECS", 60.0),
             minutes: env_f64("WW_BENCH_MINUTES", 20.0),
             poll_ms: env_f64("WW_BENCH_POLL_MS", 300.0) as u64,
+            served_calls: env_f64("WW_BENCH_SERVED_CALLS", 200.0) as usize,
             cold_runs: env_f64("WW_BENCH_COLD", 3.0) as usize,
         }
     }
@@ -403,9 +407,17 @@ fn wedge(b: &Bench, d: &Daemon, threshold_s: f64) -> (Seen, Option<TcpStream>) {
         }
     };
     let t0 = Instant::now();
-    let bound = Duration::from_secs_f64(threshold_s + 60.0);
+    let asking = b.p.served_calls as f64 * b.p.poll_ms as f64 / 1000.0;
+    let bound = Duration::from_secs_f64(threshold_s + 60.0 + asking);
     let log_watch = watch_log(d.log_path(), log_before.len(), t0, bound);
-    while t0.elapsed() < bound && (seen.served_s.is_none() || !log_watch.is_finished()) {
+    // Past the wedge's first report, the asking goes on (the wedge still open, the daemon
+    // alert) until `served_calls` were made: a p99 of fewer than 100 calls is their slowest.
+    let more = |seen: &Seen| {
+        seen.served_s.is_none()
+            || !log_watch.is_finished()
+            || seen.latencies_ms.len() < b.p.served_calls
+    };
+    while t0.elapsed() < bound && more(&seen) {
         let (ms, snap, why) = served_snapshot(b, d);
         seen.latencies_ms.push(ms);
         let el = t0.elapsed().as_secs_f64();
