@@ -21,9 +21,11 @@ use crate::sources::processes::ProcessesSource;
 use crate::sources::sockets::{SocketConfig, SocketOs, SocketSource};
 use crate::sources::stacks::{StackSource, StacksConfig};
 use crate::sources::Source;
+use crate::sys::sock_diag::RecentDump;
 use crate::sys::ProcFs;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, TryLockError};
+use std::time::Duration;
 use tokio::sync::watch;
 
 /// A source with its cadence and timeout, in ms.
@@ -52,6 +54,9 @@ pub struct AttachOptions {
     /// `--router-key-env NAME`: where else a router's API key may be found (its own
     /// `--api-key` is always tried first; see `sources::router_key`).
     pub router_key_env: Option<String>,
+    /// The sockets source's latest dump, read by discovery while young enough (the
+    /// daemon's: [`AttachOptions::sharing_socket_dumps`]).
+    pub shared_dump: Option<Arc<RecentDump>>,
 }
 
 impl AttachOptions {
@@ -67,7 +72,19 @@ impl AttachOptions {
             thresholds: Thresholds::default(),
             max_series: crate::prom::ParseLimits::default().max_series,
             router_key_env: None,
+            shared_dump: None,
         }
+    }
+
+    /// For a daemon: its rediscovery takes the sockets source's latest dump of our own
+    /// namespace while it is at most one calm socket period and a second old, instead of
+    /// walking the kernel's socket hash once more. A new listener is then found at most
+    /// that much later than the rediscovery period says.
+    pub fn sharing_socket_dumps(mut self) -> AttachOptions {
+        let calm = u64::try_from(self.thresholds.sampling.sockets_calm_ms).unwrap_or(0);
+        let max_age = Duration::from_millis(calm.saturating_add(1000));
+        self.shared_dump = Some(Arc::new(RecentDump::new(max_age)));
+        self
     }
 
     pub fn discover_options(&self) -> DiscoverOptions {
@@ -76,6 +93,7 @@ impl AttachOptions {
             extra_pids: self.extra_pids.clone(),
             extra_urls: self.extra_urls.clone(),
             router_key_env: self.router_key_env.clone(),
+            recent_dump: self.shared_dump.clone(),
             ..DiscoverOptions::default()
         }
     }
@@ -142,7 +160,7 @@ impl AttachOptions {
             Arc::new(ProcessesSource::new(self.proc_root.clone())),
             Arc::new(SocketSource::with_os(
                 SocketConfig::default(),
-                SocketOs::kernel(ProcFs::new(&self.proc_root)),
+                SocketOs::kernel_sharing(ProcFs::new(&self.proc_root), self.shared_dump.clone()),
             )),
             Arc::new(
                 MetricsSource::new(self.probes.metric_maps.clone(), self.metrics_config())?

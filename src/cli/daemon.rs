@@ -67,7 +67,7 @@ async fn stop_signal(run_for: Option<Duration>) {
 
 pub fn run(top: Sampling, a: DaemonArgs) -> anyhow::Result<i32> {
     let s = Sampling::merge(top, a.sampling);
-    let opts = s.attach_options()?;
+    let opts = s.attach_options()?.sharing_socket_dumps();
     let mut cfg = s.daemon_config();
     cfg.thresholds = opts.thresholds.clone();
     if a.no_record {

@@ -229,6 +229,7 @@ impl InProcessDaemon {
         let rt = runtime()?;
         let mut opts = opts.clone();
         opts.thresholds = thresholds;
+        let opts = opts.sharing_socket_dumps();
         let mut d = Daemon::new(cfg, Arc::new(SystemClock), opts.discover_fn());
         for (s, every, timeout) in opts.daemon_sources(d.suspicion_fn())? {
             d.add_source(s, every, timeout);

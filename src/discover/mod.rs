@@ -46,6 +46,7 @@ use crate::error::Result;
 use crate::model::{Component, Topology};
 use crate::probes::ProbeSet;
 use crate::sys::addr::split_host_port;
+use crate::sys::sock_diag::RecentDump;
 use crate::sys::ProcFs;
 use endpoints::hosts_equivalent;
 use profiles::{Compiled, Match};
@@ -78,6 +79,9 @@ pub struct DiscoverOptions {
     pub exclude_pids: Vec<i32>,
     /// `--router-key-env NAME` (see `sources::router_key`).
     pub router_key_env: Option<String>,
+    /// The daemon's sockets source's latest dump of our own namespace: taken instead of a
+    /// dump of discovery's own while it is young enough (see `sys::sock_diag::RecentDump`).
+    pub recent_dump: Option<Arc<RecentDump>>,
 }
 
 impl Default for DiscoverOptions {
@@ -90,6 +94,7 @@ impl Default for DiscoverOptions {
             http_timeout: Duration::from_millis(500),
             exclude_pids: vec![std::process::id() as i32],
             router_key_env: None,
+            recent_dump: None,
         }
     }
 }
@@ -140,7 +145,8 @@ pub fn discover_cached(
 ) -> Result<Topology> {
     let set = cache.compiled(&probes.profiles);
     let proc = ProcFs::new(&opts.proc_root);
-    let table = ProcTable::read(&proc, std::mem::take(cache), &set.prefilter)?;
+    let mut table = ProcTable::read(&proc, std::mem::take(cache), &set.prefilter)?;
+    table.recent_dump = opts.recent_dump.clone();
     let env_names = env_names(probes);
     let mut b = Builder {
         table,

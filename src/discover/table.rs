@@ -10,6 +10,7 @@ use super::prefilter::Prefilter;
 use crate::error::{Error, Result};
 use crate::model::{SocketEntry, TcpState};
 use crate::sys::netns::Netns;
+use crate::sys::sock_diag::RecentDump;
 use crate::sys::{Comm, PidEntry, ProcFs, StatReader};
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
@@ -63,6 +64,9 @@ pub(super) struct ProcTable {
     /// Our own network namespace (netns, issue 11 item 5): processes in another one are in a
     /// container, keyed and scraped in there.
     own_net: Option<u64>,
+    /// The sockets source's latest dump of our own namespace, when young enough, instead
+    /// of a dump of our own (`DiscoverOptions::recent_dump`).
+    pub recent_dump: Option<Arc<RecentDump>>,
     /// What earlier passes read (see `cache.rs`); given back by [`ProcTable::into_cache`].
     cache: RefCell<DiscoveryCache>,
 }
@@ -131,6 +135,7 @@ impl ProcTable {
             children,
             net: RefCell::default(),
             own_net: proc.own_ns_inode("net").ok(),
+            recent_dump: None,
             cache: RefCell::new(cache),
         })
     }
@@ -285,6 +290,10 @@ impl ProcTable {
     /// `net/tcp{,6}` as `pid` sees them.
     fn read_tcp(&self, pid: i32, ns: Option<u64>) -> Vec<SocketEntry> {
         if ns.is_some() && ns == self.own_net && self.proc.is_real() {
+            let recent = self.recent_dump.as_ref();
+            if let Some(kept) = recent.and_then(|r| r.latest(Instant::now())) {
+                return Arc::unwrap_or_clone(kept);
+            }
             if let Ok(dump) = crate::sys::sock_diag::dump_netlink(READ_DEADLINE, false) {
                 return dump.sockets;
             }
@@ -565,4 +574,34 @@ fn read_cmdlines(
         .zip(out)
         .map(|(p, r)| (p, r.ok()))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Our own listeners as one pass of discovery finds them, with `recent` as the
+    /// daemon's shared dump.
+    fn own_listeners(recent: Option<Arc<RecentDump>>) -> Vec<SocketAddr> {
+        let proc = ProcFs::real();
+        let mut table =
+            ProcTable::read(&proc, DiscoveryCache::new(), &Prefilter::new(&[])).expect("read");
+        table.recent_dump = recent;
+        table.listen_of(std::process::id() as i32)
+    }
+
+    #[test]
+    fn a_young_shared_dump_is_read_instead_of_the_kernel_and_an_old_one_is_not() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        assert!(own_listeners(None).contains(&addr), "the kernel's dump");
+        // A young dump taken before the listener existed: discovery believes it.
+        let recent = Arc::new(RecentDump::new(Duration::from_secs(60)));
+        recent.offer(Instant::now(), &[]);
+        assert!(!own_listeners(Some(Arc::clone(&recent))).contains(&addr));
+        // Too old to be taken: the kernel is asked again.
+        let stale = Arc::new(RecentDump::new(Duration::ZERO));
+        stale.offer(Instant::now() - Duration::from_millis(50), &[]);
+        assert!(own_listeners(Some(stale)).contains(&addr));
+    }
 }

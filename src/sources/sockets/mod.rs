@@ -23,6 +23,7 @@ use crate::clock::Clock;
 use crate::model::{Payload, Sample, SocketEntry, SocketTable, SourceKind, SourceStatus, Status};
 use crate::model::{TcpState, Topology};
 use crate::sources::{BoxFuture, Source};
+use crate::sys::sock_diag::RecentDump;
 use crate::sys::{NetlinkSockDiag, ProcFs, SockDiag};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -71,8 +72,17 @@ impl SocketOs {
     /// (`--proc-root`: the same tree discovery read the pids from, so that the inodes the
     /// kernel reports are mapped to those pids, and other namespaces entered through them).
     pub fn kernel(proc: ProcFs) -> Self {
+        SocketOs::kernel_sharing(proc, None)
+    }
+
+    /// [`SocketOs::kernel`], each dump of our own namespace offered to `recent` (the
+    /// daemon's rediscovery reads it instead of dumping again).
+    pub fn kernel_sharing(proc: ProcFs, recent: Option<Arc<RecentDump>>) -> Self {
         SocketOs {
-            sock_diag: Arc::new(NetlinkSockDiag { proc: proc.clone() }),
+            sock_diag: Arc::new(NetlinkSockDiag {
+                proc: proc.clone(),
+                recent,
+            }),
             proc,
         }
     }

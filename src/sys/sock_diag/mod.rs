@@ -5,10 +5,12 @@
 mod decode;
 mod fake;
 mod netlink;
+mod recent;
 
 pub use decode::decode_datagram;
 pub use fake::FakeSockDiag;
 pub use netlink::{dump_netlink, NetlinkSockDiag};
+pub use recent::RecentDump;
 
 use super::ProcFsError;
 use crate::model::SocketEntry;

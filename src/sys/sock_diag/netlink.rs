@@ -11,13 +11,14 @@
 //! once per family, as before, from then on.
 
 use super::decode::decode_datagram;
-use super::{Dump, SockDiag, SockDiagError};
+use super::{Dump, RecentDump, SockDiag, SockDiagError};
 use crate::sys::ProcFs;
 use netlink_packet_core::{NetlinkHeader, NetlinkMessage, NLM_F_DUMP, NLM_F_REQUEST};
 use netlink_packet_sock_diag::inet::{ExtensionFlags, InetRequest, SocketId, StateFlags};
 use netlink_packet_sock_diag::{SockDiagMessage, AF_INET, AF_INET6, IPPROTO_TCP};
 use netlink_sys::{protocols::NETLINK_SOCK_DIAG, Socket, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// `TCPDIAG_GETSOCK` (include/uapi/linux/inet_diag.h): the request of the older interface.
@@ -33,11 +34,19 @@ static BOTH_FAMILIES_REFUSED: AtomicBool = AtomicBool::new(false);
 #[derive(Debug, Clone, Default)]
 pub struct NetlinkSockDiag {
     pub proc: ProcFs,
+    /// Where each dump of our own namespace is offered to another reader (the daemon's
+    /// rediscovery), if anyone reads it.
+    pub recent: Option<Arc<RecentDump>>,
 }
 
 impl SockDiag for NetlinkSockDiag {
     fn dump(&self, timeout: Duration, time_wait: bool) -> Result<Dump, SockDiagError> {
-        dump_netlink(timeout, time_wait)
+        let taken = Instant::now();
+        let dump = dump_netlink(timeout, time_wait)?;
+        if let Some(r) = &self.recent {
+            r.offer(taken, &dump.sockets);
+        }
+        Ok(dump)
     }
 
     fn dump_netns_of(
