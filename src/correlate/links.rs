@@ -17,7 +17,7 @@
 //! churn the horizon holds thousands of exchanges, and a copy of each id and component
 //! per sample was a quarter of the daemon's CPU).
 
-use super::exchange::Exchange;
+use super::exchange::{Conn, Exchange};
 use super::Model;
 use super::{FastMap, FastSet};
 use crate::clock::Millis;
@@ -49,6 +49,21 @@ pub(crate) fn link(model: &mut Model, now: Millis) {
     }
 }
 
+/// A connection's exchanges asked at or after `since`, and its unfinished one, oldest
+/// first. Only the newest can be unfinished (a new request ends the one before), and a
+/// connection's requests come in order: they are a suffix, found from the newest back. A
+/// keep-alive connection keeps up to 64 finished exchanges, and reading each of them (a
+/// pointer to follow, a cache miss) on every table grew with the daemon's age.
+fn recent_of(c: &Conn, since: Millis) -> std::collections::vec_deque::Iter<'_, Arc<Exchange>> {
+    let n = c
+        .exchanges
+        .iter()
+        .rev()
+        .take_while(|x| x.request_ms >= since || x.end.is_none())
+        .count();
+    c.exchanges.range(c.exchanges.len() - n..)
+}
+
 /// The links the exchanges that appeared since `first_new` get, among the exchanges of
 /// the last `horizon` ms (and every unfinished one).
 fn find_links(
@@ -60,8 +75,7 @@ fn find_links(
 ) -> NewLinks {
     let recent: Vec<&Exchange> = model
         .conns_since(now - horizon)
-        .flat_map(|c| c.exchanges.iter().map(Arc::as_ref))
-        .filter(|x| now - x.request_ms <= horizon || x.end.is_none())
+        .flat_map(|c| recent_of(c, now - horizon).map(Arc::as_ref))
         .collect();
     let mut taken: FastSet<(u64, &str)> = FastSet::default();
     for x in &recent {
@@ -165,7 +179,8 @@ fn apply(model: &mut Model, since: Millis, new_links: &NewLinks) {
     }
     // Children and parents are all in `recent`, so on these connections.
     for conn in model.conns_since_mut(since) {
-        for x in conn.exchanges.iter_mut() {
+        let from = conn.exchanges.len() - recent_of(conn, since).len();
+        for x in conn.exchanges.range_mut(from..) {
             if let Some((p, conf)) = new_links.get(&x.num) {
                 let x = Arc::make_mut(x);
                 x.parent = Some(*p);
