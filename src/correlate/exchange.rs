@@ -297,7 +297,13 @@ impl Conn {
         self.exchanges.push_back(Arc::new(x));
     }
 
-    fn new_exchange(&self, num: u64, request_ms: Millis, in_base: u64, out_base: u64) -> Exchange {
+    pub(super) fn new_exchange(
+        &self,
+        num: u64,
+        request_ms: Millis,
+        in_base: u64,
+        out_base: u64,
+    ) -> Exchange {
         Exchange {
             id: super::exchange_id(num),
             num,

@@ -215,3 +215,59 @@ fn score(parent: &Exchange, child: &Exchange, window: i64) -> f64 {
     };
     0.5 + 0.3 * timing + 0.2 * bytes
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::correlate::exchange::{ConnKey, End};
+    use crate::model::{Role, TcpState};
+    use std::collections::VecDeque;
+
+    /// A keep-alive connection with requests at `asked` (ms), each ended by the next; the
+    /// last one still unfinished when `last_open`.
+    fn conn(asked: &[Millis], last_open: bool) -> Conn {
+        let mut c = Conn {
+            id: 1,
+            key: ConnKey::default(),
+            component: "decode".into(),
+            role: Role::Decode,
+            server_pid: None,
+            client_pid: None,
+            client_component: None,
+            first_seen_ms: 0,
+            last_seen_ms: 0,
+            closed_ms: None,
+            tcp_state: TcpState::Established,
+            in_total: 0,
+            out_total: 0,
+            last_in_ms: None,
+            last_out_ms: None,
+            in_table: 0,
+            exchanges: VecDeque::new(),
+        };
+        for (i, &t) in asked.iter().enumerate() {
+            let mut x = c.new_exchange(i as u64 + 1, t, 0, 0);
+            if i + 1 < asked.len() || !last_open {
+                x.end = Some(End::Done(t + 500));
+            }
+            c.exchanges.push_back(Arc::new(x));
+        }
+        c
+    }
+
+    fn asked(c: &Conn, since: Millis) -> Vec<Millis> {
+        recent_of(c, since).map(|x| x.request_ms).collect()
+    }
+
+    #[test]
+    fn a_connections_recent_exchanges_are_its_newest_and_its_unfinished_one() {
+        let c = conn(&[0, 1_000, 2_000, 3_000, 4_000], false);
+        assert_eq!(asked(&c, 2_500), vec![3_000, 4_000], "oldest first");
+        assert_eq!(asked(&c, 3_000), vec![3_000, 4_000], "at `since` counts");
+        assert!(asked(&c, 5_000).is_empty());
+        // An idle keep-alive connection's unfinished request is recent however old.
+        let idle = conn(&[0, 1_000, 2_000], true);
+        assert_eq!(asked(&idle, 60_000), vec![2_000]);
+        assert_eq!(asked(&idle, 1_000), vec![1_000, 2_000]);
+    }
+}
