@@ -397,6 +397,7 @@ impl Daemon {
                 publish: published.clone(),
                 latest: self.latest.clone(),
                 paces: paces.all(),
+                kept: Some(self.kept.clone()),
             },
         )));
         if let (Some(l), Some(p)) = (exporter, published) {
@@ -597,6 +598,7 @@ async fn serve(listener: UnixListener, with: Answering) {
 }
 
 async fn answer(stream: UnixStream, with: Answering) -> std::io::Result<()> {
+    let accepted = Instant::now();
     let refused = socket::refuse_client(&stream);
     let (r, mut w) = stream.into_split();
     // Read the line even from a refused client, so it gets the reason instead of EPIPE.
@@ -609,9 +611,18 @@ async fn answer(stream: UnixStream, with: Answering) -> std::io::Result<()> {
         (None, Err(e)) => Arc::new(error_bytes(&e.to_string())),
         (None, Ok(req)) => answer_request(req, with).await,
     };
+    let answered = accepted.elapsed();
     w.write_all(&out).await?;
     w.write_all(b"\n").await?;
-    w.shutdown().await
+    w.shutdown().await?;
+    // Where a slow call's time went: the daemon's answer, or the client reading it.
+    tracing::debug!(
+        answer_ms = answered.as_secs_f64() * 1e3,
+        written_ms = accepted.elapsed().as_secs_f64() * 1e3,
+        bytes = out.len(),
+        "client answered"
+    );
+    Ok(())
 }
 
 /// The bytes answering `req`. Building a snapshot of a large model takes a while and holds

@@ -115,6 +115,38 @@ fn assert_none_of(fs: &[Finding], ks: &[&str]) {
     }
 }
 
+/// The daemon's pass predicts when a waiting request turns wedged with no new sample (its
+/// served answer is rebuilt at the first table after that instant): the detector agrees.
+#[test]
+fn the_pass_says_when_a_waiting_request_turns_wedged() {
+    let mut sim = Sim::new(pd_topology());
+    let mut env = Env::idle();
+    let p = pd_request(&mut sim)[2];
+    sim.run(250, |s| env.tick(s));
+    sim.respond(p, 400);
+    sim.run(20_000, |s| env.tick(s));
+    let th = sim.model.thresholds.clone();
+    let pass = wedgewatch::daemon::pass::Pass::run(&sim.model, sim.now);
+    let turn = pass.next_turn_ms(&th).expect("requests wait");
+    // The client's leg is the oldest: about 20.3 s of the 30 s threshold.
+    assert!((9_000..=10_500).contains(&turn), "{turn}");
+    let before = (turn - 250) / 250 * 250;
+    sim.run(before, |s| env.tick(s));
+    assert_none_of(&findings(&sim), &["wedged_request"]);
+    sim.run(500, |s| env.tick(s));
+    assert!(
+        findings(&sim)
+            .iter()
+            .any(|f| f.kind == FindingKind::WedgedRequest),
+        "wedged within a table of the predicted turn"
+    );
+    let after = wedgewatch::daemon::pass::Pass::run(&sim.model, sim.now).next_turn_ms(&th);
+    assert!(
+        after.is_none_or(|ms| ms > 5_000),
+        "the wedged requests turn no more: {after:?}"
+    );
+}
+
 #[test]
 fn wedged_request_blames_the_decode_hop() {
     let mut sim = Sim::new(pd_topology());

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Usage: rec_probe.sh BIN [BIN...]   (env WARM=60 MEAS=300)
+# Usage: rec_probe.sh BIN [BIN...]   (env WARM=60 MEAS=300 LOAD_BLOCK=)
 # Recording growth and CPU of `wedgewatch daemon`s, one per binary given, run side by side
 # on one big lab (TAG=rec, PORT=33000, brought up and down here) under 200 steady agents:
 # after WARM s of warm-up each daemon's recording/ bytes and CPU are read, then again after
 # MEAS s. Prints MiB/h, % of one core (own utime+stime; and with reaped children, py-spy) and
-# RSS at the end.
+# RSS at the end. LOAD_BLOCK=SECS runs the load as the biglab bench does: a new harness
+# process every SECS seconds (each a new client process for discovery to meet).
 set -euo pipefail
 WARM=${WARM:-60}
 MEAS=${MEAS:-300}
@@ -29,7 +30,12 @@ for try in 1 2 3 4 5; do
 done
 [ -n "$up" ] || { echo "lab would not come up: $(tail -1 /tmp/rec-probe-up.err)"; exit 1; }
 NVML_DIR=$("$LAB" nvml)
-setsid "$LAB" load $((WARM + MEAS + 30)) >/tmp/rec-probe-load.out 2>&1 &
+if [ -n "${LOAD_BLOCK:-}" ]; then
+  END=$(( $(date +%s) + WARM + MEAS + 30 ))
+  setsid bash -c "while [ \$(date +%s) -lt $END ]; do '$LAB' load $LOAD_BLOCK; done" >/tmp/rec-probe-load.out 2>&1 &
+else
+  setsid "$LAB" load $((WARM + MEAS + 30)) >/tmp/rec-probe-load.out 2>&1 &
+fi
 LPID=$!
 sleep 2
 for BIN in "$@"; do

@@ -41,6 +41,9 @@ struct State {
     newest: Option<Built>,
     building: bool,
     asked_at: Option<Instant>,
+    /// When an open request's state next turns by time alone (the newest detector pass's
+    /// word): an answer taken before it is due at the first table after it.
+    news_at: Option<Instant>,
 }
 
 #[derive(Debug, Clone)]
@@ -105,15 +108,24 @@ impl KeptAnswer {
             st.newest = None;
             return None;
         }
-        let due = st
-            .newest
-            .as_ref()
-            .is_none_or(|b| now.saturating_duration_since(b.taken) >= REBUILD_AFTER);
+        let news_at = st.news_at;
+        let due = st.newest.as_ref().is_none_or(|b| {
+            now.saturating_duration_since(b.taken) >= REBUILD_AFTER
+                || news_at.is_some_and(|n| b.taken < n && n <= now)
+        });
         if st.building || !due {
             return None;
         }
         st.building = true;
         Some(BuildAhead(self.clone()))
+    }
+
+    /// The newest detector pass says an open request's state turns at `at` (a wedge or
+    /// stall threshold reached; `None`: nothing turns). The first table after it builds an
+    /// answer however young the kept one is: the finding is shown a socket period after it
+    /// is true, not up to [`REBUILD_AFTER`] later.
+    pub fn expect_news(&self, at: Option<Instant>) {
+        self.state().news_at = at;
     }
 
     /// A client asks at `now`: the kept bytes when at most `max_age` old, else None (the
@@ -193,6 +205,25 @@ mod tests {
             k.on_table(t0 + REBUILD_AFTER * 2).is_some(),
             "after one dropped unfinished"
         );
+    }
+
+    #[test]
+    fn a_request_turning_wedged_builds_at_the_first_table_after_it_however_young_the_answer() {
+        let k = kept();
+        let t0 = Instant::now();
+        k.ask(t0);
+        k.store(bytes("before"), t0);
+        k.expect_news(Some(t0 + ms(200)));
+        assert!(k.on_table(t0 + ms(150)).is_none(), "not turned yet");
+        let ahead = k.on_table(t0 + ms(250)).expect("built: the turn is past");
+        ahead.finish(bytes("after"), t0 + ms(250));
+        assert!(
+            k.on_table(t0 + ms(400)).is_none(),
+            "the answer is younger than the turn and than REBUILD_AFTER"
+        );
+        k.expect_news(None);
+        assert!(k.on_table(t0 + ms(700)).is_none(), "no news, young answer");
+        assert!(k.on_table(t0 + ms(250) + REBUILD_AFTER).is_some());
     }
 
     #[test]

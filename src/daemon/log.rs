@@ -15,6 +15,7 @@
 //! Levels: a finding opens at its severity (critical -> ERROR, warning -> WARN, info ->
 //! INFO), closes at INFO; a source going degraded or unavailable is WARN, its recovery INFO.
 
+use super::kept_answer::KeptAnswer;
 use super::metrics::Published;
 use super::pass::{Latest, Pass};
 use super::Shared;
@@ -345,25 +346,29 @@ impl Watch {
         to: &Readers,
     ) -> Vec<Event> {
         let started = std::time::Instant::now();
-        let (pass, now) = {
+        let (pass, now, turn_ms) = {
             let sh = super::lock(shared);
             // The time once the lock is held: samples ingested while this pass waited for
             // it are not from its future.
             let now = clock.now_ms();
             self.learn(sh.model.latest_processes());
             let pass = Pass::run(&sh.model, now);
+            let turn_ms = pass.next_turn_ms(&sh.model.thresholds);
             if let Some(p) = &to.publish {
                 let topology = sh.model.topology();
                 let mut e = Evaluation::new(&pass.view, &pass.findings, topology, &mut self.labels);
                 e.took_ms = started.elapsed().as_millis() as u64;
                 *p.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
             }
-            (pass, now)
+            (pass, now, turn_ms)
         };
         for p in &to.paces {
             p.set_alert(!pass.suspicion.is_empty());
         }
         to.latest.set(pass.suspicion.clone());
+        if let Some(k) = &to.kept {
+            k.expect_news(turn_ms.map(|ms| started + Duration::from_millis(ms.unsigned_abs())));
+        }
         let findings = &pass.findings;
         let mut events = Vec::new();
         // Sources first: "metrics unavailable" explains the endpoint finding that follows.
@@ -410,6 +415,8 @@ pub struct Readers {
     pub publish: Option<Published>,
     pub latest: Latest,
     pub paces: Vec<Arc<Pace>>,
+    /// The served `json` answer, told when the pass expects an open request to turn.
+    pub kept: Option<Arc<KeptAnswer>>,
 }
 
 /// Passes at the fast period after the daemon starts, before its pace decides.

@@ -7,8 +7,9 @@
 //! it was tried, and a daemon test caught a request missing from the answer).
 
 use crate::clock::Millis;
+use crate::config::Thresholds;
 use crate::correlate::{Model, View};
-use crate::model::{Finding, Suspicion};
+use crate::model::{Finding, RequestState, Suspicion};
 use std::sync::{Arc, Mutex};
 
 /// One pass: the view at `view.now`, its findings and the suspicion they imply.
@@ -40,6 +41,26 @@ impl Pass {
     /// When it looked.
     pub fn at_ms(&self) -> Millis {
         self.view.now
+    }
+
+    /// In how many ms after this pass an open request's state turns by time alone, with no
+    /// new sample: one waiting for its first byte reaches the wedge threshold, a streaming
+    /// one the stall threshold. Why: an answer built ahead before that instant cannot show
+    /// the finding, so the daemon builds the next one at the first table after it
+    /// ([`super::kept_answer::KeptAnswer::expect_news`]) instead of up to a rebuild period
+    /// later. Probes are left out, as the detectors leave them out.
+    pub fn next_turn_ms(&self, th: &Thresholds) -> Option<i64> {
+        let v = &self.view;
+        v.requests
+            .iter()
+            .filter(|r| !v.logical_of(r).probe)
+            .filter_map(|r| match r.state {
+                RequestState::WaitingFirstByte => Some(th.correlate.wedged_after_ms - r.age_ms),
+                RequestState::Streaming => Some(th.correlate.stall_after_ms - r.idle_out_ms),
+                _ => None,
+            })
+            .filter(|&ms| ms > 0)
+            .min()
     }
 }
 
