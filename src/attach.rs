@@ -189,7 +189,7 @@ impl AttachOptions {
         }
         if sampling.stacks_adaptive {
             let tick = u64::try_from(sampling.stacks_tick_ms).unwrap_or(u64::MAX);
-            let stacks = self.stack_source()?;
+            let stacks = self.stack_source_with(|c| c.concurrency = daemon_py_spy_concurrency())?;
             for s in out.iter_mut().filter(|s| s.0.kind() == SourceKind::Stacks) {
                 let adaptive = AdaptiveStacks::new(stacks.clone(), suspicion.clone());
                 *s = (Arc::new(adaptive), tick, s.2);
@@ -200,11 +200,17 @@ impl AttachOptions {
 
     /// The stacks source, configured from the options.
     fn stack_source(&self) -> Result<StackSource> {
+        self.stack_source_with(|_| {})
+    }
+
+    /// [`AttachOptions::stack_source`] with `adjust` applied to its configuration.
+    fn stack_source_with(&self, adjust: impl FnOnce(&mut StacksConfig)) -> Result<StackSource> {
         let mut stacks = StacksConfig::from_env();
         if let Some(p) = &self.py_spy {
             stacks.py_spy = Some(p.clone());
         }
         stacks.native = self.native;
+        adjust(&mut stacks);
         StackSource::new(stacks, &self.probes.stack_rules)
     }
 
@@ -220,6 +226,20 @@ impl AttachOptions {
         }
         Ok(s)
     }
+}
+
+/// How many py-spy dumps a daemon runs at once: a quarter of the host's cores, between 1
+/// and the one-shot's 4. Why: a one-shot must sample its window fast, a daemon must go
+/// unnoticed; on the 2-core big lab, a kicked burst of 3-4 py-spy at once took both cores,
+/// and a served snapshot's client, reading its 1.8 MB answer, waited 66-132 ms for one
+/// (its answer kept, ready in 0.1 ms). A daemon's dumps accumulate across its stacks ticks,
+/// so dumping a suspected engine's schedulers one after another loses no evidence.
+pub fn daemon_py_spy_concurrency() -> usize {
+    py_spy_concurrency_for(std::thread::available_parallelism().map_or(1, usize::from))
+}
+
+fn py_spy_concurrency_for(cores: usize) -> usize {
+    (cores / 4).clamp(1, 4)
 }
 
 /// What a one-shot window keeps for what follows sampling: building the parts (the view of
@@ -346,5 +366,18 @@ mod tests {
         assert_eq!(ms(3_000), 300);
         assert_eq!(ms(500), 200, "at least 0.2 s: a py-spy dump in flight");
         assert_eq!(ms(90_000), 1_000, "at most the sampler's whole grace");
+    }
+
+    #[test]
+    fn a_daemon_dumps_with_a_quarter_of_the_cores_between_one_and_the_one_shots_four() {
+        assert_eq!(py_spy_concurrency_for(1), 1);
+        assert_eq!(py_spy_concurrency_for(2), 1, "the big lab's machine");
+        assert_eq!(py_spy_concurrency_for(8), 2);
+        assert_eq!(py_spy_concurrency_for(128), 4, "never more than a one-shot");
+        assert_eq!(
+            StacksConfig::from_env().concurrency,
+            4,
+            "a one-shot keeps its own"
+        );
     }
 }
