@@ -124,8 +124,14 @@ impl KeptAnswer {
     /// stall threshold reached; `None`: nothing turns). The first table after it builds an
     /// answer however young the kept one is: the finding is shown a socket period after it
     /// is true, not up to [`REBUILD_AFTER`] later.
-    pub fn expect_news(&self, at: Option<Instant>) {
-        self.state().news_at = at;
+    /// A turn already past that no answer shows yet is kept until one does: a pass run
+    /// between the turn and the next table no longer sees the request as about to turn.
+    pub fn expect_news(&self, at: Option<Instant>, now: Instant) {
+        let mut st = self.state();
+        let unshown = st
+            .news_at
+            .filter(|n| *n <= now && st.newest.as_ref().is_some_and(|b| b.taken < *n));
+        st.news_at = unshown.or(at);
     }
 
     /// A client asks at `now`: the kept bytes when at most `max_age` old, else None (the
@@ -213,15 +219,17 @@ mod tests {
         let t0 = Instant::now();
         k.ask(t0);
         k.store(bytes("before"), t0);
-        k.expect_news(Some(t0 + ms(200)));
+        k.expect_news(Some(t0 + ms(200)), t0);
         assert!(k.on_table(t0 + ms(150)).is_none(), "not turned yet");
+        // A pass after the turn, before the next table: the request no longer turns.
+        k.expect_news(None, t0 + ms(220));
         let ahead = k.on_table(t0 + ms(250)).expect("built: the turn is past");
         ahead.finish(bytes("after"), t0 + ms(250));
         assert!(
             k.on_table(t0 + ms(400)).is_none(),
             "the answer is younger than the turn and than REBUILD_AFTER"
         );
-        k.expect_news(None);
+        k.expect_news(None, t0 + ms(300));
         assert!(k.on_table(t0 + ms(700)).is_none(), "no news, young answer");
         assert!(k.on_table(t0 + ms(250) + REBUILD_AFTER).is_some());
     }

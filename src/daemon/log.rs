@@ -367,7 +367,8 @@ impl Watch {
         }
         to.latest.set(pass.suspicion.clone());
         if let Some(k) = &to.kept {
-            k.expect_news(turn_ms.map(|ms| started + Duration::from_millis(ms.unsigned_abs())));
+            let at = turn_ms.map(|ms| started + Duration::from_millis(ms.unsigned_abs()));
+            k.expect_news(at, std::time::Instant::now());
         }
         let findings = &pass.findings;
         let mut events = Vec::new();
