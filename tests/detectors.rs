@@ -141,10 +141,7 @@ fn the_pass_says_when_a_waiting_request_turns_wedged() {
         "wedged within a table of the predicted turn"
     );
     let after = wedgewatch::daemon::pass::Pass::run(&sim.model, sim.now).next_turn_ms(&th);
-    assert!(
-        after.is_none_or(|ms| ms > 5_000),
-        "the wedged requests turn no more: {after:?}"
-    );
+    assert_eq!(after, None, "the wedged requests turn no more");
 }
 
 #[test]

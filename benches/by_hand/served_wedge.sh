@@ -58,5 +58,5 @@ PY
 echo "load $(cat /proc/loadavg)"
 kill $DP; kill -- -$LP 2>/dev/null; sleep 1
 $B down >/dev/null
-if [ -n "${RUST_LOG:-}" ]; then cp $ST/d.log /tmp/served-wedge-daemon.log; echo "daemon log: /tmp/served-wedge-daemon.log"; fi
+if [ -n "${RUST_LOG:-}" ]; then KEPT=$(mktemp /tmp/served-wedge-daemon-XXXX.log); cp $ST/d.log "$KEPT"; echo "daemon log: $KEPT"; fi
 rm -rf $ST

@@ -124,6 +124,7 @@ impl KeptAnswer {
     /// stall threshold reached; `None`: nothing turns). The first table after it builds an
     /// answer however young the kept one is: the finding is shown a socket period after it
     /// is true, not up to [`REBUILD_AFTER`] later.
+    ///
     /// A turn already past that no answer shows yet is kept until one does: a pass run
     /// between the turn and the next table no longer sees the request as about to turn.
     pub fn expect_news(&self, at: Option<Instant>, now: Instant) {

@@ -346,29 +346,31 @@ impl Watch {
         to: &Readers,
     ) -> Vec<Event> {
         let started = std::time::Instant::now();
-        let (pass, now, turn_ms) = {
+        let (pass, now, turn_at) = {
             let sh = super::lock(shared);
             // The time once the lock is held: samples ingested while this pass waited for
             // it are not from its future.
-            let now = clock.now_ms();
+            let (now, locked) = (clock.now_ms(), std::time::Instant::now());
             self.learn(sh.model.latest_processes());
             let pass = Pass::run(&sh.model, now);
-            let turn_ms = pass.next_turn_ms(&sh.model.thresholds);
+            // Counted from the instant of the pass's view, not from before its lock wait.
+            let turn_at = pass
+                .next_turn_ms(&sh.model.thresholds)
+                .map(|ms| locked + Duration::from_millis(ms.unsigned_abs()));
             if let Some(p) = &to.publish {
                 let topology = sh.model.topology();
                 let mut e = Evaluation::new(&pass.view, &pass.findings, topology, &mut self.labels);
                 e.took_ms = started.elapsed().as_millis() as u64;
                 *p.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
             }
-            (pass, now, turn_ms)
+            (pass, now, turn_at)
         };
         for p in &to.paces {
             p.set_alert(!pass.suspicion.is_empty());
         }
         to.latest.set(pass.suspicion.clone());
         if let Some(k) = &to.kept {
-            let at = turn_ms.map(|ms| started + Duration::from_millis(ms.unsigned_abs()));
-            k.expect_news(at, std::time::Instant::now());
+            k.expect_news(turn_at, std::time::Instant::now());
         }
         let findings = &pass.findings;
         let mut events = Vec::new();
