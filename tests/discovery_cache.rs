@@ -5,7 +5,9 @@
 
 use std::path::Path;
 use std::time::Duration;
-use wedgewatch::discover::{self, CacheStats, DiscoverOptions, DiscoveryCache, STAT_ROTATION};
+use wedgewatch::discover::{
+    self, CacheStats, DiscoverOptions, DiscoveryCache, MAX_ROTATION, ROTATION_BUDGET, STAT_ROTATION,
+};
 use wedgewatch::model::{Role, Topology};
 use wedgewatch::probes::ProbeSet;
 
@@ -384,4 +386,106 @@ fn entries_of_dead_processes_are_dropped() {
     let (_, reads) = pass(dir.path(), &mut cache);
     assert_eq!(cache.len(), 4 + 10);
     assert_eq!(reads.full_reads, 0);
+}
+
+/// `pid` as a kernel thread (`PF_KTHREAD` in its `stat` flags) under kthreadd.
+fn write_kthread(root: &Path, pid: i32) {
+    let dir = root.join(pid.to_string());
+    std::fs::create_dir_all(&dir).unwrap();
+    let stat = format!(
+        "{pid} (kworker/0:1) I 2 0 0 0 -1 69238880 0 0 0 0 0 3 0 0 20 0 1 0 40 0 0 \
+         18446744073709551615 0 0 0 0 0 0 0 2147483647 0 0 0 0 17 0 0 0 0 0 0 0 0 0 0 0 0 0 0\n"
+    );
+    std::fs::write(dir.join("stat"), stat).unwrap();
+}
+
+#[test]
+fn many_unrelated_processes_lengthen_the_rotation_not_the_pass() {
+    assert_eq!(discover::rotation_len(0), STAT_ROTATION);
+    assert_eq!(
+        discover::rotation_len(6 * ROTATION_BUDGET as usize),
+        STAT_ROTATION
+    );
+    assert_eq!(
+        discover::rotation_len(6 * ROTATION_BUDGET as usize + 1),
+        2 * STAT_ROTATION
+    );
+    assert_eq!(discover::rotation_len(usize::MAX), MAX_ROTATION);
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    tree(root);
+    // 1,300 sleepers in all: a slice of a sixth would be 217 `stat` reads a pass
+    let many = 2000..3000;
+    for pid in many.clone() {
+        let p = P {
+            pid,
+            ppid: 1,
+            comm: "sleep",
+            start: 5000,
+            code: 4096,
+            argv: &["sleep", "600"],
+        };
+        write(root, &p);
+    }
+    let unrelated = SLEEPERS.len() + many.len();
+    let mut cache = DiscoveryCache::new();
+    pass(root, &mut cache);
+    let len = discover::rotation_len(unrelated);
+    assert_eq!(len, 4 * STAT_ROTATION);
+    let mut reads = 0;
+    for _ in 0..len {
+        let (_, r) = pass(root, &mut cache);
+        assert_eq!(cache.rotation(), len);
+        assert!(r.stat_reads - 4 <= ROTATION_BUDGET, "{r:?}");
+        reads += r.stat_reads - 4;
+    }
+    assert_eq!(reads, unrelated as u64, "each sleeper once a rotation");
+    // one of them exec's vllm in place: seen within the (longer) rotation
+    let argv = ["vllm", "serve", "--port", "8002"];
+    let exec = P {
+        pid: 2500,
+        ppid: 1,
+        comm: "vllm",
+        start: 5000,
+        code: 8192,
+        argv: &argv,
+    };
+    write(root, &exec);
+    let seen = (1..=len).find(|_| {
+        let (t, _) = pass(root, &mut cache);
+        t.components.iter().any(|c| c.main_pid == Some(2500))
+    });
+    assert!(seen.is_some(), "the exec'd vllm within {len} passes");
+}
+
+#[test]
+fn kernel_threads_are_known_by_their_flag_and_left_out_of_the_rotation() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    tree(root);
+    write_kthread(root, 50);
+    // In a pid namespace pid 2 is anyone's: here a shell whose child is an engine.
+    let base = |pid, ppid, comm, argv| P {
+        pid,
+        ppid,
+        comm,
+        start: 5000,
+        code: 4096,
+        argv,
+    };
+    write(root, &base(2, 1, "bash", &["bash", "run.sh"]));
+    let engine = ["python3", "-m", "sglang.launch_server", "--port", "31033"];
+    write(root, &base(300, 2, "python3", &engine));
+    let mut cache = DiscoveryCache::new();
+    let (t, _) = pass(root, &mut cache);
+    assert!(has_role(&t, Role::Engine, 300), "{:?}", ids(&t));
+    assert!(!t.components.iter().any(|c| c.main_pid == Some(50)));
+    // The kernel thread is not read again: were it, this (impossible) exec would show.
+    let argv = ["vllm", "serve", "--port", "8003"];
+    write(root, &base(50, 2, "vllm", &argv));
+    for _ in 0..2 * STAT_ROTATION {
+        let (t, _) = pass(root, &mut cache);
+        assert!(has_role(&t, Role::Engine, 300), "{:?}", ids(&t));
+        assert!(!t.components.iter().any(|c| c.main_pid == Some(50)));
+    }
 }

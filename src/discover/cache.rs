@@ -9,8 +9,12 @@
 //! - every known process that matters: a candidate of the pre-filter, a process read in full
 //!   (a launcher, a component's child, a proxy, a `--pid` target), a socket holder;
 //! - a rotating slice of the other known processes, the unrelated ones: those whose pid is
-//!   [`STAT_ROTATION`]'s pass number modulo it, so each is read every [`STAT_ROTATION`]
-//!   passes (a minute at the daemon's 10 s rediscovery).
+//!   the pass number modulo the rotation's length, so each is read once a rotation. The
+//!   length is [`STAT_ROTATION`] passes (a minute at the daemon's 10 s rediscovery) on a host
+//!   of up to [`ROTATION_BUDGET`] x 6 unrelated processes, and doubles as they grow so that a
+//!   pass reads at most [`ROTATION_BUDGET`] of them, up to [`MAX_ROTATION`] passes (see
+//!   [`rotation_len`]): the cost of a pass stays flat, the backstop below gets slower.
+//!   Kernel threads are not in the rotation: a kernel thread never exec's a program;
 //!
 //! and nothing else of a process it already knows: a known process, candidate or not, is
 //! never read in full again. An entry is dropped and its process read afresh when
@@ -22,7 +26,7 @@
 //!   though comm stays `python3`.
 //!
 //! An unrelated process that exec's a stack's program (same pid, same directory) is seen when
-//! its turn in the rotation comes, within [`STAT_ROTATION`] passes, or on the next pass when
+//! its turn in the rotation comes, within a rotation's length, or on the next pass when
 //! a new candidate descends from it (an engine forks its schedulers at once); a new process
 //! (a new pid, or a new directory at a reused one) and a known one's death (its pid gone from
 //! the listing) on the very next pass. The parent of an unrelated process is as its last
@@ -52,9 +56,31 @@ use std::sync::Arc;
 /// Most processes remembered (a few hundred bytes each; far above a real host's count).
 pub const MAX_ENTRIES: usize = 65_536;
 
-/// A known unrelated process's `stat` line is read every this many passes (see the module
-/// doc): the longest an exec of one into a stack's program goes unseen, in passes.
+/// A known unrelated process's `stat` line is read every this many passes on a host of up
+/// to 6 x [`ROTATION_BUDGET`] of them (see the module doc): the longest an exec of one into a
+/// stack's program goes unseen, in passes.
 pub const STAT_ROTATION: u64 = 6;
+
+/// Most `stat` lines of known unrelated processes a pass reads while the rotation can still
+/// grow: ~1 ms of a pass (a `stat` read is ~10 us). Profiled with 2,000 extra processes, the
+/// rotation's reads were half of a cached pass; the rest is the listing, one entry each.
+pub const ROTATION_BUDGET: u64 = 100;
+
+/// The longest rotation, in passes (8 minutes at the daemon's 10 s rediscovery): beyond
+/// [`ROTATION_BUDGET`] x this many unrelated processes a pass reads more of them instead.
+pub const MAX_ROTATION: u64 = 48;
+
+/// The rotation's length for `unrelated` known unrelated processes: [`STAT_ROTATION`]
+/// doubled until a pass's slice fits [`ROTATION_BUDGET`], at most [`MAX_ROTATION`]. Each
+/// length divides the next (turns are `pid % len == pass % len`), so a change of length never
+/// puts a process's next turn further than the longer length away.
+pub fn rotation_len(unrelated: usize) -> u64 {
+    let mut len = STAT_ROTATION;
+    while (unrelated as u64).div_ceil(len) > ROTATION_BUDGET && len * 2 <= MAX_ROTATION {
+        len *= 2;
+    }
+    len
+}
 
 /// One process incarnation as its `stat` line shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -96,6 +122,11 @@ pub(super) struct Entry {
 }
 
 impl Entry {
+    /// Neither a candidate nor read in full: only its `stat` line matters, at its turn.
+    fn unrelated(&self) -> bool {
+        !self.candidate && self.cmdline.is_none()
+    }
+
     pub fn new(id: Identity, candidate: bool) -> Entry {
         Entry {
             id,
@@ -145,8 +176,10 @@ pub struct DiscoveryCache {
     given_up: HashSet<u64>,
     /// The profiles compiled, kept while a pass's profiles are the same.
     compiled: Option<Arc<CompiledSet>>,
-    /// Passes started: which slice of the unrelated processes is read (`STAT_ROTATION`).
+    /// Passes started: which slice of the unrelated processes is read (`rotation_len`).
     passes: u64,
+    /// This pass's rotation length (0 before the first pass).
+    rotation: u64,
     /// Bench/peer mode: every process is a candidate and nothing is kept between passes
     /// (what discovery did before the cache).
     uncached: bool,
@@ -227,19 +260,25 @@ impl DiscoveryCache {
 
     /// What this pass can take of `e` without reading its `stat` line: the entry of a known
     /// unrelated process (see the module doc) whose directory is the same and whose turn in
-    /// the rotation it is not. None: read it.
+    /// the rotation it is not, or of a known kernel thread in the same directory. None: read
+    /// it.
     pub(super) fn unchanged(&mut self, e: PidEntry) -> Option<&Entry> {
-        let turn = u64::from(e.pid.unsigned_abs()) % STAT_ROTATION == self.passes % STAT_ROTATION;
-        if self.uncached || turn || self.socket_holders.contains(&e.pid) {
+        if self.uncached || self.socket_holders.contains(&e.pid) {
             return None;
         }
+        let len = self.rotation.max(STAT_ROTATION);
+        let turn = u64::from(e.pid.unsigned_abs()) % len == self.passes % len;
         let entry = self.entries.get(&e.pid)?;
-        let unrelated = !entry.candidate && entry.cmdline.is_none();
-        if !unrelated || entry.ino != e.ino {
+        if !entry.unrelated() || entry.ino != e.ino || (turn && !entry.kernel) {
             return None;
         }
         self.stats.stat_skips += 1;
         Some(entry)
+    }
+
+    /// This pass's rotation length (see [`rotation_len`]).
+    pub fn rotation(&self) -> u64 {
+        self.rotation.max(STAT_ROTATION)
     }
 
     /// The entry of `pid` if it is still the same incarnation; a stale one is dropped.
@@ -279,6 +318,12 @@ impl DiscoveryCache {
         }
         self.entries.retain(|pid, _| listed(pid));
         self.socket_holders.retain(|pid| listed(pid));
+        let rotating = self
+            .entries
+            .values()
+            .filter(|e| e.unrelated() && !e.kernel)
+            .count();
+        self.rotation = rotation_len(rotating);
     }
 
     pub(super) fn socket_holders(&self) -> Vec<i32> {

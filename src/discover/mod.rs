@@ -38,7 +38,9 @@ mod targets;
 #[cfg(test)]
 mod tests;
 
-pub use cache::{CacheStats, DiscoveryCache, STAT_ROTATION};
+pub use cache::{
+    rotation_len, CacheStats, DiscoveryCache, MAX_ROTATION, ROTATION_BUDGET, STAT_ROTATION,
+};
 pub use endpoints::{loopback_get, scrape_addr};
 pub use profiles::{flag_value, flag_values};
 
@@ -135,9 +137,10 @@ pub fn discover(probes: &ProbeSet, opts: &DiscoverOptions) -> Result<Topology> {
 
 /// [`discover`] with what earlier passes read (the daemon's rediscovery): the profiles are
 /// compiled once, processes already known by (pid, start time) are not read again, and a
-/// known unrelated process's `stat` line only every [`STAT_ROTATION`] passes, so a pass costs
-/// a directory entry per unrelated process and a `stat` read for a slice of them (see
-/// `cache.rs`, `prefilter.rs`). `cache` is updated for the next pass.
+/// known unrelated process's `stat` line only at its turn in a rotation ([`rotation_len`]:
+/// [`STAT_ROTATION`] passes, longer on a host with many), so a pass costs a directory entry
+/// per unrelated process and a `stat` read for a slice of them, at most [`ROTATION_BUDGET`]
+/// on most hosts (see `cache.rs`, `prefilter.rs`). `cache` is updated for the next pass.
 pub fn discover_cached(
     probes: &ProbeSet,
     opts: &DiscoverOptions,

@@ -547,7 +547,7 @@ fn read_stat(reader: &StatReader, pid: i32) -> Option<StatLine> {
     // a process that vanished between readdir and stat is simply not there
     let stat = reader.brief(pid).ok()?;
     Some(StatLine {
-        kernel: stat.ppid == 2 || pid == 2,
+        kernel: stat.kthread,
         ppid: stat.ppid,
         id: Identity {
             start: stat.starttime,

@@ -76,6 +76,9 @@ pub struct StatBrief {
     /// start_code and start_stack: moved by every exec (address space randomization).
     pub startcode: u64,
     pub startstack: u64,
+    /// The kernel marks the task a kernel thread (`PF_KTHREAD` in `flags`): exact, unlike
+    /// "parent is pid 2", which in a pid namespace is any process's.
+    pub kthread: bool,
 }
 
 /// The procfs root, opened once: [`StatReader::brief`] opens `<pid>/stat` relative to it.
@@ -135,11 +138,14 @@ fn stat_name(pid: i32, buf: &mut [u8; 32]) -> &[u8] {
 
 /// Fields counted after the comm's closing parenthesis (state is 0, ppid 1).
 const PPID: usize = 1;
+const FLAGS: usize = 6;
 const STARTTIME: usize = 19;
 const STARTCODE: usize = 23;
 const STARTSTACK: usize = 25;
+/// `PF_KTHREAD` of `include/linux/sched.h`.
+const PF_KTHREAD: u64 = 0x0020_0000;
 
-/// ppid, comm, start time and the exec mark of a `stat` line; None when it is not one. The
+/// ppid, comm, flags, start time and the exec mark of a `stat` line; None when it is not one. The
 /// comm is between the first `(` and the last `)`: it may itself hold parentheses.
 pub fn parse_brief(line: &[u8]) -> Option<StatBrief> {
     let open = line.iter().position(|&b| b == b'(')?;
@@ -155,6 +161,7 @@ pub fn parse_brief(line: &[u8]) -> Option<StatBrief> {
         starttime: 0,
         startcode: 0,
         startstack: 0,
+        kthread: false,
     };
     let mut seen = 0;
     for (i, field) in rest
@@ -165,6 +172,7 @@ pub fn parse_brief(line: &[u8]) -> Option<StatBrief> {
     {
         match i {
             PPID => out.ppid = i32::try_from(number(field)?).ok()?,
+            FLAGS => out.kthread = number(field)? & PF_KTHREAD != 0,
             STARTTIME => out.starttime = number(field)?,
             STARTCODE => out.startcode = number(field)?,
             STARTSTACK => out.startstack = number(field)?,
@@ -202,6 +210,9 @@ mod tests {
         assert_eq!(b.comm.as_str(), "sglang::sch (x)");
         assert_eq!(b.starttime, 98765);
         assert_eq!((b.startcode, b.startstack), (94000, 140000));
+        assert!(!b.kthread, "flags 4194560 are a user process's");
+        let kworker = String::from_utf8_lossy(LINE).replace(" 4194560 ", " 69238880 ");
+        assert!(parse_brief(kworker.as_bytes()).expect("parsed").kthread);
     }
 
     #[test]
@@ -230,6 +241,12 @@ mod tests {
         assert_eq!(brief.ppid, full.ppid);
         assert_eq!(brief.comm.as_str(), full.comm);
         assert_eq!(brief.starttime, full.starttime);
+        assert!(!brief.kthread);
+        // pid 2 is kthreadd outside a pid namespace (in one it is anyone's)
+        let two = proc.stat_reader().expect("root").brief(2).ok();
+        if let Some(b) = two.filter(|b| b.comm.as_str() == "kthreadd") {
+            assert!(b.kthread, "{b:?}");
+        }
         assert_eq!(
             (brief.startcode, brief.startstack),
             (full.startcode, full.startstack)
