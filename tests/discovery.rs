@@ -10,6 +10,7 @@ use wedgewatch::discover::{
 use wedgewatch::model::{EdgeOrigin, Role, Topology};
 use wedgewatch::probes::ProbeSet;
 use wedgewatch::sources::processes;
+use wedgewatch::sys::sock_diag::{dump_netlink, RecentDump};
 
 fn comp<'a>(t: &'a Topology, id: &str) -> &'a wedgewatch::model::Component {
     t.component(id).unwrap_or_else(|| {
@@ -684,4 +685,54 @@ fn rediscovery_leaves_unrelated_processes_fds_alone() {
     let third = discover::discover_cached(&probes, &opts, &mut cache).expect("discover");
     assert!(proxy_at(&third, &x1) && proxy_at(&third, &x2), "{third:?}");
     drop(sleepers);
+}
+
+/// The proxy search looks at every process only for a client socket that is still open and
+/// that no known process holds: not for one closed since the table that listed it (a
+/// scrape, a churning client's request; the daemon's table may be a second old), nor for
+/// our own (read afresh: we open and close scrapes at an unchanged fd count).
+#[test]
+fn rediscovery_searches_no_process_for_a_closed_socket_or_our_own() {
+    const SLEEPERS: usize = 200;
+    let e = free_port();
+    let _engine = Shape::engine("decode", e, 1, &["--host", "127.0.0.1"], &[]);
+    let sleepers = Sleepers(
+        (0..SLEEPERS)
+            .map(|_| {
+                std::process::Command::new("sleep")
+                    .arg("120")
+                    .stdin(std::process::Stdio::null())
+                    .spawn()
+                    .expect("sleep")
+            })
+            .collect(),
+    );
+    let probes = ProbeSet::builtin().expect("probes");
+    let recent = std::sync::Arc::new(RecentDump::new(Duration::from_secs(600)));
+    let opts = DiscoverOptions {
+        query_endpoints: false,
+        recent_dump: Some(std::sync::Arc::clone(&recent)),
+        ..DiscoverOptions::default()
+    };
+    let mut cache = discover::DiscoveryCache::new();
+    let port = format!(":{e}");
+    let engine = |c: &&wedgewatch::model::Component| c.listen.iter().any(|l| l.ends_with(&port));
+    let connect = || std::net::TcpStream::connect(("127.0.0.1", e)).expect("connect");
+    let earlier = connect();
+    let first = discover::discover_cached(&probes, &opts, &mut cache).expect("discover");
+    assert!(first.components.iter().any(|c| engine(&c)));
+    // A scrape of ours, in the table and closed before the pass, and one open in place of
+    // the earlier one (our fd count is the one the first pass saw, its socket list stale).
+    let scrape = connect();
+    drop(earlier);
+    let ours = connect();
+    let dump = dump_netlink(Duration::from_secs(2), false).expect("dump");
+    recent.offer(std::time::Instant::now(), &dump.sockets);
+    drop(scrape);
+    let before = cache.stats();
+    let second = discover::discover_cached(&probes, &opts, &mut cache).expect("discover");
+    let checks = cache.stats().fd_checks - before.fd_checks;
+    assert!(checks < SLEEPERS as u64, "{checks} fd counts checked");
+    assert!(second.components.iter().any(|c| engine(&c)));
+    drop((ours, sleepers));
 }

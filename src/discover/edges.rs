@@ -213,6 +213,7 @@ impl Builder<'_> {
             table: &self.table,
             wanted,
             known_pids: &known_pids,
+            own_pids: &self.opts.exclude_pids,
         };
         search.run()
     }

@@ -2,12 +2,14 @@
 //! cost that does not grow with unrelated processes.
 //!
 //! Cheapest first:
-//! 1. sockets the known processes hold (a router's own connections to its workers) need no
-//!    search;
+//! 1. sockets the known processes hold (a router's own connections to its workers, our
+//!    own scrapes, read afresh) need no search;
 //! 2. the processes that held such sockets in earlier passes (clients, proxies: remembered
 //!    in the [`DiscoveryCache`]) are looked at, each through its remembered sockets while its
 //!    fd count is unchanged: a churning client's new connections are found there;
-//! 3. only sockets still not found and not given up on earlier make every other process be
+//! 3. only sockets still not found, still open (the namespaces' tables read again: the
+//!    pass's may be a second old, and a scrape or a churning client's request is gone by
+//!    now) and not given up on earlier make every other process be
 //!    looked at (its remembered sockets, one fd-count check each), and when some are still
 //!    missing, every process holding sockets at all is read afresh (a proxy replaced a
 //!    connection at an unchanged count). What no readable process holds (another user's
@@ -29,13 +31,19 @@ pub(super) struct Search<'a> {
     pub wanted: &'a BTreeMap<u64, String>,
     /// Component pids, their ancestors and excluded pids: not proxies.
     pub known_pids: &'a BTreeSet<i32>,
+    /// Our own process (the excluded pids): its sockets are read afresh every pass. It
+    /// scrapes the components, so a new connection of ours at an unchanged fd count is
+    /// the rule, and a remembered list would send the search to every process for it.
+    pub own_pids: &'a [i32],
 }
 
-/// Sockets of each looked-at process, and the inodes seen so far.
+/// Sockets of each looked-at process, the inodes seen so far, and wanted ones closed since
+/// the table that listed them.
 #[derive(Default)]
 struct Looked {
     held: BTreeMap<i32, Arc<Vec<u64>>>,
     seen: BTreeSet<u64>,
+    closed: BTreeSet<u64>,
 }
 
 impl Looked {
@@ -50,7 +58,8 @@ impl Search<'_> {
     pub fn run(&self) -> Holders {
         let mut known_seen: BTreeSet<u64> = BTreeSet::new();
         for &pid in self.known_pids.iter().filter(|p| self.alive(**p)) {
-            known_seen.extend(self.table.socket_inodes_memo(pid, false).iter());
+            let fresh = self.own_pids.contains(&pid);
+            known_seen.extend(self.table.socket_inodes_memo(pid, fresh).iter());
         }
         let mut looked = Looked::default();
         if self.missing(&known_seen, &looked).next().is_some() {
@@ -60,7 +69,21 @@ impl Search<'_> {
                 }
             }
         }
-        if self.missing(&known_seen, &looked).next().is_some() {
+        let missing: Vec<u64> = self.missing(&known_seen, &looked).collect();
+        if !missing.is_empty() {
+            let open = self.table.open_now(&missing);
+            looked
+                .closed
+                .extend(missing.iter().filter(|i| !open.contains(i)));
+        }
+        let missing = self.missing(&known_seen, &looked).count();
+        if missing > 0 {
+            tracing::debug!(
+                missing,
+                wanted = self.wanted.len(),
+                processes = self.table.procs.len(),
+                "proxy search: open sockets no known process holds; looking at every process"
+            );
             self.search_everyone(&mut looked, &known_seen);
         }
         let given_up: Vec<u64> = self.missing(&known_seen, &looked).collect();
@@ -76,7 +99,8 @@ impl Search<'_> {
         self.alive(pid) && !self.known_pids.contains(&pid)
     }
 
-    /// Wanted sockets not seen yet and not given up on in an earlier pass.
+    /// Wanted sockets not seen yet, not closed since, and not given up on in an earlier
+    /// pass.
     fn missing<'s>(
         &'s self,
         known_seen: &'s BTreeSet<u64>,
@@ -86,6 +110,7 @@ impl Search<'_> {
             .keys()
             .copied()
             .filter(|i| !known_seen.contains(i) && !looked.seen.contains(i))
+            .filter(|i| !looked.closed.contains(i))
             .filter(|i| !self.table.given_up_socket(*i))
     }
 

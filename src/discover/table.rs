@@ -60,7 +60,8 @@ pub(super) struct ProcTable {
     /// netns inode -> tcp + tcp6 entries, read once per namespace and shared, not copied,
     /// for each pid that asks (thousands of entries under connection churn, asked once per
     /// candidate process).
-    net: RefCell<BTreeMap<u64, Rc<Vec<SocketEntry>>>>,
+    /// With the pid it was read through (see [`ProcTable::open_now`]).
+    net: RefCell<BTreeMap<u64, NamespaceTcp>>,
     /// Our own network namespace (netns, issue 11 item 5): processes in another one are in a
     /// container, keyed and scraped in there.
     own_net: Option<u64>,
@@ -70,6 +71,9 @@ pub(super) struct ProcTable {
     /// What earlier passes read (see `cache.rs`); given back by [`ProcTable::into_cache`].
     cache: RefCell<DiscoveryCache>,
 }
+
+/// One namespace's TCP entries, and the pid they were read through.
+type NamespaceTcp = (i32, Rc<Vec<SocketEntry>>);
 
 /// What a pass reads of a pid: its `stat` line.
 struct StatLine {
@@ -276,21 +280,44 @@ impl ProcTable {
     pub fn tcp_of(&self, pid: i32) -> Rc<Vec<SocketEntry>> {
         let ns = self.netns(pid);
         let key = ns.unwrap_or(0);
-        if let Some(v) = self.net.borrow().get(&key) {
+        if let Some((_, v)) = self.net.borrow().get(&key) {
             return Rc::clone(v);
         }
-        let entries = Rc::new(self.read_tcp(pid, ns));
-        self.net.borrow_mut().insert(key, Rc::clone(&entries));
+        let entries = Rc::new(self.read_tcp(pid, ns, false));
+        self.net
+            .borrow_mut()
+            .insert(key, (pid, Rc::clone(&entries)));
         entries
+    }
+
+    /// Of `inodes` (sockets of this pass's TCP tables), those still open now: every
+    /// namespace read this pass is read again, afresh (not the sockets source's recent dump).
+    /// A socket in a table taken up to a second ago may be gone (a scrape, a churning
+    /// client's request): searching every process's fds for it is what this saves.
+    pub fn open_now(&self, inodes: &[u64]) -> BTreeSet<u64> {
+        let namespaces: Vec<(u64, i32)> = self
+            .net
+            .borrow()
+            .iter()
+            .map(|(ns, (pid, _))| (*ns, *pid))
+            .collect();
+        let wanted: BTreeSet<u64> = inodes.iter().copied().collect();
+        let mut open = BTreeSet::new();
+        for (ns, pid) in namespaces {
+            let ns = (ns != 0).then_some(ns);
+            let now = self.read_tcp(pid, ns, true);
+            open.extend(now.iter().map(|e| e.inode).filter(|i| wanted.contains(i)));
+        }
+        open
     }
 
     /// The TCP sockets of `pid`'s namespace `ns`: our own through sock_diag on the kernel's
     /// procfs (the kernel leaves TIME_WAIT sockets out, thousands under connection churn,
-    /// instead of formatting each as a line of `net/tcp`), else, or when that fails, from
-    /// `net/tcp{,6}` as `pid` sees them.
-    fn read_tcp(&self, pid: i32, ns: Option<u64>) -> Vec<SocketEntry> {
+    /// instead of formatting each as a line of `net/tcp`; the sockets source's recent dump
+    /// unless `fresh`), else, or when that fails, from `net/tcp{,6}` as `pid` sees them.
+    fn read_tcp(&self, pid: i32, ns: Option<u64>, fresh: bool) -> Vec<SocketEntry> {
         if ns.is_some() && ns == self.own_net && self.proc.is_real() {
-            let recent = self.recent_dump.as_ref();
+            let recent = self.recent_dump.as_ref().filter(|_| !fresh);
             if let Some(kept) = recent.and_then(|r| r.latest(Instant::now())) {
                 return Arc::unwrap_or_clone(kept);
             }
