@@ -258,15 +258,23 @@ fn the_noon_wedge_is_a_stuck_request_series_and_prometheus_fires_the_alert() {
         wedged >= Some(1.0),
         "wedged_request open at decode:\n{body}"
     );
-    assert_eq!(
+    // One status series at 1, and not `unavailable`. `degraded` is allowed: the daemon
+    // watches the whole machine, and the other test lane's short-lived SGLang-shaped
+    // processes (discovered, then gone) degrade its sources for a moment (seen once in a
+    // full run: processes, sockets and metrics degraded together).
+    let status = |s: &str| {
         lab::metric_value(
             &body,
             "wedgewatch_source_status",
-            &[("source", "sockets"), ("status", "ok")]
-        ),
-        Some(1.0),
-        "{body}"
-    );
+            &[("source", "sockets"), ("status", s)],
+        )
+    };
+    let ones = ["ok", "degraded", "unavailable"]
+        .iter()
+        .filter(|s| status(s) == Some(1.0))
+        .count();
+    assert_eq!(ones, 1, "{body}");
+    assert_eq!(status("unavailable"), Some(0.0), "{body}");
 
     // Prometheus scrapes it and fires the shipped alert for that hop.
     let alert = wait_alert(&listen, &component, dir.path(), Duration::from_secs(90));
