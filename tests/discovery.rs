@@ -622,6 +622,19 @@ fn live_vllm_shape_children_and_gpus() {
 /// `sleep` processes, killed on drop.
 struct Sleepers(Vec<std::process::Child>);
 
+impl Sleepers {
+    fn spawn(n: usize) -> Sleepers {
+        let spawn = |_| {
+            std::process::Command::new("sleep")
+                .arg("120")
+                .stdin(std::process::Stdio::null())
+                .spawn()
+                .expect("sleep")
+        };
+        Sleepers((0..n).map(spawn).collect())
+    }
+}
+
 impl Drop for Sleepers {
     fn drop(&mut self) {
         for c in &mut self.0 {
@@ -653,17 +666,7 @@ fn rediscovery_leaves_unrelated_processes_fds_alone() {
     );
     let proxy = ["python3", "proxy.py", "--listen", &x1, "--upstream", &es];
     let _proxy = Shape::start(&proxy, &[]);
-    let sleepers = Sleepers(
-        (0..SLEEPERS)
-            .map(|_| {
-                std::process::Command::new("sleep")
-                    .arg("120")
-                    .stdin(std::process::Stdio::null())
-                    .spawn()
-                    .expect("sleep")
-            })
-            .collect(),
-    );
+    let sleepers = Sleepers::spawn(SLEEPERS);
     let probes = ProbeSet::builtin().expect("probes");
     let opts = DiscoverOptions {
         query_endpoints: false,
@@ -696,17 +699,7 @@ fn rediscovery_searches_no_process_for_a_closed_socket_or_our_own() {
     const SLEEPERS: usize = 200;
     let e = free_port();
     let _engine = Shape::engine("decode", e, 1, &["--host", "127.0.0.1"], &[]);
-    let sleepers = Sleepers(
-        (0..SLEEPERS)
-            .map(|_| {
-                std::process::Command::new("sleep")
-                    .arg("120")
-                    .stdin(std::process::Stdio::null())
-                    .spawn()
-                    .expect("sleep")
-            })
-            .collect(),
-    );
+    let sleepers = Sleepers::spawn(SLEEPERS);
     let probes = ProbeSet::builtin().expect("probes");
     let recent = std::sync::Arc::new(RecentDump::new(Duration::from_secs(600)));
     let opts = DiscoverOptions {

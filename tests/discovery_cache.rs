@@ -64,17 +64,21 @@ const LAUNCHER: &[&str] = &[
 ];
 const SLEEPERS: std::ops::Range<i32> = 1000..1300;
 
-/// An engine with a forked child that has not set its title yet, a titled router under a
-/// `timeout` launcher, and 300 unrelated `sleep` processes.
-fn tree(root: &Path) {
-    let base = |pid, ppid, comm, argv| P {
+/// A process started at 5000 ticks with the first exec mark.
+fn base<'a>(pid: i32, ppid: i32, comm: &'a str, argv: &'a [&'a str]) -> P<'a> {
+    P {
         pid,
         ppid,
         comm,
         start: 5000,
         code: 4096,
         argv,
-    };
+    }
+}
+
+/// An engine with a forked child that has not set its title yet, a titled router under a
+/// `timeout` launcher, and 300 unrelated `sleep` processes.
+fn tree(root: &Path) {
     write(root, &base(100, 1, "python3", ENGINE));
     write(root, &base(101, 100, "python3", ENGINE));
     write(root, &base(110, 1, "timeout", LAUNCHER));
@@ -417,15 +421,7 @@ fn many_unrelated_processes_lengthen_the_rotation_not_the_pass() {
     // 1,300 sleepers in all: a slice of a sixth would be 217 `stat` reads a pass
     let many = 2000..3000;
     for pid in many.clone() {
-        let p = P {
-            pid,
-            ppid: 1,
-            comm: "sleep",
-            start: 5000,
-            code: 4096,
-            argv: &["sleep", "600"],
-        };
-        write(root, &p);
+        write(root, &base(pid, 1, "sleep", &["sleep", "600"]));
     }
     let unrelated = SLEEPERS.len() + many.len();
     let mut cache = DiscoveryCache::new();
@@ -465,14 +461,6 @@ fn kernel_threads_are_known_by_their_flag_and_left_out_of_the_rotation() {
     tree(root);
     write_kthread(root, 50);
     // In a pid namespace pid 2 is anyone's: here a shell whose child is an engine.
-    let base = |pid, ppid, comm, argv| P {
-        pid,
-        ppid,
-        comm,
-        start: 5000,
-        code: 4096,
-        argv,
-    };
     write(root, &base(2, 1, "bash", &["bash", "run.sh"]));
     let engine = ["python3", "-m", "sglang.launch_server", "--port", "31033"];
     write(root, &base(300, 2, "python3", &engine));
