@@ -3,12 +3,12 @@
 //! `WW_BENCH_STREAMS` (default 200) concurrent streaming agents, every request a new
 //! connection (the harness's steady mode), at the daemon's default cadences:
 //!
-//! 1. Throughput side by side: `WW_BENCH_PAIRS` (default 2) pairs of `WW_BENCH_BLOCK_SECS`
-//!    (default 60) blocks, one without the daemon and one with it (order swapped every pair);
-//!    goal: with/without >= 0.98. One daemon serves every pair: started and warmed under the
-//!    load for `WW_BENCH_WARM_SECS` (default 60, its first minute, as section 2 leaves out),
-//!    then stopped (SIGSTOP: no CPU) through each block without it and continued through each
-//!    block with it.
+//! 1. Throughput side by side (`biglab_parts/throughput.rs`): one harness run, the daemon
+//!    stopped (SIGSTOP: no CPU) and continued on the harness's clock through
+//!    `WW_BENCH_PAIRS` (default 15) pairs of `WW_BENCH_BLOCK_SECS` (default 20) blocks,
+//!    without/with, with/without, ...; goal: the pooled with/without >= 0.98 (printed with
+//!    its standard error). One daemon serves every pair, started and warmed under the load
+//!    for `WW_BENCH_WARM_SECS` (default 60, its first minute, as section 2 leaves out).
 //! 2. Steady state: one daemon for `WW_BENCH_MINUTES` (default 20) under the load, sampled
 //!    every 10 s; after the first minute, CPU (daemon + py-spy children) <= 3 % of one core,
 //!    RSS <= 96 MiB, recording growth < 10 MiB/h.
@@ -42,6 +42,8 @@ mod lab;
 mod proc_stat;
 #[path = "common/stop.rs"]
 mod stop;
+#[path = "biglab_parts/throughput.rs"]
+mod throughput;
 
 use daemon_proc::{env_f64, loadavg, quantile, wedgewatch, Daemon};
 use serde_json::Value;
@@ -74,8 +76,8 @@ impl Params {
             tp: env_f64("WW_BENCH_TP", 8.0) as u32,
             streams: env_f64("WW_BENCH_STREAMS", 200.0) as u32,
             max_tokens: env_f64("WW_BENCH_MAX_TOKENS", 32.0) as u32,
-            pairs: env_f64("WW_BENCH_PAIRS", 2.0) as usize,
-            block_secs: env_f64("WW_BENCH_BLOCK_SECS", 60.0),
+            pairs: env_f64("WW_BENCH_PAIRS", 15.0) as usize,
+            block_secs: env_f64("WW_BENCH_BLOCK_SECS", 20.0),
             warm_secs: env_f64("WW_BENCH_WARM_SECS", 60.0),
             minutes: env_f64("WW_BENCH_MINUTES", 20.0),
             poll_ms: env_f64("WW_BENCH_POLL_MS", 300.0) as u64,
@@ -166,74 +168,22 @@ impl Drop for Load {
     }
 }
 
-/// Section 1: returns whether the ratio goal is met.
+/// Section 1 (`biglab_parts/throughput.rs`): returns whether the ratio goal is met.
 fn throughput(b: &Bench) -> bool {
-    let mut d = b.daemon();
-    let (warm, _, _) = load_block(&b.lab, b.p.streams, b.p.warm_secs, b.p.max_tokens);
-    println!(
-        "  daemon warmed for {:.0} s under the load ({warm:.2} req/s, not counted)",
-        b.p.warm_secs
-    );
-    let mut ratios = Vec::new();
-    for pair in 0..b.p.pairs {
-        let mut rates = [0.0f64; 2]; // [without, with]
-        let order = if pair % 2 == 0 { [0, 1] } else { [1, 0] };
-        for which in order {
-            let running = which == 1;
-            if !pause(&d, !running) {
-                println!("  could not pause or continue the daemon: no throughput figure");
-                let _ = pause(&d, false); // a stopped daemon would only go at SIGKILL
-                d.stop();
-                return false;
-            }
-            let (rate, _, bad) = load_block(&b.lab, b.p.streams, b.p.block_secs, b.p.max_tokens);
-            rates[which] = rate;
-            println!(
-                "  pair {pair} {}: {rate:.2} req/s ({bad} hung or failed requests), load {}",
-                ["without daemon (stopped)", "with daemon             "][which],
-                loadavg()
-            );
-        }
-        ratios.push(rates[1] / rates[0]);
-    }
-    let _ = pause(&d, false);
-    d.stop();
-    if ratios.is_empty() {
+    if b.p.pairs == 0 {
         return true;
     }
-    let r = median(&mut ratios.clone());
-    let (lo, hi) = ratios
-        .iter()
-        .fold((f64::MAX, f64::MIN), |(lo, hi), &x| (lo.min(x), hi.max(x)));
-    println!(
-        "throughput with/without daemon: median ratio {r:.3} (range {lo:.3}-{hi:.3}, {} pairs) goal >= 0.98 {}",
-        ratios.len(),
-        verdict(r >= 0.98)
-    );
-    r >= 0.98
-}
-
-/// The median: of an even count, the mean of the middle two (the nearest rank would be the
-/// lower one: of two pairs, their worse).
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    match v.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
-}
-
-/// Stops (SIGSTOP) or continues (SIGCONT) the daemon: a stopped daemon takes no CPU, so a
-/// block without it needs no fresh daemon and a block with it sees one past its start.
-fn pause(d: &Daemon, stopped: bool) -> bool {
-    use nix::sys::signal::{kill, Signal};
-    let sig = if stopped {
-        Signal::SIGSTOP
-    } else {
-        Signal::SIGCONT
+    let plan = throughput::Plan {
+        streams: b.p.streams,
+        max_tokens: b.p.max_tokens,
+        warm_secs: b.p.warm_secs,
+        block_secs: b.p.block_secs,
+        pairs: b.p.pairs,
     };
-    kill(nix::unistd::Pid::from_raw(d.pid() as i32), sig).is_ok()
+    let mut d = b.daemon();
+    let outcome = throughput::measure(&b.lab, &d, &plan);
+    d.stop();
+    outcome.is_some_and(|o| throughput::report(&o, &plan))
 }
 
 /// What the steady state measured after its first minute.

@@ -484,8 +484,31 @@ impl Lab {
     /// after request (a new connection each) for `secs` seconds, `max_tokens` a reply; its
     /// report has `completed_requests`, `requests_per_s`, `hung_requests`, ...
     pub fn steady_load(&self, agents: u32, secs: f64, max_tokens: u32) -> Result<LoadRun, String> {
+        self.steady_load_args(agents, secs, max_tokens, &[])
+    }
+
+    /// [`Lab::steady_load`] that also counts aloud: every `every_s` seconds the harness
+    /// writes its completed requests so far to stderr, read with [`LoadRun::progress`].
+    pub fn steady_load_progress(
+        &self,
+        agents: u32,
+        secs: f64,
+        max_tokens: u32,
+        every_s: f64,
+    ) -> Result<LoadRun, String> {
+        self.steady_load_args(agents, secs, max_tokens, &["--progress".into(), every_s.to_string()])
+    }
+
+    fn steady_load_args(
+        &self,
+        agents: u32,
+        secs: f64,
+        max_tokens: u32,
+        extra: &[String],
+    ) -> Result<LoadRun, String> {
         let mut args = self.load_args(agents, 4, 30.0, max_tokens);
         args.extend(["--duration".into(), secs.to_string()]);
+        args.extend(extra.iter().cloned());
         let child = lab_cmd(&args.iter().map(String::as_str).collect::<Vec<_>>())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -605,6 +628,34 @@ impl LoadRun {
         }
         serde_json::from_str(out.trim())
             .map_err(|e| format!("harness output is not JSON ({e}): {out}\nstderr: {err}"))
+    }
+}
+
+/// One `--progress` line of the harness: seconds since its start, requests completed so far.
+#[derive(Clone, Copy, Debug)]
+pub struct Progress {
+    pub t: f64,
+    pub completed: u64,
+}
+
+impl LoadRun {
+    /// The harness's progress lines as they come (blocking on each); `None` once taken. The
+    /// report still comes from [`LoadRun::wait`].
+    pub fn progress(&mut self) -> Option<impl Iterator<Item = Progress>> {
+        use std::io::BufRead;
+        let err = self.child.as_mut()?.stderr.take()?;
+        Some(
+            std::io::BufReader::new(err)
+                .lines()
+                .map_while(Result::ok)
+                .filter_map(|l| {
+                    let v: Value = serde_json::from_str(&l).ok()?;
+                    Some(Progress {
+                        t: v["t"].as_f64()?,
+                        completed: v["completed"].as_u64()?,
+                    })
+                }),
+        )
     }
 }
 

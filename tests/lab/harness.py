@@ -7,7 +7,8 @@
 Steady mode (--duration): every agent streams request after request for S seconds (new
 connection each, so connections churn), its conversation starting over every R rounds;
 prints {"completed_requests", "requests_per_s", "chunks", "chunks_per_s", "hung_requests",
-"errored_requests", "error_samples", ...} instead of the per-agent report below.
+"errored_requests", "error_samples", ...} instead of the per-agent report below; with
+--progress S, also one {"t", "completed", "chunks"} line to stderr every S seconds.
 
 Each agent keeps its conversation: every round appends the assistant reply and a new user
 message, so the prompt grows every round. Agent i's user messages are 12 + 8*i words long
@@ -30,6 +31,10 @@ import sys
 import time
 
 import aiohttp
+
+# Chunks received so far by every request, finished or not (--progress reports it): unlike
+# completed requests, which come in beats (see steady_agent), chunks flow evenly.
+STREAMED = {"chunks": 0}
 
 VOCAB = ("plan route cache shard token batch queue tensor kernel stream agent reply context "
          "window budget schedule memory latency prefill decode").split()
@@ -72,6 +77,7 @@ async def one_round(url, messages, max_tokens, timeout, rec):
                         done = True
                         continue
                     rec["chunks"] += 1
+                    STREAMED["chunks"] += 1
                     try:
                         obj = json.loads(data)
                     except ValueError:
@@ -112,10 +118,14 @@ async def agent(i, url, rounds, max_tokens, timeout, report):
 async def steady_agent(i, url, a, deadline, stats):
     """Duration mode: round after round until the deadline (the last request is finished,
     not cut); the conversation starts over every --rounds rounds, so prompts stay bounded.
-    Agent i's user messages are 12 + 8 * (i % 10) words."""
-    rnd = 0
+    Agent i's user messages are 12 + 8 * (i % 10) words. Agent i's first conversation is
+    i % rounds rounds shorter, so the agents' conversations do not all start over together:
+    in step, the load beats (short prompts, then long ones) every `rounds` requests, and a
+    throughput counted over any stretch but whole beats is off by a part of one."""
+    rnd = i % a.rounds
+    messages = None
     while time.monotonic() < deadline:
-        if rnd % a.rounds == 0:
+        if messages is None or rnd % a.rounds == 0:
             messages = [{"role": "system",
                          "content": f"You are agent {i} of a planning swarm. Answer briefly please."}]
         rnd += 1
@@ -142,6 +152,21 @@ async def steady_agent(i, url, a, deadline, stats):
             await asyncio.sleep(a.think)
 
 
+async def progress(every, t0, stats):
+    """`--progress S`: one line to stderr every S seconds, the completed requests and the
+    chunks streamed so far: {"t": seconds since the start (monotonic), "completed": count,
+    "chunks": count}. A reader can cut one long run into blocks of its own (the bench's
+    daemon on and off) without a harness starting up at every block."""
+    n = 0
+    while True:
+        n += 1
+        await asyncio.sleep(max(0.0, t0 + n * every - time.monotonic()))
+        sys.stderr.write(json.dumps({"t": round(time.monotonic() - t0, 3),
+                                     "completed": stats["completed"],
+                                     "chunks": STREAMED["chunks"]}) + "\n")
+        sys.stderr.flush()
+
+
 async def steady(a):
     """`--duration S`: a.agents agents (streams) for S seconds; prints throughput."""
     t0 = time.monotonic()
@@ -149,6 +174,8 @@ async def steady(a):
     url = a.url.rstrip("/")
     tasks = [asyncio.create_task(steady_agent(i, url, a, t0 + a.duration, stats))
              for i in range(a.agents)]
+    if a.progress > 0:
+        asyncio.get_running_loop().create_task(progress(a.progress, t0, stats))
     bound = a.total_timeout or a.duration + a.timeout + 5
     _, pending = await asyncio.wait(tasks, timeout=bound)
     for t in pending:
@@ -176,6 +203,8 @@ async def main():
                     help="steady mode: keep every agent busy for this many seconds")
     ap.add_argument("--think", type=float, default=0.0,
                     help="steady mode: seconds an agent waits between its requests")
+    ap.add_argument("--progress", type=float, default=0.0,
+                    help="steady mode: print the completed count to stderr every S seconds")
     a = ap.parse_args()
     if a.duration > 0:
         return await steady(a)

@@ -29,7 +29,8 @@ Standard library only; runs with the system python3. Subcommands:
                                           + mount namespace (two_node_lab.py; root)
   exec --run-dir DIR NODE -- CMD...       (two-node) run CMD inside node a or b
   load --run-dir DIR --agents N --rounds R [--timeout S] [--max-tokens M] [--total-timeout T]
-       [--duration S [--think S]]         run harness.py against the proxy, print its JSON
+       [--duration S [--think S] [--progress S]]
+                                          run harness.py against the proxy, print its JSON
                                           (--duration: steady mode, e.g. 200 streams for S s)
   restart --run-dir DIR COMPONENT [--env K=V]... [--unset K]...
                                           stop one component (by recorded pid/process group)
@@ -678,6 +679,8 @@ def cmd_load(a):
         cmd += ["--total-timeout", str(a.total_timeout)]
     if a.duration:
         cmd += ["--duration", str(a.duration), "--think", str(a.think)]
+        if a.progress:
+            cmd += ["--progress", str(a.progress)]
     # exec, not a child: whoever runs `lab.py load` owns (and can kill) the harness itself;
     # the harness bounds its own run time (--total-timeout, default rounds*timeout+5).
     sys.stdout.flush()
@@ -732,6 +735,8 @@ def main(argv=None):
                          "(conversations start over every --rounds rounds); prints throughput")
     ld.add_argument("--think", type=float, default=0.0,
                     help="steady mode: seconds between an agent's requests")
+    ld.add_argument("--progress", type=float, default=0.0,
+                    help="steady mode: the completed count to stderr every S seconds")
     rs = sub.add_parser("restart")
     rs.add_argument("--run-dir", required=True)
     rs.add_argument("component")

@@ -1,0 +1,166 @@
+//! Section 1 of the biglab bench: the harness's throughput with the daemon and without it,
+//! side by side in ONE harness run.
+//!
+//! Why one run, cut into short blocks: on 2 cores the lab's throughput wanders. Measured
+//! with no daemon at all (one 600 s run, 200 streams), 20 s blocks differ by 2.6 % from the
+//! next one (standard deviation), 60 s blocks by 1.9 %: a drift, not only noise that
+//! averages away. A fresh harness per block added its own start (200 streams connecting at
+//! once, Python starting) on top. The daemon's cost is about 1 % of the machine, so two pairs
+//! of 60 s blocks, as before, read anywhere from 0.96 to 1.03. Now one harness runs
+//! throughout and counts its completed requests aloud every second; the bench stops
+//! (SIGSTOP) and continues (SIGCONT) the daemon on the harness's own clock, in many short
+//! blocks ordered without/with, with/without, ... (the daemon changes state every other
+//! block, and a steady drift cancels within two pairs). The ratio is the pooled one: the mean
+//! rate of the blocks with the daemon over the mean of those without; its standard error
+//! comes from the pairs' spread.
+
+use crate::daemon_proc::{loadavg, Daemon};
+use crate::lab::{Lab, Progress};
+
+/// How the section runs.
+pub struct Plan {
+    pub streams: u32,
+    pub max_tokens: u32,
+    /// The daemon runs under the load this long first, not counted.
+    pub warm_secs: f64,
+    pub block_secs: f64,
+    pub pairs: usize,
+}
+
+/// What it measured.
+pub struct Outcome {
+    /// Mean rate with the daemon over mean rate without.
+    pub ratio: f64,
+    /// The pooled ratio's standard error, from the pairs' own ratios.
+    pub std_error: f64,
+    pub with_rate: f64,
+    pub without_rate: f64,
+    pub pair_ratios: Vec<f64>,
+    pub bad_requests: u64,
+}
+
+/// Whether the daemon runs through block `k`: pair p is [without, with] for an even p,
+/// [with, without] for an odd one.
+fn running_in(k: usize) -> bool {
+    let (pair, first) = (k / 2, k.is_multiple_of(2));
+    pair.is_multiple_of(2) != first
+}
+
+/// Runs the section on `d` (started, running); leaves it running. `None` (with the reason
+/// printed) when the harness or the signals failed.
+pub fn measure(lab: &Lab, d: &Daemon, plan: &Plan) -> Option<Outcome> {
+    let blocks = 2 * plan.pairs;
+    let secs = plan.warm_secs + blocks as f64 * plan.block_secs + 2.0;
+    let mut run = lab
+        .steady_load_progress(plan.streams, secs, plan.max_tokens, 1.0)
+        .map_err(|e| println!("  harness: {e}"))
+        .ok()?;
+    let mut lines = run.progress()?;
+    let mut marks: Vec<Progress> = Vec::with_capacity(blocks + 1);
+    while marks.len() <= blocks {
+        let due = plan.warm_secs + marks.len() as f64 * plan.block_secs;
+        let Some(p) = lines.by_ref().find(|p| p.t >= due - 0.01) else {
+            println!("  the harness stopped counting after {} blocks", marks.len());
+            let _ = pause(d, false);
+            return None;
+        };
+        if marks.is_empty() {
+            println!(
+                "  daemon warmed for {:.0} s under the load ({:.2} req/s, not counted)",
+                p.t,
+                p.completed as f64 / p.t
+            );
+        }
+        marks.push(p);
+        if marks.len() <= blocks && !pause(d, !running_in(marks.len() - 1)) {
+            println!("  could not stop or continue the daemon: no throughput figure");
+            let _ = pause(d, false); // a stopped daemon would only go at SIGKILL
+            return None;
+        }
+    }
+    let _ = pause(d, false);
+    drop(lines);
+    let report = run.wait().map_err(|e| println!("  harness: {e}")).ok()?;
+    let bad = ["hung_requests", "errored_requests"]
+        .iter()
+        .map(|k| report[*k].as_u64().unwrap_or(0))
+        .sum();
+    Some(outcome(&marks, bad))
+}
+
+fn outcome(marks: &[Progress], bad_requests: u64) -> Outcome {
+    let rates: Vec<f64> = marks
+        .windows(2)
+        .map(|w| (w[1].completed - w[0].completed) as f64 / (w[1].t - w[0].t))
+        .collect();
+    let mean_of = |on: bool| {
+        let v: Vec<f64> = (0..rates.len())
+            .filter(|&k| running_in(k) == on)
+            .map(|k| rates[k])
+            .collect();
+        v.iter().sum::<f64>() / v.len().max(1) as f64
+    };
+    let (with_rate, without_rate) = (mean_of(true), mean_of(false));
+    let pair_ratios: Vec<f64> = rates
+        .chunks(2)
+        .filter(|c| c.len() == 2)
+        .enumerate()
+        .map(|(p, c)| if p.is_multiple_of(2) { c[1] / c[0] } else { c[0] / c[1] })
+        .collect();
+    let n = pair_ratios.len() as f64;
+    let mean = pair_ratios.iter().sum::<f64>() / n;
+    let var = pair_ratios.iter().map(|r| (r - mean).powi(2)).sum::<f64>() / (n - 1.0);
+    Outcome {
+        ratio: with_rate / without_rate,
+        std_error: (var / n).sqrt(),
+        with_rate,
+        without_rate,
+        pair_ratios,
+        bad_requests,
+    }
+}
+
+/// Prints the outcome; returns whether the goal (>= 0.98) is met.
+pub fn report(o: &Outcome, plan: &Plan) -> bool {
+    let per_line = 8;
+    for (i, chunk) in o.pair_ratios.chunks(per_line).enumerate() {
+        let list: Vec<String> = chunk.iter().map(|r| format!("{r:.3}")).collect();
+        println!(
+            "  pairs {}-{}: with/without {}",
+            i * per_line,
+            i * per_line + chunk.len() - 1,
+            list.join(" ")
+        );
+    }
+    println!(
+        "  {} pairs of {:.0} s blocks: {:.2} req/s with the daemon, {:.2} without ({} hung or failed requests), load {}",
+        o.pair_ratios.len(),
+        plan.block_secs,
+        o.with_rate,
+        o.without_rate,
+        o.bad_requests,
+        loadavg()
+    );
+    let ok = o.ratio >= 0.98;
+    println!(
+        "throughput with/without daemon: ratio {:.3} (standard error {:.3}: {:.3}-{:.3} at 2 of them) goal >= 0.98 {}",
+        o.ratio,
+        o.std_error,
+        o.ratio - 2.0 * o.std_error,
+        o.ratio + 2.0 * o.std_error,
+        if ok { "OK" } else { "MISSED" }
+    );
+    ok
+}
+
+/// Stops (SIGSTOP) or continues (SIGCONT) the daemon: a stopped daemon takes no CPU, so a
+/// block without it needs no fresh daemon and a block with it sees one past its start.
+pub fn pause(d: &Daemon, stopped: bool) -> bool {
+    use nix::sys::signal::{kill, Signal};
+    let sig = if stopped {
+        Signal::SIGSTOP
+    } else {
+        Signal::SIGCONT
+    };
+    kill(nix::unistd::Pid::from_raw(d.pid() as i32), sig).is_ok()
+}
