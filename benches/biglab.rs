@@ -5,10 +5,11 @@
 //!
 //! 1. Throughput side by side (`biglab_parts/throughput.rs`): one harness run, the daemon
 //!    stopped (SIGSTOP: no CPU) and continued on the harness's clock through
-//!    `WW_BENCH_PAIRS` (default 15) pairs of `WW_BENCH_BLOCK_SECS` (default 20) blocks,
-//!    without/with, with/without, ...; goal: the pooled with/without >= 0.98 (printed with
-//!    its standard error). One daemon serves every pair, started and warmed under the load
-//!    for `WW_BENCH_WARM_SECS` (default 60, its first minute, as section 2 leaves out).
+//!    `WW_BENCH_PAIRS` (default 30) pairs of `WW_BENCH_BLOCK_SECS` (default 10) blocks,
+//!    without/with, with/without, ...; goal: the pooled with/without of chunks streamed a
+//!    second >= 0.98 (printed with its standard error; requests a second beside it). One
+//!    daemon serves every pair, started and warmed under the load for `WW_BENCH_WARM_SECS`
+//!    (default 60, its first minute, as section 2 leaves out).
 //! 2. Steady state: one daemon for `WW_BENCH_MINUTES` (default 20) under the load, sampled
 //!    every 10 s; after the first minute, CPU (daemon + py-spy children) <= 3 % of one core,
 //!    RSS <= 96 MiB, recording growth < 10 MiB/h.
@@ -76,8 +77,8 @@ impl Params {
             tp: env_f64("WW_BENCH_TP", 8.0) as u32,
             streams: env_f64("WW_BENCH_STREAMS", 200.0) as u32,
             max_tokens: env_f64("WW_BENCH_MAX_TOKENS", 32.0) as u32,
-            pairs: env_f64("WW_BENCH_PAIRS", 15.0) as usize,
-            block_secs: env_f64("WW_BENCH_BLOCK_SECS", 20.0),
+            pairs: env_f64("WW_BENCH_PAIRS", 30.0) as usize,
+            block_secs: env_f64("WW_BENCH_BLOCK_SECS", 10.0),
             warm_secs: env_f64("WW_BENCH_WARM_SECS", 60.0),
             minutes: env_f64("WW_BENCH_MINUTES", 20.0),
             poll_ms: env_f64("WW_BENCH_POLL_MS", 300.0) as u64,

@@ -496,7 +496,12 @@ impl Lab {
         max_tokens: u32,
         every_s: f64,
     ) -> Result<LoadRun, String> {
-        self.steady_load_args(agents, secs, max_tokens, &["--progress".into(), every_s.to_string()])
+        self.steady_load_args(
+            agents,
+            secs,
+            max_tokens,
+            &["--progress".into(), every_s.to_string()],
+        )
     }
 
     fn steady_load_args(
@@ -631,11 +636,13 @@ impl LoadRun {
     }
 }
 
-/// One `--progress` line of the harness: seconds since its start, requests completed so far.
+/// One `--progress` line of the harness: seconds since its start, requests completed and
+/// chunks streamed so far.
 #[derive(Clone, Copy, Debug)]
 pub struct Progress {
     pub t: f64,
     pub completed: u64,
+    pub chunks: u64,
 }
 
 impl LoadRun {
@@ -653,6 +660,7 @@ impl LoadRun {
                     Some(Progress {
                         t: v["t"].as_f64()?,
                         completed: v["completed"].as_u64()?,
+                        chunks: v["chunks"].as_u64()?,
                     })
                 }),
         )
