@@ -1153,3 +1153,59 @@ fn probes_are_never_stuck_requests() {
         assert!(by_id(id).legs.contains(&r.id));
     }
 }
+
+/// A one-shot of one second on a busy decode engine: the forgotten request (36 s old, on a
+/// kept-alive connection) and the later ones were all under way before the first look, so
+/// no later request's size is known. `flowing`: their answers keep streaming through the
+/// second; else each answer had left whole before the first look.
+fn cold_look_at_busy_decode(flowing: bool) -> Vec<Finding> {
+    let mut sim = Sim::new(pd_topology());
+    let mut env = Env::busy(9.0);
+    let stuck = sim.connect(Some(200), 31012, 400);
+    sim.request(stuck, 500);
+    sim.respond(stuck, 900);
+    sim.advance(1_000);
+    sim.request(stuck, 42_000);
+    sim.advance(36_000);
+    let later: Vec<usize> = (0..8)
+        .map(|_| {
+            let c = sim.connect(Some(200), 31012, 400);
+            sim.request(c, 2_000);
+            c
+        })
+        .collect();
+    sim.advance(300);
+    for &c in &later {
+        sim.respond(c, 400);
+    }
+    sim.advance(50);
+    sim.run(1_000, |s| {
+        env.tick(s);
+        if flowing {
+            for &c in &later {
+                s.respond(c, 120);
+            }
+        }
+    });
+    findings(&sim)
+}
+
+/// Seen on the big lab: `snapshot --window 1s` on the wedged lab under 200 streams found the
+/// wedge in about half the runs. The engine is busy, so the wedge rests on later requests
+/// answered meanwhile, and in one second only the requests it saw begin had a size: some
+/// seconds none of those was answered yet (requests there complete in beats), while ~160
+/// streams flowed. Streams seen flowing now count as answered later requests.
+#[test]
+fn a_one_second_look_at_a_busy_decode_counts_the_streams_it_sees_flowing() {
+    let fs = cold_look_at_busy_decode(true);
+    let w: Vec<_> = fs.iter().filter(|f| f.kind == "wedged_request").collect();
+    assert_eq!(w.len(), 1, "{fs:#?}");
+    assert!(
+        w[0].summary.contains("8 later requests answered meanwhile"),
+        "{}",
+        w[0].summary
+    );
+    // Answers that had left whole before the first look could be a probe's: not counted.
+    let fs = cold_look_at_busy_decode(false);
+    assert!(fs.iter().all(|f| f.kind != "wedged_request"), "{fs:#?}");
+}

@@ -104,6 +104,11 @@ pub const HEADERS_ONLY_MIN_BYTES: u64 = 128;
 /// is a (slow) body, whatever its size.
 pub const HEADERS_BURST_MS: Millis = 500;
 
+/// An answer seen leaving this long after it was first seen under way is a stream, not one
+/// write: a probe's answer on loopback or a LAN leaves within milliseconds, a stream's
+/// tokens for seconds. (Below the sockets period, 250 ms: two looks suffice.)
+pub const STREAM_SPAN_MS: Millis = 200;
+
 impl Exchange {
     pub fn started(&self) -> bool {
         self.first_byte_ms.is_some()
@@ -134,6 +139,21 @@ impl Exchange {
     /// A body byte of the answer came (more than headers): the server answered it.
     pub fn answered(&self) -> bool {
         self.started() && !self.headers_only()
+    }
+
+    /// First seen with its answer already under way (its request's size unknown), and the
+    /// answer still leaving `STREAM_SPAN_MS` after that: a streamed body, so an inference
+    /// request whatever its size. A probe's answer (a health check, a load query) leaves in
+    /// one burst, before or at the first look. What a one-shot of a second sees of a busy
+    /// engine: almost every answered request there is one of these.
+    pub fn seen_streaming(&self) -> bool {
+        self.seen_mid_flight
+            && self.bytes_in == 0
+            && self.bytes_out > 0
+            && match (self.first_byte_ms, self.last_out_ms) {
+                (Some(first), Some(last)) => last - first >= STREAM_SPAN_MS,
+                _ => false,
+            }
     }
 
     /// "0 out", or "162 out (response headers only)".

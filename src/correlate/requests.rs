@@ -379,17 +379,21 @@ fn counters_flat_since(m: &Model, comp: &str, since: Millis, now: Millis) -> Opt
 /// prompt is slower to start, smaller ones may pass it for a while). A PD decode engine does
 /// no prefill: any inference-sized request is comparable there, so a long prompt it accepted
 /// and forgot (the incident's decode variable: prompts above a token count) is not excused
-/// by the small ones it keeps answering.
+/// by the small ones it keeps answering. Where any inference-sized request is comparable, so
+/// is a stream first seen under way, its size unknown ([`super::exchange::Exchange::seen_streaming`]): a
+/// one-shot of one second on a busy engine sees the start of few requests, and the requests
+/// complete in beats, so it may see none answered in full while hundreds stream.
 fn overtaken(m: &Model, r: &RequestView) -> usize {
-    let min_in = if r.x.bytes_in > 0 && r.x.role != Role::Decode {
-        (r.x.bytes_in / 2).max(OVERTAKE_MIN_BYTES_IN)
-    } else {
+    let any_inference = r.x.bytes_in == 0 || r.x.role == Role::Decode;
+    let min_in = if any_inference {
         OVERTAKE_MIN_BYTES_IN
+    } else {
+        (r.x.bytes_in / 2).max(OVERTAKE_MIN_BYTES_IN)
     };
     m.exchanges()
         .filter(|o| o.component == r.x.component && o.request_ms > r.x.request_ms + 1000)
         .filter(|o| o.client_component == r.x.client_component)
-        .filter(|o| o.bytes_in >= min_in)
+        .filter(|o| o.bytes_in >= min_in || (any_inference && o.seen_streaming()))
         .filter(|o| o.answered())
         .count()
 }
