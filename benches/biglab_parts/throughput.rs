@@ -17,6 +17,7 @@
 
 use crate::daemon_proc::{loadavg, Daemon};
 use crate::lab::{Lab, Progress};
+use crate::proc_stat::live_children;
 
 /// How the section runs.
 pub struct Plan {
@@ -180,14 +181,25 @@ fn line(what: &str, r: &Ratio, tail: &str) {
     );
 }
 
-/// Stops (SIGSTOP) or continues (SIGCONT) the daemon: a stopped daemon takes no CPU, so a
-/// block without it needs no fresh daemon and a block with it sees one past its start.
+/// Stops (SIGSTOP) or continues (SIGCONT) the daemon and its live children: a stopped daemon
+/// takes no CPU, so a block without it needs no fresh daemon and a block with it sees one
+/// past its start. Its children too: a py-spy dump begun in a block with the daemon would
+/// otherwise run on into the next block without it, and its cost count there. (py-spy runs
+/// `--nonblocking`: stopping it does not stop the process it reads.) The daemon is stopped
+/// first, so it starts no child meanwhile, and continued last.
 pub fn pause(d: &Daemon, stopped: bool) -> bool {
     use nix::sys::signal::{kill, Signal};
-    let sig = if stopped {
-        Signal::SIGSTOP
+    let signal = |pid: u32, sig| kill(nix::unistd::Pid::from_raw(pid as i32), sig).is_ok();
+    if stopped {
+        let ok = signal(d.pid(), Signal::SIGSTOP);
+        for c in live_children(d.pid()) {
+            signal(c, Signal::SIGSTOP);
+        }
+        ok
     } else {
-        Signal::SIGCONT
-    };
-    kill(nix::unistd::Pid::from_raw(d.pid() as i32), sig).is_ok()
+        for c in live_children(d.pid()) {
+            signal(c, Signal::SIGCONT);
+        }
+        signal(d.pid(), Signal::SIGCONT)
+    }
 }

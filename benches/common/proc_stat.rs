@@ -23,20 +23,27 @@ pub fn cpu_seconds(pid: u32) -> Option<f64> {
 
 /// CPU seconds of the live (not yet reaped) children of `pid`.
 pub fn live_children_cpu(pid: u32) -> f64 {
-    let mut total = 0.0;
+    live_children(pid)
+        .into_iter()
+        .map(|c| cpu_seconds(c).unwrap_or(0.0))
+        .sum()
+}
+
+/// The live (not yet reaped) children of `pid`, from every thread's `children` list.
+pub fn live_children(pid: u32) -> Vec<u32> {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return 0.0;
+        return Vec::new();
     };
-    for t in tasks.flatten() {
-        let children = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
-        for c in children
-            .split_whitespace()
-            .filter_map(|c| c.parse::<u32>().ok())
-        {
-            total += cpu_seconds(c).unwrap_or(0.0);
-        }
-    }
-    total
+    tasks
+        .flatten()
+        .flat_map(|t| {
+            let children = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
+            children
+                .split_whitespace()
+                .filter_map(|c| c.parse::<u32>().ok())
+                .collect::<Vec<_>>()
+        })
+        .collect()
 }
 
 pub fn rss_kib(pid: u32) -> Option<u64> {
