@@ -100,6 +100,13 @@ impl Env {
     }
 }
 
+/// The one `wedged_request` among `fs` (fails when there is none or more than one).
+fn one_wedge(fs: &[Finding]) -> &Finding {
+    let w: Vec<&Finding> = fs.iter().filter(|f| f.kind == "wedged_request").collect();
+    assert_eq!(w.len(), 1, "{fs:#?}");
+    w[0]
+}
+
 fn findings(sim: &Sim) -> Vec<Finding> {
     wedgewatch::pipeline::parts(&sim.model, sim.now).findings
 }
@@ -179,9 +186,7 @@ fn wedged_request_blames_the_decode_hop() {
     );
 
     let fs = findings(&sim);
-    let w: Vec<_> = fs.iter().filter(|f| f.kind == "wedged_request").collect();
-    assert_eq!(w.len(), 1, "{fs:#?}");
-    let f = w[0];
+    let f = one_wedge(&fs);
     println!("{}", f.summary);
     assert_eq!(f.component.as_deref(), Some(DECODE));
     assert_eq!(f.role, Some(Role::Decode));
@@ -732,16 +737,15 @@ fn pd_both_legs_waiting_blames_prefill() {
     pd_request(&mut sim);
     sim.run(40_000, |s| env.tick(s));
     let fs = findings(&sim);
-    let w: Vec<_> = fs.iter().filter(|f| f.kind == "wedged_request").collect();
-    assert_eq!(w.len(), 1, "{fs:#?}");
-    assert_eq!(w[0].component.as_deref(), Some(PREFILL));
-    assert_eq!(w[0].role, Some(Role::Prefill));
-    assert_eq!(w[0].requests.len(), 1, "one request: {:?}", w[0].requests);
+    let w = one_wedge(&fs);
+    assert_eq!(w.component.as_deref(), Some(PREFILL));
+    assert_eq!(w.role, Some(Role::Prefill));
+    assert_eq!(w.requests.len(), 1, "one request: {:?}", w.requests);
     let parts = wedgewatch::pipeline::parts(&sim.model, sim.now);
     let l = parts
         .logical_requests
         .iter()
-        .find(|l| l.id == w[0].requests[0])
+        .find(|l| l.id == w.requests[0])
         .expect("named");
     assert_eq!(
         l.legs.len(),
@@ -749,7 +753,7 @@ fn pd_both_legs_waiting_blames_prefill() {
         "proxy, router, prefill and the dependent decode leg"
     );
     assert_eq!(l.stuck_role, Some(Role::Prefill));
-    assert!(w[0]
+    assert!(w
         .evidence
         .iter()
         .any(|e| e.detail.contains("needs the KV cache from this prefill")));
@@ -777,12 +781,11 @@ fn busy_decode_overtaken(stuck_bytes: u64, later_bytes: u64, overtakers: usize) 
 #[test]
 fn wedged_on_a_busy_engine_only_when_later_requests_overtook_it() {
     let fs = busy_decode_overtaken(500, 500, 6);
-    let w: Vec<_> = fs.iter().filter(|f| f.kind == "wedged_request").collect();
-    assert_eq!(w.len(), 1, "{fs:#?}");
+    let w = one_wedge(&fs);
     assert!(
-        w[0].summary.contains("later requests answered meanwhile"),
+        w.summary.contains("later requests answered meanwhile"),
         "{}",
-        w[0].summary
+        w.summary
     );
     // A busy engine with nothing overtaking: a queue, not a wedge.
     assert!(busy_decode_overtaken(500, 500, 1)
@@ -823,12 +826,11 @@ fn a_jiffy_tie_at_start_on_a_busy_engine_is_not_a_wedge() {
 #[test]
 fn a_long_prompt_forgotten_by_a_busy_decode_is_wedged() {
     let fs = busy_decode_overtaken(42_000, 2_000, 6);
-    let w: Vec<_> = fs.iter().filter(|f| f.kind == "wedged_request").collect();
-    assert_eq!(w.len(), 1, "{fs:#?}");
+    let w = one_wedge(&fs);
     assert!(
-        w[0].summary.contains("6 later requests answered meanwhile"),
+        w.summary.contains("6 later requests answered meanwhile"),
         "{}",
-        w[0].summary
+        w.summary
     );
     assert!(busy_decode_overtaken(42_000, 2_000, 1)
         .iter()
@@ -935,16 +937,13 @@ fn engine_state_includes_its_scheduler_child_processes() {
         }
     });
     let fs = findings(&sim);
-    let w: Vec<_> = fs.iter().filter(|f| f.kind == "wedged_request").collect();
-    assert_eq!(w.len(), 1, "{fs:#?}");
-    assert_eq!(w[0].component.as_deref(), Some(DECODE));
+    let w = one_wedge(&fs);
+    assert_eq!(w.component.as_deref(), Some(DECODE));
     assert!(
-        w[0].summary.contains("GPU idle")
-            && w[0]
-                .summary
-                .contains("scheduler idle in 6/6 dumps over 25 s"),
+        w.summary.contains("GPU idle")
+            && w.summary.contains("scheduler idle in 6/6 dumps over 25 s"),
         "{}",
-        w[0].summary
+        w.summary
     );
     let parts = wedgewatch::pipeline::parts(&sim.model, sim.now);
     let t = parts.threads.iter().find(|t| t.pid == 401).expect("thread");
@@ -1092,13 +1091,8 @@ fn wedged_when_work_stopped_before_the_request_arrived() {
     sim.request(d, 900);
     sim.run(10_000, |s| env.tick(s));
     let fs = findings(&sim);
-    let w: Vec<_> = fs.iter().filter(|f| f.kind == "wedged_request").collect();
-    assert_eq!(w.len(), 1, "{fs:#?}");
-    assert!(
-        w[0].summary.contains("no token generated"),
-        "{}",
-        w[0].summary
-    );
+    let w = one_wedge(&fs);
+    assert!(w.summary.contains("no token generated"), "{}", w.summary);
     // Still none while tokens keep flowing after the request arrived (a busy engine that
     // is slow, not forgetful).
     let mut sim = Sim::new(pd_topology());
@@ -1198,12 +1192,11 @@ fn cold_look_at_busy_decode(flowing: bool) -> Vec<Finding> {
 #[test]
 fn a_one_second_look_at_a_busy_decode_counts_the_streams_it_sees_flowing() {
     let fs = cold_look_at_busy_decode(true);
-    let w: Vec<_> = fs.iter().filter(|f| f.kind == "wedged_request").collect();
-    assert_eq!(w.len(), 1, "{fs:#?}");
+    let w = one_wedge(&fs);
     assert!(
-        w[0].summary.contains("8 later requests answered meanwhile"),
+        w.summary.contains("8 later requests answered meanwhile"),
         "{}",
-        w[0].summary
+        w.summary
     );
     // Answers that had left whole before the first look could be a probe's: not counted.
     let fs = cold_look_at_busy_decode(false);
