@@ -93,7 +93,8 @@ pub fn measure(lab: &Lab, d: &Daemon, plan: &Plan) -> Option<Outcome> {
         }
     }
     let _ = pause(d, false);
-    drop(lines);
+    // Read on to the end: a closed pipe would fail the harness's last progress writes.
+    lines.for_each(drop);
     let report = run.wait().map_err(|e| println!("  harness: {e}")).ok()?;
     let bad = ["hung_requests", "errored_requests"]
         .iter()

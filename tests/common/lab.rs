@@ -488,7 +488,8 @@ impl Lab {
     }
 
     /// [`Lab::steady_load`] that also counts aloud: every `every_s` seconds the harness
-    /// writes its completed requests so far to stderr, read with [`LoadRun::progress`].
+    /// writes its completed requests and streamed chunks so far to stderr, read with
+    /// [`LoadRun::progress`].
     pub fn steady_load_progress(
         &self,
         agents: u32,

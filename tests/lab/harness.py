@@ -204,7 +204,8 @@ async def main():
     ap.add_argument("--think", type=float, default=0.0,
                     help="steady mode: seconds an agent waits between its requests")
     ap.add_argument("--progress", type=float, default=0.0,
-                    help="steady mode: print the completed count to stderr every S seconds")
+                    help="steady mode: print the completed requests and streamed chunks "
+                         "to stderr every S seconds")
     a = ap.parse_args()
     if a.duration > 0:
         return await steady(a)

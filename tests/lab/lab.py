@@ -736,7 +736,8 @@ def main(argv=None):
     ld.add_argument("--think", type=float, default=0.0,
                     help="steady mode: seconds between an agent's requests")
     ld.add_argument("--progress", type=float, default=0.0,
-                    help="steady mode: the completed count to stderr every S seconds")
+                    help="steady mode: the completed requests and streamed chunks to stderr "
+                         "every S seconds")
     rs = sub.add_parser("restart")
     rs.add_argument("--run-dir", required=True)
     rs.add_argument("component")
