@@ -97,6 +97,7 @@ fn big_snapshot(exchanges: usize) -> Snapshot {
         logical_requests: logical,
         node: None,
         connections: vec![],
+        channels: vec![],
         fleet: None,
         elided: None,
     }

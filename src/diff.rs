@@ -215,6 +215,7 @@ mod tests {
             relevant_env: Vec::new(),
             netns: None,
             container: None,
+            channels: Vec::new(),
         }
     }
 
@@ -237,6 +238,7 @@ mod tests {
             logical_requests: vec![],
             node: None,
             connections: vec![],
+            channels: vec![],
             fleet: None,
             elided: None,
         }

@@ -8,7 +8,7 @@
 //! the key.
 
 use crate::error::{Error, Result};
-use crate::model::Role;
+use crate::model::{ChannelKind, RequestsOn, Role};
 use crate::sources::metrics::MetricMap;
 use crate::sources::stacks::StackRule;
 use serde::Deserialize;
@@ -121,6 +121,14 @@ pub struct Profile {
     /// (`^SGLANG_`, `^NCCL_`): the rest of the environment stays in `snapshot.json`.
     #[serde(default)]
     pub relevant_env: Vec<String>,
+    /// Which listen addresses carry requests: `all` (default), `serving` (only the address
+    /// of `port_flag`/`default_port`: an engine's other ports are channels), `none` (children).
+    #[serde(default)]
+    pub requests_on: RequestsOn,
+    /// Channel kind -> flag whose value is that channel's port
+    /// (`bootstrap = "--disaggregation-bootstrap-port"`).
+    #[serde(default)]
+    pub channel_flags: BTreeMap<String, String>,
 }
 
 fn yes() -> bool {
@@ -137,6 +145,13 @@ impl Profile {
         for (flag, role) in &self.mode_roles {
             if Role::parse(role).is_none() {
                 return Err(ctx(&format!("mode_roles.{flag}: unknown role {role:?}")));
+            }
+        }
+        for kind in self.channel_flags.keys() {
+            if ChannelKind::parse(kind).is_none() {
+                return Err(ctx(&format!(
+                    "channel_flags.{kind}: unknown channel kind (bootstrap, kv_transfer, internal)"
+                )));
             }
         }
         let lists = [

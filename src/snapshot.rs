@@ -134,6 +134,7 @@ pub fn assemble_bundle(mut parts: SnapshotParts, opts: &AssembleOptions) -> Bund
         versions: BTreeMap::new(),
         node: parts.node.take().map(|n| node::for_output(n, opts.redact)),
         connections: std::mem::take(&mut parts.connections),
+        channels: std::mem::take(&mut parts.channels),
         fleet: None,
         elided: parts.elided,
     };
@@ -208,6 +209,7 @@ fn snap_component(
         relevant_env: Vec::new(),
         netns: c.netns,
         container: c.container.clone(),
+        channels: c.channels.clone(),
     }
 }
 

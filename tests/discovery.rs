@@ -7,7 +7,7 @@ use std::time::Duration;
 use wedgewatch::discover::{
     self, DiscoverOptions, LABEL_ARGS_PID, LABEL_ENV_PID, LABEL_METRICS_UNSCRAPED,
 };
-use wedgewatch::model::{EdgeOrigin, Role, Topology};
+use wedgewatch::model::{Channel, ChannelKind, EdgeOrigin, Role, Topology};
 use wedgewatch::probes::ProbeSet;
 use wedgewatch::sources::processes;
 use wedgewatch::sys::sock_diag::{dump_netlink, RecentDump};
@@ -27,7 +27,8 @@ fn has_edge(t: &Topology, from: &str, to: &str, origin: EdgeOrigin) -> bool {
 
 #[test]
 fn live_pd_stack_roles_grouping_ports_edges() {
-    let (p, d, r, rm, x, r2, r2m) = (
+    let (p, d, r, rm, x, r2, r2m, bp) = (
+        free_port(),
         free_port(),
         free_port(),
         free_port(),
@@ -36,11 +37,17 @@ fn live_pd_stack_roles_grouping_ports_edges() {
         free_port(),
         free_port(),
     );
+    let bps = bp.to_string();
     let prefill = Shape::engine(
         "prefill",
         p,
         1,
-        &["--host", "127.0.0.1"],
+        &[
+            "--host",
+            "127.0.0.1",
+            "--disaggregation-bootstrap-port",
+            &bps,
+        ],
         &[("CUDA_VISIBLE_DEVICES", "2")],
     );
     // decode without --host: the profile's default host applies
@@ -69,7 +76,7 @@ fn live_pd_stack_roles_grouping_ports_edges() {
             "--pd-disaggregation",
             "--prefill",
             &purl,
-            "38998",
+            &bps,
             "--decode",
             &durl,
             "--prometheus-host",
@@ -121,6 +128,16 @@ fn live_pd_stack_roles_grouping_ports_edges() {
     assert_eq!(pc.http_url.as_deref(), Some(purl.as_str()));
     assert_eq!(pc.metrics_url, Some(format!("{purl}/metrics")));
     assert_eq!(pc.gpus, vec![2]);
+    // its bootstrap server's port is a channel, its serving port is not
+    assert_eq!(
+        pc.channels,
+        vec![Channel {
+            addr: format!("127.0.0.1:{bp}"),
+            kind: ChannelKind::Bootstrap
+        }],
+        "{:?}",
+        pc.listen
+    );
     let dc = comp(&topo, &did);
     assert_eq!(dc.role, Role::Decode);
     assert_eq!(dc.main_pid, Some(decode.pid));

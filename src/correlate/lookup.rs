@@ -4,8 +4,8 @@
 //! its listen addresses) for each of thousands of sockets.
 
 use super::FastMap;
-use crate::model::addr::{parse_socket_addr, split_host_port};
-use crate::model::{Component, Topology};
+use crate::model::addr::{parse_socket_addr, port_of, split_host_port};
+use crate::model::{ChannelKind, Component, Topology};
 use std::net::IpAddr;
 
 /// The host of a listen address: an IP, or a name (which cannot be told apart from any
@@ -25,6 +25,8 @@ pub(super) struct Lookup {
     by_port: FastMap<(Option<u64>, u16), usize>,
     /// Each component's listen addresses, parsed.
     listen: Vec<Vec<(ListenHost, u16)>>,
+    /// The channels among them (`Component::channels`), by component index and port.
+    channels: FastMap<(usize, u16), ChannelKind>,
 }
 
 impl Lookup {
@@ -44,8 +46,18 @@ impl Lookup {
                 l.by_port.entry((c.netns, p)).or_insert(i);
             }
             l.listen.push(listen_addrs(c));
+            for ch in &c.channels {
+                if let Some(p) = port_of(&ch.addr) {
+                    l.channels.insert((i, p), ch.kind);
+                }
+            }
         }
         l
+    }
+
+    /// What component `i`'s listen port `port` is when it is a channel, not a serving port.
+    pub(super) fn channel_at(&self, i: usize, port: u16) -> Option<ChannelKind> {
+        self.channels.get(&(i, port)).copied()
     }
 
     /// The component owning `pid`.

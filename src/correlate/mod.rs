@@ -21,6 +21,7 @@
 //! their verdicts) and the model's share of a snapshot (`parts.rs`).
 
 mod budget;
+mod channels;
 pub use budget::Census;
 pub mod exchange;
 mod footprint;

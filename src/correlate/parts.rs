@@ -83,6 +83,7 @@ impl Model {
             raw: self.raw_payloads(now, raw),
             node: None,
             connections: self.outbound_connections(),
+            channels: self.channel_flows(now),
             elided: listed.elided,
         }
     }

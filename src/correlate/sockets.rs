@@ -50,7 +50,19 @@ fn foreign_omitted_note(omitted: usize) -> String {
 }
 
 /// Client pid of each connection by (netns, local, remote) of the client's socket.
-type ClientPids<'a> = FastMap<(Option<u64>, &'a str, &'a str), i32>;
+pub(super) type ClientPids<'a> = FastMap<(Option<u64>, &'a str, &'a str), i32>;
+
+/// The owner of each socket of `table` that has one, by (netns, local, remote).
+pub(super) fn client_pids(table: &SocketTable) -> ClientPids<'_> {
+    let mut pids: ClientPids =
+        FastMap::with_capacity_and_hasher(table.sockets.len(), Default::default());
+    for e in &table.sockets {
+        if let Some(pid) = e.pid {
+            pids.insert((e.netns, e.local.as_str(), e.remote.as_str()), pid);
+        }
+    }
+    pids
+}
 
 /// Socket counts by TCP state, per component id, of the latest table.
 pub(super) type SocketCounts = BTreeMap<String, BTreeMap<String, u32>>;
@@ -72,13 +84,7 @@ impl Model {
     fn track_table(&mut self, t: Millis, table: &SocketTable, status: Status, lookup: &Lookup) {
         // Client side of each connection, by (netns, local, remote): the outbound connection
         // of a proxy IS the router's inbound connection with the 4-tuple reversed.
-        let mut client_pid: ClientPids =
-            FastMap::with_capacity_and_hasher(table.sockets.len(), Default::default());
-        for e in &table.sockets {
-            if let Some(pid) = e.pid {
-                client_pid.insert((e.netns, e.local.as_str(), e.remote.as_str()), pid);
-            }
-        }
+        let client_pid = client_pids(table);
         self.tables += 1;
         // The key looked up for each socket, its texts' buffers reused (no copy per socket).
         let mut key = ConnKey::default();
@@ -133,27 +139,12 @@ impl Model {
         lookup: &Lookup,
         key: &mut ConnKey,
     ) -> Option<()> {
-        // A listener carries no exchange, and a socket without tcp_info (TIME_WAIT, or read
-        // from /proc/net/tcp) has no counters to cut one from.
-        if e.state == TcpState::Listen || e.tcp_info.is_none() {
+        let si = self.server_side(e, lookup)?;
+        // A channel's connections (a KV stream, a bootstrap session) are no requests.
+        if lookup.channel_at(si, e.local_port()?).is_some() {
             return None;
         }
-        // By namespace too: two pods listening on one port are two servers.
-        let si = lookup.listening_in(e.netns, e.local_port()?)?;
         let server = self.topology.components.get(si)?;
-        // A socket on the listen port owned by another component's pid is that other
-        // component's outbound connection, not this server's inbound one.
-        if let (Some(pid), false) = (e.pid, server.pids.is_empty()) {
-            if !server.pids.contains(&pid) {
-                return None;
-            }
-        }
-        // Without an owner, only one at an address the component listens on: another
-        // process's socket that merely shares the port number (another address of the host)
-        // is not the stack's, and no state is kept for it.
-        if e.pid.is_none() && !lookup.listens_at(si, &e.local) {
-            return None;
-        }
         let cpid = client_pid
             .get(&(e.netns, e.remote.as_str(), e.local.as_str()))
             .copied();
@@ -219,6 +210,34 @@ impl Model {
             }
         }
         Some(())
+    }
+
+    /// The component whose server side `e` is: a socket with counters on a component's listen
+    /// port in its namespace, owned by that component (or, without an owner, at one of its
+    /// listen addresses).
+    pub(super) fn server_side(&self, e: &SocketEntry, lookup: &Lookup) -> Option<usize> {
+        // A listener carries no exchange, and a socket without tcp_info (TIME_WAIT, or read
+        // from /proc/net/tcp) has no counters to cut one from.
+        if e.state == TcpState::Listen || e.tcp_info.is_none() {
+            return None;
+        }
+        // By namespace too: two pods listening on one port are two servers.
+        let si = lookup.listening_in(e.netns, e.local_port()?)?;
+        let server = self.topology.components.get(si)?;
+        // A socket on the listen port owned by another component's pid is that other
+        // component's outbound connection, not this server's inbound one.
+        if let (Some(pid), false) = (e.pid, server.pids.is_empty()) {
+            if !server.pids.contains(&pid) {
+                return None;
+            }
+        }
+        // Without an owner, only one at an address the component listens on: another
+        // process's socket that merely shares the port number (another address of the host)
+        // is not the stack's, and no state is kept for it.
+        if e.pid.is_none() && !lookup.listens_at(si, &e.local) {
+            return None;
+        }
+        Some(si)
     }
 
     /// Moves closed connections out of the open set. A degraded table may be missing

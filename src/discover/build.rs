@@ -7,8 +7,9 @@ use super::endpoints::{
 use super::profiles::{flag_value, Compiled, Match};
 use super::table::Proc;
 use super::Builder;
+use crate::model::addr::port_of;
 use crate::model::topology::labels::*;
-use crate::model::{Component, Role};
+use crate::model::{Channel, ChannelKind, Component, RequestsOn, Role};
 use crate::probes::Profile;
 use crate::sys::addr::{host_port, split_host_port};
 use std::collections::BTreeMap;
@@ -64,6 +65,7 @@ impl Builder<'_> {
         c.title = title;
         self.table.place(&mut c, pid);
         c.listen = listen.addrs.clone();
+        c.channels = channels(prof, &args, &listen);
         self.scrape_urls(&mut c, prof, &args, &listen, &mut labels);
         gpu_hints(&mut c, comp, &env, &mut labels);
         if !args.is_empty() {
@@ -246,6 +248,43 @@ fn role_and_flag_labels(prof: &Profile, args: &[String], labels: &mut Labels) ->
         }
     }
     role
+}
+
+/// The listen addresses that carry no requests: those at a port a `channel_flags` flag
+/// names, then, as the profile's `requests_on` says, every address but the serving one
+/// (engines) or every address (children). The serving address is never a channel, and
+/// without a known one an engine's unflagged sockets cannot be told apart: none is.
+fn channels(prof: &Profile, args: &[String], listen: &Listen) -> Vec<Channel> {
+    let flagged: Vec<(u16, ChannelKind)> = prof
+        .channel_flags
+        .iter()
+        .filter_map(|(kind, flag)| {
+            let port = flag_value(args, flag)?.parse::<u16>().ok()?;
+            Some((port, ChannelKind::parse(kind)?))
+        })
+        .collect();
+    let serving = listen.port.filter(|_| prof.requests_on != RequestsOn::None);
+    let unflagged_is_channel = match prof.requests_on {
+        RequestsOn::All => false,
+        RequestsOn::Serving => serving.is_some(),
+        RequestsOn::None => true,
+    };
+    listen
+        .addrs
+        .iter()
+        .filter_map(|a| {
+            let port = port_of(a).filter(|p| Some(*p) != serving)?;
+            let kind = flagged
+                .iter()
+                .find(|(p, _)| *p == port)
+                .map(|(_, k)| *k)
+                .or(unflagged_is_channel.then_some(ChannelKind::Internal))?;
+            Some(Channel {
+                addr: a.clone(),
+                kind,
+            })
+        })
+        .collect()
 }
 
 /// The profile's default port, unless the process listens elsewhere (then its sockets win).

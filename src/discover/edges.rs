@@ -151,12 +151,12 @@ impl Builder<'_> {
         }
     }
 
-    /// (network namespace, listen port) -> the top-level component listening there: two pods
-    /// can listen on one port.
+    /// (network namespace, serving port) -> the top-level component listening there: two
+    /// pods can listen on one port. A client of a channel (a KV transfer peer) is no proxy.
     fn known_ports(&self) -> BTreeMap<(Option<u64>, u16), String> {
         let mut known: BTreeMap<(Option<u64>, u16), String> = BTreeMap::new();
         for c in self.topo.components.iter().filter(|c| c.parent.is_none()) {
-            for p in c.listen_ports() {
+            for p in c.serving_ports() {
                 known.entry((c.netns, p)).or_insert_with(|| c.id.clone());
             }
         }

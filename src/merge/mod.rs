@@ -206,6 +206,7 @@ fn assemble(
         logical_requests: logical,
         node: None,
         connections: Vec::new(),
+        channels: Vec::new(),
         fleet: None,
         elided: None,
     };

@@ -3,6 +3,7 @@
 
 pub mod addr;
 pub mod changes;
+pub mod channel;
 pub mod facts;
 pub mod finding_kind;
 pub mod fleet;
@@ -16,6 +17,7 @@ pub mod thread_state;
 pub mod topology;
 
 pub use crate::config::Thresholds;
+pub use channel::{Channel, ChannelFlow, ChannelKind, RequestsOn};
 pub use facts::ComponentFacts;
 pub use finding_kind::FindingKind;
 pub use fleet::{CrossLink, FailedNode, FleetInfo, FleetNode};

@@ -61,6 +61,9 @@ pub struct SnapshotParts {
     /// Client sockets to servers not on this node (`correlate::parts`).
     #[serde(default)]
     pub connections: Vec<super::SnapConnection>,
+    /// Traffic on the components' channels (`correlate::channels`).
+    #[serde(default)]
+    pub channels: Vec<super::ChannelFlow>,
     /// Finished requests left out on a busy node (`correlate::parts`).
     #[serde(default)]
     pub elided: Option<super::snapshot::Elided>,

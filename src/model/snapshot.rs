@@ -49,6 +49,10 @@ pub struct Snapshot {
     /// joins across nodes).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub connections: Vec<super::node::SnapConnection>,
+    /// Added: traffic on the components' channels (PD bootstrap sessions, KV transfer
+    /// streams): connections that are not requests, with bytes each way and silence.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub channels: Vec<super::ChannelFlow>,
     /// Added: present in merged snapshots only: the nodes, their clock skew, the hops
     /// joined across them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -124,6 +128,9 @@ pub struct SnapComponent {
     /// Added: the container it runs in, named from its cgroup (`docker 3726184226f5`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub container: Option<String>,
+    /// Added: listen addresses that carry no requests, and what for (`model::channel`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub channels: Vec<super::Channel>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

@@ -116,6 +116,9 @@ pub struct Component {
     /// `k8s pod 1f2e.. cri-containerd 4c7a..`, `systemd sglang.service`), when there is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub container: Option<String>,
+    /// Listen addresses that carry no requests, and what they are for (`model::channel`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub channels: Vec<super::Channel>,
 }
 
 impl Component {
@@ -139,7 +142,21 @@ impl Component {
             relevant_env: Vec::new(),
             netns: None,
             container: None,
+            channels: Vec::new(),
         }
+    }
+
+    /// The listen ports that carry requests: all but its channels'.
+    pub fn serving_ports(&self) -> Vec<u16> {
+        let channel_ports: Vec<u16> = self
+            .channels
+            .iter()
+            .filter_map(|ch| super::addr::port_of(&ch.addr))
+            .collect();
+        self.listen_ports()
+            .into_iter()
+            .filter(|p| !channel_ports.contains(p))
+            .collect()
     }
 
     /// Listen ports, parsed from `listen`.

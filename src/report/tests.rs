@@ -68,6 +68,7 @@ fn sample() -> Snapshot {
         edges: vec![],
         node: None,
         connections: vec![],
+        channels: vec![],
         fleet: None,
         elided: None,
         redacted: false,

@@ -53,8 +53,33 @@ fn edges(s: &Snapshot) -> String {
     o
 }
 
+/// Connections to the components' channels: KV transfer streams and bootstrap sessions,
+/// which are not requests.
+fn channels(s: &Snapshot) -> String {
+    if s.channels.is_empty() {
+        return String::new();
+    }
+    let mut o = String::from("\nChannels (connections that are not requests):\n\n");
+    for f in &s.channels {
+        let from = f.from.as_deref().map(code).unwrap_or_else(|| "?".into());
+        let idle = f
+            .idle_ms
+            .map(|ms| format!(", idle {:.1} s", ms as f64 / 1000.0))
+            .unwrap_or_default();
+        o.push_str(&format!(
+            "- {from} -> {} {}: {} connections, {} B in, {} B out{idle}\n",
+            code(&f.to),
+            f.kind,
+            f.connections,
+            f.bytes_in,
+            f.bytes_out,
+        ));
+    }
+    o
+}
+
 pub fn section(s: &Snapshot) -> String {
-    let body = format!("{}{}", components(s), edges(s));
+    let body = format!("{}{}{}", components(s), edges(s), channels(s));
     details(
         &format!("Topology: {} components", s.components.len()),
         &body,

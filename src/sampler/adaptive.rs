@@ -209,6 +209,7 @@ mod tests {
             relevant_env: Vec::new(),
             netns: None,
             container: None,
+            channels: Vec::new(),
         }
     }
 

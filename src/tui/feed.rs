@@ -328,6 +328,7 @@ mod tests {
             logical_requests: vec![],
             node: None,
             connections: vec![],
+            channels: vec![],
             fleet: None,
             elided: None,
         }

@@ -87,6 +87,7 @@ fn snap(taken_at: &str, requests: Vec<Request>) -> Snapshot {
         logical_requests: vec![],
         node: None,
         connections: vec![],
+        channels: vec![],
         fleet: None,
         elided: None,
     }
