@@ -254,6 +254,59 @@ fn overview_shows_topology_and_findings_most_severe_first() {
     assert!(crit.is_some() && warn.is_some() && crit < warn, "{joined}");
 }
 
+/// A PD pair's channels (decode's bootstrap session to prefill, prefill's KV stream into
+/// decode's scheduler) show in the topology as themselves; a channel inside one engine (its
+/// ranks' collective) does not.
+#[test]
+fn overview_shows_the_channels_between_engines() {
+    use wedgewatch::model::{ChannelFlow, ChannelKind};
+    let mut s = fixture("wedged");
+    let flow = |from: &str, to: &str, kind, bytes_in, bytes_out, idle_ms| ChannelFlow {
+        from: Some(from.into()),
+        to: to.into(),
+        kind,
+        connections: 1,
+        bytes_in,
+        bytes_out,
+        idle_ms: Some(idle_ms),
+    };
+    s.channels = vec![
+        flow(
+            "scheduler@decode@127.0.0.1:31012",
+            "prefill@127.0.0.1:31001",
+            ChannelKind::Bootstrap,
+            221,
+            203,
+            283_000,
+        ),
+        flow(
+            "scheduler@decode@127.0.0.1:31012",
+            "decode@127.0.0.1:31012",
+            ChannelKind::Internal,
+            7_100_000,
+            14_300_000,
+            4,
+        ),
+    ];
+    let mut a = App::new(AppOptions::default());
+    a.ingest(FeedFrame {
+        snapshot: s,
+        sampler: SamplerHealth {
+            lag_ms: Some(120),
+            dropped_samples: 0,
+            note: None,
+        },
+    });
+    let joined = screen_rows(&a, 200, 50).join("\n");
+    assert!(
+        joined.contains(
+            "channel scheduler@decode@127.0.0.1:31012 -> prefill@127.0.0.1:31001 bootstrap  1 conn  221/203 B  idle 283 s"
+        ),
+        "{joined}"
+    );
+    assert!(!joined.contains("internal"), "{joined}");
+}
+
 #[test]
 fn enter_expands_a_finding_to_its_evidence_and_explanation() {
     let mut a = app("wedged");

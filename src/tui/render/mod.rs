@@ -5,6 +5,7 @@
 //! sizes, sparklines), the frame layout (header, tabs, status, footer) and the help overlay.
 //! Each view draws its body in its own file.
 
+mod channels;
 mod components;
 mod diff;
 mod gpu;

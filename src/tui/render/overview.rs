@@ -240,7 +240,8 @@ fn gpu_tree_line(s: &Snapshot, index: u32, theme: Theme, prefix: &str) -> Line<'
 }
 
 pub(super) fn render(app: &App, s: &Snapshot, theme: Theme, frame: &mut Frame, area: Rect) {
-    let topo = topology_lines(app, s, theme);
+    let mut topo = topology_lines(app, s, theme);
+    topo.extend(super::channels::channel_lines(s, theme));
     // One column less: the scrollbar's, when the findings do not fit.
     let width = (area.width as usize).saturating_sub(1);
     let (lines, (first, last)) = finding_lines(app, s, theme, width);
