@@ -1,7 +1,7 @@
 //! The stuck requests table, kept in its own file: which requests are stuck is the
 //! correlator's verdict (`logical_requests`); this section only lists them.
 
-use super::md::{human_bytes, join, plain_cell as cell};
+use super::md::{code, esc, human_bytes, id_cell, join};
 use crate::model::{LogicalRequest, Request, Snapshot, StuckKind, Verdict};
 use std::fmt::Write;
 
@@ -49,7 +49,7 @@ fn stuck_requests(o: &mut String, s: &Snapshot) {
                     format!("{:.1} s", r.age_ms / 1000.0),
                     format!("{} / {}", human_bytes(r.bytes_in), human_bytes(r.bytes_out)),
                     format!("{:.1} s", r.idle_out_ms / 1000.0),
-                    format!("{} -> {}", r.client, r.server),
+                    format!("{} -> {}", esc(&r.client), esc(&r.server)),
                 ),
                 None => (
                     format!("{:.1} s", l.age_ms / 1000.0),
@@ -60,10 +60,10 @@ fn stuck_requests(o: &mut String, s: &Snapshot) {
             };
             let _ = writeln!(
                 o,
-                "| `{}` | `{}` | {how} | {age} | {io} | {quiet} | {ends} | {} |",
-                cell(l.stuck_leg.as_deref().unwrap_or(&l.id)),
-                cell(l.stuck_at.as_deref().unwrap_or("?")),
-                cell(&join(&l.legs))
+                "| {} | {} | {how} | {age} | {io} | {quiet} | {ends} | {} |",
+                id_cell(l.stuck_leg.as_deref().unwrap_or(&l.id)),
+                id_cell(l.stuck_at.as_deref().unwrap_or("?")),
+                esc(&join(&l.legs))
             );
         }
     }
@@ -73,9 +73,9 @@ fn stuck_requests(o: &mut String, s: &Snapshot) {
         .filter(|l| l.verdict == Verdict::Waiting && !l.probe)
         .map(|l| {
             format!(
-                "`{}` at `{}` ({:.1} s)",
-                l.id,
-                cell(&l.component),
+                "{} at {} ({:.1} s)",
+                code(&l.id),
+                code(&l.component),
                 l.age_ms / 1000.0
             )
         })

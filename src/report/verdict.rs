@@ -268,7 +268,7 @@ pub fn markdown(v: &Head) -> String {
     } else {
         o.push_str("- **Evidence:**\n");
         for (layer, line) in &v.evidence {
-            o.push_str(&format!("  - {layer}: {}\n", esc(line)));
+            o.push_str(&format!("  - {}: {}\n", esc(layer), esc(line)));
         }
     }
     o.push_str(&format!("- **Changed:** {}\n", esc(&v.changed)));
