@@ -6,6 +6,7 @@
 use pulldown_cmark::{Event, Options, Parser, Tag, TagEnd};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Instant;
 use wedgewatch::model::Snapshot;
 
 fn fixture_path(name: &str) -> PathBuf {
@@ -489,4 +490,73 @@ fn markup_in_any_host_string_stays_text_after_merge() {
     assert!(md.contains("## Nodes (2)"), "{md}");
     check_markdown_of(&md, true);
     assert_inert(&md);
+}
+
+// ---- scale (issue 34 item 14) -----------------------------------------------------------
+
+/// The wedged fixture with `n` stuck requests at decode, each with its leg among `n`
+/// exchanges (listed in the other order, as a busy node's table may be).
+fn many_stuck(n: usize) -> Snapshot {
+    use wedgewatch::model::{LogicalRequest, Verdict};
+    let mut s = fixture("wedged");
+    let proto = s.requests[0].clone();
+    let lproto = s
+        .logical_requests
+        .iter()
+        .find(|l| l.verdict == Verdict::Stuck)
+        .cloned()
+        .expect("a stuck request in the fixture");
+    s.requests = (0..n)
+        .rev()
+        .map(|i| {
+            let mut r = proto.clone();
+            r.id = format!("x{i}");
+            r.leg = Some(format!("r{i}@decode"));
+            r.request = Some(format!("r{i}"));
+            r.client = format!("10.1.{}.{}:{}", i / 60_000, i % 250, 20_000 + i % 40_000);
+            r
+        })
+        .collect();
+    s.logical_requests = (0..n)
+        .map(|i| LogicalRequest {
+            id: format!("r{i}"),
+            legs: vec![format!("x{i}")],
+            stuck_leg: Some(format!("r{i}@decode")),
+            ..lproto.clone()
+        })
+        .collect();
+    s
+}
+
+/// Rendering is linear in the requests (issue 34 item 14: 40k stuck requests x 40k
+/// exchanges took 10.6 s, each stuck row searching every exchange for its leg). Measured
+/// against the pass every output does first over the same snapshot (taken `--no-redact`,
+/// so that pass is its linear round trip and control-character scan, and the search is
+/// not hidden behind redaction): the larger of a run before and one after, so a busy
+/// machine slows the bound too. The whole render stays within 4 times it (1.2 measured in
+/// a debug build; 7.3 with the search).
+#[test]
+fn rendering_many_stuck_requests_is_linear() {
+    let mut s = many_stuck(24_000);
+    s.redacted = false;
+    let redact = || {
+        let t = Instant::now();
+        let out = wedgewatch::redact::for_output(&[&s], false);
+        assert!(out.is_some_and(|v| v[0].requests.len() == 24_000));
+        t.elapsed()
+    };
+    let before = redact();
+    let t = Instant::now();
+    let md = wedgewatch::report::render(&s);
+    let render = t.elapsed();
+    let floor = before.max(redact());
+    eprintln!("24k stuck requests: render {render:?}, the output pass {floor:?}");
+    assert!(
+        md.contains("stuck requests"),
+        "the table, or that it was cut: {md}"
+    );
+    assert!(
+        render < floor * 4,
+        "render {render:?} against the output pass {floor:?}: more than linear"
+    );
 }

@@ -3,6 +3,7 @@
 
 use super::md::{code, esc, human_bytes, id_cell, join};
 use crate::model::{LogicalRequest, Request, Snapshot, StuckKind, Verdict};
+use std::collections::HashMap;
 use std::fmt::Write;
 
 pub fn section(s: &Snapshot) -> String {
@@ -22,10 +23,15 @@ pub fn section(s: &Snapshot) -> String {
 /// The requests the correlator judged stuck (the findings' requests, one row per logical
 /// request, at the leg where it is stuck), then the ones merely waiting, apart.
 fn stuck_requests(o: &mut String, s: &Snapshot) {
-    let leg_of = |l: &LogicalRequest| -> Option<&Request> {
-        let leg = l.stuck_leg.as_deref()?;
-        s.requests.iter().find(|r| r.leg.as_deref() == Some(leg))
-    };
+    // indexed once: a busy node has tens of thousands of stuck requests and exchanges
+    let mut by_leg: HashMap<&str, &Request> = HashMap::with_capacity(s.requests.len());
+    for r in &s.requests {
+        if let Some(leg) = r.leg.as_deref() {
+            by_leg.entry(leg).or_insert(r);
+        }
+    }
+    let leg_of =
+        |l: &LogicalRequest| -> Option<&Request> { by_leg.get(l.stuck_leg.as_deref()?).copied() };
     let stuck: Vec<&LogicalRequest> = s
         .logical_requests
         .iter()
