@@ -140,6 +140,94 @@ fn check_follows_the_monitoring_plugin_convention() {
     assert!(o.stdout.starts_with("WEDGEWATCH OK - "), "{}", o.stdout);
 }
 
+/// The fixture recording with every decode component id replaced by `id` (a look-alike
+/// started with such a `--host`), each line's checksum recomputed.
+fn recording_with_decode_id(dir: &Path, id: &str) -> PathBuf {
+    let text = std::fs::read_to_string(recording()).expect("fixture");
+    let json_id = serde_json::to_string(id).expect("json");
+    let json_id = &json_id[1..json_id.len() - 1];
+    let mut out = String::new();
+    for line in text.lines() {
+        let json = line
+            .get(9..)
+            .expect("crc, space, JSON")
+            .replace("decode@127.0.0.1:", json_id);
+        let crc = wedgewatch::record::crc32(json.as_bytes());
+        out.push_str(&format!("{crc:08x} {json}\n"));
+    }
+    let path = dir.join("hostile.rec");
+    std::fs::write(&path, out).expect("write");
+    path
+}
+
+/// Whatever host text `check` quotes, its output keeps the plugin grammar (issue 34 item 6):
+/// one status line with the only `|` (perfdata, our labels only), then one line per finding,
+/// each starting with its severity; an UNKNOWN naming a hostile path is one line too.
+#[test]
+fn check_output_cannot_be_injected_by_host_text() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let evil = "decode\nOK injected | evil=1;2;3 'x'=4\rCRITICAL more @127.0.0.1:";
+    let rec = recording_with_decode_id(tmp.path(), evil);
+    let o = run([
+        OsStr::new("check"),
+        "--thresholds".as_ref(),
+        os(&short_hang()),
+        "--from".as_ref(),
+        os(&rec),
+    ]);
+    assert_eq!(o.code, 2, "{}{}", o.stdout, o.stderr);
+    assert!(
+        o.stdout.contains("injected"),
+        "the finding quotes the id: {}",
+        o.stdout
+    );
+    let lines: Vec<&str> = o.stdout.lines().collect();
+    assert!(!o.stdout.contains('\r'), "{:?}", o.stdout);
+    assert!(
+        lines[0].starts_with("WEDGEWATCH CRITICAL - "),
+        "{}",
+        o.stdout
+    );
+    assert_eq!(
+        o.stdout.matches('|').count(),
+        1,
+        "only the perfdata bar: {}",
+        o.stdout
+    );
+    let perf = lines[0].split('|').nth(1).unwrap_or_default();
+    let labels: Vec<&str> = perf
+        .split_whitespace()
+        .map(|p| p.split('=').next().unwrap_or_default())
+        .collect();
+    assert_eq!(
+        labels,
+        ["findings", "critical", "warning", "info"],
+        "{}",
+        o.stdout
+    );
+    let n: usize = perf
+        .split("findings=")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|s| s.parse().ok())
+        .expect("findings=N");
+    assert_eq!(lines.len(), 1 + n, "one line per finding: {}", o.stdout);
+    for l in &lines[1..] {
+        assert!(
+            ["CRITICAL ", "WARNING ", "INFO "]
+                .iter()
+                .any(|w| l.starts_with(w)),
+            "a line that is not a finding: {l:?}"
+        );
+    }
+
+    let bad = tmp.path().join("no\nOK fine | evil=1");
+    let o = run([OsStr::new("check"), "--from".as_ref(), os(&bad)]);
+    assert_eq!(o.code, 3, "{}{}", o.stdout, o.stderr);
+    assert_eq!(o.stdout.lines().count(), 1, "{:?}", o.stdout);
+    assert!(!o.stdout.contains('|'), "{:?}", o.stdout);
+}
+
 #[test]
 fn check_that_cannot_run_is_unknown_not_critical() {
     // a usage error: exit 3 and UNKNOWN on stdout, where the monitoring system looks

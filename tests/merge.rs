@@ -338,6 +338,66 @@ fn an_old_snapshot_without_node_identity_merges_under_its_file_name() {
     );
 }
 
+/// Every output of `merge` goes through the redaction pass (issue 34 item 7): a token planted
+/// in a node's snapshot (a hand-made file, or one redacted by older rules) does not come out
+/// of `--json`, `-o -`, the report on stdout or the bundle.
+#[test]
+fn every_output_of_merge_is_redacted() {
+    const TOKEN: &str = "hf_plantedMergeToken0123456789abcdefXYZ";
+    let d = tempfile::tempdir().unwrap();
+    let mut b = node_b(1, 0, "waiting_first_byte", A_IP);
+    b["components"][1]["cmdline"] =
+        serde_json::json!(["python3", "-m", "sglang.launch_server", TOKEN]);
+    b["components"][1]["env"] = serde_json::json!({ "SOME_SETTING": TOKEN });
+    b["findings"][0]["summary"] = Value::from(format!("stuck; echoed {TOKEN}"));
+    let (a, b) = (
+        write(d.path(), "a.json", &node_a(1)),
+        write(d.path(), "b.json", &b),
+    );
+    let bundle = d.path().join("merged");
+    let runs: [&[&std::ffi::OsStr]; 4] = [
+        &["--json".as_ref()],
+        &["-o".as_ref(), "-".as_ref()],
+        &[],
+        &["-o".as_ref(), bundle.as_os_str()],
+    ];
+    for extra in runs {
+        let out = ww()
+            .arg("merge")
+            .arg(&a)
+            .arg(&b)
+            .args(extra)
+            .output()
+            .unwrap();
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert!(out.status.success(), "{extra:?}: {stderr}");
+        assert!(
+            !stdout.contains(TOKEN) && !stderr.contains(TOKEN),
+            "{extra:?} leaks the token: {stdout}"
+        );
+        if extra.first() == Some(&"--json".as_ref()) {
+            let v: Value = serde_json::from_str(&stdout).unwrap();
+            let env = v["components"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find_map(|c| c["env"].get("SOME_SETTING"));
+            assert_eq!(
+                env,
+                Some(&Value::from("<redacted>")),
+                "the name stays visible"
+            );
+        }
+    }
+    for f in ["snapshot.json", "report.md"] {
+        let text = std::fs::read_to_string(bundle.join(f)).unwrap();
+        assert!(!text.contains(TOKEN), "{f} leaks the token");
+    }
+}
+
 // ---- keep-alive legs seen mid-flight (issue 14: the false verdict at node a's router) ----
 
 /// One exchange as a node's snapshot says it (`bytes_in` 0: seen mid-flight, size unknown).

@@ -282,3 +282,36 @@ fn a_leaky_proc_tree_leaks_nothing_through_the_cli() {
         assert_clean(if json { "diff --json" } else { "diff" }, &text);
     }
 }
+
+/// `Basic <base64 of user:password>` is a credential by its shape, under any name (issue 34
+/// item 12): in an environment value, a header-like command-line argument and a header
+/// inside a JSON value, none of them under a secret name. The scheme and the names stay.
+#[test]
+fn basic_credentials_are_redacted_wherever_they_appear() {
+    // base64 of `planted-user:planted-basic-17` and of `svc:planted-basic-18`
+    const ENV: &str = "cGxhbnRlZC11c2VyOnBsYW50ZWQtYmFzaWMtMTc=";
+    const ARG: &str = "c3ZjOnBsYW50ZWQtYmFzaWMtMTg=";
+    let engine = Shape::engine(
+        "decode",
+        free_port(),
+        1,
+        &["--upstream-header", &format!("X-Upstream: Basic {ARG}")],
+        &[
+            ("UPSTREAM_HDR", &format!("Basic {ENV}")),
+            (
+                "PROXY_CFG",
+                &format!(r#"{{"headers": {{"X-Up": "basic {ARG}"}}}}"#),
+            ),
+        ],
+    );
+    let snap = shapes::snapshot_of(&[engine.pid], true);
+    let text = serde_json::to_string(&snap).expect("json");
+    assert!(text.contains("UPSTREAM_HDR"), "the engine was seen: {text}");
+    for planted in [ENV, ARG] {
+        assert!(!text.contains(planted), "{planted} leaked: {text}");
+    }
+    assert!(text.contains("Basic <redacted>"), "{text}");
+    let md = wedgewatch::report::render(&snap);
+    assert!(!md.contains(ENV) && !md.contains(ARG), "{md}");
+    drop(engine);
+}

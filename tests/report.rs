@@ -6,6 +6,7 @@
 use pulldown_cmark::{Event, Options, Parser, Tag, TagEnd};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Instant;
 use wedgewatch::model::Snapshot;
 
 fn fixture_path(name: &str) -> PathBuf {
@@ -321,4 +322,241 @@ fn hostile_host_text_cannot_break_the_markdown() {
     // raw HTML: only our details tags (a `<script>` in a code span is text)
     check_markdown_of(&md, true);
     assert!(md.starts_with("# wedged_request at decode"), "{md}");
+}
+
+// ---- hostile markup (issue 34 item 5) ---------------------------------------------------
+
+/// Markup planted in a host string: raw HTML (an image, a link, closing tags), Markdown
+/// links, an image and an autolink, backticks to close a code span, a table bar, emphasis,
+/// strikethrough, an entity, a backslash, a line break and a heading.
+const MARKUP: &str = "<img src=x onerror=alert(1)><a href=\"https://evil.example/\">a</a></summary></details> \
+     ` `` ``` [l](https://evil.example/l) ![i](https://evil.example/i.png) <https://evil.example/auto> \
+     | *e* _u_ ~~s~~ &lt; \\ \n# h";
+
+/// `v` with the markup appended to every string and put in place of every number that the
+/// snapshot still reads so (the untyped process facts), and the keys of its string maps.
+fn hostile(v: &serde_json::Value) -> Snapshot {
+    use serde_json::Value;
+    let mut v = v.clone();
+    let mut paths = Vec::new();
+    leaves(&v, String::new(), &mut paths);
+    for p in paths {
+        let Some(old) = v.pointer(&p).cloned() else {
+            continue;
+        };
+        let new = match &old {
+            Value::String(s) => Value::from(format!("{s}{MARKUP}")),
+            _ => Value::from(MARKUP),
+        };
+        if let Some(x) = v.pointer_mut(&p) {
+            *x = new;
+        }
+        if serde_json::from_value::<Snapshot>(v.clone()).is_err() {
+            if let Some(x) = v.pointer_mut(&p) {
+                *x = old;
+            }
+        }
+    }
+    let mut s: Snapshot = serde_json::from_value(v).expect("still a snapshot");
+    let key = |k: &String| format!("{k}{MARKUP}");
+    s.versions = s
+        .versions
+        .iter()
+        .map(|(k, v)| (key(k), v.clone()))
+        .collect();
+    s.sources = s.sources.iter().map(|(k, v)| (key(k), v.clone())).collect();
+    for c in &mut s.components {
+        c.env = c.env.iter().map(|(k, v)| (key(k), v.clone())).collect();
+        c.relevant_env = c.env.keys().cloned().collect();
+        c.versions = c
+            .versions
+            .iter()
+            .map(|(k, v)| (key(k), v.clone()))
+            .collect();
+        c.sockets = c.sockets.iter().map(|(k, v)| (key(k), *v)).collect();
+        c.metrics = c.metrics.iter().map(|(k, v)| (key(k), *v)).collect();
+        c.labels = c.labels.iter().map(|(k, v)| (key(k), v.clone())).collect();
+    }
+    s
+}
+
+/// JSON pointers of every string and number in `v`.
+fn leaves(v: &serde_json::Value, at: String, out: &mut Vec<String>) {
+    use serde_json::Value;
+    match v {
+        Value::String(_) | Value::Number(_) => out.push(at),
+        Value::Array(a) => {
+            for (i, x) in a.iter().enumerate() {
+                leaves(x, format!("{at}/{i}"), out);
+            }
+        }
+        Value::Object(o) => {
+            for (k, x) in o {
+                let k = k.replace('~', "~0").replace('/', "~1");
+                leaves(x, format!("{at}/{k}"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The wedged fixture with every optional part a report shows filled in (node identity,
+/// versions, process facts and errors), made hostile.
+fn hostile_fixture() -> Snapshot {
+    let mut v = serde_json::to_value(fixture("wedged")).expect("json");
+    v["node"] =
+        serde_json::json!({"name": "nodea", "hostname": "host-a", "addresses": ["10.0.0.1"]});
+    v["versions"] = serde_json::json!({"kernel": "6.8", "cuda": "12.4"});
+    for c in v["components"].as_array_mut().expect("components") {
+        c["versions"] = serde_json::json!({"sglang": "0.5.4"});
+        c["container"] = serde_json::json!("ctr");
+        for p in c["processes"].as_array_mut().into_iter().flatten() {
+            p["nspid"] = serde_json::json!([4101, 7]);
+            p["cpu_time_ms"] = serde_json::json!(1200);
+            p["errors"] = serde_json::json!([{"field": "environ", "reason": "denied"}]);
+        }
+    }
+    hostile(&v)
+}
+
+/// Checks that no markup from a host string is live in `md` as GitHub renders it (parsed
+/// by pulldown-cmark with GFM tables): no raw HTML but our details tags (whose summary
+/// holds no markup), no link, no image; and that the markup is there, as text.
+fn assert_inert(md: &str) {
+    let mut shown = 0;
+    let parser = Parser::new_ext(md, Options::ENABLE_TABLES | Options::ENABLE_STRIKETHROUGH);
+    for (ev, at) in parser.into_offset_iter() {
+        match ev {
+            Event::Html(h) | Event::InlineHtml(h) => {
+                let line = h.trim();
+                let around = md
+                    .get(at.start.saturating_sub(300)..at.end)
+                    .unwrap_or_default();
+                let summary = line
+                    .strip_prefix("<details><summary>")
+                    .and_then(|l| l.strip_suffix("</summary>"));
+                match summary {
+                    Some(text) => assert!(
+                        !text.contains(['<', '>', '"']),
+                        "markup in a summary: {line:?}"
+                    ),
+                    None => assert_eq!(
+                        line, "</details>",
+                        "raw HTML from a host string in {around}"
+                    ),
+                }
+            }
+            Event::Start(Tag::Link { dest_url, .. }) => panic!("a live link to {dest_url}"),
+            Event::Start(Tag::Image { dest_url, .. }) => panic!("a live image of {dest_url}"),
+            Event::Text(t) | Event::Code(t) if t.contains("<img src=x onerror") => shown += 1,
+            _ => {}
+        }
+    }
+    assert!(shown >= 20, "the markup is shown as text ({shown} times)");
+}
+
+/// Markup in every string field of a snapshot (ids, process facts, the stuck table's
+/// client and server, node, versions, environment, stacks...) stays text in report.md.
+#[test]
+fn markup_in_any_host_string_stays_text_in_the_report() {
+    let md = wedgewatch::report::render_capped(&hostile_fixture(), usize::MAX);
+    assert!(md.contains("## Stuck requests"), "{md}");
+    check_markdown_of(&md, true);
+    assert_inert(&md);
+}
+
+/// The same after `merge`: the node names, the nodes left out and why, the namespaced ids.
+#[test]
+fn markup_in_any_host_string_stays_text_after_merge() {
+    use wedgewatch::merge::{self, NodeInput};
+    let node = |s: Snapshot, source: &str| NodeInput {
+        source: source.into(),
+        snapshot: s,
+        name: None,
+        collected: None,
+    };
+    let mut b = hostile(&serde_json::to_value(fixture("degraded")).expect("json"));
+    b.node = None;
+    let failed = wedgewatch::model::FailedNode {
+        name: format!("nodec{MARKUP}"),
+        reason: MARKUP.into(),
+    };
+    let merged = merge::merge(
+        vec![node(hostile_fixture(), "a.json"), node(b, "b.json")],
+        vec![failed],
+    )
+    .expect("merges");
+    let md = wedgewatch::report::render_capped(&merged, usize::MAX);
+    assert!(md.contains("## Nodes (2)"), "{md}");
+    check_markdown_of(&md, true);
+    assert_inert(&md);
+}
+
+// ---- scale (issue 34 item 14) -----------------------------------------------------------
+
+/// The wedged fixture with `n` stuck requests at decode, each with its leg among `n`
+/// exchanges (listed in the other order, as a busy node's table may be).
+fn many_stuck(n: usize) -> Snapshot {
+    use wedgewatch::model::{LogicalRequest, Verdict};
+    let mut s = fixture("wedged");
+    let proto = s.requests[0].clone();
+    let lproto = s
+        .logical_requests
+        .iter()
+        .find(|l| l.verdict == Verdict::Stuck)
+        .cloned()
+        .expect("a stuck request in the fixture");
+    s.requests = (0..n)
+        .rev()
+        .map(|i| {
+            let mut r = proto.clone();
+            r.id = format!("x{i}");
+            r.leg = Some(format!("r{i}@decode"));
+            r.request = Some(format!("r{i}"));
+            r.client = format!("10.1.{}.{}:{}", i / 60_000, i % 250, 20_000 + i % 40_000);
+            r
+        })
+        .collect();
+    s.logical_requests = (0..n)
+        .map(|i| LogicalRequest {
+            id: format!("r{i}"),
+            legs: vec![format!("x{i}")],
+            stuck_leg: Some(format!("r{i}@decode")),
+            ..lproto.clone()
+        })
+        .collect();
+    s
+}
+
+/// Rendering is linear in the requests (issue 34 item 14: 40k stuck requests x 40k
+/// exchanges took 10.6 s, each stuck row searching every exchange for its leg). Measured
+/// against the pass every output does first over the same snapshot (taken `--no-redact`,
+/// so that pass is its linear round trip and control-character scan, and the search is
+/// not hidden behind redaction): the larger of a run before and one after, so a busy
+/// machine slows the bound too. The whole render stays within 4 times it (1.2 measured in
+/// a debug build; 7.3 with the search).
+#[test]
+fn rendering_many_stuck_requests_is_linear() {
+    let mut s = many_stuck(24_000);
+    s.redacted = false;
+    let redact = || {
+        let t = Instant::now();
+        let out = wedgewatch::redact::for_output(&[&s], false);
+        assert!(out.is_some_and(|v| v[0].requests.len() == 24_000));
+        t.elapsed()
+    };
+    let before = redact();
+    let t = Instant::now();
+    let md = wedgewatch::report::render(&s);
+    let render = t.elapsed();
+    let floor = before.max(redact());
+    eprintln!("24k stuck requests: render {render:?}, the output pass {floor:?}");
+    assert!(
+        md.contains("stuck requests"),
+        "the table, or that it was cut: {md}"
+    );
+    assert!(
+        render < floor * 4,
+        "render {render:?} against the output pass {floor:?}: more than linear"
+    );
 }

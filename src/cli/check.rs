@@ -141,9 +141,7 @@ pub fn run(top: Sampling, a: CheckArgs) -> anyhow::Result<i32> {
     if a.json {
         print_json(status, Some(&snap), None)?;
     } else {
-        // findings quote host text (ids, names): no live control sequences
-        let text = plugin_text(status, &snap.findings);
-        print!("{}", wedgewatch::redact::control::text(&text));
+        print!("{}", plugin_text(status, &snap.findings));
     }
     Ok(status.code())
 }
@@ -154,7 +152,7 @@ pub fn unknown(json: bool, why: &str) -> i32 {
     if json {
         let _ = print_json(Status::Unknown, None, Some(why));
     } else {
-        println!("WEDGEWATCH UNKNOWN - {why}");
+        println!("WEDGEWATCH UNKNOWN - {}", field(why));
     }
     Status::Unknown.code()
 }
@@ -191,11 +189,15 @@ fn plugin_text(status: Status, f: &[Finding]) -> String {
             one_line(top)
         ),
     };
-    let mut out = format!(
-        "WEDGEWATCH {} - {head} | findings={} critical={c} warning={w} info={i}\n",
-        status.word(),
-        f.len()
-    );
+    let perf = [
+        ("findings", f.len()),
+        ("critical", c),
+        ("warning", w),
+        ("info", i),
+    ]
+    .map(|(label, n)| perfdata(label, n))
+    .join(" ");
+    let mut out = format!("WEDGEWATCH {} - {head} | {perf}\n", status.word());
     for x in sorted {
         out.push_str(&format!(
             "{} {}\n",
@@ -211,11 +213,28 @@ fn one_line(f: &Finding) -> String {
     let at = f
         .component
         .as_deref()
-        .map(|c| format!(" at {c}"))
+        .map(|c| format!(" at {}", field(c)))
         .unwrap_or_default();
-    // a summary quoting host text must not break the one-line-per-finding contract
-    let summary = f.summary.replace(['\n', '\r', '|'], " ");
-    format!("{}{at}: {summary}", f.kind)
+    format!("{}{at}: {}", field(&f.kind.to_string()), field(&f.summary))
+}
+
+/// Host text (ids, summaries, paths in errors) as one field of the plugin output: a line
+/// break would add a line (a fake status) and a `|` would start perfdata, so both become
+/// spaces; other control characters are escaped.
+fn field(s: &str) -> String {
+    let one_line = s.replace(['\n', '\r', '|'], " ");
+    wedgewatch::redact::control::text(&one_line).into_owned()
+}
+
+/// One perfdata item, `'label'=value` by the monitoring-plugin grammar: a label may not
+/// hold `=` or `'` (nor what `field` removes), and is quoted when it holds a space.
+fn perfdata(label: &str, value: usize) -> String {
+    let label = field(label).replace(['=', '\''], "_");
+    if label.contains(' ') {
+        format!("'{label}'={value}")
+    } else {
+        format!("{label}={value}")
+    }
 }
 
 #[cfg(test)]
@@ -274,5 +293,13 @@ mod tests {
             "{text}"
         );
         assert!(lines[2].starts_with("WARNING config_changed"), "{text}");
+    }
+
+    #[test]
+    fn perfdata_labels_follow_the_grammar() {
+        assert_eq!(perfdata("findings", 2), "findings=2");
+        assert_eq!(perfdata("a b", 1), "'a b'=1");
+        assert_eq!(perfdata("x='y'|\nz", 1), "'x__y_  z'=1");
+        assert_eq!(field("a\nb|c\u{1b}"), "a b c\\x1b");
     }
 }

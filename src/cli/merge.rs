@@ -87,8 +87,12 @@ impl MergeOutput {
     }
 
     /// Writes the merged snapshot where asked (the report on stdout when nowhere);
-    /// the exit code by `--fail-on`.
+    /// the exit code by `--fail-on`. Every output is of the snapshot redacted again with
+    /// today's rules: a node's file may be hand-made or redacted by older ones.
     pub fn write(&self, merged: &Snapshot) -> anyhow::Result<i32> {
+        let merged = &wedgewatch::redact::for_output(&[merged], merged.redacted)
+            .and_then(|mut v| v.pop())
+            .context("the merged snapshot could not be redacted: nothing written")?;
         let json = self.json || self.output.as_deref().is_some_and(is_stdout);
         if let Some(dir) = self.dir() {
             snapshot::write_bundle(merged, &Default::default(), dir, self.overwrite())

@@ -5,7 +5,8 @@
 //! - by name ([`names`]): an env variable, option, label or JSON key such as `HF_TOKEN`,
 //!   `--api-key`, `DB_PASS`;
 //! - by structure ([`structure`]): URL userinfo, secret query parameters, `k=v`, YAML and
-//!   JSON pairs under secret keys, `Authorization`/`Bearer` headers;
+//!   JSON pairs under secret keys, `Authorization` headers, `Bearer` tokens and `Basic`
+//!   credentials anywhere;
 //! - by shape ([`shapes`]): vendor token formats (`hf_`, `sk-`, `ghp_`, `AKIA`, JWTs, PEM).
 //!
 //! A [`Redactor`] is built per output. It remembers every secret value it removed and then

@@ -6,7 +6,7 @@
 //!
 //! Why no rule can match them ([`super::structure`], [`super::shapes`]):
 //! - URL userinfo needs `/`; a `key=value` needs `=`, a quote, or `:` followed by a blank;
-//!   a `--flag value` and `Bearer token` need a blank;
+//!   a `--flag value`, `Bearer token` and `Basic base64` need a blank;
 //! - every vendor shape needs `_`, an upper-case letter, or a lower-case one next to `-`
 //!   (`sk-`, `glpat-`, `xox?-`; PEM's `-----BEGIN`).
 //!

@@ -5,7 +5,9 @@
 //! - `key=value`, `key: value`, `"key": "value"` (query strings, `k=v` arguments, YAML,
 //!   JSON inside a value, HTTP headers) whose key is a secret name;
 //! - `--secret-option value` inside a joined command line;
-//! - `Bearer <token>` anywhere.
+//! - `Bearer <token>` anywhere;
+//! - `Basic <base64>` anywhere, when the base64 decodes to `user:password` (RFC 7617):
+//!   the decoding tells a credential from the word "basic" in prose.
 //!
 //! Each finder returns byte ranges of the secret part only, so names stay visible.
 
@@ -42,6 +44,9 @@ static FLAG_VALUE: LazyLock<Option<regex::Regex>> = LazyLock::new(|| {
 static BEARER: LazyLock<Option<regex::Regex>> =
     LazyLock::new(|| compile(r"(?i)\bbearer[ \t]+(?P<v>[A-Za-z0-9\-._~+/]{8,}=*)"));
 
+static BASIC: LazyLock<Option<regex::Regex>> =
+    LazyLock::new(|| compile(r"(?i)\bbasic[ \t]+(?P<v>[A-Za-z0-9+/]{4,}={0,2})"));
+
 /// Byte ranges of every secret `text` reveals by its structure.
 pub fn find(text: &str) -> Vec<Range<usize>> {
     let mut out = userinfo(text);
@@ -54,7 +59,49 @@ pub fn find(text: &str) -> Vec<Range<usize>> {
                 .map(|m| m.range()),
         );
     }
+    out.extend(basic(text));
     out
+}
+
+/// `Basic <base64>` whose base64 decodes to `user:password` in printable text.
+fn basic(text: &str) -> Vec<Range<usize>> {
+    let Some(re) = BASIC.as_ref() else {
+        return Vec::new();
+    };
+    re.captures_iter(text)
+        .filter_map(|c| c.name("v"))
+        .filter(|m| base64_text(m.as_str()).is_some_and(|t| t.contains(':')))
+        .map(|m| m.range())
+        .collect()
+}
+
+/// Standard base64 (padding optional) decoded, if it is printable UTF-8 text.
+fn base64_text(s: &str) -> Option<String> {
+    let digit = |c: u8| match c {
+        b'A'..=b'Z' => Some(c - b'A'),
+        b'a'..=b'z' => Some(c - b'a' + 26),
+        b'0'..=b'9' => Some(c - b'0' + 52),
+        b'+' => Some(62),
+        b'/' => Some(63),
+        _ => None,
+    };
+    let body = s.trim_end_matches('=');
+    if body.len() % 4 == 1 {
+        return None;
+    }
+    let mut bytes = Vec::with_capacity(body.len() * 3 / 4);
+    let (mut acc, mut bits) = (0u32, 0u32);
+    for c in body.bytes() {
+        acc = (acc << 6) | u32::from(digit(c)?);
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            bytes.push((acc >> bits) as u8);
+            acc &= (1 << bits) - 1;
+        }
+    }
+    let t = String::from_utf8(bytes).ok()?;
+    (!t.chars().any(char::is_control)).then_some(t)
 }
 
 fn userinfo(text: &str) -> Vec<Range<usize>> {
@@ -134,7 +181,7 @@ mod tests {
     #[test]
     fn patterns_compile() {
         assert!(USERINFO.is_some() && KEY_VALUE.is_some());
-        assert!(FLAG_VALUE.is_some() && BEARER.is_some());
+        assert!(FLAG_VALUE.is_some() && BEARER.is_some() && BASIC.is_some());
     }
 
     #[test]
@@ -157,6 +204,9 @@ mod tests {
             ("python -m x --api-key sk1 --port 1", &["sk1"]),
             ("url=http://h/?token=inner", &["inner"]),
             ("curl -H x bearer 0123456789abcdef", &["0123456789abcdef"]),
+            ("HDR=Basic dXNlcjpwYXNz", &["dXNlcjpwYXNz"]),
+            ("x basic YTpi and Basic dTpw", &["YTpi", "dTpw"]),
+            (r#"{"X-Up": "Basic c3ZjOnB3MTg="}"#, &["c3ZjOnB3MTg="]),
         ];
         for (text, want) in cases {
             assert_eq!(&hits(text), want, "{text}");
@@ -178,6 +228,10 @@ mod tests {
             "/etc/passwd: not a wedgewatch recording",
             "open /run/secrets/token: permission denied",
             "MAX_TOKENS=128 TOKENIZERS_PARALLELISM=false",
+            "basic settings apply",
+            "Basic authentication required",
+            "the basic functionality works",
+            "basic dXNlcnBhc3M=",
         ] {
             assert!(hits(plain).is_empty(), "{plain}: {:?}", hits(plain));
         }

@@ -35,7 +35,14 @@ pub fn fit(head: String, blocks: Vec<Block>, max: usize) -> String {
     let mut o = head;
     let mut cut: Vec<String> = Vec::new();
     for b in blocks.into_iter().filter(|b| !b.text.is_empty()) {
-        if o.len() + b.text.len() <= budget {
+        // each block after a blank line: a line right after a table is read as its row
+        let sep = if o.ends_with("\n\n") || b.text.starts_with('\n') {
+            ""
+        } else {
+            "\n"
+        };
+        if o.len() + sep.len() + b.text.len() <= budget {
+            o.push_str(sep);
             o.push_str(&b.text);
         } else {
             cut.push(b.name);

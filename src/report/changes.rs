@@ -1,6 +1,6 @@
 //! What changed since the baseline (`config_changed`), as a table.
 
-use super::md::{cell, code, table};
+use super::md::{esc, id_cell, table};
 use crate::model::Snapshot;
 
 pub fn section(s: &Snapshot) -> String {
@@ -12,12 +12,12 @@ pub fn section(s: &Snapshot) -> String {
         .iter()
         .map(|c| {
             vec![
-                code(&c.component),
+                id_cell(&c.component),
                 c.role.to_string(),
-                cell(&c.field),
-                cell(c.key.as_deref().unwrap_or("")),
-                cell(c.before.as_deref().unwrap_or("(absent)")),
-                cell(c.after.as_deref().unwrap_or("(absent)")),
+                esc(&c.field),
+                esc(c.key.as_deref().unwrap_or("")),
+                esc(c.before.as_deref().unwrap_or("(absent)")),
+                esc(c.after.as_deref().unwrap_or("(absent)")),
             ]
         })
         .collect();

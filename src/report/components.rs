@@ -2,7 +2,7 @@
 //! environment worth reading (changes against the baseline and the variables its stack
 //! profile marks relevant; the whole environment stays in `snapshot.json`).
 
-use super::md::{cell, code, details, esc, fenced, human_bytes, join};
+use super::md::{code, details, esc, fenced, human_bytes};
 use crate::model::{SnapComponent, Snapshot};
 use serde_json::Value;
 
@@ -46,21 +46,32 @@ fn facts(c: &SnapComponent) -> String {
     o
 }
 
+/// A number of a process's facts (untyped in the snapshot, so possibly anything): a number
+/// as is, anything else escaped.
+fn fact(v: &Value) -> String {
+    match v {
+        Value::Number(n) => n.to_string(),
+        Value::Null => "?".into(),
+        other => esc(&other.to_string()),
+    }
+}
+
 fn process_line(p: &Value) -> String {
     let g = |k: &str| p.get(k).cloned().unwrap_or(Value::Null);
     let threads = g("threads").as_array().map(|a| a.len());
     let nspid = g("nspid")
         .as_array()
         .filter(|a| a.len() > 1)
-        .map(|a| format!(", NSpid {}", join(a)))
+        .map(|a| a.iter().map(fact).collect::<Vec<_>>().join(", "))
+        .map(|ids| format!(", NSpid {ids}"))
         .unwrap_or_default();
     let mut o = format!(
         "- pid {}: state {}, {} threads, {} fds, cpu {} ms, rss {}{nspid}\n",
-        g("pid"),
+        fact(&g("pid")),
         esc(g("state").as_str().unwrap_or("?")),
         threads.map(|n| n.to_string()).unwrap_or("?".into()),
-        g("fd_count"),
-        g("cpu_time_ms"),
+        fact(&g("fd_count")),
+        fact(&g("cpu_time_ms")),
         g("rss_bytes")
             .as_u64()
             .map(human_bytes)
@@ -145,8 +156,5 @@ pub fn heading(s: &Snapshot) -> String {
     if s.components.is_empty() {
         return String::new();
     }
-    format!(
-        "## Components ({})\n\n",
-        cell(&s.components.len().to_string())
-    )
+    format!("## Components ({})\n\n", s.components.len())
 }

@@ -1,10 +1,18 @@
-//! Markdown building blocks. Host text is untrusted: every string that is not ours goes
-//! through [`esc`] (inline text), [`cell`] (table cells), [`code`] (code spans), [`html`]
-//! (inside the `<summary>` of a details block, which Markdown does not parse) or
-//! [`fenced`] (code blocks), so it can neither end a construct early nor add one.
+//! Markdown building blocks. Host text (anything read from a snapshot) is untrusted: it
+//! reaches report.md only through [`esc`], the one escaping of host text, used for inline
+//! text, table cells and the `<summary>` of a details block alike; or inside a construct it
+//! cannot close early: [`code`] (a code span; in a table only through [`id_cell`]) or
+//! [`fenced`] (a code block).
+//! So it can neither end a construct early nor add one, Markdown or HTML.
 
-/// Inline text: Markdown punctuation that could start emphasis, a link, raw HTML, a table
-/// cell boundary or an autolink is backslash-escaped; newlines become spaces.
+use std::fmt::Write;
+
+/// Host text as inline Markdown that is also inert as HTML: every character that could
+/// start a Markdown construct (emphasis, a link or image, a code span, strikethrough, a
+/// table cell boundary, a backslash escape) or an HTML tag, attribute or entity becomes a
+/// character reference, which Markdown and HTML both show as the character and neither
+/// parses (a backslash escape would show in raw HTML, and GFM splits table cells before
+/// escapes are read); line breaks become spaces.
 pub fn esc(s: &str) -> String {
     let chars: Vec<char> = s.chars().collect();
     let mut o = String::with_capacity(s.len() + 8);
@@ -12,9 +20,12 @@ pub fn esc(s: &str) -> String {
         match ch {
             // an underscore inside a word (`SGLANG_X`) never starts emphasis: left as is
             '_' if intraword(&chars, i) => o.push(ch),
-            '\\' | '`' | '*' | '_' | '[' | ']' | '<' | '|' | '~' | '&' => {
-                o.push('\\');
-                o.push(ch);
+            '&' => o.push_str("&amp;"),
+            '<' => o.push_str("&lt;"),
+            '>' => o.push_str("&gt;"),
+            '"' => o.push_str("&quot;"),
+            '\\' | '`' | '*' | '_' | '[' | ']' | '|' | '~' => {
+                let _ = write!(o, "&#{};", u32::from(ch));
             }
             '\n' | '\r' => o.push(' '),
             _ => o.push(ch),
@@ -28,21 +39,10 @@ fn intraword(chars: &[char], i: usize) -> bool {
     i > 0 && word(chars.get(i - 1)) && word(chars.get(i + 1))
 }
 
-/// A table cell: inline text on one line.
-pub fn cell(s: &str) -> String {
-    esc(s)
-}
-
-/// A table cell as the stuck-requests table writes it (inside its own backticks): only
-/// what would break the row is escaped.
-pub fn plain_cell(s: &str) -> String {
-    s.replace('|', "\\|").replace(['\n', '\r'], " ")
-}
-
-/// A code span that cannot be closed early by backticks in `s`. In a table a `|` must be
-/// escaped even inside code (GFM splits cells first), so it always is.
+/// A code span that cannot be closed early by backticks in `s`. Not for table cells: GFM
+/// splits a row at a `|` even inside a code span, so cells take [`esc`] or [`id_cell`].
 pub fn code(s: &str) -> String {
-    let s = s.replace(['\n', '\r'], " ").replace('|', "\\|");
+    let s = s.replace(['\n', '\r'], " ");
     let longest = s.split(|c| c != '`').map(str::len).max().unwrap_or(0);
     let fence = "`".repeat(longest + 1);
     // a span starting or ending with a backtick needs a space to be read as one
@@ -54,12 +54,14 @@ pub fn code(s: &str) -> String {
     format!("{fence}{pad}{s}{pad}{fence}")
 }
 
-/// Text inside raw HTML (`<summary>`): Markdown is not parsed there, entities are.
-pub fn html(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace(['\n', '\r'], " ")
+/// An id (of a component, a node) as a table cell: a code span when it holds nothing a
+/// table row or a span could not hold (`|`, a backtick, a backslash), else [`esc`] text.
+pub fn id_cell(s: &str) -> String {
+    if s.contains(['|', '`', '\\', '\n', '\r']) {
+        esc(s)
+    } else {
+        code(s)
+    }
 }
 
 /// A fenced code block that cannot be closed early by its content.
@@ -71,18 +73,18 @@ pub fn fenced(body: &str) -> String {
     format!("{fence}text\n{body}\n{fence}\n")
 }
 
-/// A folded block. The blank lines matter: an HTML block ends at a blank line, and without
-/// one after `</details>` the next list item or table would be swallowed as raw HTML
-/// (rendered as literal text on GitHub).
+/// A folded block (`summary` may hold host text: escaped here). The blank lines matter: an
+/// HTML block ends at a blank line, and without one after `</details>` the next list item
+/// or table would be swallowed as raw HTML (rendered as literal text on GitHub).
 pub fn details(summary: &str, body: &str) -> String {
     format!(
         "<details><summary>{}</summary>\n\n{}\n\n</details>\n\n",
-        html(summary),
+        esc(summary),
         body.trim_end()
     )
 }
 
-/// A table: header cells and rows of already-escaped cells.
+/// A table: our header cells and rows of cells already through [`esc`].
 pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     let mut o = format!("| {} |\n", header.join(" | "));
     o.push_str(&format!("|{}\n", " --- |".repeat(header.len())));
@@ -137,20 +139,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn code_spans_survive_backticks_and_pipes() {
+    fn code_spans_survive_backticks_and_line_breaks() {
         assert_eq!(code("a"), "`a`");
         assert_eq!(code("a`b"), "``a`b``");
         assert_eq!(code("`x"), "`` `x ``");
-        assert_eq!(code("a|b"), "`a\\|b`");
+        assert_eq!(code("<b>\n`"), "`` <b> ` ``");
+        assert_eq!(id_cell("decode@[::1]:2"), "`decode@[::1]:2`");
+        assert_eq!(id_cell("a|b"), "a&#124;b");
     }
 
     #[test]
     fn escapes_and_clips() {
         assert_eq!(
             esc("<redacted> *x* a|b _y_ A_B"),
-            "\\<redacted> \\*x\\* a\\|b \\_y\\_ A_B"
+            "&lt;redacted&gt; &#42;x&#42; a&#124;b &#95;y&#95; A_B"
         );
-        assert_eq!(html("<b>&"), "&lt;b&gt;&amp;");
+        assert_eq!(esc("`a\\\"&\n"), "&#96;a&#92;&quot;&amp; ");
         assert_eq!(clip("héllo", 2), "hé…");
         assert_eq!(clip("hi", 2), "hi");
         assert_eq!(ago(94_000.0), "94 s");

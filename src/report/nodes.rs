@@ -3,7 +3,7 @@
 //! node's, the nodes left out and why, the hops joined across nodes and what could not be
 //! joined. A one-node snapshot: the node in one line.
 
-use super::md::{cell, esc, table};
+use super::md::{code, esc, table};
 use crate::model::{FleetInfo, NodeIdentity, Snapshot};
 
 pub fn section(s: &Snapshot) -> String {
@@ -15,7 +15,7 @@ pub fn section(s: &Snapshot) -> String {
 }
 
 fn one_node(n: &NodeIdentity) -> String {
-    let mut o = format!("`{}`", esc(&n.name));
+    let mut o = code(&n.name);
     if let Some(h) = n.hostname.as_deref().filter(|h| *h != n.name) {
         o.push_str(&format!(" (host {})", esc(h)));
     }
@@ -46,11 +46,11 @@ fn fleet(f: &FleetInfo) -> String {
                 .map(|id| id.addresses.join(" "))
                 .unwrap_or_default();
             vec![
-                cell(&n.name),
-                cell(&addrs),
-                cell(&n.taken_at),
-                cell(&skew_text(n, i == 0)),
-                cell(n.skew_basis.as_deref().unwrap_or("")),
+                esc(&n.name),
+                esc(&addrs),
+                esc(&n.taken_at),
+                esc(&skew_text(n, i == 0)),
+                esc(n.skew_basis.as_deref().unwrap_or("")),
             ]
         })
         .collect();
@@ -61,8 +61,8 @@ fn fleet(f: &FleetInfo) -> String {
     ));
     for x in &f.failed {
         o.push_str(&format!(
-            "- **left out:** `{}`: {}\n",
-            esc(&x.name),
+            "- **left out:** {}: {}\n",
+            code(&x.name),
             esc(&x.reason)
         ));
     }

@@ -1,6 +1,6 @@
 //! How each source fared: ok, degraded or unavailable, and why.
 
-use super::md::{cell, details, table};
+use super::md::{details, esc, table};
 use crate::model::{Snapshot, Status};
 
 pub fn section(s: &Snapshot) -> String {
@@ -14,9 +14,9 @@ pub fn section(s: &Snapshot) -> String {
                 Status::Unavailable => "unavailable",
             };
             vec![
-                cell(k),
+                esc(k),
                 status.to_string(),
-                cell(st.reason.as_deref().unwrap_or("")),
+                esc(st.reason.as_deref().unwrap_or("")),
             ]
         })
         .collect();

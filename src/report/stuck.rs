@@ -1,8 +1,9 @@
 //! The stuck requests table, kept in its own file: which requests are stuck is the
 //! correlator's verdict (`logical_requests`); this section only lists them.
 
-use super::md::{human_bytes, join, plain_cell as cell};
+use super::md::{code, esc, human_bytes, id_cell, join};
 use crate::model::{LogicalRequest, Request, Snapshot, StuckKind, Verdict};
+use std::collections::HashMap;
 use std::fmt::Write;
 
 pub fn section(s: &Snapshot) -> String {
@@ -22,10 +23,15 @@ pub fn section(s: &Snapshot) -> String {
 /// The requests the correlator judged stuck (the findings' requests, one row per logical
 /// request, at the leg where it is stuck), then the ones merely waiting, apart.
 fn stuck_requests(o: &mut String, s: &Snapshot) {
-    let leg_of = |l: &LogicalRequest| -> Option<&Request> {
-        let leg = l.stuck_leg.as_deref()?;
-        s.requests.iter().find(|r| r.leg.as_deref() == Some(leg))
-    };
+    // indexed once: a busy node has tens of thousands of stuck requests and exchanges
+    let mut by_leg: HashMap<&str, &Request> = HashMap::with_capacity(s.requests.len());
+    for r in &s.requests {
+        if let Some(leg) = r.leg.as_deref() {
+            by_leg.entry(leg).or_insert(r);
+        }
+    }
+    let leg_of =
+        |l: &LogicalRequest| -> Option<&Request> { by_leg.get(l.stuck_leg.as_deref()?).copied() };
     let stuck: Vec<&LogicalRequest> = s
         .logical_requests
         .iter()
@@ -49,7 +55,7 @@ fn stuck_requests(o: &mut String, s: &Snapshot) {
                     format!("{:.1} s", r.age_ms / 1000.0),
                     format!("{} / {}", human_bytes(r.bytes_in), human_bytes(r.bytes_out)),
                     format!("{:.1} s", r.idle_out_ms / 1000.0),
-                    format!("{} -> {}", r.client, r.server),
+                    format!("{} -> {}", esc(&r.client), esc(&r.server)),
                 ),
                 None => (
                     format!("{:.1} s", l.age_ms / 1000.0),
@@ -60,10 +66,10 @@ fn stuck_requests(o: &mut String, s: &Snapshot) {
             };
             let _ = writeln!(
                 o,
-                "| `{}` | `{}` | {how} | {age} | {io} | {quiet} | {ends} | {} |",
-                cell(l.stuck_leg.as_deref().unwrap_or(&l.id)),
-                cell(l.stuck_at.as_deref().unwrap_or("?")),
-                cell(&join(&l.legs))
+                "| {} | {} | {how} | {age} | {io} | {quiet} | {ends} | {} |",
+                id_cell(l.stuck_leg.as_deref().unwrap_or(&l.id)),
+                id_cell(l.stuck_at.as_deref().unwrap_or("?")),
+                esc(&join(&l.legs))
             );
         }
     }
@@ -73,9 +79,9 @@ fn stuck_requests(o: &mut String, s: &Snapshot) {
         .filter(|l| l.verdict == Verdict::Waiting && !l.probe)
         .map(|l| {
             format!(
-                "`{}` at `{}` ({:.1} s)",
-                l.id,
-                cell(&l.component),
+                "{} at {} ({:.1} s)",
+                code(&l.id),
+                code(&l.component),
                 l.age_ms / 1000.0
             )
         })

@@ -1,6 +1,6 @@
 //! The topology (components, config edges) and the GPUs.
 
-use super::md::{cell, code, details, join, table};
+use super::md::{code, details, esc, id_cell, join, table};
 use crate::model::Snapshot;
 
 fn components(s: &Snapshot) -> String {
@@ -9,13 +9,13 @@ fn components(s: &Snapshot) -> String {
         .iter()
         .map(|c| {
             vec![
-                code(&c.id),
+                id_cell(&c.id),
                 c.role.to_string(),
-                cell(&c.stack),
+                esc(&c.stack),
                 join(&c.pids),
-                cell(&join(&c.listen)),
+                esc(&join(&c.listen)),
                 join(&c.gpus),
-                c.parent.as_deref().map(code).unwrap_or_default(),
+                c.parent.as_deref().map(id_cell).unwrap_or_default(),
             ]
         })
         .collect();
@@ -47,7 +47,7 @@ fn edges(s: &Snapshot) -> String {
             "- {} -> {} ({}{conns})\n",
             code(&e.from),
             code(&e.to),
-            cell(&format!("{:?}", e.origin))
+            esc(&format!("{:?}", e.origin))
         ));
     }
     o
@@ -104,13 +104,13 @@ pub fn gpus(s: &Snapshot) -> String {
                 .collect();
             vec![
                 g.index.to_string(),
-                cell(&g.name),
+                esc(&g.name),
                 g.util_pct
                     .map(|u| format!("{u:.0} %"))
                     .unwrap_or("?".into()),
                 g.power_w.map(|p| format!("{p:.0} W")).unwrap_or("?".into()),
-                cell(g.activity.as_deref().unwrap_or("")),
-                cell(&procs.join(", ")),
+                esc(g.activity.as_deref().unwrap_or("")),
+                esc(&procs.join(", ")),
             ]
         })
         .collect();

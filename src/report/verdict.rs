@@ -5,6 +5,7 @@
 use super::md::{ago, clip, esc};
 use crate::clock::{parse_rfc3339, rfc3339};
 use crate::model::{Finding, FindingKind, Snapshot, StuckKind, Verdict};
+use std::collections::HashSet;
 
 /// Longest text taken from one host string into the head.
 const MAX_FIELD: usize = 300;
@@ -51,10 +52,11 @@ fn stuck_of(s: &Snapshot, f: &Finding) -> (usize, Option<f64>) {
             return (stuck.len(), oldest);
         }
     }
+    let ids: HashSet<&str> = f.requests.iter().map(String::as_str).collect();
     let at_hop: Vec<_> = s
         .requests
         .iter()
-        .filter(|r| f.requests.contains(&r.id))
+        .filter(|r| ids.contains(r.id.as_str()))
         .filter(|r| f.component.as_ref().is_none_or(|c| *c == r.component))
         .collect();
     let oldest = at_hop.iter().map(|r| r.age_ms).reduce(f64::max);
@@ -268,7 +270,7 @@ pub fn markdown(v: &Head) -> String {
     } else {
         o.push_str("- **Evidence:**\n");
         for (layer, line) in &v.evidence {
-            o.push_str(&format!("  - {layer}: {}\n", esc(line)));
+            o.push_str(&format!("  - {}: {}\n", esc(layer), esc(line)));
         }
     }
     o.push_str(&format!("- **Changed:** {}\n", esc(&v.changed)));

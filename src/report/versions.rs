@@ -1,7 +1,7 @@
 //! Versions: of wedgewatch and the host (kernel, NVIDIA driver, CUDA), and of what each
 //! engine and router runs (its packages and Python), as discovery read them from disk.
 
-use super::md::{cell, code, details, table};
+use super::md::{details, esc, id_cell, table};
 use crate::model::Snapshot;
 
 /// The host's versions in a fixed order, then any others.
@@ -17,9 +17,9 @@ fn host(s: &Snapshot) -> Vec<Vec<String>> {
     );
     keys.into_iter()
         .map(|k| {
-            let v = s.versions.get(k).map(|v| cell(v));
+            let v = s.versions.get(k).map(|v| esc(v));
             vec![
-                cell(k),
+                esc(k),
                 v.unwrap_or_else(|| match k {
                     "nvidia_driver" | "cuda" => "unknown (no NVML here)".into(),
                     _ => "unknown".into(),
@@ -37,9 +37,9 @@ fn components(s: &Snapshot) -> Vec<Vec<String>> {
             let v: Vec<String> = c
                 .versions
                 .iter()
-                .map(|(k, v)| format!("{} {}", cell(k), cell(v)))
+                .map(|(k, v)| format!("{} {}", esc(k), esc(v)))
                 .collect();
-            vec![code(&c.id), c.role.to_string(), v.join(", ")]
+            vec![id_cell(&c.id), c.role.to_string(), v.join(", ")]
         })
         .collect()
 }
