@@ -121,6 +121,23 @@ fn a_directory_link_planted_by_another_user_is_not_followed() {
 }
 
 #[test]
+fn man_dir_does_not_write_through_a_planted_page_link() {
+    if not_root() {
+        return;
+    }
+    let s = shared();
+    let page = plant_link(&s.sticky, "wedgewatch.1", &s.victim);
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_wedgewatch"))
+        .args(["man", "--dir"])
+        .arg(&s.sticky)
+        .output()
+        .expect("run wedgewatch");
+    assert_refused("man --dir", &o, "symbolic link");
+    assert_eq!(std::fs::read_to_string(&s.victim).expect("read"), "keep\n");
+    assert!(std::fs::symlink_metadata(&page).expect("kept").is_symlink());
+}
+
+#[test]
 fn a_file_another_user_owns_is_not_overwritten() {
     if not_root() {
         return;

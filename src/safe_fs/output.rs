@@ -16,11 +16,10 @@ use std::io::Write;
 use std::os::fd::OwnedFd;
 use std::path::Path;
 
-fn create_new(dir: &OwnedFd, name: &OsStr) -> nix::Result<File> {
+fn create_new(dir: &OwnedFd, name: &OsStr, mode: u32) -> nix::Result<File> {
     let flags =
         OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-    let mode = Mode::from_bits_truncate(0o600);
-    openat(dir, name, flags, mode).map(File::from)
+    openat(dir, name, flags, Mode::from_bits_truncate(mode)).map(File::from)
 }
 
 fn write_all(mut f: File, bytes: &[u8]) -> std::io::Result<()> {
@@ -30,6 +29,15 @@ fn write_all(mut f: File, bytes: &[u8]) -> std::io::Result<()> {
 
 /// Writes `bytes` to `path` (0600), creating it or replacing a regular file of ours.
 pub fn write_output(path: &Path, bytes: &[u8]) -> Result<(), UnsafePath> {
+    write_output_mode(path, bytes, 0o600)
+}
+
+/// [`write_output`] of a file meant for everyone to read (a man page: 0644).
+pub fn write_public_output(path: &Path, bytes: &[u8]) -> Result<(), UnsafePath> {
+    write_output_mode(path, bytes, 0o644)
+}
+
+fn write_output_mode(path: &Path, bytes: &[u8], mode: u32) -> Result<(), UnsafePath> {
     let (dir, name) = open_parent(path)?;
     let io = |source: std::io::Error| UnsafePath::Io {
         path: path.to_path_buf(),
@@ -42,7 +50,7 @@ pub fn write_output(path: &Path, bytes: &[u8]) -> Result<(), UnsafePath> {
     };
     let Some(st) = existing else {
         // EEXIST here: something appeared since; refused like anything already there
-        let f = create_new(&dir, &name).map_err(|e| io(e.into()))?;
+        let f = create_new(&dir, &name, mode).map_err(|e| io(e.into()))?;
         return write_all(f, bytes).map_err(io);
     };
     let kind = SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT;
@@ -64,11 +72,11 @@ pub fn write_output(path: &Path, bytes: &[u8]) -> Result<(), UnsafePath> {
             me: my_uid(),
         });
     }
-    replace(&dir, &name, bytes).map_err(io)
+    replace(&dir, &name, bytes, mode).map_err(io)
 }
 
 /// A new file beside `name`, written whole, then renamed over it.
-fn replace(dir: &OwnedFd, name: &OsStr, bytes: &[u8]) -> std::io::Result<()> {
+fn replace(dir: &OwnedFd, name: &OsStr, bytes: &[u8], mode: u32) -> std::io::Result<()> {
     let stamp = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.subsec_nanos())
@@ -76,7 +84,7 @@ fn replace(dir: &OwnedFd, name: &OsStr, bytes: &[u8]) -> std::io::Result<()> {
     let mut tmp = OsString::from(".");
     tmp.push(name);
     tmp.push(format!(".wedgewatch-{}-{stamp}", std::process::id()));
-    let f = create_new(dir, &tmp)?;
+    let f = create_new(dir, &tmp, mode)?;
     let done = write_all(f, bytes).and_then(|()| Ok(renameat(dir, tmp.as_os_str(), dir, name)?));
     if done.is_err() {
         // created exclusively above: ours to remove
