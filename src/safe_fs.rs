@@ -8,6 +8,14 @@ use std::fs::{File, Metadata, OpenOptions};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
+mod input;
+mod output;
+mod walk;
+
+pub use input::{is_input_dir, open_input, read_input_capped};
+pub use output::{write_output, write_public_output};
+pub use walk::open_trusted_dir;
+
 /// Why a path is not safe to write into.
 #[derive(Debug, thiserror::Error)]
 pub enum UnsafePath {
@@ -17,6 +25,14 @@ pub enum UnsafePath {
     OthersMayWrite { path: PathBuf, mode: u32 },
     #[error("{path}: is a symbolic link; wedgewatch does not follow links here")]
     Symlink { path: PathBuf },
+    #[error("{path}: reached through the symbolic link {link:?}, owned by uid {uid}; wedgewatch follows only links owned by you or root")]
+    ForeignLink {
+        path: PathBuf,
+        link: PathBuf,
+        uid: u32,
+    },
+    #[error("{path}: exists and belongs to uid {uid}, not to you (uid {me}); wedgewatch replaces only its own files")]
+    NotOurs { path: PathBuf, uid: u32, me: u32 },
     #[error("{path}: is not a {expected}")]
     WrongType {
         path: PathBuf,

@@ -272,16 +272,19 @@ pub(crate) fn redact_outputs(
 /// stack is a few MiB; a file from a stranger is not allowed to take the memory it likes.
 pub const MAX_SNAPSHOT_BYTES: u64 = 256 << 20;
 
-/// The text of `path` when it is at most `cap` bytes (None: larger), read without following
-/// a larger file to its end.
+/// The longest a snapshot file's open and read may take (a file on a hung network or FUSE
+/// mount blocks in the kernel: the verb ends with an error instead).
+pub const SNAPSHOT_READ_DEADLINE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The text of `path` when it is at most `cap` bytes (None: larger): a regular file only,
+/// never through a planted link ([`crate::safe_fs::open_input`]), read under
+/// [`SNAPSHOT_READ_DEADLINE`] and without following a larger file to its end.
 fn read_capped(path: &Path, cap: u64) -> Result<Option<String>> {
-    use std::io::Read;
-    let f = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
-    let mut bytes = Vec::new();
-    f.take(cap + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| Error::io(path, e))?;
-    if bytes.len() as u64 > cap {
+    let p = path.to_path_buf();
+    let read = move || crate::safe_fs::read_input_capped(&p, cap);
+    let (bytes, more) =
+        crate::deadline::call(path, SNAPSHOT_READ_DEADLINE, read).map_err(Error::Other)??;
+    if more {
         return Ok(None);
     }
     String::from_utf8(bytes)
@@ -299,7 +302,7 @@ pub fn read_snapshot(path: &Path) -> Result<Snapshot> {
         path: path.to_path_buf(),
         message,
     };
-    let path_to_read = if path.is_dir() {
+    let path_to_read = if crate::safe_fs::is_input_dir(path) {
         path.join("snapshot.json")
     } else {
         path.to_path_buf()

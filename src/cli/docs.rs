@@ -5,7 +5,7 @@ use super::exit::code;
 use anyhow::Context;
 use clap::{Args, CommandFactory};
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 #[derive(Debug, Args)]
 #[command(after_help = "\
@@ -39,12 +39,27 @@ pub fn completions(a: CompletionsArgs) -> anyhow::Result<i32> {
     Ok(code::OK)
 }
 
+/// The page of `cmd` and of each visible subcommand, as `clap_mangen::generate_to` names
+/// them, each written by [`wedgewatch::safe_fs::write_public_output`] (never through a
+/// planted link, never over another user's file: `DIR` may be shared).
+fn write_pages(cmd: clap::Command, dir: &Path) -> anyhow::Result<()> {
+    for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()).cloned() {
+        write_pages(sub, dir)?;
+    }
+    let man = clap_mangen::Man::new(cmd);
+    let mut page = Vec::new();
+    man.render(&mut page).context("rendering a man page")?;
+    wedgewatch::safe_fs::write_public_output(&dir.join(man.get_filename()), &page)?;
+    Ok(())
+}
+
 pub fn man(a: ManArgs) -> anyhow::Result<i32> {
     let cmd = super::Cli::command();
     match &a.dir {
         Some(dir) => {
-            clap_mangen::generate_to(cmd, dir)
-                .with_context(|| format!("writing man pages to {}", dir.display()))?;
+            let mut cmd = cmd.disable_help_subcommand(true);
+            cmd.build();
+            write_pages(cmd, dir)?;
         }
         None => {
             let mut out = std::io::stdout().lock();

@@ -66,8 +66,7 @@ pub fn run(top: Sampling, a: ExportArgs) -> anyhow::Result<i32> {
             .and_then(|_| out.flush())
             .context("writing the trace to stdout")?;
     } else {
-        std::fs::write(&a.perfetto, bytes)
-            .with_context(|| format!("writing {}", a.perfetto.display()))?;
+        wedgewatch::safe_fs::write_output(&a.perfetto, &bytes)?;
         progress::note(&format!(
             "trace written to {} (open it at ui.perfetto.dev)",
             a.perfetto.display()
@@ -86,7 +85,7 @@ fn from_file(s: &Sampling, f: &Path) -> anyhow::Result<serde_json::Value> {
             why: NotARecording::Snapshot | NotARecording::Json,
             ..
         }) => export::perfetto_snapshot(&snapshot::read_snapshot(f)?),
-        Err(e) if f.is_dir() => match snapshot::read_snapshot(f) {
+        Err(e) if wedgewatch::safe_fs::is_input_dir(f) => match snapshot::read_snapshot(f) {
             Ok(snap) => export::perfetto_snapshot(&snap),
             Err(_) => return Err(e.into()),
         },

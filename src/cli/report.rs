@@ -2,7 +2,6 @@
 //! from a snapshot file or bundle directory, so whoever receives a bundle can read it; and
 //! [`still_frame`], which lets `tui --replay` open a snapshot or bundle as one frame.
 
-use anyhow::Context;
 use clap::{Args, ValueEnum};
 use std::path::{Path, PathBuf};
 use wedgewatch::error::Error;
@@ -54,9 +53,7 @@ pub fn cmd_report(a: ReportArgs) -> anyhow::Result<i32> {
         Format::Json => format!("{:#}\n", report::render_json(&snap)),
     };
     match &a.output {
-        Some(p) if p.as_os_str() != "-" => {
-            std::fs::write(p, text).with_context(|| format!("writing {}", p.display()))?
-        }
+        Some(p) if p.as_os_str() != "-" => wedgewatch::safe_fs::write_output(p, text.as_bytes())?,
         _ => print!("{text}"),
     }
     Ok(super::exit::code::OK)
@@ -66,7 +63,8 @@ pub fn cmd_report(a: ReportArgs) -> anyhow::Result<i32> {
 /// meant as a recording). A recording is recognised by its first bytes, so a big one is
 /// never read whole as a would-be snapshot.
 pub fn still_frame(path: &Path) -> anyhow::Result<Option<Snapshot>> {
-    if path.is_dir() && path.join("snapshot.json").is_file() {
+    let bundle_entry = std::fs::symlink_metadata(path.join("snapshot.json")).is_ok();
+    if bundle_entry && wedgewatch::safe_fs::is_input_dir(path) {
         return Ok(Some(snapshot::read_snapshot(path)?));
     }
     match Recording::open(path) {

@@ -6,7 +6,9 @@
 //! - the installed versions (`sources::versions`, which reads `maps`), once a read finished
 //!   within its deadline.
 //!
-//! Reads that fail or time out are not remembered: the next pass tries again.
+//! A versions read that timed out is tried again on the next pass, at most
+//! [`MAX_VERSIONS_TRIES`] times per incarnation: then what it found is kept with the reason
+//! (a process mapping so many files that every try overran would cost a core otherwise).
 
 use super::table::ProcTable;
 use crate::sources::versions;
@@ -25,6 +27,18 @@ pub(super) struct EnvMemo {
 pub(super) struct VersionsMemo {
     pub packages: Vec<String>,
     pub versions: Arc<BTreeMap<String, String>>,
+    /// Reads that timed out so far; the memo is final when 0 (the read finished) or
+    /// [`MAX_VERSIONS_TRIES`].
+    pub timeouts: u32,
+}
+
+/// Versions reads of one process incarnation that may time out before it is given up.
+pub(super) const MAX_VERSIONS_TRIES: u32 = 3;
+
+impl VersionsMemo {
+    fn is_final(&self) -> bool {
+        self.timeouts == 0 || self.timeouts >= MAX_VERSIONS_TRIES
+    }
 }
 
 impl ProcTable {
@@ -60,20 +74,29 @@ impl ProcTable {
         packages: &[String],
     ) -> BTreeMap<String, String> {
         let memo = self.with_entry(pid, |e| e.versions.clone()).flatten();
-        if let Some(m) = memo.filter(|m| m.packages == packages) {
+        let memo = memo.filter(|m| m.packages == packages);
+        if let Some(m) = memo.as_ref().filter(|m| m.is_final()) {
             return m.versions.as_ref().clone();
         }
         let read = versions::read(&self.proc, pid, argv, env, packages);
         self.count_versions_read();
-        if read.complete {
-            let versions = Arc::new(read.versions.clone());
-            self.with_entry(pid, |e| {
-                e.versions = Some(VersionsMemo {
-                    packages: packages.to_vec(),
-                    versions,
-                })
-            });
+        let timeouts = match read.complete {
+            true => 0,
+            false => memo.map_or(0, |m| m.timeouts) + 1,
+        };
+        if let Some(why) = read.cut.as_ref() {
+            tracing::info!(pid, "versions read from part of the process's files: {why}");
+        } else if timeouts == MAX_VERSIONS_TRIES {
+            tracing::info!(pid, "versions not read again: {timeouts} reads timed out");
         }
+        let versions = Arc::new(read.versions.clone());
+        self.with_entry(pid, |e| {
+            e.versions = Some(VersionsMemo {
+                packages: packages.to_vec(),
+                versions,
+                timeouts,
+            })
+        });
         read.versions
     }
 }

@@ -58,7 +58,8 @@ pub fn load(path: &Path) -> Result<NodeInput, MergeError> {
 /// The library's error names the path already; said once is enough.
 fn strip_path(msg: &str, path: &str) -> String {
     msg.strip_prefix(path)
-        .map(|m| m.trim_start_matches([':', ' ']).to_string())
+        .and_then(|m| m.strip_prefix(':'))
+        .map(|m| m.trim_start().to_string())
         .filter(|m| !m.is_empty())
         .unwrap_or_else(|| msg.to_string())
 }

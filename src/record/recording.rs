@@ -26,18 +26,18 @@ fn file_error(path: &Path, e: ReadError) -> Error {
 
 /// Opens one file as a recording stream (checking that it is one).
 fn open_file(path: &Path, limits: ReadLimits) -> Result<Records<File>> {
-    let f = File::open(path).map_err(|e| Error::io(path, e))?;
+    let f = crate::safe_fs::open_input(path)?;
     read_records(f, limits).map_err(|e| file_error(path, e))
 }
 
 impl Recording {
     /// A file, or a directory of segments; refused when it is not a recording.
     pub fn open(path: &Path) -> Result<Recording> {
-        let md = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
-        let files = if md.is_dir() {
+        let files = if crate::safe_fs::is_input_dir(path) {
             let s = segments(path)?;
             if s.is_empty() {
-                if path.join("snapshot.json").is_file() {
+                // any entry of that name (a FIFO too): the snapshot reader says what is wrong
+                if std::fs::symlink_metadata(path.join("snapshot.json")).is_ok() {
                     return Err(Error::NotARecording {
                         path: path.to_path_buf(),
                         why: NotARecording::Snapshot,

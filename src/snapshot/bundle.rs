@@ -63,7 +63,7 @@ fn is_bundle_file(rel: &str) -> bool {
 }
 
 fn read_manifest(dir: &Path) -> Option<Manifest> {
-    let f = safe_fs::open_no_follow(&dir.join(MANIFEST)).ok()?;
+    let f = safe_fs::open_input(&dir.join(MANIFEST)).ok()?;
     let mut text = String::new();
     f.take(MAX_MANIFEST_BYTES).read_to_string(&mut text).ok()?;
     let m: Manifest = serde_json::from_str(&text).ok()?;

@@ -49,6 +49,9 @@ pub struct VersionsRead {
     /// while it runs, so a complete read need not be done again for it (discovery keeps it
     /// per process incarnation); an unfinished one is worth trying again.
     pub complete: bool,
+    /// Why part of what could name versions was not read (a process mapping more files
+    /// than are looked at): the read is as complete as it will ever be.
+    pub cut: Option<String>,
 }
 
 /// The versions of `packages` (by their names as given), `python`, and `kernel`, as far as
@@ -63,14 +66,18 @@ pub fn read(
 ) -> VersionsRead {
     let (proc2, argv, env, packages) =
         (proc.clone(), argv.to_vec(), env.clone(), packages.to_vec());
-    let read = move || read_now(&proc2, pid, &argv, &env, &packages);
+    let read = move || read_cut(&proc2, pid, &argv, &env, &packages);
     let done = crate::deadline::call(&proc.path(pid, "maps"), VERSIONS_DEADLINE, read);
     let complete = done.is_ok();
-    let mut versions = done.unwrap_or_default();
+    let (mut versions, cut) = done.unwrap_or_default();
     if let Some(k) = proc.kernel_release() {
         versions.insert("kernel".into(), k);
     }
-    VersionsRead { versions, complete }
+    VersionsRead {
+        versions,
+        complete,
+        cut,
+    }
 }
 
 /// [`read`] without the deadline (tests, and the body of the deadline call).
@@ -81,9 +88,21 @@ pub fn read_now(
     env: &BTreeMap<String, String>,
     packages: &[String],
 ) -> BTreeMap<String, String> {
+    read_cut(proc, pid, argv, env, packages).0
+}
+
+/// [`read_now`], and why part of `maps` was not read.
+fn read_cut(
+    proc: &ProcFs,
+    pid: i32,
+    argv: &[String],
+    env: &BTreeMap<String, String>,
+    packages: &[String],
+) -> (BTreeMap<String, String>, Option<String>) {
     let mut out = BTreeMap::new();
+    let maps = proc.mapped_files(pid).unwrap_or_default();
     let prefixes = prefixes(proc, pid, argv, env);
-    let sites = site_dirs(proc, pid, &prefixes, env);
+    let sites = site_dirs(proc, pid, &prefixes, env, &maps.files);
     let wanted: BTreeMap<String, &String> = packages.iter().map(|p| (normalize(p), p)).collect();
     for site in &sites {
         for (norm, version) in dists_in(proc, pid, site, &wanted) {
@@ -92,10 +111,10 @@ pub fn read_now(
             }
         }
     }
-    if let Some(py) = python_version(proc, pid, &prefixes, &sites, argv) {
+    if let Some(py) = python_version(proc, pid, &prefixes, &sites, argv, &maps.files) {
         out.insert("python".into(), py);
     }
-    out
+    (out, maps.cut)
 }
 
 /// Installation prefixes (`/opt/venv`, `/usr`): the parents of `bin/` of the interpreter.
@@ -153,6 +172,7 @@ fn site_dirs(
     pid: i32,
     prefixes: &[PathBuf],
     env: &BTreeMap<String, String>,
+    mapped: &[String],
 ) -> Vec<PathBuf> {
     let mut out: Vec<PathBuf> = Vec::new();
     let mut add = |p: PathBuf| push_path(&mut out, p, MAX_SITES);
@@ -173,8 +193,8 @@ fn site_dirs(
             }
         }
     }
-    for f in proc.mapped_files(pid).unwrap_or_default() {
-        if let Some(site) = site_of(&f) {
+    for f in mapped {
+        if let Some(site) = site_of(f) {
             add(site);
         }
     }
@@ -240,6 +260,7 @@ fn python_version(
     prefixes: &[PathBuf],
     sites: &[PathBuf],
     argv: &[String],
+    mapped: &[String],
 ) -> Option<String> {
     for p in prefixes {
         if let Ok(cfg) = proc.read_in_root(pid, &p.join("pyvenv.cfg"), 4096) {
@@ -257,12 +278,8 @@ fn python_version(
         .map(|s| s.to_string_lossy().into_owned())
         .chain(argv.first().cloned())
         .chain(proc.exe(pid).ok().map(|e| e.to_string_lossy().into_owned()));
-    // maps last: it is read again only when nothing cheaper named the version
     let found = named.filter_map(|p| minor_in(&p)).next();
-    found.or_else(|| {
-        let maps = proc.mapped_files(pid).unwrap_or_default();
-        maps.iter().find_map(|p| minor_in(p))
-    })
+    found.or_else(|| mapped.iter().find_map(|p| minor_in(p)))
 }
 
 /// `3.11` from a path naming `python3.11` (a directory, `python3.11`, `libpython3.11.so`).

@@ -31,7 +31,8 @@ pub mod proc_net;
 pub mod sock_diag;
 
 pub use proc_fs::{
-    CgroupEntry, Comm, FdScan, PidEntry, ProcFs, ProcFsError, StatBrief, StatReader, PROC_ROOT,
+    CgroupEntry, Comm, FdScan, MappedFiles, PidEntry, ProcFs, ProcFsError, StatBrief, StatReader,
+    MAX_MAPPED_FILES, PROC_ROOT,
 };
 pub use sock_diag::{Dump, NetlinkSockDiag, SockDiag, SockDiagError};
 pub use url::Url;

@@ -515,7 +515,7 @@ fn socket_inode(link: &[u8]) -> Option<u64> {
 mod brief;
 mod files;
 pub use brief::{parse_brief, Comm, StatBrief, StatReader};
-pub use files::is_plain_absolute;
+pub use files::{is_plain_absolute, MappedFiles, MAX_MAPPED_FILES};
 
 #[cfg(test)]
 mod tests;

@@ -15,6 +15,7 @@
 //! dumps of a window say together.
 
 mod evidence;
+mod not_python;
 mod pyspy;
 mod rules;
 mod sampler;

@@ -11,48 +11,6 @@ use std::process::Stdio;
 use std::time::Duration;
 use tokio::io::AsyncReadExt;
 
-/// Why a process is not Python, from `/proc` alone (None: looks like Python or unknown).
-fn not_python_reason(proc: &ProcFs, pid: i32) -> Option<String> {
-    let exe = proc.exe(pid).ok()?;
-    let base = exe.file_name()?.to_string_lossy().to_string();
-    if base.contains("python") || base.starts_with("pypy") {
-        return None;
-    }
-    // An embedded interpreter (uwsgi, a custom launcher) still maps libpython.
-    // Unreadable (or too long to search) is "unknown": py-spy then says for itself.
-    if proc.maps_mention(pid, "libpython").ok()? {
-        return None;
-    }
-    Some(format!(
-        "not a Python process (exe {}, no libpython mapped)",
-        exe.display()
-    ))
-}
-
-/// [`not_python_reason`] of each pid, in order, each under a deadline: reading `maps` takes
-/// the target's mmap lock, which a wedged process may hold forever. A blocked read skips the
-/// pid (py-spy would block on the same lock).
-pub(super) async fn not_python_reasons(proc: &ProcFs, pids: Vec<i32>) -> Vec<Option<String>> {
-    let n = pids.len();
-    let items = pids.into_iter().map(|p| (proc.pid_dir(p), p)).collect();
-    let proc = proc.clone();
-    let run = move || {
-        crate::deadline::map(
-            items,
-            NOT_PYTHON_DEADLINE,
-            NOT_PYTHON_DEADLINE * 4,
-            move |&p| not_python_reason(&proc, p),
-        )
-    };
-    match tokio::task::spawn_blocking(run).await {
-        Ok(rs) => rs.into_iter().map(|r| r.unwrap_or_else(Some)).collect(),
-        Err(_) => vec![None; n],
-    }
-}
-
-/// Longest wait for one process's `exe` and `maps` (normally well under a millisecond).
-const NOT_PYTHON_DEADLINE: Duration = Duration::from_millis(300);
-
 pub(super) fn ptrace_hint(proc: &ProcFs) -> String {
     let scope = proc
         .ptrace_scope()

@@ -1,7 +1,8 @@
 //! The stacks source: a window of py-spy dumps of every Python process of the topology, in
 //! parallel with bounded concurrency, each thread classified by the rules as it arrives.
 
-use super::pyspy::{not_python_reasons, ptrace_hint, run_py_spy, DumpFailure, DumpOutcome};
+use super::not_python::{not_python_reasons, Verdicts};
+use super::pyspy::{ptrace_hint, run_py_spy, DumpFailure, DumpOutcome};
 use super::{targets_from_topology, RuleSet, StackRule, StackTarget, StacksConfig};
 use crate::clock::Clock;
 use crate::error::Result;
@@ -35,6 +36,8 @@ pub struct StackSource {
     /// Where a target's `exe`, `maps` and liveness are read (py-spy itself reads the
     /// kernel's `/proc`).
     proc: ProcFs,
+    /// Which targets `maps` showed not to be Python, per process incarnation.
+    not_python: Verdicts,
 }
 
 /// One finished py-spy task: the target, when its dump started, and what came back.
@@ -46,6 +49,7 @@ impl StackSource {
             cfg,
             rules: Arc::new(RuleSet::new(rules)?),
             proc: ProcFs::real(),
+            not_python: Verdicts::default(),
         })
     }
 
@@ -144,7 +148,7 @@ impl StackSource {
         let mut skipped_now = Vec::new();
         let max = self.cfg.max_pids.max(1);
         let pids = targets.iter().take(max).map(|t| t.pid).collect();
-        let checked = not_python_reasons(&self.proc, pids).await;
+        let checked = not_python_reasons(&self.proc, pids, &self.not_python).await;
         for (i, target) in targets.iter().enumerate() {
             let t_ms = clock.now_ms();
             if i >= max {
