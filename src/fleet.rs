@@ -34,7 +34,7 @@ pub enum FleetError {
     Empty(String),
     #[error("--via {0:?} does not contain {NODE}: every node would be reached the same way")]
     NoPlaceholder(String),
-    #[error("node name {0:?}: use letters, digits and - . _ : only (at most 63)")]
+    #[error("node name {0:?}: use letters, digits and - . _ : only (at most 63), not starting with - and not . or ..")]
     BadNode(String),
     #[error("no nodes: --nodes a,b,c")]
     NoNodes,
@@ -101,7 +101,9 @@ pub struct FleetPlan {
 }
 
 /// Runs the plan on every node at once; the snapshots read (in the plan's order), and the
-/// nodes that failed. Dropping the future aborts every run, which kills its transport.
+/// nodes that failed, those whose answer cannot be merged with the others' among them (a
+/// merged snapshot, another node's identity: `merge::screen`). Dropping the future aborts
+/// every run, which kills its transport.
 pub async fn collect(plan: &FleetPlan) -> (Vec<NodeInput>, Vec<FailedNode>) {
     let mut set = tokio::task::JoinSet::new();
     for (i, n) in plan.nodes.iter().enumerate() {
@@ -116,9 +118,25 @@ pub async fn collect(plan: &FleetPlan) -> (Vec<NodeInput>, Vec<FailedNode>) {
             results[i] = Some(r);
         }
     }
+    let (ok, failed) = answered(&plan.nodes, results);
+    let (ok, unmergeable) = crate::merge::screen(ok);
+    let failed = failed
+        .into_iter()
+        .chain(unmergeable.into_iter().map(|(inp, why)| FailedNode {
+            name: inp.name.unwrap_or(inp.source),
+            reason: why.reason(),
+        }));
+    (ok, failed.collect())
+}
+
+/// The snapshots read and the nodes that failed, in the plan's order.
+fn answered(
+    nodes: &[String],
+    results: Vec<Option<Result<NodeInput, String>>>,
+) -> (Vec<NodeInput>, Vec<FailedNode>) {
     let mut ok = Vec::new();
     let mut failed = Vec::new();
-    for (name, r) in plan.nodes.iter().zip(results) {
+    for (name, r) in nodes.iter().zip(results) {
         match r {
             Some(Ok(inp)) => ok.push(inp),
             Some(Err(reason)) => failed.push(FailedNode {
@@ -284,5 +302,12 @@ mod tests {
             Err(FleetError::BadNode(_))
         ));
         assert!(matches!(parse_nodes(","), Err(FleetError::NoNodes)));
+        for bad in ["-oProxyCommand", "a,-F", ".", "a,..", "a/b"] {
+            assert!(
+                matches!(parse_nodes(bad), Err(FleetError::BadNode(_))),
+                "{bad}"
+            );
+        }
+        assert_eq!(parse_nodes("a-1,.b,...").unwrap(), ["a-1", ".b", "..."]);
     }
 }
