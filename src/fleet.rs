@@ -13,8 +13,10 @@ use crate::children::Spawned;
 use crate::clock::{Clock, SystemClock};
 use crate::merge::{Collected, NodeInput};
 use crate::model::FailedNode;
+use crate::snapshot::ParseBudget;
 use std::path::Path;
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt};
 
@@ -106,10 +108,12 @@ pub struct FleetPlan {
 /// every run, which kills its transport.
 pub async fn collect(plan: &FleetPlan) -> (Vec<NodeInput>, Vec<FailedNode>) {
     let mut set = tokio::task::JoinSet::new();
+    // all the nodes' snapshots together may hold what one merged snapshot may
+    let budget = Arc::new(ParseBudget::new());
     for (i, n) in plan.nodes.iter().enumerate() {
         let argv = plan.via.argv(n, &plan.remote);
-        let (node, timeout) = (n.clone(), plan.timeout);
-        set.spawn(async move { (i, one_node(&node, &argv, timeout).await) });
+        let (node, timeout, budget) = (n.clone(), plan.timeout, budget.clone());
+        set.spawn(async move { (i, one_node(&node, &argv, timeout, &budget).await) });
     }
     let mut results: Vec<Option<Result<NodeInput, String>>> =
         (0..plan.nodes.len()).map(|_| None).collect();
@@ -153,7 +157,12 @@ fn answered(
 }
 
 /// Runs one node's transport; its snapshot, or why not (one line, no secret).
-async fn one_node(node: &str, argv: &[String], timeout: Duration) -> Result<NodeInput, String> {
+async fn one_node(
+    node: &str,
+    argv: &[String],
+    timeout: Duration,
+    budget: &ParseBudget,
+) -> Result<NodeInput, String> {
     let (prog, args) = argv.split_first().ok_or("empty command")?;
     let mut cmd = tokio::process::Command::new(prog);
     cmd.args(args)
@@ -189,25 +198,19 @@ async fn one_node(node: &str, argv: &[String], timeout: Duration) -> Result<Node
     let code = status
         .map_err(|e| format!("waiting for the transport: {e}"))?
         .code();
-    interpret(
-        node,
-        out,
-        &err,
-        code,
-        Collected {
-            started_ms,
-            ended_ms,
-        },
-    )
+    let collected = Collected {
+        started_ms,
+        ended_ms,
+    };
+    interpret(node, (out, &err, code), collected, budget)
 }
 
 /// What a finished transport means: exit 0 (or 1, findings) with a snapshot on stdout.
 fn interpret(
     node: &str,
-    out: (Vec<u8>, bool),
-    err: &(Vec<u8>, bool),
-    code: Option<i32>,
+    (out, err, code): (Output, &Output, Option<i32>),
     collected: Collected,
+    budget: &ParseBudget,
 ) -> Result<NodeInput, String> {
     let why = last_line(&err.0);
     match code {
@@ -220,7 +223,7 @@ fn interpret(
     }
     let text = String::from_utf8(out.0).map_err(|_| "its output is not UTF-8 text".to_string())?;
     let origin = Path::new(node);
-    let snapshot = crate::snapshot::parse_snapshot(&text, origin).map_err(|e| {
+    let snapshot = crate::snapshot::parse_snapshot_within(&text, origin, budget).map_err(|e| {
         let msg = e.to_string();
         let msg = msg
             .strip_prefix(node)
@@ -250,8 +253,11 @@ fn clip(s: &str) -> String {
     clean
 }
 
+/// Bytes read from a pipe, and whether there were more than kept.
+type Output = (Vec<u8>, bool);
+
 /// Reads at most `cap` bytes; whether there was more.
-async fn read_capped<R: AsyncRead + Unpin>(r: Option<R>, cap: usize) -> (Vec<u8>, bool) {
+async fn read_capped<R: AsyncRead + Unpin>(r: Option<R>, cap: usize) -> Output {
     let Some(r) = r else {
         return (Vec::new(), false);
     };
