@@ -11,6 +11,8 @@
 use std::collections::BTreeSet;
 use std::sync::Mutex;
 
+pub mod descendants;
+
 /// Process groups spawned and not yet reaped.
 static GROUPS: Mutex<BTreeSet<i32>> = Mutex::new(BTreeSet::new());
 

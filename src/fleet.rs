@@ -5,18 +5,21 @@
 //! The template is split into words by shell rules (quotes, backslashes) but never given
 //! to a shell: `{node}` is substituted inside each word after splitting, so a node's name
 //! can never become a second word or a command. Each transport runs in its own process
-//! group, killed on timeout, on drop and when we die (`children`). Its output is read up to
+//! group, killed on timeout, on drop and when we die (`children`); what it started is
+//! killed with it even when it left the group (`setsid`), and nothing it started outlives the
+//! collection (`children::descendants`). Its output is read up to
 //! a cap, its error output up to a few KiB, for the reason a node failed; a node that fails
 //! is named with its reason and the others still merge.
 
-use crate::children::Spawned;
+use crate::children::{descendants, Spawned};
 use crate::clock::{Clock, SystemClock};
 use crate::merge::{Collected, NodeInput};
 use crate::model::FailedNode;
 use crate::snapshot::ParseBudget;
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::Stdio;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt};
 
@@ -107,13 +110,22 @@ pub struct FleetPlan {
 /// merged snapshot, another node's identity: `merge::screen`). Dropping the future aborts
 /// every run, which kills its transport.
 pub async fn collect(plan: &FleetPlan) -> (Vec<NodeInput>, Vec<FailedNode>) {
+    // whatever a transport starts stays below us, however it leaves its group
+    descendants::become_subreaper();
+    let me = std::process::id() as i32;
+    let ours_before: BTreeSet<i32> = descendants::of(me).into_keys().collect();
+    let transports = Arc::new(Mutex::new(BTreeSet::new()));
     let mut set = tokio::task::JoinSet::new();
     // all the nodes' snapshots together may hold what one merged snapshot may
     let budget = Arc::new(ParseBudget::new());
     for (i, n) in plan.nodes.iter().enumerate() {
         let argv = plan.via.argv(n, &plan.remote);
         let (node, timeout, budget) = (n.clone(), plan.timeout, budget.clone());
-        set.spawn(async move { (i, one_node(&node, &argv, timeout, &budget).await) });
+        let transports = transports.clone();
+        set.spawn(async move {
+            let run = one_node(&node, &argv, timeout, &budget, &transports);
+            (i, run.await)
+        });
     }
     let mut results: Vec<Option<Result<NodeInput, String>>> =
         (0..plan.nodes.len()).map(|_| None).collect();
@@ -122,6 +134,11 @@ pub async fn collect(plan: &FleetPlan) -> (Vec<NodeInput>, Vec<FailedNode>) {
             results[i] = Some(r);
         }
     }
+    // nothing a transport started outlives the collection (the transports themselves are
+    // tokio's to reap)
+    let mut spare = lock(&transports).clone();
+    spare.extend(ours_before);
+    descendants::kill(me, &spare);
     let (ok, failed) = answered(&plan.nodes, results);
     let (ok, unmergeable) = crate::merge::screen(ok);
     let failed = failed
@@ -162,6 +179,7 @@ async fn one_node(
     argv: &[String],
     timeout: Duration,
     budget: &ParseBudget,
+    transports: &Mutex<BTreeSet<i32>>,
 ) -> Result<NodeInput, String> {
     let (prog, args) = argv.split_first().ok_or("empty command")?;
     let mut cmd = tokio::process::Command::new(prog);
@@ -178,6 +196,7 @@ async fn one_node(
         .id()
         .and_then(|id| i32::try_from(id).ok())
         .ok_or("the transport exited before it could be tracked")?;
+    lock(transports).insert(pgid);
     let mut group = Spawned::register(pgid);
     let run = async {
         let (out, err) = tokio::join!(
@@ -187,6 +206,8 @@ async fn one_node(
         (out, err, child.wait().await)
     };
     let Ok((out, err, status)) = tokio::time::timeout(timeout, run).await else {
+        // its descendants first (some may have left its group), then the group
+        descendants::kill(pgid, &BTreeSet::new());
         group.kill();
         return Err(format!(
             "no answer within {} s (killed)",
@@ -237,6 +258,10 @@ fn interpret(
         name: Some(node.to_string()),
         collected: Some(collected),
     })
+}
+
+fn lock(m: &Mutex<BTreeSet<i32>>) -> std::sync::MutexGuard<'_, BTreeSet<i32>> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// ": <the last non-empty line of stderr>", redacted and clipped, or nothing.

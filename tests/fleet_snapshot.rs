@@ -235,3 +235,43 @@ fn node_names_that_are_options_or_dot_dirs_are_refused() {
         assert!(!mark.exists(), "{nodes}: a transport ran");
     }
 }
+
+/// Issue 34 item 17: what a transport started in a session of its own (`setsid`, out of
+/// the transport's process group), as its child or orphaned at once, is killed with it on
+/// timeout, and does not outlive `fleet snapshot` when the transport answered and exited.
+#[test]
+fn nothing_a_transport_started_survives_even_in_a_session_of_its_own() {
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(d.path().join("nodea.json"), node_a(2).to_string()).unwrap();
+    std::fs::write(d.path().join("leave-1.json"), node_a(2).to_string()).unwrap();
+    let (out, took) = fleet(d.path(), "setsid-1,leave-1", &["--timeout", "3s", "--json"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(took < Duration::from_secs(20), "took {took:?}");
+    assert!(
+        err.contains("node setsid-1 left out: no answer within 3 s"),
+        "{err}"
+    );
+    let mut pids = Vec::new();
+    for f in [
+        "setsid-1.pid",
+        "setsid-1.child",
+        "setsid-1.orphan",
+        "leave-1.child",
+        "leave-1.orphan",
+    ] {
+        let text = std::fs::read_to_string(d.path().join(f)).expect(f);
+        pids.push((f, text.trim().parse::<i32>().expect(f)));
+    }
+    // SIGKILL is sent before the exit; give the kernel a moment to finish each off
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while pids.iter().any(|&(_, p)| pid_alive(p)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let alive: Vec<_> = pids.iter().filter(|&&(_, p)| pid_alive(p)).collect();
+    for &&(_, p) in &alive {
+        // not ours to leave behind: clean up before failing
+        let _ = Command::new("kill").args(["-9", &p.to_string()]).status();
+    }
+    assert!(alive.is_empty(), "still running: {alive:?}");
+}
