@@ -275,3 +275,46 @@ fn nothing_a_transport_started_survives_even_in_a_session_of_its_own() {
     }
     assert!(alive.is_empty(), "still running: {alive:?}");
 }
+
+/// Issue 34 item 17: stopped by a signal while a transport hangs, `fleet snapshot` still
+/// kills what that transport started in sessions of their own.
+#[test]
+fn a_signal_kills_what_transports_started_in_sessions_of_their_own() {
+    let d = tempfile::tempdir().unwrap();
+    let via = format!("{} {{node}}", fake_node().display());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_wedgewatch"))
+        .args([
+            "fleet", "snapshot", "--nodes", "setsid-2", "--via", &via, "--json",
+        ])
+        .args(["--timeout", "120s"])
+        .env("FAKE_FLEET_DIR", d.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid_file = d.path().join("setsid-2.pid");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !pid_file.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(pid_file.exists(), "the transport never started");
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(128 + 15));
+    let mut pids = Vec::new();
+    for f in ["setsid-2.pid", "setsid-2.child", "setsid-2.orphan"] {
+        let text = std::fs::read_to_string(d.path().join(f)).expect(f);
+        pids.push((f, text.trim().parse::<i32>().expect(f)));
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while pids.iter().any(|&(_, p)| pid_alive(p)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let alive: Vec<_> = pids.iter().filter(|&&(_, p)| pid_alive(p)).collect();
+    for &&(_, p) in &alive {
+        let _ = Command::new("kill").args(["-9", &p.to_string()]).status();
+    }
+    assert!(alive.is_empty(), "still running: {alive:?}");
+}

@@ -8,16 +8,28 @@
 
 use crate::sys::proc_fs::{ProcFs, StatReader};
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Most walks of one kill (each stops what the one before found): a fork bomb cannot keep
 /// it going forever.
 const MAX_ROUNDS: usize = 64;
 
+/// Whether [`become_subreaper`] succeeded: `children::kill_all` then kills every
+/// descendant too.
+static SUBREAPER: AtomicBool = AtomicBool::new(false);
+
 /// Makes this process the reaper of its orphaned descendants (`PR_SET_CHILD_SUBREAPER`).
 /// Whether the kernel agreed.
 pub fn become_subreaper() -> bool {
     // SAFETY: prctl with integer arguments only; changes a flag of this process.
-    unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0 }
+    let ok = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0 };
+    SUBREAPER.fetch_or(ok, Ordering::Relaxed);
+    ok
+}
+
+/// Whether this process reaps its orphaned descendants.
+pub fn is_subreaper() -> bool {
+    SUBREAPER.load(Ordering::Relaxed)
 }
 
 /// The descendants of `root` (not `root` itself), as (pid, start time in ticks).
