@@ -4,7 +4,7 @@
 //! every one of them even when their parent exits, so walking `/proc` down from a pid finds
 //! them all. They are stopped first (a stopped process cannot fork), until a walk finds no
 //! new one, then killed; each signal goes through a pidfd opened while the process was seen
-//! to be ours, so a pid reused meanwhile is never signalled.
+//! to be ours, so a pid reused meanwhile is never signalled (by pid on kernels before 5.3).
 
 use crate::sys::proc_fs::{ProcFs, StatReader};
 use std::collections::{BTreeMap, BTreeSet};
@@ -90,37 +90,52 @@ pub fn kill(root: i32, spare: &BTreeSet<i32>) -> usize {
     held.len()
 }
 
-/// A process held by a pidfd, its parent when seen.
+/// A process held by a pidfd (by its pid on a kernel without pidfds, before 5.3), its
+/// parent when seen.
 struct Held {
-    fd: std::os::fd::OwnedFd,
+    pid: i32,
+    fd: Option<std::os::fd::OwnedFd>,
     parent: i32,
 }
 
 impl Held {
-    /// A pidfd of `pid` when it is still the process that started at `start`.
+    /// `pid` when it is still the process that started at `start`.
     fn open(reader: &StatReader, pid: i32, start: u64) -> Option<Held> {
         use std::os::fd::FromRawFd;
         // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
         let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-        let fd = i32::try_from(fd).ok().filter(|&fd| fd >= 0)?;
-        // SAFETY: a descriptor just returned to us, owned by nobody else.
-        let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+        let fd = match i32::try_from(fd).ok().filter(|&fd| fd >= 0) {
+            // SAFETY: a descriptor just returned to us, owned by nobody else.
+            Some(fd) => Some(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }),
+            None if std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS) => None,
+            None => return None,
+        };
         // checked after the pidfd is open: the same start time means the pidfd is that process
         let s = reader.brief(pid).ok().filter(|s| s.starttime == start)?;
-        Some(Held { fd, parent: s.ppid })
+        Some(Held {
+            pid,
+            fd,
+            parent: s.ppid,
+        })
     }
 
     fn signal(&self, sig: i32) {
         use std::os::fd::AsRawFd;
-        // SAFETY: a pidfd we own, a signal number, no siginfo, no flags.
-        unsafe {
-            libc::syscall(
-                libc::SYS_pidfd_send_signal,
-                self.fd.as_raw_fd(),
-                sig,
-                std::ptr::null::<libc::siginfo_t>(),
-                0,
-            );
+        match &self.fd {
+            // SAFETY: a pidfd we own, a signal number, no siginfo, no flags.
+            Some(fd) => unsafe {
+                libc::syscall(
+                    libc::SYS_pidfd_send_signal,
+                    fd.as_raw_fd(),
+                    sig,
+                    std::ptr::null::<libc::siginfo_t>(),
+                    0,
+                );
+            },
+            // SAFETY: kill with a pid and a signal number.
+            None => unsafe {
+                libc::kill(self.pid, sig);
+            },
         }
     }
 }
