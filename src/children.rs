@@ -11,6 +11,8 @@
 use std::collections::BTreeSet;
 use std::sync::Mutex;
 
+pub mod descendants;
+
 /// Process groups spawned and not yet reaped.
 static GROUPS: Mutex<BTreeSet<i32>> = Mutex::new(BTreeSet::new());
 
@@ -73,6 +75,10 @@ pub fn kill_all() -> usize {
     let g = groups();
     for &pgid in g.iter() {
         kill_group(pgid);
+    }
+    // and, once we reap orphans (`fleet`), whatever left a group
+    if descendants::is_subreaper() {
+        descendants::kill(std::process::id() as i32, &BTreeSet::new());
     }
     g.len()
 }

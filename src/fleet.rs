@@ -5,16 +5,21 @@
 //! The template is split into words by shell rules (quotes, backslashes) but never given
 //! to a shell: `{node}` is substituted inside each word after splitting, so a node's name
 //! can never become a second word or a command. Each transport runs in its own process
-//! group, killed on timeout, on drop and when we die (`children`). Its output is read up to
+//! group, killed on timeout, on drop and when we die (`children`); what it started is
+//! killed with it even when it left the group (`setsid`), and nothing it started outlives the
+//! collection (`children::descendants`). Its output is read up to
 //! a cap, its error output up to a few KiB, for the reason a node failed; a node that fails
 //! is named with its reason and the others still merge.
 
-use crate::children::Spawned;
+use crate::children::{descendants, Spawned};
 use crate::clock::{Clock, SystemClock};
 use crate::merge::{Collected, NodeInput};
 use crate::model::FailedNode;
+use crate::snapshot::ParseBudget;
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::Stdio;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt};
 
@@ -34,7 +39,7 @@ pub enum FleetError {
     Empty(String),
     #[error("--via {0:?} does not contain {NODE}: every node would be reached the same way")]
     NoPlaceholder(String),
-    #[error("node name {0:?}: use letters, digits and - . _ : only (at most 63)")]
+    #[error("node name {0:?}: use letters, digits and - . _ : only (at most 63), not starting with - and not . or ..")]
     BadNode(String),
     #[error("no nodes: --nodes a,b,c")]
     NoNodes,
@@ -101,13 +106,26 @@ pub struct FleetPlan {
 }
 
 /// Runs the plan on every node at once; the snapshots read (in the plan's order), and the
-/// nodes that failed. Dropping the future aborts every run, which kills its transport.
+/// nodes that failed, those whose answer cannot be merged with the others' among them (a
+/// merged snapshot, another node's identity: `merge::screen`). Dropping the future aborts
+/// every run, which kills its transport.
 pub async fn collect(plan: &FleetPlan) -> (Vec<NodeInput>, Vec<FailedNode>) {
+    // whatever a transport starts stays below us, however it leaves its group
+    descendants::become_subreaper();
+    let me = std::process::id() as i32;
+    let ours_before: BTreeSet<i32> = descendants::of(me).into_keys().collect();
+    let transports = Arc::new(Mutex::new(BTreeSet::new()));
     let mut set = tokio::task::JoinSet::new();
+    // all the nodes' snapshots together may hold what one merged snapshot may
+    let budget = Arc::new(ParseBudget::new());
     for (i, n) in plan.nodes.iter().enumerate() {
         let argv = plan.via.argv(n, &plan.remote);
-        let (node, timeout) = (n.clone(), plan.timeout);
-        set.spawn(async move { (i, one_node(&node, &argv, timeout).await) });
+        let (node, timeout, budget) = (n.clone(), plan.timeout, budget.clone());
+        let transports = transports.clone();
+        set.spawn(async move {
+            let run = one_node(&node, &argv, timeout, &budget, &transports);
+            (i, run.await)
+        });
     }
     let mut results: Vec<Option<Result<NodeInput, String>>> =
         (0..plan.nodes.len()).map(|_| None).collect();
@@ -116,9 +134,30 @@ pub async fn collect(plan: &FleetPlan) -> (Vec<NodeInput>, Vec<FailedNode>) {
             results[i] = Some(r);
         }
     }
+    // nothing a transport started outlives the collection (the transports themselves are
+    // tokio's to reap)
+    let mut spare = lock(&transports).clone();
+    spare.extend(ours_before);
+    descendants::kill(me, &spare);
+    let (ok, failed) = answered(&plan.nodes, results);
+    let (ok, unmergeable) = crate::merge::screen(ok);
+    let failed = failed
+        .into_iter()
+        .chain(unmergeable.into_iter().map(|(inp, why)| FailedNode {
+            name: inp.name.unwrap_or(inp.source),
+            reason: why.reason(),
+        }));
+    (ok, failed.collect())
+}
+
+/// The snapshots read and the nodes that failed, in the plan's order.
+fn answered(
+    nodes: &[String],
+    results: Vec<Option<Result<NodeInput, String>>>,
+) -> (Vec<NodeInput>, Vec<FailedNode>) {
     let mut ok = Vec::new();
     let mut failed = Vec::new();
-    for (name, r) in plan.nodes.iter().zip(results) {
+    for (name, r) in nodes.iter().zip(results) {
         match r {
             Some(Ok(inp)) => ok.push(inp),
             Some(Err(reason)) => failed.push(FailedNode {
@@ -135,7 +174,13 @@ pub async fn collect(plan: &FleetPlan) -> (Vec<NodeInput>, Vec<FailedNode>) {
 }
 
 /// Runs one node's transport; its snapshot, or why not (one line, no secret).
-async fn one_node(node: &str, argv: &[String], timeout: Duration) -> Result<NodeInput, String> {
+async fn one_node(
+    node: &str,
+    argv: &[String],
+    timeout: Duration,
+    budget: &ParseBudget,
+    transports: &Mutex<BTreeSet<i32>>,
+) -> Result<NodeInput, String> {
     let (prog, args) = argv.split_first().ok_or("empty command")?;
     let mut cmd = tokio::process::Command::new(prog);
     cmd.args(args)
@@ -151,6 +196,7 @@ async fn one_node(node: &str, argv: &[String], timeout: Duration) -> Result<Node
         .id()
         .and_then(|id| i32::try_from(id).ok())
         .ok_or("the transport exited before it could be tracked")?;
+    lock(transports).insert(pgid);
     let mut group = Spawned::register(pgid);
     let run = async {
         let (out, err) = tokio::join!(
@@ -160,6 +206,8 @@ async fn one_node(node: &str, argv: &[String], timeout: Duration) -> Result<Node
         (out, err, child.wait().await)
     };
     let Ok((out, err, status)) = tokio::time::timeout(timeout, run).await else {
+        // its descendants first (some may have left its group), then the group
+        descendants::kill(pgid, &BTreeSet::new());
         group.kill();
         return Err(format!(
             "no answer within {} s (killed)",
@@ -171,25 +219,19 @@ async fn one_node(node: &str, argv: &[String], timeout: Duration) -> Result<Node
     let code = status
         .map_err(|e| format!("waiting for the transport: {e}"))?
         .code();
-    interpret(
-        node,
-        out,
-        &err,
-        code,
-        Collected {
-            started_ms,
-            ended_ms,
-        },
-    )
+    let collected = Collected {
+        started_ms,
+        ended_ms,
+    };
+    interpret(node, (out, &err, code), collected, budget)
 }
 
 /// What a finished transport means: exit 0 (or 1, findings) with a snapshot on stdout.
 fn interpret(
     node: &str,
-    out: (Vec<u8>, bool),
-    err: &(Vec<u8>, bool),
-    code: Option<i32>,
+    (out, err, code): (Output, &Output, Option<i32>),
     collected: Collected,
+    budget: &ParseBudget,
 ) -> Result<NodeInput, String> {
     let why = last_line(&err.0);
     match code {
@@ -202,7 +244,7 @@ fn interpret(
     }
     let text = String::from_utf8(out.0).map_err(|_| "its output is not UTF-8 text".to_string())?;
     let origin = Path::new(node);
-    let snapshot = crate::snapshot::parse_snapshot(&text, origin).map_err(|e| {
+    let snapshot = crate::snapshot::parse_snapshot_within(&text, origin, budget).map_err(|e| {
         let msg = e.to_string();
         let msg = msg
             .strip_prefix(node)
@@ -216,6 +258,10 @@ fn interpret(
         name: Some(node.to_string()),
         collected: Some(collected),
     })
+}
+
+fn lock(m: &Mutex<BTreeSet<i32>>) -> std::sync::MutexGuard<'_, BTreeSet<i32>> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// ": <the last non-empty line of stderr>", redacted and clipped, or nothing.
@@ -232,8 +278,11 @@ fn clip(s: &str) -> String {
     clean
 }
 
+/// Bytes read from a pipe, and whether there were more than kept.
+type Output = (Vec<u8>, bool);
+
 /// Reads at most `cap` bytes; whether there was more.
-async fn read_capped<R: AsyncRead + Unpin>(r: Option<R>, cap: usize) -> (Vec<u8>, bool) {
+async fn read_capped<R: AsyncRead + Unpin>(r: Option<R>, cap: usize) -> Output {
     let Some(r) = r else {
         return (Vec::new(), false);
     };
@@ -284,5 +333,12 @@ mod tests {
             Err(FleetError::BadNode(_))
         ));
         assert!(matches!(parse_nodes(","), Err(FleetError::NoNodes)));
+        for bad in ["-oProxyCommand", "a,-F", ".", "a,..", "a/b"] {
+            assert!(
+                matches!(parse_nodes(bad), Err(FleetError::BadNode(_))),
+                "{bad}"
+            );
+        }
+        assert_eq!(parse_nodes("a-1,.b,...").unwrap(), ["a-1", ".b", "..."]);
     }
 }

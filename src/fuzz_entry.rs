@@ -30,6 +30,7 @@ pub const TARGETS: &[(&str, Entry)] = &[
     ("recording", recording),
     ("daemon_request", daemon_request),
     ("metrics_request", metrics_request),
+    ("snapshot", snapshot),
 ];
 
 /// A Prometheus exposition as scraped; the first byte says whether the body was cut at the
@@ -150,4 +151,22 @@ pub fn metrics_request(data: &[u8]) {
         let published = daemon::metrics::Published::default();
         let _ = daemon::metrics::scrape(&published, &StatsHandle::default(), 1_700_000_000_000);
     }
+}
+
+/// A snapshot from a file, a bundle or a node's transport: counted against the parse
+/// budget, parsed, and merged (as `merge` and `fleet snapshot` do with what they read).
+pub fn snapshot(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let Ok(snap) = crate::snapshot::parse_snapshot(text, Path::new("fuzz.json")) else {
+        return;
+    };
+    let input = crate::merge::NodeInput {
+        source: "fuzz.json".into(),
+        snapshot: snap,
+        name: None,
+        collected: None,
+    };
+    let _ = crate::merge::merge(vec![input], Vec::new());
 }

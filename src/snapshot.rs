@@ -15,9 +15,12 @@ use crate::redact::Redactor;
 use std::collections::BTreeMap;
 use std::path::Path;
 
+pub mod bounds;
 mod bundle;
 pub mod node;
 mod versions;
+pub use bounds::ParseBudget;
+use bounds::Refused;
 pub use bundle::{check_bundle_target, write_bundle, Overwrite, MANIFEST};
 
 // The parts a snapshot is assembled from are model types (the correlator fills them in).
@@ -296,8 +299,14 @@ fn read_capped(path: &Path, cap: u64) -> Result<Option<String>> {
 }
 
 /// Reads and checks a snapshot file (for `diff` and `--baseline`): a clear error naming the
-/// file when it is not JSON, truncated, or not a `wedgewatch.snapshot/1`.
+/// file when it is not JSON, truncated, too big once parsed (`bounds`), or not a
+/// `wedgewatch.snapshot/1`.
 pub fn read_snapshot(path: &Path) -> Result<Snapshot> {
+    read_snapshot_within(path, &ParseBudget::new())
+}
+
+/// [`read_snapshot`] under a budget shared with other snapshots (the inputs of a merge).
+pub fn read_snapshot_within(path: &Path, budget: &ParseBudget) -> Result<Snapshot> {
     let bad = |message: String| Error::BadSnapshot {
         path: path.to_path_buf(),
         message,
@@ -309,24 +318,30 @@ pub fn read_snapshot(path: &Path) -> Result<Snapshot> {
     };
     let text = read_capped(&path_to_read, MAX_SNAPSHOT_BYTES)?
         .ok_or_else(|| bad(format!("larger than {} MiB", MAX_SNAPSHOT_BYTES >> 20)))?;
-    parse_snapshot(&text, path)
+    parse_snapshot_within(&text, path, budget)
 }
 
 /// Parses and checks a snapshot's text (`read_snapshot`, and `fleet snapshot`, which reads
 /// each node's from its transport); `origin` names it in errors.
 pub fn parse_snapshot(text: &str, origin: &Path) -> Result<Snapshot> {
+    parse_snapshot_within(text, origin, &ParseBudget::new())
+}
+
+/// [`parse_snapshot`] under a shared budget: the text is counted first and refused past
+/// it, then parsed straight into the contract's types (no JSON tree of it).
+pub fn parse_snapshot_within(text: &str, origin: &Path, budget: &ParseBudget) -> Result<Snapshot> {
     let bad = |message: String| Error::BadSnapshot {
         path: origin.to_path_buf(),
         message,
     };
-    let value: serde_json::Value = serde_json::from_str(text).map_err(|e| {
-        if e.is_eof() {
-            bad(format!("truncated JSON ({e})"))
-        } else {
-            bad(format!("invalid JSON ({e})"))
-        }
+    let schema = budget.take(text).map_err(|r| match r {
+        Refused::Truncated(e) => bad(format!("truncated JSON ({e})")),
+        Refused::Invalid(e) => bad(format!("invalid JSON ({e})")),
+        Refused::TooBig(e) => bad(format!(
+            "too big to read: {e} (more than any snapshot wedgewatch writes)"
+        )),
     })?;
-    match value.get("schema").and_then(|s| s.as_str()) {
+    match schema.as_deref() {
         Some(SNAPSHOT_SCHEMA) => {}
         Some(other) => {
             return Err(bad(format!(
@@ -339,5 +354,5 @@ pub fn parse_snapshot(text: &str, origin: &Path) -> Result<Snapshot> {
             )))
         }
     }
-    serde_json::from_value(value).map_err(|e| bad(format!("does not match the contract: {e}")))
+    serde_json::from_str(text).map_err(|e| bad(format!("does not match the contract: {e}")))
 }

@@ -20,11 +20,12 @@ Examples:
 
 The template is split into words by shell rules, never run by a shell; {node} is replaced in
 each word. Each node runs `--remote` (default: `wedgewatch snapshot --json`) under --timeout;
-its process group is killed past it. A node that fails is named with its reason, on stderr and
-in the snapshot's fleet.failed, and the others are merged.
+it and everything it started are killed past it. A node that fails (no answer, not a
+snapshot, a merged snapshot, or the identity of another node that is merged) is named with its
+reason, on stderr and in the snapshot's fleet.failed, and the others are merged.
 
-Exit status: 0 merged, 1 merged and a finding at or above --fail-on, 2 usage error,
-3 no node answered.";
+Exit status: 0 merged, 1 merged and a finding at or above --fail-on, 2 usage error (a bad
+node name or template), 3 no node answered with a snapshot that can be merged.";
 
 #[derive(Debug, Args)]
 #[command(after_help = EXAMPLES)]

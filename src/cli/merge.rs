@@ -25,7 +25,8 @@ judged again over the merged picture, so `wedged_request` names the deepest hop 
 node it is on. Clock skew between nodes is estimated and said.
 
 Exit status: 0 merged, 1 merged and a finding at or above --fail-on, 2 bad input (a missing
-file, not a snapshot, two snapshots of one node).";
+file, not a snapshot, more than a snapshot ever holds, two snapshots of one node, a merged
+snapshot).";
 
 /// Where a merged snapshot goes (`merge`, `fleet snapshot`).
 #[derive(Debug, Args, Clone)]
@@ -56,10 +57,11 @@ pub struct MergeArgs {
 
 pub fn run(a: MergeArgs) -> anyhow::Result<i32> {
     a.out.check_target()?;
+    let budget = snapshot::ParseBudget::new();
     let inputs = a
         .inputs
         .iter()
-        .map(|p| merge::load(p))
+        .map(|p| merge::load(p, &budget))
         .collect::<Result<Vec<_>, _>>()?;
     let merged = merge::merge(inputs, Vec::new())?;
     a.out.write(&merged)

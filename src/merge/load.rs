@@ -3,7 +3,7 @@
 
 use crate::clock::Millis;
 use crate::model::Snapshot;
-use crate::snapshot;
+use crate::snapshot::{self, ParseBudget};
 use std::path::Path;
 
 /// One node's snapshot and where it came from.
@@ -40,10 +40,11 @@ pub enum MergeError {
     AlreadyMerged { input: String, nodes: usize },
 }
 
-/// Reads one snapshot file or bundle directory.
-pub fn load(path: &Path) -> Result<NodeInput, MergeError> {
+/// Reads one snapshot file or bundle directory, under the budget of all the merge's
+/// inputs (`snapshot::bounds`).
+pub fn load(path: &Path, budget: &ParseBudget) -> Result<NodeInput, MergeError> {
     let source = path.display().to_string();
-    let snap = snapshot::read_snapshot(path).map_err(|e| MergeError::Load {
+    let snap = snapshot::read_snapshot_within(path, budget).map_err(|e| MergeError::Load {
         input: source.clone(),
         message: strip_path(&e.to_string(), &source),
     })?;

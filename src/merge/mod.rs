@@ -1,13 +1,13 @@
 //! `wedgewatch merge`: one snapshot of several nodes (issue 14).
 //!
-//! One idea per file: [`load`] reads the inputs, [`namespace`] prefixes every id with its
-//! node, [`links`] joins hops across nodes by TCP 4-tuple, [`skew`] estimates the clock
-//! offsets, [`judge`] groups the legs into requests again and decides their verdicts over the
-//! merged picture, [`findings`] words them. [`merge`] runs them in that order and returns a
-//! `wedgewatch.snapshot/1` whose `fleet` field says which nodes, how their clocks compare,
-//! which hops were joined and what could not be seen through. Its `sources` hold each
-//! node's under `node/kind` and, under the plain kind, the worst over the nodes (with the
-//! node named in the reason).
+//! One idea per file: [`load`] reads the inputs, [`screen`] says which cannot be merged,
+//! [`namespace`] prefixes every id with its node, [`links`] joins hops across nodes by TCP
+//! 4-tuple, [`skew`] estimates the clock offsets, [`judge`] groups the legs into requests
+//! again and decides their verdicts over the merged picture, [`findings`] words them.
+//! [`merge`] runs them in that order and returns a `wedgewatch.snapshot/1` whose `fleet`
+//! field says which nodes, how their clocks compare, which hops were joined and what could
+//! not be seen through. Its `sources` hold each node's under `node/kind` and, under the
+//! plain kind, the worst over the nodes (with the node named in the reason).
 
 mod findings;
 mod flat;
@@ -15,9 +15,11 @@ mod judge;
 pub mod links;
 pub mod load;
 pub mod namespace;
+pub mod screen;
 mod skew;
 
 pub use load::{load, name_from_source, Collected, MergeError, NodeInput};
+pub use screen::{screen, Unmergeable};
 
 use crate::model::{FailedNode, FleetInfo, FleetNode, Snapshot, SourceStatus, SNAPSHOT_SCHEMA};
 use flat::Flat;
@@ -28,7 +30,7 @@ pub fn merge(inputs: Vec<NodeInput>, failed: Vec<FailedNode>) -> Result<Snapshot
     if inputs.is_empty() {
         return Err(MergeError::NoInput);
     }
-    check_inputs(&inputs)?;
+    let inputs = check_inputs(inputs)?;
     let names = node_names(&inputs);
     let mut snaps: Vec<Snapshot> = Vec::with_capacity(inputs.len());
     let mut fleet_nodes = Vec::with_capacity(inputs.len());
@@ -127,29 +129,20 @@ fn renamed(
 }
 
 /// Refuses a merged snapshot as input and two snapshots of one node.
-fn check_inputs(inputs: &[NodeInput]) -> Result<(), MergeError> {
-    for inp in inputs {
-        if let Some(f) = &inp.snapshot.fleet {
-            return Err(MergeError::AlreadyMerged {
-                input: inp.source.clone(),
-                nodes: f.nodes.len(),
-            });
-        }
+fn check_inputs(inputs: Vec<NodeInput>) -> Result<Vec<NodeInput>, MergeError> {
+    let (kept, bad) = screen::screen(inputs);
+    match bad.into_iter().next() {
+        None => Ok(kept),
+        Some((inp, Unmergeable::AlreadyMerged { nodes })) => Err(MergeError::AlreadyMerged {
+            input: inp.source,
+            nodes,
+        }),
+        Some((inp, Unmergeable::SameNode { kept, name })) => Err(MergeError::SameNode {
+            a: kept,
+            b: inp.source,
+            name,
+        }),
     }
-    for (i, a) in inputs.iter().enumerate() {
-        for b in &inputs[i + 1..] {
-            if let (Some(x), Some(y)) = (&a.snapshot.node, &b.snapshot.node) {
-                if x.same_node(y) {
-                    return Err(MergeError::SameNode {
-                        a: a.source.clone(),
-                        b: b.source.clone(),
-                        name: x.name.clone(),
-                    });
-                }
-            }
-        }
-    }
-    Ok(())
 }
 
 /// Each input's node name, made unique (`b`, `b-2`) when two nodes share one.

@@ -53,10 +53,15 @@ impl NodeFiles<'_> {
     }
 }
 
-/// Whether a name can namespace components: printable, no `/`, at most 63 bytes.
+/// Whether a name can namespace components: printable, no `/`, at most 63 bytes; not
+/// `.` or `..` and not starting with `-` (it becomes a word of a `--via` command line and a
+/// path component: never an option or a parent directory).
 pub fn is_node_name(n: &str) -> bool {
     !n.is_empty()
         && n.len() <= 63
+        && !n.starts_with('-')
+        && n != "."
+        && n != ".."
         && n.chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_' | ':'))
 }

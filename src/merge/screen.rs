@@ -1,0 +1,82 @@
+//! Which inputs can be merged with the others: a merged snapshot cannot be merged again,
+//! and two snapshots of one node (same machine-id, boot-id, addresses and name) cannot
+//! both be. `merge` refuses such inputs; `fleet snapshot` leaves the node out and names it.
+
+use super::load::NodeInput;
+
+/// Why one input cannot be merged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unmergeable {
+    /// A merged snapshot (of that many nodes).
+    AlreadyMerged { nodes: usize },
+    /// The same node as the input from `kept` (that one is merged), named `name`.
+    SameNode { kept: String, name: String },
+}
+
+impl Unmergeable {
+    /// Why the node is left out, in words (for `fleet.failed`).
+    pub fn reason(&self) -> String {
+        match self {
+            Unmergeable::AlreadyMerged { nodes } => {
+                format!("answered with a merged snapshot (of {nodes} nodes), not its own")
+            }
+            Unmergeable::SameNode { kept, name } => format!(
+                "answered as node {name:?}, the same node as {kept} (same machine-id, boot-id and addresses)"
+            ),
+        }
+    }
+}
+
+/// The inputs that can be merged, in order, and the others with why not. Of inputs that
+/// are one node, the one whose requested name (`NodeInput::name`) is the name its snapshot
+/// gives is kept (a node answering with another's identity is the one left out), else the
+/// first.
+pub fn screen(inputs: Vec<NodeInput>) -> (Vec<NodeInput>, Vec<(NodeInput, Unmergeable)>) {
+    let mut bad = Vec::new();
+    let mut own: Vec<(usize, NodeInput)> = Vec::with_capacity(inputs.len());
+    for (i, inp) in inputs.into_iter().enumerate() {
+        match &inp.snapshot.fleet {
+            Some(f) => {
+                let nodes = f.nodes.len();
+                bad.push((inp, Unmergeable::AlreadyMerged { nodes }));
+            }
+            None => own.push((i, inp)),
+        }
+    }
+    // those that answer as the node asked for first: they win a tie
+    own.sort_by_key(|(i, inp)| (!answers_as_asked(inp), *i));
+    let mut kept: Vec<(usize, NodeInput)> = Vec::with_capacity(own.len());
+    for (i, inp) in own {
+        match kept.iter().find(|(_, k)| same_node(k, &inp)) {
+            Some((_, k)) => {
+                let why = Unmergeable::SameNode {
+                    kept: k.source.clone(),
+                    name: node_name(k),
+                };
+                bad.push((inp, why));
+            }
+            None => kept.push((i, inp)),
+        }
+    }
+    kept.sort_by_key(|(i, _)| *i);
+    (kept.into_iter().map(|(_, k)| k).collect(), bad)
+}
+
+fn node_name(inp: &NodeInput) -> String {
+    inp.snapshot
+        .node
+        .as_ref()
+        .map_or_else(String::new, |n| n.name.clone())
+}
+
+/// Whether its snapshot names the node it was asked of (always, when nobody asked).
+fn answers_as_asked(inp: &NodeInput) -> bool {
+    inp.name.as_ref().is_none_or(|n| *n == node_name(inp))
+}
+
+fn same_node(a: &NodeInput, b: &NodeInput) -> bool {
+    match (&a.snapshot.node, &b.snapshot.node) {
+        (Some(x), Some(y)) => x.same_node(y),
+        _ => false,
+    }
+}
