@@ -90,6 +90,38 @@ fn head_complete(head: &[u8]) -> bool {
     head.windows(4).any(|w| w == b"\r\n\r\n") || head.windows(2).any(|w| w == b"\n\n")
 }
 
+/// A request head as it arrives. The blank line is looked for only in the new bytes (and the
+/// three before them): a head dribbled a byte at a time costs linear time, not quadratic.
+#[derive(Debug, Default)]
+pub struct Head {
+    bytes: Vec<u8>,
+    complete: bool,
+}
+
+impl Head {
+    /// Appends what arrived.
+    pub fn push(&mut self, chunk: &[u8]) {
+        let from = self.bytes.len().saturating_sub(3);
+        self.bytes.extend_from_slice(chunk);
+        self.complete = self.complete || head_complete(&self.bytes[from..]);
+    }
+
+    /// Whether reading may stop: the head is complete, or already too large.
+    pub fn done(&self) -> bool {
+        self.complete || self.bytes.len() > MAX_HEAD
+    }
+
+    /// The route of what the client sent before it stopped: a head cut short (closed, or
+    /// read until its deadline) is a bad request whatever its first line says.
+    pub fn route(&self) -> Route {
+        if self.done() {
+            route(&self.bytes)
+        } else {
+            Route::BadRequest
+        }
+    }
+}
+
 /// Binds the listener (an address in use is an error the daemon reports at start).
 pub async fn bind(addr: SocketAddr) -> Result<TcpListener> {
     TcpListener::bind(addr)
@@ -215,15 +247,15 @@ pub async fn serve(
 }
 
 /// Reads a request head: up to the blank line, [`MAX_HEAD`] + 1 bytes at most.
-async fn read_head(stream: &mut TcpStream) -> std::io::Result<Vec<u8>> {
-    let mut head = Vec::with_capacity(512);
+async fn read_head(stream: &mut TcpStream) -> std::io::Result<Head> {
+    let mut head = Head::default();
     let mut buf = [0u8; 1024];
-    while head.len() <= MAX_HEAD && !head_complete(&head) {
+    while !head.done() {
         let n = stream.read(&mut buf).await?;
         if n == 0 {
             break;
         }
-        head.extend_from_slice(&buf[..n]);
+        head.push(&buf[..n]);
     }
     Ok(head)
 }
@@ -239,11 +271,7 @@ async fn answer(
         .await
         .map_err(|_| std::io::ErrorKind::TimedOut)??;
     reading.store(false, Ordering::Release);
-    let r = if head_complete(&head) || head.len() > MAX_HEAD {
-        route(&head)
-    } else {
-        Route::BadRequest // closed or cut before the end of its head
-    };
+    let r = head.route();
     let (content_type, body) = match r {
         Route::Metrics => (
             prometheus::CONTENT_TYPE,
@@ -310,5 +338,18 @@ mod tests {
         assert!(head_complete(b"GET / HTTP/1.1\r\nA: b\r\n\r\n"));
         assert!(head_complete(b"GET / HTTP/1.1\n\n"));
         assert!(!head_complete(b"GET / HTTP/1.1\r\nA: b\r\n"));
+    }
+
+    #[test]
+    fn a_head_arriving_a_byte_at_a_time_is_complete_at_its_blank_line() {
+        let mut h = Head::default();
+        for b in b"GET /metrics HTTP/1.1\r\nA: b\r\n\r" {
+            h.push(&[*b]);
+            assert!(!h.done());
+        }
+        assert_eq!(h.route(), Route::BadRequest, "cut short");
+        h.push(b"\n");
+        assert!(h.done());
+        assert_eq!(h.route(), Route::Metrics);
     }
 }
