@@ -129,7 +129,9 @@ def metrics_request():
         b"GET /metrics\r\n\r\n", b"GET  /metrics HTTP/1.1\n\n", b"\x16\x03\x01\x02\x00",
         b"GET /metrics HTTP/1.1\r\nX: " + b"a" * 9000 + b"\r\n\r\n", b"GET /m\xffetrics HTTP/1.1\r\n\r\n",
     ]):
-        put("metrics_request", f"head{i}", head)
+        # The first byte is the size of the pieces the head arrives in (fuzz_entry).
+        for cut in (1, 16, 255):
+            put("metrics_request", f"head{i}-{cut}", bytes([cut]) + head)
 
 
 if __name__ == "__main__":

@@ -113,3 +113,93 @@ fn it_grants_exactly_the_units_capabilities_and_reads_proc_read_only() {
     );
     assert_eq!(two(parts.next()), ["hostPath:", "path: /proc"]);
 }
+
+/// The YAML documents of the file (`---` lines between them).
+fn documents(text: &str) -> Vec<String> {
+    text.split("\n---\n").map(str::to_string).collect()
+}
+
+/// The lines of the block under the first `key:` line (deeper indented), comments out,
+/// trimmed.
+fn block_under(text: &str, key: &str) -> Vec<String> {
+    let mut lines = text.lines().skip_while(|l| l.trim() != key);
+    let head = lines.next().unwrap_or_else(|| panic!("no {key}"));
+    let indent = head.len() - head.trim_start().len();
+    lines
+        .filter(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'))
+        .take_while(|l| l.len() - l.trim_start().len() > indent)
+        .map(|l| l.trim().to_string())
+        .collect()
+}
+
+/// Issue 34 item 17: docs/fleet.md says the DaemonSet names the node; the daemon reads
+/// `WEDGEWATCH_NODE` (`sys::node::NODE_ENV`), so the container sets it from `spec.nodeName`
+/// (the pod's hostname is the pod's, not the node's).
+#[test]
+fn it_names_the_node_from_spec_node_name() {
+    let ds = read("deploy/kubernetes/daemonset.yaml");
+    let env = block_under(&ds, "env:");
+    let at = env
+        .iter()
+        .position(|l| l == &format!("- name: {}", wedgewatch::sys::node::NODE_ENV))
+        .unwrap_or_else(|| panic!("no {} in env: {env:?}", wedgewatch::sys::node::NODE_ENV));
+    assert_eq!(
+        env[at + 1..at + 4],
+        ["valueFrom:", "fieldRef:", "fieldPath: spec.nodeName"],
+        "{env:?}"
+    );
+    let fleet = read("docs/fleet.md");
+    assert!(
+        fleet.contains("a DaemonSet sets it from `spec.nodeName`"),
+        "docs/fleet.md still says so"
+    );
+}
+
+/// Issue 34 item 3: the exporter listens on the pod's IP, reachable from every pod of the
+/// cluster by default. A NetworkPolicy selecting the DaemonSet's pods lets in only the
+/// selected Prometheus, on the metrics port alone.
+#[test]
+fn a_network_policy_lets_only_prometheus_reach_the_exporter() {
+    let text = read("deploy/kubernetes/daemonset.yaml");
+    let docs = documents(&text);
+    let ds = docs
+        .iter()
+        .find(|d| d.contains("\nkind: DaemonSet\n"))
+        .expect("the DaemonSet");
+    let policy = docs
+        .iter()
+        .find(|d| d.contains("\nkind: NetworkPolicy\n"))
+        .expect("a NetworkPolicy in the manifest");
+    assert_eq!(value_of(policy, "namespace"), value_of(ds, "namespace"));
+    let pod_label = block_under(ds, "matchLabels:");
+    let spec = block_under(policy, "spec:");
+    assert_eq!(spec[0..2], ["podSelector:", "matchLabels:"], "{spec:?}");
+    assert_eq!(spec[2], pod_label[0], "it selects the DaemonSet's pods");
+    assert_eq!(list_after(policy, "policyTypes:"), ["Ingress"]);
+    // One rule: from a selected source (an empty or missing `from` lets everyone in), to the
+    // metrics port only.
+    let ingress = block_under(policy, "ingress:");
+    assert_eq!(
+        ingress.iter().filter(|l| l.starts_with("- from:")).count(),
+        1,
+        "{ingress:?}"
+    );
+    let from = block_under(policy, "- from:");
+    assert!(
+        from.iter().any(|l| l.ends_with("Selector:")) && from.iter().any(|l| l == "matchLabels:"),
+        "a selected source: {from:?}"
+    );
+    assert!(
+        !from
+            .iter()
+            .any(|l| l.contains("{}") || l.starts_with("- ipBlock")),
+        "no selector matching everything: {from:?}"
+    );
+    let port = value_of(ds, "containerPort");
+    let ports = block_under(policy, "ports:");
+    assert_eq!(
+        ports,
+        ["- protocol: TCP", &format!("port: {port}")],
+        "{ports:?}"
+    );
+}

@@ -128,7 +128,8 @@ fn slow_and_excess_clients_do_not_block_a_scrape() {
     std::thread::sleep(Duration::from_millis(200));
     let took = scrape_ok(s.addr);
     assert!(took < Duration::from_secs(2), "{took:?}");
-    // Over the limit: the extra connections are closed unanswered, not queued forever.
+    // Over the limit: each extra connection sheds the oldest idle one; none is queued
+    // forever.
     let extra: Vec<TcpStream> = (0..4)
         .map(|_| TcpStream::connect(s.addr).expect("connect"))
         .collect();
@@ -158,6 +159,70 @@ fn slow_and_excess_clients_do_not_block_a_scrape() {
         started.elapsed()
     );
     scrape_ok(s.addr);
+}
+
+/// Issue 34 item 3, the hostile pattern: `MAX_CLIENTS` connections that never send a byte,
+/// each closed and re-opened every ~4 s (inside the head timeout, so none ever times out),
+/// held the whole time scrapes come in. Every scrape is answered, without waiting for an idle
+/// connection's timeout: a new connection past the cap sheds the oldest idle one.
+#[test]
+fn idle_connections_reopened_inside_the_head_timeout_do_not_stop_scrapes() {
+    use std::collections::VecDeque;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    const REOPEN: Duration = Duration::from_secs(4);
+    let s = server();
+    let addr = s.addr;
+    let stop = Arc::new(AtomicBool::new(false));
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let attacker = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let open = || (Instant::now(), TcpStream::connect(addr).expect("connect"));
+            // Opened one by one over the first period, so that re-openings are spread out.
+            let mut held: VecDeque<(Instant, TcpStream)> = VecDeque::new();
+            let mut reopened = 0u32;
+            while !stop.load(Ordering::Relaxed) {
+                if held.len() < MAX_CLIENTS {
+                    held.push_back(open());
+                    if held.len() == MAX_CLIENTS {
+                        let _ = ready_tx.send(());
+                    }
+                    std::thread::sleep(REOPEN / MAX_CLIENTS as u32 / 4);
+                    continue;
+                }
+                if held.front().is_some_and(|(t, _)| t.elapsed() >= REOPEN) {
+                    held.pop_front();
+                    held.push_back(open());
+                    reopened += 1;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            reopened
+        })
+    };
+    ready_rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the attacker holds every slot");
+    let mut answered = 0;
+    let mut slowest = Duration::ZERO;
+    for _ in 0..12 {
+        let t = Instant::now();
+        let (status, _) = exchange(addr, b"GET /metrics HTTP/1.1\r\nHost: t\r\n\r\n");
+        if status == "HTTP/1.1 200 OK" {
+            answered += 1;
+            slowest = slowest.max(t.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    stop.store(true, Ordering::Relaxed);
+    let reopened = attacker.join().expect("attacker");
+    assert!(reopened > 0, "the attacker re-opened connections");
+    assert_eq!(answered, 12, "scrapes answered under the idle flood");
+    assert!(
+        slowest < metrics::READ_TIMEOUT,
+        "no scrape waited for an idle connection's timeout: {slowest:?}"
+    );
+    scrape_ok(addr);
 }
 
 /// `wedgewatch daemon --metrics-listen ADDR` with an address that is not `IP:PORT`, or one

@@ -266,3 +266,125 @@ fn label_values_are_bounded() {
     );
     assert!(c.starts_with("decodeé"), "cut on a character boundary: {c}");
 }
+
+/// Issue 34 item 10: a host that keeps starting look-alikes (each restart a new component id)
+/// must not grow the exposition without bound. Three times the cap of findings on distinct
+/// components and twice the cap of engines each holding a stuck request: each family keeps at
+/// most `MAX_SERIES` series, the critical finding and the most stuck hop keep their own, the
+/// rest are summed into one overflow series, counted in `wedgewatch_series_overflow`, and the
+/// sums over each family stay exact.
+#[test]
+fn series_are_capped_per_family_and_the_overflow_is_counted() {
+    use wedgewatch::export::prometheus::{MAX_SERIES, OVERFLOW};
+    let engines = 2 * MAX_SERIES;
+    let topo = Topology {
+        components: (0..engines)
+            .map(|i| {
+                let port = 40_000 + i as u16;
+                let id = format!("lookalike{i:03}@127.0.0.1:{port}");
+                comp(&id, Role::Engine, port, &[1000 + i as i32], &[])
+            })
+            .collect(),
+        edges: Vec::new(),
+    };
+    let mut sim = Sim::new(topo);
+    let conns: Vec<usize> = (0..engines)
+        .map(|i| sim.connect(None, 40_000 + i as u16, 1000 + i as i32))
+        .collect();
+    for (i, c) in conns.iter().enumerate() {
+        sim.request(*c, 800);
+        // The last engine holds two stuck requests: the most stuck hop keeps its series.
+        if i == engines - 1 {
+            let extra = sim.connect(None, 40_000 + i as u16, 1000 + i as i32);
+            sim.request(extra, 800);
+        }
+    }
+    sim.run(40_000, |_| {});
+    let view = sim.model.view(sim.now);
+    let restarted = |i: usize, severity| Finding {
+        kind: FindingKind::ProcessRestarted,
+        severity,
+        component: Some(format!("lookalike-restart{i:03}@127.0.0.1:1")),
+        role: Some(Role::Engine),
+        summary: "restarted".into(),
+        requests: Vec::new(),
+        evidence: Vec::new(),
+        explanation: None,
+    };
+    let n_findings = 3 * MAX_SERIES;
+    // The critical one sorts last by component: kept for its severity, not its name.
+    let findings: Vec<Finding> = (0..n_findings)
+        .map(|i| {
+            let sev = if i == n_findings - 1 {
+                Severity::Critical
+            } else {
+                Severity::Warning
+            };
+            restarted(i, sev)
+        })
+        .collect();
+    let e = Evaluation::new(&view, &findings, sim.model.topology(), &mut Redactor::new());
+    let text = render(Some(&e), &[], sim.now, "1.0.0");
+    let x = prom::parse(&text);
+    assert_eq!(x.bad_lines, 0, "{text}");
+    let of = |name: &str| -> Vec<&Series> { x.series.iter().filter(|s| s.name == name).collect() };
+
+    let f = of("wedgewatch_findings");
+    assert!(f.len() <= MAX_SERIES, "{} findings series", f.len());
+    let total: f64 = f.iter().map(|s| s.value).sum();
+    assert_eq!(total, n_findings as f64, "the sum stays exact");
+    let crit = format!("lookalike-restart{:03}@127.0.0.1:1", n_findings - 1);
+    assert!(
+        f.iter()
+            .any(|s| s.labels["component"] == crit && s.labels["severity"] == "critical"),
+        "the critical finding keeps its series"
+    );
+    let over: Vec<_> = f
+        .iter()
+        .filter(|s| s.labels["component"] == OVERFLOW)
+        .collect();
+    assert_eq!(over.len(), 1, "one overflow series: {over:?}");
+    assert_eq!(over[0].labels["kind"], OVERFLOW);
+    assert_eq!(over[0].labels["severity"], "warning");
+    let left = (n_findings - (MAX_SERIES - 1)) as f64;
+    assert_eq!(over[0].value, left);
+    let counted = value(
+        &x,
+        "wedgewatch_series_overflow",
+        &[("family", "wedgewatch_findings")],
+    );
+    assert_eq!(counted, Some(left), "{text}");
+
+    for name in [
+        "wedgewatch_stuck_requests",
+        "wedgewatch_stuck_request_oldest_age_seconds",
+    ] {
+        let s = of(name);
+        assert!(s.len() <= MAX_SERIES, "{name}: {} series", s.len());
+        assert!(
+            s.iter().any(|s| s.labels["component"] == OVERFLOW),
+            "{name}"
+        );
+        let counted = value(&x, "wedgewatch_series_overflow", &[("family", name)]);
+        assert_eq!(counted, Some((engines - (MAX_SERIES - 1)) as f64), "{name}");
+    }
+    let stuck = of("wedgewatch_stuck_requests");
+    let total: f64 = stuck.iter().map(|s| s.value).sum();
+    assert_eq!(total, e.stuck_requests() as f64, "the sum stays exact");
+    assert_eq!(
+        e.stuck_requests(),
+        engines as u64 + 1,
+        "every request stuck"
+    );
+    let most = format!(
+        "lookalike{:03}@127.0.0.1:{}",
+        engines - 1,
+        40_000 + engines - 1
+    );
+    assert!(
+        stuck
+            .iter()
+            .any(|s| s.labels["component"] == most && s.value == 2.0),
+        "the most stuck hop keeps its series"
+    );
+}

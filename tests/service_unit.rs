@@ -69,29 +69,45 @@ fn environment(unit: &BTreeMap<(String, String), Vec<String>>) -> BTreeMap<Strin
         .collect()
 }
 
-/// ExecStart's words after the binary, `$VAR` expanded into words as systemd does.
+/// ExecStart's words after the binary, expanded as systemd does.
 fn exec_args(unit: &BTreeMap<(String, String), Vec<String>>) -> Vec<String> {
     exec_args_with(unit, environment(unit))
 }
 
 /// [`exec_args`] with the environment systemd would have (the unit's, maybe overridden as
-/// /etc/default/wedgewatch would).
+/// /etc/default/wedgewatch would). systemd.service(5), "Command lines": `$VAR` as a word of
+/// its own becomes the value split at whitespace (zero or more words); `${VAR}` (a word of its
+/// own or part of one) becomes the exact value, always within one word.
 fn exec_args_with(
     unit: &BTreeMap<(String, String), Vec<String>>,
     env: BTreeMap<String, String>,
 ) -> Vec<String> {
     let exec = one(unit, "Service", "ExecStart");
+    let value = |var: &str| -> String {
+        env.get(var)
+            .unwrap_or_else(|| panic!("${var} has no Environment= default"))
+            .clone()
+    };
     let mut words = exec.split_whitespace();
     assert_eq!(words.next(), Some(INSTALLED_BINARY), "{exec}");
     words
-        .flat_map(|w| match w.strip_prefix('$') {
-            Some(var) => {
-                let v = env
-                    .get(var)
-                    .unwrap_or_else(|| panic!("${var} has no Environment= default"));
-                v.split_whitespace().map(str::to_string).collect::<Vec<_>>()
+        .flat_map(|w| {
+            if let Some(var) = w.strip_prefix('$').filter(|v| !v.starts_with('{')) {
+                return value(var)
+                    .split_whitespace()
+                    .map(str::to_string)
+                    .collect::<Vec<_>>();
             }
-            None => vec![w.to_string()],
+            let mut out = String::new();
+            let mut rest = w;
+            while let Some(at) = rest.find("${") {
+                out.push_str(&rest[..at]);
+                let end = rest[at..].find('}').expect("${VAR} closed") + at;
+                out.push_str(&value(&rest[at + 2..end]));
+                rest = &rest[end + 1..];
+            }
+            out.push_str(rest);
+            vec![out]
         })
         .collect()
 }
@@ -145,7 +161,11 @@ fn every_flag_the_unit_uses_or_suggests_is_one_the_daemon_takes() {
             suggested.extend(rest.split_whitespace().map(str::to_string));
         }
     }
-    let flags: Vec<&String> = suggested.iter().filter(|w| w.starts_with('-')).collect();
+    let flags: Vec<&str> = suggested
+        .iter()
+        .filter(|w| w.starts_with('-'))
+        .map(|w| w.split('=').next().unwrap_or_default())
+        .collect();
     assert!(flags.len() >= 2, "the header suggests flags: {suggested:?}");
 
     let help = wedgewatch()
@@ -158,10 +178,7 @@ fn every_flag_the_unit_uses_or_suggests_is_one_the_daemon_takes() {
         .split(|c: char| c.is_whitespace() || matches!(c, ',' | '=' | '[' | ']'))
         .collect();
     for f in &flags {
-        assert!(
-            words.contains(&f.as_str()),
-            "{f} is not in `daemon --help`:\n{help}"
-        );
+        assert!(words.contains(f), "{f} is not in `daemon --help`:\n{help}");
     }
     // clap parses them with their values (an unknown flag before --help is an error)
     let parsed = wedgewatch()
@@ -264,8 +281,20 @@ fn start_as_systemd_would(
 ) -> std::process::Child {
     // The exporter on a port of the kernel's choosing, as /etc/default/wedgewatch could set
     // it: the suite must not take the unit's fixed port.
+    start_with_metrics(unit, "127.0.0.1:0", state, runtime, log)
+}
+
+/// [`start_as_systemd_would`] with `WEDGEWATCH_METRICS` set as /etc/default/wedgewatch
+/// would set it.
+fn start_with_metrics(
+    unit: &BTreeMap<(String, String), Vec<String>>,
+    metrics: &str,
+    state: &Path,
+    runtime: &Path,
+    log: &Path,
+) -> std::process::Child {
     let mut env = environment(unit);
-    env.insert("WEDGEWATCH_METRICS".into(), "127.0.0.1:0".into());
+    env.insert("WEDGEWATCH_METRICS".into(), metrics.into());
     wedgewatch()
         .args(exec_args_with(unit, env))
         .arg("--proc-root")
@@ -334,4 +363,47 @@ fn stop_as_systemctl_would(child: &mut std::process::Child) -> std::process::Exi
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// Issue 34 item 17: `WEDGEWATCH_METRICS=` (empty) in /etc/default/wedgewatch. With the flag
+/// and `$WEDGEWATCH_METRICS` as separate words, systemd dropped the empty word and the daemon
+/// got `--metrics-listen` without a value: a usage error (2), which RestartPreventExitStatus
+/// keeps down. Now the service starts, with no exporter, and stops cleanly.
+#[test]
+fn an_empty_metrics_address_in_the_environment_file_leaves_the_service_up() {
+    let unit = parse_unit(&unit_text());
+    let tmp = tempfile::tempdir().expect("tmp");
+    let (state, runtime) = (tmp.path().join("state"), tmp.path().join("run"));
+    for d in [&state, &runtime] {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(d)
+            .expect("mkdir");
+    }
+    let log = tmp.path().join("stderr");
+    let mut env = environment(&unit);
+    env.insert("WEDGEWATCH_METRICS".into(), String::new());
+    let args = exec_args_with(&unit, env);
+    assert!(args.contains(&"--metrics-listen=".to_string()), "{args:?}");
+    let mut child = start_with_metrics(&unit, "", &state, &runtime, &log);
+    let sock = runtime.join("daemon.sock");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if wedgewatch::daemon::query_blocking(&sock, "ping", 2_000).is_ok() {
+            break;
+        }
+        if let Some(st) = child.try_wait().expect("wait") {
+            panic!(
+                "the service exited ({st}): {}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+        }
+        assert!(Instant::now() < deadline, "no daemon at {}", sock.display());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let status = stop_as_systemctl_would(&mut child);
+    let stderr = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(status.success(), "{status}: {stderr}");
+    assert!(stderr.contains("metrics=off"), "no exporter: {stderr}");
 }

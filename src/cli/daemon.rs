@@ -35,11 +35,27 @@ pub struct DaemonArgs {
     #[arg(long = "for", value_name = "DURATION", value_parser = duration::parse)]
     pub run_for: Option<Duration>,
     /// Serve `GET /metrics` in the Prometheus text format on this address (IP:PORT, e.g.
-    /// 127.0.0.1:9466, or 0.0.0.0:9466 for a scraper on another host); default: no exporter.
-    #[arg(long, value_name = "ADDR")]
-    pub metrics_listen: Option<std::net::SocketAddr>,
+    /// 127.0.0.1:9466, or 0.0.0.0:9466 for a scraper on another host); empty or default: no
+    /// exporter.
+    #[arg(long, value_name = "ADDR", value_parser = listen_addr)]
+    pub metrics_listen: Option<MetricsListen>,
     #[command(flatten)]
     pub sampling: Sampling,
+}
+
+/// `--metrics-listen`'s value: an address, or none when given empty (a service's
+/// environment file that clears the variable turns the exporter off; it does not stop the
+/// service from starting).
+#[derive(Debug, Clone, Copy)]
+pub struct MetricsListen(Option<std::net::SocketAddr>);
+
+fn listen_addr(s: &str) -> Result<MetricsListen, String> {
+    if s.trim().is_empty() {
+        return Ok(MetricsListen(None));
+    }
+    s.parse()
+        .map(|a| MetricsListen(Some(a)))
+        .map_err(|e| format!("{e} (expected IP:PORT, or empty for no exporter)"))
 }
 
 /// Resolves on SIGINT/SIGTERM, or after `run_for`.
@@ -73,7 +89,7 @@ pub fn run(top: Sampling, a: DaemonArgs) -> anyhow::Result<i32> {
     if a.no_record {
         cfg.rotation = None;
     }
-    cfg.metrics_listen = a.metrics_listen;
+    cfg.metrics_listen = a.metrics_listen.and_then(|m| m.0);
     let rt = exit::runtime()?;
     let ran = rt.block_on(async {
         let mut d = Daemon::new(cfg.clone(), Arc::new(SystemClock), opts.discover_fn());

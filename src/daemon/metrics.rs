@@ -6,15 +6,19 @@
 //! sampling, no detector pass, no model lock per scrape.
 //!
 //! Clients are strangers: a request head is read up to [`MAX_HEAD`] bytes within
-//! [`READ_TIMEOUT`], the answer written within [`WRITE_TIMEOUT`], at most [`MAX_CLIENTS`]
-//! at once (more are closed at once), one request per connection. Only `GET /metrics` (any
-//! query string) is answered; anything else gets a 4xx and the connection is closed.
+//! [`READ_TIMEOUT`], the answer written within [`WRITE_TIMEOUT`], one request per connection.
+//! At most [`MAX_CLIENTS`] connections are held at once ([`Clients`]); a new one past the cap
+//! sheds the oldest that has not sent its whole head yet (idle first), so connections opened
+//! and left silent cannot lock scrapers out; only when every slot is busy answering is the
+//! new one closed. Only `GET /metrics` (any query string) is answered; anything else gets a
+//! 4xx and the connection is closed.
 
 use crate::clock::{Clock, Millis};
 use crate::error::{Error, Result};
 use crate::export::prometheus::{self, Evaluation, SourceHealth};
 use crate::sampler::StatsHandle;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -86,6 +90,38 @@ fn head_complete(head: &[u8]) -> bool {
     head.windows(4).any(|w| w == b"\r\n\r\n") || head.windows(2).any(|w| w == b"\n\n")
 }
 
+/// A request head as it arrives. The blank line is looked for only in the new bytes (and the
+/// three before them): a head dribbled a byte at a time costs linear time, not quadratic.
+#[derive(Debug, Default)]
+pub struct Head {
+    bytes: Vec<u8>,
+    complete: bool,
+}
+
+impl Head {
+    /// Appends what arrived.
+    pub fn push(&mut self, chunk: &[u8]) {
+        let from = self.bytes.len().saturating_sub(3);
+        self.bytes.extend_from_slice(chunk);
+        self.complete = self.complete || head_complete(&self.bytes[from..]);
+    }
+
+    /// Whether reading may stop: the head is complete, or already too large.
+    pub fn done(&self) -> bool {
+        self.complete || self.bytes.len() > MAX_HEAD
+    }
+
+    /// The route of what the client sent before it stopped: a head cut short (closed, or
+    /// read until its deadline) is a bad request whatever its first line says.
+    pub fn route(&self) -> Route {
+        if self.done() {
+            route(&self.bytes)
+        } else {
+            Route::BadRequest
+        }
+    }
+}
+
 /// Binds the listener (an address in use is an error the daemon reports at start).
 pub async fn bind(addr: SocketAddr) -> Result<TcpListener> {
     TcpListener::bind(addr)
@@ -125,6 +161,53 @@ pub fn scrape(published: &Published, stats: &StatsHandle, now: Millis) -> String
     )
 }
 
+/// The connections being served: each one's start, whether it is still reading its head
+/// (idle: may be shed), and the handle that drops it.
+#[derive(Default)]
+struct Clients {
+    next: u64,
+    held: std::collections::BTreeMap<u64, Held>,
+}
+
+struct Held {
+    reading: Arc<std::sync::atomic::AtomicBool>,
+    task: tokio::task::AbortHandle,
+}
+
+type ClientTable = Arc<Mutex<Clients>>;
+
+impl Clients {
+    /// Room for one more: true when under the cap, or once the oldest idle connection (the
+    /// lowest id still reading its head) has been dropped to make room.
+    fn make_room(&mut self) -> bool {
+        if self.held.len() < MAX_CLIENTS {
+            return true;
+        }
+        let idle = self
+            .held
+            .iter()
+            .find(|(_, h)| h.reading.load(Ordering::Acquire));
+        let Some(id) = idle.map(|(id, _)| *id) else {
+            return false;
+        };
+        if let Some(h) = self.held.remove(&id) {
+            h.task.abort();
+        }
+        true
+    }
+}
+
+/// Removes its connection from the table when the connection's task ends or is aborted.
+struct Release(ClientTable, u64);
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        if let Ok(mut t) = self.0.lock() {
+            t.held.remove(&self.1);
+        }
+    }
+}
+
 /// Serves scrapes until the task is aborted.
 pub async fn serve(
     listener: TcpListener,
@@ -132,40 +215,54 @@ pub async fn serve(
     stats: StatsHandle,
     clock: Arc<dyn Clock>,
 ) {
-    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CLIENTS));
+    let table = ClientTable::default();
     loop {
         let Ok((stream, _)) = listener.accept().await else {
             // e.g. out of fds: back off instead of spinning.
             tokio::time::sleep(Duration::from_millis(50)).await;
             continue;
         };
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            continue; // too many at once: this one is closed unanswered
-        };
+        let Ok(mut t) = table.lock() else { return };
+        if !t.make_room() {
+            continue; // every slot is answering: this one is closed unanswered
+        }
+        let id = t.next;
+        t.next += 1;
+        let reading = Arc::new(AtomicBool::new(true));
+        let release = Release(table.clone(), id);
         let (published, stats, clock) = (published.clone(), stats.clone(), clock.clone());
-        tokio::spawn(async move {
-            let _ = answer(stream, &published, &stats, clock.as_ref()).await;
-            drop(slot);
+        let flag = reading.clone();
+        let task = tokio::spawn(async move {
+            let _release = release;
+            let _ = answer(stream, &flag, &published, &stats, clock.as_ref()).await;
         });
+        t.held.insert(
+            id,
+            Held {
+                reading,
+                task: task.abort_handle(),
+            },
+        );
     }
 }
 
 /// Reads a request head: up to the blank line, [`MAX_HEAD`] + 1 bytes at most.
-async fn read_head(stream: &mut TcpStream) -> std::io::Result<Vec<u8>> {
-    let mut head = Vec::with_capacity(512);
+async fn read_head(stream: &mut TcpStream) -> std::io::Result<Head> {
+    let mut head = Head::default();
     let mut buf = [0u8; 1024];
-    while head.len() <= MAX_HEAD && !head_complete(&head) {
+    while !head.done() {
         let n = stream.read(&mut buf).await?;
         if n == 0 {
             break;
         }
-        head.extend_from_slice(&buf[..n]);
+        head.push(&buf[..n]);
     }
     Ok(head)
 }
 
 async fn answer(
     mut stream: TcpStream,
+    reading: &AtomicBool,
     published: &Published,
     stats: &StatsHandle,
     clock: &dyn Clock,
@@ -173,11 +270,8 @@ async fn answer(
     let head = tokio::time::timeout(READ_TIMEOUT, read_head(&mut stream))
         .await
         .map_err(|_| std::io::ErrorKind::TimedOut)??;
-    let r = if head_complete(&head) || head.len() > MAX_HEAD {
-        route(&head)
-    } else {
-        Route::BadRequest // closed or cut before the end of its head
-    };
+    reading.store(false, Ordering::Release);
+    let r = head.route();
     let (content_type, body) = match r {
         Route::Metrics => (
             prometheus::CONTENT_TYPE,
@@ -244,5 +338,18 @@ mod tests {
         assert!(head_complete(b"GET / HTTP/1.1\r\nA: b\r\n\r\n"));
         assert!(head_complete(b"GET / HTTP/1.1\n\n"));
         assert!(!head_complete(b"GET / HTTP/1.1\r\nA: b\r\n"));
+    }
+
+    #[test]
+    fn a_head_arriving_a_byte_at_a_time_is_complete_at_its_blank_line() {
+        let mut h = Head::default();
+        for b in b"GET /metrics HTTP/1.1\r\nA: b\r\n\r" {
+            h.push(&[*b]);
+            assert!(!h.done());
+        }
+        assert_eq!(h.route(), Route::BadRequest, "cut short");
+        h.push(b"\n");
+        assert!(h.done());
+        assert_eq!(h.route(), Route::Metrics);
     }
 }

@@ -10,6 +10,11 @@
 //! [`Redactor`] as a snapshot (taught every process's secrets), then has its control
 //! characters neutralised, is cut to [`MAX_LABEL`] bytes, and is escaped per the format.
 //! Metric names and families: `docs/fleet.md`, "Exporter".
+//!
+//! Families labelled by component ids are capped at [`MAX_SERIES`] series each: the ids come
+//! from the host, and a host that starts look-alikes must not grow the scraper's series
+//! without bound. What does not fit is summed into one overflow series per family (its
+//! free-text labels read [`OVERFLOW`]) and counted in `wedgewatch_series_overflow`.
 
 use crate::clock::Millis;
 use crate::correlate::View;
@@ -22,6 +27,12 @@ use std::fmt::Write;
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 /// Longest label value written, in bytes; a longer one is cut on a character boundary.
 pub const MAX_LABEL: usize = 256;
+/// Most series written per family labelled by component (`wedgewatch_findings`,
+/// `wedgewatch_stuck_requests` and its age twin), the overflow series included. A node's
+/// real stack has a few dozen components; 64 keeps every one of them with room to spare.
+pub const MAX_SERIES: usize = 64;
+/// The value of the free-text labels (`kind`, `component`, `entry`) of an overflow series.
+pub const OVERFLOW: &str = "_overflow";
 
 /// Open findings are counted by these labels.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -72,6 +83,49 @@ pub struct Evaluation {
     /// Logical requests that are not probes, by verdict.
     requests: BTreeMap<Verdict, u64>,
     components: BTreeMap<&'static str, u64>,
+    /// The findings [`MAX_SERIES`] left out of `findings`.
+    findings_overflow: Option<FindingOverflow>,
+    /// The stuck requests [`MAX_SERIES`] left out of `stuck`.
+    stuck_overflow: Option<StuckOverflow>,
+}
+
+/// Findings summed into the overflow series of `wedgewatch_findings`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct FindingOverflow {
+    /// Series left out.
+    series: u64,
+    findings: u64,
+    /// The highest severity among them: the overflow series carries it, so that an alert on
+    /// critical findings still sees critical findings that did not fit.
+    severity: Severity,
+}
+
+/// Stuck requests summed into the overflow series of `wedgewatch_stuck_requests`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct StuckOverflow {
+    /// Series left out.
+    series: u64,
+    count: StuckCount,
+}
+
+/// Keeps the [`MAX_SERIES`] `- 1` entries of `map` that `rank` puts first (greatest rank,
+/// then key order) when it has more than [`MAX_SERIES`]; returns the others.
+fn keep_top<K: Ord, V, R: Ord>(
+    map: &mut BTreeMap<K, V>,
+    rank: impl Fn(&K, &V) -> R,
+) -> Vec<(K, V)> {
+    if map.len() <= MAX_SERIES {
+        return Vec::new();
+    }
+    let mut all: Vec<(K, V)> = std::mem::take(map).into_iter().collect();
+    all.sort_by(|a, b| {
+        rank(&b.0, &b.1)
+            .cmp(&rank(&a.0, &a.1))
+            .then_with(|| a.0.cmp(&b.0))
+    });
+    let rest = all.split_off(MAX_SERIES - 1);
+    *map = all.into_iter().collect();
+    rest
 }
 
 /// A label value as written: redacted, inert, bounded (escaping happens at rendering).
@@ -115,7 +169,31 @@ impl Evaluation {
         for c in &topology.components {
             *e.components.entry(c.role.as_str()).or_default() += 1;
         }
+        e.cap_series();
         e
+    }
+
+    /// Bounds the families labelled by component to [`MAX_SERIES`] series each: critical
+    /// findings and the most stuck requests are kept, the rest summed into overflow.
+    fn cap_series(&mut self) {
+        let left = keep_top(&mut self.findings, |k, n| (k.severity, *n));
+        self.findings_overflow =
+            left.iter()
+                .map(|(k, _)| k.severity)
+                .max()
+                .map(|severity| FindingOverflow {
+                    series: left.len() as u64,
+                    findings: left.iter().map(|(_, n)| n).sum(),
+                    severity,
+                });
+        let left = keep_top(&mut self.stuck, |_, c| (c.requests, c.oldest_ms));
+        self.stuck_overflow = (!left.is_empty()).then(|| StuckOverflow {
+            series: left.len() as u64,
+            count: StuckCount {
+                requests: left.iter().map(|(_, c)| c.requests).sum(),
+                oldest_ms: left.iter().map(|(_, c)| c.oldest_ms).max().unwrap_or(0),
+            },
+        });
     }
 
     fn count_requests(&mut self, view: &View, redactor: &mut Redactor) {
@@ -142,7 +220,8 @@ impl Evaluation {
 
     /// Stuck requests in all, over every hop (for tests and logs).
     pub fn stuck_requests(&self) -> u64 {
-        self.stuck.values().map(|c| c.requests).sum()
+        let over = self.stuck_overflow.map_or(0, |o| o.count.requests);
+        self.stuck.values().map(|c| c.requests).sum::<u64>() + over
     }
 }
 
@@ -373,6 +452,7 @@ fn render_evaluation(out: &mut Out, e: &Evaluation, now: Millis) {
     out.sample("wedgewatch_evaluation_duration_seconds", &[], took);
     render_findings(out, e);
     render_stuck(out, e);
+    render_overflow(out, e);
     render_counts(out, e);
 }
 
@@ -391,6 +471,41 @@ fn render_findings(out: &mut Out, e: &Evaluation) {
         ];
         out.sample("wedgewatch_findings", &labels, *n as f64);
     }
+    if let Some(o) = &e.findings_overflow {
+        let labels = [
+            ("kind", OVERFLOW),
+            ("severity", o.severity.as_str()),
+            ("component", OVERFLOW),
+            ("role", ""),
+        ];
+        out.sample("wedgewatch_findings", &labels, o.findings as f64);
+    }
+}
+
+/// The labels of the overflow series of the stuck-request families.
+const STUCK_OVERFLOW_LABELS: [(&str, &str); 4] = [
+    ("component", OVERFLOW),
+    ("role", ""),
+    ("entry", OVERFLOW),
+    ("kind", OVERFLOW),
+];
+
+fn render_overflow(out: &mut Out, e: &Evaluation) {
+    let name = "wedgewatch_series_overflow";
+    out.family(
+        name,
+        "gauge",
+        "Series left out of a family by its cap (docs/fleet.md) and summed into its overflow series.",
+    );
+    let findings = e.findings_overflow.map_or(0, |o| o.series);
+    out.sample(name, &[("family", "wedgewatch_findings")], findings as f64);
+    let stuck = e.stuck_overflow.map_or(0, |o| o.series);
+    for family in [
+        "wedgewatch_stuck_requests",
+        "wedgewatch_stuck_request_oldest_age_seconds",
+    ] {
+        out.sample(name, &[("family", family)], stuck as f64);
+    }
 }
 
 fn render_stuck(out: &mut Out, e: &Evaluation) {
@@ -402,6 +517,10 @@ fn render_stuck(out: &mut Out, e: &Evaluation) {
     for (k, c) in &e.stuck {
         out.sample("wedgewatch_stuck_requests", &k.labels(), c.requests as f64);
     }
+    if let Some(o) = &e.stuck_overflow {
+        let n = o.count.requests as f64;
+        out.sample("wedgewatch_stuck_requests", &STUCK_OVERFLOW_LABELS, n);
+    }
     out.family(
         "wedgewatch_stuck_request_oldest_age_seconds",
         "gauge",
@@ -410,6 +529,11 @@ fn render_stuck(out: &mut Out, e: &Evaluation) {
     for (k, c) in &e.stuck {
         let name = "wedgewatch_stuck_request_oldest_age_seconds";
         out.sample(name, &k.labels(), secs(c.oldest_ms.max(0)));
+    }
+    if let Some(o) = &e.stuck_overflow {
+        let age = secs(o.count.oldest_ms.max(0));
+        let name = "wedgewatch_stuck_request_oldest_age_seconds";
+        out.sample(name, &STUCK_OVERFLOW_LABELS, age);
     }
 }
 
