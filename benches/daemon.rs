@@ -15,9 +15,17 @@
 //! The binary is `CARGO_BIN_EXE_wedgewatch` (the bench profile's build of this crate).
 //! NVML is the lab's fake library (`FAKE_NVML_PATH`, built by build.rs), py-spy
 //! `tests/lab/.venv/bin/py-spy`. Exits 1 when a goal is missed.
+//!
+//! Quick mode (`cargo test --bench daemon`, `common/mode.rs`): one pair of 3 s blocks, 5 s
+//! of steady state, one sample; it fails when the daemon exits early or a block
+//! completes no request, and judges no goal.
 
+#[path = "common/env.rs"]
+mod env;
 #[path = "../tests/common/lab.rs"]
 mod lab;
+#[path = "common/mode.rs"]
+mod mode;
 #[path = "common/proc_stat.rs"]
 mod proc_stat;
 #[path = "common/stop.rs"]
@@ -32,13 +40,6 @@ use std::time::{Duration, Instant};
 
 const AGENTS: u32 = 4;
 const ROUNDS: u32 = 4;
-
-fn env_f64(name: &str, default: f64) -> f64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 /// A running `wedgewatch daemon`; dropping it stops it (SIGTERM, then SIGKILL after 10 s).
 struct Daemon {
@@ -182,12 +183,13 @@ fn median(v: &mut [f64]) -> f64 {
 }
 
 fn main() {
-    if std::env::args().any(|a| a == "--list") {
-        return; // `cargo bench -- --list` / `cargo test --benches` probes
-    }
-    let pairs = env_f64("WW_BENCH_PAIRS", 3.0) as usize;
-    let block_secs = env_f64("WW_BENCH_BLOCK_SECS", 60.0);
-    let minutes = env_f64("WW_BENCH_MINUTES", 3.0);
+    let mode = mode::Mode::from_args();
+    let pairs = mode.knob("WW_BENCH_PAIRS", 3.0, 1.0) as usize;
+    let block_secs = mode.knob("WW_BENCH_BLOCK_SECS", 60.0, 3.0);
+    let minutes = mode.knob("WW_BENCH_MINUTES", 3.0, 5.0 / 60.0);
+    // The steady state's sampling period, and the daemon's start before a block counts.
+    let every = mode.pick(Duration::from_secs(10), Duration::from_secs(5));
+    let settle = mode.pick(Duration::from_secs(5), Duration::from_secs(2));
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     println!(
         "daemon bench: binary {}, {cores} cores, load average {} at start",
@@ -195,7 +197,8 @@ fn main() {
         loadavg()
     );
     let lab = Arc::new(lab::Lab::up(&lab::LabOptions::pd()).expect("lab up"));
-    let mut ok = true;
+    // `ok`: every goal met; `broken`: the bench itself failed (fails a quick run too).
+    let (mut ok, mut broken) = (true, false);
 
     // 1. Throughput, alternating.
     let mut ratios = Vec::new();
@@ -207,14 +210,15 @@ fn main() {
             let daemon = (which == 1).then(|| Daemon::start(&lab));
             if daemon.is_some() {
                 // Let the daemon discover and take its first samples before counting.
-                std::thread::sleep(Duration::from_secs(5));
+                std::thread::sleep(settle);
             }
             let (n, secs, failed) = load_block(&lab, block_secs);
             rates[which] = n as f64 / secs;
+            broken |= n == 0;
             if let Some(mut d) = daemon {
                 if let Ok(Some(st)) = d.child.try_wait() {
                     println!("daemon exited early ({st}):\n{}", d.log_tail());
-                    ok = false;
+                    broken = true;
                 }
                 d.stop();
             }
@@ -257,7 +261,7 @@ fn main() {
         let mut rss_last = 0;
         let mut cpu_last = cpu0;
         while t0.elapsed() < total {
-            std::thread::sleep(Duration::from_secs(10));
+            std::thread::sleep(every);
             if let Ok(Some(st)) = daemon.child.try_wait() {
                 println!("daemon exited early ({st}):\n{}", daemon.log_tail());
                 std::process::exit(1);
@@ -324,10 +328,11 @@ fn main() {
             if growth_mib_h < 10.0 { "OK" } else { "MISSED" }
         );
         ok &= cpu_pct < 3.0 && rss_mib < 64.0 && growth_mib_h < 10.0;
+        broken |= requests == 0;
     }
     println!("load average at end {}", loadavg());
     drop(lab);
-    if !ok {
+    if broken || mode.goal_fails(ok) {
         std::process::exit(1);
     }
 }

@@ -22,9 +22,16 @@
 //! Goals: the cached pass with the extras at most 50 ms, the daemon's CPU with them within
 //! 1.1x of without; exits 1 when one is missed.
 //! Env: `WW_BENCH_EXTRA` (2000), `WW_BENCH_ROUNDS` (5), `WW_BENCH_PASSES` (10 per block).
+//! Quick mode (`cargo test --bench discovery`, `common/mode.rs`): 50 extras, 1 round of 2
+//! passes, one pair of daemon blocks of 2 s after 2 s of warm-up; the fake engine must be
+//! found in every pass and every daemon live through its block; no goal is judged.
 
 #[path = "discovery_parts/daemon_cpu.rs"]
 mod daemon_cpu;
+#[path = "common/env.rs"]
+mod env;
+#[path = "common/mode.rs"]
+mod mode;
 #[path = "common/proc_stat.rs"]
 mod proc_stat;
 #[path = "common/stop.rs"]
@@ -39,8 +46,8 @@ use wedgewatch::probes::ProbeSet;
 
 const GOAL_MS: f64 = 50.0;
 const GOAL_DAEMON_RATIO: f64 = 1.1;
-/// Warm-up of each daemon block (startup discovery, first baselines).
-const DAEMON_WARMUP_S: u64 = 15;
+/// Warm-up of each daemon block (startup discovery, first baselines): full, quick.
+const DAEMON_WARMUP_S: (u64, u64) = (15, 2);
 
 /// A listener that holds each connection it accepts until the peer closes it; with a target
 /// port, also holds a connection to it. (Holding closed ones too, as it did, piled up the
@@ -75,13 +82,6 @@ impl Drop for Guard {
             let _ = c.wait();
         }
     }
-}
-
-fn env_or(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(default)
 }
 
 /// Starts `python3 -c SERVER <args>` and returns it with the port it listens on.
@@ -206,15 +206,10 @@ fn median(v: &[(f64, f64)], pick: impl Fn(&(f64, f64)) -> f64) -> f64 {
 }
 
 fn main() {
-    // `cargo bench` passes `--bench`; under `cargo test --benches` do nothing rather than
-    // start thousands of processes.
-    if !std::env::args().any(|a| a == "--bench") {
-        eprintln!("discovery bench: run with `cargo bench --bench discovery`");
-        return;
-    }
-    let extra = env_or("WW_BENCH_EXTRA", 2000);
-    let rounds = env_or("WW_BENCH_ROUNDS", 5);
-    let passes = env_or("WW_BENCH_PASSES", 10);
+    let mode = mode::Mode::from_args();
+    let extra = mode.knob("WW_BENCH_EXTRA", 2000, 50);
+    let rounds = mode.knob("WW_BENCH_ROUNDS", 5, 1);
+    let passes = mode.knob("WW_BENCH_PASSES", 10, 2);
     let probes = ProbeSet::builtin().expect("probes");
     let opts = DiscoverOptions {
         query_endpoints: false,
@@ -237,12 +232,12 @@ fn main() {
         let procs = std::fs::read_dir("/proc").map(|d| d.count()).unwrap_or(0);
         eprintln!("round {round}: {procs} /proc entries after the round");
     }
-    let daemon = daemon_blocks(extra, &stack);
+    let daemon = daemon_blocks(mode, extra, &stack);
     // before `report`, which may exit(1) without running destructors
     drop(stack);
     let ok = report(&without, &with, extra);
     let ok = report_daemon(&daemon, extra) && ok;
-    if !ok {
+    if mode.goal_fails(ok) {
         std::process::exit(1);
     }
 }
@@ -255,9 +250,10 @@ fn stack_fds(stack: &Guard) -> usize {
 }
 
 /// Daemon CPU (% of a core) per block: (without, with) the extras.
-fn daemon_blocks(extra: usize, stack: &Guard) -> (Vec<f64>, Vec<f64>) {
-    let rounds = env_or("WW_BENCH_DAEMON_ROUNDS", 2);
-    let secs = env_or("WW_BENCH_DAEMON_SECS", 40) as u64;
+fn daemon_blocks(mode: mode::Mode, extra: usize, stack: &Guard) -> (Vec<f64>, Vec<f64>) {
+    let rounds = mode.knob("WW_BENCH_DAEMON_ROUNDS", 2, 1);
+    let secs = mode.knob("WW_BENCH_DAEMON_SECS", 40, 2);
+    let warmup = mode.pick(DAEMON_WARMUP_S.0, DAEMON_WARMUP_S.1);
     let (mut without, mut with) = (Vec::new(), Vec::new());
     if secs == 0 {
         return (without, with);
@@ -266,10 +262,10 @@ fn daemon_blocks(extra: usize, stack: &Guard) -> (Vec<f64>, Vec<f64>) {
         for with_first in [round % 2 == 1, round % 2 == 0] {
             if with_first {
                 let extras = sleepers(extra);
-                with.push(daemon_cpu::daemon_block(DAEMON_WARMUP_S, secs));
+                with.push(daemon_cpu::daemon_block(warmup, secs));
                 drop(extras);
             } else {
-                without.push(daemon_cpu::daemon_block(DAEMON_WARMUP_S, secs));
+                without.push(daemon_cpu::daemon_block(warmup, secs));
             }
         }
         eprintln!(

@@ -9,13 +9,19 @@
 //! - wedgewatch warm: the cached inode map (only new inodes are resolved).
 //!
 //! Prints medians and ratios to `ss -tinp`. Env: `WW_BENCH_PAIRS` (default 5000),
-//! `WW_BENCH_ROUNDS` (default 9).
+//! `WW_BENCH_ROUNDS` (default 9). Quick mode (`cargo test --bench sockets`,
+//! `common/mode.rs`): 200 pairs, 2 rounds. Both check that every method found the pairs.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use wedgewatch::model::{Component, Role, Topology};
 use wedgewatch::sources::sockets::{build_table, dump_netlink, InodeMap, SocketConfig};
+
+#[path = "common/env.rs"]
+mod env;
+#[path = "common/mode.rs"]
+mod mode;
 
 const HOLDER: &str = r#"
 import os, resource, socket, sys, threading, time
@@ -58,20 +64,9 @@ fn time_ms(f: impl FnOnce() -> usize) -> (f64, usize) {
 }
 
 fn main() {
-    // `cargo bench` passes `--bench`; under `cargo test --benches` / `--all-targets` (no
-    // `--bench`) do nothing rather than open 10,000 connections.
-    if !std::env::args().any(|a| a == "--bench") {
-        eprintln!("sockets bench: run with `cargo bench --bench sockets`");
-        return;
-    }
-    let pairs: usize = std::env::var("WW_BENCH_PAIRS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(5000);
-    let rounds: usize = std::env::var("WW_BENCH_ROUNDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(9);
+    let mode = mode::Mode::from_args();
+    let pairs: usize = mode.knob("WW_BENCH_PAIRS", 5000, 200);
+    let rounds: usize = mode.knob("WW_BENCH_ROUNDS", 9, 2).max(1);
     let mut child = Command::new("python3")
         .args(["-c", HOLDER, &pairs.to_string()])
         .stdout(Stdio::piped())
@@ -164,4 +159,10 @@ fn main() {
         let m = median(&mut times[i]);
         println!("{name:<22} {m:>10.1} {:>9.3} {:>12}", m / ss, counts[i]);
     }
+    // Every method saw the helper's sockets: both ends of each pair (and its listener).
+    let held = 2 * pairs;
+    assert!(
+        counts[1..].iter().all(|&n| n >= held) && counts[3] == counts[4],
+        "the helper holds {held} sockets; found {counts:?}"
+    );
 }

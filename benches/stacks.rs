@@ -1,11 +1,16 @@
 //! Stacks source benchmark (`cargo bench --bench stacks`), harness = false.
 //!
-//! 1. Capture wall time: 8 Python processes with 20 threads each, one parallel capture
+//! 1. Capture wall time: 8 Python processes of 20 threads each (the fake scheduler's 18
+//!    workers, its mode watcher and its main loop; each process's count is read from
+//!    /proc/PID/task once it runs, and every capture must hold that many), one parallel capture
 //!    (`StackSource::capture_once`, 4 py-spy at once) vs a sequential loop of
 //!    `py-spy dump --json --nonblocking --pid P` over the same pids, alternating, medians.
 //! 2. Pause felt by a target: the largest stall of a tight loop in a 20-thread Python process,
 //!    per 1 s window, without sampling, with `--nonblocking` sampling every 100 ms, and (for
 //!    contrast) with `--native` sampling.
+//!
+//! Quick mode (`cargo test --bench stacks`, `common/mode.rs`): 2 processes, 1 round, every
+//! pause phase once for 2 s; the same checks, no goal.
 //!
 //! py-spy: `$WEDGEWATCH_PY_SPY`, else `tests/lab/.venv/bin/py-spy`.
 
@@ -17,9 +22,56 @@ use std::time::{Duration, Instant};
 use wedgewatch::clock::SystemClock;
 use wedgewatch::sources::stacks::{StackSource, StackTarget, StacksConfig};
 
-const PROCESSES: usize = 8;
-const THREADS: usize = 20;
-const ROUNDS: usize = 11;
+#[path = "common/env.rs"]
+mod env;
+#[path = "common/mode.rs"]
+mod mode;
+use mode::Mode;
+
+/// The fake scheduler's worker threads (`--threads`); its main loop and mode watcher run
+/// besides them.
+const WORKERS: usize = 18;
+
+/// How much the bench does: full (`cargo bench`) or quick (`cargo test`).
+struct Plan {
+    processes: usize,
+    rounds: usize,
+    /// Each pause phase's length.
+    phase: Duration,
+    /// The pause phases in order.
+    phases: &'static [Phase],
+}
+
+impl Plan {
+    fn new(mode: Mode) -> Plan {
+        Plan {
+            processes: mode.pick(8, 2),
+            rounds: mode.pick(11, 1),
+            phase: mode.pick(Duration::from_secs(6), Duration::from_secs(2)),
+            phases: mode.pick(&FULL_PHASES, &QUICK_PHASES),
+        }
+    }
+}
+
+/// Each phase twice (`--native` once: it pauses the target).
+const FULL_PHASES: [Phase; 9] = [
+    Phase::None,
+    Phase::Window,
+    Phase::Nonblocking,
+    Phase::Control,
+    Phase::None,
+    Phase::Window,
+    Phase::Nonblocking,
+    Phase::Control,
+    Phase::Native,
+];
+const QUICK_PHASES: [Phase; 5] = [
+    Phase::None,
+    Phase::Window,
+    Phase::Nonblocking,
+    Phase::Control,
+    Phase::Native,
+];
 
 struct Proc(Child);
 
@@ -58,36 +110,80 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
-/// The scheduler-shaped fake, idle (its threads sleep, as most of a real scheduler's do).
-fn start_schedulers(dir: &Path) -> Vec<Proc> {
+/// `n` scheduler-shaped fakes, idle (their threads sleep, as most of a real scheduler's do),
+/// each with the number of threads it runs once it acknowledged its mode (its loop runs: every
+/// thread of it started).
+fn start_schedulers(dir: &Path, n: usize) -> Vec<(Proc, usize)> {
     let script =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/pyspy/fake_sglang/scheduler.py");
-    (0..PROCESSES)
+    let procs: Vec<(Proc, PathBuf)> = (0..n)
         .map(|i| {
             let mode = dir.join(format!("mode{i}"));
             std::fs::write(&mode, "idle").unwrap();
-            Proc(
-                Command::new("python3")
-                    .arg(&script)
-                    .arg(&mode)
-                    .arg("--threads")
-                    .arg((THREADS - 1).to_string())
-                    .stdin(Stdio::null())
-                    .spawn()
-                    .expect("python3"),
-            )
+            let child = Command::new("python3")
+                .arg(&script)
+                .arg(&mode)
+                .arg("--threads")
+                .arg(WORKERS.to_string())
+                .stdin(Stdio::null())
+                .spawn()
+                .expect("python3");
+            (Proc(child), mode.with_extension("ack"))
+        })
+        .collect();
+    procs
+        .into_iter()
+        .map(|(p, ack)| {
+            wait_for(&ack, Duration::from_secs(30));
+            let threads = os_threads(p.0.id());
+            assert!(
+                threads > WORKERS,
+                "pid {} runs {threads} threads, fewer than its {WORKERS} workers and main loop",
+                p.0.id()
+            );
+            (p, threads)
         })
         .collect()
 }
 
-/// Medians of (parallel wall, sequential wall, parallel CPU, sequential CPU), ms.
-fn capture_wall_time(py_spy: &Path, rt: &tokio::runtime::Runtime) -> [f64; 4] {
+/// Waits until `path` exists; panics after `limit`.
+fn wait_for(path: &Path, limit: Duration) {
+    let start = Instant::now();
+    while !path.exists() {
+        assert!(
+            start.elapsed() < limit,
+            "{} not written within {limit:?}",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The threads of `pid` as the kernel counts them (/proc/PID/task).
+fn os_threads(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+/// Medians of (parallel wall, sequential wall, parallel CPU, sequential CPU), ms, and the
+/// threads of each process.
+fn capture_wall_time(
+    py_spy: &Path,
+    rt: &tokio::runtime::Runtime,
+    plan: &Plan,
+) -> ([f64; 4], Vec<usize>) {
     let dir = tempfile::tempdir().unwrap();
-    let procs = start_schedulers(dir.path());
-    std::thread::sleep(Duration::from_millis(1500));
+    let procs = start_schedulers(dir.path(), plan.processes);
+    let threads = |pid: i32| {
+        procs
+            .iter()
+            .find(|p| p.0 .0.id() as i32 == pid)
+            .map(|p| p.1)
+    };
     let targets: Vec<StackTarget> = procs
         .iter()
-        .map(|p| StackTarget {
+        .map(|(p, _)| StackTarget {
             pid: p.0.id() as i32,
             stack: Some("sglang".into()),
             component: None,
@@ -102,17 +198,18 @@ fn capture_wall_time(py_spy: &Path, rt: &tokio::runtime::Runtime) -> [f64; 4] {
     let src = StackSource::new(cfg, &rules).unwrap();
     let (mut par, mut seq) = (Vec::new(), Vec::new());
     let (mut par_cpu, mut seq_cpu) = (Vec::new(), Vec::new());
-    for round in 0..ROUNDS {
+    for round in 0..plan.rounds {
         // Alternate which goes first, so drift on a noisy machine hits both alike.
         for which in if round % 2 == 0 { [0, 1] } else { [1, 0] } {
             let t = Instant::now();
             let cpu = cpu_ms();
             if which == 0 {
                 let w = rt.block_on(src.capture_once(&targets, &SystemClock));
-                assert_eq!(w.captures.len(), PROCESSES);
+                assert_eq!(w.captures.len(), plan.processes);
                 for c in &w.captures {
                     assert!(c.error.is_none(), "{c:?}");
-                    assert_eq!(c.threads.len(), THREADS, "threads of pid {}", c.pid);
+                    let want = threads(c.pid);
+                    assert_eq!(Some(c.threads.len()), want, "threads of pid {}", c.pid);
                 }
                 par.push(ms(t.elapsed()));
                 par_cpu.push(cpu_ms() - cpu);
@@ -131,12 +228,13 @@ fn capture_wall_time(py_spy: &Path, rt: &tokio::runtime::Runtime) -> [f64; 4] {
             }
         }
     }
-    [
+    let medians = [
         median(&mut par),
         median(&mut seq),
         median(&mut par_cpu),
         median(&mut seq_cpu),
-    ]
+    ];
+    (medians, procs.iter().map(|p| p.1).collect())
 }
 
 /// A process of about a py-spy dump's CPU cost (~12 ms here) that touches nothing.
@@ -191,20 +289,8 @@ impl Phase {
     }
 }
 
-fn pause_felt(py_spy: &Path, rt: &tokio::runtime::Runtime) -> Vec<(Phase, Vec<f64>)> {
-    const PHASE_S: u64 = 6;
-    let plan = [
-        Phase::None,
-        Phase::Window,
-        Phase::Nonblocking,
-        Phase::Control,
-        Phase::None,
-        Phase::Window,
-        Phase::Nonblocking,
-        Phase::Control,
-        Phase::Native,
-    ];
-    let total = PHASE_S * plan.len() as u64 + 3;
+fn pause_felt(py_spy: &Path, rt: &tokio::runtime::Runtime, plan: &Plan) -> Vec<(Phase, Vec<f64>)> {
+    let total = plan.phase.as_secs() * plan.phases.len() as u64 + 3;
     let mut child = Command::new("python3")
         .arg("-c")
         .arg(STALL_TARGET)
@@ -223,7 +309,15 @@ fn pause_felt(py_spy: &Path, rt: &tokio::runtime::Runtime) -> Vec<(Phase, Vec<f6
             }
         }
     });
-    std::thread::sleep(Duration::from_millis(1500));
+    // The target runs its loop once it printed its first window.
+    let start = Instant::now();
+    while windows.lock().unwrap().is_empty() {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the stall target printed nothing"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let rules = wedgewatch::probes::ProbeSet::builtin().unwrap().stack_rules;
     let make = |native| {
         StackSource::new(
@@ -244,9 +338,9 @@ fn pause_felt(py_spy: &Path, rt: &tokio::runtime::Runtime) -> Vec<(Phase, Vec<f6
         whole_window: true,
     }];
     let mut spans = Vec::new();
-    for phase in plan {
+    for &phase in plan.phases {
         let start = Instant::now();
-        while start.elapsed() < Duration::from_secs(PHASE_S) {
+        while start.elapsed() < plan.phase {
             let tick = Instant::now();
             let period = match phase {
                 Phase::None => Duration::from_millis(100),
@@ -299,7 +393,8 @@ fn pause_felt(py_spy: &Path, rt: &tokio::runtime::Runtime) -> Vec<(Phase, Vec<f6
 }
 
 fn main() {
-    // `cargo bench` passes `--bench`; ignore arguments.
+    let mode = Mode::from_args();
+    let plan = Plan::new(mode);
     let py_spy = py_spy();
     assert!(
         py_spy.exists(),
@@ -309,8 +404,10 @@ fn main() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    println!("stacks benchmark: {PROCESSES} Python processes x {THREADS} threads, {cores} cores, {ROUNDS} rounds, loadavg {}", load.trim());
-    let [par, seq, par_cpu, seq_cpu] = capture_wall_time(&py_spy, &rt);
+    let (processes, rounds) = (plan.processes, plan.rounds);
+    println!("stacks benchmark: {processes} Python processes ({WORKERS} workers each), {cores} cores, {rounds} rounds, loadavg {}", load.trim());
+    let ([par, seq, par_cpu, seq_cpu], threads) = capture_wall_time(&py_spy, &rt, &plan);
+    println!("threads per process (/proc/PID/task, as every capture found them): {threads:?}");
     println!("capture wall time, median: parallel (4 at once) {par:.1} ms | sequential py-spy loop {seq:.1} ms | ratio {:.2}x (goal <= 0.6x)", par / seq);
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     // py-spy is CPU-bound (its sequential wall time is about its CPU time), so the parallel
@@ -323,7 +420,8 @@ fn main() {
     println!("CPU (user+sys incl. py-spy children) per capture, median: parallel {par_cpu:.1} ms | sequential {seq_cpu:.1} ms");
     println!("loadavg after the capture runs: {}", load.trim());
     println!("pause felt by a 20-thread target (largest stall of a tight loop per 1 s window):");
-    for (phase, mut v) in pause_felt(&py_spy, &rt) {
+    let pauses = pause_felt(&py_spy, &rt, &plan);
+    for (phase, mut v) in pauses.clone() {
         if v.is_empty() {
             println!("  {}: no complete windows", phase.label());
             continue;
@@ -336,4 +434,8 @@ fn main() {
             v.len()
         );
     }
+    assert!(
+        pauses.iter().any(|(_, v)| !v.is_empty()),
+        "no phase held a complete window of the stall target"
+    );
 }

@@ -1,5 +1,12 @@
 //! Render cost of the Requests view with 5,000 exchanges at 200x50 (goal: < 5 ms/frame).
 //! `cargo bench --bench tui_render` (harness = false: plain timing, no extra dependency).
+//! Quick mode (`cargo test --bench tui_render`, `common/mode.rs`): 400 exchanges, 2 ingests,
+//! 10 draws, the goal not judged.
+
+#[path = "common/env.rs"]
+mod env;
+#[path = "common/mode.rs"]
+mod mode;
 
 use ratatui::backend::TestBackend;
 use ratatui::Terminal;
@@ -121,12 +128,13 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 }
 
 fn main() {
-    let snapshot = big_snapshot(5000);
+    let mode = mode::Mode::from_args();
+    let snapshot = big_snapshot(mode.pick(5000, 400));
     let mut app = App::new(AppOptions::default());
 
     // Ingest (chains, lanes, sort) happens once per new frame, not per draw.
     let mut ingest = Vec::new();
-    for _ in 0..20 {
+    for _ in 0..mode.pick(20, 2) {
         let frame = FeedFrame::new(snapshot.clone());
         let t = Instant::now();
         app.ingest(frame);
@@ -145,12 +153,12 @@ fn main() {
     }
     // TestBackend cannot fail (its error type is Infallible).
     let Ok(mut terminal) = Terminal::new(TestBackend::new(200, 50));
-    for _ in 0..20 {
+    for _ in 0..mode.pick(20, 2) {
         let _ = terminal.draw(|f| app.render(f));
     }
     let mut draws = Vec::new();
     let mut cpu = Vec::new();
-    for i in 0..500 {
+    for i in 0..mode.pick(500, 10) {
         // Alternate the selection so every draw changes cells (no diff shortcut).
         app.handle_key(key(if i % 2 == 0 { 'j' } else { 'k' }));
         let c = thread_cpu_ms();
@@ -159,6 +167,18 @@ fn main() {
         draws.push(t.elapsed().as_secs_f64() * 1e3);
         cpu.push(thread_cpu_ms() - c);
     }
+    // The bench times the Requests view: its rows must be on the screen.
+    let screen: String = terminal
+        .backend()
+        .buffer()
+        .content()
+        .iter()
+        .map(|c| c.symbol())
+        .collect();
+    assert!(
+        screen.contains("proxy@127.0.0.1:8080"),
+        "the Requests view shows no request:\n{screen}"
+    );
     draws.sort_by(f64::total_cmp);
     cpu.sort_by(f64::total_cmp);
     ingest.sort_by(f64::total_cmp);
@@ -179,15 +199,19 @@ fn main() {
         percentile(&cpu, 1.0)
     );
     println!(
-        "tui_render: ingest of a 5,000-exchange frame (chains, lanes, sort): p50 {:.3} ms, max {:.3} ms",
+        "tui_render: ingest of a {}-exchange frame (chains, lanes, sort): p50 {:.3} ms, max {:.3} ms",
+        snapshot.requests.len(),
         percentile(&ingest, 0.5),
         percentile(&ingest, 1.0)
     );
     let goal_ms = 5.0;
     // The goal is judged on CPU time (the UI's cost) at p99 and on wall time at p50; the
     // wall-clock tail is reported, not judged, because it measures the machine's load.
-    if percentile(&cpu, 0.99) > goal_ms || percentile(&draws, 0.5) > goal_ms {
+    let met = percentile(&cpu, 0.99) <= goal_ms && percentile(&draws, 0.5) <= goal_ms;
+    if !met {
         println!("tui_render: ABOVE the {goal_ms} ms goal");
+    }
+    if mode.goal_fails(met) {
         std::process::exit(1);
     }
 }

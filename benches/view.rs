@@ -12,20 +12,19 @@
 //! are fed through the model in 250 ms socket samples, then the view is timed
 //! `WW_BENCH_ROUNDS` (default 40) times, beside its peer: one walk of the same exchanges
 //! (the least any view over them costs). Printed: medians and 99th percentiles, the view's
-//! size, its cost per exchange and the ratio to the walk.
+//! size, its cost per exchange and the ratio to the walk. Quick mode (`cargo test --bench
+//! view`, `common/mode.rs`): 20 agents, 10 s of history, 3 rounds; the same check.
 
 #[path = "../tests/correl_common/mod.rs"]
 mod correl_common;
 #[path = "common/env.rs"]
 mod env;
+#[path = "common/mode.rs"]
+mod mode;
 
 use correl_common::*;
 use std::time::Instant;
 use wedgewatch::model::*;
-
-fn env_usize(name: &str, default: usize) -> usize {
-    env::env_or(name, default)
-}
 
 /// An agent's four keep-alive connections, one per hop.
 struct Agent {
@@ -109,9 +108,10 @@ fn summary(mut v: Vec<f64>) -> (f64, f64) {
 }
 
 fn main() {
-    let agents = env_usize("WW_BENCH_AGENTS", 200);
-    let history_secs = env_usize("WW_BENCH_HISTORY_SECS", 90) as i64;
-    let rounds = env_usize("WW_BENCH_ROUNDS", 40).max(1);
+    let mode = mode::Mode::from_args();
+    let agents = mode.knob("WW_BENCH_AGENTS", 200, 20);
+    let history_secs = mode.knob("WW_BENCH_HISTORY_SECS", 90, 10);
+    let rounds = mode.knob("WW_BENCH_ROUNDS", 40, 3).max(1);
     let (mut sim, crowd) = big_node(agents);
     let fed = Instant::now();
     let mut n = 0;

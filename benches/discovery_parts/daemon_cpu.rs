@@ -44,14 +44,20 @@ fn total_cpu(pid: u32) -> f64 {
     cpu_seconds(pid).unwrap_or(f64::NAN) + live_children_cpu(pid)
 }
 
-/// % of one core the daemon used over `secs` after `warmup` secs.
+/// % of one core the daemon used over `secs` after `warmup` secs; panics when the daemon
+/// did not live through it (its CPU would be a dead process's).
 pub fn daemon_block(warmup: u64, secs: u64) -> f64 {
-    let d = Daemon::start();
+    let mut d = Daemon::start();
     let pid = d.child.id();
     std::thread::sleep(Duration::from_secs(warmup));
     let (t0, c0) = (Instant::now(), total_cpu(pid));
     std::thread::sleep(Duration::from_secs(secs));
     let (t1, c1) = (Instant::now(), total_cpu(pid));
+    let status = d.child.try_wait();
+    assert!(
+        matches!(status, Ok(None)),
+        "the daemon exited during its block: {status:?}"
+    );
     drop(d);
     100.0 * (c1 - c0) / (t1 - t0).as_secs_f64()
 }
