@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The project's one test command (README "Set-up", and what .ci/run calls).
 # Installs what the tests need (the lab's venv: the real sglang-router, py-spy, aiohttp,
-# setproctitle from PyPI; the real-vLLM tier's venv and model; Debian's Prometheus), then
-# runs formatting, lints and the whole test suite.
+# setproctitle from PyPI; the real-vLLM and real-SGLang tiers' venvs and models; Debian's
+# Prometheus), then runs formatting, lints and the whole test suite.
 #
 # Where the time goes (docs/lab.md, "The test command's time"): the set-ups download
 # while cargo compiles, and the tests run in two lanes side by side (tests/lanes.sh): the
@@ -67,6 +67,14 @@ if [ "${WEDGEWATCH_SKIP_VLLM:-0}" = 0 ]; then
 else
     echo "run-all: the real-vLLM tier is skipped (WEDGEWATCH_SKIP_VLLM=1)"
 fi
+# The real-SGLang tier (tests/sglang_real.rs, docs/lab.md "Real SGLang tier"): sglang 0.5.23,
+# torch, Mooncake and the router from PyPI (~3.4 GB, once) into tests/lab/.sglang-venv, the
+# CPU edits and the locally built model. WEDGEWATCH_SKIP_SGLANG=1 skips set-up and test.
+if [ "${WEDGEWATCH_SKIP_SGLANG:-0}" = 0 ]; then
+    start_setup sglang nice -n 10 python3 tests/lab/sglang/sglang_lab.py setup
+else
+    echo "run-all: the real-SGLang tier is skipped (WEDGEWATCH_SKIP_SGLANG=1)"
+fi
 
 started=$SECONDS
 cargo fmt --check
@@ -88,10 +96,11 @@ if [ "$build_rc" != 0 ]; then
     exit 1
 fi
 
-# The lab's venv and Prometheus before the lanes; the real-vLLM tier's set-up (the largest,
-# at nice 10) goes on beside the lanes: its test takes the set-up's lock and waits for it.
+# The lab's venv and Prometheus before the lanes; the real tiers' set-ups (the largest, at
+# nice 10) go on beside the lanes: their tests take the set-up's lock and wait for it.
+is_tier() { [ "$1" = vllm ] || [ "$1" = sglang ]; }
 for i in "${!setup_pids[@]}"; do
-    if [ "${setup_names[$i]}" != vllm ]; then
+    if ! is_tier "${setup_names[$i]}"; then
         wait_setup "$i"
     fi
 done
@@ -101,7 +110,7 @@ export WEDGEWATCH_PY_SPY="$PWD/tests/lab/.venv/bin/py-spy"
 lanes_rc=0
 bash tests/lanes.sh || lanes_rc=$?
 for i in "${!setup_pids[@]}"; do
-    if [ "${setup_names[$i]}" = vllm ]; then
+    if is_tier "${setup_names[$i]}"; then
         wait_setup "$i"
     fi
 done

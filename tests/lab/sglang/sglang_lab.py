@@ -1,0 +1,580 @@
+#!/usr/bin/env python3
+"""The lab's real-SGLang tier: PyPI `sglang` 0.5.23 on the CPU, a real prefill/decode pair
+(KV cache moved by Mooncake over TCP) behind the real `sglang-router`, on a tiny local model.
+
+Standard library only; runs with the system python3. Subcommands:
+
+  setup                      once (idempotent, markers make it a no-op afterwards):
+                             tests/lab/.sglang-venv with torch 2.14.1 + sglang 0.5.23 (no deps;
+                             its requirements filtered, see requirements.txt), the Mooncake
+                             transfer engine, the router; Debian's libibverbs/libnl unpacked into
+                             the venv; the `sgl_kernel` stand-in; the three CPU edits (each must
+                             match exactly once); the model (../vllm/build_model.py). Prints the
+                             seconds each step took. See ../../../docs/lab.md "Real SGLang tier".
+  up --run-dir DIR [--decode-env K=V]... [--prefill-tp N] [--decode-tp N] [--same-ports]
+                             start prefill and decode in parallel (own sessions, free ports),
+                             wait for /health, then the router; one warm-up request through the
+                             router; write and print DIR/sglang.json. --same-ports reuses the
+                             ports of an earlier DIR/sglang.json (a restart "since noon").
+  down --run-dir DIR         SIGINT each recorded server, then SIGKILL its process group and
+                             recorded children if still there; exits 1 if any remains
+  chat --run-dir DIR [--max-tokens N] [--stream] [--timeout S]
+                             one chat completion through the router (status, bytes, seconds)
+
+Faults (environment of the decode server only, read by fault/sitecustomize.py, which is on the
+decode's PYTHONPATH and nobody else's):
+  LAB_SGLANG_FORGET_AFTER=N  decode's scheduler takes the first N generate requests, then
+                             silently drops every later one (health checks pass).
+
+All servers bind 127.0.0.1. Every wait is bounded. Nothing is ever killed by name.
+"""
+
+import argparse
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+LAB_DIR = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(LAB_DIR, "vllm"))
+from vllm_lab import alive, cmdline, descendants, http_get, proc_stat  # noqa: E402
+
+DEFAULT_VENV = os.path.join(LAB_DIR, ".sglang-venv")
+VENV = os.environ.get("WEDGEWATCH_SGLANG_VENV") or DEFAULT_VENV
+MODEL_DIR = os.path.join(VENV, "lab-model")
+DEB_DIR = os.path.join(VENV, "debian-libs")
+BUILD_MODEL = os.path.join(LAB_DIR, "vllm", "build_model.py")
+SGLANG_VERSION = "0.5.23"
+TORCH_PIN = "torch==2.14.1"
+MODEL_NAME = "lab-tiny-llama"
+FAULT_DIR = os.path.join(HERE, "fault")
+FAULT_VARS = ["LAB_SGLANG_FORGET_AFTER"]
+DEBIAN_PACKAGES = ["libibverbs1", "libnl-3-200", "libnl-route-3-200"]
+
+# The three one-line edits SGLang 0.5.23 needs on a CPU (../../../docs/lab.md, "Real SGLang
+# tier"): (name, file under sglang/, old text, new text). Each old text must be there exactly
+# once (or the new one, already applied), else set-up fails naming the edit: a new release
+# must be looked at, not patched blindly.
+EDITS = [
+    ("no pynccl on the CPU (else --tp-size 2: 'Expected a cuda device, but got: cpu')",
+     "srt/distributed/parallel_state.py",
+     'use_pynccl = not (_is_npu or _is_xpu or backend == "mooncake")',
+     'use_pynccl = not (_is_npu or _is_xpu or _is_cpu or backend == "mooncake")'),
+    ("no pinned host copy of CPU kv indices (else prefill: 'Found no NVIDIA driver')",
+     "srt/disaggregation/prefill.py",
+     'if getattr(sender, "supports_host_tensor_indices", False) and not (',
+     'if getattr(sender, "supports_host_tensor_indices", False) and '
+     'kv_indices.device.type != "cpu" and not ('),
+    ("no CUDA event without CUDA (else prefill: 'expected stream to be a torch.Stream')",
+     "srt/disaggregation/prefill.py",
+     "        if self.enable_overlap:\n            ev = torch.cuda.Event()",
+     "        if self.enable_overlap and torch.cuda.is_available():\n"
+     "            ev = torch.cuda.Event()"),
+]
+
+
+class LabError(Exception):
+    pass
+
+
+def log(msg):
+    print(f"[sglang-lab] {msg}", file=sys.stderr, flush=True)
+
+
+def vpy():
+    return os.path.join(VENV, "bin", "python")
+
+
+def file_digest(*paths):
+    h = hashlib.sha256()
+    for p in paths:
+        with open(p, "rb") as f:
+            h.update(os.path.basename(p).encode() + b"\0" + f.read())
+    return h.hexdigest()[:16]
+
+
+def tree_digest(root):
+    files = sorted(os.path.join(d, n) for d, _, ns in os.walk(root) for n in ns
+                   if not n.endswith(".pyc"))
+    return file_digest(*files)
+
+
+def site_packages():
+    out = subprocess.run([vpy(), "-c", "import sysconfig;print(sysconfig.get_paths()['purelib'])"],
+                         check=True, capture_output=True, text=True, timeout=60)
+    return out.stdout.strip()
+
+
+def _read(path):
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def _write(path, text):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+# ------------------------------------------------------------------------------------ setup
+def setup():
+    os.makedirs(VENV, exist_ok=True)
+    with open(os.path.join(VENV, ".setup.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _setup_locked()
+
+
+def _pip(*args, timeout=2400):
+    cmd = [vpy(), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+           "--progress-bar", "off", *args]
+    log(" ".join(cmd[3:]))
+    r = subprocess.run(cmd, timeout=timeout)
+    if r.returncode != 0:
+        raise LabError(f"pip install failed ({r.returncode}); see output above")
+
+
+def _install():
+    _pip(TORCH_PIN, "-r", os.path.join(HERE, "requirements.txt"),
+         "-c", os.path.join(HERE, "constraints.txt"))
+    _pip("--no-deps", f"sglang=={SGLANG_VERSION}")
+
+
+def _empty_venv():
+    """Removes everything of the lab's own venv but its set-up lock (held by us), then makes
+    it anew. A symlink inside is removed, never followed."""
+    for name in os.listdir(VENV):
+        if name == ".setup.lock":
+            continue
+        p = os.path.join(VENV, name)
+        if os.path.isdir(p) and not os.path.islink(p):
+            shutil.rmtree(p)
+        else:
+            os.remove(p)
+    subprocess.run([sys.executable, "-m", "venv", VENV], check=True, timeout=300)
+
+
+def _setup_deps(times):
+    key = (file_digest(os.path.join(HERE, "requirements.txt"),
+                       os.path.join(HERE, "constraints.txt")) + f" sglang=={SGLANG_VERSION}")
+    marker = os.path.join(VENV, "lab-deps.txt")
+    if _read(marker) == key:
+        return key
+    t0 = time.time()
+    if not os.path.exists(vpy()):
+        log(f"creating venv {VENV}")
+        subprocess.run([sys.executable, "-m", "venv", VENV], check=True, timeout=300)
+    try:
+        _install()
+    except LabError as e:
+        # A half-done install (a run interrupted) can leave distributions pip cannot read:
+        # start once from empty, but only in the lab's own venv.
+        if VENV != DEFAULT_VENV:
+            raise LabError(f"{e}; if {VENV} holds a half-done install, remove it") from e
+        log(f"{e}; emptying {VENV} and installing once more")
+        _empty_venv()
+        _install()
+    times["install_s"] = round(time.time() - t0, 1)
+    _write(marker, key)
+    return key
+
+
+def _system_has(soname):
+    try:
+        out = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return soname in out.stdout
+
+
+def _setup_debian_libs(times):
+    """Mooncake's engine.so links libibverbs.so.1 even for TCP: Debian's packages, unpacked
+    into the venv (no root, the system untouched) unless the system has them."""
+    marker = os.path.join(DEB_DIR, "lab-debs.txt")
+    key = " ".join(DEBIAN_PACKAGES)
+    if _system_has("libibverbs.so.1") or _read(marker) == key:
+        return
+    t0 = time.time()
+    shutil.rmtree(DEB_DIR, ignore_errors=True)
+    dl = os.path.join(DEB_DIR, "debs")
+    os.makedirs(dl)
+    r = subprocess.run(["apt-get", "download", *DEBIAN_PACKAGES], cwd=dl, timeout=300)
+    if r.returncode != 0:
+        raise LabError(f"apt-get download {' '.join(DEBIAN_PACKAGES)} failed; install them "
+                       "(apt-get install) or make apt-get download work")
+    for deb in sorted(os.listdir(dl)):
+        subprocess.run(["dpkg-deb", "-x", os.path.join(dl, deb), DEB_DIR], check=True,
+                       timeout=120)
+    shutil.rmtree(dl)
+    _write(marker, key)
+    times["debian_libs_s"] = round(time.time() - t0, 1)
+
+
+def lib_path():
+    """The folders with the unpacked Debian libraries (libnl-3 is under /lib, the others under
+    /usr/lib), joined for LD_LIBRARY_PATH; None when the system has them."""
+    dirs = [os.path.join(DEB_DIR, top, "lib", "x86_64-linux-gnu") for top in ("usr", "")]
+    dirs = [os.path.normpath(d) for d in dirs if os.path.isdir(d)]
+    return ":".join(dirs) or None
+
+
+def _setup_standin(sp):
+    """The `sgl_kernel` stand-in as a package of site-packages (see its docstring)."""
+    src = os.path.join(HERE, "sgl_kernel_standin")
+    dst = os.path.join(sp, "sgl_kernel")
+    if os.path.isdir(dst) and not os.path.islink(dst) and tree_digest(dst) == tree_digest(src):
+        return
+    if os.path.islink(dst):
+        os.remove(dst)
+    shutil.rmtree(dst, ignore_errors=True)
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__"))
+
+
+def apply_edits(pkg_dir):
+    """Applies EDITS to the installed sglang package; each must match exactly once (or be
+    applied already). Returns the names of the edits made now."""
+    made = []
+    for name, rel, old, new in EDITS:
+        path = os.path.join(pkg_dir, rel)
+        text = _read(path)
+        if text is None:
+            raise LabError(f"edit '{name}': {path} is missing")
+        n_old, n_new = text.count(old), text.count(new)
+        if n_new == 1 and n_old == 0:
+            continue
+        if n_old != 1 or n_new != 0:
+            raise LabError(f"edit '{name}' does not match exactly once in {path} "
+                           f"(old text {n_old} times, edited text {n_new} times): a new "
+                           f"sglang release? look at the file and the recipe")
+        _write(path, text.replace(old, new))
+        made.append(name)
+    return made
+
+
+def _setup_locked():
+    times = {}
+    deps_key = _setup_deps(times)
+    _setup_debian_libs(times)
+    sp = site_packages()
+    _setup_standin(sp)
+    made = apply_edits(os.path.join(sp, "sglang"))
+    if made:
+        log(f"edits applied: {made}")
+    model_key = file_digest(BUILD_MODEL) + " " + deps_key
+    model_marker = os.path.join(MODEL_DIR, "lab-model-key.txt")
+    if _read(model_marker) != model_key:
+        t0 = time.time()
+        shutil.rmtree(MODEL_DIR, ignore_errors=True)
+        env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+        log(f"building the model in {MODEL_DIR}")
+        r = subprocess.run([vpy(), BUILD_MODEL, MODEL_DIR], env=env, timeout=600)
+        if r.returncode != 0:
+            raise LabError("building the model failed; see output above")
+        _write(model_marker, model_key)
+        times["model_s"] = round(time.time() - t0, 1)
+    return times
+
+
+# ------------------------------------------------------------------------------------ up/down
+SERVER_NICE = 10
+
+
+def free_ports(n):
+    """n distinct free loopback ports (all held open while picking, so no two coincide)."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def server_env(extra, tp):
+    env = dict(os.environ)
+    for k in FAULT_VARS:
+        env.pop(k, None)
+    cpus = sorted(os.sched_getaffinity(0))
+    bind = "|".join(str(c) for c in cpus[:tp]) if tp > 1 and len(cpus) >= tp else "all"
+    env.update({
+        "SGLANG_USE_CPU_ENGINE": "1",
+        "SGLANG_CPU_OMP_THREADS_BIND": bind,
+        "CUDA_VISIBLE_DEVICES": "",
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "HF_ENDPOINT": "http://127.0.0.1:9",
+        "MC_FORCE_TCP": "1",
+        "MOONCAKE_PROTOCOL": "tcp",
+        "DO_NOT_TRACK": "1",
+        "PYTHONUNBUFFERED": "1",
+    })
+    libs = lib_path()
+    if libs:
+        env["LD_LIBRARY_PATH"] = libs + (":" + env["LD_LIBRARY_PATH"]
+                                         if env.get("LD_LIBRARY_PATH") else "")
+    env.update(extra)
+    return env
+
+
+def engine_cmd(port, nccl_port, tp, mode, bootstrap_port=None):
+    cmd = [vpy(), "-m", "sglang.launch_server", "--model-path", MODEL_DIR,
+           "--served-model-name", MODEL_NAME, "--device", "cpu", "--host", "127.0.0.1",
+           "--port", str(port), "--nccl-port", str(nccl_port), "--enable-metrics",
+           "--max-total-tokens", "8192", "--max-running-requests", "8", "--tp-size", str(tp),
+           "--disaggregation-mode", mode, "--disaggregation-transfer-backend", "mooncake_tcp"]
+    if mode == "prefill":
+        cmd += ["--disaggregation-bootstrap-port", str(bootstrap_port)]
+    else:
+        cmd += ["--disaggregation-decode-retraction-backup", "cpu_tensor"]
+    return cmd
+
+
+def router_cmd(ports):
+    return [vpy(), "-m", "sglang_router.launch_router", "--host", "127.0.0.1",
+            "--port", str(ports["router"]), "--prometheus-host", "127.0.0.1",
+            "--prometheus-port", str(ports["router_metrics"]), "--pd-disaggregation",
+            "--prefill", f"http://127.0.0.1:{ports['prefill']}", str(ports["bootstrap"]),
+            "--decode", f"http://127.0.0.1:{ports['decode']}"]
+
+
+def _spawn(run_dir, name, cmd, env):
+    logp = os.path.join(run_dir, "logs", f"{name}.log")
+    with open(logp, "ab") as lf:
+        proc = subprocess.Popen(cmd, env=env, stdout=lf, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True, cwd=run_dir,
+                                preexec_fn=lambda: os.nice(SERVER_NICE))
+    st = proc_stat(proc.pid)
+    return proc, {"pid": proc.pid, "pgid": proc.pid, "start_time": st[3] if st else None,
+                  "cmd": cmd, "log": logp, "children": []}
+
+
+def _record_children(info):
+    kids = []
+    for c in descendants(info["pid"]):
+        st = proc_stat(c)
+        kids.append({"pid": c, "cmdline": cmdline(c), "start_time": st[3] if st else None})
+    info["children"] = kids
+
+
+def _tail(path, n=40):
+    try:
+        with open(path, errors="replace") as f:
+            return "".join(f.readlines()[-n:])
+    except OSError:
+        return ""
+
+
+def _wait_healthy(procs, infos, deadline):
+    """Waits until every named server answers /health 200; raises naming the first that
+    exits or the ones still not healthy at the deadline."""
+    pending = set(procs)
+    while pending and time.time() < deadline:
+        for name in sorted(pending):
+            p = procs[name]
+            if p.poll() is not None:
+                raise LabError(f"{name} exited with {p.returncode} during start-up; tail of "
+                               f"{infos[name]['log']}:\n{_tail(infos[name]['log'])}")
+            code, _ = http_get(f"{infos[name]['url']}/health", 1.0)
+            if code == 200:
+                infos[name]["healthy_after_s"] = round(time.time() - infos[name]["t0"], 1)
+                pending.discard(name)
+        time.sleep(0.5)
+    if pending:
+        name = sorted(pending)[0]
+        raise LabError(f"{sorted(pending)} not healthy in time; tail of {infos[name]['log']}:"
+                       f"\n{_tail(infos[name]['log'])}")
+
+
+def up(run_dir, decode_env, prefill_tp=1, decode_tp=2, same_ports=False, timeout=480.0):
+    os.makedirs(os.path.join(run_dir, "logs"), exist_ok=True)
+    path = os.path.join(run_dir, "sglang.json")
+    old = json.loads(_read(path) or "{}") if same_ports else {}
+    if old.get("ports"):
+        ports = old["ports"]
+    else:
+        names = ["prefill", "bootstrap", "decode", "router", "router_metrics", "nccl_prefill",
+                 "nccl_decode"]
+        ports = dict(zip(names, free_ports(len(names))))
+    t0 = time.time()
+    state = {"version": 1, "ports": ports, "model": MODEL_NAME, "model_path": MODEL_DIR,
+             "venv": VENV, "run_dir": run_dir, "decode_env": dict(decode_env),
+             "url": f"http://127.0.0.1:{ports['router']}", "servers": {}}
+    procs, infos = {}, state["servers"]
+    dec_env = server_env(decode_env, decode_tp)
+    dec_env["PYTHONPATH"] = FAULT_DIR + (":" + dec_env["PYTHONPATH"]
+                                         if dec_env.get("PYTHONPATH") else "")
+    specs = [("prefill", engine_cmd(ports["prefill"], ports["nccl_prefill"], prefill_tp,
+                                    "prefill", ports["bootstrap"]), server_env({}, prefill_tp),
+              ports["prefill"], prefill_tp),
+             ("decode", engine_cmd(ports["decode"], ports["nccl_decode"], decode_tp, "decode"),
+              dec_env, ports["decode"], decode_tp)]
+    try:
+        for name, cmd, env, port, tp in specs:
+            procs[name], infos[name] = _spawn(run_dir, name, cmd, env)
+            infos[name].update(port=port, url=f"http://127.0.0.1:{port}", tp=tp, t0=time.time())
+        infos["prefill"]["bootstrap_port"] = ports["bootstrap"]
+        _write(path, json.dumps(state, indent=1))  # so `down` can clean up a failed start
+        _wait_healthy(procs, infos, t0 + timeout)
+        procs["router"], infos["router"] = _spawn(run_dir, "router", router_cmd(ports),
+                                                  server_env({}, 1))
+        infos["router"].update(port=ports["router"], url=state["url"], t0=time.time(),
+                               metrics_port=ports["router_metrics"])
+        _write(path, json.dumps(state, indent=1))
+        _wait_healthy({"router": procs["router"]}, infos, time.time() + 120)
+        # Warm-up through the router (the router may take a moment to see its workers).
+        _warm_up(state, deadline=time.time() + 180)
+    except (LabError, OSError, urllib.error.URLError) as e:
+        left = _down_state(state)
+        raise LabError(f"{e}" + (f"\nstill alive after cleanup: {left}" if left else "")) from e
+    for name, info in infos.items():
+        _record_children(info)
+        info.pop("t0", None)
+    state["up_seconds"] = round(time.time() - t0, 1)
+    _write(path, json.dumps(state, indent=1))
+    return state
+
+
+def _warm_up(state, deadline):
+    last = None
+    while time.time() < deadline:
+        try:
+            return chat(state, max_tokens=2, timeout=60)
+        except (OSError, urllib.error.URLError) as e:
+            last = e
+            time.sleep(1)
+    raise LabError(f"the warm-up request through the router failed: {last}")
+
+
+def _interrupt(info):
+    """SIGINT the server (SGLang's clean stop); its pid, start time and the members of its
+    tree (recorded and live) for the SIGKILL that follows if they outlive the grace."""
+    pid, start = info["pid"], info.get("start_time")
+    members = [(k["pid"], k.get("start_time")) for k in info.get("children", [])]
+    if alive(pid, start):
+        members += [(c, proc_stat(c)[3] if proc_stat(c) else None) for c in descendants(pid)]
+        try:
+            os.kill(pid, signal.SIGINT)
+        except ProcessLookupError:
+            pass
+    return pid, start, members
+
+
+def _down_state(state, grace=8.0):
+    """Stops every server of the state in parallel; the pids still alive afterwards."""
+    servers = list(state.get("servers", {}).values())
+    groups = [_interrupt(info) for info in servers]
+    end = time.time() + grace
+    while time.time() < end and any(alive(p, s) for p, s, _ in groups):
+        time.sleep(0.1)
+    for info in servers:
+        try:
+            os.killpg(info["pgid"], signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    everyone = [(p, s) for p, s, ms in groups for (p, s) in [(p, s)] + ms]
+    for c, st in everyone:
+        if alive(c, st):
+            try:
+                os.kill(c, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    end = time.time() + 5
+    while time.time() < end:
+        left = [p for p, st in everyone if alive(p, st)]
+        if not left:
+            return []
+        time.sleep(0.1)
+    return left
+
+
+def down(run_dir):
+    state = json.loads(_read(os.path.join(run_dir, "sglang.json")) or "{}")
+    return _down_state(state)
+
+
+def chat(state, max_tokens=16, stream=False, timeout=60.0, prompt="hello engine please answer"):
+    body = json.dumps({"model": state["model"], "max_tokens": max_tokens, "ignore_eos": True,
+                       "stream": stream, "temperature": 0,
+                       "messages": [{"role": "user", "content": prompt}]}).encode()
+    req = urllib.request.Request(f"{state['url']}/v1/chat/completions", data=body,
+                                 headers={"Content-Type": "application/json"})
+    t0 = time.time()
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        data = r.read()
+        return {"status": r.status, "bytes": len(data), "seconds": round(time.time() - t0, 3)}
+
+
+# ------------------------------------------------------------------------------------ cli
+def _env_pairs(items):
+    out = {}
+    for kv in items:
+        if "=" not in kv or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", kv):
+            raise LabError(f"--decode-env {kv!r}: expected NAME=VALUE")
+        k, v = kv.split("=", 1)
+        out[k] = v
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("setup")
+    u = sub.add_parser("up")
+    u.add_argument("--run-dir", required=True)
+    u.add_argument("--decode-env", action="append", default=[])
+    u.add_argument("--prefill-tp", type=int, default=1)
+    u.add_argument("--decode-tp", type=int, default=2)
+    u.add_argument("--same-ports", action="store_true")
+    u.add_argument("--timeout", type=float, default=480.0)
+    d = sub.add_parser("down")
+    d.add_argument("--run-dir", required=True)
+    c = sub.add_parser("chat")
+    c.add_argument("--run-dir", required=True)
+    c.add_argument("--max-tokens", type=int, default=16)
+    c.add_argument("--stream", action="store_true")
+    c.add_argument("--timeout", type=float, default=60.0)
+    a = ap.parse_args(argv)
+    try:
+        if a.cmd == "setup":
+            t0 = time.time()
+            times = setup()
+            times["total_s"] = round(time.time() - t0, 1)
+            print(json.dumps(times))
+        elif a.cmd == "up":
+            env = _env_pairs(a.decode_env)
+            setup()
+            st = up(os.path.abspath(a.run_dir), env, a.prefill_tp, a.decode_tp, a.same_ports,
+                    a.timeout)
+            print(json.dumps(st, indent=1))
+        elif a.cmd == "down":
+            left = down(os.path.abspath(a.run_dir))
+            if left:
+                log(f"still alive: {left}")
+                return 1
+        elif a.cmd == "chat":
+            state = json.loads(_read(os.path.join(a.run_dir, "sglang.json")) or "{}")
+            print(json.dumps(chat(state, a.max_tokens, a.stream, a.timeout)))
+    except LabError as e:
+        log(f"error: {e}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
