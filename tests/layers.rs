@@ -13,18 +13,14 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[(&str, &[&str])] = &[
     // Leaf utilities that name no other module of the crate but its error type. `config`
     // (thresholds, range checks) is read by the model itself.
-    (
-        "base",
-        &[
-            "clock", "error", "safe_fs", "deadline", "children", "config",
-        ],
-    ),
+    ("base", &["clock", "error", "safe_fs", "deadline", "config"]),
     ("model", &["model"]),
     // Pure helpers over the model (a parser, redaction, the redacting log writer), usable by
     // every layer above.
     ("model-helpers", &["redact", "prom", "logging"]),
-    // `crate::http` is `sys::http` at its old path.
-    ("sys", &["sys", "http"]),
+    // `crate::http` is `sys::http` at its old path; `children` (what we spawn, and its
+    // descendants) reads `/proc` through `sys`.
+    ("sys", &["sys", "http", "children"]),
     ("sources", &["sources"]),
     // Probe tables: stack rules and metric maps of `sources`, profiles of `discover`.
     ("probes", &["probes"]),
