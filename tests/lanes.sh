@@ -11,6 +11,9 @@
 # - everything else (no lab, or the real vLLM server: its tests find their own server by its
 #   pid and retry a window cut short by a busy machine) runs in the other lane.
 # A new test binary that starts an SGLang lab (tests/common/lab.rs) belongs in LAB_LANE.
+# The real-SGLang tier (tests/sglang_real.rs) runs in the lab lane too, after the labs: its
+# servers are seen by every discovery, and last gives its set-up (beside the build and the
+# lanes) the most time.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -31,7 +34,7 @@ done
 other_args=(--lib --bins --examples)
 for file in tests/*.rs; do
     name="$(basename "$file" .rs)"
-    case " ${LAB_LANE[*]} vllm_real " in
+    case " ${LAB_LANE[*]} vllm_real sglang_real " in
     *" $name "*) ;;
     *) other_args+=(--test "$name") ;;
     esac
@@ -50,6 +53,7 @@ started=$SECONDS
 other_pid=$!
 cargo test --no-fail-fast "${lab_args[@]}"
 lab_rc=$?
+cargo test --no-fail-fast --test sglang_real || lab_rc=1
 lab_secs=$((SECONDS - started))
 wait "$other_pid"
 other_rc=$?
