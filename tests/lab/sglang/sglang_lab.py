@@ -18,6 +18,8 @@ Standard library only; runs with the system python3. Subcommands:
   restart-decode --run-dir DIR [--decode-env K=V]...
                              stop the decode server and start it again on the same ports with
                              the given environment (the prefill and the router stay up)
+  selftest-edits --dir DIR   `apply_edits` on made-up trees in DIR (no sglang needed): edited
+                             once, then a no-op, and a missing or doubled text fails naming it
   down --run-dir DIR         SIGINT each recorded server, then SIGKILL its process group and
                              recorded children if still there; exits 1 if any remains
   chat --run-dir DIR [--max-tokens N] [--stream] [--timeout S]
@@ -290,6 +292,40 @@ def _setup_locked():
         _write(model_marker, model_key)
         times["model_s"] = round(time.time() - t0, 1)
     return times
+
+
+def selftest_edits(root):
+    """Checks `apply_edits` on made-up package trees under `root` (no sglang needed): a tree
+    with each old text once is edited, a second pass changes nothing, and a tree where an
+    edit's text is missing or twice there fails naming that edit. Returns a JSON-able report."""
+    files = {}
+    for _, rel, old, _ in EDITS:
+        files.setdefault(rel, []).append(old)
+    def tree(name, mutate=None):
+        pkg = os.path.join(root, name)
+        for rel, olds in files.items():
+            os.makedirs(os.path.dirname(os.path.join(pkg, rel)), exist_ok=True)
+            text = "# head\n" + "\n# between\n".join(olds) + "\n# tail\n"
+            _write(os.path.join(pkg, rel), mutate(rel, text) if mutate else text)
+        return pkg
+    report = {}
+    pkg = tree("pristine")
+    report["first_pass"] = apply_edits(pkg)
+    report["second_pass"] = apply_edits(pkg)
+    report["broken"] = []
+    for i, (name, rel0, old0, _) in enumerate(EDITS):
+        errors = {"edit": name}
+        for case, how in (("twice", lambda t, o: t + o + "\n"),
+                          ("missing", lambda t, o: t.replace(o, ""))):
+            pkg = tree(f"{case}-{i}",
+                       lambda rel, text: how(text, old0) if rel == rel0 else text)
+            try:
+                apply_edits(pkg)
+                errors[case] = None
+            except LabError as e:
+                errors[case] = str(e)
+        report["broken"].append(errors)
+    return report
 
 
 # ------------------------------------------------------------------------------------ up/down
@@ -574,6 +610,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("setup")
+    e = sub.add_parser("selftest-edits")
+    e.add_argument("--dir", required=True)
     u = sub.add_parser("up")
     u.add_argument("--run-dir", required=True)
     u.add_argument("--decode-env", action="append", default=[])
@@ -598,6 +636,8 @@ def main(argv=None):
             times = setup()
             times["total_s"] = round(time.time() - t0, 1)
             print(json.dumps(times))
+        elif a.cmd == "selftest-edits":
+            print(json.dumps(selftest_edits(os.path.abspath(a.dir))))
         elif a.cmd == "up":
             env = _env_pairs(a.decode_env)
             setup()
