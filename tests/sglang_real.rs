@@ -688,12 +688,21 @@ fn the_incident(dir: &Path, st: &mut Stack, baseline: &Path) {
         .find(|f| f["kind"] == "config_changed")
         .unwrap_or_else(|| panic!("no config_changed at {did}:\n{}", summaries(&fs)));
     assert!(changed.to_string().contains(FAULT_VAR), "{changed}");
+    // `diff` exits 1 on differences (README "Exit status"), like diff(1).
     let faulted = dir.join("snap-faulted.json");
-    let mut c = Command::new(env!("CARGO_BIN_EXE_wedgewatch"));
-    c.arg("diff").arg(baseline).arg(&faulted);
-    let (ok, out, err) = run_bounded(c, Duration::from_secs(60), &dir.join("diff.txt"));
-    assert!(ok, "diff failed: {err}");
-    assert!(out.contains(FAULT_VAR), "diff names {FAULT_VAR}:\n{out}");
+    let out = Command::new(env!("CARGO_BIN_EXE_wedgewatch"))
+        .arg("diff")
+        .arg(baseline)
+        .arg(&faulted)
+        .output()
+        .expect("run wedgewatch diff");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "diff: {text}");
+    assert!(
+        text.lines()
+            .any(|l| l.trim() == format!("+ env {FAULT_VAR}={FAULT_VALUE}")),
+        "diff names {FAULT_VAR}:\n{text}"
+    );
     drop(hung);
 }
 
