@@ -11,6 +11,12 @@
 # - everything else (no lab, or the real vLLM server: its tests find their own server by its
 #   pid and retry a window cut short by a busy machine) runs in the other lane.
 # A new test binary that starts an SGLang lab (tests/common/lab.rs) belongs in LAB_LANE.
+#
+# The benches run too, in their quick mode (`cargo test --bench NAME`: no `--bench` argument,
+# benches/common/mode.rs), so a bench that no longer runs fails here; the full runs are
+# `cargo bench --bench NAME` (docs/performance.md). LAB_BENCHES start a lab, a daemon that
+# discovers every stack, or processes discovery takes for SGLang: the lab lane; the others
+# (stacks' fake schedulers match no discovery profile) the other lane.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,6 +24,7 @@ LAB_LANE=(
     e2e_lab demo_smoke lab_selftest adaptive_lab oneshot_lab two_node_lab exporter_lab
     stacks fleet_lab router_key gpu lab_tp tui_pty netns_lab discovery
 )
+LAB_BENCHES=(discovery daemon biglab)
 
 lab_args=()
 for name in "${LAB_LANE[@]}"; do
@@ -26,6 +33,13 @@ for name in "${LAB_LANE[@]}"; do
         exit 1
     fi
     lab_args+=(--test "$name")
+done
+for name in "${LAB_BENCHES[@]}"; do
+    if [ ! -f "benches/$name.rs" ]; then
+        echo "lanes: benches/$name.rs is in LAB_BENCHES but does not exist" >&2
+        exit 1
+    fi
+    lab_args+=(--bench "$name")
 done
 # Everything not in the lab lane; the real vLLM tier last, when the quick ones are done.
 other_args=(--lib --bins --examples)
@@ -37,6 +51,14 @@ for file in tests/*.rs; do
     esac
 done
 other_args+=(--test vllm_real)
+# The lab-free benches (cargo runs bench targets after the test binaries).
+for file in benches/*.rs; do
+    name="$(basename "$file" .rs)"
+    case " ${LAB_BENCHES[*]} " in
+    *" $name "*) ;;
+    *) other_args+=(--bench "$name") ;;
+    esac
+done
 
 other_log="$(mktemp -t ww-lane.XXXXXX)"
 trap 'rm -f "$other_log"' EXIT
