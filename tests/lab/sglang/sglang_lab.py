@@ -11,11 +11,15 @@ Standard library only; runs with the system python3. Subcommands:
                              the venv; the `sgl_kernel` stand-in; the three CPU edits (each must
                              match exactly once); the model (../vllm/build_model.py). Prints the
                              seconds each step took. See ../../../docs/lab.md "Real SGLang tier".
-  up --run-dir DIR [--decode-env K=V]... [--prefill-tp N] [--decode-tp N] [--same-ports]
+  up --run-dir DIR [--decode-env K=V]... [--prefill-tp N] [--decode-tp N]
                              start prefill and decode in parallel (own sessions, free ports),
                              wait for /health, then the router; one warm-up request through the
-                             router; write and print DIR/sglang.json. --same-ports reuses the
-                             ports of an earlier DIR/sglang.json (a restart "since noon").
+                             router; write and print DIR/sglang.json.
+  restart-decode --run-dir DIR [--decode-env K=V]...
+                             stop the decode server and start it again on the same ports with
+                             the given environment (the prefill and the router stay up)
+  selftest-edits --dir DIR   `apply_edits` on made-up trees in DIR (no sglang needed): edited
+                             once, then a no-op, and a missing or doubled text fails naming it
   down --run-dir DIR         SIGINT each recorded server, then SIGKILL its process group and
                              recorded children if still there; exits 1 if any remains
   chat --run-dir DIR [--max-tokens N] [--stream] [--timeout S]
@@ -24,7 +28,9 @@ Standard library only; runs with the system python3. Subcommands:
 Faults (environment of the decode server only, read by fault/sitecustomize.py, which is on the
 decode's PYTHONPATH and nobody else's):
   LAB_SGLANG_FORGET_AFTER=N  decode's scheduler takes the first N generate requests, then
-                             silently drops every later one (health checks pass).
+                             silently drops every later one (health checks pass; SGLang's own
+                             start-up warm-up and `restart-decode`'s warm-up count: N=2 forgets
+                             every request after the restart)
 
 All servers bind 127.0.0.1. Every wait is bounded. Nothing is ever killed by name.
 """
@@ -288,6 +294,40 @@ def _setup_locked():
     return times
 
 
+def selftest_edits(root):
+    """Checks `apply_edits` on made-up package trees under `root` (no sglang needed): a tree
+    with each old text once is edited, a second pass changes nothing, and a tree where an
+    edit's text is missing or twice there fails naming that edit. Returns a JSON-able report."""
+    files = {}
+    for _, rel, old, _ in EDITS:
+        files.setdefault(rel, []).append(old)
+    def tree(name, mutate=None):
+        pkg = os.path.join(root, name)
+        for rel, olds in files.items():
+            os.makedirs(os.path.dirname(os.path.join(pkg, rel)), exist_ok=True)
+            text = "# head\n" + "\n# between\n".join(olds) + "\n# tail\n"
+            _write(os.path.join(pkg, rel), mutate(rel, text) if mutate else text)
+        return pkg
+    report = {}
+    pkg = tree("pristine")
+    report["first_pass"] = apply_edits(pkg)
+    report["second_pass"] = apply_edits(pkg)
+    report["broken"] = []
+    for i, (name, rel0, old0, _) in enumerate(EDITS):
+        errors = {"edit": name}
+        for case, how in (("twice", lambda t, o: t + o + "\n"),
+                          ("missing", lambda t, o: t.replace(o, ""))):
+            pkg = tree(f"{case}-{i}",
+                       lambda rel, text: how(text, old0) if rel == rel0 else text)
+            try:
+                apply_edits(pkg)
+                errors[case] = None
+            except LabError as e:
+                errors[case] = str(e)
+        report["broken"].append(errors)
+    return report
+
+
 # ------------------------------------------------------------------------------------ up/down
 SERVER_NICE = 10
 
@@ -346,9 +386,12 @@ def engine_cmd(port, nccl_port, tp, mode, bootstrap_port=None):
 
 
 def router_cmd(ports):
+    # Health checks every 5 s (default 60): a restarted decode is taken back within seconds,
+    # not after two minutes.
     return [vpy(), "-m", "sglang_router.launch_router", "--host", "127.0.0.1",
             "--port", str(ports["router"]), "--prometheus-host", "127.0.0.1",
-            "--prometheus-port", str(ports["router_metrics"]), "--pd-disaggregation",
+            "--prometheus-port", str(ports["router_metrics"]),
+            "--health-check-interval-secs", "5", "--pd-disaggregation",
             "--prefill", f"http://127.0.0.1:{ports['prefill']}", str(ports["bootstrap"]),
             "--decode", f"http://127.0.0.1:{ports['decode']}"]
 
@@ -401,29 +444,21 @@ def _wait_healthy(procs, infos, deadline):
                        f"\n{_tail(infos[name]['log'])}")
 
 
-def up(run_dir, decode_env, prefill_tp=1, decode_tp=2, same_ports=False, timeout=480.0):
+def up(run_dir, decode_env, prefill_tp=1, decode_tp=2, timeout=480.0):
     os.makedirs(os.path.join(run_dir, "logs"), exist_ok=True)
     path = os.path.join(run_dir, "sglang.json")
-    old = json.loads(_read(path) or "{}") if same_ports else {}
-    if old.get("ports"):
-        ports = old["ports"]
-    else:
-        names = ["prefill", "bootstrap", "decode", "router", "router_metrics", "nccl_prefill",
-                 "nccl_decode"]
-        ports = dict(zip(names, free_ports(len(names))))
+    names = ["prefill", "bootstrap", "decode", "router", "router_metrics", "nccl_prefill",
+             "nccl_decode"]
+    ports = dict(zip(names, free_ports(len(names))))
     t0 = time.time()
     state = {"version": 1, "ports": ports, "model": MODEL_NAME, "model_path": MODEL_DIR,
              "venv": VENV, "run_dir": run_dir, "decode_env": dict(decode_env),
              "url": f"http://127.0.0.1:{ports['router']}", "servers": {}}
     procs, infos = {}, state["servers"]
-    dec_env = server_env(decode_env, decode_tp)
-    dec_env["PYTHONPATH"] = FAULT_DIR + (":" + dec_env["PYTHONPATH"]
-                                         if dec_env.get("PYTHONPATH") else "")
     specs = [("prefill", engine_cmd(ports["prefill"], ports["nccl_prefill"], prefill_tp,
                                     "prefill", ports["bootstrap"]), server_env({}, prefill_tp),
               ports["prefill"], prefill_tp),
-             ("decode", engine_cmd(ports["decode"], ports["nccl_decode"], decode_tp, "decode"),
-              dec_env, ports["decode"], decode_tp)]
+             _decode_spec(ports, decode_env, decode_tp)]
     try:
         for name, cmd, env, port, tp in specs:
             procs[name], infos[name] = _spawn(run_dir, name, cmd, env)
@@ -450,6 +485,46 @@ def up(run_dir, decode_env, prefill_tp=1, decode_tp=2, same_ports=False, timeout
     return state
 
 
+def _decode_spec(ports, decode_env, tp):
+    """(name, cmd, env, port, tp) of the decode server: the fault hook's directory on its
+    PYTHONPATH (and nobody else's), inert unless a fault variable is set."""
+    env = server_env(decode_env, tp)
+    env["PYTHONPATH"] = FAULT_DIR + (":" + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return ("decode", engine_cmd(ports["decode"], ports["nccl_decode"], tp, "decode"), env,
+            ports["decode"], tp)
+
+
+def restart_decode(run_dir, decode_env, timeout=480.0):
+    """Stops the recorded decode server and starts it again on the same ports with
+    `decode_env` (the change since noon); the prefill and the router stay up. Waits for
+    /health and for one request through the router (the router sees it healthy again)."""
+    path = os.path.join(run_dir, "sglang.json")
+    state = json.loads(_read(path) or "{}")
+    old = state["servers"]["decode"]
+    left = _down_state({"servers": {"decode": old}})
+    if left:
+        raise LabError(f"the old decode server is still alive: {left}")
+    name, cmd, env, port, tp = _decode_spec(state["ports"], decode_env, old.get("tp", 2))
+    t0 = time.time()
+    proc, info = _spawn(run_dir, name, cmd, env)
+    info.update(port=port, url=f"http://127.0.0.1:{port}", tp=tp, t0=t0)
+    state["servers"]["decode"] = info
+    state["decode_env"] = dict(decode_env)
+    _write(path, json.dumps(state, indent=1))
+    try:
+        _wait_healthy({"decode": proc}, state["servers"], t0 + timeout)
+        # The router takes the restarted decode back after two good health checks.
+        _warm_up(state, deadline=time.time() + 300)
+    except (LabError, OSError) as e:
+        left = _down_state({"servers": {"decode": info}})
+        raise LabError(f"{e}" + (f"\nstill alive after cleanup: {left}" if left else "")) from e
+    _record_children(info)
+    info.pop("t0", None)
+    state["restart_seconds"] = round(time.time() - t0, 1)
+    _write(path, json.dumps(state, indent=1))
+    return state
+
+
 def _warm_up(state, deadline):
     last = None
     while time.time() < deadline:
@@ -457,7 +532,7 @@ def _warm_up(state, deadline):
             return chat(state, max_tokens=2, timeout=60)
         except (OSError, urllib.error.URLError) as e:
             last = e
-            time.sleep(1)
+            time.sleep(2)
     raise LabError(f"the warm-up request through the router failed: {last}")
 
 
@@ -535,13 +610,18 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("setup")
+    e = sub.add_parser("selftest-edits")
+    e.add_argument("--dir", required=True)
     u = sub.add_parser("up")
     u.add_argument("--run-dir", required=True)
     u.add_argument("--decode-env", action="append", default=[])
     u.add_argument("--prefill-tp", type=int, default=1)
     u.add_argument("--decode-tp", type=int, default=2)
-    u.add_argument("--same-ports", action="store_true")
     u.add_argument("--timeout", type=float, default=480.0)
+    r = sub.add_parser("restart-decode")
+    r.add_argument("--run-dir", required=True)
+    r.add_argument("--decode-env", action="append", default=[])
+    r.add_argument("--timeout", type=float, default=480.0)
     d = sub.add_parser("down")
     d.add_argument("--run-dir", required=True)
     c = sub.add_parser("chat")
@@ -556,11 +636,16 @@ def main(argv=None):
             times = setup()
             times["total_s"] = round(time.time() - t0, 1)
             print(json.dumps(times))
+        elif a.cmd == "selftest-edits":
+            print(json.dumps(selftest_edits(os.path.abspath(a.dir))))
         elif a.cmd == "up":
             env = _env_pairs(a.decode_env)
             setup()
-            st = up(os.path.abspath(a.run_dir), env, a.prefill_tp, a.decode_tp, a.same_ports,
-                    a.timeout)
+            st = up(os.path.abspath(a.run_dir), env, a.prefill_tp, a.decode_tp, a.timeout)
+            print(json.dumps(st, indent=1))
+        elif a.cmd == "restart-decode":
+            st = restart_decode(os.path.abspath(a.run_dir), _env_pairs(a.decode_env),
+                                a.timeout)
             print(json.dumps(st, indent=1))
         elif a.cmd == "down":
             left = down(os.path.abspath(a.run_dir))

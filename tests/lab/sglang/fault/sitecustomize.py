@@ -5,7 +5,8 @@ Without `LAB_SGLANG_FORGET_AFTER` in the environment it does nothing. With
 `LAB_SGLANG_FORGET_AFTER=N` (the "change since noon" on the decode server; its scheduler
 processes inherit it), the scheduler's `Scheduler.handle_generate_request`
 (sglang/srt/managers/scheduler.py) lets the first N requests through and silently drops every
-later one: the HTTP server (tokenizer manager) has accepted the request and waits forever for
+later one (SGLang's own start-up warm-up request counts: N=2 lets it and one more through):
+the HTTP server (tokenizer manager) has accepted the request and waits forever for
 outputs that never come; the scheduler never queues it, so `sglang:num_running_reqs` and the
 queues stay 0 and the scheduler idles. Health-check requests (rid `HEALTH_CHECK...`) always
 pass, so `/health` and the router still call the decode healthy. With `--tp-size 2` every

@@ -1,0 +1,752 @@
+//! The real-SGLang tier (docs/lab.md "Real SGLang tier"): PyPI `sglang` 0.5.23 on the CPU, a
+//! real prefill (TP 1) / decode (TP 2) pair moving KV over Mooncake TCP, behind the real
+//! `sglang-router` (`tests/lab/sglang/sglang_lab.py`), looked at by the wedgewatch binary as a
+//! user runs it (`snapshot --json`, `diff`).
+//!
+//! One test, one stack (each start costs minutes of CPU), in phases:
+//! 1. idle, right after `up`: discovery (router, prefill, decode, their `sglang::scheduler*`
+//!    and detokenizer children, roles, TP ranks, the prefill's bootstrap port and the
+//!    router's workers), the real metrics mapped, stacks idle (decode's TP ranks waiting in
+//!    `broadcast_pyobj`) -> the baseline;
+//! 2. streaming load through the router: a running request in decode's metrics, its
+//!    schedulers in a forward pass; after >= 40 s of traffic the healthy negative: no
+//!    `wedged_request` anywhere in the pair (checked last, see `HEALTHY_AFTER`);
+//! 3. decode restarted with `LAB_SGLANG_FORGET_AFTER=2` (the change since noon, our fault
+//!    hook on the decode's PYTHONPATH only): two streams through the router are accepted and
+//!    forgotten; a snapshot with `--baseline` gives `wedged_request` at decode and
+//!    `config_changed` naming the variable, and `diff` names it.
+//!
+//! Set-up: `python3 tests/lab/sglang/sglang_lab.py setup` (tests/run-all.sh starts it beside
+//! the build; the test runs it too, idempotent, waiting on its lock). `WEDGEWATCH_SKIP_SGLANG=1`
+//! skips the tier (said on stderr). A set-up or start failure fails the test.
+//! `WEDGEWATCH_LAB_KEEP=1` keeps the run directory (server logs, snapshots). The stack is seen
+//! by every discovery on the machine: this binary is in the lab lane (tests/lanes.sh).
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// The fault's variable: the "change since noon" on the decode server.
+const FAULT_VAR: &str = "LAB_SGLANG_FORGET_AFTER";
+/// SGLang's own start-up warm-up and `restart-decode`'s warm-up pass; every later request is
+/// forgotten.
+const FAULT_VALUE: &str = "2";
+/// The healthy negative is judged after this much traffic: decode's pooled bootstrap session
+/// is then older than any stuck-request threshold (issue 38).
+const HEALTHY_AFTER: Duration = Duration::from_secs(40);
+/// A scheduler's states in a forward pass (probes/stacks-sglang.toml); on the CPU the TP
+/// all-reduce inside the forward is classified as the collective.
+const FORWARD: [&str; 3] = ["running_batch", "nccl_collective", "waiting_gpu_result"];
+/// Snapshots taken while generating, at most, to see the running request and a forward pass.
+const GENERATING_TRIES: usize = 10;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn sglang_lab() -> PathBuf {
+    repo().join("tests/lab/sglang/sglang_lab.py")
+}
+
+fn skipped() -> bool {
+    if std::env::var("WEDGEWATCH_SKIP_SGLANG").is_ok_and(|v| !v.is_empty() && v != "0") {
+        eprintln!("SKIPPED: the real-SGLang tier (WEDGEWATCH_SKIP_SGLANG is set)");
+        return true;
+    }
+    false
+}
+
+/// Runs a command to completion under a hard bound (killed past it); (success, stdout, stderr).
+fn run_bounded(mut cmd: Command, bound: Duration, out_p: &Path) -> (bool, String, String) {
+    let err_p = out_p.with_extension("err");
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(out_p).expect("stdout file"))
+        .stderr(std::fs::File::create(&err_p).expect("stderr file"))
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().expect("wait") {
+            break Some(st);
+        }
+        if t0.elapsed() > bound {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let out = std::fs::read_to_string(out_p).unwrap_or_default();
+    let err = std::fs::read_to_string(&err_p).unwrap_or_default();
+    match status {
+        Some(st) => (st.success(), out, err),
+        None => (false, out, format!("{err}\n(killed after {bound:?})")),
+    }
+}
+
+/// The pair and router started by `sglang_lab.py up`; Drop stops them (`down`: SIGINT, then
+/// SIGKILL of each process group and its recorded children).
+struct Stack {
+    dir: PathBuf,
+    info: Value,
+}
+
+impl Stack {
+    fn lab(&self, args: &[&str], bound: Duration, tag: &str) -> (bool, String, String) {
+        let mut c = Command::new("python3");
+        c.arg(sglang_lab())
+            .args(args)
+            .arg("--run-dir")
+            .arg(&self.dir);
+        run_bounded(c, bound, &self.dir.join(format!("{tag}.out")))
+    }
+
+    fn up(dir: &Path) -> Stack {
+        std::fs::create_dir_all(dir).expect("run dir");
+        let mut st = Stack {
+            dir: dir.to_path_buf(),
+            info: Value::Null,
+        };
+        let t0 = Instant::now();
+        // Both servers start in parallel (480 s bound each), then the router (120 s) and a
+        // warm-up (180 s).
+        let (ok, out, err) = st.lab(&["up"], Duration::from_secs(900), "up");
+        st.info = serde_json::from_str(&out).unwrap_or(Value::Null);
+        assert!(ok, "sglang_lab.py up failed:\n{err}");
+        eprintln!(
+            "[sglang_real] pair and router up in {:.1}s (prefill healthy after {}s, decode {}s)",
+            t0.elapsed().as_secs_f64(),
+            st.info["servers"]["prefill"]["healthy_after_s"],
+            st.info["servers"]["decode"]["healthy_after_s"]
+        );
+        st
+    }
+
+    fn restart_decode(&mut self, env: &str) {
+        let t0 = Instant::now();
+        let (ok, out, err) = self.lab(
+            &["restart-decode", "--decode-env", env],
+            Duration::from_secs(900),
+            "restart",
+        );
+        assert!(ok, "sglang_lab.py restart-decode failed:\n{err}");
+        self.info = serde_json::from_str(&out).expect("restart-decode JSON");
+        eprintln!(
+            "[sglang_real] decode restarted with {env} in {:.1}s",
+            t0.elapsed().as_secs_f64()
+        );
+    }
+
+    fn pid(&self, server: &str) -> u64 {
+        self.info["servers"][server]["pid"]
+            .as_u64()
+            .expect("server pid")
+    }
+
+    /// The pid of the server's child whose command line (its process title) is `title`.
+    fn child(&self, server: &str, title: &str) -> u64 {
+        self.info["servers"][server]["children"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|k| k["cmdline"].as_str() == Some(title))
+            .and_then(|k| k["pid"].as_u64())
+            .unwrap_or_else(|| panic!("{server} has no child titled {title}: {}", self.info))
+    }
+
+    fn port(&self, name: &str) -> u16 {
+        let p = self.info["ports"][name].as_u64().expect("port");
+        u16::try_from(p).expect("port fits")
+    }
+
+    fn model(&self) -> String {
+        self.info["model"].as_str().expect("model").to_string()
+    }
+
+    fn log_tail(&self, server: &str) -> String {
+        let log = std::fs::read_to_string(self.dir.join(format!("logs/{server}.log")))
+            .unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(30)..].join("\n")
+    }
+}
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        let (ok, _, err) = self.lab(&["down"], Duration::from_secs(90), "down");
+        if !ok {
+            eprintln!("[sglang_real] down: {err}");
+        }
+    }
+}
+
+/// A streaming chat completion body (`ignore_eos`: the model's text is random).
+fn chat_body(model: &str, max_tokens: u32, round: usize) -> String {
+    serde_json::json!({
+        "model": model, "max_tokens": max_tokens, "ignore_eos": true, "stream": true,
+        "temperature": 0,
+        "messages": [{"role": "user", "content": format!("round {round}: hello engine, please answer")}],
+    })
+    .to_string()
+}
+
+/// Opens a connection to the router and sends one POST /v1/chat/completions.
+fn send_chat(port: u16, body: &str) -> TcpStream {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect to the router");
+    let req = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).expect("send request");
+    s
+}
+
+/// One whole request (Connection: close, read to the end, bounded); the response bytes.
+fn chat(port: u16, body: &str, bound: Duration) -> Vec<u8> {
+    let mut s = send_chat(port, body);
+    s.set_read_timeout(Some(bound)).expect("timeout");
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    out
+}
+
+/// Reads what comes within `bound` (a forgotten stream: headers, or nothing).
+fn read_for(s: &mut TcpStream, bound: Duration) -> Vec<u8> {
+    s.set_read_timeout(Some(Duration::from_millis(200)))
+        .expect("timeout");
+    let t0 = Instant::now();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while t0.elapsed() < bound {
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(_) => {}
+        }
+    }
+    got
+}
+
+/// `wedgewatch snapshot --json --no-daemon --window W` (+ args), bounded; the JSON, or the
+/// failure as an error (a loaded machine can run a source past its deadline), which
+/// `snapshot_until` tries again. Each snapshot is kept in the run directory.
+fn try_snapshot(dir: &Path, window_s: u32, extra: &[&str], tag: &str) -> Result<Value, String> {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_wedgewatch"));
+    c.arg("--thresholds")
+        .arg(repo().join("tests/fixtures/thresholds-fast.toml"))
+        .args(["snapshot", "--json", "--no-daemon", "--window"])
+        .arg(window_s.to_string())
+        .args(extra);
+    if std::env::var_os("WEDGEWATCH_PY_SPY").is_none() {
+        c.env(
+            "WEDGEWATCH_PY_SPY",
+            repo().join("tests/lab/.venv/bin/py-spy"),
+        );
+    }
+    let bound = Duration::from_secs(u64::from(window_s) + 90);
+    let (ok, out, err) = run_bounded(c, bound, &dir.join(format!("snap-{tag}.json")));
+    if !ok {
+        return Err(format!("wedgewatch snapshot failed: {err}"));
+    }
+    serde_json::from_str(&out).map_err(|e| format!("snapshot is not JSON ({e}): {out}"))
+}
+
+/// Snapshots until `check` passes (a loaded machine may cut a window's dumps short), at most
+/// `tries`, each window 2 s longer than the one before; the passing snapshot, or a panic with
+/// the last reason.
+fn snapshot_until(
+    dir: &Path,
+    extra: &[&str],
+    tag: &str,
+    tries: usize,
+    check: impl Fn(&Value) -> Result<(), String>,
+) -> Value {
+    let mut why = String::new();
+    let mut window = 3;
+    for i in 1..=tries {
+        match try_snapshot(dir, window, extra, tag).and_then(|s| check(&s).map(|()| s)) {
+            Ok(snap) => return snap,
+            Err(e) => {
+                eprintln!("[sglang_real] {tag}: try {i}/{tries} ({window} s window): {e}");
+                why = e;
+                window += 2;
+            }
+        }
+    }
+    panic!("{tag}: not seen in {tries} snapshots: {why}");
+}
+
+fn component_where<'a>(snap: &'a Value, what: &str, pred: impl Fn(&Value) -> bool) -> &'a Value {
+    snap["components"]
+        .as_array()
+        .expect("components")
+        .iter()
+        .find(|c| pred(c))
+        .unwrap_or_else(|| {
+            let ids: Vec<&str> = snap["components"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|c| c["id"].as_str())
+                .collect();
+            panic!("no component {what}; have {ids:?}")
+        })
+}
+
+/// The component whose main pid is `pid`.
+fn component(snap: &Value, pid: u64) -> &Value {
+    component_where(snap, &format!("with main pid {pid}"), |c| {
+        c["main_pid"].as_u64() == Some(pid)
+    })
+}
+
+fn component_id<'a>(snap: &'a Value, id: &str) -> &'a Value {
+    component_where(snap, id, |c| c["id"].as_str() == Some(id))
+}
+
+/// The states of the main thread of `pid` over the window's dumps.
+fn main_thread_states(snap: &Value, pid: u64) -> Vec<String> {
+    snap["threads"]
+        .as_array()
+        .expect("threads")
+        .iter()
+        .filter(|t| t["pid"].as_u64() == Some(pid) && t["name"] == "MainThread")
+        .flat_map(|t| match &t["states_over_window"] {
+            Value::Array(a) if !a.is_empty() => a
+                .iter()
+                .filter_map(|s| s.as_str().map(str::to_string))
+                .collect::<Vec<_>>(),
+            _ => t["state"]
+                .as_str()
+                .map(str::to_string)
+                .into_iter()
+                .collect(),
+        })
+        .collect()
+}
+
+fn threads_text(snap: &Value, pid: u64) -> String {
+    snap["threads"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|t| t["pid"].as_u64() == Some(pid) && t["name"] == "MainThread")
+        .map(|t| {
+            let frames: Vec<&str> = t["frames"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .take(6)
+                .filter_map(|x| x.as_str())
+                .collect();
+            format!("  {}: {}", t["state"], frames.join(" <- "))
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn metric(comp: &Value, name: &str) -> Option<f64> {
+    comp["metrics"][name].as_f64()
+}
+
+fn findings_at<'a>(snap: &'a Value, comp_id: &str) -> Vec<&'a Value> {
+    snap["findings"]
+        .as_array()
+        .expect("findings")
+        .iter()
+        .filter(|f| f["component"].as_str() == Some(comp_id))
+        .collect()
+}
+
+fn summaries(fs: &[&Value]) -> String {
+    fs.iter()
+        .map(|f| {
+            format!(
+                "  {} {} {}: {}",
+                f["severity"], f["kind"], f["component"], f["summary"]
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn listens(comp: &Value, addr: &str) -> bool {
+    comp["listen"]
+        .as_array()
+        .is_some_and(|l| l.iter().any(|a| a.as_str() == Some(addr)))
+}
+
+/// The pids the checks look at, read once from the stack's record.
+struct Pids {
+    router: u64,
+    prefill: u64,
+    decode: u64,
+    prefill_sched: u64,
+    decode_tp0: u64,
+    decode_tp1: u64,
+}
+
+impl Pids {
+    fn of(st: &Stack) -> Pids {
+        Pids {
+            router: st.pid("router"),
+            prefill: st.pid("prefill"),
+            decode: st.pid("decode"),
+            prefill_sched: st.child("prefill", "sglang::scheduler"),
+            decode_tp0: st.child("decode", "sglang::scheduler_TP0"),
+            decode_tp1: st.child("decode", "sglang::scheduler_TP1"),
+        }
+    }
+}
+
+/// Idle stacks: decode's TP ranks wait in `broadcast_pyobj` (rank 0 too: it broadcasts the
+/// requests it has not got), the prefill's scheduler runs its idle bookkeeping.
+fn check_idle_stacks(snap: &Value, p: &Pids) -> Result<(), String> {
+    for (what, pid) in [("decode TP0", p.decode_tp0), ("decode TP1", p.decode_tp1)] {
+        let st = main_thread_states(snap, pid);
+        if st.is_empty() || st.iter().any(|s| s != "gloo_collective") {
+            return Err(format!(
+                "idle {what}: {st:?} (stacks: {})\n{}",
+                snap["sources"]["stacks"],
+                threads_text(snap, pid)
+            ));
+        }
+    }
+    let st = main_thread_states(snap, p.prefill_sched);
+    if !st.iter().any(|s| s == "idle") || st.iter().any(|s| FORWARD.contains(&s.as_str())) {
+        return Err(format!(
+            "idle prefill scheduler: {st:?}\n{}",
+            threads_text(snap, p.prefill_sched)
+        ));
+    }
+    Ok(())
+}
+
+/// Discovery of the whole pair from the idle snapshot.
+fn check_discovery(snap: &Value, st: &Stack, p: &Pids) {
+    let router = component(snap, p.router);
+    assert_eq!(
+        (router["stack"].as_str(), router["role"].as_str()),
+        (Some("sglang"), Some("router")),
+        "{router}"
+    );
+    for port in [st.port("router"), st.port("router_metrics")] {
+        assert!(listens(router, &format!("127.0.0.1:{port}")), "{router}");
+    }
+    let workers = router["labels"]["workers"].as_str().unwrap_or_default();
+    for server in ["prefill", "decode"] {
+        let url = format!("http://127.0.0.1:{}", st.port(server));
+        assert!(
+            workers.contains(&url),
+            "router workers {workers:?} lack {url}"
+        );
+    }
+    let prefill = component(snap, p.prefill);
+    let decode = component(snap, p.decode);
+    for (c, role, tp) in [(prefill, "prefill", "1"), (decode, "decode", "2")] {
+        assert_eq!(
+            (
+                c["stack"].as_str(),
+                c["role"].as_str(),
+                c["labels"]["tp"].as_str()
+            ),
+            (Some("sglang"), Some(role), Some(tp)),
+            "{c}"
+        );
+    }
+    // PD pairing: the prefill's bootstrap port, from its flags, and listened on.
+    let bp = st.port("bootstrap");
+    assert_eq!(
+        prefill["labels"]["bootstrap_port"].as_str(),
+        Some(bp.to_string().as_str()),
+        "{prefill}"
+    );
+    assert!(listens(prefill, &format!("127.0.0.1:{bp}")), "{prefill}");
+    let (pid_, did) = (id_of(prefill), id_of(decode));
+    let children = [
+        (format!("scheduler@{pid_}"), p.prefill_sched, "scheduler"),
+        (format!("scheduler_TP0@{did}"), p.decode_tp0, "scheduler"),
+        (format!("scheduler_TP1@{did}"), p.decode_tp1, "scheduler"),
+        (format!("detokenizer@{pid_}"), 0, "detokenizer"),
+        (format!("detokenizer@{did}"), 0, "detokenizer"),
+    ];
+    for (id, pid, role) in children {
+        let k = component_id(snap, &id);
+        assert_eq!(k["role"].as_str(), Some(role), "{k}");
+        if pid != 0 {
+            assert_eq!(k["main_pid"].as_u64(), Some(pid), "{k}");
+        }
+    }
+}
+
+fn id_of(c: &Value) -> String {
+    c["id"].as_str().expect("component id").to_string()
+}
+
+/// The real exposition mapped, idle (after `up`'s warm-up).
+fn check_idle_metrics(snap: &Value, p: &Pids) {
+    let decode = component(snap, p.decode);
+    let prefill = component(snap, p.prefill);
+    for (c, names) in [
+        (
+            decode,
+            &[
+                "running",
+                "queued",
+                "decode_prealloc_queue",
+                "decode_transfer_queue",
+            ][..],
+        ),
+        (
+            prefill,
+            &[
+                "running",
+                "queued",
+                "prefill_bootstrap_queue",
+                "prefill_inflight_queue",
+            ][..],
+        ),
+    ] {
+        for name in names {
+            assert_eq!(metric(c, name), Some(0.0), "{name}: {}", c["metrics"]);
+        }
+    }
+    for name in ["generation_tokens_total", "requests_total"] {
+        assert!(
+            metric(decode, name).is_some_and(|v| v >= 1.0),
+            "decode {name}: {}",
+            decode["metrics"]
+        );
+    }
+    assert!(
+        metric(prefill, "kv_transfers_total").is_some_and(|v| v >= 1.0),
+        "prefill kv_transfers_total: {}",
+        prefill["metrics"]
+    );
+}
+
+/// The wedged_request findings in the pair's components.
+fn wedged_in(snap: &Value, ids: &[String]) -> Vec<Value> {
+    snap["findings"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|f| f["kind"] == "wedged_request")
+        .filter(|f| ids.iter().any(|id| f["component"].as_str() == Some(id)))
+        .cloned()
+        .collect()
+}
+
+fn pair_ids(snap: &Value, p: &Pids) -> Vec<String> {
+    [p.router, p.prefill, p.decode]
+        .iter()
+        .map(|&pid| id_of(component(snap, pid)))
+        .collect()
+}
+
+/// Streams of `tokens` through the router from `clients` threads until `stop`.
+fn load(
+    port: u16,
+    model: &str,
+    clients: usize,
+    tokens: u32,
+    stop: &Arc<AtomicBool>,
+) -> Vec<std::thread::JoinHandle<()>> {
+    (0..clients)
+        .map(|i| {
+            let (stop, model) = (stop.clone(), model.to_string());
+            std::thread::spawn(move || {
+                let t0 = Instant::now();
+                while !stop.load(Ordering::Relaxed) && t0.elapsed() < Duration::from_secs(900) {
+                    chat(
+                        port,
+                        &chat_body(&model, tokens, i),
+                        Duration::from_secs(120),
+                    );
+                }
+            })
+        })
+        .collect()
+}
+
+/// Phase 2: load; a running request and a forward pass seen; then the healthy negative after
+/// `HEALTHY_AFTER` of traffic. Returns what the healthy negative found (empty = none).
+fn generating_then_healthy(dir: &Path, st: &Stack, p: &Pids) -> Vec<Value> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let t_load = Instant::now();
+    let threads = load(st.port("router"), &st.model(), 2, 48, &stop);
+    let (mut saw_running, mut saw_forward) = (false, false);
+    for i in 1..=GENERATING_TRIES {
+        if saw_running && saw_forward {
+            break;
+        }
+        let snap = match try_snapshot(dir, 3, &[], "generating") {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("[sglang_real] generating: try {i}/{GENERATING_TRIES}: {e}");
+                continue;
+            }
+        };
+        let d = component(&snap, p.decode);
+        saw_running |= metric(d, "running").is_some_and(|v| v >= 1.0);
+        for pid in [p.decode_tp0, p.decode_tp1] {
+            let states = main_thread_states(&snap, pid);
+            saw_forward |= states.iter().any(|s| FORWARD.contains(&s.as_str()));
+            eprintln!(
+                "[sglang_real] generating: try {i}: decode rank {pid}: {states:?}, running {:?}",
+                metric(d, "running")
+            );
+        }
+    }
+    assert!(
+        saw_running,
+        "generating: no snapshot saw a running request at decode"
+    );
+    assert!(
+        saw_forward,
+        "generating: no snapshot saw a decode rank in a forward pass"
+    );
+    if let Some(rest) = HEALTHY_AFTER.checked_sub(t_load.elapsed()) {
+        std::thread::sleep(rest);
+    }
+    let snap = try_snapshot(dir, 3, &[], "healthy").expect("healthy snapshot");
+    stop.store(true, Ordering::Relaxed);
+    for h in threads {
+        let _ = h.join();
+    }
+    let wedged = wedged_in(&snap, &pair_ids(&snap, p));
+    eprintln!(
+        "[sglang_real] healthy negative after {:.0}s of traffic: {} wedged_request finding(s)",
+        t_load.elapsed().as_secs_f64(),
+        wedged.len()
+    );
+    wedged
+}
+
+/// Phase 3: the forgotten requests at decode, against the baseline.
+fn the_incident(dir: &Path, st: &mut Stack, baseline: &Path) {
+    st.restart_decode(&format!("{FAULT_VAR}={FAULT_VALUE}"));
+    let p = Pids::of(st);
+    let (port, model) = (st.port("router"), st.model());
+    let mut hung: Vec<TcpStream> = Vec::new();
+    for round in 100..102 {
+        let mut s = send_chat(port, &chat_body(&model, 8, round));
+        let got = read_for(&mut s, Duration::from_secs(2));
+        let text = String::from_utf8_lossy(&got);
+        assert!(
+            !text.contains("data: [DONE]"),
+            "a forgotten stream must not finish: {text:?}\n{}",
+            st.log_tail("decode")
+        );
+        hung.push(s);
+    }
+    let hung_at = Instant::now();
+    // thresholds-fast: wedged after 8 s; the snapshot's window ends past it.
+    std::thread::sleep(Duration::from_secs(6));
+    let base = baseline.to_str().expect("utf-8").to_string();
+    let snap = snapshot_until(dir, &["--baseline", &base], "faulted", 3, |snap| {
+        let did = id_of(component(snap, p.decode));
+        let fs = findings_at(snap, &did);
+        if fs.iter().any(|f| f["kind"] == "wedged_request") {
+            Ok(())
+        } else {
+            Err(format!("no wedged_request at {did}:\n{}", summaries(&fs)))
+        }
+    });
+    assert!(
+        hung_at.elapsed() >= Duration::from_secs(8),
+        "{:?}",
+        hung_at.elapsed()
+    );
+    let did = id_of(component(&snap, p.decode));
+    let fs = findings_at(&snap, &did);
+    eprintln!(
+        "[sglang_real] faulted:\n{}",
+        summaries(
+            &snap["findings"]
+                .as_array()
+                .expect("findings")
+                .iter()
+                .collect::<Vec<_>>()
+        )
+    );
+    let wedged = fs
+        .iter()
+        .find(|f| f["kind"] == "wedged_request")
+        .expect("wedged_request at decode");
+    let summary = wedged["summary"].as_str().unwrap_or_default();
+    assert!(summary.starts_with("2 requests"), "{summary}");
+    let changed = fs
+        .iter()
+        .find(|f| f["kind"] == "config_changed")
+        .unwrap_or_else(|| panic!("no config_changed at {did}:\n{}", summaries(&fs)));
+    assert!(changed.to_string().contains(FAULT_VAR), "{changed}");
+    // `diff` exits 1 on differences (README "Exit status"), like diff(1).
+    let faulted = dir.join("snap-faulted.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_wedgewatch"))
+        .arg("diff")
+        .arg(baseline)
+        .arg(&faulted)
+        .output()
+        .expect("run wedgewatch diff");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "diff: {text}");
+    assert!(
+        text.lines()
+            .any(|l| l.trim() == format!("+ env {FAULT_VAR}={FAULT_VALUE}")),
+        "diff names {FAULT_VAR}:\n{text}"
+    );
+    drop(hung);
+}
+
+#[test]
+fn real_sglang_pd_discovery_metrics_stacks_and_the_incident() {
+    if skipped() {
+        return;
+    }
+    let t_all = Instant::now();
+    let dir = std::env::temp_dir().join(format!("ww-sglang-real-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("run dir");
+    let mut setup = Command::new("python3");
+    setup.arg(sglang_lab()).arg("setup");
+    let (ok, out, err) = run_bounded(setup, Duration::from_secs(2400), &dir.join("setup.out"));
+    assert!(
+        ok,
+        "sglang_lab.py setup failed (WEDGEWATCH_SKIP_SGLANG=1 skips this tier):\n{err}"
+    );
+    eprintln!("[sglang_real] setup: {}", out.trim());
+
+    let mut st = Stack::up(&dir);
+    let p = Pids::of(&st);
+    let base = snapshot_until(&dir, &[], "baseline", 4, |s| check_idle_stacks(s, &p));
+    check_discovery(&base, &st, &p);
+    check_idle_metrics(&base, &p);
+    let baseline = dir.join("snap-baseline.json");
+    let healthy_wedged = generating_then_healthy(&dir, &st, &p);
+    the_incident(&dir, &mut st, &baseline);
+    drop(st);
+    eprintln!(
+        "[sglang_real] whole test {:.1}s",
+        t_all.elapsed().as_secs_f64()
+    );
+    // Last, so every other check has run: the healthy negative (issue 38 made it fail on
+    // decode's pooled bootstrap session).
+    assert!(
+        healthy_wedged.is_empty(),
+        "healthy negative: wedged_request on a healthy pair after {HEALTHY_AFTER:?} of traffic:\n{}",
+        healthy_wedged.iter().map(|f| format!("  {}: {}", f["component"], f["summary"])).collect::<Vec<_>>().join("\n")
+    );
+    if std::env::var_os("WEDGEWATCH_LAB_KEEP").is_none() {
+        let _ = std::fs::remove_dir_all(&dir);
+    } else {
+        eprintln!("[sglang_real] kept {}", dir.display());
+    }
+}
