@@ -759,6 +759,50 @@ fn pd_both_legs_waiting_blames_prefill() {
         .any(|e| e.detail.contains("needs the KV cache from this prefill")));
 }
 
+/// The real SGLang pair (0.5.23, `tests/sglang_real.rs`): a decode that accepts a request
+/// and forgets it never connects to prefill for it, and prefill holds the request in its
+/// bootstrap queue (its `/v1/loads` says so; the gauge is updated only when a batch runs).
+/// Both legs wait; the decode leg is the cause, the prefill leg its consequence.
+#[test]
+fn pd_both_legs_waiting_blames_decode_when_prefill_waits_for_it_to_connect() {
+    let mut sim = Sim::new(pd_topology());
+    let mut env = Env::idle();
+    pd_request(&mut sim);
+    let mut ticks = 0;
+    sim.run(40_000, |s| {
+        env.tick(s);
+        ticks += 1;
+        if ticks % 4 == 0 {
+            let mut sc = scrape(PREFILL, &[("running", 0.0), ("queued", 0.0)]);
+            let ts = s.now as f64 / 1000.0 - 0.05;
+            sc.extra.insert(
+                "v1_loads".into(),
+                serde_json::json!({"loads": [{"dp_rank": 0, "num_running_reqs": 0, "num_waiting_reqs": 0,
+                    "timestamp": ts, "disaggregation": {"prefill_bootstrap_queue_reqs": 1}}]}),
+            );
+            s.ingest(Payload::Metrics(vec![sc]));
+        }
+    });
+    let fs = findings(&sim);
+    let w = one_wedge(&fs);
+    assert_eq!(w.component.as_deref(), Some(DECODE), "{fs:#?}");
+    assert_eq!(w.role, Some(Role::Decode));
+    assert!(
+        w.evidence
+            .iter()
+            .any(|e| e.detail.contains("prefill leg") && e.detail.contains("bootstrap queue")),
+        "{:#?}",
+        w.evidence
+    );
+    let parts = wedgewatch::pipeline::parts(&sim.model, sim.now);
+    let l = parts
+        .logical_requests
+        .iter()
+        .find(|l| l.id == w.requests[0])
+        .expect("named");
+    assert_eq!(l.stuck_role, Some(Role::Decode));
+}
+
 /// A request of `stuck_bytes` waits at the busy decode engine while `overtakers` later ones
 /// of `later_bytes` are answered; the findings 35 s after.
 fn busy_decode_overtaken(stuck_bytes: u64, later_bytes: u64, overtakers: usize) -> Vec<Finding> {

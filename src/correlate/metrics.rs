@@ -41,6 +41,8 @@ pub struct LoadsSummary {
     pub running: f64,
     pub waiting: f64,
     pub pd_queued: f64,
+    /// Of those, prefill's bootstrap queue: requests waiting for their decode side to connect.
+    pub pd_bootstrap: f64,
     /// Newest `timestamp` (epoch seconds) of the load snapshots, when present.
     pub timestamp_s: Option<f64>,
 }
@@ -180,6 +182,10 @@ pub fn summarize_loads(v: &serde_json::Value) -> Option<LoadsSummary> {
                     ] {
                         s.pd_queued += d.get(k).and_then(|x| x.as_f64()).unwrap_or(0.0);
                     }
+                    s.pd_bootstrap += d
+                        .get("prefill_bootstrap_queue_reqs")
+                        .and_then(|x| x.as_f64())
+                        .unwrap_or(0.0);
                 }
                 for (k, x) in o {
                     if k != "disaggregation" && (x.is_array() || x.is_object()) {

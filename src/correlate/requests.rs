@@ -14,7 +14,9 @@
 //! busy engine it is stuck anyway when the engine's work counters have not moved since it
 //! arrived, or when at least `wedged_overtaken_min` later, comparable requests from the same
 //! upstream hop were answered meanwhile. In PD, when both legs wait, the prefill leg is the
-//! one stuck (the decode leg needs its KV cache) and the decode leg its consequence.
+//! one stuck (the decode leg needs its KV cache) and the decode leg its consequence, unless
+//! prefill holds requests in its bootstrap queue waiting for decode to connect: then the
+//! decode leg is stuck and the prefill leg its consequence.
 //!
 //! Stuck with a stopped stream (`stalled_stream`'s case): a leg's response stopped for
 //! `stall_after_ms` (request state `stalled`) at the deepest stalled hop, whose component
@@ -23,6 +25,7 @@
 //! Probes (health checks, scrapes, load probes: requests too small to be inference requests)
 //! are never stuck; wedgewatch's own scrapes are not even exchanges (`ignore_client_pids`).
 
+use super::exchange::Exchange;
 use super::state::{ComponentState, WorkSignal};
 use super::view::{is_probe_sized, LegName, RequestView, View};
 use super::Model;
@@ -247,21 +250,37 @@ fn waiting_leaves(m: &Model, v: &View) -> Vec<usize> {
         .collect()
 }
 
-/// PD: when both legs of one request wait, the prefill leg is the cause (the decode leg
-/// needs its KV cache); the decode leg is its consequence, not stuck on its own. Returns the
-/// leaves to judge and the decode legs set aside.
+/// PD: when both legs of one request wait, one is the cause and the other its consequence,
+/// not stuck on its own. The prefill leg is the cause (the decode leg needs its KV cache),
+/// unless that prefill holds requests in its bootstrap queue: it waits for decode to connect
+/// for them, which a decode that forgot the request never does, so the decode leg is the
+/// cause. Returns the leaves to judge and the legs set aside.
 fn split_off_decode_legs(v: &View, mut leaves: Vec<usize>) -> (Vec<usize>, Vec<usize>) {
-    let prefill_parents: BTreeSet<u64> = leaves
-        .iter()
-        .map(|&i| &v.requests[i].x)
-        .filter(|x| x.role == Role::Prefill)
-        .filter_map(|x| x.parent)
-        .collect();
+    let waits_for_decode = |x: &Exchange| {
+        v.components
+            .get(&x.component)
+            .and_then(|cs| cs.pd_bootstrap)
+            .is_some_and(|n| n > 0.0)
+    };
+    let parents_of = |keep: &dyn Fn(&Exchange) -> bool| -> BTreeSet<u64> {
+        leaves
+            .iter()
+            .map(|&i| &v.requests[i].x)
+            .filter(|x| keep(x))
+            .filter_map(|x| x.parent)
+            .collect()
+    };
+    let blamed_prefill = parents_of(&|x| x.role == Role::Prefill && !waits_for_decode(x));
+    let waiting_prefill = parents_of(&|x| x.role == Role::Prefill && waits_for_decode(x));
+    let decode = parents_of(&|x| x.role == Role::Decode);
     let mut consequences = Vec::new();
     leaves.retain(|&i| {
         let x = &v.requests[i].x;
-        let dependent =
-            x.role == Role::Decode && x.parent.is_some_and(|p| prefill_parents.contains(&p));
+        let dependent = match (x.role, x.parent) {
+            (Role::Decode, Some(p)) => blamed_prefill.contains(&p),
+            (Role::Prefill, Some(p)) => waiting_prefill.contains(&p) && decode.contains(&p),
+            _ => false,
+        };
         if dependent {
             consequences.push(i);
         }

@@ -24,6 +24,9 @@ pub struct ComponentState {
     /// the `metrics` gauge may be frozen).
     pub running: Option<(f64, CountSource)>,
     pub queued: Option<(f64, CountSource)>,
+    /// Prefill: requests in its bootstrap queue, waiting for their decode side to connect
+    /// (`/v1/loads`, fresh during a stall; the gauge is updated only when a batch runs).
+    pub pd_bootstrap: Option<f64>,
     pub http_active: Option<f64>,
     /// The router's in-flight count for this component (by its URL).
     pub router_active: Option<f64>,
@@ -268,6 +271,7 @@ impl Model {
             gen_rate,
             running,
             queued,
+            pd_bootstrap: loads.map(|l| l.pd_bootstrap),
             http_active: latest
                 .and_then(|p| p.http_active_inference)
                 .or_else(|| mapped("http_active")),

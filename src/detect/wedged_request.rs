@@ -21,7 +21,7 @@
 
 use super::{chain_text, idle_evidence, logical_ids, role_of, secs, stuck_by_component};
 use crate::correlate::{signals_text, BusyNote, ComponentState, Model, RequestView, View};
-use crate::model::{Evidence, Finding, FindingKind, Severity, StuckKind};
+use crate::model::{Evidence, Finding, FindingKind, Role, Severity, StuckKind};
 
 /// `wedged_request`: the requests the correlator judged stuck without a response byte, one
 /// finding per hop they are stuck at (the deepest hop holding them; the prefill in PD).
@@ -95,7 +95,7 @@ impl Stuck<'_> {
         } else {
             false
         };
-        evidence.extend(consequences.iter().map(|d| decode_leg_evidence(d)));
+        evidence.extend(consequences.iter().map(|d| pd_leg_evidence(d)));
         if !role.is_engine() {
             words.push("no request forwarded to the next hop".to_string());
         }
@@ -160,11 +160,20 @@ fn waiting_evidence(v: &View, r: &RequestView) -> Evidence {
     )
 }
 
-fn decode_leg_evidence(d: &RequestView) -> Evidence {
+/// The other PD leg of a stuck request, waiting because of it.
+fn pd_leg_evidence(d: &RequestView) -> Evidence {
+    let why = match d.x.role {
+        Role::Prefill => {
+            "it holds the request in its bootstrap queue until this decode connects for it, \
+             which it never did"
+        }
+        _ => "it needs the KV cache from this prefill",
+    };
     Evidence::new(
         "sockets",
         format!(
-            "decode leg {} ({}) at {} waits too ({}): it needs the KV cache from this prefill",
+            "{} leg {} ({}) at {} waits too ({}): {why}",
+            d.x.role,
             d.leg,
             d.x.id,
             d.x.component,
