@@ -71,6 +71,8 @@ fn every_target_has_a_corpus_and_a_test() {
         "recording",
         "daemon_request",
         "metrics_request",
+        "snapshot",
+        "bundle",
     ];
     assert_eq!(names, tested, "a new target needs its replay test below");
 }
@@ -113,4 +115,14 @@ fn daemon_request_corpus() {
 #[test]
 fn metrics_request_corpus() {
     replay("metrics_request");
+}
+
+#[test]
+fn snapshot_corpus() {
+    replay("snapshot");
+}
+
+#[test]
+fn bundle_corpus() {
+    replay("bundle");
 }
