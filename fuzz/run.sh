@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${RUNS:-1000000}
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(prom http_response pyspy_json probe_toml thresholds_toml recording daemon_request metrics_request snapshot)
+[ ${#targets[@]} -gt 0 ] || targets=(prom http_response pyspy_json probe_toml thresholds_toml recording daemon_request metrics_request snapshot bundle)
 max_len() {
     case $1 in
         recording) echo 4096 ;;
@@ -18,6 +18,7 @@ max_len() {
         daemon_request) echo 512 ;;
         metrics_request) echo 16384 ;;
         snapshot) echo 32768 ;;
+        bundle) echo 32768 ;;
     esac
 }
 mkdir -p fuzz/logs

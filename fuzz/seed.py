@@ -134,8 +134,24 @@ def metrics_request():
             put("metrics_request", f"head{i}-{cut}", bytes([cut]) + head)
 
 
+def snapshots():
+    """The committed fixture snapshots, and, for `bundle`, each as every on-disk layout
+    (first byte: snapshot.json and the manifest each a file, link, FIFO or directory)."""
+    manifest = b'{"schema":"wedgewatch.bundle/1","files":["snapshot.json","report.md"]}'
+    for f in sorted((ROOT / "tests/fixtures/snapshots").glob("*.json")):
+        data = f.read_bytes()
+        put("snapshot", f.stem, data)
+        for kind in range(16):
+            put("bundle", f"{f.stem}-{kind}", bytes([kind]) + manifest + b"\0" + data)
+    put("snapshot", "schema-only", b'{"schema":"wedgewatch.snapshot/1"}')
+    put("snapshot", "other-schema", b'{"schema":"other"}')
+    put("bundle", "truncated", b"\0" + manifest + b"\0{")
+    put("bundle", "fifo-and-dir", b"\x0a\0")
+
+
 if __name__ == "__main__":
-    for f in [prom, http, pyspy, probes, thresholds, recordings, daemon, metrics_request]:
+    for f in [prom, http, pyspy, probes, thresholds, recordings, daemon, metrics_request,
+              snapshots]:
         f()
     for d in sorted(OUT.iterdir()):
         print(d.name, len(list(d.iterdir())))

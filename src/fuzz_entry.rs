@@ -31,6 +31,7 @@ pub const TARGETS: &[(&str, Entry)] = &[
     ("daemon_request", daemon_request),
     ("metrics_request", metrics_request),
     ("snapshot", snapshot),
+    ("bundle", bundle),
 ];
 
 /// A Prometheus exposition as scraped; the first byte says whether the body was cut at the
@@ -166,7 +167,8 @@ pub fn metrics_request(data: &[u8]) {
 }
 
 /// A snapshot from a file, a bundle or a node's transport: counted against the parse
-/// budget, parsed, and merged (as `merge` and `fleet snapshot` do with what they read).
+/// budget, parsed, rendered as report.md and merged (as `report`, `merge` and `fleet
+/// snapshot` do with what they read).
 pub fn snapshot(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
@@ -174,6 +176,7 @@ pub fn snapshot(data: &[u8]) {
     let Ok(snap) = crate::snapshot::parse_snapshot(text, Path::new("fuzz.json")) else {
         return;
     };
+    let _ = crate::report::render(&snap);
     let input = crate::merge::NodeInput {
         source: "fuzz.json".into(),
         snapshot: snap,
@@ -181,4 +184,52 @@ pub fn snapshot(data: &[u8]) {
         collected: None,
     };
     let _ = crate::merge::merge(vec![input], Vec::new());
+}
+
+/// A bundle directory as `report DIR` reads it and `snapshot -o DIR --force` inspects it.
+/// The first byte says what `snapshot.json` (low two bits) and the manifest (next two) are
+/// on disk: a file, a link to one, a FIFO nobody writes, a directory; the rest, split at
+/// the first NUL, is the manifest's text and the snapshot's. A hang (a FIFO waited on) or a
+/// panic is the failure.
+pub fn bundle(data: &[u8]) {
+    let Some((&kind, rest)) = data.split_first() else {
+        return;
+    };
+    let mut parts = rest.splitn(2, |b| *b == 0);
+    let manifest = parts.next().unwrap_or_default();
+    let snap = parts.next().unwrap_or_default();
+    let Some(dir) = scratch_dir() else {
+        return;
+    };
+    plant(&dir, "snapshot.json", kind & 3, snap);
+    plant(&dir, crate::snapshot::MANIFEST, (kind >> 2) & 3, manifest);
+    let _ = crate::snapshot::read_snapshot(&dir);
+    let _ = crate::snapshot::check_bundle_target(&dir, crate::snapshot::Overwrite::PreviousBundle);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A fresh private directory for one [`bundle`] input.
+fn scratch_dir() -> Option<PathBuf> {
+    use std::os::unix::fs::DirBuilderExt;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("wedgewatch-fuzz-{}-{n}", std::process::id()));
+    std::fs::DirBuilder::new().mode(0o700).create(&dir).ok()?;
+    Some(dir)
+}
+
+/// `name` in `dir` as `kind` says (see [`bundle`]), holding `bytes` where it can.
+fn plant(dir: &Path, name: &str, kind: u8, bytes: &[u8]) {
+    let path = dir.join(name);
+    let _ = match kind {
+        0 => std::fs::write(&path, bytes),
+        1 => {
+            let target = dir.join(format!("target-{name}"));
+            std::fs::write(&target, bytes).and_then(|()| std::os::unix::fs::symlink(target, &path))
+        }
+        2 => nix::unistd::mkfifo(&path, nix::sys::stat::Mode::from_bits_truncate(0o600))
+            .map_err(std::io::Error::from),
+        _ => std::fs::create_dir(&path),
+    };
 }

@@ -13,7 +13,7 @@ mod output;
 mod walk;
 
 pub use input::{is_input_dir, open_input, read_input_capped};
-pub use output::{write_output, write_public_output};
+pub use output::{open_append_output, write_output, write_public_output};
 pub use walk::open_trusted_dir;
 
 /// Why a path is not safe to write into.

@@ -477,3 +477,28 @@ fn kernel_threads_are_known_by_their_flag_and_left_out_of_the_rotation() {
         assert!(!t.components.iter().any(|c| c.main_pid == Some(50)));
     }
 }
+
+/// Issue 34, item 16: a versions read that times out every time (here the engine's `maps`
+/// is a FIFO nobody writes, like a process holding its mmap lock) is tried again on the next
+/// passes, but at most three times per process incarnation, not on every pass forever.
+#[test]
+fn a_versions_read_that_keeps_timing_out_is_given_up_after_three_tries() {
+    let dir = tempfile::tempdir().unwrap();
+    tree(dir.path());
+    let maps = dir.path().join("100/maps");
+    nix::unistd::mkfifo(&maps, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let mut cache = DiscoveryCache::new();
+    let reads: Vec<u64> = (0..5)
+        .map(|_| pass(dir.path(), &mut cache).1.versions_reads)
+        .collect();
+    // let the reader thread left blocked on the FIFO end
+    use std::os::unix::fs::OpenOptionsExt;
+    drop(
+        std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&maps),
+    );
+    assert!(reads[1] >= 1 && reads[2] >= 1, "tried again: {reads:?}");
+    assert_eq!(&reads[3..], &[0, 0], "given up after three: {reads:?}");
+}

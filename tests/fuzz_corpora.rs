@@ -72,6 +72,7 @@ fn every_target_has_a_corpus_and_a_test() {
         "daemon_request",
         "metrics_request",
         "snapshot",
+        "bundle",
     ];
     assert_eq!(names, tested, "a new target needs its replay test below");
 }
@@ -119,4 +120,9 @@ fn metrics_request_corpus() {
 #[test]
 fn snapshot_corpus() {
     replay("snapshot");
+}
+
+#[test]
+fn bundle_corpus() {
+    replay("bundle");
 }

@@ -137,6 +137,39 @@ fn man_dir_does_not_write_through_a_planted_page_link() {
     assert!(std::fs::symlink_metadata(&page).expect("kept").is_symlink());
 }
 
+/// `record -o FILE` for half a second of a fixture tree.
+fn record_to(out: &Path) -> Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_wedgewatch"))
+        .args(["record", "--for", "500ms", "--proc-root"])
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/proc/container"))
+        .arg("-o")
+        .arg(out)
+        .output()
+        .expect("run wedgewatch")
+}
+
+#[test]
+fn record_o_does_not_follow_a_planted_directory_nor_append_to_anothers_file() {
+    if not_root() {
+        return;
+    }
+    let s = shared();
+    let target_dir = s.victim.with_file_name("root-dir");
+    std::fs::create_dir(&target_dir).expect("mkdir");
+    let recs = plant_link(&s.sticky, "recs", &target_dir);
+    assert_refused(
+        "record -o",
+        &record_to(&recs.join("r.wwrec")),
+        "owned by uid 65534",
+    );
+    assert_eq!(std::fs::read_dir(&target_dir).expect("ls").count(), 0);
+    let theirs = s.sticky.join("theirs.wwrec");
+    std::fs::write(&theirs, "theirs\n").expect("write");
+    std::os::unix::fs::chown(&theirs, Some(NOBODY), Some(NOBODY)).expect("chown");
+    assert_refused("record -o", &record_to(&theirs), "belongs to uid 65534");
+    assert_eq!(std::fs::read_to_string(&theirs).expect("read"), "theirs\n");
+}
+
 #[test]
 fn a_file_another_user_owns_is_not_overwritten() {
     if not_root() {

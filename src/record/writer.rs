@@ -12,7 +12,7 @@ use crate::model::{Payload, Sample, Topology};
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::path::{Path, PathBuf};
 
 const SEGMENT_PREFIX: &str = "seg-";
@@ -228,16 +228,9 @@ enum Target {
     },
 }
 
+/// `record -o FILE`: appended to, never through a planted link nor into another user's file.
 fn open_append(path: &Path) -> Result<File> {
-    let mut o = OpenOptions::new();
-    o.create(true).append(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        o.mode(0o600); // recordings hold command lines and environments
-        o.custom_flags(libc::O_NOFOLLOW);
-    }
-    o.open(path).map_err(|e| Error::io(path, e))
+    Ok(crate::safe_fs::open_append_output(path)?)
 }
 
 /// A new segment: created here, never through a link, never an existing file.

@@ -92,3 +92,44 @@ fn replace(dir: &OwnedFd, name: &OsStr, bytes: &[u8], mode: u32) -> std::io::Res
     }
     done
 }
+
+/// Opens `path` to append to (`record -o FILE`), creating it 0600: reached like
+/// [`write_output`]'s path, never through a link at the file, never another user's file, and
+/// only a regular file (a FIFO is refused, not waited on).
+pub fn open_append_output(path: &Path) -> Result<File, UnsafePath> {
+    let (dir, name) = open_parent(path)?;
+    let io = |e: Errno| UnsafePath::Io {
+        path: path.to_path_buf(),
+        source: e.into(),
+    };
+    let flags = OFlag::O_WRONLY
+        | OFlag::O_APPEND
+        | OFlag::O_CREAT
+        | OFlag::O_NOFOLLOW
+        | OFlag::O_NONBLOCK
+        | OFlag::O_CLOEXEC;
+    let mode = Mode::from_bits_truncate(0o600);
+    let fd = openat(&dir, name.as_os_str(), flags, mode).map_err(|e| match e {
+        Errno::ELOOP => UnsafePath::Symlink {
+            path: path.to_path_buf(),
+        },
+        e => io(e),
+    })?;
+    let st = nix::sys::stat::fstat(&fd).map_err(io)?;
+    if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT != SFlag::S_IFREG {
+        return Err(UnsafePath::WrongType {
+            path: path.to_path_buf(),
+            expected: "regular file",
+        });
+    }
+    if st.st_uid != my_uid() {
+        return Err(UnsafePath::NotOurs {
+            path: path.to_path_buf(),
+            uid: st.st_uid,
+            me: my_uid(),
+        });
+    }
+    let append = OFlag::O_WRONLY | OFlag::O_APPEND;
+    nix::fcntl::fcntl(&fd, nix::fcntl::FcntlArg::F_SETFL(append)).map_err(io)?;
+    Ok(File::from(fd))
+}

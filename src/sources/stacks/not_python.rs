@@ -97,3 +97,29 @@ pub(super) async fn not_python_reasons(
         Err(_) => vec![None; n],
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_verdict_from_maps_is_kept_for_the_incarnation() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let pid_dir = tmp.path().join("42");
+        std::fs::create_dir_all(&pid_dir).expect("mkdir");
+        std::os::unix::fs::symlink("/usr/bin/sleep", pid_dir.join("exe")).expect("ln");
+        let maps = pid_dir.join("maps");
+        std::fs::write(&maps, "7f00-7f01 r-xp 0 08:01 1 /usr/lib/libc.so.6\n").expect("write");
+        let (proc, verdicts) = (ProcFs::new(tmp.path()), Verdicts::default());
+        let first = not_python_reason(&proc, 42, &verdicts).expect("not Python");
+        // maps is not read again: gone, the verdict stays
+        std::fs::remove_file(&maps).expect("rm");
+        assert_eq!(not_python_reason(&proc, 42, &verdicts), Some(first));
+        // another executable at that pid (an exec) is judged again: maps unreadable, unknown
+        std::fs::remove_file(pid_dir.join("exe")).expect("rm");
+        std::os::unix::fs::symlink("/usr/bin/env", pid_dir.join("exe")).expect("ln");
+        assert_eq!(not_python_reason(&proc, 42, &verdicts), None);
+        verdicts.keep_only(&[]);
+        assert!(verdicts.get(42, &(0, "/usr/bin/sleep".into())).is_none());
+    }
+}
