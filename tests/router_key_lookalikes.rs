@@ -1,8 +1,8 @@
 //! Issue 34 items 2 and 8: the operator's router key (`--router-key-env NAME`, in
 //! wedgewatch's own environment) against router look-alikes: real processes titled like a
 //! router (`... -m sglang_router.launch_router --port P`), running as root like us, serving
-//! HTTP, logging the `Authorization` header of every request they get and echoing it back
-//! (in `/workers` and as a metric label).
+//! HTTP, logging the `Authorization` header of every request they get and echoing the key in
+//! it back (in a `/workers` worker URL and as a metric label).
 //!
 //! - `asks`: our namespace, `NAME` in its environment (empty there): it gets the key;
 //! - `never_asked`: our namespace, names nothing: no key;
@@ -31,14 +31,16 @@ class H(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         auth = self.headers.get("Authorization", "-")
         log.write(f"{self.path} {auth}\n")
+        # The key alone, as a router may echo it (a "Bearer KEY" pair is redacted by shape).
+        key = auth.removeprefix("Bearer ")
         if self.path.startswith("/workers"):
             if auth == "-":
                 body, status, ctype = b"unauthorized", 401, "text/plain"
             else:
-                body = ('{"workers":[{"url":"http://127.0.0.1:9/%s"}]}' % auth).encode()
+                body = ('{"workers":[{"url":"http://127.0.0.1:9/%s"}]}' % key).encode()
                 status, ctype = 200, "application/json"
         elif self.path.startswith("/metrics"):
-            body = ('sgl_router_running_requests{echo="%s"} 1\n' % auth).encode()
+            body = ('sgl_router_running_requests{echo="%s"} 1\n' % key).encode()
             status, ctype = 200, "text/plain; version=0.0.4"
         else:
             body, status, ctype = b"", 404, "text/plain"
