@@ -132,12 +132,19 @@ impl Targets {
         Ok(ProbeSet::load(&self.probes)?)
     }
 
+    /// `--router-key-env NAME`, its value held by every redactor from now on.
+    fn router_key_env(&self) -> Option<String> {
+        let name = self.router_key_env.clone()?;
+        wedgewatch::sources::router_key::hold_own(&name);
+        Some(name)
+    }
+
     pub fn discover_options(&self) -> DiscoverOptions {
         DiscoverOptions {
             proc_root: self.proc_root(),
             extra_pids: self.pids.clone(),
             extra_urls: self.urls.clone(),
-            router_key_env: self.router_key_env.clone(),
+            router_key_env: self.router_key_env(),
             ..DiscoverOptions::default()
         }
     }
@@ -205,7 +212,7 @@ impl Sampling {
         o.native = self.native;
         o.thresholds = self.thresholds()?;
         o.max_series = self.max_series.unwrap_or(DEFAULT_MAX_SERIES) as usize;
-        o.router_key_env = t.router_key_env.clone();
+        o.router_key_env = t.router_key_env();
         Ok(o)
     }
 

@@ -12,10 +12,13 @@
 //! A [`Redactor`] is built per output. It remembers every secret value it removed and then
 //! removes later occurrences of those values anywhere in the same output ([`scrubber`]),
 //! so a secret echoed in a stack, a thread name or a metrics label does not leak either.
+//! Every redactor also starts out knowing the secret values wedgewatch itself holds
+//! ([`held`]: router keys from its own environment or read for a request).
 //! Control characters are neutralised separately ([`control`]); masks for baselines live
 //! in [`mask`].
 
 pub mod control;
+pub mod held;
 pub mod mask;
 pub mod names;
 mod plain;

@@ -21,10 +21,14 @@ const MAX_CLEAN: usize = 1 << 14;
 /// Sibling fields of an object whose `key` names a secret (our own `Change` records).
 const KEYED_VALUE_FIELDS: &[&str] = &["value", "before", "after"];
 
-/// Collects secret values while redacting, then scrubs them from any text.
-#[derive(Clone, Default)]
+/// Collects secret values while redacting, then scrubs them from any text. Starts out
+/// knowing the values wedgewatch itself holds ([`super::held`]).
+#[derive(Clone)]
 pub struct Redactor {
     secrets: BTreeSet<String>,
+    /// The held values it started out knowing ([`super::held`]): scrubbed like the others,
+    /// not reported as learned by [`Redactor::secrets`].
+    held: BTreeSet<String>,
     /// Replace with a keyed mask instead of `<redacted>` (baselines, to stay comparable).
     mask: Option<&'static MaskKey>,
     /// Strings seen and found clean: a recorder sees the same addresses, state names and
@@ -38,6 +42,22 @@ impl std::fmt::Debug for Redactor {
         f.debug_struct("Redactor")
             .field("secrets", &self.secrets.len())
             .finish()
+    }
+}
+
+impl Default for Redactor {
+    fn default() -> Self {
+        let held = super::held::held();
+        Redactor {
+            secrets: held
+                .iter()
+                .filter(|v| v.len() >= MIN_SCRUB_LEN && !is_placeholder(v))
+                .cloned()
+                .collect(),
+            held,
+            mask: None,
+            clean: HashSet::new(),
+        }
     }
 }
 
@@ -60,9 +80,10 @@ impl Redactor {
         }
     }
 
-    /// The secret values seen so far (for tests and `scrub`).
+    /// The secret values learned so far from what it redacted (the held ones it started
+    /// with left out).
     pub fn secrets(&self) -> impl Iterator<Item = &str> {
-        self.secrets.iter().map(String::as_str)
+        self.secrets.difference(&self.held).map(String::as_str)
     }
 
     fn remember(&mut self, v: &str) {

@@ -22,8 +22,15 @@
 //!    `--api_key K`, last one wins);
 //! 2. with `--router-key-env NAME`: `NAME` in the router's own environment (`env_pid`);
 //! 3. with `--router-key-env NAME`: `NAME` in wedgewatch's own environment, only for a router
-//!    process owned by root or by the user running wedgewatch. Any local user can start a
-//!    process that looks like a router; the operator's key must not be handed to it.
+//!    that asked for it: its own arguments or environment (those of `args_pid`/`env_pid`)
+//!    name `NAME` (`--api-key "$NAME"` in a launcher's arguments, `NAME=` in its
+//!    environment), it runs in wedgewatch's own network namespace (never in a container's),
+//!    and it is owned by root or by the user running wedgewatch. Any local user, and any root
+//!    container, can start a process that looks like a router; the operator's key must not
+//!    be handed to one that never asked for it.
+//!
+//! Every key found is also held by the redactor ([`crate::redact::held`]): a router that
+//! echoes it gets it scrubbed from every output.
 
 use crate::model::Component;
 use crate::sys::ProcFs;
@@ -52,6 +59,9 @@ impl RouterKey {
     fn new(v: &[u8]) -> Option<RouterKey> {
         // An empty key, or one that would break the header line, is not a key we can send.
         let ok = !v.is_empty() && v.iter().all(|b| b.is_ascii_graphic());
+        if ok {
+            crate::redact::held::hold(&String::from_utf8_lossy(v));
+        }
         ok.then(|| RouterKey(v.to_vec()))
     }
 }
@@ -166,23 +176,30 @@ pub fn lookup(c: &Component, src: &KeySources, own_env: &dyn Fn(&str) -> Option<
             }
             Err(e) => tried.push(e),
         }
-        match own_env(name) {
-            Some(v) => match owner_may_have_it(&src.proc, main_pid) {
-                Ok(()) => {
-                    if let Some(k) = RouterKey::new(v.as_bytes()) {
-                        return Lookup::Found(k, format!("${name} of wedgewatch"));
-                    }
-                    tried.push(format!("${name} of wedgewatch is empty or not one token"));
-                }
-                Err(why) => tried.push(format!("${name} of wedgewatch not sent: {why}")),
-            },
-            None => tried.push(format!("${name} is not set for wedgewatch")),
+        let asker = Asker {
+            component: c,
+            main_pid,
+            args_pid,
+            env_pid,
+        };
+        match own_key(&src.proc, &asker, name, own_env) {
+            Ok(k) => return Lookup::Found(k, format!("${name} of wedgewatch")),
+            Err(why) => tried.push(why),
         }
     } else {
         // Worded so that no word follows the option: the redactor would take it for its value.
         tried.push("no key variable named with --router-key-env".into());
     }
     Lookup::None(tried.join("; "))
+}
+
+/// Teaches every redactor the value of `NAME` in wedgewatch's own environment
+/// (`--router-key-env NAME`), at start: it must leave in no output, whether it is ever sent
+/// or not.
+pub fn hold_own(name: &str) {
+    if let Ok(v) = std::env::var(name) {
+        crate::redact::held::hold(&v);
+    }
 }
 
 /// Whether an HTTP failure detail ([`crate::http`]) is an authentication refusal.
@@ -262,6 +279,92 @@ fn var_in_environ(raw: &[u8], name: &str) -> Option<RouterKey> {
         .and_then(RouterKey::new)
 }
 
+/// The router a key from wedgewatch's own environment would go to, and the processes whose
+/// arguments and environment are its own.
+struct Asker<'a> {
+    component: &'a Component,
+    main_pid: i32,
+    args_pid: i32,
+    env_pid: i32,
+}
+
+/// `NAME` from wedgewatch's own environment, for a router that may have it.
+fn own_key(
+    proc: &ProcFs,
+    asker: &Asker,
+    name: &str,
+    own_env: &dyn Fn(&str) -> Option<String>,
+) -> Result<RouterKey, String> {
+    let Some(v) = own_env(name) else {
+        return Err(format!("${name} is not set for wedgewatch"));
+    };
+    // Held even when not sent: the value must not leave in any output either way.
+    crate::redact::held::hold(&v);
+    let sendable = same_netns(proc, asker)
+        .and_then(|()| owner_may_have_it(proc, asker.main_pid))
+        .and_then(|()| asks_for(proc, asker, name));
+    match sendable {
+        Ok(()) => RouterKey::new(v.as_bytes())
+            .ok_or_else(|| format!("${name} of wedgewatch is empty or not one token")),
+        Err(why) => Err(format!("${name} of wedgewatch not sent: {why}")),
+    }
+}
+
+/// Whether the router runs in wedgewatch's own network namespace: a router in a container's
+/// is another host's business, whatever its uid there.
+fn same_netns(proc: &ProcFs, asker: &Asker) -> Result<(), String> {
+    let pid = asker.main_pid;
+    if asker.component.netns.is_some() {
+        return Err(format!("pid {pid} runs in another network namespace"));
+    }
+    let theirs = proc
+        .ns_inode(pid, "net")
+        .map_err(|e| format!("cannot tell the network namespace of pid {pid}: {e}"))?;
+    let ours = proc
+        .own_ns_inode("net")
+        .map_err(|e| format!("cannot tell our own network namespace: {e}"))?;
+    if theirs == ours {
+        Ok(())
+    } else {
+        Err(format!("pid {pid} runs in another network namespace"))
+    }
+}
+
+/// Whether the router's own arguments or environment name `NAME`: an operator who keeps the
+/// key in `NAME` starts the router with it (`--api-key "$NAME"` in its launcher, `NAME` in its
+/// environment), so a router that never mentions it never asked for it.
+fn asks_for(proc: &ProcFs, asker: &Asker, name: &str) -> Result<(), String> {
+    let (args_pid, env_pid) = (asker.args_pid, asker.env_pid);
+    let in_args = read_proc(proc, args_pid, ProcFile::Cmdline)
+        .is_ok_and(|raw| raw.0.split(|b| *b == 0).any(|a| names_word(a, name)));
+    let in_env = read_proc(proc, env_pid, ProcFile::Environ).is_ok_and(|raw| {
+        raw.0
+            .split(|b| *b == 0)
+            .any(|kv| kv.split(|b| *b == b'=').next() == Some(name.as_bytes()))
+    });
+    if in_args || in_env {
+        Ok(())
+    } else {
+        Err(format!(
+            "neither the arguments of pid {args_pid} nor the environment of pid {env_pid} \
+             name it"
+        ))
+    }
+}
+
+/// Whether `arg` holds `name` as a whole word (`$NAME`, `${NAME}`, `--key-env=NAME`; not
+/// `NAME_OLD` or `MY_NAME`).
+fn names_word(arg: &[u8], name: &str) -> bool {
+    let name = name.as_bytes();
+    let word = |b: Option<&u8>| b.is_some_and(|b| b.is_ascii_alphanumeric() || *b == b'_');
+    !name.is_empty()
+        && arg.windows(name.len()).enumerate().any(|(i, w)| {
+            w == name
+                && !word(i.checked_sub(1).and_then(|j| arg.get(j)))
+                && !word(arg.get(i + name.len()))
+        })
+}
+
 /// Whether wedgewatch's own key may go to this process: it runs as root or as us.
 fn owner_may_have_it(proc: &ProcFs, pid: i32) -> Result<(), String> {
     let uid = proc
@@ -334,6 +437,77 @@ mod tests {
         d
     }
 
+    /// `ns/net` of `pid` in namespace `inode`, and our own (`self`) in 4026531840.
+    fn netns(root: &Path, pid: i32, inode: u64) {
+        for (dir, ino) in [(pid.to_string(), inode), ("self".to_string(), 4026531840)] {
+            let ns = root.join(dir).join("ns");
+            std::fs::create_dir_all(&ns).expect("mkdir ns");
+            std::os::unix::fs::symlink(format!("net:[{ino}]"), ns.join("net")).expect("link");
+        }
+    }
+
+    fn none_because(l: Lookup) -> String {
+        match l {
+            Lookup::None(why) => why,
+            Lookup::Found(_, from) => panic!("a key was sent (from {from})"),
+        }
+    }
+
+    /// Issue 34 item 2: our own key goes only to a router that names its variable, in our
+    /// own network namespace.
+    #[test]
+    fn our_own_key_goes_only_to_a_router_that_asks_for_it_in_our_namespace() {
+        let own = |n: &str| (n == "ROUTER_KEY").then(|| "own-env-key-51c7".to_string());
+        let src = |d: &tempfile::TempDir| KeySources {
+            proc: ProcFs::new(d.path()),
+            env_name: Some("ROUTER_KEY".into()),
+        };
+        // Names nothing: no key.
+        let d = fake_proc(
+            45,
+            b"smg\0--port\x0030000\0",
+            b"PATH=/bin\0ROUTER_KEY_OLD=x\0",
+        );
+        netns(d.path(), 45, 4026531840);
+        let why = none_because(lookup(&router(45), &src(&d), &own));
+        assert!(why.contains("not sent: neither the arguments"), "{why}");
+        // Named in a launcher's arguments ("$ROUTER_KEY" expanded by its shell): the key.
+        let d = fake_proc(46, b"sh\0-c\0exec smg --api-key \"$ROUTER_KEY\"\0", b"");
+        netns(d.path(), 46, 4026531840);
+        assert!(matches!(
+            lookup(&router(46), &src(&d), &own),
+            Lookup::Found(..)
+        ));
+        // Named, but in another network namespace (a root container): no key.
+        let d = fake_proc(47, b"smg\0", b"ROUTER_KEY=\0");
+        netns(d.path(), 47, 4026532999);
+        let why = none_because(lookup(&router(47), &src(&d), &own));
+        assert!(why.contains("another network namespace"), "{why}");
+        let mut contained = router(47);
+        contained.netns = Some(4026532999);
+        let why = none_because(lookup(&contained, &src(&d), &own));
+        assert!(why.contains("another network namespace"), "{why}");
+        // A namespace we cannot tell: no key.
+        let d = fake_proc(48, b"smg\0", b"ROUTER_KEY=\0");
+        let why = none_because(lookup(&router(48), &src(&d), &own));
+        assert!(why.contains("cannot tell the network namespace"), "{why}");
+    }
+
+    #[test]
+    fn a_name_is_a_whole_word() {
+        for (arg, yes) in [
+            (&b"$ROUTER_KEY"[..], true),
+            (b"${ROUTER_KEY}", true),
+            (b"--key-env=ROUTER_KEY", true),
+            (b"ROUTER_KEY", true),
+            (b"$ROUTER_KEY_OLD", false),
+            (b"MY_ROUTER_KEY", false),
+            (b"", false),
+        ] {
+            assert_eq!(names_word(arg, "ROUTER_KEY"), yes, "{arg:?}");
+        }
+    }
+
     fn router(pid: i32) -> Component {
         let mut c = Component::new("router@127.0.0.1:30000", Role::Router, "sglang");
         c.main_pid = Some(pid);
@@ -376,13 +550,15 @@ mod tests {
             Lookup::Found(k, _) => assert_eq!(k.bearer(), "Bearer from-args"),
             Lookup::None(why) => panic!("{why}"),
         }
-        // Our own environment: the fake /proc entry is owned by us, so it may have it.
-        let d3 = fake_proc(44, b"smg\0", b"");
+        // Our own environment: the fake /proc entry is owned by us, in our namespace, and
+        // its environment names the variable (empty there), so it may have it.
+        let d3 = fake_proc(44, b"smg\0", b"ROUTER_KEY=\0");
+        netns(d3.path(), 44, 4026531840);
         src.proc = ProcFs::new(d3.path());
-        let own = |n: &str| (n == "ROUTER_KEY").then(|| "ours".to_string());
+        let own = |n: &str| (n == "ROUTER_KEY").then(|| "own-env-key-51c7".to_string());
         match lookup(&router(44), &src, &own) {
             Lookup::Found(k, from) => {
-                assert_eq!(k.bearer(), "Bearer ours");
+                assert_eq!(k.bearer(), "Bearer own-env-key-51c7");
                 assert_eq!(from, "$ROUTER_KEY of wedgewatch");
             }
             Lookup::None(why) => panic!("{why}"),
