@@ -19,12 +19,16 @@ use crate::snapshot::ParseBudget;
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::Stdio;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt};
 
 /// Most bytes of one node's snapshot read (a big stack's is a few MiB).
 pub const MAX_NODE_OUTPUT: usize = 64 << 20;
+/// Most bytes read from all the nodes together: what one snapshot file may be
+/// (`snapshot::MAX_SNAPSHOT_BYTES`), as their parse budget is what one snapshot's is.
+pub const MAX_FLEET_OUTPUT: usize = 256 << 20;
 /// Most bytes of one transport's error output kept.
 const MAX_NODE_STDERR: usize = 16 << 10;
 /// The placeholder for the node in a template.
@@ -114,18 +118,12 @@ pub async fn collect(plan: &FleetPlan) -> (Vec<NodeInput>, Vec<FailedNode>) {
     descendants::become_subreaper();
     let me = std::process::id() as i32;
     let ours_before: BTreeSet<i32> = descendants::of(me).into_keys().collect();
-    let transports = Arc::new(Mutex::new(BTreeSet::new()));
+    let shared = Arc::new(Shared::default());
     let mut set = tokio::task::JoinSet::new();
-    // all the nodes' snapshots together may hold what one merged snapshot may
-    let budget = Arc::new(ParseBudget::new());
     for (i, n) in plan.nodes.iter().enumerate() {
         let argv = plan.via.argv(n, &plan.remote);
-        let (node, timeout, budget) = (n.clone(), plan.timeout, budget.clone());
-        let transports = transports.clone();
-        set.spawn(async move {
-            let run = one_node(&node, &argv, timeout, &budget, &transports);
-            (i, run.await)
-        });
+        let (node, timeout, shared) = (n.clone(), plan.timeout, shared.clone());
+        set.spawn(async move { (i, one_node(&node, &argv, timeout, &shared).await) });
     }
     let mut results: Vec<Option<Result<NodeInput, String>>> =
         (0..plan.nodes.len()).map(|_| None).collect();
@@ -136,7 +134,7 @@ pub async fn collect(plan: &FleetPlan) -> (Vec<NodeInput>, Vec<FailedNode>) {
     }
     // nothing a transport started outlives the collection (the transports themselves are
     // tokio's to reap)
-    let mut spare = lock(&transports).clone();
+    let mut spare = lock(&shared.transports).clone();
     spare.extend(ours_before);
     descendants::kill(me, &spare);
     let (ok, failed) = answered(&plan.nodes, results);
@@ -178,8 +176,7 @@ async fn one_node(
     node: &str,
     argv: &[String],
     timeout: Duration,
-    budget: &ParseBudget,
-    transports: &Mutex<BTreeSet<i32>>,
+    shared: &Shared,
 ) -> Result<NodeInput, String> {
     let (prog, args) = argv.split_first().ok_or("empty command")?;
     let mut cmd = tokio::process::Command::new(prog);
@@ -196,12 +193,12 @@ async fn one_node(
         .id()
         .and_then(|id| i32::try_from(id).ok())
         .ok_or("the transport exited before it could be tracked")?;
-    lock(transports).insert(pgid);
+    lock(&shared.transports).insert(pgid);
     let mut group = Spawned::register(pgid);
     let run = async {
         let (out, err) = tokio::join!(
-            read_capped(child.stdout.take(), MAX_NODE_OUTPUT),
-            read_capped(child.stderr.take(), MAX_NODE_STDERR)
+            read_capped(child.stdout.take(), MAX_NODE_OUTPUT, Some(&shared.output)),
+            read_capped(child.stderr.take(), MAX_NODE_STDERR, None)
         );
         (out, err, child.wait().await)
     };
@@ -223,7 +220,7 @@ async fn one_node(
         started_ms,
         ended_ms,
     };
-    interpret(node, (out, &err, code), collected, budget)
+    interpret(node, (out, &err, code), collected, &shared.budget)
 }
 
 /// What a finished transport means: exit 0 (or 1, findings) with a snapshot on stdout.
@@ -240,7 +237,11 @@ fn interpret(
         None => return Err(format!("killed by a signal{why}")),
     }
     if out.1 {
-        return Err(format!("wrote more than {} MiB", MAX_NODE_OUTPUT >> 20));
+        return Err(format!(
+            "wrote more than {} MiB (or the nodes together more than {} MiB)",
+            MAX_NODE_OUTPUT >> 20,
+            MAX_FLEET_OUTPUT >> 20
+        ));
     }
     let text = String::from_utf8(out.0).map_err(|_| "its output is not UTF-8 text".to_string())?;
     let origin = Path::new(node);
@@ -258,6 +259,17 @@ fn interpret(
         name: Some(node.to_string()),
         collected: Some(collected),
     })
+}
+
+/// What the nodes' runs share.
+#[derive(Debug, Default)]
+struct Shared {
+    /// All the nodes' snapshots together may hold what one merged snapshot may.
+    budget: ParseBudget,
+    /// The transports (process group leaders), tokio's to reap.
+    transports: Mutex<BTreeSet<i32>>,
+    /// Bytes of snapshot read from all the nodes.
+    output: AtomicUsize,
 }
 
 fn lock(m: &Mutex<BTreeSet<i32>>) -> std::sync::MutexGuard<'_, BTreeSet<i32>> {
@@ -281,17 +293,29 @@ fn clip(s: &str) -> String {
 /// Bytes read from a pipe, and whether there were more than kept.
 type Output = (Vec<u8>, bool);
 
-/// Reads at most `cap` bytes; whether there was more.
-async fn read_capped<R: AsyncRead + Unpin>(r: Option<R>, cap: usize) -> Output {
-    let Some(r) = r else {
+/// Reads at most `cap` bytes, and no more than `total` (all the nodes' reads together,
+/// [`MAX_FLEET_OUTPUT`]) allows; whether there was more.
+async fn read_capped<R: AsyncRead + Unpin>(
+    r: Option<R>,
+    cap: usize,
+    total: Option<&AtomicUsize>,
+) -> Output {
+    let Some(mut r) = r else {
         return (Vec::new(), false);
     };
     let mut buf = Vec::new();
-    let mut limited = r.take(cap as u64 + 1);
-    let _ = limited.read_to_end(&mut buf).await;
-    let over = buf.len() > cap;
-    buf.truncate(cap);
-    (buf, over)
+    let mut chunk = vec![0u8; 64 << 10];
+    loop {
+        let n = match r.read(&mut chunk).await {
+            Ok(0) | Err(_) => return (buf, false),
+            Ok(n) => n,
+        };
+        let all = total.map_or(0, |t| t.fetch_add(n, Ordering::Relaxed) + n);
+        if buf.len() + n > cap || all > MAX_FLEET_OUTPUT {
+            return (buf, true);
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
 }
 
 #[cfg(test)]
@@ -322,6 +346,24 @@ mod tests {
             Err(FleetError::NoPlaceholder(_))
         ));
         assert!(matches!(Transport::parse("  "), Err(FleetError::Empty(_))));
+    }
+
+    #[test]
+    fn reads_stop_at_the_node_cap_and_at_the_fleet_total() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let data = vec![b'x'; 3000];
+        let total = AtomicUsize::new(0);
+        let (buf, over) = rt.block_on(read_capped(Some(&data[..]), 5000, Some(&total)));
+        assert_eq!((buf.len(), over), (3000, false));
+        let (buf, over) = rt.block_on(read_capped(Some(&data[..]), 2000, Some(&total)));
+        assert!(over && buf.len() <= 2000);
+        total.store(MAX_FLEET_OUTPUT - 100, Ordering::Relaxed);
+        let (_, over) = rt.block_on(read_capped(Some(&data[..]), 5000, Some(&total)));
+        assert!(over, "past what all the nodes together may write");
+        let (buf, over) = rt.block_on(read_capped(Some(&data[..]), 5000, None));
+        assert_eq!((buf.len(), over), (3000, false));
     }
 
     #[test]

@@ -151,3 +151,39 @@ fn reap(pid: i32) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::BufRead;
+
+    #[test]
+    fn kills_a_grandchild_in_a_session_of_its_own_and_spares_what_it_is_told() {
+        let mut sh = std::process::Command::new("sh")
+            .args(["-c", "setsid sleep 60 & echo $!; exec sleep 60"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        let out = sh.stdout.take().unwrap();
+        std::io::BufReader::new(out).read_line(&mut line).unwrap();
+        let sleeper: i32 = line.trim().parse().unwrap();
+        let sh_pid = sh.id() as i32;
+        // the sleeper may still be setsid(1) about to exec: it is below sh either way
+        assert!(of(sh_pid).contains_key(&sleeper), "{:?}", of(sh_pid));
+        let spare = BTreeSet::from([sleeper]);
+        assert_eq!(kill(sh_pid, &spare), 0, "spared");
+        assert_eq!(kill(sh_pid, &BTreeSet::new()), 1);
+        let _ = sh.kill();
+        let _ = sh.wait();
+        let gone = |p: i32| {
+            std::fs::read_to_string(format!("/proc/{p}/stat"))
+                .map_or(true, |s| s.contains(") Z ") || s.contains(") X "))
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while !gone(sleeper) && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        assert!(gone(sleeper), "the sleeper {sleeper} survived");
+    }
+}

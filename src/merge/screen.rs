@@ -80,3 +80,67 @@ fn same_node(a: &NodeInput, b: &NodeInput) -> bool {
         _ => false,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{FleetInfo, NodeIdentity, Snapshot};
+
+    fn input(asked: &str, answers_as: &str, merged: bool) -> NodeInput {
+        let mut s: Snapshot = serde_json::from_value(serde_json::json!({
+            "schema": "wedgewatch.snapshot/1", "taken_at": "t", "window_ms": 1.0,
+            "sources": {}, "components": [], "requests": [], "gpus": [], "threads": [],
+            "findings": []}))
+        .unwrap();
+        s.node = Some(NodeIdentity {
+            name: answers_as.into(),
+            hostname: None,
+            machine_id: Some(format!("m-{answers_as}")),
+            boot_id: Some(format!("b-{answers_as}")),
+            addresses: Vec::new(),
+            clock: None,
+        });
+        if merged {
+            s.fleet = Some(FleetInfo::default());
+        }
+        NodeInput {
+            source: format!("node {asked}"),
+            snapshot: s,
+            name: Some(asked.into()),
+            collected: None,
+        }
+    }
+
+    #[test]
+    fn the_node_answering_as_asked_is_kept_and_the_order_too() {
+        let (kept, bad) = screen(vec![
+            input("imp", "a", false),
+            input("a", "a", false),
+            input("m", "m", true),
+            input("b", "b", false),
+        ]);
+        let names: Vec<_> = kept.iter().map(|k| k.source.as_str()).collect();
+        assert_eq!(names, ["node a", "node b"]);
+        let bad: Vec<_> = bad.iter().map(|(i, w)| (i.source.as_str(), w)).collect();
+        assert_eq!(
+            bad,
+            [
+                ("node m", &Unmergeable::AlreadyMerged { nodes: 0 }),
+                (
+                    "node imp",
+                    &Unmergeable::SameNode {
+                        kept: "node a".into(),
+                        name: "a".into()
+                    }
+                ),
+            ]
+        );
+        // nobody asked (merge of files): the first is kept
+        let mut x = input("x", "a", false);
+        let mut y = input("y", "a", false);
+        (x.name, y.name) = (None, None);
+        let (kept, bad) = screen(vec![x, y]);
+        assert_eq!(kept[0].source, "node x");
+        assert_eq!(bad[0].0.source, "node y");
+    }
+}
