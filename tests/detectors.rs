@@ -5,6 +5,7 @@
 
 mod correl_common;
 use correl_common::*;
+use wedgewatch::clock::Millis;
 use wedgewatch::detect::Thresholds;
 use wedgewatch::model::*;
 
@@ -468,6 +469,19 @@ fn queue_not_draining_needs_a_persistent_queue_and_nothing_running() {
     assert!(run(1.0).iter().all(|f| f.kind != "queue_not_draining"));
 }
 
+/// A scrape whose gauges say 0 running and 0 queued, with a fresh `/v1/loads` (republished
+/// 50 ms before `now`) holding the PD queues `disaggregation`.
+fn idle_with_loads(comp: &str, now: Millis, disaggregation: serde_json::Value) -> MetricsScrape {
+    let mut sc = scrape(comp, &[("running", 0.0), ("queued", 0.0)]);
+    let ts = now as f64 / 1000.0 - 0.05;
+    sc.extra.insert(
+        "v1_loads".into(),
+        serde_json::json!({"loads": [{"dp_rank": 0, "num_running_reqs": 0, "num_waiting_reqs": 0,
+            "timestamp": ts, "disaggregation": disaggregation}]}),
+    );
+    sc
+}
+
 #[test]
 fn queue_not_draining_prefers_fresh_v1_loads_over_frozen_gauges() {
     let mut sim = Sim::new(pd_topology());
@@ -475,14 +489,8 @@ fn queue_not_draining_prefers_fresh_v1_loads_over_frozen_gauges() {
         if (s.now - T0) % 1000 == 0 {
             // Frozen gauges say 0 queued; /v1/loads (republished, fresh) says 2 waiting in
             // the prealloc queue.
-            let mut sc = scrape(DECODE, &[("running", 0.0), ("queued", 0.0)]);
-            let ts = s.now as f64 / 1000.0 - 0.05;
-            sc.extra.insert(
-                "v1_loads".into(),
-                serde_json::json!({"loads": [{"dp_rank": 0, "num_running_reqs": 0, "num_waiting_reqs": 0,
-                    "timestamp": ts, "disaggregation": {"decode_prealloc_queue_reqs": 2}}]}),
-            );
-            s.ingest(Payload::Metrics(vec![sc]));
+            let pd = serde_json::json!({"decode_prealloc_queue_reqs": 2});
+            s.ingest(Payload::Metrics(vec![idle_with_loads(DECODE, s.now, pd)]));
         }
     });
     let fs = findings(&sim);
@@ -773,14 +781,8 @@ fn pd_both_legs_waiting_blames_decode_when_prefill_waits_for_it_to_connect() {
         env.tick(s);
         ticks += 1;
         if ticks % 4 == 0 {
-            let mut sc = scrape(PREFILL, &[("running", 0.0), ("queued", 0.0)]);
-            let ts = s.now as f64 / 1000.0 - 0.05;
-            sc.extra.insert(
-                "v1_loads".into(),
-                serde_json::json!({"loads": [{"dp_rank": 0, "num_running_reqs": 0, "num_waiting_reqs": 0,
-                    "timestamp": ts, "disaggregation": {"prefill_bootstrap_queue_reqs": 1}}]}),
-            );
-            s.ingest(Payload::Metrics(vec![sc]));
+            let pd = serde_json::json!({"prefill_bootstrap_queue_reqs": 1});
+            s.ingest(Payload::Metrics(vec![idle_with_loads(PREFILL, s.now, pd)]));
         }
     });
     let fs = findings(&sim);

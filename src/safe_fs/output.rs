@@ -8,7 +8,7 @@ use super::walk::open_parent;
 use super::{my_uid, UnsafePath};
 use nix::errno::Errno;
 use nix::fcntl::{openat, renameat, AtFlags, OFlag};
-use nix::sys::stat::{fstatat, Mode, SFlag};
+use nix::sys::stat::{fstatat, FileStat, Mode, SFlag};
 use nix::unistd::{unlinkat, UnlinkatFlags};
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
@@ -20,6 +20,24 @@ fn create_new(dir: &OwnedFd, name: &OsStr, mode: u32) -> nix::Result<File> {
     let flags =
         OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
     openat(dir, name, flags, Mode::from_bits_truncate(mode)).map(File::from)
+}
+
+/// An existing output is ours to replace or extend only as a regular file the caller owns.
+fn regular_and_ours(st: &FileStat, path: &Path) -> Result<(), UnsafePath> {
+    if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT != SFlag::S_IFREG {
+        return Err(UnsafePath::WrongType {
+            path: path.to_path_buf(),
+            expected: "regular file",
+        });
+    }
+    if st.st_uid != my_uid() {
+        return Err(UnsafePath::NotOurs {
+            path: path.to_path_buf(),
+            uid: st.st_uid,
+            me: my_uid(),
+        });
+    }
+    Ok(())
 }
 
 fn write_all(mut f: File, bytes: &[u8]) -> std::io::Result<()> {
@@ -59,19 +77,7 @@ fn write_output_mode(path: &Path, bytes: &[u8], mode: u32) -> Result<(), UnsafeP
             path: path.to_path_buf(),
         });
     }
-    if kind != SFlag::S_IFREG {
-        return Err(UnsafePath::WrongType {
-            path: path.to_path_buf(),
-            expected: "regular file",
-        });
-    }
-    if st.st_uid != my_uid() {
-        return Err(UnsafePath::NotOurs {
-            path: path.to_path_buf(),
-            uid: st.st_uid,
-            me: my_uid(),
-        });
-    }
+    regular_and_ours(&st, path)?;
     replace(&dir, &name, bytes, mode).map_err(io)
 }
 
@@ -116,19 +122,7 @@ pub fn open_append_output(path: &Path) -> Result<File, UnsafePath> {
         e => io(e),
     })?;
     let st = nix::sys::stat::fstat(&fd).map_err(io)?;
-    if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT != SFlag::S_IFREG {
-        return Err(UnsafePath::WrongType {
-            path: path.to_path_buf(),
-            expected: "regular file",
-        });
-    }
-    if st.st_uid != my_uid() {
-        return Err(UnsafePath::NotOurs {
-            path: path.to_path_buf(),
-            uid: st.st_uid,
-            me: my_uid(),
-        });
-    }
+    regular_and_ours(&st, path)?;
     let append = OFlag::O_WRONLY | OFlag::O_APPEND;
     nix::fcntl::fcntl(&fd, nix::fcntl::FcntlArg::F_SETFL(append)).map_err(io)?;
     Ok(File::from(fd))

@@ -19,6 +19,7 @@ use procfs::process::{Stat, Status};
 use procfs::FromRead;
 use std::collections::BTreeMap;
 use std::io;
+use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 
 /// The kernel's procfs: the default root (`--proc-root`).
@@ -294,31 +295,51 @@ impl ProcFs {
     /// so that a truncated search is not taken for an absent library. Blocks while the
     /// target holds its mmap lock: run it under a deadline.
     pub fn maps_mention(&self, pid: i32, needle: &str) -> Result<bool> {
+        let mut found = false;
+        let capped = self.each_maps_line(pid, MAX_MAPS_BYTES, |line| {
+            found = line.windows(needle.len()).any(|w| w == needle.as_bytes());
+            if found {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
+            }
+        })?;
+        if capped && !found {
+            return Err(ProcFsError::Malformed {
+                path: self.path(pid, "maps"),
+                what: format!("over {} MiB without {needle:?}", MAX_MAPS_BYTES >> 20),
+            });
+        }
+        Ok(found)
+    }
+
+    /// Feeds `pid`'s `maps` to `each` line by line, never holding it whole, until `each`
+    /// breaks or `cap` bytes were read; whether the cap ended it. Blocks while the target
+    /// holds its mmap lock: callers run it under a deadline.
+    pub(crate) fn each_maps_line(
+        &self,
+        pid: i32,
+        cap: u64,
+        mut each: impl FnMut(&[u8]) -> ControlFlow<()>,
+    ) -> Result<bool> {
         use std::io::{BufRead, Read};
         let path = self.path(pid, "maps");
         let err = |e| ProcFsError::from_io(&path, e);
         let file = safe_fs::open_no_follow(&path).map_err(err)?;
-        let mut reader = std::io::BufReader::new(file.take(MAX_MAPS_BYTES));
+        let mut reader = std::io::BufReader::new(file.take(cap));
         let mut line = Vec::new();
         let mut read: u64 = 0;
         loop {
             line.clear();
             let n = reader.read_until(b'\n', &mut line).map_err(err)?;
             if n == 0 {
-                break;
+                return Ok(read >= cap);
             }
             read += n as u64;
-            if line.windows(needle.len()).any(|w| w == needle.as_bytes()) {
-                return Ok(true);
+            if each(&line).is_break() {
+                return Ok(false);
             }
         }
-        if read >= MAX_MAPS_BYTES {
-            return Err(ProcFsError::Malformed {
-                path: path.clone(),
-                what: format!("over {} MiB without {needle:?}", MAX_MAPS_BYTES >> 20),
-            });
-        }
-        Ok(false)
     }
 
     /// Owner uid of `pid`'s directory (the process's effective uid on the kernel's procfs).

@@ -11,6 +11,7 @@
 use super::{ProcFs, ProcFsError, Result};
 use nix::fcntl::{openat2, OFlag, OpenHow, ResolveFlag};
 use nix::sys::stat::Mode;
+use std::ops::ControlFlow;
 use std::os::fd::OwnedFd;
 use std::path::{Component, Path};
 
@@ -108,38 +109,27 @@ impl ProcFs {
     /// [`MAX_MAPPED_FILES`] files or `MAX_MAPS` bytes. Reading `maps` takes the process's
     /// mmap lock: callers run it under a deadline.
     pub fn mapped_files(&self, pid: i32) -> Result<MappedFiles> {
-        use std::io::{BufRead, Read};
-        let path = self.path(pid, "maps");
-        let err = |e| ProcFsError::from_io(&path, e);
-        let file = crate::safe_fs::open_no_follow(&path).map_err(err)?;
-        let mut reader = std::io::BufReader::new(file.take(MAX_MAPS));
         let (mut out, mut seen) = (MappedFiles::default(), std::collections::HashSet::new());
-        let (mut line, mut read) = (Vec::new(), 0u64);
-        loop {
-            line.clear();
-            let n = reader.read_until(b'\n', &mut line).map_err(err)?;
-            if n == 0 {
-                break;
-            }
-            read += n as u64;
-            let text = String::from_utf8_lossy(&line);
+        let capped = self.each_maps_line(pid, MAX_MAPS, |line| {
+            let text = String::from_utf8_lossy(line);
             // address perms offset dev inode path (the path may hold spaces)
             let Some(file) = text.trim_end().splitn(6, ' ').nth(5).map(str::trim_start) else {
-                continue;
+                return ControlFlow::Continue(());
             };
             if !file.starts_with('/') || seen.contains(file) {
-                continue;
+                return ControlFlow::Continue(());
             }
             if out.files.len() == MAX_MAPPED_FILES {
                 out.cut = Some(format!(
                     "over {MAX_MAPPED_FILES} mapped files: the rest not read"
                 ));
-                return Ok(out);
+                return ControlFlow::Break(());
             }
             seen.insert(file.to_string());
             out.files.push(file.to_string());
-        }
-        if read >= MAX_MAPS {
+            ControlFlow::Continue(())
+        })?;
+        if capped {
             out.cut = Some(format!(
                 "maps over {} MiB: the rest not read",
                 MAX_MAPS >> 20
