@@ -12,9 +12,10 @@
 //!    schedulers in a forward pass; after >= 40 s of traffic the healthy negative: no
 //!    `wedged_request` anywhere in the pair (checked last, see `HEALTHY_AFTER`);
 //! 3. decode restarted with `LAB_SGLANG_FORGET_AFTER=2` (the change since noon, our fault
-//!    hook on the decode's PYTHONPATH only): two streams through the router are accepted and
-//!    forgotten; a snapshot with `--baseline` gives `wedged_request` at decode and
-//!    `config_changed` naming the variable, and `diff` names it.
+//!    hook on the decode's PYTHONPATH only): two streams through the lab proxy in front of the
+//!    router are accepted and forgotten; a snapshot with `--baseline` gives `wedged_request`
+//!    at decode, each request's path starting at the proxy, and `config_changed` naming the
+//!    variable, and `diff` names it.
 //!
 //! Set-up: `python3 tests/lab/sglang/sglang_lab.py setup` (tests/run-all.sh starts it beside
 //! the build; the test runs it too, idempotent, waiting on its lock). `WEDGEWATCH_SKIP_SGLANG=1`
@@ -184,6 +185,50 @@ impl Drop for Stack {
         if !ok {
             eprintln!("[sglang_real] down: {err}");
         }
+    }
+}
+
+/// The lab's streaming proxy (`tests/lab/proxy.py`) in front of the router: the incident's
+/// path starts at a proxy. Its own process group, killed on drop.
+struct Proxy {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl Proxy {
+    fn start(dir: &Path, router_port: u16) -> Proxy {
+        use std::os::unix::process::CommandExt;
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("a free port");
+        let log = std::fs::File::create(dir.join("proxy.log")).expect("proxy log");
+        let child = Command::new(repo().join("tests/lab/.venv/bin/python"))
+            .arg(repo().join("tests/lab/proxy.py"))
+            .args(["--listen-port", &port.to_string()])
+            .args(["--upstream", &format!("http://127.0.0.1:{router_port}")])
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .process_group(0)
+            .spawn()
+            .expect("start the lab proxy");
+        let proxy = Proxy { child, port };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "the lab proxy never listened");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        proxy
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::killpg(
+            nix::unistd::Pid::from_raw(self.child.id() as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+        let _ = self.child.wait();
     }
 }
 
@@ -634,7 +679,9 @@ fn generating_then_healthy(dir: &Path, st: &Stack, p: &Pids) -> Vec<Value> {
 fn the_incident(dir: &Path, st: &mut Stack, baseline: &Path) {
     st.restart_decode(&format!("{FAULT_VAR}={FAULT_VALUE}"));
     let p = Pids::of(st);
-    let (port, model) = (st.port("router"), st.model());
+    // Through a proxy in front of the router, as the incident's agents were.
+    let proxy = Proxy::start(dir, st.port("router"));
+    let (port, model) = (proxy.port, st.model());
     let mut hung: Vec<TcpStream> = Vec::new();
     for round in 100..102 {
         let mut s = send_chat(port, &chat_body(&model, 8, round));
@@ -683,6 +730,20 @@ fn the_incident(dir: &Path, st: &mut Stack, baseline: &Path) {
         .expect("wedged_request at decode");
     let summary = wedged["summary"].as_str().unwrap_or_default();
     assert!(summary.starts_with("2 requests"), "{summary}");
+    // Each stuck request's path starts at the proxy and ends at decode.
+    let paths: Vec<&str> = wedged["evidence"]
+        .as_array()
+        .expect("evidence")
+        .iter()
+        .filter_map(|e| e["detail"].as_str()?.split_once("path: ").map(|(_, p)| p))
+        .collect();
+    assert_eq!(paths.len(), 2, "{wedged}");
+    for path in paths {
+        assert!(
+            path.starts_with("proxy@") && path.contains("router@") && path.contains(&did),
+            "{path}"
+        );
+    }
     let changed = fs
         .iter()
         .find(|f| f["kind"] == "config_changed")
@@ -704,6 +765,7 @@ fn the_incident(dir: &Path, st: &mut Stack, baseline: &Path) {
         "diff names {FAULT_VAR}:\n{text}"
     );
     drop(hung);
+    drop(proxy);
 }
 
 #[test]
