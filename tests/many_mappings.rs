@@ -2,9 +2,11 @@
 //! bounded, so its versions read finishes within its deadline, says what it left out, and
 //! is therefore kept instead of being retried (and left running) on every pass.
 
+#[path = "common/ready_python.rs"]
+mod ready_python;
+
+use ready_python::ReadyPython;
 use std::collections::BTreeMap;
-use std::io::BufRead;
-use std::process::{Child, Command, Stdio};
 use wedgewatch::sources::versions;
 use wedgewatch::sys::{ProcFs, MAX_MAPPED_FILES};
 
@@ -12,12 +14,9 @@ use wedgewatch::sys::{ProcFs, MAX_MAPPED_FILES};
 const FILES: usize = 60_000;
 
 /// A python process that maps `FILES` distinct one-byte files of `dir`, killed on drop.
-struct Mapper(Child);
-
-impl Mapper {
-    fn start(dir: &std::path::Path) -> Mapper {
-        // libc's mmap, not Python's (which keeps a duplicate fd open per mapping)
-        let code = "import ctypes, os, sys, time\n\
+fn start_mapper(dir: &std::path::Path) -> ReadyPython {
+    // libc's mmap, not Python's (which keeps a duplicate fd open per mapping)
+    let code = "import ctypes, os, sys, time\n\
             libc = ctypes.CDLL(None, use_errno=True)\n\
             libc.mmap.restype = ctypes.c_void_p\n\
             libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]\n\
@@ -30,35 +29,15 @@ impl Mapper {
             \x20   os.close(fd)\n\
             print('ready', flush=True)\n\
             time.sleep(600)\n";
-        let mut child = Command::new("python3")
-            .args(["-c", code])
-            .arg(dir)
-            .arg(FILES.to_string())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("python3");
-        let mut line = String::new();
-        let out = child.stdout.take().expect("stdout");
-        std::io::BufReader::new(out)
-            .read_line(&mut line)
-            .expect("ready");
-        assert_eq!(line.trim(), "ready", "the process could not map its files");
-        Mapper(child)
-    }
-}
-
-impl Drop for Mapper {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+    let files = FILES.to_string();
+    ReadyPython::start(code, &[dir.as_os_str(), files.as_ref()], "map its files")
 }
 
 #[test]
 fn a_process_mapping_60k_files_is_read_within_the_deadline_and_cut_with_a_reason() {
     let tmp = tempfile::tempdir().expect("tmp");
-    let m = Mapper::start(tmp.path());
-    let pid = m.0.id() as i32;
+    let m = start_mapper(tmp.path());
+    let pid = m.pid() as i32;
     let proc = ProcFs::real();
     let mapped = proc.mapped_files(pid).expect("maps");
     assert_eq!(mapped.files.len(), MAX_MAPPED_FILES);

@@ -2,41 +2,20 @@
 //! chrooted into a tree whose `/venv` is an absolute link to a path that exists on the host
 //! shows the versions of its own tree, never the host's.
 
+#[path = "common/ready_python.rs"]
+mod ready_python;
+
+use ready_python::ReadyPython;
 use std::collections::BTreeMap;
-use std::io::BufRead;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use wedgewatch::sources::versions;
 use wedgewatch::sys::ProcFs;
 
 /// A python process chrooted into `root` (it chroots itself once started: nothing inside the
 /// tree needs to be executable), killed on drop.
-struct Chrooted(Child);
-
-impl Chrooted {
-    fn start(root: &Path) -> Chrooted {
-        let code = "import os, sys, time\nos.chroot(sys.argv[1])\nos.chdir('/')\nprint('ready', flush=True)\ntime.sleep(600)\n";
-        let mut child = Command::new("python3")
-            .args(["-c", code])
-            .arg(root)
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("python3");
-        let mut line = String::new();
-        let out = child.stdout.take().expect("stdout");
-        std::io::BufReader::new(out)
-            .read_line(&mut line)
-            .expect("ready");
-        assert_eq!(line.trim(), "ready", "the process could not chroot");
-        Chrooted(child)
-    }
-}
-
-impl Drop for Chrooted {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+fn start_chrooted(root: &Path) -> ReadyPython {
+    let code = "import os, sys, time\nos.chroot(sys.argv[1])\nos.chdir('/')\nprint('ready', flush=True)\ntime.sleep(600)\n";
+    ReadyPython::start(code, &[root.as_os_str()], "chroot")
 }
 
 fn dist(prefix: &Path, name: &str, version: &str) {
@@ -76,8 +55,8 @@ fn a_link_in_a_chroot_does_not_lead_to_the_hosts_packages() {
     // the target's own venv, also reached through an absolute link (inside its root)
     dist(&root.join("opt/own"), "sglang", "1.2.3");
     std::os::unix::fs::symlink("/opt/own", root.join("own")).expect("ln");
-    let p = Chrooted::start(&root);
-    let pid = p.0.id() as i32;
+    let p = start_chrooted(&root);
+    let pid = p.pid() as i32;
     assert_eq!(
         std::fs::read_link(format!("/proc/{pid}/root")).expect("root link"),
         root
