@@ -323,6 +323,18 @@ fn bad_input_is_refused_with_a_clear_message_and_exit_2() {
     refused(&[d.path().as_os_str()], "snapshot.json");
 }
 
+/// A one-shot bundle has no node identity: the same snapshot given twice is still one
+/// incident, not two nodes with a critical finding each (issue 37, item 6).
+#[test]
+fn one_snapshot_twice_without_node_identity_is_refused() {
+    let d = tempfile::tempdir().unwrap();
+    let mut old = node_b(1, 0, "waiting_first_byte", A_IP);
+    old.as_object_mut().unwrap().remove("node");
+    let b = write(d.path(), "b.json", &old);
+    let b2 = write(d.path(), "b-copy.json", &old);
+    refused(&[b.as_os_str(), b2.as_os_str()], "one snapshot twice");
+}
+
 #[test]
 fn an_old_snapshot_without_node_identity_merges_under_its_file_name() {
     let d = tempfile::tempdir().unwrap();

@@ -36,6 +36,8 @@ pub enum MergeError {
     Load { input: String, message: String },
     #[error("{a} and {b} are two snapshots of the same node {name:?} (same machine-id, boot-id and addresses): merge one snapshot per node")]
     SameNode { a: String, b: String, name: String },
+    #[error("{a} and {b} are one snapshot twice (same time taken, components and processes): merge one snapshot per node")]
+    SameSnapshot { a: String, b: String },
     #[error("{input}: a merged snapshot (of {nodes} nodes) cannot be merged again; merge the nodes' own snapshots")]
     AlreadyMerged { input: String, nodes: usize },
 }

@@ -142,6 +142,10 @@ fn check_inputs(inputs: Vec<NodeInput>) -> Result<Vec<NodeInput>, MergeError> {
             b: inp.source,
             name,
         }),
+        Some((inp, Unmergeable::SameSnapshot { kept })) => Err(MergeError::SameSnapshot {
+            a: kept,
+            b: inp.source,
+        }),
     }
 }
 

@@ -1,6 +1,6 @@
 //! Which inputs can be merged with the others: a merged snapshot cannot be merged again,
-//! and two snapshots of one node (same machine-id, boot-id, addresses and name) cannot
-//! both be. `merge` refuses such inputs; `fleet snapshot` leaves the node out and names it.
+//! and two snapshots of one node (same machine-id, boot-id, addresses and name; without a
+//! node identity, one snapshot twice) cannot both be. `merge` refuses such inputs; `fleet snapshot` leaves the node out and names it.
 
 use super::load::NodeInput;
 
@@ -11,6 +11,9 @@ pub enum Unmergeable {
     AlreadyMerged { nodes: usize },
     /// The same node as the input from `kept` (that one is merged), named `name`.
     SameNode { kept: String, name: String },
+    /// Without a node identity, a copy of the snapshot from `kept`: taken at the same time, of
+    /// the same components and processes (one incident counted twice).
+    SameSnapshot { kept: String },
 }
 
 impl Unmergeable {
@@ -22,6 +25,9 @@ impl Unmergeable {
             }
             Unmergeable::SameNode { kept, name } => format!(
                 "answered as node {name:?}, the same node as {kept} (same machine-id, boot-id and addresses)"
+            ),
+            Unmergeable::SameSnapshot { kept } => format!(
+                "answered with a copy of {kept}'s snapshot (same time taken, components and processes)"
             ),
         }
     }
@@ -49,9 +55,13 @@ pub fn screen(inputs: Vec<NodeInput>) -> (Vec<NodeInput>, Vec<(NodeInput, Unmerg
     for (i, inp) in own {
         match kept.iter().find(|(_, k)| same_node(k, &inp)) {
             Some((_, k)) => {
-                let why = Unmergeable::SameNode {
-                    kept: k.source.clone(),
-                    name: node_name(k),
+                let kept = k.source.clone();
+                let why = match k.snapshot.node {
+                    Some(_) => Unmergeable::SameNode {
+                        kept,
+                        name: node_name(k),
+                    },
+                    None => Unmergeable::SameSnapshot { kept },
                 };
                 bad.push((inp, why));
             }
@@ -74,9 +84,20 @@ fn answers_as_asked(inp: &NodeInput) -> bool {
     inp.name.as_ref().is_none_or(|n| *n == node_name(inp))
 }
 
+/// One node by identity; without one on either side (a one-shot bundle), one snapshot
+/// twice: the same time taken, components and processes.
 fn same_node(a: &NodeInput, b: &NodeInput) -> bool {
-    match (&a.snapshot.node, &b.snapshot.node) {
-        (Some(x), Some(y)) => x.same_node(y),
+    let (x, y) = (&a.snapshot, &b.snapshot);
+    match (&x.node, &y.node) {
+        (Some(m), Some(n)) => m.same_node(n),
+        (None, None) => {
+            x.taken_at == y.taken_at
+                && x.components.len() == y.components.len()
+                && x.components
+                    .iter()
+                    .zip(&y.components)
+                    .all(|(c, d)| c.id == d.id && c.pids == d.pids)
+        }
         _ => false,
     }
 }
