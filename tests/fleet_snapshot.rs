@@ -252,25 +252,33 @@ fn nothing_a_transport_started_survives_even_in_a_session_of_its_own() {
         err.contains("node setsid-1 left out: no answer within 3 s"),
         "{err}"
     );
+    assert_none_survive(
+        d.path(),
+        &[
+            "setsid-1.pid",
+            "setsid-1.child",
+            "setsid-1.orphan",
+            "leave-1.child",
+            "leave-1.orphan",
+        ],
+    );
+}
+
+/// The processes whose pids the fake node wrote in `files` (under `dir`) are all gone
+/// (SIGKILL is sent before wedgewatch exits: the kernel gets a moment to finish each off);
+/// any left is killed before the test fails (not ours to leave behind).
+fn assert_none_survive(dir: &std::path::Path, files: &[&str]) {
     let mut pids = Vec::new();
-    for f in [
-        "setsid-1.pid",
-        "setsid-1.child",
-        "setsid-1.orphan",
-        "leave-1.child",
-        "leave-1.orphan",
-    ] {
-        let text = std::fs::read_to_string(d.path().join(f)).expect(f);
+    for f in files {
+        let text = std::fs::read_to_string(dir.join(f)).expect(f);
         pids.push((f, text.trim().parse::<i32>().expect(f)));
     }
-    // SIGKILL is sent before the exit; give the kernel a moment to finish each off
     let deadline = Instant::now() + Duration::from_secs(5);
     while pids.iter().any(|&(_, p)| pid_alive(p)) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));
     }
     let alive: Vec<_> = pids.iter().filter(|&&(_, p)| pid_alive(p)).collect();
     for &&(_, p) in &alive {
-        // not ours to leave behind: clean up before failing
         let _ = Command::new("kill").args(["-9", &p.to_string()]).status();
     }
     assert!(alive.is_empty(), "still running: {alive:?}");
@@ -303,18 +311,8 @@ fn a_signal_kills_what_transports_started_in_sessions_of_their_own() {
         .status();
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(128 + 15));
-    let mut pids = Vec::new();
-    for f in ["setsid-2.pid", "setsid-2.child", "setsid-2.orphan"] {
-        let text = std::fs::read_to_string(d.path().join(f)).expect(f);
-        pids.push((f, text.trim().parse::<i32>().expect(f)));
-    }
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while pids.iter().any(|&(_, p)| pid_alive(p)) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let alive: Vec<_> = pids.iter().filter(|&&(_, p)| pid_alive(p)).collect();
-    for &&(_, p) in &alive {
-        let _ = Command::new("kill").args(["-9", &p.to_string()]).status();
-    }
-    assert!(alive.is_empty(), "still running: {alive:?}");
+    assert_none_survive(
+        d.path(),
+        &["setsid-2.pid", "setsid-2.child", "setsid-2.orphan"],
+    );
 }

@@ -13,12 +13,16 @@
 #[path = "common/lab.rs"]
 mod lab;
 
+#[path = "common/written.rs"]
+mod written;
+
 use lab::{Lab, LabOptions};
 use serde_json::Value;
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use written::{contains, files_under};
 
 const LAB_KEY: &str = "ww-lab-router-key-7f3e9a";
 const LAUNCHED_KEY: &str = "ww-launched-router-key-c41d";
@@ -120,24 +124,6 @@ fn workers_probe(scrape: &Value) -> Value {
         .find(|p| p["url"].as_str().is_some_and(|u| u.ends_with("/workers")))
         .unwrap_or_else(|| panic!("no /workers probe: {scrape}"))
         .clone()
-}
-
-/// Every file under `dir`, as bytes.
-fn files_under(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(dir).expect("read_dir").flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            out.extend(files_under(&p));
-        } else {
-            out.push((p.clone(), std::fs::read(&p).expect("read")));
-        }
-    }
-    out
-}
-
-fn contains(hay: &[u8], needle: &str) -> bool {
-    hay.windows(needle.len()).any(|w| w == needle.as_bytes())
 }
 
 #[test]

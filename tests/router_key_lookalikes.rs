@@ -12,10 +12,14 @@
 //! The key `asks` echoes appears nowhere in the snapshot bundle (`raw/metrics.json` held it
 //! before). Look-alikes are seen by every discovery on the machine: run under the lab lock.
 
+#[path = "common/written.rs"]
+mod written;
+
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use written::files_under;
 
 const KEY: &str = "ww-operator-router-key-5d2e81";
 const KEY_ENV: &str = "WW_TEST_OPERATOR_ROUTER_KEY";
@@ -149,20 +153,6 @@ fn start(dir: &Path, name: &str, own_netns: bool, env: &[(&str, &str)]) -> Looka
         std::thread::sleep(Duration::from_millis(100));
     }
     l
-}
-
-/// Every file under `dir`, as bytes.
-fn files_under(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(dir).expect("read_dir").flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            out.extend(files_under(&p));
-        } else {
-            out.push((p.clone(), std::fs::read(&p).expect("read")));
-        }
-    }
-    out
 }
 
 #[test]

@@ -120,6 +120,18 @@ fn find_in_path(name: &str) -> Option<PathBuf> {
     })
 }
 
+/// Creates each directory (and its parents) 0700, as systemd's StateDirectory= and
+/// RuntimeDirectory= would.
+fn private_dirs(dirs: &[&Path]) {
+    for d in dirs {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(d)
+            .expect("mkdir");
+    }
+}
+
 #[test]
 fn systemd_analyze_verify_accepts_the_unit() {
     let Some(analyze) = find_in_path("systemd-analyze") else {
@@ -221,13 +233,7 @@ fn the_units_directories_are_where_clients_look_and_its_command_line_uses_them()
         tmp.path().join("var/lib").join(state_name),
         tmp.path().join("run").join(runtime_name),
     );
-    for d in [&state, &runtime] {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(d)
-            .expect("mkdir");
-    }
+    private_dirs(&[&state, &runtime]);
     let log = tmp.path().join("stderr");
     let mut child = start_as_systemd_would(&unit, &state, &runtime, &log);
     let sock = runtime.join("daemon.sock");
@@ -374,13 +380,7 @@ fn an_empty_metrics_address_in_the_environment_file_leaves_the_service_up() {
     let unit = parse_unit(&unit_text());
     let tmp = tempfile::tempdir().expect("tmp");
     let (state, runtime) = (tmp.path().join("state"), tmp.path().join("run"));
-    for d in [&state, &runtime] {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(d)
-            .expect("mkdir");
-    }
+    private_dirs(&[&state, &runtime]);
     let log = tmp.path().join("stderr");
     let mut env = environment(&unit);
     env.insert("WEDGEWATCH_METRICS".into(), String::new());
