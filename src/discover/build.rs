@@ -130,7 +130,7 @@ impl Builder<'_> {
         };
         let port = flag_port
             .or(probed_port)
-            .or_else(|| default_port(prof, &sockets));
+            .or_else(|| default_port(prof, args, &sockets));
         let primary = port.map(|port| {
             let host = flag_host
                 .clone()
@@ -255,14 +255,7 @@ fn role_and_flag_labels(prof: &Profile, args: &[String], labels: &mut Labels) ->
 /// (engines) or every address (children). The serving address is never a channel, and
 /// without a known one an engine's unflagged sockets cannot be told apart: none is.
 fn channels(prof: &Profile, args: &[String], listen: &Listen) -> Vec<Channel> {
-    let flagged: Vec<(u16, ChannelKind)> = prof
-        .channel_flags
-        .iter()
-        .filter_map(|(kind, flag)| {
-            let port = flag_value(args, flag)?.parse::<u16>().ok()?;
-            Some((port, ChannelKind::parse(kind)?))
-        })
-        .collect();
+    let flagged = flagged_ports(prof, args);
     let serving = listen.port.filter(|_| prof.requests_on != RequestsOn::None);
     let unflagged_is_channel = match prof.requests_on {
         RequestsOn::All => false,
@@ -287,13 +280,29 @@ fn channels(prof: &Profile, args: &[String], listen: &Listen) -> Vec<Channel> {
         .collect()
 }
 
-/// The profile's default port, unless the process listens elsewhere (then its sockets win).
-fn default_port(prof: &Profile, sockets: &[SocketAddr]) -> Option<u16> {
+/// The profile's default port, unless the process listens elsewhere (then its sockets win,
+/// but never a channel's: taken for the serving port, it would hide every request).
+pub(super) fn default_port(prof: &Profile, args: &[String], sockets: &[SocketAddr]) -> Option<u16> {
+    let flagged = flagged_ports(prof, args);
+    let mut serving = sockets
+        .iter()
+        .filter(|s| !flagged.iter().any(|(p, _)| *p == s.port()));
     match prof.default_port {
         Some(d) if sockets.is_empty() || sockets.iter().any(|s| s.port() == d) => Some(d),
-        Some(_) => sockets.first().map(|s| s.port()),
+        Some(_) => serving.next().map(|s| s.port()),
         None => None,
     }
+}
+
+/// The ports the profile's `channel_flags` name in `args`, with their kinds.
+fn flagged_ports(prof: &Profile, args: &[String]) -> Vec<(u16, ChannelKind)> {
+    prof.channel_flags
+        .iter()
+        .filter_map(|(kind, flag)| {
+            let port = flag_value(args, flag)?.parse::<u16>().ok()?;
+            Some((port, ChannelKind::parse(kind)?))
+        })
+        .collect()
 }
 
 /// The primary address first, then every socket not already named by it.

@@ -88,3 +88,24 @@ fn workers_json_shapes() {
     );
     assert!(worker_urls_from_json("garbage").is_empty());
 }
+
+/// An engine started without `--port` that does not listen on the default: its serving port
+/// is a socket of its own, never its PD bootstrap port (a channel: taken for the serving
+/// port, every request would be hidden).
+#[test]
+fn the_fallback_serving_port_is_never_a_channel() {
+    let probes = crate::probes::ProbeSet::builtin().expect("built-in probes");
+    let prof = probes
+        .profiles
+        .iter()
+        .find(|p| p.name == "sglang-engine")
+        .expect("sglang-engine profile");
+    let args = v("python -m sglang.launch_server --disaggregation-bootstrap-port 8998");
+    let sockets: Vec<SocketAddr> = vec![
+        "127.0.0.1:8998".parse().expect("addr"),
+        "127.0.0.1:31000".parse().expect("addr"),
+    ];
+    assert_eq!(build::default_port(prof, &args, &sockets), Some(31000));
+    let none: Vec<String> = Vec::new();
+    assert_eq!(build::default_port(prof, &none, &sockets), Some(8998));
+}
