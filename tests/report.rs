@@ -331,7 +331,7 @@ fn hostile_host_text_cannot_break_the_markdown() {
 /// strikethrough, an entity, a backslash, a line break and a heading.
 const MARKUP: &str = "<img src=x onerror=alert(1)><a href=\"https://evil.example/\">a</a></summary></details> \
      ` `` ``` [l](https://evil.example/l) ![i](https://evil.example/i.png) <https://evil.example/auto> \
-     | *e* _u_ ~~s~~ &lt; \\ \n# h";
+     https://evil.example/bare www.evil.example | *e* _u_ ~~s~~ &lt; \\ \n# h";
 
 /// `v` with the markup appended to every string and put in place of every number that the
 /// snapshot still reads so (the untyped process facts), and the keys of its string maps.
@@ -421,17 +421,20 @@ fn hostile_fixture() -> Snapshot {
 
 /// Checks that no markup from a host string is live in `md` as GitHub renders it (parsed
 /// by pulldown-cmark with GFM tables): no raw HTML but our details tags (whose summary
-/// holds no markup), no link, no image; and that the markup is there, as text.
+/// holds no markup), no link, no image; no text GitHub would link as a bare URL (which
+/// pulldown-cmark does not: a text event, split at character references, holding `://` or
+/// `www.`); and that the markup is there, as text.
 fn assert_inert(md: &str) {
     let mut shown = 0;
+    let mut in_code_block = false;
     let parser = Parser::new_ext(md, Options::ENABLE_TABLES | Options::ENABLE_STRIKETHROUGH);
     for (ev, at) in parser.into_offset_iter() {
+        let around = md
+            .get(at.start.saturating_sub(300)..at.end)
+            .unwrap_or_default();
         match ev {
             Event::Html(h) | Event::InlineHtml(h) => {
                 let line = h.trim();
-                let around = md
-                    .get(at.start.saturating_sub(300)..at.end)
-                    .unwrap_or_default();
                 let summary = line
                     .strip_prefix("<details><summary>")
                     .and_then(|l| l.strip_suffix("</summary>"));
@@ -448,7 +451,17 @@ fn assert_inert(md: &str) {
             }
             Event::Start(Tag::Link { dest_url, .. }) => panic!("a live link to {dest_url}"),
             Event::Start(Tag::Image { dest_url, .. }) => panic!("a live image of {dest_url}"),
-            Event::Text(t) | Event::Code(t) if t.contains("<img src=x onerror") => shown += 1,
+            Event::Start(Tag::CodeBlock(_)) => in_code_block = true,
+            Event::End(TagEnd::CodeBlock) => in_code_block = false,
+            Event::Text(t) if !in_code_block => {
+                let lower = t.to_lowercase();
+                assert!(
+                    !lower.contains("://") && !lower.contains("www."),
+                    "a bare URL GitHub would link: {t:?} in {around}"
+                );
+                shown += usize::from(t.contains("<img src=x onerror"));
+            }
+            Event::Code(t) if t.contains("<img src=x onerror") => shown += 1,
             _ => {}
         }
     }
