@@ -331,7 +331,7 @@ fn hostile_host_text_cannot_break_the_markdown() {
 /// strikethrough, an entity, a backslash, a line break and a heading.
 const MARKUP: &str = "<img src=x onerror=alert(1)><a href=\"https://evil.example/\">a</a></summary></details> \
      ` `` ``` [l](https://evil.example/l) ![i](https://evil.example/i.png) <https://evil.example/auto> \
-     | *e* _u_ ~~s~~ &lt; \\ \n# h";
+     https://evil.example/bare www.evil.example | *e* _u_ ~~s~~ &lt; \\ \n# h";
 
 /// `v` with the markup appended to every string and put in place of every number that the
 /// snapshot still reads so (the untyped process facts), and the keys of its string maps.
@@ -421,17 +421,20 @@ fn hostile_fixture() -> Snapshot {
 
 /// Checks that no markup from a host string is live in `md` as GitHub renders it (parsed
 /// by pulldown-cmark with GFM tables): no raw HTML but our details tags (whose summary
-/// holds no markup), no link, no image; and that the markup is there, as text.
+/// holds no markup), no link, no image; no text GitHub would link as a bare URL (which
+/// pulldown-cmark does not: a text event, split at character references, holding `://` or
+/// `www.`); and that the markup is there, as text.
 fn assert_inert(md: &str) {
     let mut shown = 0;
+    let mut in_code_block = false;
     let parser = Parser::new_ext(md, Options::ENABLE_TABLES | Options::ENABLE_STRIKETHROUGH);
     for (ev, at) in parser.into_offset_iter() {
+        let around = md
+            .get(at.start.saturating_sub(300)..at.end)
+            .unwrap_or_default();
         match ev {
             Event::Html(h) | Event::InlineHtml(h) => {
                 let line = h.trim();
-                let around = md
-                    .get(at.start.saturating_sub(300)..at.end)
-                    .unwrap_or_default();
                 let summary = line
                     .strip_prefix("<details><summary>")
                     .and_then(|l| l.strip_suffix("</summary>"));
@@ -448,7 +451,17 @@ fn assert_inert(md: &str) {
             }
             Event::Start(Tag::Link { dest_url, .. }) => panic!("a live link to {dest_url}"),
             Event::Start(Tag::Image { dest_url, .. }) => panic!("a live image of {dest_url}"),
-            Event::Text(t) | Event::Code(t) if t.contains("<img src=x onerror") => shown += 1,
+            Event::Start(Tag::CodeBlock(_)) => in_code_block = true,
+            Event::End(TagEnd::CodeBlock) => in_code_block = false,
+            Event::Text(t) if !in_code_block => {
+                let lower = t.to_lowercase();
+                assert!(
+                    !lower.contains("://") && !lower.contains("www."),
+                    "a bare URL GitHub would link: {t:?} in {around}"
+                );
+                shown += usize::from(t.contains("<img src=x onerror"));
+            }
+            Event::Code(t) if t.contains("<img src=x onerror") => shown += 1,
             _ => {}
         }
     }
@@ -557,6 +570,53 @@ fn rendering_many_stuck_requests_is_linear() {
     );
     assert!(
         render < floor * 4,
+        "render {render:?} against the output pass {floor:?}: more than linear"
+    );
+}
+
+/// The wedged fixture with `n` more engines, each the child of the last one, with a
+/// changed environment variable each.
+fn many_components(n: usize) -> Snapshot {
+    let mut s = fixture("wedged");
+    let proto = s.components[2].clone();
+    let change = s.config_changed[0].clone();
+    let id = |i: usize| format!("decode{i}@10.2.{}.{}:30000", i / 250, i % 250);
+    for i in 0..n {
+        let mut c = proto.clone();
+        c.id = id(i);
+        c.parent = Some(id(n - 1));
+        c.env.insert(format!("KNOB_{i}"), "1".into());
+        s.components.push(c);
+        let mut x = change.clone();
+        x.component = id(i);
+        x.key = Some(format!("KNOB_{i}"));
+        s.config_changed.push(x);
+    }
+    s
+}
+
+/// The same for many components: each block looks its parent and its changes up in an
+/// index built once (a scan per component was quadratic): within 5 times the output pass
+/// (1.8 measured in a debug build; 9.9 with the scans).
+#[test]
+fn rendering_many_components_is_linear() {
+    let mut s = many_components(16_000);
+    s.redacted = false;
+    let pass = || {
+        let t = Instant::now();
+        let out = wedgewatch::redact::for_output(&[&s], false);
+        assert!(out.is_some_and(|v| v[0].components.len() > 16_000));
+        t.elapsed()
+    };
+    let before = pass();
+    let t = Instant::now();
+    let md = wedgewatch::report::render(&s);
+    let render = t.elapsed();
+    let floor = before.max(pass());
+    eprintln!("16k components: render {render:?}, the output pass {floor:?}");
+    assert!(md.contains("## Cut to fit"), "{md}");
+    assert!(
+        render < floor * 5,
         "render {render:?} against the output pass {floor:?}: more than linear"
     );
 }

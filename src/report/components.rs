@@ -3,8 +3,29 @@
 //! profile marks relevant; the whole environment stays in `snapshot.json`).
 
 use super::md::{code, details, esc, fenced, human_bytes};
-use crate::model::{SnapComponent, Snapshot};
+use crate::model::{Change, SnapComponent, Snapshot};
 use serde_json::Value;
+use std::collections::HashMap;
+
+/// What the blocks look up, indexed once: a snapshot may hold many components.
+pub struct Index<'a> {
+    by_id: HashMap<&'a str, &'a SnapComponent>,
+    env_changes: HashMap<&'a str, Vec<&'a Change>>,
+}
+
+impl<'a> Index<'a> {
+    pub fn new(s: &'a Snapshot) -> Self {
+        let mut by_id = HashMap::with_capacity(s.components.len());
+        for c in &s.components {
+            by_id.entry(c.id.as_str()).or_insert(c);
+        }
+        let mut env_changes: HashMap<&str, Vec<&Change>> = HashMap::new();
+        for x in s.config_changed.iter().filter(|x| x.field == "env") {
+            env_changes.entry(x.component.as_str()).or_default().push(x);
+        }
+        Index { by_id, env_changes }
+    }
+}
 
 fn facts(c: &SnapComponent) -> String {
     let mut o = format!("- role **{}**, stack {}\n", c.role, esc(&c.stack));
@@ -89,14 +110,15 @@ fn process_line(p: &Value) -> String {
 }
 
 /// The environment worth showing: changed variables and the relevant ones.
-fn environment(s: &Snapshot, c: &SnapComponent) -> String {
+fn environment(ix: &Index, c: &SnapComponent) -> String {
     if c.env.is_empty() {
         return String::new();
     }
-    let changed: Vec<String> = s
-        .config_changed
-        .iter()
-        .filter(|x| x.component == c.id && x.field == "env")
+    let changed: Vec<String> = ix
+        .env_changes
+        .get(c.id.as_str())
+        .into_iter()
+        .flatten()
         .filter_map(|x| {
             let k = x.key.as_deref()?;
             let b = x.before.as_deref().unwrap_or("(absent)");
@@ -131,7 +153,7 @@ fn environment(s: &Snapshot, c: &SnapComponent) -> String {
 }
 
 /// A component's block.
-pub fn component(s: &Snapshot, c: &SnapComponent) -> String {
+pub fn component(ix: &Index, c: &SnapComponent) -> String {
     let mut body = facts(c);
     for p in &c.processes {
         body.push_str(&process_line(p));
@@ -140,13 +162,10 @@ pub fn component(s: &Snapshot, c: &SnapComponent) -> String {
         body.push_str("\nCommand line:\n\n");
         body.push_str(&fenced(&c.cmdline.join(" ")));
     }
-    let parent = c
-        .parent
-        .as_deref()
-        .and_then(|p| s.components.iter().find(|x| x.id == p));
+    let parent = c.parent.as_deref().and_then(|p| ix.by_id.get(p));
     match parent.filter(|p| !c.env.is_empty() && p.env == c.env) {
         Some(p) => body.push_str(&format!("\n- environment: the same as {}'s\n", code(&p.id))),
-        None => body.push_str(&environment(s, c)),
+        None => body.push_str(&environment(ix, c)),
     }
     details(&format!("{} ({})", c.id, c.role), &body)
 }

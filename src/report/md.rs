@@ -12,7 +12,9 @@ use std::fmt::Write;
 /// table cell boundary, a backslash escape) or an HTML tag, attribute or entity becomes a
 /// character reference, which Markdown and HTML both show as the character and neither
 /// parses (a backslash escape would show in raw HTML, and GFM splits table cells before
-/// escapes are read); line breaks become spaces.
+/// escapes are read); line breaks become spaces. The `:` of `://` and the `.` of `www.`
+/// too: GitHub links a bare URL in text, and a reference splits it. (A bare e-mail address
+/// is still linked as `mailto:`: no escape stops that.)
 pub fn esc(s: &str) -> String {
     let chars: Vec<char> = s.chars().collect();
     let mut o = String::with_capacity(s.len() + 8);
@@ -20,6 +22,10 @@ pub fn esc(s: &str) -> String {
         match ch {
             // an underscore inside a word (`SGLANG_X`) never starts emphasis: left as is
             '_' if intraword(&chars, i) => o.push(ch),
+            ':' if chars.get(i + 1..i + 3) == Some(&['/', '/']) => o.push_str("&#58;"),
+            '.' if i >= 3 && chars[i - 3..i].iter().all(|c| c.eq_ignore_ascii_case(&'w')) => {
+                o.push_str("&#46;")
+            }
             '&' => o.push_str("&amp;"),
             '<' => o.push_str("&lt;"),
             '>' => o.push_str("&gt;"),
@@ -155,6 +161,10 @@ mod tests {
             "&lt;redacted&gt; &#42;x&#42; a&#124;b &#95;y&#95; A_B"
         );
         assert_eq!(esc("`a\\\"&\n"), "&#96;a&#92;&quot;&amp; ");
+        assert_eq!(
+            esc("see https://x.io or WWW.x.io, 10.0.0.1:80"),
+            "see https&#58;//x.io or WWW&#46;x.io, 10.0.0.1:80"
+        );
         assert_eq!(clip("héllo", 2), "hé…");
         assert_eq!(clip("hi", 2), "hi");
         assert_eq!(ago(94_000.0), "94 s");

@@ -140,10 +140,11 @@ fn blocks(s: &Snapshot) -> Vec<Block> {
         Block::new("GPUs", topology::gpus(s)),
         Block::new("components heading", components::heading(s)),
     ];
+    let ix = components::Index::new(s);
     for c in &s.components {
         b.push(Block::new(
             format!("component {}", c.id),
-            components::component(s, c),
+            components::component(&ix, c),
         ));
     }
     if !s.threads.is_empty() {
