@@ -26,6 +26,9 @@
 //! passes, one pair of daemon blocks of 2 s after 2 s of warm-up; the fake engine must be
 //! found in every pass and every daemon live through its block; no goal is judged.
 
+// rusage and clock_gettime through libc, which std does not wrap.
+#![allow(unsafe_code)]
+
 #[path = "discovery_parts/daemon_cpu.rs"]
 mod daemon_cpu;
 #[path = "common/env.rs"]

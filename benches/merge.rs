@@ -11,6 +11,9 @@
 //! (`cargo test --bench merge`, `common/mode.rs`): 1 round of 400 exchanges a node, the
 //! wedges still checked, the goal not judged.
 
+// rusage and clock_gettime through libc, which std does not wrap.
+#![allow(unsafe_code)]
+
 #[path = "common/env.rs"]
 mod env;
 #[path = "../tests/common/fleet.rs"]

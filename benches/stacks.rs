@@ -14,6 +14,9 @@
 //!
 //! py-spy: `$WEDGEWATCH_PY_SPY`, else `tests/lab/.venv/bin/py-spy`.
 
+// rusage and clock_gettime through libc, which std does not wrap.
+#![allow(unsafe_code)]
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

@@ -3,6 +3,9 @@
 //! Quick mode (`cargo test --bench tui_render`, `common/mode.rs`): 400 exchanges, 2 ingests,
 //! 10 draws, the goal not judged.
 
+// rusage and clock_gettime through libc, which std does not wrap.
+#![allow(unsafe_code)]
+
 #[path = "common/env.rs"]
 mod env;
 #[path = "common/mode.rs"]

@@ -355,7 +355,7 @@ fn namespace_checks(probes: &ProbeSet, opts: &DoctorOptions) -> Vec<Check> {
     let mut netns: BTreeMap<Option<u64>, Vec<i32>> = BTreeMap::new();
     let mut pidns: BTreeMap<Option<u64>, Vec<i32>> = BTreeMap::new();
     let mut unreadable = Vec::new();
-    for pid in processes::topology_pids(&topo) {
+    for pid in topo.pids() {
         let f = processes::facts(&opts.proc_root, pid);
         netns.entry(f.netns).or_default().push(pid);
         pidns.entry(f.pidns).or_default().push(pid);

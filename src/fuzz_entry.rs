@@ -10,10 +10,11 @@ use crate::daemon::{self, Shared};
 use crate::detect::Thresholds;
 use crate::model::{CaptureMode, StackCapture};
 use crate::probes::ProbeSet;
+use crate::prom;
 use crate::record::{read_records, ReadLimits};
 use crate::sampler::StatsHandle;
 use crate::sources::stacks::{self, RuleSet};
-use crate::{http, prom};
+use crate::sys::http;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 

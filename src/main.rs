@@ -4,17 +4,17 @@
 //! way. Exit codes: `cli::exit::code`, documented in `--help` and the README.
 
 #![deny(clippy::unwrap_used, clippy::expect_used)]
-// Rooms a reader can hold (issue 12): thresholds in clippy.toml. Unit tests are exempt,
-// as tests/ and benches/ are (crate attributes do not reach them): the non-test build
-// checks every other function.
+// Rooms a reader can hold: thresholds in clippy.toml. Unit tests are exempt.
 #![warn(clippy::too_many_lines, clippy::cognitive_complexity)]
 #![cfg_attr(test, allow(clippy::too_many_lines, clippy::cognitive_complexity))]
+// `export_name` hands jemalloc its options (below); nothing else here is unsafe.
+#![allow(unsafe_code)]
 
 use clap::error::ErrorKind;
 use clap::Parser;
 use std::io::Write;
 
-/// jemalloc, not glibc's malloc: see `wedgewatch::sys::alloc` for why and how it is tuned.
+/// jemalloc, not glibc's malloc: see `wedgewatch::alloc` for why and how it is tuned.
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
@@ -22,7 +22,7 @@ static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 /// is read after them and wins: the operator's word).
 #[export_name = "_rjem_malloc_conf"]
 #[used]
-static MALLOC_CONF: Option<&u8> = wedgewatch::sys::alloc::JEMALLOC_CONF.first();
+static MALLOC_CONF: Option<&u8> = wedgewatch::alloc::JEMALLOC_CONF.first();
 
 mod cli;
 use cli::exit;

@@ -1,4 +1,4 @@
-//! The binary runs on jemalloc with the options of `sys::alloc::JEMALLOC_CONF` (the daemon's
+//! The binary runs on jemalloc with the options of `alloc::JEMALLOC_CONF` (the daemon's
 //! CPU and RSS on a big node depend on both; docs/performance.md "jemalloc"). jemalloc's own
 //! statistics, printed at exit when asked through the environment, show the options in
 //! force: a binary on glibc's malloc, or one whose options symbol was not linked, fails here.
@@ -22,7 +22,7 @@ fn the_binary_runs_on_jemalloc_with_our_options() {
     assert!(out.status.success());
     let stats = String::from_utf8_lossy(&out.stderr);
     assert!(stats.contains("Begin jemalloc statistics"), "{stats}");
-    let conf = std::str::from_utf8(wedgewatch::sys::alloc::JEMALLOC_CONF)
+    let conf = std::str::from_utf8(wedgewatch::alloc::JEMALLOC_CONF)
         .expect("ASCII")
         .trim_end_matches('\0');
     for opt in conf.split(',') {

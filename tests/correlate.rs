@@ -1,6 +1,9 @@
 //! Exchange segmentation and hop linking from synthetic tcp_info samples (FakeClock-style
 //! explicit timestamps, no sleeps).
 
+// libc calls (tcp_info, rusage, ptys, a counting allocator) that std does not wrap.
+#![allow(unsafe_code)]
+
 mod correl_common;
 use correl_common::*;
 use wedgewatch::model::{RequestState, Role};

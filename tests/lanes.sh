@@ -29,7 +29,7 @@ LAB_LANE=(
 )
 LAB_BENCHES=(discovery daemon biglab)
 
-lab_args=()
+lab_args=(--workspace)
 for name in "${LAB_LANE[@]}"; do
     if [ ! -f "tests/$name.rs" ]; then
         echo "lanes: tests/$name.rs is in LAB_LANE but does not exist" >&2
@@ -45,7 +45,7 @@ for name in "${LAB_BENCHES[@]}"; do
     lab_args+=(--bench "$name")
 done
 # Everything not in the lab lane; the real vLLM tier last, when the quick ones are done.
-other_args=(--lib --bins --examples)
+other_args=(--workspace --lib --bins --examples)
 for file in tests/*.rs; do
     name="$(basename "$file" .rs)"
     case " ${LAB_LANE[*]} vllm_real sglang_real " in
@@ -69,13 +69,13 @@ started=$SECONDS
 (
     cargo test --no-fail-fast "${other_args[@]}"
     rc=$?
-    cargo test --doc || rc=1
+    cargo test --workspace --doc || rc=1
     exit "$rc"
 ) >"$other_log" 2>&1 &
 other_pid=$!
 cargo test --no-fail-fast "${lab_args[@]}"
 lab_rc=$?
-cargo test --no-fail-fast --test sglang_real || lab_rc=1
+cargo test --workspace --no-fail-fast --test sglang_real || lab_rc=1
 lab_secs=$((SECONDS - started))
 wait "$other_pid"
 other_rc=$?

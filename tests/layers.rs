@@ -1,56 +1,167 @@
-//! The layering of `src/` (docs/architecture.md, issue 12): every module names only modules
-//! of its own layer or of a lower one. The test reads the sources (no build of the graph:
-//! `use crate::X`, `crate::X::` paths and `crate::{X, Y}` groups), skipping comments and
-//! `#[cfg(test)]` items, and fails naming each upward reference.
-//!
-//! A new top-level module must be placed in [`LAYERS`]; the test fails until it is.
+//! The layering of the workspace (docs/architecture.md). The crates are the layers and the
+//! compiler holds most of it: a crate names only the crates it depends on. This test keeps
+//! what the compiler cannot say:
+//! - which crate may depend on which (a new dependency line would be accepted by cargo), and
+//!   that judgement has no OS access and no async runtime;
+//! - the order of the modules inside one crate (`correlate` below `detect`, `sources` below
+//!   `discover`, ...), read from `crate::X` paths, `#[cfg(test)]` items and comments skipped;
+//! - that the modules which must reach the OS through `sys` do not open files or sockets.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-/// Top-level modules of `src/` and their layer, bottom first. A module may name modules of
-/// its own layer and of any lower layer.
-const LAYERS: &[(&str, &[&str])] = &[
-    // Leaf utilities that name no other module of the crate but its error type. `config`
-    // (thresholds, range checks) is read by the model itself.
-    ("base", &["clock", "error", "safe_fs", "deadline", "config"]),
-    ("model", &["model"]),
-    // Pure helpers over the model (a parser, redaction, the redacting log writer), usable by
-    // every layer above.
-    ("model-helpers", &["redact", "prom", "logging"]),
-    // `crate::http` is `sys::http` at its old path; `children` (what we spawn, and its
-    // descendants) reads `/proc` through `sys`.
-    ("sys", &["sys", "http", "children"]),
-    ("sources", &["sources"]),
-    // Probe tables: stack rules and metric maps of `sources`, profiles of `discover`.
-    ("probes", &["probes"]),
-    ("discover", &["discover"]),
-    ("correlate", &["correlate"]),
-    ("detect", &["detect"]),
+/// Each crate of the workspace (its folder) and the workspace crates it may depend on.
+const CRATE_DEPS: &[(&str, &[&str])] = &[
+    ("crates/model", &[]),
+    ("crates/sys", &["wedgewatch-model"]),
+    ("crates/collect", &["wedgewatch-model", "wedgewatch-sys"]),
+    ("crates/judge", &["wedgewatch-model"]),
     (
-        "outputs",
+        "crates/output",
+        &["wedgewatch-model", "wedgewatch-sys", "wedgewatch-judge"],
+    ),
+    ("crates/tui", &["wedgewatch-model"]),
+    (
+        ".",
         &[
-            "snapshot", "report", "diff", "export", "record", "pipeline", "merge",
+            "wedgewatch-model",
+            "wedgewatch-sys",
+            "wedgewatch-collect",
+            "wedgewatch-judge",
+            "wedgewatch-output",
+            "wedgewatch-tui",
         ],
     ),
-    (
-        "runtime",
-        &["daemon", "attach", "sampler", "doctor", "fleet"],
-    ),
-    ("front", &["cli", "tui", "main", "lib", "fuzz_entry"]),
 ];
 
-/// Upward references not fixed yet: (file under `src/`, the module it names). Each entry
-/// says why it is still there. Keep this list tiny.
-const ALLOWED: &[(&str, &str)] = &[];
+/// External crates that mean OS access or an async runtime: judgement takes none of them.
+const OS_CRATES: &[&str] = &[
+    "tokio",
+    "nix",
+    "libc",
+    "procfs",
+    "nvml-wrapper",
+    "netlink-sys",
+    "netlink-packet-core",
+    "netlink-packet-sock-diag",
+];
 
-/// The layer index of a top-level module (`runtime` in `crate::runtime()` is a fn of
-/// `lib.rs`, hence `front`).
-fn layer_of(module: &str) -> Option<usize> {
-    if module == "runtime" {
-        return layer_of("lib");
+/// The modules of one crate's `src/` and their layer, bottom first. A module may name
+/// modules of its own layer and of any lower one; names that are not this crate's own
+/// modules are other crates' (the compiler checks those).
+const MODULE_LAYERS: &[(&str, &[&[&str]])] = &[
+    (
+        "crates/model/src",
+        &[&["clock", "error", "config"], &["model"], &["redact", "prom"], &["lib"]],
+    ),
+    (
+        "crates/sys/src",
+        &[&["safe_fs", "deadline"], &["sys"], &["children"], &["lib"]],
+    ),
+    (
+        "crates/collect/src",
+        &[&["sources"], &["probes"], &["discover"], &["lib"]],
+    ),
+    (
+        "crates/judge/src",
+        &[&["correlate"], &["detect"], &["pipeline"], &["lib"]],
+    ),
+    (
+        "crates/output/src",
+        &[
+            &["report", "diff"],
+            &["snapshot"],
+            &["export", "record", "merge"],
+            &["lib"],
+        ],
+    ),
+    ("crates/tui/src", &[&["feed"], &["app"], &["render"], &["lib"]]),
+    (
+        "src",
+        &[
+            &["alloc", "logging"],
+            &["sampler"],
+            &["attach", "daemon", "doctor", "fleet"],
+            &["fuzz_entry", "lib"],
+            &["cli", "main"],
+        ],
+    ),
+];
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The `[dependencies]` names of a Cargo.toml (not dev- or build-dependencies).
+fn dependencies(manifest: &Path) -> BTreeSet<String> {
+    let text = std::fs::read_to_string(manifest).unwrap();
+    let value: toml_like::Table = toml_like::parse(&text);
+    value.section("dependencies")
+}
+
+/// Just enough of TOML to list a section's keys (no dev-dependency on a TOML parser).
+mod toml_like {
+    use std::collections::BTreeSet;
+
+    pub struct Table(Vec<(String, String)>);
+
+    pub fn parse(text: &str) -> Table {
+        let mut section = String::new();
+        let mut keys = Vec::new();
+        for line in text.lines() {
+            let line = line.trim();
+            if let Some(s) = line.strip_prefix('[').and_then(|s| s.strip_suffix(']')) {
+                section = s.trim().to_string();
+            } else if let Some((k, _)) = line.split_once('=') {
+                if !line.starts_with('#') {
+                    let key = k.trim().split('.').next().unwrap_or("").to_string();
+                    keys.push((section.clone(), key));
+                }
+            }
+        }
+        Table(keys)
     }
-    LAYERS.iter().position(|(_, mods)| mods.contains(&module))
+
+    impl Table {
+        pub fn section(&self, name: &str) -> BTreeSet<String> {
+            self.0
+                .iter()
+                .filter(|(s, _)| s == name)
+                .map(|(_, k)| k.clone())
+                .collect()
+        }
+    }
+}
+
+#[test]
+fn each_crate_depends_only_on_the_layers_below_it() {
+    let mut found = Vec::new();
+    for (dir, allowed) in CRATE_DEPS {
+        let deps = dependencies(&root().join(dir).join("Cargo.toml"));
+        for d in deps.iter().filter(|d| d.starts_with("wedgewatch")) {
+            if !allowed.contains(&d.as_str()) {
+                found.push(format!("{dir} depends on {d}"));
+            }
+        }
+    }
+    let members: BTreeSet<String> = std::fs::read_dir(root().join("crates"))
+        .unwrap()
+        .map(|e| format!("crates/{}", e.unwrap().file_name().to_string_lossy()))
+        .collect();
+    let listed: BTreeSet<String> = CRATE_DEPS
+        .iter()
+        .map(|(d, _)| d.to_string())
+        .filter(|d| d != ".")
+        .collect();
+    assert_eq!(members, listed, "every crate has its place in CRATE_DEPS");
+    assert!(found.is_empty(), "dependencies against the layering:\n{}", found.join("\n"));
+}
+
+#[test]
+fn judgement_has_no_os_access_and_no_async_runtime() {
+    let deps = dependencies(&root().join("crates/judge/Cargo.toml"));
+    let os: Vec<&&str> = OS_CRATES.iter().filter(|c| deps.contains(**c)).collect();
+    assert!(os.is_empty(), "crates/judge depends on {os:?}");
 }
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -178,47 +289,36 @@ fn named_modules(code: &str) -> BTreeSet<String> {
     out
 }
 
-/// Every `(file, named module, why)` that breaks the layering.
-fn violations(src: &Path) -> Vec<String> {
+/// The layer of `module` in one crate's table.
+fn layer_in(layers: &[&[&str]], module: &str) -> Option<usize> {
+    layers.iter().position(|mods| mods.contains(&module))
+}
+
+/// Every upward reference inside one crate's `src/`, and every module without a layer.
+fn violations(src_dir: &str, layers: &[&[&str]]) -> Vec<String> {
+    let src = root().join(src_dir);
     let mut files = Vec::new();
-    rust_files(src, &mut files);
+    rust_files(&src, &mut files);
     let mut found = Vec::new();
     for f in files {
-        let rel = f.strip_prefix(src).unwrap().to_path_buf();
+        let rel = f.strip_prefix(&src).unwrap().to_path_buf();
         if is_test_file(&rel) {
             continue;
         }
         let module = module_of(&rel);
-        // `main.rs` and `cli/` are the binary crate: their `crate::` is `main.rs`, and they
-        // name the library as `wedgewatch::`, from the top layer.
-        if module == "main" || module == "cli" {
-            continue;
-        }
-        let Some(own) = layer_of(&module) else {
-            found.push(format!(
-                "{}: module `{module}` has no layer in tests/layers.rs",
-                rel.display()
-            ));
+        let Some(own) = layer_in(layers, &module) else {
+            found.push(format!("{src_dir}/{}: module `{module}` has no layer", rel.display()));
             continue;
         };
         let code = production_code(&std::fs::read_to_string(&f).unwrap());
         for named in named_modules(&code) {
-            // `crate::Error`, `crate::Result`: lib.rs re-exports of `error`.
-            if named.chars().next().is_some_and(|c| c.is_ascii_uppercase()) {
-                continue;
-            }
-            let Some(theirs) = layer_of(&named) else {
-                found.push(format!(
-                    "{}: names `crate::{named}`, which has no layer in tests/layers.rs",
-                    rel.display()
-                ));
+            let Some(theirs) = layer_in(layers, &named) else {
                 continue;
             };
-            let rel_s = rel.to_string_lossy().to_string();
-            if theirs > own && !ALLOWED.contains(&(rel_s.as_str(), named.as_str())) {
+            if theirs > own {
                 found.push(format!(
-                    "{rel_s}: `{module}` ({}) names `crate::{named}` ({})",
-                    LAYERS[own].0, LAYERS[theirs].0
+                    "{src_dir}/{}: `{module}` names `crate::{named}`, a higher layer",
+                    rel.display()
                 ));
             }
         }
@@ -227,9 +327,11 @@ fn violations(src: &Path) -> Vec<String> {
 }
 
 #[test]
-fn no_module_names_a_higher_layer() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let found = violations(&src);
+fn no_module_names_a_higher_layer_of_its_crate() {
+    let found: Vec<String> = MODULE_LAYERS
+        .iter()
+        .flat_map(|(dir, layers)| violations(dir, layers))
+        .collect();
     assert!(
         found.is_empty(),
         "upward references (docs/architecture.md, layers):\n{}",
@@ -238,17 +340,12 @@ fn no_module_names_a_higher_layer() {
 }
 
 /// Modules above `sys` that must reach the OS only through it: they read other processes,
-/// the network or the kernel, never files of their own. (Outputs, recordings, the daemon,
-/// probes and the front end open their own files and sockets, through `safe_fs` or not.)
-const THROUGH_SYS_ONLY: &[&str] = &[
-    "sources",
-    "discover",
-    "correlate",
-    "detect",
-    "pipeline",
-    "sampler",
-    "attach",
-    "doctor",
+/// the network or the kernel, never files of their own (outputs, recordings, the daemon and
+/// the front end open their own files, through `safe_fs` or not). By crate folder.
+const THROUGH_SYS_ONLY: &[(&str, &[&str])] = &[
+    ("crates/collect/src", &["sources", "discover"]),
+    ("crates/judge/src", &["correlate", "detect", "pipeline"]),
+    ("src", &["sampler", "attach", "doctor"]),
 ];
 
 /// What names direct OS access in code.
@@ -270,40 +367,29 @@ const OS_ACCESS: &[&str] = &[
 
 #[test]
 fn only_sys_reads_the_os() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut files = Vec::new();
-    rust_files(&src, &mut files);
     let mut found = Vec::new();
-    for f in files {
-        let rel = f.strip_prefix(&src).unwrap().to_path_buf();
-        if is_test_file(&rel) || !THROUGH_SYS_ONLY.contains(&module_of(&rel).as_str()) {
-            continue;
-        }
-        let code = production_code(&std::fs::read_to_string(&f).unwrap());
-        for line in code.lines() {
-            if let Some(token) = OS_ACCESS.iter().find(|t| line.contains(*t)) {
-                found.push(format!("{}: `{token}` in: {}", rel.display(), line.trim()));
+    for (dir, modules) in THROUGH_SYS_ONLY {
+        let src = root().join(dir);
+        let mut files = Vec::new();
+        rust_files(&src, &mut files);
+        for f in files {
+            let rel = f.strip_prefix(&src).unwrap().to_path_buf();
+            if is_test_file(&rel) || !modules.contains(&module_of(&rel).as_str()) {
+                continue;
+            }
+            let code = production_code(&std::fs::read_to_string(&f).unwrap());
+            for line in code.lines() {
+                if let Some(token) = OS_ACCESS.iter().find(|t| line.contains(*t)) {
+                    found.push(format!("{dir}/{}: `{token}` in: {}", rel.display(), line.trim()));
+                }
             }
         }
     }
     assert!(
         found.is_empty(),
-        "OS access above sys (go through crate::sys):\n{}",
+        "OS access above sys (go through wedgewatch-sys):\n{}",
         found.join("\n")
     );
-}
-
-#[test]
-fn allow_list_entries_are_still_needed() {
-    // An entry whose reference is gone must be removed, so the list only shrinks.
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    for (file, named) in ALLOWED {
-        let code = production_code(&std::fs::read_to_string(src.join(file)).unwrap());
-        assert!(
-            named_modules(&code).contains(*named),
-            "{file} no longer names crate::{named}: remove it from ALLOWED"
-        );
-    }
 }
 
 #[test]
@@ -325,7 +411,7 @@ fn the_scanner_reads_paths_groups_and_skips_tests_and_comments() {
         names,
         ["clock", "detect", "discover", "model", "sources", "sys"]
     );
-    assert!(layer_of("model") < layer_of("sys"));
-    assert!(layer_of("detect") < layer_of("record"));
-    assert!(layer_of("attach") < layer_of("tui"));
+    let judge = MODULE_LAYERS[3].1;
+    assert!(layer_in(judge, "correlate") < layer_in(judge, "detect"));
+    assert_eq!(layer_in(judge, "tui"), None);
 }

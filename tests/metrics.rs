@@ -9,12 +9,12 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 use wedgewatch::clock::SystemClock;
-use wedgewatch::http::{self, Limits};
 use wedgewatch::model::{Component, FetchOutcome, MetricsScrape, Payload, Role, Status, Topology};
 use wedgewatch::probes::ProbeSet;
 use wedgewatch::sources::metrics::{labelled_key, rates, MetricsConfig, MetricsSource};
 use wedgewatch::sources::sockets::{SocketConfig, SocketSource};
 use wedgewatch::sources::Source;
+use wedgewatch::sys::http::{self, Limits};
 
 const SERVER: &str = r#"
 import json, os, random, sys, threading, time

@@ -11,11 +11,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use wedgewatch::clock::SystemClock;
-use wedgewatch::http::{self, Limits};
 use wedgewatch::model::{Component, FetchOutcome, MetricsScrape, Payload, Role, Sample, Topology};
 use wedgewatch::probes::ProbeSet;
 use wedgewatch::sources::metrics::{MetricsConfig, MetricsSource};
 use wedgewatch::sources::Source;
+use wedgewatch::sys::http::{self, Limits};
 
 /// The series the sglang maps read, put last so a cut on the others must not lose them.
 const MAPPED_TAIL: &str = "sglang:num_running_reqs{tp_rank=\"0\"} 7\nsglang_num_queue_reqs 3\n";

@@ -204,8 +204,8 @@ fn pods_on_one_port_are_two_components_scraped_inside_their_namespaces() {
 
     // a request held open at pod-b's engine (sent inside pod-b, never answered: its headers
     // never end) is that engine's, not pod-a's on the same port
-    let held = wedgewatch::netns::connect_blocking(
-        wedgewatch::netns::Netns {
+    let held = wedgewatch::sys::netns::connect_blocking(
+        wedgewatch::sys::netns::Netns {
             pid: lab.b.engine_pid,
             inode: lab.b.netns,
         },
@@ -346,8 +346,8 @@ fn the_container_is_shown_in_the_overview_and_the_report() {
 /// the host's resolver for the host's network. (Our own namespace stands in for a pod's.)
 #[test]
 fn names_are_not_resolved_inside_another_namespace() {
-    use wedgewatch::http::{self, Limits};
-    use wedgewatch::netns::{own_inode, route, Netns};
+    use wedgewatch::sys::http::{self, Limits};
+    use wedgewatch::sys::netns::{own_inode, route, Netns};
     let ns = Netns {
         pid: std::process::id() as i32,
         inode: own_inode().expect("own netns"),

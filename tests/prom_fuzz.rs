@@ -225,7 +225,7 @@ fn bounded_parse_respects_its_limits_on_garbage() {
 /// the cap.
 #[test]
 fn http_answers_never_panic_and_respect_the_cap() {
-    use wedgewatch::http::parse_response;
+    use wedgewatch::sys::http::parse_response;
     let mut rng = Rng(42);
     let good = b"HTTP/1.1 200 OK\r\nContent-Length: 12\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n";
     for round in 0..3000 {

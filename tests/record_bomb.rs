@@ -3,6 +3,9 @@
 //! memory bounded by the value budget. Alone in their test binary, so the counting
 //! allocator sees only them.
 
+// libc calls (tcp_info, rusage, ptys, a counting allocator) that std does not wrap.
+#![allow(unsafe_code)]
+
 mod correl_common;
 
 use correl_common::*;

@@ -77,7 +77,7 @@ else
 fi
 
 started=$SECONDS
-cargo fmt --check
+cargo fmt --all --check
 
 # One build lints and compiles: clippy-driver is the compiler of the crate's own targets
 # (`cargo clippy` runs it the same way, but in check mode, which would build every dependency
@@ -88,7 +88,7 @@ cargo fmt --check
 export RUSTC_WORKSPACE_WRAPPER=clippy-driver
 lint_rc=0
 build_rc=0
-cargo test --no-run --all-targets --message-format=json | python3 tests/lint_gate.py \
+cargo test --workspace --no-run --all-targets --message-format=json | python3 tests/lint_gate.py \
     || { build_rc=${PIPESTATUS[0]}; lint_rc=1; }
 built_at=$SECONDS
 if [ "$build_rc" != 0 ]; then

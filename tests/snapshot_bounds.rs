@@ -5,6 +5,9 @@
 //! refuses the text with one line and exit 2 (`fleet snapshot` leaves the node out and
 //! merges the rest) and stays small.
 
+// libc calls (tcp_info, rusage, ptys, a counting allocator) that std does not wrap.
+#![allow(unsafe_code)]
+
 #[path = "common/fleet.rs"]
 mod fleet;
 

@@ -1,6 +1,9 @@
 //! What /proc says about a process the benches measure: CPU seconds (its own, its reaped
 //! and its live children's), RSS, and the bytes under a directory. Shared by the bench
 //! binaries (`#[path]`-included).
+
+// rusage and clock_gettime through libc, which std does not wrap.
+#![allow(unsafe_code)]
 #![allow(dead_code)]
 
 use std::path::Path;

@@ -1,6 +1,9 @@
 //! Stopping a daemon the benches started: SIGTERM (its clean stop), then SIGKILL after 10 s,
 //! and reaped either way. Shared by the bench binaries (`#[path]`-included).
 
+// rusage and clock_gettime through libc, which std does not wrap.
+#![allow(unsafe_code)]
+
 use std::process::Child;
 use std::time::{Duration, Instant};
 

@@ -92,7 +92,7 @@ fn idle_with_work_waiting(
             s.add(engine, SuspicionReason::QueueNotDraining { queued });
         }
     }
-    if cs.gpu_activity != crate::sources::gpu::GpuActivity::Idle || !view.sockets_fresh {
+    if cs.gpu_activity != crate::correlate::GpuActivity::Idle || !view.sockets_fresh {
         return;
     }
     let oldest_open = view

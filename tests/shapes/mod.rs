@@ -156,7 +156,7 @@ pub fn wedgewatch() -> Command {
 pub fn snapshot_of(pids: &[i32], redact: bool) -> wedgewatch::model::Snapshot {
     use wedgewatch::discover::{self, DiscoverOptions};
     use wedgewatch::snapshot::{self, AssembleOptions};
-    use wedgewatch::sources::processes::{self, ProcessesSource};
+    use wedgewatch::sources::processes::ProcessesSource;
     let probes = wedgewatch::probes::ProbeSet::builtin().expect("probes");
     let mut topo = discover::discover(&probes, &DiscoverOptions::default()).expect("discover");
     let ours: Vec<String> = topo
@@ -169,7 +169,7 @@ pub fn snapshot_of(pids: &[i32], redact: bool) -> wedgewatch::model::Snapshot {
         .retain(|c| ours.contains(&c.id) || c.parent.as_ref().is_some_and(|p| ours.contains(p)));
     topo.edges
         .retain(|e| ours.contains(&e.from) && ours.contains(&e.to));
-    let (facts, status) = ProcessesSource::new("/proc").collect(&processes::topology_pids(&topo));
+    let (facts, status) = ProcessesSource::new("/proc").collect(&topo.pids());
     let parts = snapshot::process_only_parts(
         topo,
         facts,

@@ -1,0 +1,452 @@
+//! Logical requests and their verdicts, computed once per view.
+//!
+//! A request as its client sent it crosses several hops (proxy -> router -> prefill +
+//! decode); each hop's exchange is a leg of one logical request (`r17`, legs `r17@proxy`,
+//! `r17@decode`). Its verdict (stuck / waiting / active / done) and, when stuck, the leg it
+//! is stuck at are decided here with the configured thresholds; the detectors
+//! (`wedged_request`, `stalled_stream`), the report and the TUI read them and never judge a
+//! request again, so a finding's count, its ids, the TUI's "(N stuck)" and the report's
+//! table are one set.
+//!
+//! Stuck without a response byte (`wedged_request`'s case): a leg waited
+//! `wedged_after_ms` for its first byte at the deepest hop holding it, and that hop does no
+//! work for it (no GPU work, forward time, tokens or scheduler batch; GPU not spinning). On a
+//! busy engine it is stuck anyway when the engine's work counters have not moved since it
+//! arrived, or when at least `wedged_overtaken_min` later, comparable requests from the same
+//! upstream hop were answered meanwhile. In PD, when both legs wait, the prefill leg is the
+//! one stuck (the decode leg needs its KV cache) and the decode leg its consequence, unless
+//! prefill holds requests in its bootstrap queue waiting for decode to connect: then the
+//! decode leg is stuck and the prefill leg its consequence.
+//!
+//! Stuck with a stopped stream (`stalled_stream`'s case): a leg's response stopped for
+//! `stall_after_ms` (request state `stalled`) at the deepest stalled hop, whose component
+//! does no work and whose GPU is not spinning.
+//!
+//! Probes (health checks, scrapes, load probes: requests too small to be inference requests)
+//! are never stuck; wedgewatch's own scrapes are not even exchanges (`ignore_client_pids`).
+
+use super::exchange::Exchange;
+use super::state::{ComponentState, WorkSignal};
+use super::view::{is_probe_sized, LegName, RequestView, View};
+use super::Model;
+use crate::clock::Millis;
+use crate::correlate::GpuActivity;
+use crate::model::{RequestState, Role, StuckKind, Verdict};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// One logical request in a view.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LogicalView {
+    /// The number of its first leg's exchange: its id is `r<num>` ([`LogicalView::id`]).
+    pub num: u64,
+    /// Indices into `View::requests`, the entry hop first.
+    pub legs: Vec<usize>,
+    pub verdict: Verdict,
+    /// Too small to be an inference request: never stuck.
+    pub probe: bool,
+    pub stuck: Option<StuckLeg>,
+}
+
+impl LogicalView {
+    /// `r` and the number of its first leg's exchange (`r17`).
+    pub fn id(&self) -> String {
+        format!("r{}", self.num)
+    }
+}
+
+/// Where and how a stuck logical request is stuck.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StuckLeg {
+    /// Index into `View::requests`.
+    pub leg: usize,
+    pub kind: StuckKind,
+    /// Why a busy engine is blamed anyway (shared by every request stuck at that engine).
+    pub busy: Option<BusyNote>,
+    /// PD: decode legs (indices into `View::requests`) that wait on the stuck prefill leg.
+    pub consequences: Vec<usize>,
+}
+
+/// Why requests at an engine that shows work are stuck anyway.
+#[derive(Debug, Clone, PartialEq)]
+pub enum BusyNote {
+    /// The engine's work counters have not moved since they arrived; `earlier` is the work
+    /// seen over the rate window (for other requests, before these arrived).
+    NothingSince { earlier: Vec<WorkSignal> },
+    /// At least this many later comparable requests were answered meanwhile.
+    Overtaken { n: usize, working: Vec<WorkSignal> },
+}
+
+/// After a request arrives, counters may still move for this long from batches already
+/// under way (and the metrics scrape lags by up to a second).
+const WORK_SETTLE_MS: Millis = 2000;
+
+/// Smallest request (bytes) that counts as "a later request answered meanwhile" when the
+/// waiting request's own size is unknown: health checks and scrapes are smaller than this.
+const OVERTAKE_MIN_BYTES_IN: u64 = 256;
+
+/// Groups the view's exchanges into logical requests (by the hop links) and names each
+/// leg. Entry hops are exchanges whose parent is not in the view; exchanges left over (a
+/// link cycle) start their own request, so every exchange is a leg of exactly one.
+pub(super) fn group(v: &mut View) {
+    let n = v.requests.len();
+    let mut of = vec![usize::MAX; n];
+    let mut logical: Vec<LogicalView> = Vec::new();
+    let is_entry = |r: &RequestView| r.x.parent.and_then(|p| v.index_of_num(p)).is_none();
+    let starts: Vec<usize> = (0..n)
+        .filter(|&i| is_entry(&v.requests[i]))
+        .chain(0..n)
+        .collect();
+    for start in starts {
+        if of[start] != usize::MAX {
+            continue;
+        }
+        let li = logical.len();
+        of[start] = li;
+        let mut legs = vec![start];
+        let mut k = 0;
+        while k < legs.len() {
+            for &l in &v.requests[legs[k]].x.links {
+                if let Some(j) = v.index_of_num(l).filter(|&j| of[j] == usize::MAX) {
+                    of[j] = li;
+                    legs.push(j);
+                }
+            }
+            k += 1;
+        }
+        logical.push(LogicalView {
+            num: v.requests[start].x.num,
+            probe: legs.iter().any(|&i| is_probe_sized(&v.requests[i].x)),
+            legs,
+            verdict: Verdict::Done,
+            stuck: None,
+        });
+    }
+    // Legs per kind of hop so far in one logical request (one list for all: thousands per
+    // view).
+    let mut seen: Vec<(Role, u32)> = Vec::new();
+    for l in &logical {
+        seen.clear();
+        for &i in &l.legs {
+            let r = &mut v.requests[i];
+            let at = match seen.iter().position(|(role, _)| *role == r.x.role) {
+                Some(at) => at,
+                None => {
+                    seen.push((r.x.role, 0));
+                    seen.len() - 1
+                }
+            };
+            seen[at].1 += 1;
+            // A second leg at the same kind of hop (a retry, two proxies): numbered.
+            r.leg = LegName {
+                request: l.num,
+                role: r.x.role,
+                k: seen[at].1,
+            };
+        }
+    }
+    for (li, l) in logical.iter().enumerate() {
+        for &i in &l.legs {
+            v.requests[i].request = li;
+        }
+    }
+    v.logical = logical;
+}
+
+/// Decides every logical request's verdict at `v.now`.
+pub(super) fn judge(m: &Model, v: &mut View) {
+    let mut stuck: BTreeMap<usize, StuckLeg> = BTreeMap::new();
+    // Stale sockets: a request only looks old because nobody looked.
+    if v.sockets_fresh {
+        let mut found: Vec<StuckLeg> = no_response(m, v);
+        found.extend(stalled(v));
+        // Stable: no response before stalled, then the deepest hop first.
+        found.sort_by_key(|s| (s.kind, std::cmp::Reverse(v.requests[s.leg].x.role.depth())));
+        for s in found {
+            let li = v.requests[s.leg].request;
+            // One leg per logical request: the first judged (no response before stalled;
+            // the deepest hop first within each).
+            stuck.entry(li).or_insert(s);
+        }
+    }
+    for li in 0..v.logical.len() {
+        let s = stuck.remove(&li);
+        let verdict = if s.is_some() {
+            Verdict::Stuck
+        } else {
+            let open: Vec<RequestState> = v.logical[li]
+                .legs
+                .iter()
+                .map(|&i| v.requests[i].state)
+                .filter(|s| is_open(*s))
+                .collect();
+            if open.is_empty() {
+                Verdict::Done
+            } else if open.iter().all(|s| *s == RequestState::WaitingFirstByte) {
+                Verdict::Waiting
+            } else {
+                Verdict::Active
+            }
+        };
+        v.logical[li].verdict = verdict;
+        v.logical[li].stuck = s;
+    }
+}
+
+fn is_open(s: RequestState) -> bool {
+    matches!(
+        s,
+        RequestState::WaitingFirstByte | RequestState::Streaming | RequestState::Stalled
+    )
+}
+
+/// Legs stuck without a response byte.
+fn no_response(m: &Model, v: &View) -> Vec<StuckLeg> {
+    let (leaves, consequences) = split_off_decode_legs(v, waiting_leaves(m, v));
+    let mut out = Vec::new();
+    for (comp, ls) in by_component(v, leaves) {
+        let cs = v.components.get(&comp);
+        let Some(ls) = drop_excused(v, cs, ls) else {
+            continue;
+        };
+        let (ls, busy) = match cs {
+            Some(cs) => match judge_busy_engine(m, v, &comp, cs, ls) {
+                Some(judged) => judged,
+                None => continue,
+            },
+            None => (ls, None),
+        };
+        for &leg in &ls {
+            let parent = v.requests[leg].x.parent;
+            let deps = consequences
+                .iter()
+                .copied()
+                .filter(|&d| parent.is_some() && v.requests[d].x.parent == parent)
+                .collect();
+            out.push(StuckLeg {
+                leg,
+                kind: StuckKind::NoResponse,
+                busy: busy.clone(),
+                consequences: deps,
+            });
+        }
+    }
+    out
+}
+
+/// Requests waiting for their first byte for `wedged_after_ms` at the deepest hop holding
+/// them (no outstanding child; a proxy/router only if nothing it sent downstream is open),
+/// probes left out.
+fn waiting_leaves(m: &Model, v: &View) -> Vec<usize> {
+    let th = &m.thresholds;
+    (0..v.requests.len())
+        .filter(|&i| {
+            let r = &v.requests[i];
+            r.state == RequestState::WaitingFirstByte
+                && r.age_ms >= th.correlate.wedged_after_ms
+                && !v.logical[r.request].probe
+                && v.outstanding_child(r).is_none()
+                && (r.x.role.is_engine() || !v.downstream_open(&r.x.component))
+        })
+        .collect()
+}
+
+/// PD: when both legs of one request wait, one is the cause and the other its consequence,
+/// not stuck on its own. The prefill leg is the cause (the decode leg needs its KV cache),
+/// unless that prefill holds requests in its bootstrap queue: it waits for decode to connect
+/// for them, which a decode that forgot the request never does, so the decode leg is the
+/// cause. Returns the leaves to judge and the legs set aside.
+fn split_off_decode_legs(v: &View, mut leaves: Vec<usize>) -> (Vec<usize>, Vec<usize>) {
+    let waits_for_decode = |x: &Exchange| {
+        v.components
+            .get(&x.component)
+            .and_then(|cs| cs.pd_bootstrap)
+            .is_some_and(|n| n > 0.0)
+    };
+    let parents_of = |keep: &dyn Fn(&Exchange) -> bool| -> BTreeSet<u64> {
+        leaves
+            .iter()
+            .map(|&i| &v.requests[i].x)
+            .filter(|x| keep(x))
+            .filter_map(|x| x.parent)
+            .collect()
+    };
+    let blamed_prefill = parents_of(&|x| x.role == Role::Prefill && !waits_for_decode(x));
+    let waiting_prefill = parents_of(&|x| x.role == Role::Prefill && waits_for_decode(x));
+    let decode = parents_of(&|x| x.role == Role::Decode);
+    let mut consequences = Vec::new();
+    leaves.retain(|&i| {
+        let x = &v.requests[i].x;
+        let dependent = match (x.role, x.parent) {
+            (Role::Decode, Some(p)) => blamed_prefill.contains(&p),
+            (Role::Prefill, Some(p)) => waiting_prefill.contains(&p) && decode.contains(&p),
+            _ => false,
+        };
+        if dependent {
+            consequences.push(i);
+        }
+        !dependent
+    });
+    (leaves, consequences)
+}
+
+fn by_component(v: &View, leaves: Vec<usize>) -> BTreeMap<String, Vec<usize>> {
+    let mut m: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    for l in leaves {
+        m.entry(v.requests[l].x.component.clone())
+            .or_default()
+            .push(l);
+    }
+    m
+}
+
+/// Drops what is another detector's or no inference request at all; `None` when nothing is
+/// left at this component.
+fn drop_excused(v: &View, cs: Option<&ComponentState>, mut ls: Vec<usize>) -> Option<Vec<usize>> {
+    if let Some(cs) = cs {
+        // A spinning GPU is busy_without_progress's case, not a forgotten request.
+        if cs.gpu_activity == GpuActivity::Spinning {
+            return None;
+        }
+        // The engine counts its open inference requests and says none: a waiting request
+        // from outside the stack (someone's hung probe of a non-inference endpoint) is not
+        // a forgotten inference request.
+        if cs.role.is_engine() && cs.http_active == Some(0.0) {
+            ls.retain(|&i| v.requests[i].x.client_component.is_some());
+            if ls.is_empty() {
+                return None;
+            }
+        }
+    }
+    Some(ls)
+}
+
+/// Busy engines are usually slow, not forgetful. On an engine with work signals, keeps only
+/// the requests it did nothing for since they arrived, or else those skipped by at least
+/// `wedged_overtaken_min` later ones, with a note saying which; `None` when none is left.
+/// An engine without work signals keeps all of them, without a note.
+fn judge_busy_engine(
+    m: &Model,
+    v: &View,
+    comp: &str,
+    cs: &ComponentState,
+    mut ls: Vec<usize>,
+) -> Option<(Vec<usize>, Option<BusyNote>)> {
+    let working = cs.work_signals();
+    if working.is_empty() {
+        return Some((ls, None));
+    }
+    // The rates behind the signals span `rate_window_ms`: tokens generated for other
+    // requests just before these arrived are no work for these. An engine whose counters
+    // have not moved since a request arrived (and whose GPU and scheduler are not working
+    // now) did nothing for it.
+    let working_now = working.iter().any(|w| w.is_current());
+    let idle_since: Vec<usize> = if working_now {
+        Vec::new()
+    } else {
+        ls.iter()
+            .copied()
+            .filter(|&i| {
+                let since = v.requests[i].x.request_ms + WORK_SETTLE_MS;
+                counters_flat_since(m, comp, since, v.now) == Some(true)
+            })
+            .collect()
+    };
+    if !idle_since.is_empty() {
+        let note = BusyNote::NothingSince { earlier: working };
+        return Some((idle_since, Some(note)));
+    }
+    // Unless later requests were served while these waited.
+    ls.retain(|&i| overtaken(m, &v.requests[i]) >= m.thresholds.correlate.wedged_overtaken_min);
+    let n = ls.iter().map(|&i| overtaken(m, &v.requests[i])).min()?;
+    Some((ls, Some(BusyNote::Overtaken { n, working })))
+}
+
+/// Whether the engine's own work counters (`generation_tokens_total`,
+/// `forward_seconds_total`) stayed flat between `since` and `now`: `None` without at least
+/// two scrapes carrying one of them in that stretch.
+fn counters_flat_since(m: &Model, comp: &str, since: Millis, now: Millis) -> Option<bool> {
+    let hist = m.metrics_history(comp)?;
+    let pts: Vec<_> = hist
+        .iter()
+        .filter(|p| p.t_ms >= since && p.t_ms <= now)
+        .collect();
+    let (first, last) = (pts.first()?, pts.last()?);
+    if pts.len() < 2 || last.t_ms - first.t_ms < 1000 {
+        return None;
+    }
+    let mut known = false;
+    for (key, tolerance) in [
+        ("generation_tokens_total", 0.0),
+        ("forward_seconds_total", 0.01),
+    ] {
+        if let (Some(a), Some(b)) = (first.mapped.get(key), last.mapped.get(key)) {
+            known = true;
+            if b - a > tolerance {
+                return Some(false);
+            }
+        }
+    }
+    known.then_some(true)
+}
+
+/// Requests that arrived later at the same component, from the same upstream hop, of
+/// comparable size (so the upstream's health checks and metrics scrapes do not count), and
+/// were answered meanwhile. (Whole history, not only the window: they may have finished long
+/// ago.)
+///
+/// Comparable: at an engine that prefills, at least half the waiting request's size (a long
+/// prompt is slower to start, smaller ones may pass it for a while). A PD decode engine does
+/// no prefill: any inference-sized request is comparable there, so a long prompt it accepted
+/// and forgot (the incident's decode variable: prompts above a token count) is not excused
+/// by the small ones it keeps answering. Where any inference-sized request is comparable, so
+/// is a stream first seen under way, its size unknown ([`super::exchange::Exchange::seen_streaming`]): a
+/// one-shot of one second on a busy engine sees the start of few requests, and the requests
+/// complete in beats, so it may see none answered in full while hundreds stream.
+fn overtaken(m: &Model, r: &RequestView) -> usize {
+    let any_inference = r.x.bytes_in == 0 || r.x.role == Role::Decode;
+    let min_in = if any_inference {
+        OVERTAKE_MIN_BYTES_IN
+    } else {
+        (r.x.bytes_in / 2).max(OVERTAKE_MIN_BYTES_IN)
+    };
+    m.exchanges()
+        .filter(|o| o.component == r.x.component && o.request_ms > r.x.request_ms + 1000)
+        .filter(|o| o.client_component == r.x.client_component)
+        .filter(|o| o.bytes_in >= min_in || (any_inference && o.seen_streaming()))
+        .filter(|o| o.answered())
+        .count()
+}
+
+/// Legs whose response stream stopped: stalled at the deepest stalled hop, at a component
+/// that shows no work and whose GPU is not spinning.
+fn stalled(v: &View) -> Vec<StuckLeg> {
+    let leaves: Vec<usize> = (0..v.requests.len())
+        .filter(|&i| {
+            let r = &v.requests[i];
+            r.state == RequestState::Stalled
+                && !v.logical[r.request].probe
+                && v.outstanding_child(r).is_none()
+                // A proxy/router stream that stopped while a request it sent downstream
+                // stopped too is that request's consequence, even when the hop link was not
+                // made (e.g. a keep-alive connection first seen mid-stream).
+                && (r.x.role.is_engine() || !v.downstream_stalled(&r.x.component))
+        })
+        .collect();
+    let mut out = Vec::new();
+    for (comp, ls) in by_component(v, leaves) {
+        let busy = v
+            .components
+            .get(&comp)
+            .is_some_and(|cs| cs.shows_work() || cs.gpu_activity == GpuActivity::Spinning);
+        if busy {
+            continue;
+        }
+        out.extend(ls.into_iter().map(|leg| StuckLeg {
+            leg,
+            kind: StuckKind::StreamStalled,
+            busy: None,
+            consequences: Vec::new(),
+        }));
+    }
+    out
+}
