@@ -45,8 +45,7 @@
 mod daemon_proc;
 #[path = "common/env.rs"]
 mod env;
-#[path = "../tests/common/lab.rs"]
-mod lab;
+use wedgewatch_testkit::lab;
 #[path = "common/mode.rs"]
 mod mode;
 #[path = "common/proc_stat.rs"]

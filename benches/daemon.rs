@@ -22,8 +22,7 @@
 
 #[path = "common/env.rs"]
 mod env;
-#[path = "../tests/common/lab.rs"]
-mod lab;
+use wedgewatch_testkit::lab;
 #[path = "common/mode.rs"]
 mod mode;
 #[path = "common/proc_stat.rs"]

@@ -15,8 +15,7 @@
 //! test --bench exporter`, `common/mode.rs`): 2 stacks x 2 hung requests, 5 rounds, the
 //! goal not judged.
 
-#[path = "../tests/correl_common/mod.rs"]
-mod correl_common;
+use wedgewatch_testkit::correl as correl_common;
 #[path = "common/env.rs"]
 mod env;
 #[path = "common/mode.rs"]

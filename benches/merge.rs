@@ -16,8 +16,7 @@
 
 #[path = "common/env.rs"]
 mod env;
-#[path = "../tests/common/fleet.rs"]
-mod fleet;
+use wedgewatch_testkit::fleet;
 #[path = "common/mode.rs"]
 mod mode;
 

@@ -15,8 +15,7 @@
 //! size, its cost per exchange and the ratio to the walk. Quick mode (`cargo test --bench
 //! view`, `common/mode.rs`): 20 agents, 10 s of history, 3 rounds; the same check.
 
-#[path = "../tests/correl_common/mod.rs"]
-mod correl_common;
+use wedgewatch_testkit::correl as correl_common;
 #[path = "common/env.rs"]
 mod env;
 #[path = "common/mode.rs"]

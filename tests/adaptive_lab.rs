@@ -5,8 +5,7 @@
 //! Discovery sees every stack on the machine (other tests' labs too): assertions are about
 //! the py-spy runs on this test's own lab's pids, and about runs per tick overall.
 
-#[path = "common/lab.rs"]
-mod lab;
+use wedgewatch_testkit::lab;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};

@@ -1,6 +1,6 @@
 //! Discovery against live processes with SGLang's shapes, and against fixture /proc trees.
 
-mod shapes;
+use wedgewatch_testkit::shapes;
 
 use shapes::{fixture_proc, free_port, Shape};
 use std::time::Duration;

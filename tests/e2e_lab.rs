@@ -9,10 +9,8 @@
 //! Each test brings up its own lab on free ports; the fixture's Drop tears it down, and
 //! [`Daemon`]'s Drop kills the daemon.
 
-#[path = "common/lab.rs"]
-mod lab;
-#[path = "common/story.rs"]
-mod story;
+use wedgewatch_testkit::lab;
+use wedgewatch_testkit::story;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

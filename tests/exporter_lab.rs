@@ -8,8 +8,7 @@
 //! Prometheus runs from its binary on a loopback port with a temporary data directory and a
 //! generated configuration, killed (by its pid) on drop; never as a system service.
 
-#[path = "common/lab.rs"]
-mod lab;
+use wedgewatch_testkit::lab;
 
 use lab::{Lab, LabOptions};
 use serde_json::Value;

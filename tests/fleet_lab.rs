@@ -4,8 +4,7 @@
 //! snapshot carries the node's identity and clocks, namespaces the lab's components by the
 //! node, and still finds the lab's wedge at decode.
 
-#[path = "common/lab.rs"]
-mod lab;
+use wedgewatch_testkit::lab;
 
 use lab::{Lab, LabOptions};
 use serde_json::Value;

@@ -5,8 +5,7 @@
 //! scenario that loads the fake runs in ONE test fn, in sequence, with the variable set once
 //! before NVML is first initialised (no other test in this binary touches the environment).
 
-#[path = "common/lab.rs"]
-mod lab;
+use wedgewatch_testkit::lab;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

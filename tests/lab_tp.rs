@@ -6,8 +6,7 @@
 //!
 //! Needs `tests/lab/.venv` (created on first use by `lab.py setup`).
 
-#[path = "common/lab.rs"]
-mod lab;
+use wedgewatch_testkit::lab;
 
 use std::time::{Duration, Instant};
 

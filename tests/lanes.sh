@@ -46,8 +46,9 @@ for name in "${LAB_BENCHES[@]}"; do
 done
 # Everything not in the lab lane; the real vLLM tier last, when the quick ones are done.
 other_args=(--workspace --lib --bins --examples)
-for file in tests/*.rs; do
+for file in tests/*.rs tests/*/main.rs; do
     name="$(basename "$file" .rs)"
+    [ "$name" = main ] && name="$(basename "$(dirname "$file")")"
     case " ${LAB_LANE[*]} vllm_real sglang_real " in
     *" $name "*) ;;
     *) other_args+=(--test "$name") ;;

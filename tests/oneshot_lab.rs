@@ -9,8 +9,7 @@
 //! is dry and it stops forwarding, and a restart unfreezes it. Discovery sees every stack on
 //! the machine (other tests' labs too), so assertions are about this lab's components only.
 
-#[path = "common/lab.rs"]
-mod lab;
+use wedgewatch_testkit::lab;
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

@@ -6,7 +6,7 @@
 // libc calls (tcp_info, rusage, ptys, a counting allocator) that std does not wrap.
 #![allow(unsafe_code)]
 
-mod correl_common;
+use wedgewatch_testkit::correl as correl_common;
 
 use correl_common::*;
 use std::alloc::{GlobalAlloc, Layout, System};

@@ -10,11 +10,9 @@
 //!   production launch scripts leave it: its key is read from the launcher's arguments.
 //! - Neither key appears anywhere in a snapshot bundle or a recording.
 
-#[path = "common/lab.rs"]
-mod lab;
+use wedgewatch_testkit::lab;
 
-#[path = "common/written.rs"]
-mod written;
+use wedgewatch_testkit::written;
 
 use lab::{Lab, LabOptions};
 use serde_json::Value;

@@ -12,8 +12,7 @@
 //! The key `asks` echoes appears nowhere in the snapshot bundle (`raw/metrics.json` held it
 //! before). Look-alikes are seen by every discovery on the machine: run under the lab lock.
 
-#[path = "common/written.rs"]
-mod written;
+use wedgewatch_testkit::written;
 
 use std::io::BufRead;
 use std::path::{Path, PathBuf};

@@ -3,13 +3,14 @@
 //! took 1.5 GB in `merge`/`fleet --json`, 2.9 GB in `diff`, 3.2 GB in `report`. Every
 //! reader of snapshots is the real binary here, its peak RSS read with `wait4`: each
 //! refuses the text with one line and exit 2 (`fleet snapshot` leaves the node out and
-//! merges the rest) and stays small.
+//! merges the rest) and stays small. Alone in its test binary: a child's peak RSS counts the
+//! pages it shared with the test process before `exec`, so a big test process would
+//! inflate it.
 
 // libc calls (tcp_info, rusage, ptys, a counting allocator) that std does not wrap.
 #![allow(unsafe_code)]
 
-#[path = "common/fleet.rs"]
-mod fleet;
+use wedgewatch_testkit::fleet;
 
 use fleet::*;
 use serde_json::Value;

@@ -4,8 +4,7 @@
 //! py-spy is found through `$WEDGEWATCH_PY_SPY`, else `tests/lab/.venv/bin/py-spy`
 //! (create it with `python3 -m venv tests/lab/.venv && tests/lab/.venv/bin/pip install py-spy==0.4.3`).
 
-#[path = "common/lab.rs"]
-mod lab;
+use wedgewatch_testkit::lab;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

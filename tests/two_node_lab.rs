@@ -7,8 +7,7 @@
 //!
 //! Needs root; skipped, saying so, only when this machine cannot make network namespaces.
 
-#[path = "common/lab.rs"]
-mod lab;
+use wedgewatch_testkit::lab;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
