@@ -3,7 +3,7 @@
 //! through here, so they sample the same way.
 
 use crate::clock::{Clock, Millis};
-use crate::correlate::Model;
+use crate::correlate::Correlator;
 use crate::daemon::DiscoverFn;
 use crate::detect::Thresholds;
 use crate::discover::{self, DiscoverOptions, DiscoveryCache};
@@ -264,12 +264,12 @@ pub async fn collect_window(
     window_ms: u64,
     clock: Arc<dyn Clock>,
     started: std::time::Instant,
-) -> Result<Model> {
+) -> Result<Correlator> {
     let topology = opts.discover().await?;
     let discovered = started.elapsed();
     let (_tx, rx) = watch::channel(topology.clone());
     let sampler = opts.sampler(clock, rx)?;
-    let mut model = Model::new(opts.thresholds.clone());
+    let mut model = Correlator::new(opts.thresholds.clone());
     model.set_topology(topology);
     // The window is the verb's time to look, from the process's start to its exit:
     // `--window 3s` is a snapshot in about 3 s, however long starting and finding the stack

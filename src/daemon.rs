@@ -1,4 +1,4 @@
-//! The daemon: samples continuously, keeps the bounded in-memory [`Model`], writes a
+//! The daemon: samples continuously, keeps the bounded in-memory [`Correlator`], writes a
 //! rotated recording, takes baselines of every component's facts (on start, and when a
 //! component appears or restarts), and serves its live state on a Unix socket readable by
 //! its owner only.
@@ -26,7 +26,7 @@ pub mod protocol;
 pub mod socket;
 
 use crate::clock::{Clock, Millis};
-use crate::correlate::Model;
+use crate::correlate::Correlator;
 use crate::detect::Thresholds;
 use crate::error::{Error, Result};
 use crate::model::{Payload, Sample, SourceKind, Topology};
@@ -136,7 +136,7 @@ impl Paces {
 /// What the daemon shares between its sampling loop and its socket.
 #[derive(Debug)]
 pub struct Shared {
-    pub model: Model,
+    pub model: Correlator,
     /// The first baseline, then the most recent ones.
     pub baselines: Vec<Baseline>,
     /// Newest known facts of every component (baselines merged).
@@ -175,7 +175,7 @@ fn topology_key(t: &Topology) -> Vec<(String, Option<i32>, Vec<i32>)> {
 
 impl Daemon {
     pub fn new(config: DaemonConfig, clock: Arc<dyn Clock>, discover: DiscoverFn) -> Daemon {
-        let mut model = Model::new(config.thresholds.clone());
+        let mut model = Correlator::new(config.thresholds.clone());
         model.history_ms = config.history_ms;
         model.history_bytes = config.history_bytes;
         model.window_ms = config.window_ms;
@@ -669,7 +669,7 @@ fn build_ahead(build: BuildAhead, shared: &Mutex<Shared>, clock: &dyn Clock) {
 
 /// The model a request reads: the daemon's own, or a copy widened to the asked window
 /// (never beyond the history kept).
-fn windowed(model: &Model, window_ms: Option<i64>) -> std::borrow::Cow<'_, Model> {
+fn windowed(model: &Correlator, window_ms: Option<i64>) -> std::borrow::Cow<'_, Correlator> {
     match window_ms {
         None => std::borrow::Cow::Borrowed(model),
         Some(w) => {

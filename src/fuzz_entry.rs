@@ -5,7 +5,7 @@
 //! field, and throws the result away: the only property checked is "no panic, bounded
 //! time". Each is a thin adapter; when a parser's signature changes, only its adapter does.
 
-use crate::correlate::Model;
+use crate::correlate::Correlator;
 use crate::daemon::{self, Shared};
 use crate::detect::Thresholds;
 use crate::model::{CaptureMode, StackCapture};
@@ -132,7 +132,7 @@ pub fn daemon_request(data: &[u8]) {
         return;
     };
     let cfg = daemon::DaemonConfig::new(PathBuf::from("/nonexistent"));
-    let mut model = Model::new(cfg.thresholds.clone());
+    let mut model = Correlator::new(cfg.thresholds.clone());
     model.history_ms = cfg.history_ms;
     model.window_ms = cfg.window_ms;
     let shared = Mutex::new(Shared {

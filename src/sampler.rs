@@ -371,7 +371,11 @@ impl Sampler {
     /// Samples for `duration_ms` (tokio time) into `model`, then stops: what a one-shot
     /// `snapshot` without a daemon does. Returns the number of samples ingested.
     /// The model takes the sampler's topology.
-    pub async fn collect(mut self, model: &mut crate::correlate::Model, duration_ms: u64) -> u64 {
+    pub async fn collect(
+        mut self,
+        model: &mut crate::correlate::Correlator,
+        duration_ms: u64,
+    ) -> u64 {
         let topo = self.topology.borrow().clone();
         if model.topology() != &topo {
             model.set_topology(topo);
@@ -431,7 +435,7 @@ mod tests {
         // Its own timeout is far past the window: the window must win.
         s.add(Arc::new(Hangs), 15_000, 60_000);
         let stats = s.stats();
-        let mut model = crate::correlate::Model::new(Default::default());
+        let mut model = crate::correlate::Correlator::new(Default::default());
         let t0 = tokio::time::Instant::now();
         s.collect(&mut model, 1_000).await;
         let took = t0.elapsed();
@@ -451,7 +455,7 @@ mod tests {
         let (_tx, rx) = watch::channel(Topology::default());
         let mut s = Sampler::new(Arc::new(crate::clock::FakeClock::new(0)), rx);
         s.add(Arc::new(Hangs), 15_000, 60_000);
-        let mut model = crate::correlate::Model::new(Default::default());
+        let mut model = crate::correlate::Correlator::new(Default::default());
         let t0 = tokio::time::Instant::now();
         s.with_grace(Duration::from_millis(300))
             .collect(&mut model, 1_000)
@@ -488,7 +492,7 @@ mod tests {
         let (_tx, rx) = watch::channel(Topology::default());
         let mut s = Sampler::new(Arc::new(crate::clock::FakeClock::new(0)), rx);
         s.add(Arc::new(Slow), 100, 5_000);
-        let mut model = crate::correlate::Model::new(Default::default());
+        let mut model = crate::correlate::Correlator::new(Default::default());
         let t0 = tokio::time::Instant::now();
         let n = s.collect(&mut model, 1_000).await;
         let took = t0.elapsed();
@@ -527,7 +531,7 @@ mod tests {
         let mut s = Sampler::new(Arc::new(crate::clock::FakeClock::new(0)), rx);
         s.add(Arc::new(FirstOnly(Default::default())), 1_000, 60_000);
         let stats = s.stats();
-        let mut model = crate::correlate::Model::new(Default::default());
+        let mut model = crate::correlate::Correlator::new(Default::default());
         let n = s.collect(&mut model, 1_500).await;
         assert_eq!(n, 1, "only the real sample is ingested");
         let st = lock(&stats)[&SourceKind::Processes].clone();

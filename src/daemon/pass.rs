@@ -8,7 +8,7 @@
 
 use crate::clock::Millis;
 use crate::config::Thresholds;
-use crate::correlate::{Model, View};
+use crate::correlate::{Correlator, View};
 use crate::model::{Finding, RequestState, Suspicion};
 use std::sync::{Arc, Mutex};
 
@@ -22,7 +22,7 @@ pub struct Pass {
 
 impl Pass {
     /// The pass over `model` at `now`.
-    pub fn run(model: &Model, now: Millis) -> Pass {
+    pub fn run(model: &Correlator, now: Millis) -> Pass {
         let view = model.view(now);
         let findings = crate::detect::run_all(model, &view);
         let suspicion = crate::sampler::suspicion::derive(
@@ -94,7 +94,7 @@ mod tests {
     fn the_newest_suspicion_is_kept() {
         let latest = Latest::default();
         assert!(latest.suspicion().is_empty(), "no pass yet");
-        let pass = Pass::run(&Model::default(), 10_000);
+        let pass = Pass::run(&Correlator::default(), 10_000);
         assert_eq!(pass.at_ms(), 10_000);
         latest.set(pass.suspicion.clone());
         assert_eq!(latest.suspicion(), pass.suspicion);

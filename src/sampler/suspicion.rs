@@ -6,7 +6,7 @@
 //! exporter read) and its stacks ticks read the newest; the sources never see the model.
 
 use crate::config::Thresholds;
-use crate::correlate::{ComponentState, Model, RequestView, View};
+use crate::correlate::{ComponentState, Correlator, RequestView, View};
 use crate::model::{
     Finding, FindingKind, RequestNote, RequestState, Role, Suspicion, SuspicionReason, Topology,
 };
@@ -21,7 +21,7 @@ const IMPLICATING: [FindingKind; 5] = [
 ];
 
 /// The suspicion of the model at `now`: its view, the detectors over it, and [`derive`].
-pub fn of_model(model: &Model, now: crate::clock::Millis) -> Suspicion {
+pub fn of_model(model: &Correlator, now: crate::clock::Millis) -> Suspicion {
     let view = model.view(now);
     let findings = crate::detect::run_all(model, &view);
     derive(model.topology(), &view, &findings, &model.thresholds)

@@ -242,11 +242,11 @@ fn real_tcp_info_counters_segment_like_the_synthetic_ones() {
     c.main_pid = Some(me);
     c.listen = vec![format!("127.0.0.1:{port}")];
     topo.components.push(c);
-    let mut model = wedgewatch::correlate::Model::default();
+    let mut model = wedgewatch::correlate::Correlator::default();
     model.ignore_client_pids.clear();
     model.set_topology(topo);
     let clock = SystemClock;
-    let sample = |model: &mut wedgewatch::correlate::Model, server: &std::net::TcpStream| {
+    let sample = |model: &mut wedgewatch::correlate::Correlator, server: &std::net::TcpStream| {
         let t = clock.now_ms();
         let entry = SocketEntry {
             local: format!("127.0.0.1:{port}"),
@@ -667,7 +667,7 @@ fn huge_counters_after_a_probe_are_no_repeat_and_no_panic() {
 #[test]
 fn a_sample_handed_over_reads_like_one_lent() {
     let mut sim = Sim::new(pd_topology());
-    let mut owned = wedgewatch::correlate::Model::default();
+    let mut owned = wedgewatch::correlate::Correlator::default();
     owned.ignore_client_pids.clear();
     owned.set_topology(pd_topology());
     let wedged = sim.connect(Some(200), 31012, 400);

@@ -483,7 +483,7 @@ async fn collect_samples_a_window_into_a_model() {
         1000,
     );
     sampler.add(fake(SourceKind::Gpu, 5), 250, 1000);
-    let mut model = wedgewatch::correlate::Model::default();
+    let mut model = wedgewatch::correlate::Correlator::default();
     let n = sampler.collect(&mut model, 3_000).await;
     assert!((24..=26).contains(&n), "{n}");
     let parts = wedgewatch::pipeline::parts(&model, clock.now_ms());

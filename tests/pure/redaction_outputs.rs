@@ -264,7 +264,7 @@ fn snapshot_bundle_report_and_export_hold_no_planted_secret() {
 #[test]
 fn a_served_json_snapshot_holds_no_planted_secret() {
     use wedgewatch::daemon::{self, protocol, Shared};
-    let mut model = wedgewatch::correlate::Model::new(Thresholds::default());
+    let mut model = wedgewatch::correlate::Correlator::new(Thresholds::default());
     model.set_topology(topology());
     samples().iter().for_each(|s| model.ingest(s));
     let shared = std::sync::Mutex::new(Shared {

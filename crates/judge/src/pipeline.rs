@@ -4,20 +4,20 @@
 //! them; neither of the lower layers calls the other upward.
 
 use crate::clock::{thread_cpu_ms, Millis};
-use crate::correlate::Model;
+use crate::correlate::Correlator;
 use crate::detect;
 use crate::model::{RawFiles, SnapshotParts};
 
 /// Everything a snapshot needs at `now`, findings included: the model's view, the detectors
 /// run over it, and the parts the model assembles from both, with every raw payload (a
 /// bundle's raw files).
-pub fn parts(model: &Model, now: Millis) -> SnapshotParts {
+pub fn parts(model: &Correlator, now: Millis) -> SnapshotParts {
     parts_for(model, now, RawFiles::All)
 }
 
 /// [`parts`] with only the raw payloads `raw` says (a snapshot printed as JSON needs none
 /// of the bundle's raw files).
-pub fn parts_for(model: &Model, now: Millis, raw: RawFiles) -> SnapshotParts {
+pub fn parts_for(model: &Correlator, now: Millis, raw: RawFiles) -> SnapshotParts {
     let cpu = thread_cpu_ms();
     let view = model.view(now);
     let viewed = thread_cpu_ms();

@@ -10,7 +10,7 @@
 pub mod prometheus;
 
 use crate::clock::{parse_rfc3339, Millis};
-use crate::correlate::Model;
+use crate::correlate::Correlator;
 use crate::model::{Finding, Request, RequestState, Snapshot};
 use crate::snapshot::SnapshotParts;
 use serde_json::{json, Value};
@@ -203,7 +203,7 @@ pub fn perfetto_snapshot(s: &Snapshot) -> Value {
 
 /// From a live or replayed model: exact phase boundaries (first byte, last byte), over the
 /// whole history kept (not only the snapshot window).
-pub fn perfetto_model(model: &Model, now: Millis) -> Value {
+pub fn perfetto_model(model: &Correlator, now: Millis) -> Value {
     let mut whole = model.clone();
     whole.window_ms = whole.history_ms;
     let m = &whole;

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use wedgewatch::clock::Millis;
-use wedgewatch::correlate::Model;
+use wedgewatch::correlate::Correlator;
 use wedgewatch::model::*;
 
 pub const T0: Millis = 1_795_963_800_000;
@@ -54,14 +54,14 @@ pub struct SimConn {
 pub struct Sim {
     pub now: Millis,
     pub conns: Vec<SimConn>,
-    pub model: Model,
+    pub model: Correlator,
     next_port: u16,
     pub listeners: Vec<(u16, i32)>,
 }
 
 impl Sim {
     pub fn new(topo: Topology) -> Sim {
-        let mut model = Model::default();
+        let mut model = Correlator::default();
         model.ignore_client_pids.clear();
         let listeners = topo
             .components

@@ -1,11 +1,11 @@
-//! The history's byte budget ([`Model::history_bytes`], issue 15 item 4): after the time
+//! The history's byte budget ([`Correlator::history_bytes`], issue 15 item 4): after the time
 //! bound, the oldest entry of all history buffers goes first until their estimated bytes
 //! (`footprint.rs`, counted by each [`Ring`]) fit. A buffer's newest entry always stays, so
 //! every source's latest word survives a flood from another; a budget smaller than one
 //! entry of each buffer is exceeded by that much.
 
 use super::ring::{Ring, Timed};
-use super::Model;
+use super::Correlator;
 use crate::clock::Millis;
 use std::collections::BTreeMap;
 
@@ -33,7 +33,7 @@ fn front<T: Timed + super::footprint::Footprint>(r: &Ring<T>) -> Option<Millis> 
     (r.len() > 1).then(|| r.front_t()).flatten()
 }
 
-impl Model {
+impl Correlator {
     /// Estimated bytes the history holds now.
     pub fn history_bytes_used(&self) -> usize {
         self.gpu.bytes()
@@ -43,7 +43,7 @@ impl Model {
             + self.counts.values().map(Ring::bytes).sum::<usize>()
     }
 
-    /// Evicts oldest-first until the history fits [`Model::history_bytes`].
+    /// Evicts oldest-first until the history fits [`Correlator::history_bytes`].
     pub(super) fn evict_to_budget(&mut self) {
         let mut used = self.history_bytes_used();
         while used > self.history_bytes {
@@ -94,7 +94,7 @@ impl Model {
     }
 }
 
-/// What the model holds, counted (a debug view of its memory: `Model::census`).
+/// What the model holds, counted (a debug view of its memory: `Correlator::census`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Census {
     /// Connections in the open set, and their exchanges.
@@ -105,7 +105,7 @@ pub struct Census {
     pub closed_exchanges: usize,
     /// Estimated bytes of the open connections (not history: the current state).
     pub open_bytes: usize,
-    /// Estimated bytes of the history's buffers ([`Model::history_bytes_used`]).
+    /// Estimated bytes of the history's buffers ([`Correlator::history_bytes_used`]).
     pub history_bytes: usize,
     /// Sockets in the model's copy of the latest table.
     pub latest_sockets: usize,
@@ -117,7 +117,7 @@ pub struct Census {
     pub gpu: usize,
 }
 
-impl Model {
+impl Correlator {
     /// Counts of what the model holds now. Walks every connection: for tests and debug logs,
     /// not for every sample.
     pub fn census(&self) -> Census {

@@ -5,12 +5,12 @@
 use super::exchange::Obs;
 use super::lookup::Lookup;
 use super::sockets::client_pids;
-use super::Model;
+use super::Correlator;
 use crate::clock::Millis;
 use crate::model::{ChannelFlow, ChannelKind};
 use std::collections::BTreeMap;
 
-impl Model {
+impl Correlator {
     /// The flows of the latest socket table, idle times counted to `now`.
     pub(super) fn channel_flows(&self, now: Millis) -> Vec<ChannelFlow> {
         let (Some(table), Some(t)) = (&self.latest_sockets, self.last_sockets_ms) else {

@@ -5,7 +5,7 @@
 //! listen port): there `bytes_received` is request bytes in and `bytes_acked` response bytes
 //! out. We never see HTTP framing, so "response complete" is known for sure only when the
 //! next request arrives or the connection closes; in between the correlator decides from the
-//! component's own in-flight counts (see `Model::request_states`).
+//! component's own in-flight counts (see `Correlator::request_states`).
 
 use super::probe_units::ProbeUnits;
 use crate::clock::Millis;
@@ -196,7 +196,7 @@ pub struct Conn {
     pub out_total: u64,
     pub last_in_ms: Option<Millis>,
     pub last_out_ms: Option<Millis>,
-    /// The number of the newest socket table it was in (`Model`'s count of tables): what
+    /// The number of the newest socket table it was in (`Correlator`'s count of tables): what
     /// tells the connections a table no longer holds, without a set of every key.
     pub(crate) in_table: u64,
     /// Shared with the views built from them (a view's request holds its exchange without

@@ -2,11 +2,11 @@
 //! [`super::gpu_verdict`], with the configured thresholds).
 
 use super::gpu_verdict::{self, ActivityInputs, ActivityThresholds, GpuActivity};
-use super::Model;
+use super::Correlator;
 use crate::clock::Millis;
 use crate::model::{Component, GpuReading, Thresholds};
 
-impl Model {
+impl Correlator {
     pub(super) fn latest_gpu(&self, now: Millis) -> Option<&GpuReading> {
         self.gpu
             .iter()

@@ -18,7 +18,7 @@
 //! per sample was a quarter of the daemon's CPU).
 
 use super::exchange::{Conn, Exchange};
-use super::Model;
+use super::Correlator;
 use super::{FastMap, FastSet};
 use crate::clock::Millis;
 use std::sync::Arc;
@@ -27,7 +27,7 @@ use std::sync::Arc;
 type NewLinks = FastMap<u64, (u64, f64)>;
 
 /// Links recently started exchanges to their parents. Existing links are kept.
-pub(crate) fn link(model: &mut Model, now: Millis) {
+pub(crate) fn link(model: &mut Correlator, now: Millis) {
     let window = model.thresholds.correlate.link_window_ms;
     // Request times come from the kernel's "ms since" fields read during the dump but
     // counted from the sample's stamp: a dump that took long (a big node's table on a
@@ -67,7 +67,7 @@ fn recent_of(c: &Conn, since: Millis) -> std::collections::vec_deque::Iter<'_, A
 /// The links the exchanges that appeared since `first_new` get, among the exchanges of
 /// the last `horizon` ms (and every unfinished one).
 fn find_links(
-    model: &Model,
+    model: &Correlator,
     now: Millis,
     horizon: Millis,
     first_new: u64,
@@ -168,7 +168,7 @@ impl<'a> Pass<'_, 'a> {
 }
 
 /// Writes new links into the exchanges (all on connections seen since `since`).
-fn apply(model: &mut Model, since: Millis, new_links: &NewLinks) {
+fn apply(model: &mut Correlator, since: Millis, new_links: &NewLinks) {
     let mut parent_children: FastMap<u64, Vec<u64>> = FastMap::default();
     for (c, (p, _)) in new_links {
         parent_children.entry(*p).or_default().push(*c);

@@ -1,7 +1,7 @@
 //! Metrics scrapes -> compact per-component points (mapped gauges and counters, `/v1/loads`,
 //! the router's per-worker in-flight counts), counter rates and endpoint probe outcomes.
 
-use super::Model;
+use super::Correlator;
 use crate::clock::Millis;
 use crate::model::{Component, EndpointProbe, FetchOutcome, MetricsScrape, Role};
 use std::collections::BTreeMap;
@@ -47,7 +47,7 @@ pub struct LoadsSummary {
     pub timestamp_s: Option<f64>,
 }
 
-impl Model {
+impl Correlator {
     pub(super) fn ingest_metrics(&mut self, t: Millis, scrapes: &[MetricsScrape]) {
         for s in scrapes {
             let mut worker_active = BTreeMap::new();

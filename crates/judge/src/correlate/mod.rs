@@ -1,10 +1,10 @@
 //! Correlation: samples -> exchanges (per-request lifecycle on each TCP connection), hop
 //! links (client -> proxy -> router -> prefill + decode), and component state over time.
 //!
-//! [`Model`] is fed [`Sample`]s in time order (live from the sampler, or replayed from a
+//! [`Correlator`] is fed [`Sample`]s in time order (live from the sampler, or replayed from a
 //! recording) and keeps a bounded history: time-bounded ring buffers per source. Everything
 //! derived (request states, GPU verdicts, findings) is computed on demand by
-//! [`Model::view`] / [`Model::parts_with`], so the same samples always give the same answer.
+//! [`Correlator::view`] / [`Correlator::parts_with`], so the same samples always give the same answer.
 //!
 //! Logical metric names consumed (from `MetricsScrape.mapped`, summed over series):
 //! `running`, `queued`, `http_active`, `forward_seconds_total`, `idle_seconds_total`,
@@ -97,7 +97,7 @@ pub struct CountPoint {
 
 /// The correlator.
 #[derive(Debug, Clone)]
-pub struct Model {
+pub struct Correlator {
     pub thresholds: Thresholds,
     /// How much history is kept (ring buffers are cut by time).
     pub history_ms: i64,
@@ -139,9 +139,9 @@ pub struct Model {
     probe_units: FastMap<String, probe_units::ProbeUnits>,
 }
 
-impl Default for Model {
+impl Default for Correlator {
     fn default() -> Self {
-        Model::new(Thresholds::default())
+        Correlator::new(Thresholds::default())
     }
 }
 
@@ -165,12 +165,12 @@ pub(crate) type FastSet<K> = std::collections::HashSet<K, foldhash::fast::Random
 const MAX_CLOSED_CONNS: usize = 4096;
 /// Most metrics points per component / GPU readings / stack captures kept.
 const MAX_POINTS: usize = 4096;
-/// Default byte budget of the history ([`Model::history_bytes`]).
+/// Default byte budget of the history ([`Correlator::history_bytes`]).
 pub const DEFAULT_HISTORY_BYTES: usize = 32 << 20;
 
-impl Model {
-    pub fn new(thresholds: Thresholds) -> Model {
-        Model {
+impl Correlator {
+    pub fn new(thresholds: Thresholds) -> Correlator {
+        Correlator {
             thresholds,
             history_ms: 10 * 60 * 1000,
             history_bytes: DEFAULT_HISTORY_BYTES,
@@ -285,7 +285,7 @@ impl Model {
         self.exchanges_shared().map(std::sync::Arc::as_ref)
     }
 
-    /// [`Model::exchanges`], each as the shared allocation a view's request holds.
+    /// [`Correlator::exchanges`], each as the shared allocation a view's request holds.
     pub(crate) fn exchanges_shared(&self) -> impl Iterator<Item = &std::sync::Arc<Exchange>> {
         self.closed
             .iter()
@@ -318,7 +318,7 @@ impl Model {
         self.ingest_payload(s.t_ms, s.status.status, Cow::Borrowed(&s.payload));
     }
 
-    /// [`Model::ingest`] of a sample the caller is done with: what the model keeps of it
+    /// [`Correlator::ingest`] of a sample the caller is done with: what the model keeps of it
     /// (the stack's sockets, a GPU reading) is moved in, not copied.
     pub fn ingest_owned(&mut self, s: Sample) {
         self.note_seen(&s);

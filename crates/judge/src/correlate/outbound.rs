@@ -2,7 +2,7 @@
 //! table's connections whose other end is no socket of this table. `merge` joins them, by
 //! their 4-tuple, with the server's socket in another node's snapshot.
 
-use super::Model;
+use super::Correlator;
 use crate::clock::Millis;
 use crate::model::{SnapConnection, SocketEntry, TcpState};
 use std::collections::BTreeSet;
@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 /// At most this many are kept (a router holds a few per engine; a runaway client more).
 const MAX_CONNECTIONS: usize = 4096;
 
-impl Model {
+impl Correlator {
     /// The components' open client sockets to servers not on this node.
     pub(super) fn outbound_connections(&self) -> Vec<SnapConnection> {
         let (Some(table), Some(t)) = (&self.latest_sockets, self.last_sockets_ms) else {

@@ -5,7 +5,7 @@
 use super::gpu::device_activity;
 use super::requests::LogicalView;
 use super::view::View;
-use super::Model;
+use super::Correlator;
 use crate::clock::Millis;
 use crate::model::{
     ComponentExtras, LogicalRequest, RawFiles, Request, SnapGpu, SnapGpuProcess, SnapThread,
@@ -13,7 +13,7 @@ use crate::model::{
 };
 use std::collections::{BTreeMap, BTreeSet};
 
-impl Model {
+impl Correlator {
     /// Everything a snapshot needs, with the findings computed by the caller (the pipeline
     /// step `pipeline::parts` runs the detectors over `view` and calls this).
     pub fn parts_with(

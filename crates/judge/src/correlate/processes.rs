@@ -1,10 +1,10 @@
 //! Process samples -> restarts (process identity changes) and fd / thread counts.
 
-use super::{CountPoint, Model, RestartEvent};
+use super::{Correlator, CountPoint, RestartEvent};
 use crate::clock::Millis;
 use crate::model::{Component, ProcessFacts};
 
-impl Model {
+impl Correlator {
     pub(super) fn ingest_processes(&mut self, t: Millis, procs: &[ProcessFacts]) {
         let comps: Vec<Component> = self.topology.components.clone();
         for c in &comps {

@@ -6,7 +6,7 @@
 //! a 2.7 MB answer); they are counted per component in a note instead of listed, as the
 //! recording leaves them out (`record::writer::trim_sockets`).
 
-use super::Model;
+use super::Correlator;
 use crate::model::addr::port_of;
 use crate::model::{SocketEntry, TcpState};
 use serde::Serialize;
@@ -24,7 +24,7 @@ fn closed_unowned(e: &SocketEntry) -> bool {
     e.state == TcpState::TimeWait && e.pid.is_none()
 }
 
-impl Model {
+impl Correlator {
     /// The raw file of the latest table (None: no table yet).
     pub(super) fn raw_sockets(&self) -> Option<serde_json::Value> {
         let t = self.latest_sockets.as_ref()?;

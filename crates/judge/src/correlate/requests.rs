@@ -28,7 +28,7 @@
 use super::exchange::Exchange;
 use super::state::{ComponentState, WorkSignal};
 use super::view::{is_probe_sized, LegName, RequestView, View};
-use super::Model;
+use super::Correlator;
 use crate::clock::Millis;
 use crate::correlate::GpuActivity;
 use crate::model::{RequestState, Role, StuckKind, Verdict};
@@ -153,7 +153,7 @@ pub(super) fn group(v: &mut View) {
 }
 
 /// Decides every logical request's verdict at `v.now`.
-pub(super) fn judge(m: &Model, v: &mut View) {
+pub(super) fn judge(m: &Correlator, v: &mut View) {
     let mut stuck: BTreeMap<usize, StuckLeg> = BTreeMap::new();
     // Stale sockets: a request only looks old because nobody looked.
     if v.sockets_fresh {
@@ -200,7 +200,7 @@ fn is_open(s: RequestState) -> bool {
 }
 
 /// Legs stuck without a response byte.
-fn no_response(m: &Model, v: &View) -> Vec<StuckLeg> {
+fn no_response(m: &Correlator, v: &View) -> Vec<StuckLeg> {
     let (leaves, consequences) = split_off_decode_legs(v, waiting_leaves(m, v));
     let mut out = Vec::new();
     for (comp, ls) in by_component(v, leaves) {
@@ -236,7 +236,7 @@ fn no_response(m: &Model, v: &View) -> Vec<StuckLeg> {
 /// Requests waiting for their first byte for `wedged_after_ms` at the deepest hop holding
 /// them (no outstanding child; a proxy/router only if nothing it sent downstream is open),
 /// probes left out.
-fn waiting_leaves(m: &Model, v: &View) -> Vec<usize> {
+fn waiting_leaves(m: &Correlator, v: &View) -> Vec<usize> {
     let th = &m.thresholds;
     (0..v.requests.len())
         .filter(|&i| {
@@ -325,7 +325,7 @@ fn drop_excused(v: &View, cs: Option<&ComponentState>, mut ls: Vec<usize>) -> Op
 /// `wedged_overtaken_min` later ones, with a note saying which; `None` when none is left.
 /// An engine without work signals keeps all of them, without a note.
 fn judge_busy_engine(
-    m: &Model,
+    m: &Correlator,
     v: &View,
     comp: &str,
     cs: &ComponentState,
@@ -364,7 +364,7 @@ fn judge_busy_engine(
 /// Whether the engine's own work counters (`generation_tokens_total`,
 /// `forward_seconds_total`) stayed flat between `since` and `now`: `None` without at least
 /// two scrapes carrying one of them in that stretch.
-fn counters_flat_since(m: &Model, comp: &str, since: Millis, now: Millis) -> Option<bool> {
+fn counters_flat_since(m: &Correlator, comp: &str, since: Millis, now: Millis) -> Option<bool> {
     let hist = m.metrics_history(comp)?;
     let pts: Vec<_> = hist
         .iter()
@@ -402,7 +402,7 @@ fn counters_flat_since(m: &Model, comp: &str, since: Millis, now: Millis) -> Opt
 /// is a stream first seen under way, its size unknown ([`super::exchange::Exchange::seen_streaming`]): a
 /// one-shot of one second on a busy engine sees the start of few requests, and the requests
 /// complete in beats, so it may see none answered in full while hundreds stream.
-fn overtaken(m: &Model, r: &RequestView) -> usize {
+fn overtaken(m: &Correlator, r: &RequestView) -> usize {
     let any_inference = r.x.bytes_in == 0 || r.x.role == Role::Decode;
     let min_in = if any_inference {
         OVERTAKE_MIN_BYTES_IN

@@ -9,7 +9,7 @@
 use super::exchange::{Conn, ConnKey, Obs};
 use super::lookup::Lookup;
 use super::FastMap;
-use super::{links, CountPoint, Model};
+use super::{links, Correlator, CountPoint};
 use crate::clock::Millis;
 use crate::model::addr::port_of;
 use crate::model::{Component, SocketEntry, SocketTable, Status, TcpState};
@@ -67,8 +67,8 @@ pub(super) fn client_pids(table: &SocketTable) -> ClientPids<'_> {
 /// Socket counts by TCP state, per component id, of the latest table.
 pub(super) type SocketCounts = BTreeMap<String, BTreeMap<String, u32>>;
 
-impl Model {
-    /// A socket table, borrowed or handed over ([`Model::ingest_owned`]).
+impl Correlator {
+    /// A socket table, borrowed or handed over ([`Correlator::ingest_owned`]).
     pub(super) fn ingest_sockets(
         &mut self,
         t: Millis,
@@ -274,7 +274,7 @@ impl Model {
 
     /// ESTABLISHED and CLOSE_WAIT counts of every component at `t`, for
     /// `accumulating_state`; and every state's count of each component's own sockets, for
-    /// [`Model::socket_counts`].
+    /// [`Correlator::socket_counts`].
     fn push_socket_counts(&mut self, t: Millis, table: &SocketTable, lookup: &Lookup) {
         let mut per_comp: FastMap<usize, BTreeMap<TcpState, u32>> = FastMap::default();
         for e in &table.sockets {

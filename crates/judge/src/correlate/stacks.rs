@@ -1,6 +1,6 @@
 //! Stack captures -> per-thread windows (classified state per dump) of a component.
 
-use super::Model;
+use super::Correlator;
 use crate::clock::Millis;
 use crate::model::{Component, StackCapture, ThreadState};
 use std::collections::BTreeMap;
@@ -52,7 +52,7 @@ pub fn span_text(ms: i64) -> String {
     }
 }
 
-impl Model {
+impl Correlator {
     pub(super) fn ingest_stacks(&mut self, t: Millis, caps: &[StackCapture]) {
         for c in caps {
             let mut c = c.clone();
@@ -64,7 +64,7 @@ impl Model {
     }
 }
 
-impl Model {
+impl Correlator {
     pub(super) fn thread_windows(&self, c: &Component, now: Millis) -> Vec<ThreadWindow> {
         let from = now - self.window_ms;
         let mut by_tid: BTreeMap<(i32, i32), ThreadWindow> = BTreeMap::new();

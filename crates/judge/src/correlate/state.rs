@@ -4,8 +4,8 @@
 use super::gpu::gpu_activity;
 use super::metrics::PD_QUEUE_KEYS;
 use super::stacks::ThreadWindow;
+use super::Correlator;
 use super::FastMap;
-use super::Model;
 use crate::clock::Millis;
 use crate::correlate::GpuActivity;
 use crate::model::{Component, Role, ThreadState};
@@ -159,7 +159,7 @@ impl ComponentState {
     }
 }
 
-impl Model {
+impl Correlator {
     /// A component with its children's pids and GPUs folded in: an engine's scheduler
     /// processes hold its GPUs and run its event loop.
     pub fn with_children(&self, c: &Component) -> Component {
@@ -190,7 +190,7 @@ impl Model {
 
     /// The socket counts by state of every component, in one pass over the newest socket
     /// table (a big node's has thousands of sockets): each socket counts for the most
-    /// specific component holding its pid, as [`Model::component_state`]'s do.
+    /// specific component holding its pid, as [`Correlator::component_state`]'s do.
     pub(super) fn socket_counts_by_component(&self) -> FastMap<&str, BTreeMap<String, u32>> {
         let mut counts: FastMap<&str, BTreeMap<String, u32>> = FastMap::default();
         let Some(t) = &self.latest_sockets else {

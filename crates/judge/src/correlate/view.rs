@@ -4,7 +4,7 @@
 use super::exchange::{End, Exchange};
 use super::requests::{self, LogicalView};
 use super::state::{ComponentState, CountSource};
-use super::Model;
+use super::Correlator;
 use super::{FastMap, FastSet};
 use crate::clock::Millis;
 use crate::model::{Request, RequestState, Role};
@@ -148,7 +148,7 @@ impl View {
     }
 }
 
-impl Model {
+impl Correlator {
     /// The derived state of every exchange at `now` (see the module doc of `exchange`), the
     /// component states, and the logical requests with their verdicts (`requests.rs`).
     pub fn view(&self, now: Millis) -> View {

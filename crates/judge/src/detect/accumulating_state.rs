@@ -26,7 +26,7 @@
 
 use super::secs;
 use crate::clock::Millis;
-use crate::correlate::{Model, View};
+use crate::correlate::{Correlator, View};
 use crate::model::{Evidence, Finding, FindingKind, Severity, SocketEntry, SocketTable, TcpState};
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -39,7 +39,7 @@ const LISTED_SOCKETS: usize = 8;
 
 /// `accumulating_state`: connections, CLOSE_WAIT sockets, fds or threads keep growing, or a
 /// component holds many long-silent CLOSE_WAIT sockets right now.
-pub fn accumulating_state(m: &Model, v: &View) -> Vec<Finding> {
+pub fn accumulating_state(m: &Correlator, v: &View) -> Vec<Finding> {
     let mut grown = growth(m, v);
     let mut out = Vec::new();
     for held in held_close_wait(m, v) {
@@ -56,7 +56,7 @@ pub fn accumulating_state(m: &Model, v: &View) -> Vec<Finding> {
 
 /// The history way: growth over `accumulate_window_ms`. Each finding with the metric it is
 /// about.
-fn growth(m: &Model, v: &View) -> Vec<(&'static str, Finding)> {
+fn growth(m: &Correlator, v: &View) -> Vec<(&'static str, Finding)> {
     let th = &m.thresholds;
     let mut out = Vec::new();
     for c in &m.topology().components {
@@ -170,7 +170,7 @@ fn silent_of(e: &SocketEntry) -> Option<u32> {
 /// this host, an absent reversed 4-tuple means the peer socket is gone. Only asked of sockets
 /// with `tcp_info`: their namespace was dumped whole by sock_diag (a `/proc/net/tcp` fallback
 /// or a namespace that could not be read would make "absent" mean nothing).
-fn peer_of(m: &Model, table: &SocketTable, e: &SocketEntry) -> Peer {
+fn peer_of(m: &Correlator, table: &SocketTable, e: &SocketEntry) -> Peer {
     if let Some(p) = table
         .sockets
         .iter()
@@ -210,7 +210,7 @@ fn peer_of(m: &Model, table: &SocketTable, e: &SocketEntry) -> Peer {
 /// Where a held socket leads, the key its sockets are counted under: "to router@...",
 /// "from proxy@...", "to 10.0.0.9:443", "from 10.0.0.7" (a client's ephemeral port is left
 /// out, so a hundred sockets from one client host are one group; each socket's line has it).
-fn toward_of(m: &Model, table: &SocketTable, owner: &str, e: &SocketEntry) -> String {
+fn toward_of(m: &Correlator, table: &SocketTable, owner: &str, e: &SocketEntry) -> String {
     let topo = m.topology();
     let inbound = topo
         .component(owner)
@@ -244,7 +244,7 @@ fn toward_of(m: &Model, table: &SocketTable, owner: &str, e: &SocketEntry) -> St
 }
 
 /// The one-look way: components holding many long-silent CLOSE_WAIT sockets now.
-fn held_close_wait(m: &Model, v: &View) -> Vec<Finding> {
+fn held_close_wait(m: &Correlator, v: &View) -> Vec<Finding> {
     let th = &m.thresholds;
     // Point-in-time evidence must be current: a table from before a gap is not "now".
     if !v.sockets_fresh {
@@ -290,7 +290,7 @@ struct CloseWaits<'a> {
 }
 
 impl<'a> CloseWaits<'a> {
-    fn scan(m: &Model, table: &'a SocketTable, aged: i64) -> CloseWaits<'a> {
+    fn scan(m: &Correlator, table: &'a SocketTable, aged: i64) -> CloseWaits<'a> {
         let th = &m.thresholds;
         let mut scan = CloseWaits {
             held: BTreeMap::new(),
@@ -336,7 +336,7 @@ struct NotCounted {
 
 /// The finding of one component's held sockets, `socks` sorted the most silent first.
 fn held_finding(
-    m: &Model,
+    m: &Correlator,
     c: &crate::model::Component,
     socks: &[Held],
     not_counted: NotCounted,
@@ -404,7 +404,7 @@ fn groups_text(groups: &[(&str, usize)]) -> String {
 }
 
 /// The first line: how many are held, where they lead, and those that do not count.
-fn held_headline(m: &Model, n: usize, groups_text: &str, not_counted: NotCounted) -> Evidence {
+fn held_headline(m: &Correlator, n: usize, groups_text: &str, not_counted: NotCounted) -> Evidence {
     let th = &m.thresholds;
     Evidence::new(
         "sockets",
@@ -527,7 +527,7 @@ fn socket_line(h: &Held, aged: i64) -> String {
 
 /// "pid 13835 holds 60 open fds, 24 of them sockets in CLOSE_WAIT", when the processes
 /// source read the fd counts.
-fn fd_evidence(m: &Model, socks: &[Held]) -> Vec<Evidence> {
+fn fd_evidence(m: &Correlator, socks: &[Held]) -> Vec<Evidence> {
     let mut per_pid: BTreeMap<i32, usize> = BTreeMap::new();
     for h in socks {
         if let Some(p) = h.e.pid {

@@ -14,12 +14,12 @@
 
 use super::secs;
 use crate::correlate::GpuActivity;
-use crate::correlate::{ComponentState, Model, RequestView, View};
+use crate::correlate::{ComponentState, Correlator, RequestView, View};
 use crate::model::{Evidence, Finding, FindingKind, Severity, ThreadState};
 
 /// `busy_without_progress`: the GPU is busy (or spinning in a collective) yet no response
 /// bytes move at the component for >= `busy_after_ms`.
-pub fn busy_without_progress(m: &Model, v: &View) -> Vec<Finding> {
+pub fn busy_without_progress(m: &Correlator, v: &View) -> Vec<Finding> {
     if !v.sockets_fresh {
         return Vec::new();
     }

@@ -5,19 +5,19 @@
 //! baseline). Children's changes are folded into their engine's finding by `run_all`.
 //!
 //! Its input is the one comparison of component facts, `model::changes::changes`: made by
-//! the daemon and a replay from their baselines (`Model::config_changes`), or by `diff`
+//! the daemon and a replay from their baselines (`Correlator::config_changes`), or by `diff`
 //! for `snapshot --baseline`. This detector only filters and words them.
 //!
 //! What to do: a change next to a wedge is the first suspect; compare the listed keys.
 //!
 //! Thresholds read: none.
 
-use crate::correlate::{Model, View};
+use crate::correlate::{Correlator, View};
 use crate::model::changes::{is_config_change, render_change_plain};
 use crate::model::{Change, Evidence, Finding, FindingKind, Role, Severity};
 use std::collections::BTreeMap;
 
-pub(super) fn config_changed_detector(m: &Model, _v: &View) -> Vec<Finding> {
+pub(super) fn config_changed_detector(m: &Correlator, _v: &View) -> Vec<Finding> {
     config_changed(m.config_changes())
 }
 

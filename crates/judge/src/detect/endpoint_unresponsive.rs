@@ -9,13 +9,13 @@
 //! Thresholds read: `endpoint_failures`, `endpoint_slow_ms`.
 
 use crate::clock::Millis;
-use crate::correlate::{probe_failed, Model, View};
+use crate::correlate::{probe_failed, Correlator, View};
 use crate::model::{Evidence, Finding, FindingKind, Severity};
 use std::collections::BTreeMap;
 
 /// `endpoint_unresponsive`: a metrics/health endpoint failed `endpoint_failures` times in a
 /// row (or answered slower than `endpoint_slow_ms`).
-pub fn endpoint_unresponsive(m: &Model, v: &View) -> Vec<Finding> {
+pub fn endpoint_unresponsive(m: &Correlator, v: &View) -> Vec<Finding> {
     let th = &m.thresholds;
     let mut out = Vec::new();
     for c in &m.topology().components {

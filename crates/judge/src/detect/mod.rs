@@ -9,7 +9,7 @@
 //! documented in `docs/findings.md`).
 
 use crate::correlate::GpuActivity;
-use crate::correlate::{ComponentState, CountSource, Model, RequestView, View};
+use crate::correlate::{ComponentState, Correlator, CountSource, RequestView, View};
 use crate::model::{Evidence, Finding, FindingKind, Role, StuckKind, ThreadState};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -36,7 +36,7 @@ pub use stalled_stream::stalled_stream;
 pub use wedged_request::wedged_request;
 
 /// A detector: a pure function over the model and its view at one instant.
-pub type Detector = fn(&Model, &View) -> Vec<Finding>;
+pub type Detector = fn(&Correlator, &View) -> Vec<Finding>;
 
 /// Every detector, by the finding kind it produces.
 pub const DETECTORS: &[(FindingKind, Detector)] = &[
@@ -52,7 +52,7 @@ pub const DETECTORS: &[(FindingKind, Detector)] = &[
 ];
 
 /// Runs every detector; findings sorted most severe first, then by kind order above.
-pub fn run_all(model: &Model, view: &View) -> Vec<Finding> {
+pub fn run_all(model: &Correlator, view: &View) -> Vec<Finding> {
     let mut out = Vec::new();
     for (i, (_, d)) in DETECTORS.iter().enumerate() {
         for f in d(model, view) {
@@ -69,7 +69,7 @@ const FOLDED_KINDS: &[FindingKind] = &[FindingKind::ConfigChanged, FindingKind::
 
 /// Drops a child's finding when its parent has one of the same kind, and names the child
 /// in the parent's summary instead: one restart of an engine is one finding, not three.
-fn fold_into_parents(model: &Model, findings: Vec<Finding>) -> Vec<Finding> {
+fn fold_into_parents(model: &Correlator, findings: Vec<Finding>) -> Vec<Finding> {
     let parent_of = |id: &str| {
         model
             .topology()
@@ -260,7 +260,7 @@ fn logical_ids(v: &View, legs: &[&RequestView]) -> Vec<String> {
         .collect()
 }
 
-fn role_of(m: &Model, comp: &str) -> Option<Role> {
+fn role_of(m: &Correlator, comp: &str) -> Option<Role> {
     m.topology().component(comp).map(|c| c.role)
 }
 

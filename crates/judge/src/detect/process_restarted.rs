@@ -10,11 +10,11 @@
 //! Thresholds read: `restart_recent_ms`.
 
 use super::secs;
-use crate::correlate::{Model, View};
+use crate::correlate::{Correlator, View};
 use crate::model::{Evidence, Finding, FindingKind, Severity};
 
 /// `process_restarted`: a component's process changed (pid or start time).
-pub fn process_restarted(m: &Model, v: &View) -> Vec<Finding> {
+pub fn process_restarted(m: &Correlator, v: &View) -> Vec<Finding> {
     let th = &m.thresholds;
     m.restarts()
         .filter(|r| r.t_ms <= v.now && v.now - r.t_ms <= th.detect.restart_recent_ms)

@@ -13,7 +13,7 @@
 use super::secs;
 use crate::clock::Millis;
 use crate::correlate::GpuActivity;
-use crate::correlate::{ComponentState, MetricsPoint, Model, View};
+use crate::correlate::{ComponentState, Correlator, MetricsPoint, View};
 use crate::model::{Evidence, Finding, FindingKind, Severity};
 
 /// A `/v1/loads` snapshot older than this when scraped is frozen (SGLang republishes it
@@ -21,7 +21,7 @@ use crate::model::{Evidence, Finding, FindingKind, Severity};
 const LOADS_FRESH_MS: f64 = 3000.0;
 
 /// `queue_not_draining`: queue non-empty, nothing running, GPU idle, for >= `queue_after_ms`.
-pub fn queue_not_draining(m: &Model, v: &View) -> Vec<Finding> {
+pub fn queue_not_draining(m: &Correlator, v: &View) -> Vec<Finding> {
     let mut out = Vec::new();
     for cs in v.components.values().filter(|c| c.role.is_engine()) {
         if cs.gpu_activity == GpuActivity::Working || cs.forward_rate.is_some_and(|r| r > 0.01) {
@@ -64,7 +64,7 @@ type Judged = (Millis, f64, f64, &'static str);
 /// The metrics points of `comp` from the last one at or before `queue_after_ms` ago up to
 /// `now` that say something current, when there are at least two and all say "queued,
 /// nothing running".
-fn judged_stretch(m: &Model, comp: &str, now: Millis) -> Option<Vec<Judged>> {
+fn judged_stretch(m: &Correlator, comp: &str, now: Millis) -> Option<Vec<Judged>> {
     let hist = m.metrics_history(comp)?;
     let since = now - m.thresholds.detect.queue_after_ms;
     // The last point at or before `since` starts the judged stretch.

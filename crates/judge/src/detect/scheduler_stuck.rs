@@ -12,11 +12,11 @@
 //! Thresholds read: `scheduler_min_dumps`.
 
 use super::join_states;
-use crate::correlate::{Model, View};
+use crate::correlate::{Correlator, View};
 use crate::model::{Evidence, Finding, FindingKind, Role, Severity, ThreadState};
 
 /// `scheduler_stuck`: a scheduler thread in the same frame outside its loop in every dump.
-pub fn scheduler_stuck(m: &Model, v: &View) -> Vec<Finding> {
+pub fn scheduler_stuck(m: &Correlator, v: &View) -> Vec<Finding> {
     let th = &m.thresholds;
     let mut out = Vec::new();
     for cs in v.components.values() {

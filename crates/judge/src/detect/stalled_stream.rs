@@ -15,12 +15,12 @@
 //! (and `done_quiet_ms`) in `correlate`.
 
 use super::{chain_text, idle_evidence, logical_ids, role_of, secs, stuck_by_component};
-use crate::correlate::{Model, View};
+use crate::correlate::{Correlator, View};
 use crate::model::{Evidence, Finding, FindingKind, Severity, StuckKind};
 
 /// `stalled_stream`: the requests the correlator judged stuck with a stopped stream
 /// (`correlate::requests`), one finding per component they are stuck at.
-pub fn stalled_stream(m: &Model, v: &View) -> Vec<Finding> {
+pub fn stalled_stream(m: &Correlator, v: &View) -> Vec<Finding> {
     let mut out = Vec::new();
     for (comp, ls) in stuck_by_component(v, StuckKind::StreamStalled) {
         let cs = v.components.get(&comp);

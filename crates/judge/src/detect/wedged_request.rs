@@ -20,12 +20,12 @@
 //! `wedged_overtaken_min` and, through the component state, `rate_window_ms`).
 
 use super::{chain_text, idle_evidence, logical_ids, role_of, secs, stuck_by_component};
-use crate::correlate::{signals_text, BusyNote, ComponentState, Model, RequestView, View};
+use crate::correlate::{signals_text, BusyNote, ComponentState, Correlator, RequestView, View};
 use crate::model::{Evidence, Finding, FindingKind, Role, Severity, StuckKind};
 
 /// `wedged_request`: the requests the correlator judged stuck without a response byte, one
 /// finding per hop they are stuck at (the deepest hop holding them; the prefill in PD).
-pub fn wedged_request(m: &Model, v: &View) -> Vec<Finding> {
+pub fn wedged_request(m: &Correlator, v: &View) -> Vec<Finding> {
     let mut out = Vec::new();
     for (comp, ls) in stuck_by_component(v, StuckKind::NoResponse) {
         let consequences: Vec<&RequestView> = ls
@@ -72,7 +72,7 @@ struct Stuck<'a> {
 
 impl Stuck<'_> {
     /// The finding, its decode legs listed as consequences.
-    fn finding(self, m: &Model, v: &View, consequences: &[&RequestView]) -> Finding {
+    fn finding(self, m: &Correlator, v: &View, consequences: &[&RequestView]) -> Finding {
         let comp = self.comp;
         let ls = self.ls;
         let role = role_of(m, comp).unwrap_or(ls[0].x.role);

@@ -2,7 +2,7 @@
 
 use super::{Baseline, ReadStats, Record, Recording};
 use crate::clock::Millis;
-use crate::correlate::Model;
+use crate::correlate::Correlator;
 use crate::detect::Thresholds;
 use crate::error::{Error, Result};
 use crate::model::SourceKind;
@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 /// A model rebuilt from a recording.
 #[derive(Debug, Clone)]
 pub struct Replayed {
-    pub model: Model,
+    pub model: Correlator,
     /// Baselines in the recording up to the replay time, oldest first.
     pub baselines: Vec<Baseline>,
     pub stats: ReadStats,
@@ -59,7 +59,7 @@ pub fn replay(rec: &Recording, at: Option<Millis>, thresholds: Thresholds) -> Re
 /// facts seen so far.
 #[derive(Debug)]
 pub struct Replayer {
-    pub model: Model,
+    pub model: Correlator,
     pub baselines: Vec<Baseline>,
     pub last_sample_ms: Option<Millis>,
     /// The node of the newest header applied.
@@ -73,7 +73,7 @@ pub struct Replayer {
 
 impl Replayer {
     pub fn new(thresholds: Thresholds) -> Replayer {
-        let mut model = Model::new(thresholds);
+        let mut model = Correlator::new(thresholds);
         // The recorder's own pid comes from the recording's header, not from this process.
         model.ignore_client_pids.clear();
         Replayer {

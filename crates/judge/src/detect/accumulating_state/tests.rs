@@ -59,7 +59,7 @@ fn fin_wait2(port: u16) -> SocketEntry {
 }
 
 fn run(sockets: Vec<SocketEntry>, th: Thresholds) -> Vec<Finding> {
-    let mut m = Model::new(th);
+    let mut m = Correlator::new(th);
     m.set_topology(topo());
     m.ingest(&Sample {
         t_ms: T,
@@ -157,7 +157,7 @@ fn lab_capture(json: &str, th: Thresholds) -> Vec<Finding> {
     let t = v["taken_at_ms"].as_i64().expect("taken_at_ms");
     let topo: Topology = serde_json::from_value(v["topology"].clone()).expect("topology");
     let table: SocketTable = serde_json::from_value(v["sockets"].clone()).expect("sockets");
-    let mut m = Model::new(th);
+    let mut m = Correlator::new(th);
     m.set_topology(topo);
     m.ingest(&Sample {
         t_ms: t,
@@ -220,7 +220,7 @@ fn lab_capture_of_the_same_leak_seconds_old_says_nothing_yet() {
 #[test]
 fn growth_and_held_sockets_on_one_component_are_one_finding() {
     // A daemon watching the leak for 6 minutes: one more held socket every 10 s.
-    let mut m = Model::new(Thresholds::default());
+    let mut m = Correlator::new(Thresholds::default());
     m.set_topology(topo());
     for i in 0..36u16 {
         let sockets = (0..i)
@@ -256,7 +256,7 @@ fn growth_and_held_sockets_on_one_component_are_one_finding() {
 #[test]
 fn a_stale_table_says_nothing_about_now() {
     let s: Vec<SocketEntry> = (0..24u16).map(|i| close_wait(41000 + i, 60_000)).collect();
-    let mut m = Model::new(Thresholds::default());
+    let mut m = Correlator::new(Thresholds::default());
     m.set_topology(topo());
     m.ingest(&Sample {
         t_ms: T,
