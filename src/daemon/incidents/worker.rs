@@ -268,24 +268,49 @@ impl Worker {
             return;
         };
         let now = self.clock.now_ms();
-        let (by, detail) = self.why_closed(component.as_deref(), &o.incident, now);
+        self.await_processes_after(now);
+        let (by, detail) = self.why_closed(component.as_deref(), &o.incident);
         self.finish(o, by, Some(now), detail);
+    }
+
+    /// Waits (bounded) for a process sample taken after `t`: the requests of a killed
+    /// engine vanish at once, but its absence is read at the process source's calm pace
+    /// (seconds once nothing is suspected), and what closed the incident is that restart.
+    fn await_processes_after(&self, t: Millis) {
+        let seen = |sh: &Shared| {
+            sh.model
+                .sources_seen()
+                .get(&crate::model::SourceKind::Processes)
+                .map(|s| s.last_t_ms)
+        };
+        let calm_ms = {
+            let sh = lock(&self.shared);
+            if seen(&sh).is_none() {
+                return; // no process source: nothing to wait for
+            }
+            sh.model.thresholds.sampling.processes_calm_ms
+        };
+        let bound =
+            std::time::Duration::from_millis(u64::try_from(2 * calm_ms).unwrap_or(0) + 2_000);
+        let started = std::time::Instant::now();
+        while started.elapsed() < bound {
+            if seen(&lock(&self.shared)).is_some_and(|last| last >= t) {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
     }
 
     /// What closed an incident of `component`: a restart of its process since it opened,
     /// its leaving the topology, or else its findings going away.
-    fn why_closed(
-        &self,
-        component: Option<&str>,
-        i: &Incident,
-        now: Millis,
-    ) -> (ClosedBy, Option<String>) {
+    fn why_closed(&self, component: Option<&str>, i: &Incident) -> (ClosedBy, Option<String>) {
         let sh = lock(&self.shared);
         let m = &sh.model;
         let restart = m
             .restarts()
             .filter(|r| Some(r.component.as_str()) == component)
-            .filter(|r| r.t_ms >= i.opened_ms && r.t_ms <= now)
+            // read after the close, at most one process sample later (above)
+            .filter(|r| r.t_ms >= i.opened_ms)
             .last();
         if let Some(r) = restart {
             let what = match &r.after {
