@@ -986,6 +986,11 @@ fn incidents_list_copy_out_and_refuse_bad_input() {
     assert_usage("-o not empty", &latest(&out), &["not empty"]);
     assert_usage("no -o", &run(["incidents", "latest"]), &["--output"]);
     assert_usage(
+        "-o -",
+        &run(["incidents", "latest", "-o", "-"]),
+        &["stdout"],
+    );
+    assert_usage(
         "--pid",
         &run(["--pid", "1", "incidents"]),
         &["--pid", "incidents"],

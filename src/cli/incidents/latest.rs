@@ -42,6 +42,9 @@ pub struct LatestArgs {
 
 pub fn run(s: Sampling, a: &LatestArgs) -> anyhow::Result<i32> {
     let out = &a.output;
+    if super::super::snapshot::is_stdout(out) {
+        anyhow::bail!("-o - (stdout): `incidents latest` writes a bundle directory; name one");
+    }
     // refused before anything is read or sampled
     snapshot::check_bundle_target(out, Overwrite::Refuse)?;
     let dir = s.daemon_config().incidents_dir();
