@@ -52,6 +52,8 @@ pub const DAEMON_SCHEMA: &str = "wedgewatch.daemon/1";
 const MAX_ANSWER: u64 = 256 << 20;
 /// Baselines kept in memory besides the first one.
 const KEEP_BASELINES: usize = 16;
+/// How long a stopping daemon waits for its incidents' thread to close what is open.
+const INCIDENTS_STOP: Duration = Duration::from_secs(1);
 
 /// Discovery hook: the integrator plugs in `discover::discover`.
 pub type DiscoverFn = Arc<dyn Fn() -> BoxFuture<'static, Result<Topology>> + Send + Sync>;
@@ -346,7 +348,9 @@ impl Daemon {
         let (tx, mut rx) = mpsc::channel::<Sample>(SAMPLE_QUEUE);
         let (stop_tx, stop_rx) = watch::channel(false);
         let sampler_task = tokio::spawn(sampler.run(tx, stop_rx));
-        let incidents = self.start_incidents(state_dir, state.writer.is_some());
+        let (incidents, incidents_stopped) = self
+            .start_incidents(state_dir, state.writer.is_some())
+            .unzip();
         let tasks = self.spawn_servers(listener, exporter, stats, paces, incidents);
 
         let every = Duration::from_millis(self.config.rediscover_every_ms.max(100));
@@ -382,6 +386,10 @@ impl Daemon {
         drop(rx);
         let _ = sampler_task.await;
         tasks.into_iter().for_each(|t| t.abort());
+        // What is open is closed as daemon_stopped, with its end, if it takes no longer.
+        if let Some(s) = incidents_stopped {
+            let _ = tokio::task::spawn_blocking(move || s.wait(INCIDENTS_STOP)).await;
+        }
         Ok(())
     }
 
@@ -431,7 +439,11 @@ impl Daemon {
     /// The thread keeping incident bundles in `state_dir/incidents`, cut from the recording
     /// when there is one. A directory that cannot be used turns them off, said once: the
     /// live view and the recording go on.
-    fn start_incidents(&self, state_dir: &Path, recording: bool) -> Option<incidents::Incidents> {
+    fn start_incidents(
+        &self,
+        state_dir: &Path,
+        recording: bool,
+    ) -> Option<(incidents::Incidents, incidents::Stopped)> {
         let policy = self.config.incidents?;
         let started = safe_fs::private_dir(&state_dir.join(incidents::INCIDENTS_DIR))
             .map_err(|e| e.to_string())

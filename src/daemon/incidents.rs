@@ -20,7 +20,7 @@ mod worker;
 
 pub use record::{ClosedBy, Incident, RecordingPart};
 pub use store::{list, Kept, INCIDENTS_DIR};
-pub use worker::Incidents;
+pub use worker::{Incidents, Stopped};
 
 /// How many incidents are kept and what each holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

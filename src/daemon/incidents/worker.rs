@@ -24,9 +24,11 @@ use std::sync::{Arc, Mutex};
 
 /// Passes of events waiting for the thread, at most (a pass sends one batch).
 const QUEUE: usize = 64;
+/// Incidents of one second, kind and component, at most (numbered `-2`, `-3`, ...).
+const MAX_SAME_NAME: u32 = 100;
 
 /// Where the worker sends its events (cheap to clone; the thread ends when every copy is
-/// dropped, after closing what is open as `daemon_stopped`).
+/// dropped, after closing what is open as `daemon_stopped`: [`Stopped`] says when).
 #[derive(Debug, Clone)]
 pub struct Incidents {
     tx: SyncSender<Vec<Event>>,
@@ -41,8 +43,9 @@ impl Incidents {
         recording: Option<PathBuf>,
         shared: Arc<Mutex<Shared>>,
         clock: Arc<dyn Clock>,
-    ) -> std::io::Result<Incidents> {
+    ) -> std::io::Result<(Incidents, Stopped)> {
         let (tx, rx) = sync_channel(QUEUE);
+        let (done, stopped) = sync_channel(0);
         let w = Worker {
             dir,
             policy,
@@ -53,8 +56,11 @@ impl Incidents {
         };
         std::thread::Builder::new()
             .name("incidents".into())
-            .spawn(move || w.run(rx))?;
-        Ok(Incidents { tx })
+            .spawn(move || {
+                w.run(rx);
+                drop(done);
+            })?;
+        Ok((Incidents { tx }, Stopped(stopped)))
     }
 
     /// Hands a pass's events to the thread; without a place in its queue they are dropped
@@ -80,6 +86,20 @@ impl Incidents {
                 "incidents: the bundle writer is behind; these findings' events were dropped"
             );
         }
+    }
+}
+
+/// Says when the thread has ended (every [`Incidents`] dropped, what was open closed).
+#[derive(Debug)]
+pub struct Stopped(Receiver<()>);
+
+impl Stopped {
+    /// Waits for the thread's end, at most `bound` (blocking); whether it ended.
+    pub fn wait(self, bound: std::time::Duration) -> bool {
+        matches!(
+            self.0.recv_timeout(bound),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) | Ok(())
+        )
     }
 }
 
@@ -198,7 +218,7 @@ impl Worker {
     fn write(&self, incident: &mut Incident, now: Millis) -> crate::error::Result<PathBuf> {
         let started = std::time::Instant::now();
         let snapshot = crate::daemon::answer::snapshot_now(&self.shared, None, now);
-        let name = self.free_name(incident);
+        let name = self.free_name(incident)?;
         let source = self.recording.as_deref().map(|dir| Source {
             dir,
             since_ms: now - self.policy.before_ms,
@@ -224,11 +244,11 @@ impl Worker {
 
     /// A name no incident in the directory has (incidents of one second, kind and component
     /// are numbered).
-    fn free_name(&self, i: &Incident) -> String {
-        (1..)
+    fn free_name(&self, i: &Incident) -> crate::error::Result<String> {
+        (1..=MAX_SAME_NAME)
             .map(|n| dir_name(i.opened_ms, &i.kind, i.component.as_deref(), n))
             .find(|n| std::fs::symlink_metadata(self.dir.join(n)).is_err())
-            .unwrap_or_default()
+            .ok_or_else(|| crate::error::Error::Other("no free incident name".into()))
     }
 
     fn prune(&self, spare: &str) {
