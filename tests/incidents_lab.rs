@@ -219,9 +219,12 @@ fn an_incident_bundle_outlives_kill_9_of_the_engine_and_the_next_wedge_is_a_seco
     let healthy = lab.load(2, 1, 30.0).expect("healthy load");
     assert!(healthy.to_string().contains("rounds"), "{healthy}");
     let decode = decode_id(&served(&lab, &state), lab.decode().pid);
+    // (Other stacks on the machine are seen too: only this lab's decode counts.)
     assert!(
-        incidents(&lab, &state).is_empty(),
-        "a healthy stack keeps none"
+        !incidents(&lab, &state)
+            .iter()
+            .any(|i| i["incident"]["component"] == decode.as_str()),
+        "a healthy decode keeps none"
     );
 
     // The wedge: decode restarted with the tuning variable, clients hang.
