@@ -97,10 +97,12 @@ fn list(dir: &Path, json: bool) -> anyhow::Result<i32> {
         });
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else if kept.is_empty() {
-        println!(
-            "no incidents kept in {}",
-            control::value(&dir.display().to_string())
-        );
+        let hint = match wedgewatch::safe_fs::my_uid() {
+            0 => "",
+            _ => " (a root daemon keeps its own in /var/lib/wedgewatch: sudo wedgewatch incidents)",
+        };
+        let shown = dir.display().to_string();
+        println!("no incidents kept in {}{hint}", control::value(&shown));
     } else {
         print!("{}", table(&kept, now));
     }
