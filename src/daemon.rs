@@ -17,6 +17,7 @@
 
 pub mod answer;
 pub mod dirs;
+pub mod incidents;
 pub mod kept_answer;
 pub mod lock;
 pub mod log;
@@ -51,6 +52,8 @@ pub const DAEMON_SCHEMA: &str = "wedgewatch.daemon/1";
 const MAX_ANSWER: u64 = 256 << 20;
 /// Baselines kept in memory besides the first one.
 const KEEP_BASELINES: usize = 16;
+/// How long a stopping daemon waits for its incidents' thread to close what is open.
+const INCIDENTS_STOP: Duration = Duration::from_secs(1);
 
 /// Discovery hook: the integrator plugs in `discover::discover`.
 pub type DiscoverFn = Arc<dyn Fn() -> BoxFuture<'static, Result<Topology>> + Send + Sync>;
@@ -73,6 +76,8 @@ pub struct DaemonConfig {
     pub log_every_ms: u64,
     /// Serve `GET /metrics` (Prometheus text) here ([`metrics`]); `None`: no exporter.
     pub metrics_listen: Option<std::net::SocketAddr>,
+    /// Keep a bundle of each critical finding's moment ([`incidents`]); `None`: none.
+    pub incidents: Option<incidents::IncidentPolicy>,
 }
 
 impl DaemonConfig {
@@ -90,10 +95,15 @@ impl DaemonConfig {
             // detector pass every 2 s is a small cost beside sampling.
             log_every_ms: 2_000,
             metrics_listen: None,
+            incidents: Some(incidents::IncidentPolicy::default()),
         }
     }
     pub fn recording_dir(&self) -> PathBuf {
         self.state_dir.join("recording")
+    }
+    /// Where incident bundles are kept ([`incidents`]).
+    pub fn incidents_dir(&self) -> PathBuf {
+        self.state_dir.join(incidents::INCIDENTS_DIR)
     }
 }
 
@@ -338,7 +348,10 @@ impl Daemon {
         let (tx, mut rx) = mpsc::channel::<Sample>(SAMPLE_QUEUE);
         let (stop_tx, stop_rx) = watch::channel(false);
         let sampler_task = tokio::spawn(sampler.run(tx, stop_rx));
-        let tasks = self.spawn_servers(listener, exporter, stats, paces);
+        let (incidents, incidents_stopped) = self
+            .start_incidents(state_dir, state.writer.is_some())
+            .unzip();
+        let tasks = self.spawn_servers(listener, exporter, stats, paces, incidents);
 
         let every = Duration::from_millis(self.config.rediscover_every_ms.max(100));
         let mut rediscover = tokio::time::interval(every);
@@ -373,6 +386,10 @@ impl Daemon {
         drop(rx);
         let _ = sampler_task.await;
         tasks.into_iter().for_each(|t| t.abort());
+        // What is open is closed as daemon_stopped, with its end, if it takes no longer.
+        if let Some(s) = incidents_stopped {
+            let _ = tokio::task::spawn_blocking(move || s.wait(INCIDENTS_STOP)).await;
+        }
         Ok(())
     }
 
@@ -385,6 +402,7 @@ impl Daemon {
         exporter: Option<TcpListener>,
         stats: StatsHandle,
         paces: Paces,
+        incidents: Option<incidents::Incidents>,
     ) -> Vec<tokio::task::JoinHandle<()>> {
         let mut tasks = Vec::new();
         let published = exporter.as_ref().map(|_| metrics::Published::default());
@@ -398,6 +416,7 @@ impl Daemon {
                 latest: self.latest.clone(),
                 paces: paces.all(),
                 kept: Some(self.kept.clone()),
+                incidents,
             },
         )));
         if let (Some(l), Some(p)) = (exporter, published) {
@@ -415,6 +434,37 @@ impl Daemon {
             },
         )));
         tasks
+    }
+
+    /// The thread keeping incident bundles in `state_dir/incidents`, cut from the recording
+    /// when there is one. A directory that cannot be used turns them off, said once: the
+    /// live view and the recording go on.
+    fn start_incidents(
+        &self,
+        state_dir: &Path,
+        recording: bool,
+    ) -> Option<(incidents::Incidents, incidents::Stopped)> {
+        let policy = self.config.incidents?;
+        let started = safe_fs::private_dir(&state_dir.join(incidents::INCIDENTS_DIR))
+            .map_err(|e| e.to_string())
+            .and_then(|dir| {
+                let rec = recording.then(|| state_dir.join("recording"));
+                incidents::Incidents::start(
+                    dir,
+                    policy,
+                    rec,
+                    self.shared.clone(),
+                    self.clock.clone(),
+                )
+                .map_err(|e| e.to_string())
+            });
+        match started {
+            Ok(i) => Some(i),
+            Err(e) => {
+                tracing::error!("incident bundles off: {e}");
+                None
+            }
+        }
     }
 
     /// The topology to start with. Sampling an empty topology still records sockets and

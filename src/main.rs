@@ -79,7 +79,21 @@ fn usage_line(e: &clap::Error) -> String {
     let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
     let first = lines.next().unwrap_or("usage error");
     let mut line = first.trim_start_matches("error: ").to_string();
-    for more in lines.filter(|l| l.starts_with("tip:") || l.starts_with("[possible values")) {
+    // "...were not provided:" lists what is missing on the lines after it
+    let lines: Vec<&str> = lines.collect();
+    if line.ends_with(':') {
+        let listed = lines
+            .iter()
+            .take_while(|l| !l.starts_with("Usage:") && !l.starts_with("tip:"));
+        for l in listed {
+            line.push(' ');
+            line.push_str(l);
+        }
+    }
+    for more in lines
+        .iter()
+        .filter(|l| l.starts_with("tip:") || l.starts_with("[possible values"))
+    {
         line.push_str(&format!(" {more}"));
     }
     line.push_str("; see --help");

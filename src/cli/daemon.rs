@@ -9,6 +9,7 @@ use clap::Args;
 use std::sync::Arc;
 use std::time::Duration;
 use wedgewatch::clock::SystemClock;
+use wedgewatch::daemon::incidents::IncidentPolicy;
 use wedgewatch::daemon::Daemon;
 
 /// How long a stopped daemon may take to wind down (socket removed, recording flushed).
@@ -19,6 +20,8 @@ Examples:
   wedgewatch daemon                       # until SIGINT/SIGTERM
   wedgewatch daemon --for 1h --no-record
   wedgewatch daemon --metrics-listen 127.0.0.1:9466   # Prometheus scrapes /metrics there
+  wedgewatch daemon --incidents-keep 50 --incidents-max-mib 1024
+  wedgewatch incidents                    # from another shell: the incident bundles kept
   wedgewatch snapshot --json              # from another shell: instant, from the daemon
 
 Exit status: 0 stopped, 2 usage error (e.g. another daemon holds the state directory),
@@ -39,6 +42,13 @@ pub struct DaemonArgs {
     /// exporter.
     #[arg(long, value_name = "ADDR", value_parser = listen_addr)]
     pub metrics_listen: Option<MetricsListen>,
+    /// Incident bundles kept in the state directory's incidents/ at most, oldest removed
+    /// first (default 16; 0: none written). One is written when a critical finding opens.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(0..=10_000))]
+    pub incidents_keep: Option<u32>,
+    /// Mebibytes the kept incident bundles hold together at most (default 256).
+    #[arg(long, value_name = "MIB", value_parser = clap::value_parser!(u64).range(1..=1_048_576))]
+    pub incidents_max_mib: Option<u64>,
     #[command(flatten)]
     pub sampling: Sampling,
 }
@@ -56,6 +66,17 @@ fn listen_addr(s: &str) -> Result<MetricsListen, String> {
     s.parse()
         .map(|a| MetricsListen(Some(a)))
         .map_err(|e| format!("{e} (expected IP:PORT, or empty for no exporter)"))
+}
+
+/// What `--incidents-keep` and `--incidents-max-mib` say (None: keep none).
+fn incident_policy(keep: Option<u32>, max_mib: Option<u64>) -> Option<IncidentPolicy> {
+    let d = IncidentPolicy::default();
+    let keep = keep.map_or(d.keep, |n| n as usize);
+    (keep > 0).then(|| IncidentPolicy {
+        keep,
+        max_bytes: max_mib.map_or(d.max_bytes, |m| m << 20),
+        ..d
+    })
 }
 
 /// Resolves on SIGINT/SIGTERM, or after `run_for`.
@@ -90,6 +111,7 @@ pub fn run(top: Sampling, a: DaemonArgs) -> anyhow::Result<i32> {
         cfg.rotation = None;
     }
     cfg.metrics_listen = a.metrics_listen.and_then(|m| m.0);
+    cfg.incidents = incident_policy(a.incidents_keep, a.incidents_max_mib);
     let rt = exit::runtime()?;
     let ran = rt.block_on(async {
         let mut d = Daemon::new(cfg.clone(), Arc::new(SystemClock), opts.discover_fn());

@@ -1,9 +1,9 @@
 //! The command line: the verbs, their options, and how a run ends (exit codes).
 //!
 //! One file per verb (`snapshot`, `check`, `daemon`, `record`, `export`, `diff`, `doctor`,
-//! `tui`, `demo`, `docs` for completions and man, `merge`, `fleet`). Shared pieces: `options` (the sampling
-//! options, offered only by verbs that sample), `source` (recording, daemon or sampling
-//! window), `duration` (the one duration grammar), `progress` (stderr while working),
+//! `tui`, `demo`, `docs` for completions and man, `merge`, `fleet`, `incidents`). Shared
+//! pieces: `options` (the sampling options, offered only by verbs that sample), `source`
+//! (recording, daemon or sampling window), `duration` (the one duration grammar), `progress` (stderr while working),
 //! `exit` (exit codes, signals, runtimes).
 
 pub mod check;
@@ -16,6 +16,7 @@ pub mod duration;
 pub mod exit;
 pub mod export;
 pub mod fleet;
+pub mod incidents;
 pub mod merge;
 pub mod options;
 pub mod progress;
@@ -95,6 +96,9 @@ pub enum Verb {
     Merge(merge::MergeArgs),
     /// Many nodes at once: `fleet snapshot --nodes a,b --via 'ssh {node}'`.
     Fleet(fleet::FleetArgs),
+    /// The incident bundles the daemon kept (a critical finding's moment and the minutes
+    /// before it); `incidents latest -o DIR` copies the newest out to file it.
+    Incidents(incidents::IncidentsArgs),
 }
 
 impl Verb {
@@ -151,6 +155,7 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
         Verb::Report(a) => report::cmd_report(a),
         Verb::Merge(a) => merge::run(a),
         Verb::Fleet(a) => fleet::run(a),
+        Verb::Incidents(a) => incidents::run(top, a),
     }
 }
 
@@ -204,6 +209,7 @@ fn verb_name(verb: &Verb) -> &'static str {
         Verb::Report(_) => "report",
         Verb::Merge(_) => "merge",
         Verb::Fleet(_) => "fleet",
+        Verb::Incidents(_) => "incidents",
     }
 }
 

@@ -222,6 +222,8 @@ impl InProcessDaemon {
         let dir = private_dir("wedgewatch-session")?;
         let mut cfg = DaemonConfig::new(dir.path.clone());
         cfg.rotation = None;
+        // the session's directory goes with the session: no incident bundles kept in it
+        cfg.incidents = None;
         cfg.thresholds = thresholds.clone();
         cfg.rediscover_every_ms = rediscover_every_ms;
         let socket = cfg.socket_path.clone();

@@ -420,6 +420,8 @@ pub struct Readers {
     pub paces: Vec<Arc<Pace>>,
     /// The served `json` answer, told when the pass expects an open request to turn.
     pub kept: Option<Arc<KeptAnswer>>,
+    /// The incident bundles' writer, told every finding's events ([`super::incidents`]).
+    pub incidents: Option<super::incidents::Incidents>,
 }
 
 /// Passes at the fast period after the daemon starts, before its pace decides.
@@ -447,8 +449,10 @@ pub async fn watch(
         };
         let (shared, stats, to, clock) = (shared.clone(), stats.clone(), to.clone(), clock.clone());
         let done = tokio::task::spawn_blocking(move || {
-            for e in w.pass(&shared, &stats, clock.as_ref(), &to) {
-                emit(&e);
+            let events = w.pass(&shared, &stats, clock.as_ref(), &to);
+            events.iter().for_each(emit);
+            if let Some(i) = &to.incidents {
+                i.tell(&events);
             }
             w
         })

@@ -614,8 +614,17 @@ fn progress_is_silent_off_a_terminal_and_quiet_silences_notes() {
 #[test]
 fn completions_and_man_pages_know_every_verb() {
     let verbs = [
-        "snapshot", "check", "daemon", "record", "export", "diff", "doctor", "demo", "merge",
+        "snapshot",
+        "check",
+        "daemon",
+        "record",
+        "export",
+        "diff",
+        "doctor",
+        "demo",
+        "merge",
         "fleet",
+        "incidents",
     ];
     for shell in ["bash", "zsh", "fish"] {
         let o = run(["completions", shell]);
@@ -639,6 +648,7 @@ fn completions_and_man_pages_know_every_verb() {
     assert_eq!(o.code, 0, "{}", o.stderr);
     assert!(tmp.path().join("wedgewatch.1").is_file());
     assert!(tmp.path().join("wedgewatch-snapshot.1").is_file());
+    assert!(tmp.path().join("wedgewatch-incidents-latest.1").is_file());
 }
 
 #[test]
@@ -651,10 +661,21 @@ fn help_shows_examples_exit_codes_and_only_options_that_apply() {
     );
     assert!(o.stdout.contains("Sampling options"), "{}", o.stdout);
     for verb in [
-        "snapshot", "check", "daemon", "record", "export", "diff", "doctor", "demo", "tui",
-        "merge", "fleet",
+        "snapshot",
+        "check",
+        "daemon",
+        "record",
+        "export",
+        "diff",
+        "doctor",
+        "demo",
+        "tui",
+        "merge",
+        "fleet",
+        "incidents",
+        "incidents latest",
     ] {
-        let o = run([verb, "--help"]);
+        let o = run(verb.split(' ').chain(["--help"]));
         assert_eq!(o.code, 0, "{verb}");
         assert!(
             o.stdout.contains("Examples:"),
@@ -862,4 +883,168 @@ fn usage_errors_are_one_line_with_the_hint() {
             "[possible values: never, info, warning, critical]",
         ],
     );
+}
+
+/// An incident as the daemon keeps one (issue 36), with a hostile component name holding a
+/// token: `snapshot.json` from a fixture, its report, its record.
+fn plant_incident(state: &Path, component: &str) -> PathBuf {
+    use wedgewatch::daemon::incidents::{names, Incident};
+    use wedgewatch::model::FindingKind;
+    let dir = state.join("incidents");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let t = 1_773_285_302_000;
+    let i = Incident::opened(
+        FindingKind::WedgedRequest,
+        Some(component.into()),
+        "s".into(),
+        t,
+    );
+    let path = dir.join(names::dir_name(t, &i.kind, Some(component), 1));
+    let staged = wedgewatch::safe_fs::staged::StagedDir::beside(&path).expect("stage");
+    let snap = std::fs::read(fixture("snapshots/wedged.json")).expect("fixture");
+    staged.write_file("snapshot.json", &snap).expect("snapshot");
+    staged
+        .write_file("report.md", b"# wedged\n")
+        .expect("report");
+    let json = serde_json::to_vec(&i).expect("json");
+    staged.write_file("incident.json", &json).expect("record");
+    staged.commit().expect("commit")
+}
+
+#[test]
+fn incidents_list_copy_out_and_refuse_bad_input() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let state = tmp.path().join("state");
+    let o = run([OsStr::new("incidents"), "--state-dir".as_ref(), os(&state)]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(o.stdout.starts_with("no incidents kept in"), "{}", o.stdout);
+    let hostile =
+        "decode@h:1';rm -rf ~;'$(id)`x`\u{1b}]52;c;aGk=\u{7} hf_abcdefghijklmnopqrstuvwxyz0123";
+    let kept = plant_incident(&state, hostile);
+    let o = run([OsStr::new("incidents"), "--state-dir".as_ref(), os(&state)]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(
+        o.stdout.contains("wedged_request") && o.stdout.contains("open"),
+        "{}",
+        o.stdout
+    );
+    assert!(
+        !o.stdout.contains('\u{1b}') && !o.stdout.contains('\u{7}'),
+        "{}",
+        o.stdout
+    );
+    let o = run([
+        OsStr::new("incidents"),
+        "--json".as_ref(),
+        "--state-dir".as_ref(),
+        os(&state),
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&o.stdout).expect("incidents --json");
+    assert_eq!(v["schema"], "wedgewatch.incidents/1");
+    assert_eq!(v["incidents"][0]["path"], kept.display().to_string());
+    assert_eq!(v["incidents"][0]["state"], "open");
+
+    // Copied out: the files, and one shell line whose title carries no secret.
+    let out = tmp.path().join("out");
+    let latest = |out: &Path| {
+        run([
+            OsStr::new("incidents"),
+            "latest".as_ref(),
+            "--state-dir".as_ref(),
+            os(&state),
+            "-o".as_ref(),
+            os(out),
+        ])
+    };
+    let o = latest(&out);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert_eq!(o.stdout.lines().count(), 1, "{}", o.stdout);
+    let words = shlex::split(&o.stdout).expect("a shell line");
+    assert_eq!(words.len(), 7, "{words:?}");
+    assert_eq!(&words[..4], ["gh", "issue", "create", "--title"]);
+    assert!(
+        !words[4].contains("hf_abcdefghij") && !words[4].contains('\u{1b}'),
+        "{}",
+        words[4]
+    );
+    assert!(
+        words[4].contains("';rm -rf ~;'$(id)"),
+        "the name stays text: {}",
+        words[4]
+    );
+    assert_eq!(words[6], out.join("report.md").display().to_string());
+    for f in ["snapshot.json", "report.md", "incident.json"] {
+        assert_eq!(
+            std::fs::read(out.join(f)).ok(),
+            std::fs::read(kept.join(f)).ok(),
+            "{f}"
+        );
+    }
+    let o = run([OsStr::new("report"), os(&out)]);
+    assert_eq!(o.code, 0, "report of the copy: {}", o.stderr);
+    let o = run([OsStr::new("diff"), os(&out), os(&kept)]);
+    assert_eq!(o.code, 0, "diff of the copy and the kept one: {}", o.stderr);
+
+    // Bad input: one line, exit 2, nothing written.
+    assert_usage("-o not empty", &latest(&out), &["not empty"]);
+    assert_usage("no -o", &run(["incidents", "latest"]), &["--output"]);
+    assert_usage(
+        "-o -",
+        &run(["incidents", "latest", "-o", "-"]),
+        &["stdout"],
+    );
+    assert_usage(
+        "--pid",
+        &run(["--pid", "1", "incidents"]),
+        &["--pid", "incidents"],
+    );
+    let o = run(["daemon", "--incidents-keep", "many"]);
+    assert_usage("keep", &o, &["--incidents-keep"]);
+    let o = run(["daemon", "--incidents-max-mib", "0"]);
+    assert_usage("max", &o, &["--incidents-max-mib"]);
+
+    // None kept and nothing to sample: exit 3.
+    let empty = tmp.path().join("empty");
+    let o = run([
+        OsStr::new("incidents"),
+        "latest".as_ref(),
+        "--state-dir".as_ref(),
+        os(&empty),
+        "--proc-root".as_ref(),
+        "/nonexistent/proc".as_ref(),
+        "-o".as_ref(),
+        os(&tmp.path().join("none")),
+    ]);
+    assert_eq!(o.code, 3, "{}", o.stderr);
+    assert!(
+        o.stderr.contains("took a fresh snapshot instead"),
+        "{}",
+        o.stderr
+    );
+}
+
+#[test]
+fn incidents_latest_without_an_incident_takes_a_fresh_snapshot_and_says_so() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let out = tmp.path().join("fresh");
+    let o = run([
+        OsStr::new("incidents"),
+        "latest".as_ref(),
+        "--state-dir".as_ref(),
+        os(&tmp.path().join("state")),
+        "--proc-root".as_ref(),
+        os(&fixture_proc("container")),
+        "-o".as_ref(),
+        os(&out),
+    ]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(
+        o.stderr.contains("took a fresh snapshot instead"),
+        "{}",
+        o.stderr
+    );
+    let words = shlex::split(&o.stdout).expect("a shell line");
+    assert_eq!(words[6], out.join("report.md").display().to_string());
+    assert!(words[4].starts_with("wedgewatch: "), "{}", words[4]);
+    assert!(out.join("snapshot.json").is_file() && out.join("report.md").is_file());
 }

@@ -2,7 +2,8 @@
 //! arguments are ones `wedgewatch daemon` takes, it grants exactly the unit's capabilities
 //! (drop ALL, add those), it runs in the host PID namespace with the host's `/proc` mounted
 //! read-only where `--proc-root` points, and the scrape annotation names the port the
-//! exporter listens on. (No YAML parser among the dev-dependencies: the file's own layout,
+//! exporter listens on; its state directory (incident bundles included) is on the node's
+//! disk. (No YAML parser among the dev-dependencies: the file's own layout,
 //! one setting a line, is read.)
 
 use std::path::Path;
@@ -201,5 +202,43 @@ fn a_network_policy_lets_only_prometheus_reach_the_exporter() {
         ports,
         ["- protocol: TCP", &format!("port: {port}")],
         "{ports:?}"
+    );
+}
+
+/// Issue 36: incident bundles outlive the pod's restart and the node's reboot: the state
+/// directory the daemon is told (`STATE_DIRECTORY`) is mounted from a hostPath, not an
+/// emptyDir that dies with the pod.
+#[test]
+fn its_state_directory_with_the_incidents_is_on_the_nodes_disk() {
+    let ds = read("deploy/kubernetes/daemonset.yaml");
+    let env = block_under(&ds, "- name: STATE_DIRECTORY");
+    assert_eq!(
+        env.first().map(String::as_str),
+        Some("value: /var/lib/wedgewatch"),
+        "{env:?}"
+    );
+    let mut parts = ds.split("- name: state\n").skip(1);
+    let mount = parts.next().expect("the state mount");
+    assert!(
+        mount
+            .lines()
+            .next()
+            .is_some_and(|l| l.trim() == "mountPath: /var/lib/wedgewatch"),
+        "{mount}"
+    );
+    let volume: Vec<&str> = parts
+        .next()
+        .expect("the state volume")
+        .lines()
+        .take(3)
+        .map(str::trim)
+        .collect();
+    assert_eq!(
+        volume,
+        [
+            "hostPath:",
+            "path: /var/lib/wedgewatch",
+            "type: DirectoryOrCreate"
+        ]
     );
 }

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 mod input;
 mod output;
+pub mod staged;
 mod walk;
 
 pub use input::{is_input_dir, open_input, read_input_capped};

@@ -106,11 +106,13 @@ impl Sink {
         }
     }
 
-    /// Ends the file cleanly (the gzip trailer), e.g. before rotating away from it.
-    pub(crate) fn finish(self) -> io::Result<()> {
+    /// Ends the file cleanly (the gzip trailer), e.g. before rotating away from it; the
+    /// file, for a caller that syncs it.
+    pub(crate) fn finish(self) -> io::Result<Option<std::fs::File>> {
         match self {
-            Sink::Gz { enc, .. } => enc.finish().map(drop),
-            _ => Ok(()),
+            Sink::Gz { enc, .. } => enc.finish().map(|c| Some(c.file)),
+            Sink::Fresh(f) | Sink::Plain(f) => Ok(Some(f)),
+            Sink::Broken => Ok(None),
         }
     }
 

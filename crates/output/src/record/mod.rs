@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 
 mod baseline;
 mod delta;
+mod excerpt;
 mod gz;
 mod inflate;
 mod jitter;
@@ -29,6 +30,7 @@ mod writer;
 pub use crate::model::ComponentFacts;
 pub use baseline::{is_secret_name, Baseline};
 pub use delta::{apply_json, diff_json, DeltaState, KEYFRAME_EVERY};
+pub use excerpt::{write_excerpt, Excerpt};
 pub use read::{
     read_records, NotARecording, ReadError, ReadLimits, ReadStats, Records, DEFAULT_MAX_LINE_BYTES,
     DEFAULT_MAX_LINE_VALUES,

@@ -446,6 +446,28 @@ impl RecordingWriter {
         Ok(true)
     }
 
+    /// Appends a sample read back from a recording, as it was recorded: no cadence and no
+    /// trimming (both were applied when it was first written), its cadence `every_ms` kept,
+    /// redacted again (an excerpt, `super::excerpt`, is an output of its own).
+    pub fn write_recorded(&mut self, s: &Sample, every_ms: Option<i64>) -> Result<()> {
+        let Some(redacted) = self.redacted(Cow::Borrowed(s)) else {
+            return Ok(());
+        };
+        if !self.policy.compact {
+            return self.write(&Record::Sample {
+                sample: redacted,
+                every_ms,
+            });
+        }
+        let rec = self.delta.encode(&redacted, every_ms)?;
+        self.write_raw(&rec)
+    }
+
+    /// Bytes written to the current file so far (compressed, as on the disk).
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
     /// The sample as it may leave. A socket table's entries are the kernel's binary records
     /// formatted by us (addresses, ports, numbers, states: no text any process chose), so
     /// only its free text (notes, the status's reason) is redacted; every other payload
@@ -516,6 +538,16 @@ impl RecordingWriter {
             }
         }
         Ok(())
+    }
+
+    /// Ends the file (its gzip trailer) and syncs it to the disk: a file written whole, as
+    /// an excerpt is, ends cleanly.
+    pub fn finish(self) -> Result<()> {
+        let p = self.path();
+        match self.sink.finish().map_err(|e| Error::io(&p, e))? {
+            Some(f) => f.sync_all().map_err(|e| Error::io(&p, e)),
+            None => Ok(()),
+        }
     }
 
     /// Flushes to the disk (records reach the OS as they are written; this is for
