@@ -7,11 +7,10 @@
 //! the next wedge is a second incident. The incidents outlive the daemon's own SIGKILL too,
 //! and `incidents latest -o DIR` copies the newest out with the line that files it.
 //!
-//! Runs the wedgewatch binary as a user runs it; lab tests run one at a time under
-//! `flock /work/scratch/lab.lock` (tests/lanes.sh: LAB_LANE).
+//! Runs the wedgewatch binary as a user runs it; lab tests run one binary at a time
+//! (tests/lanes.sh: LAB_LANE).
 
-#[path = "common/lab.rs"]
-mod lab;
+use wedgewatch_testkit::lab;
 
 use lab::{Lab, LabOptions};
 use serde_json::Value;

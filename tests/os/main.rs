@@ -15,6 +15,7 @@ mod diff;
 mod exporter_http;
 mod fleet_snapshot;
 mod hang_safety;
+mod incidents;
 mod input_safety;
 mod layers;
 mod merge;

@@ -6,7 +6,6 @@
 //! half-written bundles, never touching files it did not write. The lab version (a real
 //! stack, kill -9 of the engine) is `tests/incidents_lab.rs`.
 
-mod correl_common;
 use correl_common::*;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -18,6 +17,7 @@ use wedgewatch::daemon::incidents::{self, ClosedBy, Incident, Kept, RecordingPar
 use wedgewatch::daemon::{Daemon, DaemonConfig, DiscoverFn};
 use wedgewatch::model::*;
 use wedgewatch::sources::{BoxFuture, Source};
+use wedgewatch_testkit::correl as correl_common;
 
 /// A socket table the test changes while the daemon samples it.
 struct Table(Arc<Mutex<SocketTable>>);
