@@ -84,8 +84,12 @@ pub struct Derived {
     pub finding_chains: Vec<Option<usize>>,
     /// Metrics view lines: (component index, metric name).
     pub metric_lines: Vec<(usize, String)>,
-    /// Diff view: indices into `config_changed`.
+    /// Diff view: indices into `config_changed`, a child's repeat of its engine's change
+    /// left out.
     pub changes: Vec<usize>,
+    /// Diff view: per change (index into `config_changed`), the child processes whose same
+    /// change was folded into it.
+    pub change_children: HashMap<usize, Vec<String>>,
     /// The header's cause line.
     pub cause: Option<super::cause::Cause>,
 }
@@ -165,6 +169,7 @@ pub fn derive(s: &Snapshot, filter: &str, sort: SortKey, all_hops: bool) -> Deri
         .collect();
     d.metric_lines = metric_lines(s, &filter);
     d.changes = change_order(s, &filter);
+    d.change_children = super::change_fold::fold_children(s, &mut d.changes);
     d.cause = super::cause::cause(s);
     d
 }

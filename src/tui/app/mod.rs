@@ -2,6 +2,7 @@
 //! writer the caller plugs in. Rendering lives in `render/` and only reads this state.
 
 mod cause;
+mod change_fold;
 mod component;
 mod cursor;
 mod derived;
