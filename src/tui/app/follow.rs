@@ -109,6 +109,11 @@ impl App {
         self.focus.as_deref()
     }
 
+    /// Whether esc goes back to a view `t`/`d`/`m` came from.
+    pub fn can_go_back(&self) -> bool {
+        !self.back.is_empty()
+    }
+
     /// The hop the Diff and Metrics views put first: the one followed, else the most
     /// severe finding's.
     pub(super) fn subject_of_views(&self) -> Option<String> {

@@ -138,6 +138,23 @@ fn fit(s: &str, w: usize) -> String {
     }
 }
 
+/// A component id padded or cut to `w` columns: whole when it fits, else with its host
+/// left out (`proxy@…:30123`, `scheduler@decode@…:30052`): the roles and the port tell hops
+/// apart where the host is the same for all, and a plain cut loses the port.
+fn short_id(id: &str, w: usize) -> String {
+    if id.chars().count() > w {
+        if let (Some((roles, _)), Some((_, port))) = (id.rsplit_once('@'), id.rsplit_once(':')) {
+            let role = roles.split('@').next().unwrap_or(roles);
+            for short in [format!("{roles}@…:{port}"), format!("{role}@…:{port}")] {
+                if short.chars().count() <= w {
+                    return fit(&short, w);
+                }
+            }
+        }
+    }
+    fit(id, w)
+}
+
 /// Cut to at most `w` columns (with an ellipsis), never padded.
 fn cut(s: &str, w: usize) -> String {
     if s.chars().count() <= w {
@@ -554,7 +571,7 @@ fn status_line(app: &App, theme: Theme) -> Line<'static> {
 
 fn footer_line(app: &App, theme: Theme) -> Line<'static> {
     // The view's own keys first, so a narrow footer keeps them.
-    let mut keys: Vec<(&str, &str)> = vec![("?", "help")];
+    let mut keys: Vec<(&str, &str)> = vec![("?", "help"), ("q", "quit")];
     match app.view() {
         View::Overview => keys.push(("enter", "evidence")),
         View::Requests => {
@@ -567,14 +584,15 @@ fn footer_line(app: &App, theme: Theme) -> Line<'static> {
         View::Sockets => keys.push(("enter", "detail")),
         _ => {}
     }
+    keys.push(("t/d/m", "follow"));
+    if app.can_go_back() || app.detail_open() {
+        keys.push(("esc", "back"));
+    }
     keys.extend([
-        ("t/d/m", "follow"),
-        ("esc", "back"),
         ("1-8", "view"),
         ("/", "filter"),
         ("f", "freeze"),
         ("s", "snapshot"),
-        ("q", "quit"),
     ]);
     if matches!(app.feed_state(), FeedState::Replay(_)) {
         keys.push(("spc . , [ ] + -", "replay"));

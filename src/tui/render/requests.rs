@@ -2,7 +2,7 @@
 //! selected request.
 
 use super::lanes::{self, short_state};
-use super::{fit, fmt_ms, para, render_scrolled, rfit, scroll_offset, sev_tag, Theme};
+use super::{fit, fmt_ms, para, render_scrolled, rfit, scroll_offset, sev_tag, short_id, Theme};
 use crate::model::{Request, Snapshot, Status};
 use crate::tui::app::{App, Derived, RequestRow, LANES};
 use ratatui::layout::{Constraint, Layout, Rect};
@@ -186,20 +186,6 @@ fn list_lines(app: &App, s: &Snapshot, theme: Theme, area: Rect) -> Vec<Line<'st
         ));
     }
     lines
-}
-
-/// A component id in `w` columns: whole when it fits, else its role and port
-/// (`proxy@…:30123`), which tell hops apart where the host part is the same for all.
-fn short_id(id: &str, w: usize) -> String {
-    if id.chars().count() > w {
-        if let (Some((role, _)), Some((_, port))) = (id.split_once('@'), id.rsplit_once(':')) {
-            let short = format!("{role}@…:{port}");
-            if short.chars().count() <= w {
-                return fit(&short, w);
-            }
-        }
-    }
-    fit(id, w)
 }
 
 /// A row's name: its logical request (`r17`), or in the all-hops list its leg
