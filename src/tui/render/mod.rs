@@ -573,7 +573,7 @@ fn footer_line(app: &App, theme: Theme) -> Line<'static> {
     // The view's own keys first, so a narrow footer keeps them.
     let mut keys: Vec<(&str, &str)> = vec![("?", "help"), ("q", "quit")];
     match app.view() {
-        View::Overview => keys.push(("enter", "evidence")),
+        View::Overview => keys.push(("enter", "lanes+evidence")),
         View::Requests => {
             keys.push(("enter", "hops"));
             keys.push(("o", "sort"));

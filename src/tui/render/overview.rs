@@ -37,7 +37,13 @@ fn component_line(s: &Snapshot, c: &SnapComponent, theme: Theme, prefix: &str) -
     ];
     // What tells a wedge comes first, so 80 columns keep it: the loop's state over the
     // window, the requests it holds, the GPU; identification (pid, container) after.
-    if c.role == Role::Scheduler || c.role.is_engine() {
+    // An engine with a scheduler process: its own main thread is the HTTP server's, and
+    // the loop is the scheduler's (on the line below).
+    let has_scheduler = s
+        .components
+        .iter()
+        .any(|x| x.role == Role::Scheduler && x.parent.as_deref() == Some(c.id.as_str()));
+    if c.role == Role::Scheduler || (c.role.is_engine() && !has_scheduler) {
         spans.extend(main_loop_span(s, c, theme));
     }
     spans.extend(in_flight_span(s, c, theme));
@@ -316,7 +322,7 @@ fn finding_lines(
     let mut lines: Vec<Line<'static>> = vec![Line::styled(
         fit(
             &format!(
-                "findings ({}), most severe first — enter: evidence, j/k read it",
+                "findings ({}), most severe first — enter: lanes, evidence · t/d/m: follow",
                 d.findings.len()
             ),
             width,
