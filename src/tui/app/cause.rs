@@ -8,7 +8,7 @@
 
 use super::follow::{in_family, top_level};
 use crate::clock::{parse_rfc3339, Millis};
-use crate::model::{Snapshot, Verdict};
+use crate::model::{Snapshot, StuckKind, Verdict};
 
 /// What changed on the suspect hop.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,6 +29,8 @@ pub struct CauseEffect {
     /// When it entered the stack.
     pub at: Millis,
     pub request: String,
+    /// Its response started, then stopped (`stalled_stream`), rather than never starting.
+    pub stalled: bool,
     /// Requests stuck at that hop in all.
     pub stuck: usize,
     pub hop: String,
@@ -70,8 +72,9 @@ pub fn cause(s: &Snapshot) -> Option<Cause> {
     let first = stuck.iter().max_by(|a, b| a.age_ms.total_cmp(&b.age_ms))?;
     let suspect = first.stuck_at.as_deref()?;
     let effect = CauseEffect {
-        at: taken - first.age_ms.max(0.0) as Millis,
+        at: taken.saturating_sub(first.age_ms.max(0.0) as Millis),
         request: first.id.clone(),
+        stalled: first.stuck_kind == Some(StuckKind::StreamStalled),
         stuck: stuck
             .iter()
             .filter(|l| {
@@ -118,4 +121,60 @@ pub fn cause(s: &Snapshot) -> Option<Cause> {
         keys,
     });
     Some(Cause { change, effect })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn demo() -> Snapshot {
+        serde_json::from_str(include_str!("../../../tests/fixtures/snapshots/demo.json"))
+            .expect("fixture")
+    }
+
+    #[test]
+    fn the_demo_restart_comes_before_its_first_stuck_request() {
+        let s = demo();
+        let c = cause(&s).expect("requests are stuck");
+        assert_eq!(
+            c.change,
+            Some(CauseChange {
+                hop: "decode".into(),
+                restarted: true,
+                restarted_at: parse_rfc3339("2026-12-05T09:29:10.120Z"),
+                // Once, though decode, its scheduler and its detokenizer all carry it.
+                keys: vec!["+SGLANG_DECODE_PREALLOC_SPLIT_TOKENS=100".into()],
+            })
+        );
+        // The stuck request that entered first (r25 and r36 are 30.268 s old).
+        assert_eq!(
+            c.effect.at,
+            parse_rfc3339("2026-12-05T09:29:14.134Z").unwrap_or(0)
+        );
+        assert_eq!((c.effect.stuck, c.effect.hop.as_str()), (2, "decode"));
+        assert!(!c.effect.stalled);
+    }
+
+    #[test]
+    fn no_stuck_request_no_line_and_other_hops_changes_are_not_the_cause() {
+        let mut s = demo();
+        // The proxy's appearance (a topology change) and changes elsewhere are not named.
+        for ch in &mut s.config_changed {
+            if ch.component.contains("decode") {
+                ch.component = "prefill@127.0.0.1:26180".into();
+            }
+        }
+        let c = cause(&s).expect("still stuck");
+        assert_eq!(c.change, None);
+        for l in &mut s.logical_requests {
+            l.verdict = Verdict::Done;
+        }
+        assert_eq!(cause(&s), None);
+        // A hostile age does not overflow.
+        let mut s = demo();
+        for l in &mut s.logical_requests {
+            l.age_ms = f64::MAX;
+        }
+        assert!(cause(&s).is_some());
+    }
 }

@@ -62,13 +62,15 @@ fn change_text(c: &CauseChange, keys: &Keys) -> String {
 
 fn effect_text(e: &CauseEffect, long: bool) -> String {
     let t = clock(e.at);
-    if long {
-        format!(
-            "{t} first request never answered ({} stuck at {})",
-            e.stuck, e.hop
-        )
+    let what = if e.stalled {
+        "first request's stream stalled"
     } else {
-        format!("{t} first request never answered")
+        "first request never answered"
+    };
+    if long {
+        format!("{t} {what} ({} stuck at {})", e.stuck, e.hop)
+    } else {
+        format!("{t} {what}")
     }
 }
 
@@ -139,6 +141,7 @@ mod tests {
             effect: CauseEffect {
                 at: crate::clock::parse_rfc3339("2026-12-05T09:29:14.134Z").unwrap_or(0),
                 request: "r36".into(),
+                stalled: false,
                 stuck: 2,
                 hop: "decode".into(),
             },
