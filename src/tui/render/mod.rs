@@ -617,7 +617,7 @@ pub const HELP: &[(&str, &str)] = &[
         "the views in tab order: Overview … Diff, Components",
     ),
     ("j k ↓ ↑", "move; in open frames/detail: scroll them"),
-    ("pgdn pgup g G", "page, first, last"),
+    ("pgdn pgup g G", "page, first, last (home, end too)"),
     (
         "enter",
         "drill in: evidence and lanes, hops, frames, detail",
