@@ -441,3 +441,25 @@ fn changed_views_at_80x24_and_120x40() {
         }
     }
 }
+
+/// A snapshot that names only the role a request is stuck at (no `stuck_leg`) still marks
+/// that hop.
+#[test]
+fn the_stuck_hop_is_marked_from_its_role_when_the_leg_is_not_named() {
+    let mut s = fixture("demo");
+    for l in &mut s.logical_requests {
+        l.stuck_leg = None;
+    }
+    let mut a = app_of(s);
+    ch(&mut a, '2');
+    ch(&mut a, 'j');
+    press(&mut a, KeyCode::Enter);
+    let rows = screen(&a, 80, 24);
+    let marked: Vec<&String> = rows.iter().filter(|l| l.starts_with("! ")).collect();
+    assert!(
+        marked.iter().any(|l| l.starts_with("! decode   wait")),
+        "{}",
+        rows.join("\n")
+    );
+    assert!(!marked.iter().any(|l| l.starts_with("! proxy ")));
+}

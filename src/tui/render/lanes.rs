@@ -7,7 +7,7 @@
 //! under `NO_COLOR`, on a monochrome terminal and in a pasted screen.
 
 use super::{cut, fit, fmt_bytes, fmt_ms, rfit, Theme};
-use crate::model::{Request, RequestState, Snapshot};
+use crate::model::{Request, RequestState, Snapshot, Verdict};
 use crate::tui::app::{lane_of, request_role, Derived, Lane, LANES};
 use ratatui::style::Modifier;
 use ratatui::text::{Line, Span};
@@ -53,14 +53,22 @@ pub(super) fn heading(theme: Theme, w: usize) -> Line<'static> {
     Line::styled(fit(&head, w), theme.head())
 }
 
-/// Whether `r` is the leg its chain's logical request is stuck at.
-fn is_stuck_leg(s: &Snapshot, d: &Derived, chain: usize, r: &Request) -> bool {
-    d.chain_request
+/// Whether `r` (in lane `lane`) is the leg its chain's logical request is stuck at: the
+/// correlator's `stuck_leg`, else (snapshots that name only the role) its lane.
+fn is_stuck_leg(s: &Snapshot, d: &Derived, chain: usize, r: &Request, lane: usize) -> bool {
+    let Some(l) = d
+        .chain_request
         .get(chain)
         .copied()
         .flatten()
         .and_then(|li| s.logical_requests.get(li))
-        .is_some_and(|l| l.stuck_leg.is_some() && l.stuck_leg == r.leg)
+    else {
+        return false;
+    };
+    match &l.stuck_leg {
+        Some(leg) => r.leg.as_ref() == Some(leg),
+        None => l.verdict == Verdict::Stuck && l.stuck_role.map(lane_of) == Some(lane),
+    }
 }
 
 /// One row per hop of `chain`, entry hop first.
@@ -87,11 +95,11 @@ fn hop_row(
     theme: Theme,
     w: usize,
 ) -> Line<'static> {
-    let stuck = is_stuck_leg(s, d, chain, r);
-    let lane = LANES[lane_of(request_role(s, &d.component_index, r))];
+    let lane = lane_of(request_role(s, &d.component_index, r));
+    let stuck = is_stuck_leg(s, d, chain, r, lane);
     let head = facts(
         if stuck { "!" } else { "" },
-        lane,
+        LANES[lane],
         short_state(r.state),
         &fmt_ms(r.age_ms),
         &fmt_ms(r.idle_out_ms),
