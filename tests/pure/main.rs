@@ -19,4 +19,5 @@ mod report_replay;
 mod snapshot_sockets;
 mod stack_corpus;
 mod tui_80x24;
+mod tui_follow;
 mod tui_snapshots;

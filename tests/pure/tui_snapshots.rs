@@ -199,10 +199,12 @@ fn diff_view_names_the_added_env_var() {
     let mut a = app("wedged");
     press(&mut a, '7');
     let screen = screen_rows(&a, 80, 24);
+    // Below the header (whose cause line names it too).
     let row = screen
         .iter()
-        .position(|l| l.contains("SGLANG_DECODE_PREALLOC_SPLIT_TOKENS"))
+        .position(|l| l.contains("decode@127.0.0.1:31012   env"))
         .expect("env var named at 80x24");
+    assert!(screen[row].contains("SGLANG_DECODE_PREALLOC_SPLIT_TOKENS"));
     assert!(screen[row].contains("decode@127.0.0.1:31012"));
     assert!(
         screen[row + 1].contains("(absent) -> 1"),
@@ -212,7 +214,7 @@ fn diff_view_names_the_added_env_var() {
     let wide = screen_rows(&a, 200, 50);
     let row = wide
         .iter()
-        .find(|l| l.contains("SGLANG_DECODE_PREALLOC_SPLIT_TOKENS"))
+        .find(|l| l.starts_with("decode@") && l.contains("SGLANG_DECODE_PREALLOC_SPLIT_TOKENS"))
         .expect("env var named at 200x50");
     assert!(
         row.contains("decode@127.0.0.1:31012") && row.contains("(absent) -> 1"),
@@ -360,7 +362,12 @@ fn wedged_gpu_and_threads_views_show_idle_evidence() {
         gpu.contains("GPU1 NVIDIA H100 80GB HBM3  activity idle"),
         "{gpu}"
     );
-    assert!(gpu.contains("decode@127.0.0.1:31012 idle"));
+    // Each engine's verdict on its own line.
+    assert!(
+        gpu.lines()
+            .any(|l| l.starts_with("  decode@127.0.0.1:31012 ") && l.trim_end().ends_with(" idle")),
+        "{gpu}"
+    );
     press(&mut a, '3');
     let screen = screen_rows(&a, 120, 40);
     let row = screen

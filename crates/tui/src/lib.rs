@@ -30,7 +30,7 @@ pub use feed::{
     ChannelFeed, Feed, FeedFrame, FeedState, ReplayCommand, ReplayFeed, ReplayStatus,
     SamplerHealth, STILL_NOTE,
 };
-pub use render::{fmt_bytes, fmt_ms, sparkline, HELP};
+pub use render::{fmt_bytes, fmt_ms, sparkline, HELP, LEGEND};
 
 use crate::error::{Error, Result};
 use ratatui::crossterm::event::{self, Event, KeyEventKind};

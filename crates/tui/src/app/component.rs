@@ -1,7 +1,8 @@
 //! What the Components view says about one component, as a list of lines that do not depend
 //! on the screen width (each is cut, never wrapped, when drawn), so the app can scroll over
-//! them without knowing the screen: identity, versions, what changed against the baseline,
-//! the environment the stack profile marks relevant, the command line one option a line.
+//! them without knowing the screen: its name, what changed against the baseline, identity,
+//! versions, the environment the stack profile marks relevant, the command line one option a
+//! line.
 //!
 //! The full environment is not listed: 40-odd variables (PATH, HOME, ...) would bury the one
 //! that changed. It stays in `snapshot.json`.
@@ -118,13 +119,9 @@ fn identity(c: &SnapComponent) -> Vec<Fact> {
 /// Every line of the detail of `c` in `s`.
 pub fn component_facts(s: &Snapshot, c: &SnapComponent) -> Vec<Fact> {
     let json = serde_json::to_value(c).unwrap_or_default();
-    let mut out = identity(c);
-    out.push(Fact::Heading("versions".into()));
-    let versions = carried_map(&json, "versions");
-    if versions.is_empty() {
-        out.push(Fact::Text("not in this snapshot".into()));
-    }
-    out.extend(versions.into_iter().map(|(k, v)| Fact::Pair(k, v)));
+    let mut ident = identity(c).into_iter();
+    // Its name, then what changed (the reason to open a component at 80x24), then the rest.
+    let mut out: Vec<Fact> = ident.next().into_iter().collect();
     out.push(Fact::Heading("changes against the baseline".into()));
     let changes: Vec<Fact> = s
         .config_changed
@@ -141,6 +138,14 @@ pub fn component_facts(s: &Snapshot, c: &SnapComponent) -> Vec<Fact> {
         out.push(Fact::Text("none (or no baseline was taken)".into()));
     }
     out.extend(changes);
+    out.push(Fact::Heading("identity".into()));
+    out.extend(ident);
+    out.push(Fact::Heading("versions".into()));
+    let versions = carried_map(&json, "versions");
+    if versions.is_empty() {
+        out.push(Fact::Text("not in this snapshot".into()));
+    }
+    out.extend(versions.into_iter().map(|(k, v)| Fact::Pair(k, v)));
     let relevant = carried_list(&json, "relevant_env");
     if !relevant.is_empty() {
         out.push(Fact::Heading(

@@ -23,18 +23,22 @@ pub struct FindingRow {
 pub enum Item<'a> {
     /// The requests it concerns.
     Requests(&'a [String]),
+    /// The lanes of one of them (an index into `Derived::chains`): one row per hop.
+    Lanes(usize),
     /// One piece of evidence.
     Evidence(usize),
     /// Why it matters and what to do.
     Explanation(&'a str),
 }
 
-/// The evidence items of `f`, in display order.
-pub fn items(f: &Finding) -> Vec<Item<'_>> {
-    let mut out = Vec::with_capacity(f.evidence.len() + 2);
+/// The evidence items of `f`, in display order; `lanes`: the chain of the request whose
+/// hops it shows (`Derived::finding_chains`).
+pub fn items(f: &Finding, lanes: Option<usize>) -> Vec<Item<'_>> {
+    let mut out = Vec::with_capacity(f.evidence.len() + 3);
     if !f.requests.is_empty() {
         out.push(Item::Requests(&f.requests));
     }
+    out.extend(lanes.map(Item::Lanes));
     out.extend((0..f.evidence.len()).map(Item::Evidence));
     if let Some(x) = &f.explanation {
         out.push(Item::Explanation(x));
@@ -43,11 +47,12 @@ pub fn items(f: &Finding) -> Vec<Item<'_>> {
 }
 
 /// The rows of the findings pane: each finding in `order`, followed by its items when it is
-/// expanded.
+/// expanded (`lanes`: per finding index, as for [`items`]).
 pub fn finding_rows(
     s: &Snapshot,
     order: &[usize],
     expanded: impl Fn(&Finding) -> bool,
+    lanes: impl Fn(usize) -> Option<usize>,
 ) -> Vec<FindingRow> {
     let mut rows = Vec::with_capacity(order.len());
     for &fi in order {
@@ -59,7 +64,7 @@ pub fn finding_rows(
             item: None,
         });
         if expanded(f) {
-            rows.extend((0..items(f).len()).map(|k| FindingRow {
+            rows.extend((0..items(f, lanes(fi)).len()).map(|k| FindingRow {
                 finding: fi,
                 item: Some(k),
             }));

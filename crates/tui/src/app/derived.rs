@@ -79,10 +79,19 @@ pub struct Derived {
     pub component_index: HashMap<String, usize>,
     /// Request id -> findings indices that name it.
     pub findings_by_request: HashMap<String, Vec<usize>>,
+    /// Per finding (by index): the chain whose lanes its expansion shows: of the requests it
+    /// names, the one with the most hops (the best-known path), the first of equals.
+    pub finding_chains: Vec<Option<usize>>,
     /// Metrics view lines: (component index, metric name).
     pub metric_lines: Vec<(usize, String)>,
-    /// Diff view: indices into `config_changed`.
+    /// Diff view: indices into `config_changed`, a child's repeat of its engine's change
+    /// left out.
     pub changes: Vec<usize>,
+    /// Diff view: per change (index into `config_changed`), the child processes whose same
+    /// change was folded into it.
+    pub change_children: HashMap<usize, Vec<String>>,
+    /// The header's cause line.
+    pub cause: Option<super::cause::Cause>,
 }
 
 pub fn in_flight(state: RequestState) -> bool {
@@ -128,10 +137,10 @@ impl Derived {
             .collect()
     }
 
-    /// Lines of the Requests view's hop detail for `chain`: its title, one per hop, one per
-    /// finding.
+    /// Lines of the Requests view's hop detail for `chain`: its title, the column heads, one
+    /// per hop, one per finding.
     pub fn hop_detail_len(&self, s: &Snapshot, chain: usize) -> usize {
-        1 + self.chains.get(chain).map_or(0, Vec::len) + self.hop_findings(s, chain).len()
+        2 + self.chains.get(chain).map_or(0, Vec::len) + self.hop_findings(s, chain).len()
     }
 }
 
@@ -147,6 +156,7 @@ pub fn derive(s: &Snapshot, filter: &str, sort: SortKey, all_hops: bool) -> Deri
     let (chains, chain_request, chain_of) = request_chains(s);
     d.chains = chains;
     d.chain_request = chain_request;
+    d.finding_chains = finding_chains(s, &d, &chain_of);
     d.rows = request_rows(s, &d, &chain_of);
     d.request_order = request_order(s, &d.rows, &filter, sort, all_hops);
     d.threads = thread_order(s, &filter);
@@ -159,6 +169,8 @@ pub fn derive(s: &Snapshot, filter: &str, sort: SortKey, all_hops: bool) -> Deri
         .collect();
     d.metric_lines = metric_lines(s, &filter);
     d.changes = change_order(s, &filter);
+    d.change_children = super::change_fold::fold_children(s, &mut d.changes);
+    d.cause = super::cause::cause(s);
     d
 }
 
@@ -195,6 +207,33 @@ fn findings_by_request(s: &Snapshot) -> HashMap<String, Vec<usize>> {
         }
     }
     by_request
+}
+
+/// See [`Derived::finding_chains`]. Findings name logical requests (older versions:
+/// exchanges). Needs `d.chains` and `d.chain_request`.
+fn finding_chains(s: &Snapshot, d: &Derived, chain_of: &[usize]) -> Vec<Option<usize>> {
+    let mut by_id: HashMap<&str, usize> = s
+        .requests
+        .iter()
+        .zip(chain_of)
+        .map(|(r, &c)| (r.id.as_str(), c))
+        .collect();
+    for (c, li) in d.chain_request.iter().enumerate() {
+        if let Some(l) = li.and_then(|li| s.logical_requests.get(li)) {
+            by_id.insert(l.id.as_str(), c);
+        }
+    }
+    s.findings
+        .iter()
+        .map(|f| {
+            f.requests
+                .iter()
+                .enumerate()
+                .filter_map(|(k, id)| Some((k, *by_id.get(id.as_str())?)))
+                .max_by_key(|&(k, c)| (d.chains.get(c).map_or(0, Vec::len), std::cmp::Reverse(k)))
+                .map(|(_, c)| c)
+        })
+        .collect()
 }
 
 /// Chains: the snapshot's logical requests, their legs in order. Exchanges that are no leg

@@ -1,16 +1,22 @@
 //! The UI state (model) and key handling. Pure: no terminal, no I/O except the snapshot
 //! writer the caller plugs in. Rendering lives in `render/` and only reads this state.
 
+mod cause;
+mod change_fold;
 mod component;
 mod cursor;
 mod derived;
+mod follow;
 mod history;
+mod metric_order;
 mod nav;
 mod order;
 
+pub use cause::{Cause, CauseChange, CauseEffect};
 pub use component::{component_facts, host_versions, Fact};
 pub use cursor::{items, FindingRow, Item};
 pub use derived::{derive, in_flight, lane_of, request_role, Derived, Lane, RequestRow, LANES};
+use follow::Jump;
 pub use history::{GpuPoint, HistoryPoint};
 
 use super::feed::{FeedFrame, FeedState, ReplayCommand, SamplerHealth};
@@ -191,6 +197,10 @@ pub struct App {
     help: bool,
     status: Option<String>,
     frames_received: u64,
+    /// The hop followed with `t`/`d`/`m` (see `follow`).
+    focus: Option<String>,
+    /// The views esc goes back to after following, newest last.
+    back: Vec<View>,
 }
 
 impl std::fmt::Debug for App {
@@ -232,6 +242,8 @@ impl App {
             help: false,
             status: None,
             frames_received: 0,
+            focus: None,
+            back: Vec::new(),
         }
     }
 
@@ -409,6 +421,12 @@ impl App {
         }
     }
 
+    /// A view chosen by hand (tab, 1-8): leaves a trail of `t`/`d`/`m`.
+    fn switch_view(&mut self, view: View) {
+        self.leave_trail();
+        self.set_view(view);
+    }
+
     fn set_view(&mut self, view: View) {
         if view != self.view {
             self.view = view;
@@ -494,15 +512,18 @@ impl App {
             KeyCode::Char('q') => return Action::Quit,
             KeyCode::Char('?') => self.help = true,
             KeyCode::Char('/') => self.filter_editing = true,
-            KeyCode::Tab => self.set_view(View::ALL[(self.view.index() + 1) % View::ALL.len()]),
+            KeyCode::Tab => self.switch_view(View::ALL[(self.view.index() + 1) % View::ALL.len()]),
             KeyCode::BackTab => {
                 let n = View::ALL.len();
-                self.set_view(View::ALL[(self.view.index() + n - 1) % n])
+                self.switch_view(View::ALL[(self.view.index() + n - 1) % n])
             }
             KeyCode::Char(c @ '1'..='8') => {
                 let i = (c as usize) - ('1' as usize);
-                self.set_view(View::ALL[i]);
+                self.switch_view(View::ALL[i]);
             }
+            KeyCode::Char('t') => self.follow(Jump::Thread),
+            KeyCode::Char('d') => self.follow(Jump::Diff),
+            KeyCode::Char('m') => self.follow(Jump::Metrics),
             KeyCode::Char('j') | KeyCode::Down => self.move_selection(1),
             KeyCode::Char('k') | KeyCode::Up => self.move_selection(-1),
             KeyCode::PageDown => self.move_selection(10),
@@ -555,7 +576,8 @@ impl App {
         Action::None
     }
 
-    /// Esc: close the detail, else clear the filter, else clear the status line.
+    /// Esc: close the detail, else clear the filter, else go back to where `t`/`d`/`m` came
+    /// from, else clear the status line.
     fn escape(&mut self) {
         if self.detail {
             self.detail = false;
@@ -563,7 +585,7 @@ impl App {
         } else if !self.filter.is_empty() {
             self.filter.clear();
             self.recompute();
-        } else {
+        } else if !self.go_back() {
             self.status = None;
         }
     }

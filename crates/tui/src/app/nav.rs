@@ -3,22 +3,31 @@
 //! `derived.rs` (what the views list).
 
 use super::cursor::finding_rows;
-use super::order::{connections_stuck_first, threads_stuck_first};
+use super::metric_order::metrics_key_facts_first;
+use super::order::{changes_subject_first, connections_stuck_first, threads_stuck_first};
 use super::{finding_key, App, View};
 
 impl App {
-    /// Everything that depends on the derived lists: stuck-first orders, the Overview's
+    /// Everything that depends on the derived lists: stuck-first and subject-first orders, the Overview's
     /// rows (the cursor stays on the same finding and item across frames), selections.
     pub(super) fn after_derive(&mut self) {
         let keep = self.pending_cursor.take().or_else(|| self.cursor_key());
+        let subject = self.subject_of_views();
         if let Some(f) = &self.current {
             let s = &f.snapshot;
+            let subject = subject.as_deref();
             threads_stuck_first(s, &mut self.derived.threads);
             connections_stuck_first(s, &self.derived.rows, &mut self.derived.connections);
+            changes_subject_first(s, subject, &mut self.derived.changes);
+            metrics_key_facts_first(s, subject, &mut self.derived.metric_lines);
             let expanded = &self.expanded;
-            self.finding_rows = finding_rows(s, &self.derived.findings, |f| {
-                expanded.contains(&finding_key(f))
-            });
+            let chains = &self.derived.finding_chains;
+            self.finding_rows = finding_rows(
+                s,
+                &self.derived.findings,
+                |f| expanded.contains(&finding_key(f)),
+                |fi| chains.get(fi).copied().flatten(),
+            );
         } else {
             self.finding_rows.clear();
         }
@@ -110,13 +119,7 @@ impl App {
         let Some(s) = self.snapshot() else {
             return;
         };
-        // The first of the most severe, as the header's headline picks it.
-        let with_hop = || s.findings.iter().filter(|f| f.component.is_some());
-        let worst = with_hop()
-            .map(|f| f.severity)
-            .max()
-            .and_then(|sev| with_hop().find(|f| f.severity == sev))
-            .and_then(|f| f.component.as_deref())
+        let worst = super::follow::worst_component(s)
             .and_then(|c| s.components.iter().position(|x| x.id == c));
         if let Some(i) = worst {
             self.selected[View::Components.index()] = i;

@@ -1,10 +1,11 @@
-//! Stuck-first orders of the Threads and Sockets views, applied on top of what `derived`
+//! Stuck-first orders of the Threads, Sockets and Diff views, applied on top of what `derived`
 //! lists (its filter is kept, only the order changes). A wedge is what the on-call engineer
 //! looks for, so it must be the first row, not the ninth under idle helper threads sorted
 //! by name.
 
 use super::derived::{in_flight, RequestRow};
-use crate::model::{RequestState, Severity, SnapThread, Snapshot, ThreadState};
+use super::follow::in_family;
+use crate::model::{RequestState, Role, Severity, SnapThread, Snapshot, ThreadState};
 use std::cmp::Reverse;
 use std::collections::HashMap;
 
@@ -51,21 +52,39 @@ fn state_rank(state: &ThreadState) -> u8 {
     }
 }
 
+/// Which components' threads tell most about a hang, lowest first: the scheduler (its loop
+/// is where an engine accepts, batches and forgets requests), then the engine process (its
+/// HTTP server only waits on the scheduler), then everything else.
+fn role_rank(roles: &HashMap<&str, Role>, component: Option<&str>) -> u8 {
+    match component.and_then(|c| roles.get(c)).copied() {
+        Some(Role::Scheduler) => 0,
+        Some(r) if r.is_engine() => 1,
+        _ => 2,
+    }
+}
+
 /// A process's main thread (the scheduler loop runs there).
 fn is_main(t: &SnapThread) -> bool {
     t.tid == t.pid || t.name.as_deref() == Some("MainThread")
 }
 
-/// Threads of suspect components first (worst finding first), each process's main thread
-/// before its other threads, then by how telling the state is, then component, pid, tid.
+/// Threads of suspect components first (worst finding first), a suspect's scheduler before
+/// its engine's HTTP thread, each process's main thread before its other threads, then by
+/// how telling the state is, then component, pid, tid.
 pub(super) fn threads_stuck_first(s: &Snapshot, threads: &mut [usize]) {
     let suspect = suspicion(s);
+    let roles: HashMap<&str, Role> = s
+        .components
+        .iter()
+        .map(|c| (c.id.as_str(), c.role))
+        .collect();
     threads.sort_by_cached_key(|&i| {
         let t = &s.threads[i];
         let comp = t.component.as_deref();
         let sev = comp.and_then(|c| suspect.get(c)).copied();
         (
             Reverse(sev),
+            role_rank(&roles, comp),
             !is_main(t),
             state_rank(&t.state),
             comp.map(str::to_string),
@@ -90,5 +109,18 @@ pub(super) fn connections_stuck_first(s: &Snapshot, rows: &[RequestRow], conns: 
             .then(in_flight(rb.state).cmp(&in_flight(ra.state)))
             .then(rb.idle_out_ms.total_cmp(&ra.idle_out_ms))
             .then(ra.id.cmp(&rb.id))
+    });
+}
+
+/// The Diff view: the changes of `subject`'s engine and its processes first (the hop being
+/// followed, else the most severe finding's), the rest after in their order.
+pub(super) fn changes_subject_first(s: &Snapshot, subject: Option<&str>, changes: &mut [usize]) {
+    let Some(top) = subject else {
+        return;
+    };
+    changes.sort_by_key(|&i| {
+        !s.config_changed
+            .get(i)
+            .is_some_and(|c| in_family(s, top, &c.component))
     });
 }

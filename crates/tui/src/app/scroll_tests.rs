@@ -34,8 +34,17 @@ fn j_reads_through_an_expanded_findings_evidence_then_moves_on() {
     let first = row(&a);
     assert_eq!(first.item, None);
     let f = &s.findings[first.finding];
-    let n = items(f).len();
-    assert_eq!(n, 1 + f.evidence.len() + 1, "requests, evidence, why");
+    let lanes = a.derived().finding_chains[first.finding];
+    assert!(
+        lanes.is_some(),
+        "a wedged_request shows its request's lanes"
+    );
+    let n = items(f, lanes).len();
+    assert_eq!(
+        n,
+        1 + 1 + f.evidence.len() + 1,
+        "requests, lanes, evidence, why"
+    );
     // Folded: j goes to the next finding.
     press(&mut a, KeyCode::Char('j'));
     assert_ne!(row(&a).finding, first.finding);
@@ -47,7 +56,8 @@ fn j_reads_through_an_expanded_findings_evidence_then_moves_on() {
         assert_eq!(row(&a).item, Some(k), "item {k}");
         assert_eq!(row(&a).finding, first.finding);
     }
-    assert!(matches!(items(f)[n - 1], Item::Explanation(_)));
+    assert!(matches!(items(f, lanes)[1], Item::Lanes(_)));
+    assert!(matches!(items(f, lanes)[n - 1], Item::Explanation(_)));
     press(&mut a, KeyCode::Char('j'));
     assert_ne!(
         row(&a).finding,
@@ -169,9 +179,9 @@ fn open_hops_scroll_with_j_and_stop_at_their_last_page() {
     assert!(a.detail_open());
     let s = fixture("wedged");
     let row = a.derived().rows[a.derived().request_order[0]].clone();
-    // Title, one line per hop, one per finding that names the request.
+    // Title, column heads, one line per hop, one per finding that names the request.
     let len = a.derived().hop_detail_len(&s, row.chain);
-    assert_eq!(len, 1 + 4 + 1, "four hops and the wedged_request finding");
+    assert_eq!(len, 2 + 4 + 1, "four hops and the wedged_request finding");
     a.set_detail_viewport(3);
     press(&mut a, KeyCode::Char('j'));
     assert_eq!(a.detail_scroll(), 1);

@@ -2,7 +2,7 @@
 //! detail (versions, changes against the baseline, relevant environment, command line one
 //! option a line). `enter` gives the detail the room and j/k scroll it.
 
-use super::{cut, fit, para, render_scrolled, scroll_offset, Theme};
+use super::{cut, fit, para, render_scrolled, scroll_offset, time_of, Theme};
 use crate::app::{component_facts, App, Fact};
 use crate::model::Snapshot;
 use ratatui::layout::{Constraint, Layout, Rect};
@@ -29,9 +29,11 @@ pub(super) fn render(app: &App, s: &Snapshot, theme: Theme, frame: &mut Frame, a
         let text = format!(
             "{} {} {} {}",
             fit(&c.id, 36),
-            fit(c.role.as_str(), 10),
+            fit(c.role.as_str(), 11),
             fit(&pid, 8),
-            c.started_at.as_deref().unwrap_or("-")
+            c.started_at
+                .as_deref()
+                .map_or("-", |t| started(t, &s.taken_at))
         );
         let line = Line::raw(fit(&text, w));
         lines.push(if pos == sel {
@@ -57,6 +59,20 @@ pub(super) fn render(app: &App, s: &Snapshot, theme: Theme, frame: &mut Frame, a
     render_scrolled(frame, bottom, detail, offset);
 }
 
+/// When a component started: the time of day when it is the snapshot's day (a restart
+/// minutes ago is what the column is read for), else the date and minute; the detail below
+/// has it whole.
+fn started<'a>(at: &'a str, taken_at: &str) -> &'a str {
+    if at
+        .get(..10)
+        .is_some_and(|day| taken_at.get(..10) == Some(day))
+    {
+        time_of(at)
+    } else {
+        at.get(..16).unwrap_or(at)
+    }
+}
+
 /// `wedgewatch 0.1.0 · kernel 6.8 · nvidia_driver 550.54`: what a bug report needs first.
 fn host_line(app: &App, theme: Theme, w: usize) -> Line<'static> {
     let v = app.host_versions();
@@ -73,9 +89,9 @@ fn list_heading(theme: Theme, w: usize) -> Line<'static> {
     Line::styled(
         fit(
             &format!(
-                "{} {} {} STARTED  (enter: detail, j/k scroll it)",
+                "{} {} {} STARTED   (enter: detail, j/k scroll it)",
                 fit("COMPONENT", 36),
-                fit("ROLE", 10),
+                fit("ROLE", 11),
                 fit("PID", 8)
             ),
             w,

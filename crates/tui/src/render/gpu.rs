@@ -4,7 +4,7 @@ use super::{
     fit, fmt_bytes, keep_visible, render_scrolled, rfit, source_problem_line, sparkline, Theme,
 };
 use crate::app::{App, HistoryPoint};
-use crate::model::{SnapComponent, SnapGpu, SnapGpuProcess, Snapshot};
+use crate::model::{SnapGpu, SnapGpuProcess, Snapshot};
 use ratatui::layout::Rect;
 use ratatui::style::Color;
 use ratatui::text::{Line, Span};
@@ -53,20 +53,33 @@ fn notice_lines(s: &Snapshot, theme: Theme, w: usize) -> Vec<Line<'static>> {
             theme.dim(),
         ));
     }
-    // Engines' verdicts (they combine GPU, per-process samples and engine counters).
-    let verdicts: Vec<&SnapComponent> = s
+    // Engines' verdicts (they combine GPU, per-process samples and engine counters), one a
+    // line so none is cut off the edge; the components with no GPU verdict on one line after.
+    let (known, unknown): (Vec<_>, Vec<_>) = s
         .components
         .iter()
-        .filter(|c| c.gpu_activity.is_some())
-        .collect();
-    if !verdicts.is_empty() {
-        let mut spans = vec![Span::styled("activity verdicts:", theme.bold())];
-        for c in verdicts {
-            let a = c.gpu_activity.clone().unwrap_or_default();
-            spans.push(Span::raw(format!(" {} ", c.id)));
-            spans.push(Span::styled(a.clone(), theme.activity(&a)));
-        }
-        lines.push(Line::from(spans));
+        .filter_map(|c| Some((c.id.as_str(), c.gpu_activity.as_deref()?)))
+        .partition(|&(_, a)| a != "unknown");
+    if !known.is_empty() || !unknown.is_empty() {
+        lines.push(Line::styled("activity verdicts", theme.bold()));
+    }
+    let id_w = known
+        .iter()
+        .map(|(id, _)| id.chars().count())
+        .max()
+        .unwrap_or(0);
+    for (id, a) in known {
+        lines.push(Line::from(vec![
+            Span::raw(format!("  {} ", fit(id, id_w.min(w.saturating_sub(14))))),
+            Span::styled(a.to_string(), theme.activity(a)),
+        ]));
+    }
+    if !unknown.is_empty() {
+        let ids: Vec<&str> = unknown.iter().map(|(id, _)| *id).collect();
+        lines.push(Line::styled(
+            fit(&format!("  unknown: {}", ids.join(", ")), w),
+            theme.dim(),
+        ));
     }
     lines
 }

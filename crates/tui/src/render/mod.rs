@@ -5,11 +5,13 @@
 //! sizes, sparklines), the frame layout (header, tabs, status, footer) and the help overlay.
 //! Each view draws its body in its own file.
 
+mod cause;
 mod channels;
 mod components;
 mod diff;
 mod gpu;
 mod headline;
+mod lanes;
 mod metrics;
 mod overview;
 mod requests;
@@ -134,6 +136,23 @@ fn fit(s: &str, w: usize) -> String {
         out.push('…');
         out
     }
+}
+
+/// A component id padded or cut to `w` columns: whole when it fits, else with its host
+/// left out (`proxy@…:30123`, `scheduler@decode@…:30052`): the roles and the port tell hops
+/// apart where the host is the same for all, and a plain cut loses the port.
+fn short_id(id: &str, w: usize) -> String {
+    if id.chars().count() > w {
+        if let (Some((roles, _)), Some((_, port))) = (id.rsplit_once('@'), id.rsplit_once(':')) {
+            let role = roles.split('@').next().unwrap_or(roles);
+            for short in [format!("{roles}@…:{port}"), format!("{role}@…:{port}")] {
+                if short.chars().count() <= w {
+                    return fit(&short, w);
+                }
+            }
+        }
+    }
+    fit(id, w)
 }
 
 /// Cut to at most `w` columns (with an ellipsis), never padded.
@@ -411,12 +430,15 @@ fn ordered_sources(s: &Snapshot) -> Vec<(&String, &SourceStatus)> {
     v
 }
 
-/// The header: the feed line, then (when a snapshot is on screen) the most severe finding
-/// and the sources.
+/// The header: the feed line, then (when a snapshot is on screen) the most severe finding,
+/// the cause line when requests are stuck, and the sources.
 fn header_lines(app: &App, theme: Theme, width: usize) -> Vec<Line<'static>> {
     let mut lines = vec![Line::from(feed_spans(app, theme))];
     if let Some(s) = app.snapshot() {
         lines.push(headline::headline(s, theme, width));
+        if let Some(c) = &app.derived().cause {
+            lines.push(cause::cause_line(c, theme, width));
+        }
         lines.extend(source_lines(s, theme, width));
     }
     lines
@@ -548,9 +570,10 @@ fn status_line(app: &App, theme: Theme) -> Line<'static> {
 }
 
 fn footer_line(app: &App, theme: Theme) -> Line<'static> {
-    let mut keys: Vec<(&str, &str)> = vec![("?", "help"), ("tab/1-8", "view"), ("j/k", "move")];
+    // The view's own keys first, so a narrow footer keeps them.
+    let mut keys: Vec<(&str, &str)> = vec![("?", "help"), ("q", "quit")];
     match app.view() {
-        View::Overview => keys.push(("enter", "evidence")),
+        View::Overview => keys.push(("enter", "lanes+evidence")),
         View::Requests => {
             keys.push(("enter", "hops"));
             keys.push(("o", "sort"));
@@ -561,11 +584,15 @@ fn footer_line(app: &App, theme: Theme) -> Line<'static> {
         View::Sockets => keys.push(("enter", "detail")),
         _ => {}
     }
+    keys.push(("t/d/m", "follow"));
+    if app.can_go_back() || app.detail_open() {
+        keys.push(("esc", "back"));
+    }
     keys.extend([
+        ("1-8", "view"),
         ("/", "filter"),
         ("f", "freeze"),
         ("s", "snapshot"),
-        ("q", "quit"),
     ]);
     if matches!(app.feed_state(), FeedState::Replay(_)) {
         keys.push(("spc . , [ ] + -", "replay"));
@@ -583,54 +610,89 @@ fn footer_line(app: &App, theme: Theme) -> Line<'static> {
 
 /// Every key, for the `?` overlay.
 pub const HELP: &[(&str, &str)] = &[
-    ("?", "this help (esc closes)"),
+    ("?  esc", "this help / close it"),
     ("tab / shift-tab", "next / previous view"),
     (
         "1 … 8",
         "the views in tab order: Overview … Diff, Components",
     ),
     ("j k ↓ ↑", "move; in open frames/detail: scroll them"),
-    ("pgdn pgup g G", "page, first, last"),
+    ("pgdn pgup g G", "page, first, last (home, end too)"),
     (
         "enter",
-        "drill in: evidence, hops, frames, component detail",
+        "drill in: evidence and lanes, hops, frames, detail",
     ),
-    ("esc", "back: close detail, clear filter"),
+    (
+        "t d m",
+        "follow the blamed hop: its scheduler thread, diff, metrics",
+    ),
+    ("esc", "back: close detail, clear filter, return from t/d/m"),
     ("/", "filter the current list (enter keeps, esc clears)"),
     (
-        "o",
-        "Requests: cycle sort (stuck, age, silence, component, id)",
+        "o  a",
+        "Requests: cycle sort / all hops or one row per request",
     ),
-    ("a", "Requests: all hops / one row per request"),
     ("f", "freeze the display (collection goes on)"),
     ("s", "write a snapshot bundle of what is on screen"),
-    ("space", "replay: pause / play"),
-    (". ,", "replay: step forward / back"),
-    ("] [", "replay: seek 10 frames forward / back"),
-    ("+ -", "replay: faster / slower"),
+    (
+        "space . , ] [ + -",
+        "replay: pause, step, seek 10, faster / slower",
+    ),
     ("q  ctrl-c", "quit"),
 ];
 
+/// What the short words and ids on screen mean, for the `?` overlay.
+pub const LEGEND: &[(&str, &str)] = &[
+    (
+        "wait  strm",
+        "waiting for the first response byte / streaming",
+    ),
+    ("STAL  done", "a stream that stopped / answered"),
+    (
+        "idle  clsd",
+        "open with nothing outstanding / connection closed",
+    ),
+    (
+        "r36  r36@decode",
+        "a request across its hops / its hop at decode",
+    ),
+    (
+        "x34  c8",
+        "one exchange (a hop's HTTP exchange) / an idle connection",
+    ),
+    (
+        "!  [wait]",
+        "stuck request; the hop it is stuck at / the row's own hop",
+    ),
+];
+
 fn help(theme: Theme, frame: &mut Frame, area: Rect) {
-    let w = area.width.min(76);
-    let h = area.height.min(HELP.len() as u16 + 2);
+    let w = area.width.min(78);
+    let lines = help_lines(theme);
+    let h = area.height.min(lines.len() as u16 + 2);
     let x = area.x + (area.width - w) / 2;
     let y = area.y + (area.height - h) / 2;
     let rect = Rect::new(x, y, w, h);
-    let lines: Vec<Line> = HELP
-        .iter()
-        .map(|(k, what)| {
-            Line::from(vec![
-                Span::styled(fit(k, 16), theme.bold().patch(theme.fg(Color::Cyan))),
-                Span::raw(what.to_string()),
-            ])
-        })
-        .collect();
     frame.render_widget(Clear, rect);
     frame.render_widget(
-        Paragraph::new(lines).block(Block::bordered().title(" keys ")),
+        Paragraph::new(lines).block(Block::bordered().title(" keys · legend ")),
         rect,
     );
+}
+
+/// The keys, a rule, then the legend.
+fn help_lines(theme: Theme) -> Vec<Line<'static>> {
+    let key = theme.bold().patch(theme.fg(Color::Cyan));
+    let row = |k: &str, what: &str, kw: usize| {
+        Line::from(vec![
+            Span::styled(fit(k, kw), key),
+            Span::raw(what.to_string()),
+        ])
+    };
+    let mut lines: Vec<Line<'static>> = HELP.iter().map(|(k, w)| row(k, w, 18)).collect();
+    lines.push(Line::styled("── on screen", theme.head()));
+    lines.extend(LEGEND.iter().map(|(k, w)| row(k, w, 18)));
+    lines
 }
 
 #[cfg(test)]

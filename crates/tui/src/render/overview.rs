@@ -1,7 +1,7 @@
 //! Overview view: the topology tree (edges, children, GPUs) and the findings list.
 
 use super::{fit, keep_visible, para, render_scrolled, sev_tag, source_summary, wrap, Theme};
-use crate::app::{in_flight, items, App, Item};
+use crate::app::{in_flight, items, App, Derived, Item};
 use crate::model::{Finding, Role, SnapComponent, Snapshot, Status, Verdict};
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Style};
@@ -16,8 +16,8 @@ fn worst_finding<'a>(s: &'a Snapshot, component: &str) -> Option<&'a Finding> {
         .max_by_key(|f| f.severity)
 }
 
-/// One node of the topology tree: role, health, id, pid, exchanges in flight, GPU
-/// activity, the main loop's state and the worst finding's kind.
+/// One node of the topology tree: role, health, id, the main loop's state, exchanges in
+/// flight, GPU activity, pid and the worst finding's kind.
 fn component_line(s: &Snapshot, c: &SnapComponent, theme: Theme, prefix: &str) -> Line<'static> {
     let role = match c.role {
         Role::Detokenizer => "detok",
@@ -35,20 +35,28 @@ fn component_line(s: &Snapshot, c: &SnapComponent, theme: Theme, prefix: &str) -
         health,
         Span::raw(format!(" {}", c.id)),
     ];
-    if let Some(pid) = c.main_pid.or(c.pids.first().copied()) {
-        spans.push(Span::styled(format!(" pid {pid}"), theme.dim()));
-    }
-    // The container a top-level component runs in (children share their engine's).
-    if let (Some(k), None) = (&c.container, &c.parent) {
-        spans.push(Span::styled(format!(" [{k}]"), theme.dim()));
+    // What tells a wedge comes first, so 80 columns keep it: the loop's state over the
+    // window, the requests it holds, the GPU; identification (pid, container) after.
+    // An engine with a scheduler process: its own main thread is the HTTP server's, and
+    // the loop is the scheduler's (on the line below).
+    let has_scheduler = s
+        .components
+        .iter()
+        .any(|x| x.role == Role::Scheduler && x.parent.as_deref() == Some(c.id.as_str()));
+    if c.role == Role::Scheduler || (c.role.is_engine() && !has_scheduler) {
+        spans.extend(main_loop_span(s, c, theme));
     }
     spans.extend(in_flight_span(s, c, theme));
     if let Some(a) = &c.gpu_activity {
         spans.push(Span::raw("  gpu "));
         spans.push(Span::styled(a.clone(), theme.activity(a)));
     }
-    if c.role == Role::Scheduler || c.role.is_engine() {
-        spans.extend(main_loop_span(s, c, theme));
+    if let Some(pid) = c.main_pid.or(c.pids.first().copied()) {
+        spans.push(Span::styled(format!("  pid {pid}"), theme.dim()));
+    }
+    // The container a top-level component runs in (children share their engine's).
+    if let (Some(k), None) = (&c.container, &c.parent) {
+        spans.push(Span::styled(format!(" [{k}]"), theme.dim()));
     }
     if let Some(f) = worst_finding(s, &c.id) {
         spans.push(Span::styled(
@@ -180,7 +188,12 @@ fn topology_lines(app: &App, s: &Snapshot, theme: Theme) -> Vec<(Line<'static>, 
         } else {
             (format!("{indent}├─ "), format!("{indent}│  "))
         };
-        let flagged = worst_finding(s, &c.id).is_some();
+        // A flagged engine's scheduler stays with it: its loop state is the evidence.
+        let flagged = worst_finding(s, &c.id).is_some()
+            || (c.role == Role::Scheduler
+                && c.parent
+                    .as_deref()
+                    .is_some_and(|p| worst_finding(s, p).is_some()));
         lines.push((component_line(s, c, theme, &branch), flagged));
         // GPUs hang off the deepest component that uses them (the scheduler if known).
         let own_gpus: Vec<u32> = if children[i]
@@ -309,7 +322,7 @@ fn finding_lines(
     let mut lines: Vec<Line<'static>> = vec![Line::styled(
         fit(
             &format!(
-                "findings ({}), most severe first — enter: evidence, j/k read it",
+                "findings ({}), most severe first — enter: lanes, evidence · t/d/m: follow",
                 d.findings.len()
             ),
             width,
@@ -329,12 +342,14 @@ fn finding_lines(
         };
         let sel = pos == app.selected();
         let start = lines.len();
+        let lanes = d.finding_chains.get(row.finding).copied().flatten();
         let mut block = match row.item {
             None => finding_head(f, app.is_expanded(f), theme, width),
-            Some(k) => items(f)
-                .get(k)
-                .map(|it| item_lines(f, *it, theme, width))
-                .unwrap_or_default(),
+            Some(k) => match items(f, lanes).get(k) {
+                Some(Item::Lanes(chain)) => lane_lines(s, d, *chain, theme, width),
+                Some(it) => item_lines(f, *it, theme, width),
+                None => Vec::new(),
+            },
         };
         if sel {
             span = (start, start + block.len().saturating_sub(1));
@@ -367,6 +382,28 @@ fn finding_head(f: &Finding, expanded: bool, theme: Theme, width: usize) -> Vec<
     lines
 }
 
+/// The lanes of one request a finding names: a title, the column heads, one row per hop.
+fn lane_lines(
+    s: &Snapshot,
+    d: &Derived,
+    chain: usize,
+    theme: Theme,
+    width: usize,
+) -> Vec<Line<'static>> {
+    let name = d
+        .chain_request
+        .get(chain)
+        .copied()
+        .flatten()
+        .and_then(|li| s.logical_requests.get(li))
+        .map_or("the request", |l| l.id.as_str());
+    let title = format!("    lanes of {name}: t d m the stuck hop's thread, diff, metrics");
+    let mut lines = vec![Line::styled(fit(&title, width), theme.head())];
+    lines.push(super::lanes::heading(theme, width));
+    lines.extend(super::lanes::hop_rows(s, d, chain, theme, width));
+    lines
+}
+
 /// One evidence item of an expanded finding, wrapped to the width.
 fn item_lines(f: &Finding, item: Item<'_>, theme: Theme, width: usize) -> Vec<Line<'static>> {
     let (first, rest, text, style) = match item {
@@ -385,6 +422,8 @@ fn item_lines(f: &Finding, item: Item<'_>, theme: Theme, width: usize) -> Vec<Li
                 Style::default(),
             )
         }
+        // Drawn by `lane_lines`.
+        Item::Lanes(_) => return Vec::new(),
         Item::Explanation(x) => (
             "    why: ",
             "         ",

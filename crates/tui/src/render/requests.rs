@@ -1,25 +1,15 @@
 //! Requests view: one row per request (or per hop) with its hop lanes, and the hops of the
 //! selected request.
 
-use super::{fit, fmt_bytes, fmt_ms, para, render_scrolled, rfit, scroll_offset, sev_tag, Theme};
-use crate::app::{lane_of, request_role, App, Derived, Lane, RequestRow, LANES};
-use crate::model::{Request, RequestState, Snapshot, Status};
+use super::lanes::{self, short_state};
+use super::{fit, fmt_ms, para, render_scrolled, rfit, scroll_offset, sev_tag, short_id, Theme};
+use crate::app::{App, Derived, RequestRow, LANES};
+use crate::model::{Request, Snapshot, Status};
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};
 use ratatui::Frame;
 use std::collections::BTreeSet;
-
-fn short_state(s: RequestState) -> &'static str {
-    match s {
-        RequestState::WaitingFirstByte => "wait",
-        RequestState::Streaming => "strm",
-        RequestState::Stalled => "STAL",
-        RequestState::Done => "done",
-        RequestState::Idle => "idle",
-        RequestState::Closed => "clsd",
-    }
-}
 
 struct ReqCols {
     id: usize,
@@ -79,7 +69,10 @@ fn request_line(
     ));
     spans.push(Span::raw(fit(row_label(r, all_hops), cols.id)));
     if cols.entry > 0 {
-        spans.push(Span::raw(fit(&r.component, cols.entry.saturating_sub(1))));
+        spans.push(Span::raw(short_id(
+            &r.component,
+            cols.entry.saturating_sub(1),
+        )));
         spans.push(Span::raw(" "));
     }
     for (k, lane) in row.lanes.iter().enumerate() {
@@ -112,14 +105,7 @@ fn request_line(
         silence_style,
     ));
     if cols.bytes > 0 {
-        spans.push(Span::raw(rfit(
-            &format!(
-                "{}/{}",
-                fmt_bytes(r.bytes_in as f64).replace(' ', ""),
-                fmt_bytes(r.bytes_out as f64).replace(' ', "")
-            ),
-            cols.bytes,
-        )));
+        spans.push(Span::raw(rfit(&lanes::in_out(r), cols.bytes)));
     }
     if cols.client > 0 {
         spans.push(Span::styled(
@@ -209,14 +195,6 @@ fn row_label(r: &Request, all_hops: bool) -> &str {
     name.as_deref().unwrap_or(&r.id)
 }
 
-/// A hop in the drill-in: its leg and, to find it in the Sockets view, its exchange id.
-fn hop_name(r: &Request) -> String {
-    match &r.leg {
-        Some(leg) => format!("{leg} ({})", r.id),
-        None => r.id.clone(),
-    }
-}
-
 /// `"12 requests (3 stuck, 2 waiting) · sort: stuck · one row per request (a: all hops)"`.
 /// Stuck and waiting count logical requests (the correlator's verdicts), also in the
 /// all-hops list.
@@ -289,8 +267,8 @@ fn empty_message(app: &App, s: &Snapshot) -> String {
     }
 }
 
-/// The detail pane: every hop of the selected request's chain, then the findings that name
-/// any of them.
+/// The detail pane: the selected request's lanes (one row per hop), then the findings that
+/// name any of its hops.
 fn hop_lines(
     s: &Snapshot,
     d: &Derived,
@@ -298,16 +276,23 @@ fn hop_lines(
     theme: Theme,
     w: usize,
 ) -> Vec<Line<'static>> {
-    let mut lines = vec![Line::styled(
-        fit("hops of the selected request (esc closes)", w),
-        theme.bold().add_modifier(Modifier::UNDERLINED),
-    )];
-    let members = d.chains.get(row.chain).cloned().unwrap_or_default();
-    for m in members {
-        lines.push(hop_line(s, d, row, &s.requests[m], theme, w));
-    }
-    let ids = d.hop_findings(s, row.chain);
-    for fi in ids {
+    let name = row_label(&s.requests[row.index], false);
+    let title = match row.stuck_at {
+        Some(l) => format!(
+            "hops of {name}, stuck at {}: t d m its thread, diff, metrics · esc closes",
+            LANES[l]
+        ),
+        None => format!("hops of {name}: t d m thread, diff, metrics · esc closes"),
+    };
+    let mut lines = vec![
+        Line::styled(
+            fit(&title, w),
+            theme.bold().add_modifier(Modifier::UNDERLINED),
+        ),
+        lanes::heading(theme, w),
+    ];
+    lines.extend(lanes::hop_rows(s, d, row.chain, theme, w));
+    for fi in d.hop_findings(s, row.chain) {
         let f = &s.findings[fi];
         lines.push(Line::styled(
             fit(
@@ -318,37 +303,4 @@ fn hop_lines(
         ));
     }
     lines
-}
-
-fn hop_line(
-    s: &Snapshot,
-    d: &Derived,
-    row: &RequestRow,
-    r: &Request,
-    theme: Theme,
-    w: usize,
-) -> Line<'static> {
-    let role = request_role(s, &d.component_index, r);
-    let conf = r
-        .link_confidence
-        .map_or(String::new(), |c| format!(" link {:.0}%", c * 100.0));
-    let text = format!(
-        "{:<8} {} {} {} -> {}  {}  age {} silence {}  in {} out {}{conf}",
-        LANES[lane_of(role)],
-        hop_name(r),
-        r.component,
-        r.client,
-        r.server,
-        r.state.as_str(),
-        fmt_ms(r.age_ms),
-        fmt_ms(r.idle_out_ms),
-        r.bytes_in,
-        r.bytes_out
-    );
-    let lane = Lane {
-        state: r.state,
-        idle_out_ms: r.idle_out_ms,
-        stuck: row.stuck && row.stuck_at == Some(lane_of(role)),
-    };
-    Line::styled(fit(&text, w), theme.lane(&lane))
 }

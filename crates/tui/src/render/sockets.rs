@@ -1,8 +1,8 @@
 //! Sockets view: per-component TCP states over time, and the connection list.
 
 use super::{
-    fit, fmt_ms, keep_visible, para, render_scrolled, rfit, scroll_offset, source_problem_line,
-    sparkline, Theme,
+    fit, fmt_ms, keep_visible, para, render_scrolled, rfit, scroll_offset, short_id,
+    source_problem_line, sparkline, Theme,
 };
 use crate::app::{in_flight, App, HistoryPoint, Lane, RequestRow};
 use crate::model::{Request, RequestState, SnapComponent, Snapshot};
@@ -259,7 +259,7 @@ fn connection_line(r: &Request, row: &RequestRow, cols: &ConnCols, theme: Theme)
             "{}{} {} ",
             fit(&r.client, 22),
             fit(if cols.wide { &r.server } else { "" }, cols.server),
-            fit(&r.component, cols.component)
+            short_id(&r.component, cols.component)
         )),
         Span::styled(fit(r.state.as_str(), 18), theme.lane(&lane)),
         Span::raw(format!(

@@ -1,6 +1,6 @@
 //! Threads view: per-thread state over the window's dumps, and the frames of the selected one.
 
-use super::{fit, para, render_scrolled, rfit, scroll_offset, source_summary, Theme};
+use super::{fit, para, render_scrolled, rfit, scroll_offset, short_id, source_summary, Theme};
 use crate::app::App;
 use crate::model::{SnapThread, Snapshot, Status, ThreadState};
 use ratatui::layout::{Constraint, Layout, Rect};
@@ -51,8 +51,8 @@ pub(super) fn render(app: &App, s: &Snapshot, theme: Theme, frame: &mut Frame, a
     };
     let [top, bottom] =
         Layout::vertical([Constraint::Min(0), Constraint::Length(frames_h)]).areas(area);
-    // Fixed columns take 47; the component gets the rest, leaving room for ~10 dumps.
-    let comp_w = w.saturating_sub(57).clamp(12, 40);
+    // Fixed columns take 47; the component gets the rest, leaving room for ~9 dumps.
+    let comp_w = w.saturating_sub(56).clamp(12, 40);
     let mut lines = thread_heading(comp_w, theme, w);
     let rows_h = (top.height as usize).saturating_sub(2);
     let sel = app.selected();
@@ -129,7 +129,7 @@ fn thread_line(t: &SnapThread, comp_w: usize, theme: Theme, selected: bool) -> L
     let mut spans = vec![
         Span::raw(format!(
             "{} {} {} {} ",
-            fit(t.component.as_deref().unwrap_or("-"), comp_w),
+            short_id(t.component.as_deref().unwrap_or("-"), comp_w),
             rfit(&t.pid.to_string(), 7),
             rfit(&t.tid.to_string(), 7),
             fit(t.name.as_deref().unwrap_or("-"), 14)
