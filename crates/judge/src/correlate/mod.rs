@@ -48,7 +48,7 @@ pub use gpu_verdict::GpuActivity;
 pub use metrics::{
     is_probe_endpoint, probe_failed, summarize_loads, LoadsSummary, MetricsPoint, PD_QUEUE_KEYS,
 };
-pub use requests::{BusyNote, LogicalView, StuckLeg};
+pub use requests::{pd_cause, BusyNote, LogicalView, StuckLeg};
 pub use stacks::{span_text, ThreadWindow};
 pub use state::{signals_text, ComponentState, CountSource, WorkSignal};
 pub use view::{

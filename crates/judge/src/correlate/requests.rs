@@ -160,7 +160,7 @@ pub(super) fn judge(m: &Correlator, v: &mut View) {
         let mut found: Vec<StuckLeg> = no_response(m, v);
         found.extend(stalled(v));
         // Stable: no response before stalled, then the deepest hop first.
-        found.sort_by_key(|s| (s.kind, std::cmp::Reverse(v.requests[s.leg].x.role.depth())));
+        found.sort_by_key(|s| s.kind.blame_key(v.requests[s.leg].x.role));
         for s in found {
             let li = v.requests[s.leg].request;
             // One leg per logical request: the first judged (no response before stalled;
@@ -173,30 +173,11 @@ pub(super) fn judge(m: &Correlator, v: &mut View) {
         let verdict = if s.is_some() {
             Verdict::Stuck
         } else {
-            let open: Vec<RequestState> = v.logical[li]
-                .legs
-                .iter()
-                .map(|&i| v.requests[i].state)
-                .filter(|s| is_open(*s))
-                .collect();
-            if open.is_empty() {
-                Verdict::Done
-            } else if open.iter().all(|s| *s == RequestState::WaitingFirstByte) {
-                Verdict::Waiting
-            } else {
-                Verdict::Active
-            }
+            Verdict::of_unstuck(v.logical[li].legs.iter().map(|&i| v.requests[i].state))
         };
         v.logical[li].verdict = verdict;
         v.logical[li].stuck = s;
     }
-}
-
-fn is_open(s: RequestState) -> bool {
-    matches!(
-        s,
-        RequestState::WaitingFirstByte | RequestState::Streaming | RequestState::Stalled
-    )
 }
 
 /// Legs stuck without a response byte.
@@ -250,6 +231,17 @@ fn waiting_leaves(m: &Correlator, v: &View) -> Vec<usize> {
         .collect()
 }
 
+/// PD: when both legs of one request wait, which one is the cause: the prefill leg (the
+/// decode leg needs its KV cache), unless that prefill waits for decode to connect for its
+/// requests (its bootstrap queue), which a decode that forgot the request never does.
+pub fn pd_cause(prefill_waits_for_decode: bool) -> Role {
+    if prefill_waits_for_decode {
+        Role::Decode
+    } else {
+        Role::Prefill
+    }
+}
+
 /// PD: when both legs of one request wait, one is the cause and the other its consequence,
 /// not stuck on its own. The prefill leg is the cause (the decode leg needs its KV cache),
 /// unless that prefill holds requests in its bootstrap queue: it waits for decode to connect
@@ -270,8 +262,10 @@ fn split_off_decode_legs(v: &View, mut leaves: Vec<usize>) -> (Vec<usize>, Vec<u
             .filter_map(|x| x.parent)
             .collect()
     };
-    let blamed_prefill = parents_of(&|x| x.role == Role::Prefill && !waits_for_decode(x));
-    let waiting_prefill = parents_of(&|x| x.role == Role::Prefill && waits_for_decode(x));
+    let blamed_prefill =
+        parents_of(&|x| x.role == Role::Prefill && pd_cause(waits_for_decode(x)) == Role::Prefill);
+    let waiting_prefill =
+        parents_of(&|x| x.role == Role::Prefill && pd_cause(waits_for_decode(x)) == Role::Decode);
     let decode = parents_of(&|x| x.role == Role::Decode);
     let mut consequences = Vec::new();
     leaves.retain(|&i| {

@@ -155,6 +155,14 @@ impl RequestState {
             RequestState::Closed => "closed",
         }
     }
+
+    /// Still held open: waiting for its first byte, streaming, or stalled.
+    pub fn is_open(self) -> bool {
+        matches!(
+            self,
+            RequestState::WaitingFirstByte | RequestState::Streaming | RequestState::Stalled
+        )
+    }
 }
 
 /// One HTTP exchange on one TCP connection, as seen at the server side of a hop.
@@ -207,6 +215,19 @@ pub enum Verdict {
 }
 
 impl Verdict {
+    /// The verdict of a request none of whose legs is stuck, from its legs' states: any
+    /// open leg being answered makes it active, only waiting ones waiting, none open done.
+    pub fn of_unstuck(states: impl IntoIterator<Item = RequestState>) -> Verdict {
+        let mut open = states.into_iter().filter(|s| s.is_open()).peekable();
+        if open.peek().is_none() {
+            Verdict::Done
+        } else if open.all(|s| s == RequestState::WaitingFirstByte) {
+            Verdict::Waiting
+        } else {
+            Verdict::Active
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Verdict::Stuck => "stuck",
@@ -225,6 +246,15 @@ pub enum StuckKind {
     NoResponse,
     /// The response started, then stopped (`stalled_stream`).
     StreamStalled,
+}
+
+impl StuckKind {
+    /// Which of a request's stuck legs is blamed: the smallest key. No response before a
+    /// stalled stream (the stall may be its consequence), then the deepest hop (the hops
+    /// above it only wait for it).
+    pub fn blame_key(self, role: super::Role) -> (StuckKind, std::cmp::Reverse<u8>) {
+        (self, std::cmp::Reverse(role.depth()))
+    }
 }
 
 /// One request as its client sent it, spanning its hops (proxy -> router -> prefill +

@@ -6,13 +6,13 @@
 //! those that are not *superseded*: a leg stuck at a hop whose request went on to another
 //! node, where it is still open (or where the hop's own socket has had no answer since it
 //! sent it), was blamed only because its node could not see further.
-//! Of the rest, a leg with no response byte before a stalled stream, and then the deepest
-//! hop (in PD, when both legs wait, the prefill: the decode leg needs its KV cache), as
-//! on one node. Without a stuck leg the verdict follows the legs' states: any open leg
-//! streaming makes it active, only waiting ones waiting, none open done.
+//! Of the rest, the leg blamed is chosen by the rules the correlator uses on one node
+//! (`StuckKind::blame_key`, `correlate::pd_cause`); without a stuck leg the verdict follows
+//! the legs' states (`Verdict::of_unstuck`).
 
 use super::flat::Flat;
-use crate::model::{LogicalRequest, RequestState, Role, StuckKind, Verdict};
+use crate::correlate::pd_cause;
+use crate::model::{LogicalRequest, Role, StuckKind, Verdict};
 
 /// The merged logical requests (and each exchange's new `request` and `leg`), from the
 /// nodes' own verdicts (`Flat::stuck`, `Flat::probe`); with each one's stuck leg.
@@ -100,20 +100,13 @@ fn name_legs(flat: &mut Flat, id: &str, legs: &[usize]) {
     }
 }
 
-fn is_open(s: RequestState) -> bool {
-    matches!(
-        s,
-        RequestState::WaitingFirstByte | RequestState::Streaming | RequestState::Stalled
-    )
-}
-
 /// Whether leg `i` forwarded to another node where its request is still open, or on a
 /// connection whose client socket has had no byte back since.
 fn superseded(flat: &Flat, i: usize) -> bool {
     flat.unanswered[i]
         || flat.children[i]
             .iter()
-            .any(|&j| flat.node[j] != flat.node[i] && is_open(flat.requests[j].state))
+            .any(|&j| flat.node[j] != flat.node[i] && flat.requests[j].state.is_open())
 }
 
 /// The leg the request is stuck at, if any.
@@ -129,9 +122,15 @@ fn blame(flat: &Flat, legs: &[usize], stuck: &[Option<StuckKind>]) -> Option<(us
             .any(|&(i, k)| k == StuckKind::NoResponse && role(i) == *want)
     });
     if both_pd_legs {
-        c.retain(|&(i, _)| role(i) != Role::Decode);
+        // Each node judged its own leg; a node's bootstrap queue does not reach the merge,
+        // so the rule is read without it (a node that saw both legs applied it whole).
+        let consequence = match pd_cause(false) {
+            Role::Prefill => Role::Decode,
+            _ => Role::Prefill,
+        };
+        c.retain(|&(i, _)| role(i) != consequence);
     }
-    c.sort_by_key(|&(i, k)| (k, std::cmp::Reverse(role(i).depth())));
+    c.sort_by_key(|&(i, k)| k.blame_key(role(i)));
     c.first().copied()
 }
 
@@ -144,20 +143,7 @@ fn logical(
     let r = |i: usize| &flat.requests[i];
     let verdict = match blamed {
         Some(_) => Verdict::Stuck,
-        None => {
-            let open: Vec<RequestState> = legs
-                .iter()
-                .map(|&i| r(i).state)
-                .filter(|s| is_open(*s))
-                .collect();
-            if open.is_empty() {
-                Verdict::Done
-            } else if open.iter().all(|s| *s == RequestState::WaitingFirstByte) {
-                Verdict::Waiting
-            } else {
-                Verdict::Active
-            }
-        }
+        None => Verdict::of_unstuck(legs.iter().map(|&i| r(i).state)),
     };
     let entry = r(legs[0]);
     LogicalRequest {
