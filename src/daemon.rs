@@ -224,7 +224,7 @@ impl Daemon {
         self.add_source(source, e, t);
     }
 
-    /// The suspicion of the daemon's model (`sampler::suspicion`), for its adaptive stacks
+    /// The suspicion of the daemon's model (`policy::suspicion`), for its adaptive stacks
     /// source: the newest detector pass's ([`pass`], at most `log_every_ms` old), read at
     /// each stacks tick without the model's lock or a view of its own.
     pub fn suspicion_fn(&self) -> crate::sampler::adaptive::SuspicionFn {

@@ -20,6 +20,7 @@ pub mod doctor;
 pub mod fleet;
 pub mod fuzz_entry;
 pub mod logging;
+pub mod policy;
 pub mod sampler;
 
 // The layers, under the paths the binary, the tests and the benches name them by.

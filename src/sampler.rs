@@ -6,7 +6,7 @@
 pub mod adaptive;
 pub mod kick;
 pub mod pace;
-pub mod suspicion;
+
 mod ticker;
 
 use crate::clock::{Clock, Millis};

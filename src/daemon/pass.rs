@@ -25,12 +25,8 @@ impl Pass {
     pub fn run(model: &Correlator, now: Millis) -> Pass {
         let view = model.view(now);
         let findings = crate::detect::run_all(model, &view);
-        let suspicion = crate::sampler::suspicion::derive(
-            model.topology(),
-            &view,
-            &findings,
-            &model.thresholds,
-        );
+        let suspicion =
+            crate::policy::suspicion::derive(model.topology(), &view, &findings, &model.thresholds);
         Pass {
             view,
             findings,

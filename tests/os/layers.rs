@@ -90,6 +90,7 @@ const MODULE_LAYERS: &[(&str, &[&[&str]])] = &[
         "src",
         &[
             &["alloc", "logging"],
+            &["policy"],
             &["sampler"],
             &["attach", "daemon", "doctor", "fleet"],
             &["fuzz_entry", "lib"],
@@ -362,7 +363,7 @@ fn no_module_names_a_higher_layer_of_its_crate() {
 const THROUGH_SYS_ONLY: &[(&str, &[&str])] = &[
     ("crates/collect/src", &["sources", "discover"]),
     ("crates/judge/src", &["correlate", "detect", "pipeline"]),
-    ("src", &["sampler", "attach", "doctor"]),
+    ("src", &["policy", "sampler", "attach", "doctor"]),
 ];
 
 /// What names direct OS access in code.

@@ -164,7 +164,7 @@ fn wedged_request_blames_the_decode_hop() {
     assert_none_of(&findings(&sim), &["wedged_request"]); // not yet: 20 s < 30 s
                                                           // But suspicious already (silent past a third of the threshold): the adaptive stack
                                                           // sampling dumps decode's schedulers from now on, and only decode's.
-    let early = wedgewatch::sampler::suspicion::of_model(&sim.model, sim.now);
+    let early = wedgewatch::policy::suspicion::of_model(&sim.model, sim.now);
     assert_eq!(
         early.engines().collect::<Vec<_>>(),
         vec![DECODE],
@@ -179,7 +179,7 @@ fn wedged_request_blames_the_decode_hop() {
         "{early:?}"
     );
     sim.run(20_000, |s| env.tick(s));
-    let late = wedgewatch::sampler::suspicion::of_model(&sim.model, sim.now);
+    let late = wedgewatch::policy::suspicion::of_model(&sim.model, sim.now);
     assert!(
         late.reasons(DECODE)
             .contains(&SuspicionReason::FindingOpen(FindingKind::WedgedRequest)),
@@ -273,7 +273,7 @@ fn healthy_streaming_load_raises_nothing() {
     assert_none_of(&fs, &NEVER);
     assert!(fs.is_empty(), "{fs:#?}");
     // Nothing suspicious either: the adaptive stack sampling stays in its round-robin.
-    let suspicion = wedgewatch::sampler::suspicion::of_model(&sim.model, sim.now);
+    let suspicion = wedgewatch::policy::suspicion::of_model(&sim.model, sim.now);
     assert!(suspicion.is_empty(), "{}", suspicion.describe());
     let parts = wedgewatch::pipeline::parts(&sim.model, sim.now);
     let streaming = parts

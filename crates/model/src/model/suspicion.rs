@@ -1,5 +1,5 @@
 //! `Suspicion`: which engines look suspicious right now, and why. A small plain value derived
-//! from the last correlated view (`sampler::suspicion`) and read by the adaptive stack
+//! from the last correlated view (`policy::suspicion`) and read by the adaptive stack
 //! sampling policy (`sampler::adaptive`): suspected engines get their schedulers dumped every
 //! stacks tick, the rest of the stack a slow round-robin. Data still flows one way: the
 //! sources never call the correlator or the detectors; the runtime hands them this value.
