@@ -10,7 +10,7 @@ use wedgewatch_testkit::lab;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use wedgewatch::clock::SystemClock;
-use wedgewatch::correlate::gpu_verdict::{component_activity, ActivityThresholds, GpuActivity};
+use wedgewatch::correlate::{component_activity, ActivityThresholds, GpuActivity};
 use wedgewatch::model::{Component, Payload, ProcessFacts, Role, Status, Topology};
 use wedgewatch::sampler::Sampler;
 use wedgewatch::sources::gpu::{component_gpus, map_gpu_pids, GpuConfig, GpuSource, MAX_DEVICES};

@@ -6,7 +6,7 @@
 //! request sends 1452 bytes in all, a non-streaming answer 834, vLLM's 404 286.
 
 use correl_common::*;
-use wedgewatch::correlate::exchange::HEADERS_ONLY_MAX_BYTES;
+use wedgewatch::correlate::HEADERS_ONLY_MAX_BYTES;
 use wedgewatch::model::{Component, RequestState, Role, Topology};
 use wedgewatch_testkit::correl as correl_common;
 

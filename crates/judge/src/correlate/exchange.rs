@@ -185,7 +185,6 @@ pub struct Conn {
     pub key: ConnKey,
     pub component: String,
     pub role: Role,
-    pub server_pid: Option<i32>,
     pub client_pid: Option<i32>,
     pub client_component: Option<String>,
     pub first_seen_ms: Millis,

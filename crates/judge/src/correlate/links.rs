@@ -231,7 +231,6 @@ mod tests {
             key: ConnKey::default(),
             component: "decode".into(),
             role: Role::Decode,
-            server_pid: None,
             client_pid: None,
             client_component: None,
             first_seen_ms: 0,

@@ -23,11 +23,11 @@
 mod budget;
 mod channels;
 pub use budget::Census;
-pub mod exchange;
+mod exchange;
 mod footprint;
 mod gpu;
-pub mod gpu_verdict;
-pub mod links;
+mod gpu_verdict;
+mod links;
 mod lookup;
 mod metrics;
 mod outbound;
@@ -36,15 +36,16 @@ pub use parts::MAX_DONE_LISTED;
 mod probe_units;
 mod processes;
 mod raw_sockets;
-pub mod requests;
+mod requests;
 mod ring;
 mod sockets;
 mod stacks;
 mod state;
 mod view;
 
+pub use exchange::HEADERS_ONLY_MAX_BYTES;
 pub use gpu::{device_activity, gpu_activity};
-pub use gpu_verdict::GpuActivity;
+pub use gpu_verdict::{component_activity, ActivityThresholds, GpuActivity};
 pub use metrics::{
     is_probe_endpoint, probe_failed, summarize_loads, LoadsSummary, MetricsPoint, PD_QUEUE_KEYS,
 };

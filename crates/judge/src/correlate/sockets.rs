@@ -190,7 +190,6 @@ impl Correlator {
                     key: key.clone(),
                     component: server.id.clone(),
                     role: server.role,
-                    server_pid: e.pid,
                     client_pid: cpid,
                     client_component: client_component.map(|c| c.id.clone()),
                     first_seen_ms: t,

@@ -13,7 +13,7 @@
 //! only". A socket that went quiet is unchanged anyway.
 
 use crate::clock::Millis;
-use crate::correlate::exchange::HEADERS_ONLY_MAX_BYTES;
+use crate::correlate::HEADERS_ONLY_MAX_BYTES;
 use crate::model::{SocketEntry, SocketTable, TcpInfo};
 use std::collections::HashMap;
 
