@@ -249,7 +249,18 @@ fn main() {
         let mut walls = Vec::new();
         let mut rss = Vec::new();
         for i in 0..runs {
-            let r = run_snapshot(&url);
+            // A 1 s window shares the host with whatever else discovery finds (the lab lane's
+            // stacks in the test command): it may end before the target's first scrape. The
+            // cut must be named in one of three windows.
+            let mut r = run_snapshot(&url);
+            let mut tries = 1;
+            while kind == "hostile" && r.ok && !r.cut_said && tries < 3 {
+                r = run_snapshot(&url);
+                tries += 1;
+            }
+            if tries > 1 {
+                println!("{kind:<8} {i:>6} took {tries} windows to read the target");
+            }
             println!(
                 "{kind:<8} {i:>6} {:>10.2} {:>10.1} {:>13.1} {:>9} {:>5}",
                 r.wall.as_secs_f64(),
