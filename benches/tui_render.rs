@@ -107,6 +107,7 @@ fn big_snapshot(exchanges: usize) -> Snapshot {
         channels: vec![],
         fleet: None,
         elided: None,
+        cause: None,
     }
 }
 

@@ -61,6 +61,11 @@ pub struct Snapshot {
     /// busy node (only the newest are listed; every unfinished one always is).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub elided: Option<Elided>,
+    /// Added (issue 37): the changes, restarts and first stuck requests on one time line,
+    /// and the suspect (`model::cause`); absent when there is neither a change nor a stuck
+    /// request, and in snapshots of older versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<super::cause::Cause>,
 }
 
 /// What a snapshot left out to stay small on a busy node: finished logical requests beyond

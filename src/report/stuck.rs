@@ -1,7 +1,7 @@
 //! The stuck requests table, kept in its own file: which requests are stuck is the
 //! correlator's verdict (`logical_requests`); this section only lists them.
 
-use super::md::{code, esc, human_bytes, id_cell, join};
+use super::md::{code, esc, human_bytes, id_cell};
 use crate::model::{LogicalRequest, Request, Snapshot, StuckKind, Verdict};
 use std::collections::HashMap;
 use std::fmt::Write;
@@ -38,38 +38,31 @@ fn stuck_requests(o: &mut String, s: &Snapshot) {
         .filter(|l| l.verdict == Verdict::Stuck)
         .collect();
     if !stuck.is_empty() {
+        let legs = super::path::Legs::of(s);
         let _ = writeln!(o, "\n## Stuck requests\n");
-        let _ = writeln!(
-            o,
-            "| request | stuck at | how | age | in / out | no output for | client -> server | hops |"
-        );
-        let _ = writeln!(o, "| --- | --- | --- | --- | --- | --- | --- | --- |");
+        o.push_str(&super::path::diagram(s, &legs));
+        let _ = writeln!(o, "\n| request | path | stuck at | how | for | in / out |");
+        let _ = writeln!(o, "| --- | --- | --- | --- | --- | --- |");
         for l in stuck {
             let how = match l.stuck_kind {
                 Some(StuckKind::NoResponse) => "no response byte",
                 Some(StuckKind::StreamStalled) => "stream stopped",
                 None => "",
             };
-            let (age, io, quiet, ends) = match leg_of(l) {
+            let (quiet, io) = match leg_of(l) {
                 Some(r) => (
-                    format!("{:.1} s", r.age_ms / 1000.0),
-                    format!("{} / {}", human_bytes(r.bytes_in), human_bytes(r.bytes_out)),
                     format!("{:.1} s", r.idle_out_ms / 1000.0),
-                    format!("{} -> {}", esc(&r.client), esc(&r.server)),
+                    format!("{} / {}", human_bytes(r.bytes_in), human_bytes(r.bytes_out)),
                 ),
-                None => (
-                    format!("{:.1} s", l.age_ms / 1000.0),
-                    "?".into(),
-                    "?".into(),
-                    "?".into(),
-                ),
+                None => (format!("{:.1} s", l.age_ms / 1000.0), "?".into()),
             };
+            let at = l.stuck_at.as_deref().unwrap_or("?");
             let _ = writeln!(
                 o,
-                "| {} | {} | {how} | {age} | {io} | {quiet} | {ends} | {} |",
-                id_cell(l.stuck_leg.as_deref().unwrap_or(&l.id)),
-                id_cell(l.stuck_at.as_deref().unwrap_or("?")),
-                esc(&join(&l.legs))
+                "| {} | {} | {} | {how} | {quiet} | {io} |",
+                id_cell(&l.id),
+                esc(&legs.path(l)),
+                esc(legs.names.get(at).map_or(at, String::as_str)),
             );
         }
     }

@@ -71,6 +71,7 @@ fn sample() -> Snapshot {
         channels: vec![],
         fleet: None,
         elided: None,
+        cause: None,
         redacted: false,
         config_changed: vec![Change {
             component: "decode@127.0.0.1:2".into(),

@@ -134,6 +134,12 @@ fn since(s: &Snapshot, f: &Finding) -> String {
     }
 }
 
+/// Since when, as an RFC 3339 time: the oldest stuck request of the top finding.
+pub fn since_at(s: &Snapshot) -> Option<String> {
+    let age = stuck_of(s, top(s)?).1?;
+    Some(rfc3339(parse_rfc3339(&s.taken_at)? - age.max(0.0) as i64))
+}
+
 /// One line per layer: the first piece of evidence, and how many more there are.
 fn evidence(f: &Finding) -> Vec<(String, String)> {
     let mut layers: Vec<&str> = LAYERS.to_vec();
@@ -161,41 +167,36 @@ fn evidence(f: &Finding) -> Vec<(String, String)> {
         .collect()
 }
 
-/// What changed since the baseline, the finding's component first.
+/// What changed since the baseline, the finding's component first, child processes folded
+/// onto their engine (`model::cause::folded_changes`); the whole list follows in every format.
 fn changed(s: &Snapshot, f: &Finding) -> String {
-    if s.config_changed.is_empty() {
-        return "nothing against the baseline (or no baseline was taken)".into();
+    let mut cs = crate::model::cause::folded_changes(s);
+    if cs.is_empty() {
+        return NO_CHANGE.into();
     }
-    let mut cs: Vec<_> = s.config_changed.iter().collect();
-    cs.sort_by_key(|c| Some(&c.component) != f.component.as_ref());
+    let top = f.component.as_deref().map(|c| {
+        s.components
+            .iter()
+            .find(|x| x.id == c)
+            .and_then(|x| x.parent.clone())
+            .unwrap_or_else(|| c.to_string())
+    });
+    cs.sort_by_key(|c| Some(&c.top) != top.as_ref());
     let shown: Vec<String> = cs
         .iter()
         .take(3)
-        .map(|c| {
-            let key = c
-                .key
-                .as_deref()
-                .map(|k| format!(" {k}"))
-                .unwrap_or_default();
-            let before = c.before.as_deref().unwrap_or("(absent)");
-            let after = c.after.as_deref().unwrap_or("(absent)");
-            format!(
-                "{} {}{key}: {} -> {}",
-                c.role,
-                c.field,
-                clip(before, 80),
-                clip(after, 80)
-            )
-        })
+        .map(|c| format!("{} {}", c.name, crate::model::cause::short(&c.change)))
         .collect();
     let more = cs.len().saturating_sub(shown.len());
     let tail = if more > 0 {
-        format!("; and {more} more (see below)")
+        format!("; and {more} more (listed below)")
     } else {
         String::new()
     };
     format!("{}{tail}", shown.join("; "))
 }
+
+const NO_CHANGE: &str = "nothing against the baseline (or no baseline was taken)";
 
 /// What is in flight: the correlator's requests not done (probes apart), or in an older
 /// snapshot the open exchanges.
@@ -220,13 +221,9 @@ pub fn verdict(s: &Snapshot) -> Head {
             place: format!("{n} components, {}", in_flight(s)),
             since: String::new(),
             evidence: Vec::new(),
-            changed: if s.config_changed.is_empty() {
-                "nothing against the baseline (or no baseline was taken)".into()
-            } else {
-                format!(
-                    "{} changes against the baseline (see below)",
-                    s.config_changed.len()
-                )
+            changed: match crate::model::cause::folded_changes(s).len() {
+                0 => NO_CHANGE.into(),
+                n => format!("{n} changes against the baseline (listed below)"),
             },
         };
     };
@@ -257,10 +254,11 @@ pub fn text(v: &Head) -> String {
     o
 }
 
-/// The head in Markdown: `# title` and the five lines.
-pub fn markdown(v: &Head) -> String {
+/// The head in Markdown: `# title`, the verdict as an alert block with the cause time
+/// line ([`super::cause::block`]), then where, since when, the evidence and what changed.
+pub fn markdown(s: &Snapshot, v: &Head) -> String {
     let mut o = format!("# {}\n\n", esc(&v.title));
-    o.push_str(&format!("- **What:** {}\n", esc(&v.what)));
+    o.push_str(&super::cause::block(s, &v.what));
     o.push_str(&format!("- **Where:** {}\n", esc(&v.place)));
     if !v.since.is_empty() {
         o.push_str(&format!("- **Since:** {}\n", esc(&v.since)));

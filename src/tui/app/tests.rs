@@ -90,6 +90,7 @@ fn snap(taken_at: &str, requests: Vec<Request>) -> Snapshot {
         channels: vec![],
         fleet: None,
         elided: None,
+        cause: None,
     }
 }
 
