@@ -200,6 +200,8 @@ fn logical() -> LogicalRequest {
         stuck_at: Some("decode".into()),
         stuck_role: Some(Role::Decode),
         stuck_kind: None,
+        waiting_reason: None,
+        waiting_leg: None,
     }
 }
 

@@ -41,6 +41,7 @@ mod sockets;
 mod stacks;
 mod state;
 mod view;
+mod waiting;
 
 pub use gpu::{device_activity, gpu_activity};
 pub use metrics::{

@@ -68,6 +68,53 @@ impl<'a> Legs<'a> {
     }
 }
 
+impl Legs<'_> {
+    /// `` `r24` at proxy, 30.9 s`` (Markdown): where a waiting request waits, for how long.
+    pub fn waiting_at(&self, l: &LogicalRequest) -> String {
+        let legs = self.legs(l);
+        let at = legs
+            .iter()
+            .find(|r| r.leg.is_some() && r.leg == l.waiting_leg)
+            .or(legs.first());
+        match at {
+            Some(r) => format!(
+                "{} at {}, {:.1} s",
+                super::md::code(&l.id),
+                super::md::esc(&self.name(&r.component)),
+                r.age_ms / 1000.0
+            ),
+            None => format!("{}, {:.1} s", super::md::code(&l.id), l.age_ms / 1000.0),
+        }
+    }
+
+    /// ` (below it: router answered 10.2 KiB, decode closed 0 B out)`: the legs under the
+    /// one it waits at, as the evidence of why it waits; empty when there are none.
+    pub fn below(&self, l: &LogicalRequest) -> String {
+        let legs = self.legs(l);
+        let Some(i) = legs
+            .iter()
+            .position(|r| r.leg.is_some() && r.leg == l.waiting_leg)
+        else {
+            return String::new();
+        };
+        let shown: Vec<String> = legs[i + 1..]
+            .iter()
+            .map(|r| {
+                format!(
+                    "{} {} ({} out)",
+                    self.name(&r.component),
+                    r.state.as_str(),
+                    super::md::human_bytes(r.bytes_out)
+                )
+            })
+            .collect();
+        match shown.is_empty() {
+            true => String::new(),
+            false => format!(" (below it: {})", shown.join(", ")),
+        }
+    }
+}
+
 /// Mermaid label text: see the module's rule.
 pub fn label(s: &str) -> String {
     let mut o = String::with_capacity(s.len());

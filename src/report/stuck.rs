@@ -2,7 +2,7 @@
 //! correlator's verdict (`logical_requests`); this section only lists them.
 
 use super::md::{code, esc, human_bytes, id_cell};
-use crate::model::{LogicalRequest, Request, Snapshot, StuckKind, Verdict};
+use crate::model::{LogicalRequest, Request, Snapshot, StuckKind, Verdict, WaitReason};
 use std::collections::HashMap;
 use std::fmt::Write;
 
@@ -66,31 +66,60 @@ fn stuck_requests(o: &mut String, s: &Snapshot) {
             );
         }
     }
-    let waiting: Vec<String> = s
+    waiting_requests(o, s);
+}
+
+/// Requests waiting for a first byte, not judged stuck, each with the correlator's reason
+/// (`LogicalRequest::waiting_reason`) and what its legs below did; young ones on one line.
+fn waiting_requests(o: &mut String, s: &Snapshot) {
+    let waiting: Vec<&LogicalRequest> = s
         .logical_requests
         .iter()
         .filter(|l| l.verdict == Verdict::Waiting && !l.probe)
-        .map(|l| {
-            format!(
-                "{} at {} ({:.1} s)",
-                code(&l.id),
-                code(&l.component),
-                l.age_ms / 1000.0
-            )
-        })
         .collect();
-    if !waiting.is_empty() {
-        let shown = waiting.len().min(20);
-        let more = if waiting.len() > shown {
-            format!(", and {} more", waiting.len() - shown)
-        } else {
-            String::new()
-        };
+    if waiting.is_empty() {
+        return;
+    }
+    let legs = super::path::Legs::of(s);
+    let (young, held): (Vec<&LogicalRequest>, Vec<&LogicalRequest>) = waiting
+        .iter()
+        .partition(|l| l.waiting_reason == Some(WaitReason::Young));
+    let _ = writeln!(o, "\nWaiting for a first byte, not judged stuck:\n");
+    for l in held.iter().take(SHOWN) {
+        let why = l
+            .waiting_reason
+            .map_or("no reason recorded (a snapshot of an older version)", |w| {
+                w.text()
+            });
         let _ = writeln!(
             o,
-            "\n{} request(s) waiting for a first byte, not stuck (young, or queued at a busy engine): {}{more}",
-            waiting.len(),
-            waiting[..shown].join(", ")
+            "- {}: {}{}",
+            legs.waiting_at(l),
+            esc(why),
+            esc(&legs.below(l))
         );
+    }
+    more(o, held.len());
+    if !young.is_empty() {
+        let ids: Vec<String> = young
+            .iter()
+            .take(SHOWN)
+            .map(|l| format!("{} ({:.1} s)", code(&l.id), l.age_ms / 1000.0))
+            .collect();
+        let _ = writeln!(
+            o,
+            "- {} young (not yet waiting for the wedge threshold): {}",
+            young.len(),
+            ids.join(", ")
+        );
+    }
+}
+
+/// Requests listed one by one at most; the rest are counted.
+const SHOWN: usize = 20;
+
+fn more(o: &mut String, n: usize) {
+    if n > SHOWN {
+        let _ = writeln!(o, "- and {} more", n - SHOWN);
     }
 }

@@ -4,7 +4,7 @@
 
 use super::md::{ago, clip, esc};
 use crate::clock::{parse_rfc3339, rfc3339};
-use crate::model::{Finding, FindingKind, Snapshot, StuckKind, Verdict};
+use crate::model::{Finding, FindingKind, Snapshot, StuckKind, Verdict, WaitReason};
 use std::collections::HashSet;
 
 /// Longest text taken from one host string into the head.
@@ -68,6 +68,27 @@ fn stuck_of(s: &Snapshot, f: &Finding) -> (usize, Option<f64>) {
     (n, oldest)
 }
 
+/// `, 1 more waiting 31 s`: the requests that hang as long as the wedge threshold without
+/// being judged stuck (`WaitReason` other than young), so the title counts every request
+/// that hangs.
+fn hanging(s: &Snapshot) -> String {
+    let held: Vec<f64> = s
+        .logical_requests
+        .iter()
+        .filter(|l| l.verdict == Verdict::Waiting && !l.probe)
+        .filter(|l| l.waiting_reason.is_some_and(|w| w != WaitReason::Young))
+        .map(|l| l.age_ms)
+        .collect();
+    match held.iter().copied().reduce(f64::max) {
+        Some(oldest) => format!(
+            ", {} more waiting up to {} (not judged stuck)",
+            held.len(),
+            ago(oldest)
+        ),
+        None => String::new(),
+    }
+}
+
 /// `12:14` (UTC) of `taken_at - age_ms`, with seconds when `long`.
 fn clock_time(s: &Snapshot, age_ms: f64, long: bool) -> Option<String> {
     let t = parse_rfc3339(&s.taken_at)? - age_ms.max(0.0) as i64;
@@ -92,7 +113,9 @@ fn title(s: &Snapshot, f: &Finding) -> String {
         .unwrap_or_default();
     let plural = if n == 1 { "request" } else { "requests" };
     let what = match f.kind {
-        FindingKind::WedgedRequest => format!("{n} {plural} accepted and forgotten{since}"),
+        FindingKind::WedgedRequest => {
+            format!("{n} {plural} accepted and forgotten{since}{}", hanging(s))
+        }
         FindingKind::StalledStream => format!("{n} response streams stopped{since}"),
         _ => clip(&f.summary, 120),
     };
