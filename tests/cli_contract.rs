@@ -106,7 +106,16 @@ fn check_follows_the_monitoring_plugin_convention() {
         .and_then(|s| s.split_whitespace().next())
         .and_then(|s| s.parse().ok())
         .expect("findings=N");
-    assert_eq!(lines.len(), 1 + n, "one line per finding: {}", o.stdout);
+    let unseen = lines
+        .iter()
+        .filter(|l| l.starts_with("UNAVAILABLE "))
+        .count();
+    assert_eq!(
+        lines.len(),
+        1 + n + unseen,
+        "one line per finding, then per source not seen: {}",
+        o.stdout
+    );
 
     // the same moment as JSON
     let o = run([
@@ -201,23 +210,33 @@ fn check_output_cannot_be_injected_by_host_text() {
         .collect();
     assert_eq!(
         labels,
-        ["findings", "critical", "warning", "info"],
+        ["findings", "critical", "warning", "info", "unavailable"],
         "{}",
         o.stdout
     );
-    let n: usize = perf
-        .split("findings=")
-        .nth(1)
-        .and_then(|s| s.split_whitespace().next())
-        .and_then(|s| s.parse().ok())
-        .expect("findings=N");
-    assert_eq!(lines.len(), 1 + n, "one line per finding: {}", o.stdout);
-    for l in &lines[1..] {
+    let count = |label: &str| -> usize {
+        perf.split(&format!("{label}="))
+            .nth(1)
+            .and_then(|s| s.split_whitespace().next())
+            .and_then(|s| s.parse().ok())
+            .expect("label=N")
+    };
+    let (n, unseen) = (count("findings"), count("unavailable"));
+    assert_eq!(
+        lines.len(),
+        1 + n + unseen,
+        "one line per finding and per source not seen: {}",
+        o.stdout
+    );
+    for (i, l) in lines[1..].iter().enumerate() {
+        let want: &[&str] = if i < n {
+            &["CRITICAL ", "WARNING ", "INFO "]
+        } else {
+            &["UNAVAILABLE "]
+        };
         assert!(
-            ["CRITICAL ", "WARNING ", "INFO "]
-                .iter()
-                .any(|w| l.starts_with(w)),
-            "a line that is not a finding: {l:?}"
+            want.iter().any(|w| l.starts_with(w)),
+            "a line that is neither a finding nor a source not seen: {l:?}"
         );
     }
 
@@ -859,4 +878,138 @@ fn usage_errors_are_one_line_with_the_hint() {
             "[possible values: never, info, warning, critical]",
         ],
     );
+}
+
+/// `fixture` with its sources set as `unavailable` says, and no finding: a host where the
+/// check looked at nothing but what `unavailable` leaves out.
+fn blind_snapshot(dir: &Path, unavailable: &[&str]) -> PathBuf {
+    let mut v: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(fixture("snapshots/healthy.json")).expect("fixture"),
+    )
+    .expect("json");
+    v["findings"] = serde_json::json!([]);
+    for s in ["processes", "sockets", "stacks", "gpu", "metrics"] {
+        v["sources"][s] = if unavailable.contains(&s) {
+            serde_json::json!({"status": "unavailable", "reason": format!("no {s} here")})
+        } else {
+            serde_json::json!({"status": "ok"})
+        };
+    }
+    let path = dir.join(format!("blind-{}.json", unavailable.join("-")));
+    std::fs::write(&path, v.to_string()).expect("write");
+    path
+}
+
+/// Green means looked and found nothing (issue 37): a check that could not see stacks,
+/// GPU and metrics says so on its status line, in a line each and in the perfdata; blind
+/// to processes or sockets it is UNKNOWN; `--require` makes a missing source CRITICAL.
+#[test]
+fn check_says_what_it_could_not_see() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let partly = blind_snapshot(tmp.path(), &["stacks", "gpu", "metrics"]);
+    let o = run([OsStr::new("check"), "--from".as_ref(), os(&partly)]);
+    assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
+    let lines: Vec<&str> = o.stdout.lines().collect();
+    assert_eq!(
+        lines[0],
+        "WEDGEWATCH OK - no findings; not seen: gpu, metrics, stacks | findings=0 critical=0 warning=0 info=0 unavailable=3",
+        "{}",
+        o.stdout
+    );
+    assert_eq!(
+        lines[1..],
+        [
+            "UNAVAILABLE gpu: no gpu here",
+            "UNAVAILABLE metrics: no metrics here",
+            "UNAVAILABLE stacks: no stacks here"
+        ]
+    );
+
+    let o = run([
+        OsStr::new("check"),
+        "--require".as_ref(),
+        "stacks,metrics".as_ref(),
+        "--from".as_ref(),
+        os(&partly),
+    ]);
+    assert_eq!(o.code, 2, "{}", o.stdout);
+    assert!(
+        o.stdout.starts_with(
+            "WEDGEWATCH CRITICAL - required source unavailable: metrics, stacks; no findings"
+        ),
+        "{}",
+        o.stdout
+    );
+    assert!(
+        o.stdout
+            .contains("UNAVAILABLE stacks (required): no stacks here"),
+        "{}",
+        o.stdout
+    );
+    let o = run([
+        OsStr::new("check"),
+        "--require".as_ref(),
+        "processes,sockets".as_ref(),
+        "--from".as_ref(),
+        os(&partly),
+    ]);
+    assert_eq!(o.code, 0, "what it needs it saw: {}", o.stdout);
+
+    let blind = blind_snapshot(tmp.path(), &["sockets"]);
+    let o = run([
+        OsStr::new("check"),
+        "--json".as_ref(),
+        "--from".as_ref(),
+        os(&blind),
+    ]);
+    assert_eq!(o.code, 3, "{}", o.stdout);
+    let v: serde_json::Value = serde_json::from_str(&o.stdout).expect("json");
+    assert_eq!(v["status"], "UNKNOWN");
+    assert_eq!(v["unavailable"][0]["source"], "sockets", "{v}");
+    assert_eq!(v["unavailable"][0]["required"], false, "{v}");
+
+    let o = run(["check", "--require", "disks", "--from", "x"]);
+    assert_eq!(o.code, 3, "a usage error of check is UNKNOWN: {}", o.stdout);
+    assert!(
+        o.stdout.contains("unknown source \"disks\""),
+        "{}",
+        o.stdout
+    );
+}
+
+/// `check --from` takes what `export --from` takes: a recording, a snapshot file, a bundle.
+#[test]
+fn check_from_takes_a_snapshot_file_or_bundle() {
+    let snap = fixture("snapshots/demo-wedge.json");
+    let o = run([OsStr::new("check"), "--from".as_ref(), os(&snap)]);
+    assert_eq!(o.code, 2, "{}{}", o.stdout, o.stderr);
+    assert!(
+        o.stdout
+            .starts_with("WEDGEWATCH CRITICAL - 3 findings, worst: wedged_request"),
+        "{}",
+        o.stdout
+    );
+    let tmp = tempfile::tempdir().expect("tmp");
+    let bundle = tmp.path().join("bundle");
+    std::fs::create_dir(&bundle).expect("dir");
+    std::fs::copy(&snap, bundle.join("snapshot.json")).expect("copy");
+    let o = run([OsStr::new("check"), "--from".as_ref(), os(&bundle)]);
+    assert_eq!(o.code, 2, "{}{}", o.stdout, o.stderr);
+    let o = run([
+        OsStr::new("export"),
+        "--perfetto".as_ref(),
+        "-".as_ref(),
+        "--from".as_ref(),
+        os(&bundle),
+    ]);
+    assert_eq!(o.code, 0, "the same input export takes: {}", o.stderr);
+    let o = run([
+        OsStr::new("check"),
+        "--from".as_ref(),
+        os(&snap),
+        "--at".as_ref(),
+        "5s".as_ref(),
+    ]);
+    assert_eq!(o.code, 3, "{}", o.stdout);
+    assert!(o.stdout.contains("--at needs a recording"), "{}", o.stdout);
 }

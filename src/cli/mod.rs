@@ -24,6 +24,7 @@ pub mod report;
 pub mod snapshot;
 pub mod source;
 pub mod tui;
+pub mod unseen;
 
 use clap::{Parser, Subcommand};
 use options::Sampling;
