@@ -1013,3 +1013,124 @@ fn check_from_takes_a_snapshot_file_or_bundle() {
     assert_eq!(o.code, 3, "{}", o.stdout);
     assert!(o.stdout.contains("--at needs a recording"), "{}", o.stdout);
 }
+
+/// The man page has its examples and exit codes in sections of their own, ENVIRONMENT,
+/// FILES and the UI's keys (issue 37); a verb's page too; completions never offer a hidden
+/// option; `--help` shows examples and lists `report` right after `snapshot`.
+#[test]
+fn man_pages_completions_and_help_read_as_a_user_expects() {
+    let o = run(["man"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let heads: Vec<&str> = o.stdout.lines().filter(|l| l.starts_with(".SH")).collect();
+    for want in [
+        ".SH EXAMPLES",
+        ".SH EXIT STATUS",
+        ".SH ENVIRONMENT",
+        ".SH FILES",
+        ".SH KEYS (tui)",
+    ] {
+        assert!(heads.contains(&want), "{want} in {heads:?}");
+    }
+    assert!(!heads.iter().any(|h| h.contains("EXTRA")), "{heads:?}");
+    for var in [
+        "WEDGEWATCH_PY_SPY",
+        "WEDGEWATCH_NVML_LIB",
+        "RUST_LOG",
+        "known\\-good.json",
+    ] {
+        assert!(o.stdout.contains(var), "man page lacks {var}");
+    }
+    let tmp = tempfile::tempdir().expect("tmp");
+    let o = run([OsStr::new("man"), "--dir".as_ref(), os(tmp.path())]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let check = std::fs::read_to_string(tmp.path().join("wedgewatch-check.1")).expect("page");
+    assert!(
+        check.contains(".SH EXAMPLES") && check.contains(".SH EXIT STATUS"),
+        "{check}"
+    );
+    assert!(
+        !check.contains(".SH EXTRA") && !check.contains(".SH ENVIRONMENT"),
+        "{check}"
+    );
+
+    for shell in ["bash", "zsh", "fish"] {
+        let o = run(["completions", shell]);
+        assert_eq!(o.code, 0, "{shell}: {}", o.stderr);
+        assert!(
+            !o.stdout.contains("proc-root"),
+            "{shell} offers the hidden --proc-root"
+        );
+        let (window, require) = match shell {
+            "fish" => ("-l window", "-l require"),
+            _ => ("--window", "--require"),
+        };
+        assert!(
+            o.stdout.contains(window) && o.stdout.contains(require),
+            "{shell}"
+        );
+    }
+
+    let o = run(["--help"]);
+    assert!(
+        o.stdout.contains("Examples:\n  wedgewatch "),
+        "{}",
+        o.stdout
+    );
+    let verbs: Vec<&str> = o
+        .stdout
+        .lines()
+        .skip_while(|l| *l != "Commands:")
+        .skip(1)
+        .take_while(|l| !l.is_empty())
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert_eq!(
+        &verbs[..4],
+        ["tui", "snapshot", "report", "check"],
+        "{verbs:?}"
+    );
+}
+
+/// `report --format text` lists what it says is below; `report --json` is data with a
+/// schema, the cause time line and the changes, not prose.
+#[test]
+fn report_text_and_json_keep_their_word() {
+    let snap = fixture("snapshots/demo-wedge.json");
+    let o = run([
+        OsStr::new("report"),
+        os(&snap),
+        "--format".as_ref(),
+        "text".as_ref(),
+    ]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(!o.stdout.contains("see below"), "{}", o.stdout);
+    let below = o
+        .stdout
+        .split("changed since the baseline:\n")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{}", o.stdout));
+    assert!(
+        below.contains("decode: env SGLANG_DECODE_PREALLOC_SPLIT_TOKENS: (absent) -> 100"),
+        "{below}"
+    );
+    assert!(o.stdout.contains("timeline:\n  09:29:48 proxy appeared\n  09:29:52 decode restarted with +SGLANG_DECODE_PREALLOC_SPLIT_TOKENS=100"), "{}", o.stdout);
+
+    let o = run([OsStr::new("report"), os(&snap), "--json".as_ref()]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let v: serde_json::Value = serde_json::from_str(&o.stdout).expect("json");
+    assert_eq!(v["schema"], "wedgewatch.report/1");
+    assert_eq!(v["verdict"]["kind"], "wedged_request");
+    assert_eq!(v["verdict"]["severity"], "critical");
+    assert_eq!(v["stuck"].as_array().map(Vec::len), Some(3), "{v}");
+    assert_eq!(v["cause"]["suspect"]["name"], "decode", "{v}");
+    assert_eq!(
+        v["changes"].as_array().map(Vec::len),
+        Some(3),
+        "children folded: {v}"
+    );
+    assert_eq!(v["since"], "2026-12-05T09:29:56.701Z", "{v}");
+    assert_eq!(
+        v["cause"]["events"][2]["at"], v["since"],
+        "one moment for the first stuck request: {v}"
+    );
+}

@@ -307,14 +307,9 @@ fn change_events(s: &Snapshot, names: &Names) -> Vec<CauseEvent> {
         .collect()
 }
 
-/// Per component and way of being stuck, when its first stuck request reached it.
+/// Per component and way of being stuck, when its first stuck request was sent.
 fn stuck_events(s: &Snapshot, names: &Names) -> Vec<CauseEvent> {
     let taken = parse_rfc3339(&s.taken_at);
-    let leg_age: BTreeMap<&str, f64> = s
-        .requests
-        .iter()
-        .filter_map(|r| Some((r.leg.as_deref()?, r.age_ms)))
-        .collect();
     let mut first: BTreeMap<(String, StuckKind), (f64, Vec<String>)> = BTreeMap::new();
     for l in s
         .logical_requests
@@ -324,11 +319,8 @@ fn stuck_events(s: &Snapshot, names: &Names) -> Vec<CauseEvent> {
         let (Some(at), Some(kind)) = (&l.stuck_at, l.stuck_kind) else {
             continue;
         };
-        let age = l
-            .stuck_leg
-            .as_deref()
-            .and_then(|g| leg_age.get(g).copied())
-            .unwrap_or(l.age_ms);
+        // the request's age, as the verdict's "since" counts it
+        let age = l.age_ms;
         let e = first.entry((at.clone(), kind)).or_insert((age, Vec::new()));
         e.0 = e.0.max(age);
         e.1.push(l.id.clone());
