@@ -911,3 +911,72 @@ fn the_blamed_hops_scheduler_stack_is_the_first_folded_section() {
     assert!(ix("thread stacks of decode@") < ix("Evidence of every finding"));
     assert!(ix("thread stacks of prefill@") > ix("Evidence of every finding"));
 }
+
+/// The README shows a user what they get and how to start on their own stack (issue 37):
+/// a capture of the UI, the top of report.md exactly as `report` renders the demo's
+/// snapshot, a section for one's own stack (with the healthy baseline `config_changed`
+/// needs), how to copy the binary to a node without Rust, and every file of `deploy/`.
+#[test]
+fn the_readme_shows_the_output_and_the_way_onto_ones_own_stack() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(root.join("README.md")).expect("README");
+    let section = |h: &str| -> &str {
+        let start = readme
+            .find(&format!("\n## {h}\n"))
+            .unwrap_or_else(|| panic!("no {h}"));
+        let rest = &readme[start + 4 + h.len()..];
+        &rest[..rest.find("\n## ").unwrap_or(rest.len())]
+    };
+    let looks = section("What it looks like");
+    assert!(
+        looks.contains("```text\nwedgewatch REPLAY"),
+        "a capture of the UI"
+    );
+    let quoted = looks
+        .split("```markdown\n")
+        .nth(1)
+        .and_then(|b| b.split("\n```").next())
+        .expect("the top of a report");
+    let md = wedgewatch::report::render(&fixture("demo-wedge"));
+    assert!(
+        md.starts_with(quoted),
+        "the README quotes the report as it is rendered:\n{quoted}\n---\n{md}"
+    );
+    let own = section("On your own stack");
+    assert!(
+        own.contains("healthy")
+            && own.contains("config_changed")
+            && own.contains("known-good.json"),
+        "{own}"
+    );
+    let copy = section("Getting the binary onto a GPU node without Rust");
+    assert!(
+        copy.contains("cargo build --release") && copy.contains("scp "),
+        "{copy}"
+    );
+    let mut files = Vec::new();
+    let mut dirs = vec![root.join("deploy")];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d).expect("deploy").flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                dirs.push(p);
+            } else {
+                files.push(
+                    p.strip_prefix(root)
+                        .expect("under root")
+                        .display()
+                        .to_string(),
+                );
+            }
+        }
+    }
+    assert!(files.len() >= 4, "{files:?}");
+    for f in files {
+        let name = f.rsplit('/').next().unwrap_or(&f).to_string();
+        assert!(
+            own.contains(&f) || own.contains(&name),
+            "README's deploy table lacks {f}"
+        );
+    }
+}
