@@ -203,7 +203,8 @@ pub enum Verdict {
     /// does no work for it), or a response stream that stopped (`stall_after_ms`) while the
     /// hop still holds it open and does no work.
     Stuck,
-    /// Waiting for its first response byte, not (yet) stuck: young, or queued at a busy engine.
+    /// Waiting for its first response byte, not (yet) stuck; `waiting_reason` says which rule
+    /// kept it out.
     Waiting,
     /// Being answered (streaming), or open while its hop is working.
     Active,
