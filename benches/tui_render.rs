@@ -83,6 +83,8 @@ fn big_snapshot(exchanges: usize) -> Snapshot {
             stuck_at: wedged.then(|| hops[3].0.to_string()),
             stuck_role: wedged.then_some(Role::Decode),
             stuck_kind: wedged.then_some(StuckKind::NoResponse),
+            waiting_reason: None,
+            waiting_leg: None,
         });
     }
     let mut sources = BTreeMap::new();
@@ -110,6 +112,7 @@ fn big_snapshot(exchanges: usize) -> Snapshot {
         channels: vec![],
         fleet: None,
         elided: None,
+        cause: None,
     }
 }
 

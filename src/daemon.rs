@@ -10,7 +10,8 @@
 //! here, pretty-printed: what `wedgewatch snapshot --json` prints; `json` alone is kept
 //! and built ahead while clients poll it, [`kept_answer`]);
 //! `perfetto [SECONDS]` -> Chrome trace-event JSON of the history (see `export`);
-//! `baseline` -> `{oldest, latest, count}` (`latest` = newest facts of every component);
+//! `baseline` -> `{oldest, latest, known_good, count}` (`latest` = newest facts of every
+//! component, `known_good` = the newest that ran healthy, [`known_good`]);
 //! `sources` -> sampler stats; `ping` -> `{ok, pid}`. Errors: `{error: "..."}`.
 //! Requests are parsed by [`protocol::parse_request`]; both ends check the other's uid
 //! ([`socket`]); one daemon per state directory ([`lock`]).
@@ -19,6 +20,7 @@ pub mod answer;
 pub mod dirs;
 pub mod incidents;
 pub mod kept_answer;
+pub mod known_good;
 pub mod lock;
 pub mod log;
 pub mod metrics;
@@ -152,6 +154,58 @@ pub struct Shared {
     /// Newest known facts of every component (baselines merged).
     pub latest_facts: Option<Baseline>,
     pub started_ms: Millis,
+    /// The last known-good facts, what `config_changed` compares against ([`known_good`]).
+    pub known_good: known_good::KnownGood,
+    /// Where the known-good facts are kept (the state directory; `None`: not kept).
+    pub state_dir: Option<PathBuf>,
+    /// Known-good facts not yet written to the recording.
+    pub unrecorded: Option<Baseline>,
+}
+
+impl Shared {
+    /// A daemon's state before its first sample.
+    pub fn new(model: Correlator, started_ms: Millis) -> Shared {
+        let probation = model
+            .thresholds
+            .correlate
+            .wedged_after_ms
+            .max(model.thresholds.correlate.stall_after_ms);
+        Shared {
+            model,
+            baselines: Vec::new(),
+            latest_facts: None,
+            started_ms,
+            known_good: known_good::KnownGood::new(probation),
+            state_dir: None,
+            unrecorded: None,
+        }
+    }
+
+    /// `config_changed` from the reference (the known-good facts, else the first
+    /// baseline) to the newest facts.
+    fn compare(&mut self) {
+        let reference = self.known_good.reference(self.baselines.first());
+        if let (Some(r), Some(latest)) = (reference, &self.latest_facts) {
+            let changes = r.changes_to(latest);
+            self.model.set_config_changes(changes);
+        }
+    }
+
+    /// After a detector pass at `now`: facts that ran healthy become the known-good ones,
+    /// compared against from now on, kept in the state directory and the recording.
+    pub fn after_pass(&mut self, now: Millis, findings: &[crate::model::Finding]) {
+        let Some(good) = self.known_good.on_pass(now, findings) else {
+            return;
+        };
+        tracing::info!(components = good.components.len(), "known-good baseline");
+        self.compare();
+        if let Some(dir) = &self.state_dir {
+            if let Err(e) = known_good::save(dir, &good) {
+                tracing::warn!("known-good baseline not kept: {e}");
+            }
+        }
+        self.unrecorded = Some(good);
+    }
 }
 
 pub struct Daemon {
@@ -206,12 +260,7 @@ impl Daemon {
             stacks_kick,
             latest: pass::Latest::default(),
             kept,
-            shared: Arc::new(Mutex::new(Shared {
-                model,
-                baselines: Vec::new(),
-                latest_facts: None,
-                started_ms,
-            })),
+            shared: Arc::new(Mutex::new(Shared::new(model, started_ms))),
         }
     }
 
@@ -334,7 +383,13 @@ impl Daemon {
             discovery,
             pace: paces.pass.clone(),
         };
-        lock(&self.shared).model.set_topology(topo);
+        {
+            let mut sh = lock(&self.shared);
+            sh.model.set_topology(topo);
+            // a daemon started after a bad change still compares against its last good state
+            sh.known_good.good = known_good::load(state_dir);
+            sh.state_dir = Some(state_dir.to_path_buf());
+        }
 
         let mut sampler = Sampler::new(self.clock.clone(), topo_rx);
         for (s, e, t) in &self.sources {
@@ -502,9 +557,9 @@ impl Daemon {
             }
         }
         let is_table = matches!(s.payload, Payload::Sockets(_));
-        let baseline = {
+        let (baseline, good) = {
             let mut sh = lock(&self.shared);
-            match &s.payload {
+            let b = match &s.payload {
                 Payload::Processes(p) => {
                     sh.model.ingest(&s);
                     take_baseline(&mut sh, s.t_ms, p, state.pending_reason.take())
@@ -514,10 +569,13 @@ impl Daemon {
                     sh.model.ingest_owned(s);
                     None
                 }
-            }
+            };
+            (b, sh.unrecorded.take())
         };
-        if let (Some(b), Some(w)) = (baseline, state.writer.as_mut()) {
-            let _ = w.write(&Record::Baseline { baseline: b });
+        if let Some(w) = state.writer.as_mut() {
+            for b in [baseline, good].into_iter().flatten() {
+                let _ = w.write(&Record::Baseline { baseline: b });
+            }
         }
         if let Some(build) = is_table
             .then(|| self.kept.on_table(Instant::now()))
@@ -610,15 +668,13 @@ fn take_baseline(
         None => b.clone(),
     };
     tracing::info!(reason = %b.reason, "baseline taken");
-    sh.latest_facts = Some(merged.clone());
+    sh.known_good.on_baseline(&merged);
+    sh.latest_facts = Some(merged);
     sh.baselines.push(b.clone());
     if sh.baselines.len() > KEEP_BASELINES + 1 {
         sh.baselines.remove(1); // keep the first: "since the daemon started"
     }
-    if let Some(first) = sh.baselines.first() {
-        let changes = first.changes_to(&merged);
-        sh.model.set_config_changes(changes);
-    }
+    sh.compare();
     Some(b)
 }
 
@@ -766,6 +822,7 @@ pub fn respond(
                 "schema": DAEMON_SCHEMA,
                 "oldest": sh.baselines.first(),
                 "latest": sh.latest_facts,
+                "known_good": sh.known_good.good,
                 "count": sh.baselines.len(),
             })
         }

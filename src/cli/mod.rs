@@ -17,6 +17,7 @@ pub mod exit;
 pub mod export;
 pub mod fleet;
 pub mod incidents;
+pub mod man_page;
 pub mod merge;
 pub mod options;
 pub mod progress;
@@ -25,12 +26,22 @@ pub mod report;
 pub mod snapshot;
 pub mod source;
 pub mod tui;
+pub mod unseen;
 
 use clap::{Parser, Subcommand};
 use options::Sampling;
 
-/// `--help`'s closing words: the exit codes every verb follows.
+/// `--help`'s closing words: examples, and the exit codes every verb follows.
 const EXIT_CODES: &str = "\
+Examples:
+  wedgewatch                                # the live UI on the stack found here
+  wedgewatch snapshot -o bundle/            # snapshot.json + report.md, for an issue
+  wedgewatch report bundle/                 # report.md again (--format text, --json)
+  wedgewatch check --require stacks,metrics # a monitoring-plugin check
+  wedgewatch daemon --metrics-listen 127.0.0.1:9466
+  wedgewatch diff noon.json bundle/         # what changed since a good snapshot
+  wedgewatch demo                           # the built-in lab, wedged like the incident
+
 Exit status:
   0  nothing found (diff: no differences)
   1  found: findings at or above --fail-on (snapshot, check), differences (diff)
@@ -64,33 +75,27 @@ pub struct Cli {
     pub verb: Option<Verb>,
 }
 
+/// The verbs, in the order `--help` lists them: looking (the UI, a snapshot and its
+/// report, a check, a diff), watching (daemon, record, export), many nodes, then the tools.
 #[derive(Debug, Subcommand)]
 pub enum Verb {
     /// The live terminal UI (also what `wedgewatch` alone runs).
     Tui(tui::TuiArgs),
     /// Sample the stack and write a snapshot (JSON + Markdown bundle).
     Snapshot(snapshot::SnapshotArgs),
+    /// Render report.md (or text, or the verdict as JSON) again from a snapshot or bundle.
+    Report(report::ReportArgs),
     /// A monitoring-plugin check: one line per finding, exit 0 OK / 1 WARNING / 2 CRITICAL /
     /// 3 UNKNOWN.
     Check(check::CheckArgs),
+    /// What changed between two snapshots (env, cmdline, versions, topology, restarts).
+    Diff(diff::DiffArgs),
     /// Sample continuously: bounded history, recording, baselines, live state on a socket.
     Daemon(daemon::DaemonArgs),
     /// Record samples to a file for a while, for replay elsewhere.
     Record(record::RecordArgs),
     /// Export the request timeline as Chrome trace-event JSON (opens in Perfetto).
     Export(export::ExportArgs),
-    /// Bring up the built-in lab stack, wedge it like the incident, and open the UI on it.
-    Demo(demo::DemoArgs),
-    /// What changed between two snapshots (env, cmdline, versions, topology, restarts).
-    Diff(diff::DiffArgs),
-    /// What can be sampled here and why not.
-    Doctor(doctor::DoctorArgs),
-    /// Shell completions for bash, zsh, fish (elvish, powershell).
-    Completions(docs::CompletionsArgs),
-    /// The man page (roff).
-    Man(docs::ManArgs),
-    /// Render report.md (or text, or the verdict as JSON) again from a snapshot or bundle.
-    Report(report::ReportArgs),
     /// One snapshot of several nodes from their snapshots or bundles (hops joined across
     /// nodes, requests judged again).
     Merge(merge::MergeArgs),
@@ -99,6 +104,14 @@ pub enum Verb {
     /// The incident bundles the daemon kept (a critical finding's moment and the minutes
     /// before it); `incidents latest -o DIR` copies the newest out to file it.
     Incidents(incidents::IncidentsArgs),
+    /// What can be sampled here and why not.
+    Doctor(doctor::DoctorArgs),
+    /// Bring up the built-in lab stack, wedge it like the incident, and open the UI on it.
+    Demo(demo::DemoArgs),
+    /// Shell completions for bash, zsh, fish (elvish, powershell).
+    Completions(docs::CompletionsArgs),
+    /// The man page (roff).
+    Man(docs::ManArgs),
 }
 
 impl Verb {

@@ -347,12 +347,13 @@ impl Watch {
     ) -> Vec<Event> {
         let started = std::time::Instant::now();
         let (pass, now, turn_at) = {
-            let sh = super::lock(shared);
+            let mut sh = super::lock(shared);
             // The time once the lock is held: samples ingested while this pass waited for
             // it are not from its future.
             let (now, locked) = (clock.now_ms(), std::time::Instant::now());
             self.learn(sh.model.latest_processes());
             let pass = Pass::run(&sh.model, now);
+            sh.after_pass(now, &pass.findings);
             // Counted from the instant of the pass's view, not from before its lock wait.
             let turn_at = pass
                 .next_turn_ms(&sh.model.thresholds)

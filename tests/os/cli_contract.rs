@@ -109,7 +109,16 @@ fn check_follows_the_monitoring_plugin_convention() {
         .and_then(|s| s.split_whitespace().next())
         .and_then(|s| s.parse().ok())
         .expect("findings=N");
-    assert_eq!(lines.len(), 1 + n, "one line per finding: {}", o.stdout);
+    let unseen = lines
+        .iter()
+        .filter(|l| l.starts_with("UNAVAILABLE "))
+        .count();
+    assert_eq!(
+        lines.len(),
+        1 + n + unseen,
+        "one line per finding, then per source not seen: {}",
+        o.stdout
+    );
 
     // the same moment as JSON
     let o = run([
@@ -204,23 +213,33 @@ fn check_output_cannot_be_injected_by_host_text() {
         .collect();
     assert_eq!(
         labels,
-        ["findings", "critical", "warning", "info"],
+        ["findings", "critical", "warning", "info", "unavailable"],
         "{}",
         o.stdout
     );
-    let n: usize = perf
-        .split("findings=")
-        .nth(1)
-        .and_then(|s| s.split_whitespace().next())
-        .and_then(|s| s.parse().ok())
-        .expect("findings=N");
-    assert_eq!(lines.len(), 1 + n, "one line per finding: {}", o.stdout);
-    for l in &lines[1..] {
+    let count = |label: &str| -> usize {
+        perf.split(&format!("{label}="))
+            .nth(1)
+            .and_then(|s| s.split_whitespace().next())
+            .and_then(|s| s.parse().ok())
+            .expect("label=N")
+    };
+    let (n, unseen) = (count("findings"), count("unavailable"));
+    assert_eq!(
+        lines.len(),
+        1 + n + unseen,
+        "one line per finding and per source not seen: {}",
+        o.stdout
+    );
+    for (i, l) in lines[1..].iter().enumerate() {
+        let want: &[&str] = if i < n {
+            &["CRITICAL ", "WARNING ", "INFO "]
+        } else {
+            &["UNAVAILABLE "]
+        };
         assert!(
-            ["CRITICAL ", "WARNING ", "INFO "]
-                .iter()
-                .any(|w| l.starts_with(w)),
-            "a line that is not a finding: {l:?}"
+            want.iter().any(|w| l.starts_with(w)),
+            "a line that is neither a finding nor a source not seen: {l:?}"
         );
     }
 
@@ -1047,4 +1066,259 @@ fn incidents_latest_without_an_incident_takes_a_fresh_snapshot_and_says_so() {
     assert_eq!(words[6], out.join("report.md").display().to_string());
     assert!(words[4].starts_with("wedgewatch: "), "{}", words[4]);
     assert!(out.join("snapshot.json").is_file() && out.join("report.md").is_file());
+}
+
+/// `fixture` with its sources set as `unavailable` says, and no finding: a host where the
+/// check looked at nothing but what `unavailable` leaves out.
+fn blind_snapshot(dir: &Path, unavailable: &[&str]) -> PathBuf {
+    let mut v: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(fixture("snapshots/healthy.json")).expect("fixture"),
+    )
+    .expect("json");
+    v["findings"] = serde_json::json!([]);
+    for s in ["processes", "sockets", "stacks", "gpu", "metrics"] {
+        v["sources"][s] = if unavailable.contains(&s) {
+            serde_json::json!({"status": "unavailable", "reason": format!("no {s} here")})
+        } else {
+            serde_json::json!({"status": "ok"})
+        };
+    }
+    let path = dir.join(format!("blind-{}.json", unavailable.join("-")));
+    std::fs::write(&path, v.to_string()).expect("write");
+    path
+}
+
+/// Green means looked and found nothing (issue 37): a check that could not see stacks,
+/// GPU and metrics says so on its status line, in a line each and in the perfdata; blind
+/// to processes or sockets it is UNKNOWN; `--require` makes a missing source CRITICAL.
+#[test]
+fn check_says_what_it_could_not_see() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let partly = blind_snapshot(tmp.path(), &["stacks", "gpu", "metrics"]);
+    let o = run([OsStr::new("check"), "--from".as_ref(), os(&partly)]);
+    assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
+    let lines: Vec<&str> = o.stdout.lines().collect();
+    assert_eq!(
+        lines[0],
+        "WEDGEWATCH OK - no findings; not seen: gpu, metrics, stacks | findings=0 critical=0 warning=0 info=0 unavailable=3",
+        "{}",
+        o.stdout
+    );
+    assert_eq!(
+        lines[1..],
+        [
+            "UNAVAILABLE gpu: no gpu here",
+            "UNAVAILABLE metrics: no metrics here",
+            "UNAVAILABLE stacks: no stacks here"
+        ]
+    );
+
+    let o = run([
+        OsStr::new("check"),
+        "--require".as_ref(),
+        "stacks,metrics".as_ref(),
+        "--from".as_ref(),
+        os(&partly),
+    ]);
+    assert_eq!(o.code, 2, "{}", o.stdout);
+    assert!(
+        o.stdout.starts_with(
+            "WEDGEWATCH CRITICAL - required source unavailable: metrics, stacks; no findings"
+        ),
+        "{}",
+        o.stdout
+    );
+    assert!(
+        o.stdout
+            .contains("UNAVAILABLE stacks (required): no stacks here"),
+        "{}",
+        o.stdout
+    );
+    let o = run([
+        OsStr::new("check"),
+        "--require".as_ref(),
+        "processes,sockets".as_ref(),
+        "--from".as_ref(),
+        os(&partly),
+    ]);
+    assert_eq!(o.code, 0, "what it needs it saw: {}", o.stdout);
+
+    let blind = blind_snapshot(tmp.path(), &["sockets"]);
+    let o = run([
+        OsStr::new("check"),
+        "--json".as_ref(),
+        "--from".as_ref(),
+        os(&blind),
+    ]);
+    assert_eq!(o.code, 3, "{}", o.stdout);
+    let v: serde_json::Value = serde_json::from_str(&o.stdout).expect("json");
+    assert_eq!(v["status"], "UNKNOWN");
+    assert_eq!(v["unavailable"][0]["source"], "sockets", "{v}");
+    assert_eq!(v["unavailable"][0]["required"], false, "{v}");
+
+    let o = run(["check", "--require", "disks", "--from", "x"]);
+    assert_eq!(o.code, 3, "a usage error of check is UNKNOWN: {}", o.stdout);
+    assert!(
+        o.stdout.contains("unknown source \"disks\""),
+        "{}",
+        o.stdout
+    );
+}
+
+/// `check --from` takes what `export --from` takes: a recording, a snapshot file, a bundle.
+#[test]
+fn check_from_takes_a_snapshot_file_or_bundle() {
+    let snap = fixture("snapshots/demo-wedge.json");
+    let o = run([OsStr::new("check"), "--from".as_ref(), os(&snap)]);
+    assert_eq!(o.code, 2, "{}{}", o.stdout, o.stderr);
+    assert!(
+        o.stdout
+            .starts_with("WEDGEWATCH CRITICAL - 3 findings, worst: wedged_request"),
+        "{}",
+        o.stdout
+    );
+    let tmp = tempfile::tempdir().expect("tmp");
+    let bundle = tmp.path().join("bundle");
+    std::fs::create_dir(&bundle).expect("dir");
+    std::fs::copy(&snap, bundle.join("snapshot.json")).expect("copy");
+    let o = run([OsStr::new("check"), "--from".as_ref(), os(&bundle)]);
+    assert_eq!(o.code, 2, "{}{}", o.stdout, o.stderr);
+    let o = run([
+        OsStr::new("export"),
+        "--perfetto".as_ref(),
+        "-".as_ref(),
+        "--from".as_ref(),
+        os(&bundle),
+    ]);
+    assert_eq!(o.code, 0, "the same input export takes: {}", o.stderr);
+    let o = run([
+        OsStr::new("check"),
+        "--from".as_ref(),
+        os(&snap),
+        "--at".as_ref(),
+        "5s".as_ref(),
+    ]);
+    assert_eq!(o.code, 3, "{}", o.stdout);
+    assert!(o.stdout.contains("--at needs a recording"), "{}", o.stdout);
+}
+
+/// The man page has its examples and exit codes in sections of their own, ENVIRONMENT,
+/// FILES and the UI's keys (issue 37); a verb's page too; completions never offer a hidden
+/// option; `--help` shows examples and lists `report` right after `snapshot`.
+#[test]
+fn man_pages_completions_and_help_read_as_a_user_expects() {
+    let o = run(["man"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let heads: Vec<&str> = o.stdout.lines().filter(|l| l.starts_with(".SH")).collect();
+    for want in [
+        ".SH EXAMPLES",
+        ".SH EXIT STATUS",
+        ".SH ENVIRONMENT",
+        ".SH FILES",
+        ".SH KEYS (tui)",
+    ] {
+        assert!(heads.contains(&want), "{want} in {heads:?}");
+    }
+    assert!(!heads.iter().any(|h| h.contains("EXTRA")), "{heads:?}");
+    for var in [
+        "WEDGEWATCH_PY_SPY",
+        "WEDGEWATCH_NVML_LIB",
+        "RUST_LOG",
+        "known\\-good.json",
+    ] {
+        assert!(o.stdout.contains(var), "man page lacks {var}");
+    }
+    let tmp = tempfile::tempdir().expect("tmp");
+    let o = run([OsStr::new("man"), "--dir".as_ref(), os(tmp.path())]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let check = std::fs::read_to_string(tmp.path().join("wedgewatch-check.1")).expect("page");
+    assert!(
+        check.contains(".SH EXAMPLES") && check.contains(".SH EXIT STATUS"),
+        "{check}"
+    );
+    assert!(
+        !check.contains(".SH EXTRA") && !check.contains(".SH ENVIRONMENT"),
+        "{check}"
+    );
+
+    for shell in ["bash", "zsh", "fish"] {
+        let o = run(["completions", shell]);
+        assert_eq!(o.code, 0, "{shell}: {}", o.stderr);
+        assert!(
+            !o.stdout.contains("proc-root"),
+            "{shell} offers the hidden --proc-root"
+        );
+        let (window, require) = match shell {
+            "fish" => ("-l window", "-l require"),
+            _ => ("--window", "--require"),
+        };
+        assert!(
+            o.stdout.contains(window) && o.stdout.contains(require),
+            "{shell}"
+        );
+    }
+
+    let o = run(["--help"]);
+    assert!(
+        o.stdout.contains("Examples:\n  wedgewatch "),
+        "{}",
+        o.stdout
+    );
+    let verbs: Vec<&str> = o
+        .stdout
+        .lines()
+        .skip_while(|l| *l != "Commands:")
+        .skip(1)
+        .take_while(|l| !l.is_empty())
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert_eq!(
+        &verbs[..4],
+        ["tui", "snapshot", "report", "check"],
+        "{verbs:?}"
+    );
+}
+
+/// `report --format text` lists what it says is below; `report --json` is data with a
+/// schema, the cause time line and the changes, not prose.
+#[test]
+fn report_text_and_json_keep_their_word() {
+    let snap = fixture("snapshots/demo-wedge.json");
+    let o = run([
+        OsStr::new("report"),
+        os(&snap),
+        "--format".as_ref(),
+        "text".as_ref(),
+    ]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(!o.stdout.contains("see below"), "{}", o.stdout);
+    let below = o
+        .stdout
+        .split("changed since the baseline:\n")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{}", o.stdout));
+    assert!(
+        below.contains("decode: env SGLANG_DECODE_PREALLOC_SPLIT_TOKENS: (absent) -> 100"),
+        "{below}"
+    );
+    assert!(o.stdout.contains("timeline:\n  09:29:48 proxy appeared\n  09:29:52 decode restarted with +SGLANG_DECODE_PREALLOC_SPLIT_TOKENS=100"), "{}", o.stdout);
+
+    let o = run([OsStr::new("report"), os(&snap), "--json".as_ref()]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let v: serde_json::Value = serde_json::from_str(&o.stdout).expect("json");
+    assert_eq!(v["schema"], "wedgewatch.report/1");
+    assert_eq!(v["verdict"]["kind"], "wedged_request");
+    assert_eq!(v["verdict"]["severity"], "critical");
+    assert_eq!(v["stuck"].as_array().map(Vec::len), Some(3), "{v}");
+    assert_eq!(v["cause"]["suspect"]["name"], "decode", "{v}");
+    assert_eq!(
+        v["changes"].as_array().map(Vec::len),
+        Some(3),
+        "children folded: {v}"
+    );
+    assert_eq!(v["since"], "2026-12-05T09:29:56.701Z", "{v}");
+    assert_eq!(
+        v["cause"]["events"][2]["at"], v["since"],
+        "one moment for the first stuck request: {v}"
+    );
 }

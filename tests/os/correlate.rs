@@ -706,3 +706,80 @@ fn a_sample_handed_over_reads_like_one_lent() {
     assert!(a.notes.iter().any(|n| n.starts_with(note)), "{:?}", a.notes);
     assert!(!lent.requests.is_empty());
 }
+
+/// The demo's fourth hung request (issue 37): its proxy leg waits while its own legs below
+/// ended (the router answered, decode closed without a byte), and another request is stuck
+/// at decode. It is not judged stuck, and the reason recorded is the rule that kept it out
+/// (its proxy still has requests open downstream), never "young" or "a busy engine"; a
+/// request 5 s old is young. The report says so and its title counts the hanging one.
+#[test]
+fn a_waiting_request_carries_the_rule_that_kept_it_from_stuck() {
+    use wedgewatch::model::{Verdict, WaitReason};
+    let mut sim = Sim::new(pd_topology());
+    let [_, _, p1, _] = pd_request(&mut sim);
+    sim.run(250, |_| {});
+    sim.respond(p1, 200); // prefill answers; decode never does
+    sim.run(250, |_| {});
+    sim.close(p1);
+    sim.run(1000, |_| {});
+    let [a2, b2, p2, d2] = pd_request(&mut sim);
+    sim.run(250, |_| {});
+    sim.respond(p2, 200);
+    sim.close(p2);
+    sim.respond(b2, 5000); // the router answered on its connection...
+    sim.close(d2); // ...decode closed without a byte, and the proxy never answered
+    sim.run(33_000, |_| {});
+    let [a3, ..] = pd_request(&mut sim);
+    sim.run(5_000, |_| {});
+    let _ = (a2, a3);
+
+    let parts = wedgewatch::pipeline::parts(&sim.model, sim.now);
+    let by_verdict = |v: Verdict| -> Vec<&wedgewatch::model::LogicalRequest> {
+        parts
+            .logical_requests
+            .iter()
+            .filter(|l| l.verdict == v && !l.probe)
+            .collect()
+    };
+    let stuck = by_verdict(Verdict::Stuck);
+    assert_eq!(stuck.len(), 1, "{:#?}", parts.logical_requests);
+    assert_eq!(stuck[0].stuck_role, Some(Role::Decode));
+    let waiting = by_verdict(Verdict::Waiting);
+    let reasons: Vec<_> = waiting
+        .iter()
+        .map(|l| (l.waiting_reason, l.waiting_leg.as_deref().unwrap_or("")))
+        .collect();
+    assert_eq!(reasons.len(), 2, "{:#?}", parts.logical_requests);
+    assert!(
+        reasons
+            .iter()
+            .any(|(w, leg)| *w == Some(WaitReason::DownstreamOpen) && leg.ends_with("@proxy")),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons.iter().any(|(w, _)| *w == Some(WaitReason::Young)),
+        "{reasons:?}"
+    );
+
+    let snap = wedgewatch::snapshot::assemble(parts, &Default::default());
+    let md = wedgewatch::report::render(&snap);
+    let title = md.lines().next().unwrap_or_default();
+    assert!(
+        title.starts_with("# wedged_request at decode: 1 request accepted and forgotten")
+            && title.ends_with(", 1 more waiting up to 38 s (not judged stuck)"),
+        "{title}"
+    );
+    let line = md
+        .lines()
+        .find(|l| l.contains("other requests open downstream"))
+        .unwrap_or_else(|| panic!("{md}"));
+    assert!(
+        line.contains("at proxy") && line.contains("decode closed (0 B out)"),
+        "{line}"
+    );
+    assert!(!md.contains("busy engine"), "{md}");
+    assert!(
+        md.contains("- 1 young (not yet waiting for the wedge threshold)"),
+        "{md}"
+    );
+}

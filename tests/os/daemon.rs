@@ -662,3 +662,74 @@ fn query_blocking_works_outside_a_runtime_and_refuses_inside() {
         .to_string()
         .contains("inside a tokio runtime"));
 }
+
+/// Runs a daemon on `state` with `gen`'s processes and no request in flight, until `until`
+/// holds for its `baseline` answer; returns that answer and its snapshot's findings.
+async fn run_daemon_until(
+    state: &std::path::Path,
+    gen: Arc<AtomicU64>,
+    until: impl Fn(&serde_json::Value) -> bool,
+) -> (serde_json::Value, Vec<Finding>) {
+    use wedgewatch::daemon::*;
+    let mut cfg = DaemonConfig::new(state.to_path_buf());
+    // a state runs healthy for 300 ms before it is known good
+    cfg.thresholds.correlate.wedged_after_ms = 300;
+    cfg.thresholds.correlate.stall_after_ms = 300;
+    cfg.log_every_ms = 50;
+    let sock = cfg.socket_path.clone();
+    let discover: DiscoverFn = Arc::new(|| Box::pin(async { Ok(pd_topology()) }));
+    let mut daemon = Daemon::new(cfg, Arc::new(wedgewatch::clock::SystemClock), discover);
+    let table = Sim::new(pd_topology()).socket_table();
+    daemon.add_source(Arc::new(SockSource { table }), 20, 500);
+    daemon.add_source(Arc::new(ProcSource { gen }), 20, 500);
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let task = tokio::spawn(daemon.run(stop_rx));
+    let b = wait_for(&sock, "baseline", until).await;
+    let v = wait_for(&sock, "snapshot", |v| v["parts"]["findings"].is_array()).await;
+    let findings = parts_from_answer(&v).expect("parts").findings;
+    let _ = stop_tx.send(true);
+    task.await.expect("join").expect("daemon run");
+    (b, findings)
+}
+
+/// Last known good (issue 37): a daemon keeps the newest facts that ran healthy, in its
+/// state directory, and compares against them; restarted after a bad change (the decode
+/// engine now has an added variable), it still names the change, where comparing with its
+/// own start would compare bad with bad.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_daemon_started_after_a_bad_change_compares_with_the_last_known_good_state() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("tmp");
+    let state = dir.path().join("state");
+    let gen = Arc::new(AtomicU64::new(0));
+    let (b, findings) =
+        run_daemon_until(&state, gen.clone(), |v| v["known_good"].is_object()).await;
+    assert_eq!(b["known_good"]["known_good"], true, "{b}");
+    assert!(
+        findings.iter().all(|f| f.kind != "config_changed"),
+        "{findings:#?}"
+    );
+    let file = state.join("known-good.json");
+    let mode = std::fs::metadata(&file).expect("kept").permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+
+    // the bad change while no daemon ran
+    gen.store(1, Ordering::SeqCst);
+    let (b, findings) = run_daemon_until(&state, gen, |v| v["count"].as_u64() == Some(1)).await;
+    assert_eq!(b["oldest"]["reason"], "start");
+    assert_eq!(
+        b["oldest"]["components"][0]["env"]["SGLANG_DECODE_SPLIT_TUNING"],
+        "1"
+    );
+    let changed = findings
+        .iter()
+        .find(|f| f.kind == "config_changed")
+        .unwrap_or_else(|| panic!("the change against the known-good state: {findings:#?}"));
+    assert!(
+        changed
+            .evidence
+            .iter()
+            .any(|e| e.detail.contains("+ env SGLANG_DECODE_SPLIT_TUNING=1")),
+        "{changed:#?}"
+    );
+}

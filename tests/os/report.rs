@@ -130,11 +130,21 @@ fn the_binary_renders_the_report_of_a_snapshot_with_the_verdict_as_title() {
         first,
         "# wedged_request at decode: 2 requests accepted and forgotten since 12:12"
     );
-    // the five lines, in order, right under the title
-    let head: Vec<&str> = md.lines().skip(2).take(5).collect();
+    // the verdict as an alert block right under the title, then the four lines in order
+    let alert: Vec<&str> = md
+        .lines()
+        .skip(2)
+        .take_while(|l| l.starts_with('>'))
+        .collect();
+    assert_eq!(alert.first(), Some(&"> [!CAUTION]"), "{md}");
+    assert!(
+        alert[1].starts_with("> **critical: 2 requests"),
+        "{alert:?}"
+    );
+    let head: Vec<&str> = md.lines().skip(3 + alert.len()).take(4).collect();
     for (line, label) in head
         .iter()
-        .zip(["**What:**", "**Where:**", "**Since:**", "**Evidence:**"])
+        .zip(["**Where:**", "**Since:**", "**Evidence:**"])
     {
         assert!(line.starts_with(&format!("- {label}")), "{line}");
     }
@@ -619,4 +629,354 @@ fn rendering_many_components_is_linear() {
         render < floor * 5,
         "render {render:?} against the output pass {floor:?}: more than linear"
     );
+}
+
+/// The diagram sources of every ```mermaid block of `md`.
+fn mermaid_blocks(md: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = md;
+    while let Some(i) = rest.find("```mermaid\n") {
+        let body = &rest[i + 11..];
+        let end = body.find("\n```").expect("a closed mermaid block");
+        out.push(body[..end].to_string());
+        rest = &body[end..];
+    }
+    out
+}
+
+/// What the real Mermaid library (tests/mermaid/setup.sh installs it) reads in each diagram:
+/// `{ok, error, vertices: [{id, text, classes}], edges: [{start, end, text}], classes}`.
+fn mermaid_read(diagrams: &[String]) -> Vec<serde_json::Value> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mermaid");
+    let js = dir.join(".mermaid/mermaid.min.js");
+    assert!(
+        js.is_file(),
+        "the Mermaid library is not installed: run tests/mermaid/setup.sh ({} missing)",
+        js.display()
+    );
+    let mut child = Command::new("node")
+        .arg(dir.join("check.js"))
+        .arg(&js)
+        .env("NODE_PATH", "/usr/share/nodejs")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("node (tests/mermaid/setup.sh installs it)");
+    let input = serde_json::to_vec(diagrams).expect("json");
+    std::io::Write::write_all(&mut child.stdin.take().expect("stdin"), &input).expect("write");
+    let out = child.wait_with_output().expect("node ran");
+    assert!(out.status.success(), "check.js failed: {:?}", out.status);
+    serde_json::from_slice(&out.stdout).expect("check.js prints JSON")
+}
+
+/// The stuck requests' path is one Mermaid flowchart that the real Mermaid parser reads:
+/// a node per hop, an edge per hop link, the hop where they are stuck marked (class
+/// `blamed`) and saying for how long; the table names requests and their path readably.
+#[test]
+fn the_stuck_path_is_a_flowchart_the_real_mermaid_parser_reads() {
+    let md = wedgewatch::report::render(&fixture("demo-wedge"));
+    check_markdown(&md);
+    let blocks = mermaid_blocks(&md);
+    assert_eq!(blocks.len(), 1, "{md}");
+    let read = mermaid_read(&blocks);
+    let g = &read[0];
+    assert_eq!(g["ok"], true, "{g}");
+    assert_eq!(g["type"], "flowchart-v2", "{g}");
+    let text_of = |id: &str| -> String {
+        g["vertices"]
+            .as_array()
+            .expect("vertices")
+            .iter()
+            .find(|v| v["id"] == id)
+            .and_then(|v| v["text"].as_str())
+            .unwrap_or_default()
+            .to_string()
+    };
+    let vertices = g["vertices"].as_array().expect("vertices");
+    let names: Vec<String> = vertices
+        .iter()
+        .map(|v| text_of(v["id"].as_str().unwrap_or("")))
+        .map(|t| t.split("<br>").next().unwrap_or("").to_string())
+        .collect();
+    assert_eq!(names, ["proxy", "router", "prefill", "decode"], "{g}");
+    let blamed: Vec<&serde_json::Value> = vertices
+        .iter()
+        .filter(|v| {
+            v["classes"]
+                .as_array()
+                .is_some_and(|c| c.iter().any(|x| x == "blamed"))
+        })
+        .collect();
+    assert_eq!(blamed.len(), 1, "{g}");
+    let decode = text_of(blamed[0]["id"].as_str().unwrap_or(""));
+    assert!(
+        decode.starts_with("decode<br>STUCK HERE: 3 requests, no response byte for 31 s"),
+        "{decode}"
+    );
+    let edge = |a: &str, b: &str| {
+        let id = |n: &str| vertices[names.iter().position(|x| x == n).expect(n)]["id"].clone();
+        g["edges"]
+            .as_array()
+            .expect("edges")
+            .iter()
+            .any(|e| e["start"] == id(a) && e["end"] == id(b) && e["text"] == "3 requests")
+    };
+    assert!(
+        edge("proxy", "router") && edge("router", "decode") && edge("router", "prefill"),
+        "{g}"
+    );
+    assert_eq!(g["edges"].as_array().map(Vec::len), Some(3), "{g}");
+    assert!(
+        md.contains(
+            "| `r21` | proxy -&gt; router -&gt; prefill + decode | decode | no response byte |"
+        ),
+        "{md}"
+    );
+}
+
+/// `s` with a second component of each role, so the lines name hops by their ids.
+fn named_by_id(mut s: Snapshot) -> Snapshot {
+    let twins: Vec<_> = s
+        .components
+        .iter()
+        .map(|c| {
+            let mut t = c.clone();
+            t.id = format!("twin-{}", c.id);
+            t
+        })
+        .collect();
+    s.components.extend(twins);
+    s
+}
+
+/// Markup in every host string (hop names are ids here) never adds a node, an edge or a
+/// block to the diagram: the real parser reads the same graph as without it.
+#[test]
+fn markup_in_host_strings_stays_label_text_in_the_diagram() {
+    let md = wedgewatch::report::render_capped(&named_by_id(hostile_fixture()), usize::MAX);
+    let plain = wedgewatch::report::render_capped(&named_by_id(fixture("wedged")), usize::MAX);
+    let (blocks, plain_blocks) = (mermaid_blocks(&md), mermaid_blocks(&plain));
+    assert_eq!(blocks.len(), 1, "{md}");
+    let read = mermaid_read(&[blocks[0].clone(), plain_blocks[0].clone()]);
+    assert_eq!(read[0]["ok"], true, "{}", read[0]);
+    let shape = |g: &serde_json::Value| {
+        (
+            g["vertices"].as_array().map(Vec::len),
+            g["edges"].as_array().map(Vec::len),
+            g["classes"].clone(),
+        )
+    };
+    assert_eq!(shape(&read[0]), shape(&read[1]), "{}", read[0]);
+    assert!(
+        blocks[0].contains("#60;img src#61;x onerror#61;alert(1)#62;"),
+        "{}",
+        blocks[0]
+    );
+}
+
+/// The demo's incident: decode restarted with an added variable, and 4 s later the first
+/// request was never answered. The time line joins them, names the variable as the suspect,
+/// stands in the verdict's alert block, and fits the contract.
+#[test]
+fn the_cause_time_line_joins_the_change_to_the_first_stuck_request() {
+    let s = fixture("demo-wedge");
+    let cause = wedgewatch::model::cause::of(&s).expect("a time line");
+    let lines: Vec<String> = cause.events.iter().map(|e| e.line()).collect();
+    assert_eq!(
+        lines,
+        [
+            "09:29:48 proxy appeared",
+            "09:29:52 decode restarted with +SGLANG_DECODE_PREALLOC_SPLIT_TOKENS=100",
+            "09:29:56 first request never answered at decode (r21; 3 stuck)",
+        ]
+    );
+    let suspect = cause.suspect.as_ref().expect("a suspect");
+    assert_eq!(suspect.name, "decode");
+    assert_eq!(
+        suspect.changes,
+        ["+SGLANG_DECODE_PREALLOC_SPLIT_TOKENS=100"]
+    );
+    assert!(
+        suspect.why.contains("4 s before the first stuck request"),
+        "{suspect:?}"
+    );
+
+    let md = wedgewatch::report::render(&s);
+    let alert: Vec<&str> = md
+        .lines()
+        .skip(2)
+        .take_while(|l| l.starts_with('>'))
+        .collect();
+    assert_eq!(alert[0], "> [!CAUTION]");
+    assert!(
+        alert.iter().any(|l| l.starts_with("> **Timeline:** ")
+            && l.contains("09:29:52 decode restarted with +SGLANG_DECODE_PREALLOC_SPLIT_TOKENS=100 -&gt; 09:29:56 first request never answered")),
+        "{alert:?}"
+    );
+    assert!(
+        alert
+            .iter()
+            .any(|l| l
+                .starts_with("> **Suspect:** decode: +SGLANG_DECODE_PREALLOC_SPLIT_TOKENS=100")),
+        "{alert:?}"
+    );
+
+    let mut with = s.clone();
+    with.cause = Some(cause);
+    let v = serde_json::to_value(&with).expect("json");
+    let schema: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/schema/snapshot-1.schema.json"),
+        )
+        .expect("schema"),
+    )
+    .expect("schema json");
+    let validator = jsonschema::validator_for(&schema).expect("compiles");
+    assert!(
+        validator.is_valid(&v),
+        "{:?}",
+        validator
+            .iter_errors(&v)
+            .map(|e| e.to_string())
+            .collect::<Vec<_>>()
+    );
+    let mut bad = v;
+    bad["cause"]["events"][0]["kind"] = serde_json::json!("exploded");
+    assert!(
+        !validator.is_valid(&bad),
+        "an event kind is one of the contract's"
+    );
+}
+
+/// The change table fits a GitHub issue: two columns, one row per fact (child processes
+/// that repeat their engine's change are not repeated), long values clipped in the table
+/// and given whole in a folded block.
+#[test]
+fn the_change_table_is_one_row_per_fact_and_fits_an_issue() {
+    let md = wedgewatch::report::render(&fixture("demo-wedge"));
+    let start = md
+        .find("## Changed since the baseline")
+        .expect("the section");
+    let rows: Vec<&str> = md[start..]
+        .lines()
+        .skip_while(|l| !l.starts_with('|'))
+        .take_while(|l| l.starts_with('|'))
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            "| hop | change |",
+            "| --- | --- |",
+            "| decode | env SGLANG_DECODE_PREALLOC_SPLIT_TOKENS: (absent) -&gt; 100 |",
+            "| decode | restarted: pid 15151 (09:29:46) -&gt; pid 15436 (09:29:52) |",
+            "| proxy | appeared |",
+        ],
+        "{md}"
+    );
+    let mut s = fixture("demo-wedge");
+    s.config_changed[0].after = Some("x".repeat(500));
+    let md = wedgewatch::report::render(&s);
+    let start = md
+        .find("## Changed since the baseline")
+        .expect("the section");
+    let section = &md[start..md[start..].find("## Stuck").map_or(md.len(), |e| start + e)];
+    for row in section.lines().filter(|l| l.starts_with('|')) {
+        let shown = row.replace("&gt;", ">");
+        assert!(shown.chars().count() <= 100, "wider than an issue: {row}");
+    }
+    assert!(
+        section.contains("<details><summary>Whole values</summary>"),
+        "{section}"
+    );
+    assert!(
+        section.contains(&"x".repeat(500)),
+        "the whole value is kept"
+    );
+    check_markdown(&md);
+}
+
+/// The decisive stack comes first: the blamed hop's scheduler opens the folded sections.
+#[test]
+fn the_blamed_hops_scheduler_stack_is_the_first_folded_section() {
+    let md = wedgewatch::report::render(&fixture("demo-wedge"));
+    let summaries: Vec<&str> = md
+        .lines()
+        .filter_map(|l| l.strip_prefix("<details><summary>"))
+        .collect();
+    assert!(
+        summaries[0].starts_with("thread stacks of scheduler@decode@127.0.0.1:22338"),
+        "{summaries:?}"
+    );
+    let ix = |p: &str| summaries.iter().position(|s| s.starts_with(p)).expect(p);
+    assert!(ix("thread stacks of decode@") < ix("Evidence of every finding"));
+    assert!(ix("thread stacks of prefill@") > ix("Evidence of every finding"));
+}
+
+/// The README shows a user what they get and how to start on their own stack (issue 37):
+/// a capture of the UI, the top of report.md exactly as `report` renders the demo's
+/// snapshot, a section for one's own stack (with the healthy baseline `config_changed`
+/// needs), how to copy the binary to a node without Rust, and every file of `deploy/`.
+#[test]
+fn the_readme_shows_the_output_and_the_way_onto_ones_own_stack() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(root.join("README.md")).expect("README");
+    let section = |h: &str| -> &str {
+        let start = readme
+            .find(&format!("\n## {h}\n"))
+            .unwrap_or_else(|| panic!("no {h}"));
+        let rest = &readme[start + 4 + h.len()..];
+        &rest[..rest.find("\n## ").unwrap_or(rest.len())]
+    };
+    let looks = section("What it looks like");
+    assert!(
+        looks.contains("```text\nwedgewatch REPLAY"),
+        "a capture of the UI"
+    );
+    let quoted = looks
+        .split("```markdown\n")
+        .nth(1)
+        .and_then(|b| b.split("\n```").next())
+        .expect("the top of a report");
+    let md = wedgewatch::report::render(&fixture("demo-wedge"));
+    assert!(
+        md.starts_with(quoted),
+        "the README quotes the report as it is rendered:\n{quoted}\n---\n{md}"
+    );
+    let own = section("On your own stack");
+    assert!(
+        own.contains("healthy")
+            && own.contains("config_changed")
+            && own.contains("known-good.json"),
+        "{own}"
+    );
+    let copy = section("Getting the binary onto a GPU node without Rust");
+    assert!(
+        copy.contains("cargo build --release") && copy.contains("scp "),
+        "{copy}"
+    );
+    let mut files = Vec::new();
+    let mut dirs = vec![root.join("deploy")];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d).expect("deploy").flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                dirs.push(p);
+            } else {
+                files.push(
+                    p.strip_prefix(root)
+                        .expect("under root")
+                        .display()
+                        .to_string(),
+                );
+            }
+        }
+    }
+    assert!(files.len() >= 4, "{files:?}");
+    for f in files {
+        let name = f.rsplit('/').next().unwrap_or(&f).to_string();
+        assert!(
+            own.contains(&f) || own.contains(&name),
+            "README's deploy table lacks {f}"
+        );
+    }
 }

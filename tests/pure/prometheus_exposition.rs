@@ -192,6 +192,23 @@ fn source_health_and_lag_are_series_of_each_source() {
         x.types.get("wedgewatch_source_status"),
         Some(&MetricType::Gauge)
     );
+    // Which sources are down, one gauge each: degraded still sees.
+    let up = |s| value(&x, "wedgewatch_source_up", &[("source", s)]);
+    assert_eq!(
+        (up("sockets"), up("stacks"), up("gpu")),
+        (Some(1.0), Some(1.0), None)
+    );
+    let mut down = sources(now);
+    down[1].status = Some(Status::Unavailable);
+    let x2 = prom::parse(&render(None, &down, now, "1.0.0"));
+    assert_eq!(
+        value(&x2, "wedgewatch_source_up", &[("source", "stacks")]),
+        Some(0.0)
+    );
+    assert_eq!(
+        x2.types.get("wedgewatch_source_up"),
+        Some(&MetricType::Gauge)
+    );
     // Before the first evaluation there is no finding or stuck series (no false zeros).
     assert!(!text.contains("wedgewatch_stuck_requests{"), "{text}");
     assert!(

@@ -200,6 +200,8 @@ fn logical() -> LogicalRequest {
         stuck_at: Some("decode".into()),
         stuck_role: Some(Role::Decode),
         stuck_kind: None,
+        waiting_reason: None,
+        waiting_leg: None,
     }
 }
 
@@ -267,12 +269,7 @@ fn a_served_json_snapshot_holds_no_planted_secret() {
     let mut model = wedgewatch::correlate::Correlator::new(Thresholds::default());
     model.set_topology(topology());
     samples().iter().for_each(|s| model.ingest(s));
-    let shared = std::sync::Mutex::new(Shared {
-        model,
-        baselines: Vec::new(),
-        latest_facts: None,
-        started_ms: T0,
-    });
+    let shared = std::sync::Mutex::new(Shared::new(model, T0));
     let req = protocol::parse_request(b"json\n").expect("json");
     let stats = wedgewatch::sampler::StatsHandle::default();
     let bytes = daemon::respond_bytes(&req, &shared, &stats, T0 + 2000);

@@ -132,12 +132,7 @@ fn a_one_shot_snapshot_and_its_bundle_leave_foreign_sockets_out_and_count_them()
 fn a_served_snapshot_leaves_foreign_sockets_out_and_a_client_reads_its_bytes() {
     let sim = sim_with_foreign(40);
     let now = sim.now;
-    let shared = Mutex::new(Shared {
-        model: sim.model,
-        baselines: Vec::new(),
-        latest_facts: None,
-        started_ms: T0,
-    });
+    let shared = Mutex::new(Shared::new(sim.model, T0));
     let stats = wedgewatch::sampler::StatsHandle::default();
     let req = Request::Snapshot { window_s: None };
     let bytes = daemon::respond_bytes(&req, &shared, &stats, now);
@@ -173,12 +168,7 @@ fn a_served_json_snapshot_is_the_one_shot_snapshot_of_the_same_model() {
         wedgewatch::pipeline::parts(&sim.model, now),
         &AssembleOptions::default(),
     );
-    let shared = Mutex::new(Shared {
-        model: sim.model,
-        baselines: Vec::new(),
-        latest_facts: None,
-        started_ms: T0,
-    });
+    let shared = Mutex::new(Shared::new(sim.model, T0));
     let stats = wedgewatch::sampler::StatsHandle::default();
     let bytes = daemon::respond_bytes(&Request::Json { window_s: None }, &shared, &stats, now);
     let served = daemon::answer::check_snapshot_bytes(bytes.clone(), std::path::Path::new("/x"))

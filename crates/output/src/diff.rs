@@ -241,6 +241,7 @@ mod tests {
             channels: vec![],
             fleet: None,
             elided: None,
+            cause: None,
         }
     }
 

@@ -132,6 +132,7 @@ pub fn assemble_bundle(mut parts: SnapshotParts, opts: &AssembleOptions) -> Bund
         channels: std::mem::take(&mut parts.channels),
         fleet: None,
         elided: parts.elided,
+        cause: None,
     };
     versions::fill(&mut snapshot, &parts);
 
@@ -150,6 +151,8 @@ pub fn assemble_bundle(mut parts: SnapshotParts, opts: &AssembleOptions) -> Bund
     if opts.redact {
         redact_outputs(&mut redactor, &mut snapshot, &mut raw);
     }
+    // from the redacted facts: it quotes the changed values
+    snapshot.cause = crate::model::cause::of(&snapshot);
     Bundle {
         snapshot,
         raw,

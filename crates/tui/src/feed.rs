@@ -331,6 +331,7 @@ mod tests {
             channels: vec![],
             fleet: None,
             elided: None,
+            cause: None,
         }
     }
 

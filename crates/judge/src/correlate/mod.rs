@@ -42,6 +42,7 @@ mod sockets;
 mod stacks;
 mod state;
 mod view;
+mod waiting;
 
 pub use exchange::HEADERS_ONLY_MAX_BYTES;
 pub use gpu::{device_activity, gpu_activity};

@@ -232,6 +232,8 @@ fn logical_of(view: &View, l: &LogicalView) -> LogicalRequest {
         stuck_at: stuck.map(|(_, r)| r.x.component.clone()),
         stuck_role: stuck.map(|(_, r)| r.x.role),
         stuck_kind: stuck.map(|(s, _)| s.kind),
+        waiting_reason: l.waiting.map(|(_, w)| w),
+        waiting_leg: l.waiting.map(|(i, _)| view.requests[i].leg.to_string()),
     }
 }
 

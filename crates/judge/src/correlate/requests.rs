@@ -31,7 +31,7 @@ use super::view::{is_probe_sized, LegName, RequestView, View};
 use super::Correlator;
 use crate::clock::Millis;
 use crate::correlate::GpuActivity;
-use crate::model::{RequestState, Role, StuckKind, Verdict};
+use crate::model::{RequestState, Role, StuckKind, Verdict, WaitReason};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// One logical request in a view.
@@ -45,6 +45,9 @@ pub struct LogicalView {
     /// Too small to be an inference request: never stuck.
     pub probe: bool,
     pub stuck: Option<StuckLeg>,
+    /// When waiting: the leg it waits at (index into `View::requests`) and why it is not
+    /// stuck there (`waiting::why`).
+    pub waiting: Option<(usize, WaitReason)>,
 }
 
 impl LogicalView {
@@ -119,6 +122,7 @@ pub(super) fn group(v: &mut View) {
             legs,
             verdict: Verdict::Done,
             stuck: None,
+            waiting: None,
         });
     }
     // Legs per kind of hop so far in one logical request (one list for all: thousands per
@@ -177,6 +181,10 @@ pub(super) fn judge(m: &Correlator, v: &mut View) {
         };
         v.logical[li].verdict = verdict;
         v.logical[li].stuck = s;
+        v.logical[li].waiting = match verdict {
+            Verdict::Waiting => super::waiting::why(m, v, &v.logical[li]),
+            _ => None,
+        };
     }
 }
 

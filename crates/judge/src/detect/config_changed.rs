@@ -1,8 +1,9 @@
 //! `config_changed` (warning).
 //!
 //! Fires, one finding per component, when its environment, command line, executable or
-//! configuration differs from the baseline (`--baseline FILE`, or the daemon's first
-//! baseline). Children's changes are folded into their engine's finding by `run_all`.
+//! configuration differs from the baseline (`--baseline FILE`, or the daemon's last
+//! known-good facts, `daemon::known_good`, else its first baseline). Children's changes are
+//! folded into their engine's finding by `run_all`.
 //!
 //! Its input is the one comparison of component facts, `model::changes::changes`: made by
 //! the daemon and a replay from their baselines (`Correlator::config_changes`), or by `diff`

@@ -2,6 +2,7 @@
 //! snapshot contract (`wedgewatch.snapshot/1`, `wedgewatch.diff/1`).
 
 pub mod addr;
+pub mod cause;
 pub mod changes;
 pub mod channel;
 pub mod facts;

@@ -61,6 +61,11 @@ pub struct Snapshot {
     /// busy node (only the newest are listed; every unfinished one always is).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub elided: Option<Elided>,
+    /// Added (issue 37): the changes, restarts and first stuck requests on one time line,
+    /// and the suspect (`model::cause`); absent when there is neither a change nor a stuck
+    /// request, and in snapshots of older versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<super::cause::Cause>,
 }
 
 /// What a snapshot left out to stay small on a busy node: finished logical requests beyond
@@ -206,7 +211,8 @@ pub enum Verdict {
     /// does no work for it), or a response stream that stopped (`stall_after_ms`) while the
     /// hop still holds it open and does no work.
     Stuck,
-    /// Waiting for its first response byte, not (yet) stuck: young, or queued at a busy engine.
+    /// Waiting for its first response byte, not (yet) stuck; `waiting_reason` says which rule
+    /// kept it out.
     Waiting,
     /// Being answered (streaming), or open while its hop is working.
     Active,
@@ -234,6 +240,48 @@ impl Verdict {
             Verdict::Waiting => "waiting",
             Verdict::Active => "active",
             Verdict::Done => "done",
+        }
+    }
+}
+
+/// Why a request waiting for its first byte is not judged stuck: the rule of the correlator
+/// that kept it out, so no output explains it with a reason the evidence contradicts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WaitReason {
+    /// Younger than `wedged_after_ms` at its deepest waiting hop.
+    Young,
+    /// The socket table is stale: how long it waits is not known.
+    SocketsStale,
+    /// It waits at a proxy or router that still has other requests open downstream: the
+    /// link to its own next hop may have been missed, so it is not blamed there.
+    DownstreamOpen,
+    /// At an engine that shows work (its counters moved since it arrived) and that answered
+    /// no later request before it: queued, not forgotten.
+    BusyEngine,
+    /// At an engine whose GPU spins (`busy_without_progress` reports it).
+    GpuSpinning,
+    /// At an engine that counts no open inference request, from a client outside the
+    /// stack: not an inference request.
+    NotInference,
+}
+
+impl WaitReason {
+    /// The reason in words, for the report and the TUI.
+    pub fn text(self) -> &'static str {
+        match self {
+            WaitReason::Young => "young: not yet waiting for the wedge threshold",
+            WaitReason::SocketsStale => "the socket table is stale: its wait is not known",
+            WaitReason::DownstreamOpen => {
+                "its hop still has other requests open downstream, so it is not blamed there"
+            }
+            WaitReason::BusyEngine => {
+                "queued at a busy engine: it works, and answered no later request first"
+            }
+            WaitReason::GpuSpinning => "its engine's GPU spins (busy_without_progress)",
+            WaitReason::NotInference => {
+                "from outside the stack at an engine with no open inference request"
+            }
         }
     }
 }
@@ -283,6 +331,11 @@ pub struct LogicalRequest {
     pub stuck_role: Option<Role>,
     #[serde(default)]
     pub stuck_kind: Option<StuckKind>,
+    /// Added (issue 37): when waiting, why it is not judged stuck, and the leg it waits at.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting_reason: Option<WaitReason>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting_leg: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -73,45 +73,51 @@ fn texts_mut(r: &mut Request) -> [Option<&mut String>; 8] {
 }
 
 /// A logical request's text fields (every field named, as in [`texts`]).
-fn logical_texts(l: &LogicalRequest) -> [Option<&String>; 4] {
+fn logical_texts(l: &LogicalRequest) -> [Option<&String>; 5] {
     let LogicalRequest {
         id,
         component,
         stuck_leg,
         stuck_at,
+        waiting_leg,
         legs: _, // a list: `learn_list`
         verdict: _,
         age_ms: _,
         probe: _,
         stuck_role: _,
         stuck_kind: _,
+        waiting_reason: _,
     } = l;
     [
         Some(id),
         Some(component),
         stuck_leg.as_ref(),
         stuck_at.as_ref(),
+        waiting_leg.as_ref(),
     ]
 }
 
-fn logical_texts_mut(l: &mut LogicalRequest) -> [Option<&mut String>; 4] {
+fn logical_texts_mut(l: &mut LogicalRequest) -> [Option<&mut String>; 5] {
     let LogicalRequest {
         id,
         component,
         stuck_leg,
         stuck_at,
+        waiting_leg,
         legs: _,
         verdict: _,
         age_ms: _,
         probe: _,
         stuck_role: _,
         stuck_kind: _,
+        waiting_reason: _,
     } = l;
     [
         Some(id),
         Some(component),
         stuck_leg.as_mut(),
         stuck_at.as_mut(),
+        waiting_leg.as_mut(),
     ]
 }
 
@@ -207,6 +213,8 @@ mod tests {
             stuck_at: Some(format!("decode {text}")),
             stuck_role: Some(Role::Decode),
             stuck_kind: None,
+            waiting_reason: None,
+            waiting_leg: Some(format!("r1@proxy {text}")),
         }
     }
 

@@ -364,6 +364,16 @@ fn render_sources(out: &mut Out, sources: &[SourceHealth], now: Millis) {
         }
     }
     out.family(
+        "wedgewatch_source_up",
+        "gauge",
+        "1 while the source can be sampled (ok or degraded), 0 while it is unavailable: what the findings could not see; no series before its first sample.",
+    );
+    for s in sources {
+        let Some(st) = s.status else { continue };
+        let up = if st == Status::Unavailable { 0.0 } else { 1.0 };
+        out.sample("wedgewatch_source_up", &[("source", s.source.as_str())], up);
+    }
+    out.family(
         "wedgewatch_source_last_sample_age_seconds",
         "gauge",
         "Sampling lag: seconds since the source's latest sample.",

@@ -157,5 +157,7 @@ fn logical(
         stuck_at: blamed.map(|(i, _)| r(i).component.clone()),
         stuck_role: blamed.and_then(|(i, _)| r(i).role),
         stuck_kind: blamed.map(|(_, k)| k),
+        waiting_reason: None,
+        waiting_leg: None,
     }
 }

@@ -206,6 +206,7 @@ fn assemble(
         channels: Vec::new(),
         fleet: None,
         elided: None,
+        cause: None,
     };
     for (s, n) in snaps.into_iter().zip(&fleet.nodes) {
         let node = &n.name;
@@ -236,6 +237,8 @@ fn assemble(
     out.versions
         .extend(shared_versions(&out.versions, fleet.nodes.len()));
     out.fleet = Some(fleet);
+    // the nodes' own time lines are replaced by one over the merged requests and changes
+    out.cause = crate::model::cause::of(&out);
     out
 }
 

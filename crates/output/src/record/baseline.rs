@@ -15,6 +15,10 @@ pub struct Baseline {
     /// Why it was taken (`start`, `new component decode@...`, `restart of ...`).
     pub reason: String,
     pub components: Vec<ComponentFacts>,
+    /// Facts that ran healthy (`daemon::known_good`): what `config_changed` compares
+    /// against. Absent (false) in the baselines taken at start, restarts and new components.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub known_good: bool,
 }
 
 /// Env names whose values are never stored in clear.
@@ -39,6 +43,7 @@ impl Baseline {
                 .iter()
                 .filter_map(|c| facts_of(c, procs))
                 .collect(),
+            known_good: false,
         }
     }
 
@@ -67,6 +72,7 @@ impl Baseline {
             t_ms: newer.t_ms,
             reason: newer.reason.clone(),
             components: comps.into_values().collect(),
+            known_good: newer.known_good,
         }
     }
 }

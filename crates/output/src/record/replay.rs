@@ -27,7 +27,8 @@ pub struct Replayed {
 
 /// Feeds a recording through the correlator up to `at` (inclusive; None: the end), so
 /// `snapshot --from FILE --at TIME` sees what a live snapshot would have seen then.
-/// `config_changed` is set from the oldest baseline to the newest one up to `at`.
+/// `config_changed` is set from the known-good facts (else the oldest baseline) to the
+/// newest ones up to `at`.
 pub fn replay(rec: &Recording, at: Option<Millis>, thresholds: Thresholds) -> Result<Replayed> {
     let mut records = rec.records();
     let mut r = Replayer::new(thresholds);
@@ -55,8 +56,8 @@ pub fn replay(rec: &Recording, at: Option<Millis>, thresholds: Thresholds) -> Re
 }
 
 /// Feeds records through the correlator one at a time: what `replay` and the UI's
-/// `--replay` share. `config_changed` always compares the oldest baseline with the newest
-/// facts seen so far.
+/// `--replay` share. `config_changed` compares the newest known-good facts (else the oldest
+/// baseline) with the newest facts seen so far.
 #[derive(Debug)]
 pub struct Replayer {
     pub model: Correlator,
@@ -69,6 +70,8 @@ pub struct Replayer {
     /// Re-scrubs every record on read, so recordings made before a redaction rule existed
     /// replay clean, and a value learned in one record goes from every later one.
     redactor: crate::redact::Redactor,
+    /// The newest known-good facts the daemon recorded (`daemon::known_good`).
+    pub known_good: Option<Baseline>,
 }
 
 impl Replayer {
@@ -83,7 +86,23 @@ impl Replayer {
             node: None,
             every_ms: BTreeMap::new(),
             redactor: crate::redact::Redactor::new(),
+            known_good: None,
         }
+    }
+
+    /// `config_changed` as the daemon had it: from the known-good facts (else the oldest
+    /// baseline) to the newest facts of every component.
+    fn compare(&mut self) {
+        let Some(first) = self.baselines.first() else {
+            return;
+        };
+        let merged = self
+            .baselines
+            .iter()
+            .skip(1)
+            .fold(first.clone(), |acc, b| acc.merged(b));
+        let reference = self.known_good.as_ref().unwrap_or(first);
+        self.model.set_config_changes(reference.changes_to(&merged));
     }
 
     /// Applies one record; returns the sample time when it was a sample.
@@ -101,17 +120,15 @@ impl Replayer {
                 self.model.set_topology(topology);
                 None
             }
+            Record::Baseline { baseline } if baseline.known_good => {
+                self.known_good = Some(baseline);
+                self.compare();
+                None
+            }
             Record::Baseline { baseline } => {
                 if self.baselines.last() != Some(&baseline) {
                     self.baselines.push(baseline);
-                    if let Some(first) = self.baselines.first() {
-                        let merged = self
-                            .baselines
-                            .iter()
-                            .skip(1)
-                            .fold(first.clone(), |acc, b| acc.merged(b));
-                        self.model.set_config_changes(first.changes_to(&merged));
-                    }
+                    self.compare();
                 }
                 None
             }
@@ -161,4 +178,60 @@ pub fn parse_at(s: &str, recording_start_ms: Millis) -> Result<Millis> {
         return Ok(ms);
     }
     crate::clock::parse_rfc3339(s).ok_or_else(bad)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{ComponentFacts, Role};
+
+    fn baseline(t: Millis, env: &[&str], known_good: bool) -> Record {
+        let facts = ComponentFacts {
+            id: "decode@127.0.0.1:2".into(),
+            role: Role::Decode,
+            stack: "sglang".into(),
+            main_pid: Some(7),
+            identity: Some(format!("7:{t}")),
+            started_at_ms: Some(t),
+            exe: None,
+            cmdline: Vec::new(),
+            env: env
+                .iter()
+                .map(|k| (k.to_string(), "1".to_string()))
+                .collect(),
+            listen: vec!["127.0.0.1:2".into()],
+            version: None,
+        };
+        Record::Baseline {
+            baseline: Baseline {
+                t_ms: t,
+                reason: "test".into(),
+                components: vec![facts],
+                known_good,
+            },
+        }
+    }
+
+    /// A replay compares as the daemon did: against the known-good facts it recorded.
+    #[test]
+    fn a_replay_compares_against_the_recorded_known_good_facts() {
+        let mut r = Replayer::new(Thresholds::default());
+        r.apply(baseline(1, &["A"], false));
+        r.apply(baseline(2, &["A", "B"], false));
+        r.apply(baseline(2, &["A", "B"], true));
+        r.apply(baseline(3, &["A", "B", "C"], false));
+        let keys: Vec<_> = r
+            .model
+            .config_changes()
+            .iter()
+            .filter(|c| c.field == "env")
+            .filter_map(|c| c.key.clone())
+            .collect();
+        assert_eq!(keys, ["C"], "B was known good: {keys:?}");
+        assert_eq!(
+            r.baselines.len(),
+            3,
+            "the known-good line is no baseline of its own"
+        );
+    }
 }

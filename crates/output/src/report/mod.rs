@@ -11,11 +11,13 @@
 //! One file per section; `md` holds the escaping every host string goes through.
 
 mod cap;
+mod cause;
 mod changes;
 mod components;
 mod findings;
 mod md;
 mod nodes;
+mod path;
 mod sources;
 mod stuck;
 mod threads;
@@ -59,12 +61,22 @@ pub fn render_capped(s: &Snapshot, max: usize) -> String {
     }
 }
 
-/// The verdict in plain text, then one line per finding (`report --format text`).
+/// The verdict in plain text, the cause time line, one line per finding, then what changed
+/// (`report --format text`).
 pub fn render_text(s: &Snapshot) -> String {
     let Some(safe) = safe(s) else {
         return "wedgewatch: this snapshot could not be redacted\n".into();
     };
     let mut o = verdict::text(&verdict::verdict(&safe));
+    if let Some(c) = cause::of(&safe) {
+        o.push_str("\ntimeline:\n");
+        for e in &c.events {
+            o.push_str(&format!("  {}\n", e.line()));
+        }
+        if let Some(x) = &c.suspect {
+            o.push_str(&format!("  suspect: {}\n", x.line()));
+        }
+    }
     if !safe.findings.is_empty() {
         o.push_str("\nfindings:\n");
     }
@@ -77,34 +89,64 @@ pub fn render_text(s: &Snapshot) -> String {
             f.summary
         ));
     }
+    o.push_str(&changes::text(&safe));
     crate::redact::control::text(&o).into_owned()
 }
 
-/// The verdict as JSON (`report --format json`): the head's parts, for scripts.
+/// The schema of `report --json`.
+pub const REPORT_SCHEMA: &str = "wedgewatch.report/1";
+
+/// The verdict as data (`report --format json`, schema [`REPORT_SCHEMA`]): the top finding
+/// by kind, severity and place, the stuck requests, the cause time line, the changes and
+/// every finding; `title` and `evidence` are the head's lines.
 pub fn render_json(s: &Snapshot) -> serde_json::Value {
     let Some(safe) = safe(s) else {
-        return serde_json::json!({ "error": "this snapshot could not be redacted" });
+        return serde_json::json!({
+            "schema": REPORT_SCHEMA,
+            "error": "this snapshot could not be redacted",
+        });
     };
     let v = verdict::verdict(&safe);
+    let top = verdict::top(&safe);
     let evidence: Vec<serde_json::Value> = v
         .evidence
         .iter()
         .map(|(layer, line)| serde_json::json!({ "layer": layer, "line": line }))
         .collect();
+    let stuck: Vec<serde_json::Value> = safe
+        .logical_requests
+        .iter()
+        .filter(|l| l.verdict == crate::model::Verdict::Stuck)
+        .map(|l| {
+            serde_json::json!({
+                "id": l.id, "at": l.stuck_at, "leg": l.stuck_leg,
+                "kind": l.stuck_kind, "age_ms": l.age_ms,
+            })
+        })
+        .collect();
+    let changes: Vec<crate::model::Change> = crate::model::cause::folded_changes(&safe)
+        .into_iter()
+        .map(|f| f.change)
+        .collect();
     serde_json::json!({
-        "title": v.title,
-        "what": v.what,
-        "where": v.place,
-        "since": v.since,
-        "evidence": evidence,
-        "changed": v.changed,
+        "schema": REPORT_SCHEMA,
+        "snapshot_schema": safe.schema,
         "taken_at": safe.taken_at,
-        "findings": safe.findings.len(),
+        "title": v.title,
+        "verdict": top.map(|f| serde_json::json!({
+            "kind": f.kind, "severity": f.severity, "component": f.component, "role": f.role,
+        })),
+        "since": verdict::since_at(&safe),
+        "stuck": stuck,
+        "evidence": evidence,
+        "cause": cause::of(&safe),
+        "changes": changes,
+        "findings": safe.findings,
     })
 }
 
 fn head(s: &Snapshot) -> String {
-    let mut o = verdict::markdown(&verdict::verdict(s));
+    let mut o = verdict::markdown(s, &verdict::verdict(s));
     o.push('\n');
     if s.redacted {
         o.push_str("Secrets redacted (values shown as `<redacted>`).");
@@ -124,8 +166,11 @@ fn head(s: &Snapshot) -> String {
     o
 }
 
-/// Everything after the head, in order, each kept or cut whole.
+/// Everything after the head, in order, each kept or cut whole. The blamed hop's stacks
+/// (its scheduler's first) open the details: they decide a wedge.
 fn blocks(s: &Snapshot) -> Vec<Block> {
+    let (blamed, other): (Vec<_>, Vec<_>) =
+        threads::blocks(s).into_iter().partition(|(_, _, b)| *b);
     let mut b = vec![
         Block::new("findings", findings::section(s)),
         Block::new("changes since the baseline", changes::section(s)),
@@ -133,13 +178,18 @@ fn blocks(s: &Snapshot) -> Vec<Block> {
         Block::new("nodes", nodes::section(s)),
         // a heading of its own: the stuck table ends where the next `## ` starts
         Block::new("details heading", "\n## Details\n\n".to_string()),
+    ];
+    for (c, text, _) in blamed {
+        b.push(Block::new(format!("thread stacks of {c}"), text));
+    }
+    b.extend([
         Block::new("evidence of every finding", findings::evidence(s)),
         Block::new("versions", versions::section(s)),
         Block::new("sources", sources::section(s)),
         Block::new("topology", topology::section(s)),
         Block::new("GPUs", topology::gpus(s)),
         Block::new("components heading", components::heading(s)),
-    ];
+    ]);
     let ix = components::Index::new(s);
     for c in &s.components {
         b.push(Block::new(
@@ -147,13 +197,13 @@ fn blocks(s: &Snapshot) -> Vec<Block> {
             components::component(&ix, c),
         ));
     }
-    if !s.threads.is_empty() {
+    if !other.is_empty() {
         b.push(Block::new(
             "threads heading",
             format!("## Threads ({})\n\n", s.threads.len()),
         ));
     }
-    for (c, text) in threads::blocks(s) {
+    for (c, text, _) in other {
         b.push(Block::new(format!("thread stacks of {c}"), text));
     }
     b

@@ -1,8 +1,8 @@
 //! The stuck requests table, kept in its own file: which requests are stuck is the
 //! correlator's verdict (`logical_requests`); this section only lists them.
 
-use super::md::{code, esc, human_bytes, id_cell, join};
-use crate::model::{LogicalRequest, Request, Snapshot, StuckKind, Verdict};
+use super::md::{code, esc, human_bytes, id_cell};
+use crate::model::{LogicalRequest, Request, Snapshot, StuckKind, Verdict, WaitReason};
 use std::collections::HashMap;
 use std::fmt::Write;
 
@@ -38,66 +38,88 @@ fn stuck_requests(o: &mut String, s: &Snapshot) {
         .filter(|l| l.verdict == Verdict::Stuck)
         .collect();
     if !stuck.is_empty() {
+        let legs = super::path::Legs::of(s);
         let _ = writeln!(o, "\n## Stuck requests\n");
-        let _ = writeln!(
-            o,
-            "| request | stuck at | how | age | in / out | no output for | client -> server | hops |"
-        );
-        let _ = writeln!(o, "| --- | --- | --- | --- | --- | --- | --- | --- |");
+        o.push_str(&super::path::diagram(s, &legs));
+        let _ = writeln!(o, "\n| request | path | stuck at | how | for | in / out |");
+        let _ = writeln!(o, "| --- | --- | --- | --- | --- | --- |");
         for l in stuck {
             let how = match l.stuck_kind {
                 Some(StuckKind::NoResponse) => "no response byte",
                 Some(StuckKind::StreamStalled) => "stream stopped",
                 None => "",
             };
-            let (age, io, quiet, ends) = match leg_of(l) {
+            let (quiet, io) = match leg_of(l) {
                 Some(r) => (
-                    format!("{:.1} s", r.age_ms / 1000.0),
-                    format!("{} / {}", human_bytes(r.bytes_in), human_bytes(r.bytes_out)),
                     format!("{:.1} s", r.idle_out_ms / 1000.0),
-                    format!("{} -> {}", esc(&r.client), esc(&r.server)),
+                    format!("{} / {}", human_bytes(r.bytes_in), human_bytes(r.bytes_out)),
                 ),
-                None => (
-                    format!("{:.1} s", l.age_ms / 1000.0),
-                    "?".into(),
-                    "?".into(),
-                    "?".into(),
-                ),
+                None => (format!("{:.1} s", l.age_ms / 1000.0), "?".into()),
             };
+            let at = l.stuck_at.as_deref().unwrap_or("?");
             let _ = writeln!(
                 o,
-                "| {} | {} | {how} | {age} | {io} | {quiet} | {ends} | {} |",
-                id_cell(l.stuck_leg.as_deref().unwrap_or(&l.id)),
-                id_cell(l.stuck_at.as_deref().unwrap_or("?")),
-                esc(&join(&l.legs))
+                "| {} | {} | {} | {how} | {quiet} | {io} |",
+                id_cell(&l.id),
+                esc(&legs.path(l)),
+                esc(legs.names.get(at).map_or(at, String::as_str)),
             );
         }
     }
-    let waiting: Vec<String> = s
+    waiting_requests(o, s);
+}
+
+/// Requests waiting for a first byte, not judged stuck, each with the correlator's reason
+/// (`LogicalRequest::waiting_reason`) and what its legs below did; young ones on one line.
+fn waiting_requests(o: &mut String, s: &Snapshot) {
+    let waiting: Vec<&LogicalRequest> = s
         .logical_requests
         .iter()
         .filter(|l| l.verdict == Verdict::Waiting && !l.probe)
-        .map(|l| {
-            format!(
-                "{} at {} ({:.1} s)",
-                code(&l.id),
-                code(&l.component),
-                l.age_ms / 1000.0
-            )
-        })
         .collect();
-    if !waiting.is_empty() {
-        let shown = waiting.len().min(20);
-        let more = if waiting.len() > shown {
-            format!(", and {} more", waiting.len() - shown)
-        } else {
-            String::new()
-        };
+    if waiting.is_empty() {
+        return;
+    }
+    let legs = super::path::Legs::of(s);
+    let (young, held): (Vec<&LogicalRequest>, Vec<&LogicalRequest>) = waiting
+        .iter()
+        .partition(|l| l.waiting_reason == Some(WaitReason::Young));
+    let _ = writeln!(o, "\nWaiting for a first byte, not judged stuck:\n");
+    for l in held.iter().take(SHOWN) {
+        let why = l
+            .waiting_reason
+            .map_or("no reason recorded (a snapshot of an older version)", |w| {
+                w.text()
+            });
         let _ = writeln!(
             o,
-            "\n{} request(s) waiting for a first byte, not stuck (young, or queued at a busy engine): {}{more}",
-            waiting.len(),
-            waiting[..shown].join(", ")
+            "- {}: {}{}",
+            legs.waiting_at(l),
+            esc(why),
+            esc(&legs.below(l))
         );
+    }
+    more(o, held.len());
+    if !young.is_empty() {
+        let ids: Vec<String> = young
+            .iter()
+            .take(SHOWN)
+            .map(|l| format!("{} ({:.1} s)", code(&l.id), l.age_ms / 1000.0))
+            .collect();
+        let _ = writeln!(
+            o,
+            "- {} young (not yet waiting for the wedge threshold): {}",
+            young.len(),
+            ids.join(", ")
+        );
+    }
+}
+
+/// Requests listed one by one at most; the rest are counted.
+const SHOWN: usize = 20;
+
+fn more(o: &mut String, n: usize) {
+    if n > SHOWN {
+        let _ = writeln!(o, "- and {} more", n - SHOWN);
     }
 }

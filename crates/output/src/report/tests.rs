@@ -58,6 +58,8 @@ fn sample() -> Snapshot {
             stuck_at: Some("decode@127.0.0.1:2".into()),
             stuck_role: Some(Role::Decode),
             stuck_kind: Some(StuckKind::NoResponse),
+            waiting_reason: None,
+            waiting_leg: None,
         }],
         gpus: vec![],
         threads: vec![],
@@ -71,6 +73,7 @@ fn sample() -> Snapshot {
         channels: vec![],
         fleet: None,
         elided: None,
+        cause: None,
         redacted: false,
         config_changed: vec![Change {
             component: "decode@127.0.0.1:2".into(),

@@ -4,7 +4,7 @@
 
 use super::md::{ago, clip, esc};
 use crate::clock::{parse_rfc3339, rfc3339};
-use crate::model::{Finding, FindingKind, Snapshot, StuckKind, Verdict};
+use crate::model::{Finding, FindingKind, Snapshot, StuckKind, Verdict, WaitReason};
 use std::collections::HashSet;
 
 /// Longest text taken from one host string into the head.
@@ -68,6 +68,27 @@ fn stuck_of(s: &Snapshot, f: &Finding) -> (usize, Option<f64>) {
     (n, oldest)
 }
 
+/// `, 1 more waiting 31 s`: the requests that hang as long as the wedge threshold without
+/// being judged stuck (`WaitReason` other than young), so the title counts every request
+/// that hangs.
+fn hanging(s: &Snapshot) -> String {
+    let held: Vec<f64> = s
+        .logical_requests
+        .iter()
+        .filter(|l| l.verdict == Verdict::Waiting && !l.probe)
+        .filter(|l| l.waiting_reason.is_some_and(|w| w != WaitReason::Young))
+        .map(|l| l.age_ms)
+        .collect();
+    match held.iter().copied().reduce(f64::max) {
+        Some(oldest) => format!(
+            ", {} more waiting up to {} (not judged stuck)",
+            held.len(),
+            ago(oldest)
+        ),
+        None => String::new(),
+    }
+}
+
 /// `12:14` (UTC) of `taken_at - age_ms`, with seconds when `long`.
 fn clock_time(s: &Snapshot, age_ms: f64, long: bool) -> Option<String> {
     let t = parse_rfc3339(&s.taken_at)? - age_ms.max(0.0) as i64;
@@ -92,7 +113,9 @@ fn title(s: &Snapshot, f: &Finding) -> String {
         .unwrap_or_default();
     let plural = if n == 1 { "request" } else { "requests" };
     let what = match f.kind {
-        FindingKind::WedgedRequest => format!("{n} {plural} accepted and forgotten{since}"),
+        FindingKind::WedgedRequest => {
+            format!("{n} {plural} accepted and forgotten{since}{}", hanging(s))
+        }
         FindingKind::StalledStream => format!("{n} response streams stopped{since}"),
         _ => clip(&f.summary, 120),
     };
@@ -134,6 +157,12 @@ fn since(s: &Snapshot, f: &Finding) -> String {
     }
 }
 
+/// Since when, as an RFC 3339 time: the oldest stuck request of the top finding.
+pub fn since_at(s: &Snapshot) -> Option<String> {
+    let age = stuck_of(s, top(s)?).1?;
+    Some(rfc3339(parse_rfc3339(&s.taken_at)? - age.max(0.0) as i64))
+}
+
 /// One line per layer: the first piece of evidence, and how many more there are.
 fn evidence(f: &Finding) -> Vec<(String, String)> {
     let mut layers: Vec<&str> = LAYERS.to_vec();
@@ -161,41 +190,36 @@ fn evidence(f: &Finding) -> Vec<(String, String)> {
         .collect()
 }
 
-/// What changed since the baseline, the finding's component first.
+/// What changed since the baseline, the finding's component first, child processes folded
+/// onto their engine (`model::cause::folded_changes`); the whole list follows in every format.
 fn changed(s: &Snapshot, f: &Finding) -> String {
-    if s.config_changed.is_empty() {
-        return "nothing against the baseline (or no baseline was taken)".into();
+    let mut cs = crate::model::cause::folded_changes(s);
+    if cs.is_empty() {
+        return NO_CHANGE.into();
     }
-    let mut cs: Vec<_> = s.config_changed.iter().collect();
-    cs.sort_by_key(|c| Some(&c.component) != f.component.as_ref());
+    let top = f.component.as_deref().map(|c| {
+        s.components
+            .iter()
+            .find(|x| x.id == c)
+            .and_then(|x| x.parent.clone())
+            .unwrap_or_else(|| c.to_string())
+    });
+    cs.sort_by_key(|c| Some(&c.top) != top.as_ref());
     let shown: Vec<String> = cs
         .iter()
         .take(3)
-        .map(|c| {
-            let key = c
-                .key
-                .as_deref()
-                .map(|k| format!(" {k}"))
-                .unwrap_or_default();
-            let before = c.before.as_deref().unwrap_or("(absent)");
-            let after = c.after.as_deref().unwrap_or("(absent)");
-            format!(
-                "{} {}{key}: {} -> {}",
-                c.role,
-                c.field,
-                clip(before, 80),
-                clip(after, 80)
-            )
-        })
+        .map(|c| format!("{} {}", c.name, crate::model::cause::short(&c.change)))
         .collect();
     let more = cs.len().saturating_sub(shown.len());
     let tail = if more > 0 {
-        format!("; and {more} more (see below)")
+        format!("; and {more} more (listed below)")
     } else {
         String::new()
     };
     format!("{}{tail}", shown.join("; "))
 }
+
+const NO_CHANGE: &str = "nothing against the baseline (or no baseline was taken)";
 
 /// What is in flight: the correlator's requests not done (probes apart), or in an older
 /// snapshot the open exchanges.
@@ -220,13 +244,9 @@ pub fn verdict(s: &Snapshot) -> Head {
             place: format!("{n} components, {}", in_flight(s)),
             since: String::new(),
             evidence: Vec::new(),
-            changed: if s.config_changed.is_empty() {
-                "nothing against the baseline (or no baseline was taken)".into()
-            } else {
-                format!(
-                    "{} changes against the baseline (see below)",
-                    s.config_changed.len()
-                )
+            changed: match crate::model::cause::folded_changes(s).len() {
+                0 => NO_CHANGE.into(),
+                n => format!("{n} changes against the baseline (listed below)"),
             },
         };
     };
@@ -257,10 +277,11 @@ pub fn text(v: &Head) -> String {
     o
 }
 
-/// The head in Markdown: `# title` and the five lines.
-pub fn markdown(v: &Head) -> String {
+/// The head in Markdown: `# title`, the verdict as an alert block with the cause time
+/// line ([`super::cause::block`]), then where, since when, the evidence and what changed.
+pub fn markdown(s: &Snapshot, v: &Head) -> String {
     let mut o = format!("# {}\n\n", esc(&v.title));
-    o.push_str(&format!("- **What:** {}\n", esc(&v.what)));
+    o.push_str(&super::cause::block(s, &v.what));
     o.push_str(&format!("- **Where:** {}\n", esc(&v.place)));
     if !v.since.is_empty() {
         o.push_str(&format!("- **Since:** {}\n", esc(&v.since)));

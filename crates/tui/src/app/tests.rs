@@ -65,6 +65,8 @@ fn logical(s: &mut Snapshot, id: &str, legs: &[&str], verdict: Verdict, stuck: O
         stuck_at: stuck_req.map(|r| r.component.clone()),
         stuck_role: stuck_req.and_then(|r| r.role),
         stuck_kind: stuck.map(|_| StuckKind::NoResponse),
+        waiting_reason: None,
+        waiting_leg: None,
     });
 }
 
@@ -90,6 +92,7 @@ fn snap(taken_at: &str, requests: Vec<Request>) -> Snapshot {
         channels: vec![],
         fleet: None,
         elided: None,
+        cause: None,
     }
 }
 
