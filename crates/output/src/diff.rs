@@ -7,7 +7,7 @@
 //! version, config), then consequences (topology, process restarts), so an added variable on
 //! one engine is the first line of the human output.
 
-pub use crate::model::changes::render_change_plain;
+use crate::model::changes::render_change_plain;
 use crate::model::changes::{changes, field_rank};
 use crate::model::{Change, ComponentFacts, DiffReport, Snapshot, DIFF_SCHEMA};
 use std::collections::{BTreeMap, BTreeSet};

@@ -8,10 +8,10 @@ use super::profiles::{flag_value, Compiled, Match};
 use super::table::Proc;
 use super::Builder;
 use crate::model::addr::port_of;
+use crate::model::addr::{host_port, split_host_port};
 use crate::model::topology::labels::*;
 use crate::model::{Channel, ChannelKind, Component, RequestsOn, Role};
 use crate::probes::Profile;
-use crate::sys::addr::{host_port, split_host_port};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 

@@ -27,8 +27,7 @@ mod replay;
 mod to_file;
 mod writer;
 
-pub use crate::model::ComponentFacts;
-pub use baseline::{is_secret_name, Baseline};
+pub use baseline::Baseline;
 pub use delta::{apply_json, diff_json, DeltaState, KEYFRAME_EVERY};
 pub use excerpt::{write_excerpt, Excerpt};
 pub use read::{

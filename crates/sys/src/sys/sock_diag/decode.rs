@@ -7,8 +7,8 @@
 //! crate's decoder as before, which counts what it cannot decode.
 
 use super::{Dump, SockDiagError};
+use crate::model::addr::fmt_addr;
 use crate::model::{SocketEntry, TcpInfo, TcpState};
-use crate::sys::addr::fmt_addr;
 use netlink_packet_core::{NetlinkMessage, NetlinkPayload};
 use netlink_packet_sock_diag::inet::nlas::Nla;
 use netlink_packet_sock_diag::{SockDiagMessage, AF_INET, AF_INET6};
