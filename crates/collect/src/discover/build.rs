@@ -153,7 +153,7 @@ impl Builder<'_> {
         }
     }
 
-    /// netns (issue 11 item 5): a top-level id `role@addr` of a process in another network
+    /// netns: a top-level id `role@addr` of a process in another network
     /// namespace becomes `role@net:<inode>/addr`: two pods can listen on one address.
     /// Children's ids are built on their parent's, so they follow.
     fn keyed_id(&self, id: String, parent: Option<&Component>, pid: i32) -> String {

@@ -1,6 +1,6 @@
 //! What a component's build reads of its processes besides the command line, kept per
 //! process incarnation in the [`DiscoveryCache`](super::DiscoveryCache) so that a
-//! rediscovery pass never reads them again for a known process (issue 15, item 3):
+//! rediscovery pass never reads them again for a known process:
 //! - the few environment variables discovery uses (GPU hints, where the site-packages are),
 //!   never the whole environment: the daemon keeps no secret values;
 //! - the installed versions (`sources::versions`, which reads `maps`), once a read finished

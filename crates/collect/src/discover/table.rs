@@ -241,7 +241,7 @@ impl ProcTable {
         ns
     }
 
-    // --- netns (issue 11 item 5) ---
+    // --- netns ---
 
     /// The network namespace of `pid` when it is not ours (a container); None for ours or when
     /// either cannot be read (treated as the host's).
@@ -588,7 +588,7 @@ fn read_cmdlines(
     let items: Vec<(std::path::PathBuf, i32)> =
         pids.iter().map(|&p| (proc.path(p, "cmdline"), p)).collect();
     let reader = proc.clone();
-    // Denied or vanished: an empty command line, as before the cache.
+    // Denied or vanished: an empty command line.
     let read = move |&pid: &i32| reader.cmdline(pid).unwrap_or_default();
     let out = crate::deadline::map(items, READ_DEADLINE, total, read);
     pids.into_iter()

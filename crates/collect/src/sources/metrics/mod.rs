@@ -172,7 +172,7 @@ fn probe_of(url: &str, r: &http::Response) -> EndpointProbe {
     }
 }
 
-/// netns (issue 11 item 5): a component in another network namespace (a container) is
+/// netns: a component in another network namespace (a container) is
 /// scraped in there, through the namespace discovery saw its main process in; its URL's
 /// address means something only in there (see [`crate::sys::netns`]).
 fn netns_of(c: &Component) -> Option<crate::sys::netns::Netns> {

@@ -132,7 +132,7 @@ pub async fn get_using(
     get_with(url, limits, route).await
 }
 
-// --- netns (issue 11 item 5) ---
+// --- netns ---
 
 /// [`get`] with every part of the route given: the resolver and connector of a component in a
 /// container ([`crate::sys::netns::route`]) and, for a router, its own key (see
