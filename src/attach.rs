@@ -78,8 +78,7 @@ impl AttachOptions {
 
     /// For a daemon: its rediscovery takes the sockets source's latest dump of our own
     /// namespace while it is at most one calm socket period and a second old, instead of
-    /// walking the kernel's socket hash once more. A new listener is then found at most
-    /// that much later than the rediscovery period says.
+    /// walking the kernel's socket hash again; a new listener may be found that much later.
     pub fn sharing_socket_dumps(mut self) -> AttachOptions {
         let calm = u64::try_from(self.thresholds.sampling.sockets_calm_ms).unwrap_or(0);
         let max_age = Duration::from_millis(calm.saturating_add(1000));
@@ -176,10 +175,9 @@ impl AttachOptions {
         ])
     }
 
-    /// The daemon's sources with their cadences (every ms, timeout ms): the five sources at
-    /// their default cadences, with the stacks source adaptive (`stacks_adaptive`: every
-    /// `stacks_tick_ms`, suspected engines first, else round-robin; see
-    /// [`crate::sampler::adaptive`]) and `suspicion` asked at each of its ticks.
+    /// The daemon's sources with their cadences (every ms, timeout ms): the five at their
+    /// default cadences, the stacks source adaptive ([`crate::sampler::adaptive`]), `suspicion`
+    /// asked at each of its ticks.
     pub fn daemon_sources(&self, suspicion: SuspicionFn) -> Result<Vec<Cadenced>> {
         let sampling = &self.thresholds.sampling;
         let mut out = Vec::new();
@@ -228,12 +226,10 @@ impl AttachOptions {
     }
 }
 
-/// How many py-spy dumps a daemon runs at once: a quarter of the host's cores, between 1
-/// and the one-shot's 4. Why: a one-shot must sample its window fast, a daemon must go
-/// unnoticed; on the 2-core big lab, a kicked burst of 3-4 py-spy at once took both cores,
-/// and a served snapshot's client, reading its 1.8 MB answer, waited 66-132 ms for one
-/// (its answer kept, ready in 0.1 ms). A daemon's dumps accumulate across its stacks ticks,
-/// so dumping a suspected engine's schedulers one after another loses no evidence.
+/// How many py-spy dumps a daemon runs at once: a quarter of the host's cores, between 1 and
+/// the one-shot's 4. A one-shot must sample its window fast, a daemon must go unnoticed (a
+/// burst of dumps takes a small host's cores from the clients it serves); dumps accumulate
+/// across ticks, so one at a time loses no evidence.
 pub fn daemon_py_spy_concurrency() -> usize {
     py_spy_concurrency_for(std::thread::available_parallelism().map_or(1, usize::from))
 }
@@ -242,16 +238,13 @@ fn py_spy_concurrency_for(cores: usize) -> usize {
     (cores / 4).clamp(1, 4)
 }
 
-/// What a one-shot window keeps for what follows sampling: building the parts (the view of
-/// a big node's 2,000 requests), assembling and redacting the snapshot, printing 1-2 MB of
-/// JSON, stopping the runtime and exiting. On the 2 x TP8 lab under 200 streams these took
-/// 0.1-0.3 s past the logged steps (docs/performance.md).
+/// What a one-shot window keeps for what follows sampling: building the parts, assembling and
+/// redacting the snapshot, printing it, stopping the runtime and exiting.
 const ASSEMBLY_RESERVE_MS: u64 = 350;
 
-/// How long a one-shot window of `window_ms` waits, inside it, for samples still in flight
-/// at its sampling's end (a py-spy dump of a loaded scheduler): a tenth of it, between 0.2
-/// and 1 s ([`crate::sampler::COLLECT_GRACE`]). A 3 s snapshot on a loaded big node overran
-/// its window by up to 1.1 s when this was always the whole second, outside the window.
+/// How long a one-shot window of `window_ms` waits, inside it, for samples still in flight at
+/// its sampling's end (a py-spy dump of a loaded scheduler): a tenth of it, between 0.2 and 1 s
+/// ([`crate::sampler::COLLECT_GRACE`]).
 pub fn one_shot_grace(window_ms: u64) -> std::time::Duration {
     std::time::Duration::from_millis((window_ms / 10).clamp(200, 1_000))
 }

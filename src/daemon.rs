@@ -119,11 +119,9 @@ impl Default for DaemonConfig {
     }
 }
 
-/// Samples waiting for the sampling loop, at most. A source waits for a place before it
-/// samples (`Sampler::run`), so a loop held up (the model's lock taken by a long view, a
-/// rediscovery) holds at most this many samples, not a queue growing by a socket table
-/// (over a MiB on a big node under churn) four times a second. Five sources: one waiting
-/// sample each, and a second of the 4 Hz ones.
+/// Samples waiting for the sampling loop, at most: a source waits for a place before it
+/// samples, so a loop held up holds this many samples, not a growing queue of socket tables.
+/// Five sources, one waiting sample each, and a second of the fast ones.
 const SAMPLE_QUEUE: usize = 8;
 
 /// What runs slower while the daemon suspects nothing (`sampler::pace`); every detector

@@ -1,15 +1,13 @@
-//! `fleet snapshot`: one `wedgewatch snapshot --json` per node, all at once, through the
-//! transport the user already has (`ssh {node}`, `kubectl exec -n infer {node} --`,
-//! `ip netns exec {node}`), each under a hard timeout, then one merge.
+//! `fleet snapshot`: one `wedgewatch snapshot --json` per node, all at once, through the user's
+//! own transport (`ssh {node}`, `kubectl exec -n infer {node} --`), each under a hard timeout,
+//! then one merge.
 //!
-//! The template is split into words by shell rules (quotes, backslashes) but never given
-//! to a shell: `{node}` is substituted inside each word after splitting, so a node's name
-//! can never become a second word or a command. Each transport runs in its own process
-//! group, killed on timeout, on drop and when we die (`children`); what it started is
-//! killed with it even when it left the group (`setsid`), and nothing it started outlives the
-//! collection (`children::descendants`). Its output is read up to
-//! a cap, its error output up to a few KiB, for the reason a node failed; a node that fails
-//! is named with its reason and the others still merge.
+//! The template is split by shell rules but never given to a shell: `{node}` is substituted
+//! inside each word after splitting, so a node's name can never become a second word. Each
+//! transport runs in its own process group, killed on timeout, on drop and when we die, with
+//! whatever it started, even in a session of its own (`children`, `children::descendants`). Its
+//! output is read up to a cap, its errors to a few KiB for the reason; a failed node is named
+//! and the others still merge.
 
 use crate::children::{descendants, Spawned};
 use crate::clock::{Clock, SystemClock};

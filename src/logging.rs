@@ -1,23 +1,13 @@
-//! Logs: `tracing` events on stderr, one line each, with a UTC timestamp and a level, and
-//! every line put through the redaction pass before it is written.
+//! Logs: `tracing` events on stderr, one line each, UTC timestamp and level, every line put
+//! through the redaction pass before it is written: log lines end up in bug reports and shared
+//! journals, and an error can quote a URL, an argv or a body, so the formatted line is scrubbed
+//! whoever logged it. The daemon also teaches the redactor the secret values it sees
+//! ([`learn_secrets`]).
 //!
-//! Why at the writer: log lines end up in bug reports and in a journal other people read
-//! (docs/security.md), and an error text can quote a URL, an argv or a response body. Scrubbing
-//! the formatted line catches whatever any event carries, whoever logs it. The daemon also
-//! teaches this redactor the secret values it sees in components' environments
-//! ([`learn_secrets`]), so a secret with no recognisable shape is still scrubbed from a line
-//! that quotes it (a summary, an error).
-//!
-//! Under systemd (stderr is the journal, `$JOURNAL_STREAM`), each line also starts with the
-//! `<N>` syslog priority journald reads, so `journalctl -p warning` works.
-//!
-//! Lines are written by a thread of their own through a bounded queue, dropped (and the drop
-//! said) when it is full: the daemon's sampling loop must never wait on a stalled journal or
-//! a pipe nobody reads. [`flush`] before exiting, or the last lines may be lost.
-//!
-//! Which events are shown: `-v`/`-vv`/`--quiet` when given, else `RUST_LOG`, else the
-//! verb's default ([`LogOptions::default_level`]). Command line before environment, the usual
-//! order: `systemctl edit` can add `-v` to a unit whose environment sets `RUST_LOG`.
+//! Under systemd (`$JOURNAL_STREAM`) each line starts with its `<N>` syslog priority. Lines go
+//! through a bounded queue to a writer thread and are dropped (said) when it is full: sampling
+//! never waits on a stalled journal. [`flush`] before exiting. Levels: `-v`/`-vv`/`--quiet`,
+//! else `RUST_LOG`, else the verb's default ([`LogOptions::default_level`]).
 
 use crate::model::ProcessFacts;
 use crate::redact::{control, Redactor};

@@ -22,9 +22,8 @@ use tokio::sync::{mpsc, watch};
 /// and processes ~1 Hz, stacks every 5 s (py-spy is the expensive one).
 pub fn default_cadence(kind: SourceKind) -> (u64, u64) {
     match kind {
-        // The dump and the fd scans of a big node's table (12,000 sockets) took over 1 s
-        // on a loaded 2-core host, and a timed-out sample is a lost one: the socket table
-        // went stale and the wedge could not be judged. The cadence holds while one runs.
+        // A big node's table can take over a second on a loaded host, and a timed-out sample is
+        // a lost one (the wedge cannot be judged); the cadence holds while one runs.
         SourceKind::Sockets => (250, 2_500),
         // Longer than the GPU source's own timeout, which can say why (a hung driver).
         SourceKind::Gpu => (
@@ -33,11 +32,9 @@ pub fn default_cadence(kind: SourceKind) -> (u64, u64) {
         ),
         SourceKind::Metrics => (1_000, 2_000),
         SourceKind::Processes => (1_000, 2_000),
-        // Three dumps of every Python process of the stack: on a loaded 2-core box one dump
-        // of 30 processes took 2.5 s. The stacks source keeps itself within a 6 s budget
-        // (fewer dumps, said in its status); this timeout is the backstop.
-        // Every 15 s: py-spy is most of the daemon's CPU (benches/daemon.rs), and a wedge
-        // lasts far longer than that; a one-shot snapshot still dumps at its start.
+        // The stacks source keeps within its own budget (fewer dumps, said in its status); this
+        // timeout is the backstop. Every 15 s: py-spy is most of the daemon's CPU and a wedge
+        // lasts far longer; a one-shot dumps at its start.
         SourceKind::Stacks => (15_000, 8_000),
     }
 }

@@ -1,16 +1,11 @@
-//! Incident bundles: evidence of a hang that outlives the restart that ends it.
-//!
-//! When a critical finding opens, the daemon writes the moment under its state directory,
-//! `incidents/<UTC time>-<kind>-<component>/`: `snapshot.json` (the snapshot then),
-//! `report.md` (its report under a few lines about the incident), `recording.wwrec` (the
-//! recording of the [`IncidentPolicy::before_ms`] before it) and `incident.json` (what it is
-//! about, [`record`]). When the incident's findings close, `incident.json` and `report.md`
-//! say how long it lasted and what closed it (the requests finished, the process
-//! restarted, ...). At most [`IncidentPolicy::keep`] incidents holding at most
-//! [`IncidentPolicy::max_bytes`] are kept, oldest removed first, and only the files the
-//! daemon wrote ([`store`]). Every bundle appears whole or not at all, owner-only like the
-//! rest of the state; writing, closing and removing one are logged. `wedgewatch incidents`
-//! lists them (`cli/incidents.rs`). The story and the figures: docs/incidents.md.
+//! Incident bundles: evidence of a hang that outlives the restart that ends it
+//! (docs/incidents.md). When a critical finding opens, the daemon writes `incidents/<UTC
+//! time>-<kind>-<component>/` under its state directory: `snapshot.json`, `report.md`,
+//! `recording.wwrec` (the [`IncidentPolicy::before_ms`] before) and `incident.json`
+//! ([`record`]); when its findings close, how long it lasted and what closed it. At most
+//! [`IncidentPolicy::keep`] incidents of [`IncidentPolicy::max_bytes`] are kept, oldest removed
+//! first, only files the daemon wrote ([`store`]); each appears whole or not at all,
+//! owner-only.
 
 mod bundle;
 pub mod names;

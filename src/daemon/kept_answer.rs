@@ -1,17 +1,12 @@
 //! The newest `json` answer (the whole snapshot, assembled, redacted and serialized), kept
-//! while clients keep asking.
+//! while clients keep asking: on a big node an answer is tens of ms of the daemon's CPU, and
+//! polling clients would each build the same one again. While someone asked within [`ACTIVE`],
+//! the answer is built ahead after a socket table, at most once per [`REBUILD_AFTER`], and
+//! those bytes are served.
 //!
-//! Why: on a big node one answer is 35-55 ms of the daemon's CPU (the view of ~10,000
-//! exchanges, 2,000 requests listed, 1-2 MB of JSON), and a client polling it on a loaded
-//! host waited 150-900 ms per call, each call building the same answer again from the same
-//! samples. While someone asked within [`ACTIVE`], the daemon builds the answer ahead after
-//! a socket table (the source of the requests' lifecycle), at most once per
-//! [`REBUILD_AFTER`], and serves those bytes.
-//!
-//! How old a served answer can be: at most its `max_age` (the daemon's: one calm socket
-//! period and [`BUILD_ALLOWANCE`], as fresh as the samples it shows; its `taken_at` says when
-//! it was taken); one older than that is built again by the call that finds it, as is the
-//! first call after [`ACTIVE`] without one.
+//! A served answer is at most its `max_age` old (one calm socket period and
+//! [`BUILD_ALLOWANCE`]; its `taken_at` says when); an older one is built again by the call that
+//! finds it.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -120,13 +115,11 @@ impl KeptAnswer {
         Some(BuildAhead(self.clone()))
     }
 
-    /// The newest detector pass says an open request's state turns at `at` (a wedge or
-    /// stall threshold reached; `None`: nothing turns). The first table after it builds an
-    /// answer however young the kept one is: the finding is shown a socket period after it
-    /// is true, not up to [`REBUILD_AFTER`] later.
-    ///
-    /// A turn already past that no answer shows yet is kept until one does: a pass run
-    /// between the turn and the next table no longer sees the request as about to turn.
+    /// The newest detector pass says an open request's state turns at `at` (a wedge or stall
+    /// threshold reached; `None`: nothing turns). The first table after it builds an answer
+    /// however young the kept one is, so the finding shows a socket period after it is true. A
+    /// turn already past stays pending until an answer shows it (a later pass no longer sees it
+    /// coming).
     pub fn expect_news(&self, at: Option<Instant>, now: Instant) {
         let mut st = self.state();
         let unshown = st

@@ -1,6 +1,6 @@
 //! One daemon per state directory: an `flock`ed `daemon.lock` held for the daemon's life.
 //! The kernel drops the lock when the process dies, so a crash never leaves it stale, and a
-//! deleted socket no longer lets a second daemon share the directory.
+//! deleted socket cannot let a second daemon share the directory.
 
 use crate::error::{Error, Result};
 use crate::safe_fs;

@@ -1,19 +1,14 @@
-//! What the daemon logs of its own accord: findings when they open, change severity and
-//! close, and sources (and discovery) when they degrade and recover. Transitions only, never
-//! every tick: a service's log is read by people, at 3 a.m., in `journalctl -u wedgewatch`.
+//! What the daemon logs of its own accord: findings opening, changing severity and closing,
+//! sources (and discovery) degrading and recovering. Transitions only: a service's log is read
+//! by people, in `journalctl -u wedgewatch`.
 //!
-//! A background task ([`watch`]) evaluates the detectors every [`super::DaemonConfig`]
-//! `log_every_ms` and reads the sampler's per-source status; the trackers here turn those
-//! into [`Event`]s and [`emit`] logs them. Every line goes through the redaction pass of
-//! [`crate::logging`]; before each evaluation the task teaches it the secrets of processes
-//! it has not seen yet, so a value from a component's environment never reaches the log.
-//!
-//! With `--metrics-listen`, the same pass also publishes an [`Evaluation`] for the exporter
-//! ([`super::metrics`]). Each pass ([`Pass`]) is kept for the adaptive stacks' suspicion, so
-//! the task runs whether or not a log subscriber would print.
-//!
-//! Levels: a finding opens at its severity (critical -> ERROR, warning -> WARN, info ->
-//! INFO), closes at INFO; a source going degraded or unavailable is WARN, its recovery INFO.
+//! A background task ([`watch`]) runs the one detector pass ([`Pass`]) every `log_every_ms`,
+//! and the trackers here turn it and the sampler's source status into [`Event`]s that [`emit`]
+//! logs through the redacting writer of [`crate::logging`] (taught the secrets of new processes
+//! first). The same pass publishes the exporter's [`Evaluation`] and the adaptive stacks'
+//! suspicion, so it runs whether or not anything is printed. Levels: a finding opens at its
+//! severity (critical ERROR, warning WARN, info INFO) and closes at INFO; a source degrading is
+//! WARN, recovering INFO.
 
 use super::kept_answer::KeptAnswer;
 use super::metrics::Published;
@@ -94,12 +89,9 @@ pub struct FindingTracker {
 }
 
 impl FindingTracker {
-    /// The events between the open findings and `findings` (sorted most severe first, as
-    /// `detect::run_all` returns them: of two with one key, the first counts).
-    /// `sockets_fresh`: whether this evaluation had a socket table to judge from; without
-    /// one, open findings judged from sockets stay open as they are (not judged is not
-    /// over: on a loaded node the table goes stale for seconds, and the wedge kept closing
-    /// and reopening).
+    /// The events between the open findings and `findings` (sorted most severe first: of two
+    /// with one key, the first counts). Without a fresh socket table (`sockets_fresh`),
+    /// findings judged from sockets stay open as they are: not judged is not over.
     pub fn update(&mut self, findings: &[Finding], now: Millis, sockets_fresh: bool) -> Vec<Event> {
         let mut events = Vec::new();
         let mut seen = BTreeSet::new();
@@ -333,11 +325,9 @@ pub struct Watch {
 }
 
 impl Watch {
-    /// One evaluation: learn new processes' secrets, run the detectors over the model at
-    /// `now`, compare sources' status; the events, in the order to log them.
-    /// With `publish`, the pass's [`Evaluation`] is stored there for the exporter.
-    /// The pass's suspicion is stored in `latest` for the adaptive stacks, and sets the
-    /// sockets' pace.
+    /// One evaluation: learn new processes' secrets, run the detectors over the model at `now`,
+    /// compare sources' status; the events in the order to log them. The pass's [`Evaluation`]
+    /// goes to `publish`, its suspicion to `latest`, and it sets the sockets' pace.
     pub fn pass(
         &mut self,
         shared: &Mutex<Shared>,
@@ -428,11 +418,9 @@ pub struct Readers {
 /// Passes at the fast period after the daemon starts, before its pace decides.
 const STARTING_PASSES: u32 = 3;
 
-/// Logs findings and source health at `pace` (slower while nothing is suspected, at once
-/// when a pass turns it alert) until the task is aborted, publishes
-/// each pass's evaluation for the exporter when there is one, and keeps the newest pass in
-/// `to.latest`. The detectors run off the runtime's workers: a large model takes a while
-/// and holds the model's lock.
+/// Logs findings and source health at `pace` until the task is aborted, publishing each pass's
+/// evaluation and keeping the newest pass in `to.latest`. The detectors run off the runtime's
+/// workers: a large model holds the lock a while.
 pub async fn watch(
     shared: Arc<Mutex<Shared>>,
     stats: StatsHandle,

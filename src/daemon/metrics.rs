@@ -1,17 +1,13 @@
-//! `wedgewatch daemon --metrics-listen ADDR`: `GET /metrics` in the Prometheus text format
-//! (rendered by `export::prometheus`) on a small HTTP/1.1 listener.
+//! `wedgewatch daemon --metrics-listen ADDR`: `GET /metrics` (rendered by `export::prometheus`)
+//! on a small HTTP/1.1 listener. A scrape renders what the daemon already has (the newest
+//! published [`Evaluation`] and the sampler's stats): no sampling, detector pass or model lock
+//! per scrape.
 //!
-//! A scrape renders what the daemon already has: the latest [`Evaluation`] the watch task
-//! published (it runs the detectors every `log_every_ms`) and the sampler's live stats. No
-//! sampling, no detector pass, no model lock per scrape.
-//!
-//! Clients are strangers: a request head is read up to [`MAX_HEAD`] bytes within
-//! [`READ_TIMEOUT`], the answer written within [`WRITE_TIMEOUT`], one request per connection.
-//! At most [`MAX_CLIENTS`] connections are held at once ([`Clients`]); a new one past the cap
-//! sheds the oldest that has not sent its whole head yet (idle first), so connections opened
-//! and left silent cannot lock scrapers out; only when every slot is busy answering is the
-//! new one closed. Only `GET /metrics` (any query string) is answered; anything else gets a
-//! 4xx and the connection is closed.
+//! Clients are strangers: a head is read up to [`MAX_HEAD`] bytes within [`READ_TIMEOUT`], the
+//! answer written within [`WRITE_TIMEOUT`], one request a connection. At most [`MAX_CLIENTS`]
+//! are held ([`Clients`]); one past the cap sheds the oldest that has not sent its head (so
+//! silent connections cannot lock scrapers out), and is closed only when every slot is
+//! answering. Anything but `GET /metrics` gets a 4xx.
 
 use crate::clock::{Clock, Millis};
 use crate::error::{Error, Result};

@@ -1,10 +1,9 @@
-//! The daemon's one detector pass: the model's view at an instant, the detectors over it,
-//! and the adaptive stacks' suspicion derived from both, computed once per
-//! `log_every_ms` by the watch task ([`super::log::watch`]) and read by everyone who needs
-//! them: the log, the exporter's [`crate::export::prometheus::Evaluation`], the adaptive
-//! stacks source (at each stacks tick). Served snapshots do not read it: a pass is up to
-//! `log_every_ms` old, and a client asking now wants the requests open now (answering from
-//! it was tried, and a daemon test caught a request missing from the answer).
+//! The daemon's one detector pass: the model's view at an instant, the detectors over it and
+//! the adaptive stacks' suspicion, computed once per `log_every_ms` by the watch task
+//! ([`super::log::watch`]) and read by the log, the exporter's
+//! [`crate::export::prometheus::Evaluation`] and the stacks ticks. Served snapshots build their
+//! own view: a pass is up to `log_every_ms` old, and a client asking now wants the requests
+//! open now.
 
 use crate::clock::Millis;
 use crate::config::Thresholds;
@@ -39,12 +38,10 @@ impl Pass {
         self.view.now
     }
 
-    /// In how many ms after this pass an open request's state turns by time alone, with no
-    /// new sample: one waiting for its first byte reaches the wedge threshold, a streaming
-    /// one the stall threshold. Why: an answer built ahead before that instant cannot show
-    /// the finding, so the daemon builds the next one at the first table after it
-    /// ([`super::kept_answer::KeptAnswer::expect_news`]) instead of up to a rebuild period
-    /// later. Probes are left out, as the detectors leave them out.
+    /// In how many ms after this pass an open request's state turns by time alone (one waiting
+    /// for its first byte reaches the wedge threshold, a streaming one the stall threshold;
+    /// probes left out, as the detectors leave them): the daemon builds its next answer at the
+    /// first table after it ([`super::kept_answer::KeptAnswer::expect_news`]).
     pub fn next_turn_ms(&self, th: &Thresholds) -> Option<i64> {
         let v = &self.view;
         v.requests

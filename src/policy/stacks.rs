@@ -1,14 +1,9 @@
-//! Adaptive stack sampling: py-spy where something is suspicious, a slow round-robin
-//! elsewhere.
-//!
-//! [`StackPolicy::plan`] decides, at each stacks tick, which processes are dumped: every
-//! scheduler of each suspected engine (the [`Suspicion`] derived from the last correlated
-//! view, [`super::suspicion`]), first, then one more process of the stack in a round-robin by
-//! pid, so every process is seen within N ticks. With nothing suspected that is one process
-//! per tick. A tick dumps each of its processes once: dumps of one scheduler accumulate
-//! across ticks, so "idle in 6/6 dumps over 25 s" spans the window. [`snapshot_order`] is the
-//! order of a full window (one-shot snapshots): the suspected engines' schedulers first, then
-//! the other schedulers, then the rest.
+//! Adaptive stack sampling: py-spy where something is suspicious, a slow round-robin elsewhere.
+//! [`StackPolicy::plan`] picks each stacks tick's processes: every scheduler of each suspected
+//! engine ([`Suspicion`], [`super::suspicion`]) first, then one more process of the stack,
+//! round-robin by pid (nothing suspected: one a tick). Dumps of one scheduler accumulate across
+//! ticks, so its evidence spans the window. [`snapshot_order`] orders a one-shot's full window:
+//! suspected engines' schedulers, other schedulers, the rest.
 
 use super::suspicion::engine_of;
 use crate::model::{Role, Suspicion, Topology};

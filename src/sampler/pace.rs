@@ -1,10 +1,8 @@
-//! The daemon's paces: its socket table is its largest cost on a big node (the dump, then
-//! every connection ingested, linked and viewed), then its detector pass and py-spy, and
-//! none of them is needed fine unless something is suspected. Calm, each runs at a slow
-//! period; once the daemon's detector pass suspects an engine (`policy::suspicion`), at its
-//! fast one until the suspicion clears. The daemon sets [`Pace::set_alert`] at every pass;
-//! a paced loop reads [`Pace::period_ms`] at every tick and wakes at once on
-//! [`Pace::alerted`] instead of finishing a slow period.
+//! The daemon's paces: its socket table, detector pass and py-spy are its largest costs, and
+//! none is needed fine unless something is suspected. Calm, each runs at a slow period; once a
+//! detector pass suspects an engine (`policy::suspicion`), at its fast one until the suspicion
+//! clears. The daemon sets [`Pace::set_alert`] at every pass; a paced loop reads
+//! [`Pace::period_ms`] each tick and wakes at once on [`Pace::alerted`].
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

@@ -8,6 +8,7 @@ use shapes::{fixture_proc, wedgewatch};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use wedgewatch_testkit::timing::within;
 
 /// Copies a fixture procfs tree (files, directories, symlinks).
 fn copy_tree(from: &Path, to: &Path) {
@@ -83,8 +84,8 @@ fn snapshot_ends_within_window_plus_2s_when_proc_reads_block() {
     let (took, code) = wait_at_most(&mut child, Duration::from_secs(30));
     let json = reader.join().unwrap();
     assert_eq!(code, Some(0), "ran {took:?}");
-    // Window 1 s + 2 s; typically ~1.5 s (0.25 s blocked read, 1 s window).
-    assert!(took < Duration::from_secs(3), "took {took:?}");
+    // Window 1 s + 2 s, plus slack; the blocked reads never end.
+    assert!(took < within(Duration::from_secs(3)), "took {took:?}");
     // The first tick times out on the read; later ticks say it is still blocked.
     assert!(
         json.contains("timed out reading") || json.contains("still blocked reading"),

@@ -16,6 +16,7 @@ use wedgewatch::probes::ProbeSet;
 use wedgewatch::sources::metrics::{MetricsConfig, MetricsSource};
 use wedgewatch::sources::Source;
 use wedgewatch::sys::http::{self, Limits};
+use wedgewatch_testkit::timing::within;
 
 /// The series the sglang maps read, put last so a cut on the others must not lose them.
 const MAPPED_TAIL: &str = "sglang:num_running_reqs{tp_rank=\"0\"} 7\nsglang_num_queue_reqs 3\n";
@@ -157,8 +158,10 @@ fn a_huge_parse_leaves_the_runtime_responsive() {
     });
     eprintln!("scrape + parse took {took:?}; worst tick gap {gap:?}");
     // A debug build parses the 2M lines in seconds; on the worker it would stall the ticker
-    // that long. The bound leaves room for a busy shared host's scheduling.
-    assert!(gap < Duration::from_millis(1000), "runtime stalled {gap:?}");
+    // for most of the scrape. Half the scrape (at least a second) leaves room for a loaded
+    // host's scheduling, which stretches the scrape too.
+    let bound = (took / 2).max(Duration::from_secs(1));
+    assert!(gap < bound, "runtime stalled {gap:?} of a {took:?} scrape");
 }
 
 fn hangs(_: &str) -> std::io::Result<Vec<std::net::SocketAddr>> {
@@ -181,10 +184,11 @@ fn a_hanging_resolver_costs_the_connect_timeout_not_the_exit() {
     assert_eq!(r.outcome, FetchOutcome::Error, "{r:?}");
     let d = r.detail.unwrap_or_default();
     assert!(d.contains("no answer within 300 ms"), "{d}");
-    assert!(r.elapsed < Duration::from_millis(800), "{:?}", r.elapsed);
+    // The lookup hangs 10 s, longer than the bounds.
+    assert!(r.elapsed < within(lim.connect), "{:?}", r.elapsed);
     drop(rt);
     assert!(
-        start.elapsed() < Duration::from_secs(2),
+        start.elapsed() < within(lim.connect),
         "{:?}",
         start.elapsed()
     );
@@ -271,7 +275,8 @@ fn snapshot_with_a_hanging_hostname_ends_within_window_plus_2s() {
         mark.exists(),
         "the shim was not called: the test proves nothing"
     );
-    assert!(took < Duration::from_secs(3), "took {took:?}");
+    // The window (1 s) + 2 s, plus slack: still under the shim's 10 s.
+    assert!(took < within(Duration::from_secs(3)), "took {took:?}");
     assert!(json.contains("resolve metrics.hang.invalid:9"), "{json}");
 }
 
@@ -281,7 +286,7 @@ fn snapshot_with_a_hanging_hostname_ends_within_window_plus_2s() {
 fn snapshot_with_a_nonexistent_hostname_ends_within_window_plus_2s() {
     let (took, json) = snapshot_with_url("http://nonexistent.invalid:9/metrics", &[]);
     eprintln!("nonexistent name: snapshot took {took:?}");
-    assert!(took < Duration::from_secs(3), "took {took:?}");
+    assert!(took < within(Duration::from_secs(3)), "took {took:?}");
     assert!(json.contains("nonexistent.invalid"), "{json}");
 }
 

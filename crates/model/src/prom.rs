@@ -1,20 +1,17 @@
-//! A lenient, bounded Prometheus text-format parser.
-//!
-//! Our own because the published crates drop `sglang:`/`vllm:` names (colons) or reject a
-//! whole real exposition over one `_created` line (see the reference notes). Rules:
+//! A lenient, bounded Prometheus text-format parser. Our own: the published crates drop
+//! `sglang:`/`vllm:` names or reject a real exposition over one `_created` line. Rules:
 //! - metric names `[a-zA-Z_:][a-zA-Z0-9_:]*`; label names `[a-zA-Z_][a-zA-Z0-9_]*`;
 //! - label values with `\"`, `\\`, `\n` escapes (unknown escapes kept literally);
 //! - values: floats, `NaN`, `+Inf`, `-Inf`, `Inf`; an optional integer timestamp after;
-//! - `# HELP` / `# TYPE` lines recorded; other comments and blank lines ignored;
-//! - untyped samples and `_created`/`_bucket`/`_sum`/`_count` series kept as plain series;
-//! - anything else is skipped and counted in `bad_lines`. Never panics, never fails.
+//! - `# HELP` / `# TYPE` recorded; other comments and blank lines ignored; untyped samples and
+//!   `_created`/`_bucket`/`_sum`/`_count` kept as plain series;
+//! - anything else skipped and counted in `bad_lines`. Never panics, never fails.
 //!
-//! Bounded because any local process can pose as an engine: an 8 MiB body holds two million
-//! tiny series, and keeping them all cost gigabytes. [`parse_limited`] walks the body one line
-//! at a time and allocates only for the series it keeps: the *wanted* ones (a caller's
-//! predicate on the name, e.g. what the metric maps read) up to [`ParseLimits::max_series`],
-//! wherever they appear, plus the first [`ParseLimits::raw_sample`] others. Lines it does not
-//! keep are counted from their name alone, never validated. What was dropped is in [`Cut`].
+//! Bounded, since any local process can pose as an engine: [`parse_limited`] walks one line at
+//! a time and allocates only for the series it keeps: the wanted ones (a caller's predicate on
+//! the name) up to [`ParseLimits::max_series`], wherever they appear, plus the first
+//! [`ParseLimits::raw_sample`] others. The rest are counted by name, never validated; what was
+//! dropped is in [`Cut`].
 
 use crate::model::Series;
 use std::collections::BTreeMap;

@@ -1,13 +1,10 @@
-//! Diff two snapshots: what changed since the baseline (env, cmdline, version, topology, process).
-//!
-//! The changes are [`crate::model::changes::changes`] over both snapshots' component facts,
-//! the same comparison the daemon's baselines use. This module makes them a report: changes
-//! a child inherits from its parent (a scheduler's environment is its engine's) are reported
-//! once, on the parent, and what someone changed on purpose comes first (env, cmdline,
-//! version, config), then consequences (topology, process restarts), so an added variable on
-//! one engine is the first line of the human output.
+//! Diff two snapshots: what changed since the baseline (env, cmdline, version, topology,
+//! process), by [`crate::model::changes::changes`] over both snapshots' component facts, as the
+//! daemon's baselines compare them. A child's inherited change is reported once, on its parent;
+//! deliberate changes (env, cmdline, version, config) come before their consequences (topology,
+//! restarts).
 
-pub use crate::model::changes::render_change_plain;
+use crate::model::changes::render_change_plain;
 use crate::model::changes::{changes, field_rank};
 use crate::model::{Change, ComponentFacts, DiffReport, Snapshot, DIFF_SCHEMA};
 use std::collections::{BTreeMap, BTreeSet};

@@ -1,12 +1,9 @@
 //! Blocking reads under a deadline, on threads nobody waits for.
-//!
-//! Reading `/proc/PID/{cmdline,environ,maps,...}` takes the target's mmap lock and blocks for
-//! as long as the target holds it: a wedged or hostile process can make that forever. Such
-//! reads run here on plain detached threads (not tokio's blocking pool, which the runtime
-//! waits for at exit): the caller waits at most its deadline and gets "timed out reading
-//! PATH" instead; the thread is left behind and ends if the read ever returns. A path still
-//! blocked from an earlier call is not read again until that read comes back, so a stuck
-//! process costs one thread, not one more every tick.
+//! `/proc/PID/{cmdline,environ,maps,...}` block while the target holds its mmap lock, which a
+//! wedged or hostile process can do forever. Such reads run on detached threads (not tokio's
+//! blocking pool, which the runtime waits for at exit): the caller waits at most its deadline
+//! and gets "timed out reading PATH". A path still blocked is not read again until that read
+//! returns, so a stuck process costs one thread, not one a tick.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};

@@ -139,15 +139,10 @@ pub fn on_forced_exit(cleanup: impl FnOnce() + Send + 'static) {
     }
 }
 
-/// When the terminal hangs up (its window is killed), crossterm's `poll` can spin forever
-/// on the dead tty and the loop never sees STOP. Once STOP has been set (SIGHUP/SIGTERM/
-/// SIGINT) and the loop has not returned within 2 s, this thread ends the process, so a UI
-/// never outlives its terminal burning a core.
-///
-/// A hang-up does not always come with a signal: the kernel sends SIGHUP to the session
-/// leader only, so a UI started by a shell that survives (`sh -c 'wedgewatch tui; ...'`)
-/// gets none while its tty is gone. The thread therefore also watches the terminal itself:
-/// a hung-up tty answers every ioctl with EIO, so stdout stops being a terminal.
+/// Ends the process when the loop has not returned 2 s after STOP (SIGHUP/SIGTERM/SIGINT) was
+/// set, or when stdout stopped being a terminal (a hung-up tty answers every ioctl with EIO,
+/// and only the session leader gets SIGHUP): crossterm's `poll` can spin forever on a dead tty,
+/// and a UI must never outlive its terminal burning a core.
 struct HangupWatchdog(Arc<AtomicBool>);
 
 impl HangupWatchdog {

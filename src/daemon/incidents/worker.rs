@@ -1,12 +1,8 @@
-//! The thread that keeps incidents: it follows the finding log's events ([`super::super::log`])
-//! and, when a critical finding opens, writes that moment's bundle; when the incident's last
-//! finding closes, it says how long it lasted and what closed it. A thread of its own, fed
-//! through a bounded queue: writing a bundle (a snapshot, minutes of recording) never holds
-//! up the detector pass that drives the sampling paces.
-//!
-//! One incident per component at a time: critical findings of a component that open while
-//! its incident is open join it (`joined`), so a wedge that also stops the queue is one
-//! bundle, not two written a second apart.
+//! The thread that keeps incidents: it follows the finding log's events
+//! ([`super::super::log`]), writes a bundle when a critical finding opens and says how long it
+//! lasted and what closed it when the incident's last finding closes. Fed through a bounded
+//! queue, so writing a bundle never holds up the detector pass. One incident per component at a
+//! time: critical findings of a component with an open incident join it (`joined`).
 
 use super::bundle::{self, Source};
 use super::names::dir_name;

@@ -8,10 +8,10 @@ use super::profiles::{flag_value, Compiled, Match};
 use super::table::Proc;
 use super::Builder;
 use crate::model::addr::port_of;
+use crate::model::addr::{host_port, split_host_port};
 use crate::model::topology::labels::*;
 use crate::model::{Channel, ChannelKind, Component, RequestsOn, Role};
 use crate::probes::Profile;
-use crate::sys::addr::{host_port, split_host_port};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
@@ -153,7 +153,7 @@ impl Builder<'_> {
         }
     }
 
-    /// netns (issue 11 item 5): a top-level id `role@addr` of a process in another network
+    /// netns: a top-level id `role@addr` of a process in another network
     /// namespace becomes `role@net:<inode>/addr`: two pods can listen on one address.
     /// Children's ids are built on their parent's, so they follow.
     fn keyed_id(&self, id: String, parent: Option<&Component>, pid: i32) -> String {

@@ -1,50 +1,26 @@
-//! What discovery remembers between passes: per process incarnation, keyed by (pid, start
-//! time), the command line once it was read, its network namespace, its socket fds, and for
-//! components' processes a few environment variables and the installed versions (`memo.rs`).
+//! What discovery remembers between passes, per process incarnation (pid, start time): its
+//! command line once read, network namespace, socket fds, and for components' processes a few
+//! environment variables and the installed versions (`memo.rs`).
 //!
-//! A pass lists `/proc` (one getdents: pids and their directories' inode numbers) and reads
-//! the `stat` line (pid reuse, ppid, comm, the exec mark) of
-//! - every pid it does not know, and every pid whose directory's inode number changed (a new
-//!   process at a reused pid gets a new directory on the kernel's procfs);
-//! - every known process that matters: a candidate of the pre-filter, a process read in full
-//!   (a launcher, a component's child, a proxy, a `--pid` target), a socket holder;
-//! - a rotating slice of the other known processes, the unrelated ones: those whose pid is
-//!   the pass number modulo the rotation's length, so each is read once a rotation. The
-//!   length is [`STAT_ROTATION`] passes (a minute at the daemon's 10 s rediscovery) on a host
-//!   of up to [`ROTATION_BUDGET`] x 6 unrelated processes, and doubles as they grow so that a
-//!   pass reads at most [`ROTATION_BUDGET`] of them, up to [`MAX_ROTATION`] passes (see
-//!   [`rotation_len`]): the cost of a pass stays flat, the backstop below gets slower.
-//!   Kernel threads are not in the rotation: a kernel thread never exec's a program;
+//! A pass lists `/proc` (pids and their directories' inode numbers) and reads the `stat` line
+//! of every pid it does not know or whose directory changed (a reused pid), of every known
+//! process that matters (a pre-filter candidate, a process read in full, a socket holder), and
+//! of a rotating slice of the unrelated ones: pid modulo [`rotation_len`] equal to the pass
+//! number's, so each is read once a rotation and a pass reads at most [`ROTATION_BUDGET`] of
+//! them. Kernel threads are remembered and never in the rotation: they never exec.
 //!
-//! and nothing else of a process it already knows: a known process, candidate or not, is
-//! never read in full again. An entry is dropped and its process read afresh when
-//! - the pid's start time differs (the pid was reused);
-//! - its comm differs (an exec of another program, or setproctitle, which on Linux also sets
-//!   comm: a forked scheduler that sets its title after we first read it);
-//! - its exec mark differs: `stat`'s start_code and start_stack, which an exec moves (address
-//!   space randomization), so `python` exec'ing `python -m sglang.launch_server` is seen even
-//!   though comm stays `python3`.
+//! A known process is never read in full again; its entry is dropped, and the process read
+//! afresh, when its start time (pid reuse), comm (exec, setproctitle) or exec mark (`stat`'s
+//! start_code and start_stack, moved by every exec) differs. So an unrelated process that
+//! exec's a stack's program is seen at its turn, or on the next pass when a candidate descends
+//! from it; a new process or a death on the next pass. Not seen: argv rewritten in place with
+//! comm kept, or an exec whose mark the kernel hides (another user's process without root);
+//! such a process is read again when it restarts.
 //!
-//! An unrelated process that exec's a stack's program (same pid, same directory) is seen when
-//! its turn in the rotation comes, within a rotation's length, or on the next pass when
-//! a new candidate descends from it (an engine forks its schedulers at once); a new process
-//! (a new pid, or a new directory at a reused one) and a known one's death (its pid gone from
-//! the listing) on the very next pass. The parent of an unrelated process is as its last
-//! `stat` read showed (a re-parented orphan is seen at its turn). Kernel threads are
-//! remembered too, so that they are not read every pass either.
-//!
-//! What is not seen: a process rewriting its argv in place without changing comm (not what
-//! setproctitle does on Linux), and an exec that keeps comm while the kernel hides the exec
-//! mark (another user's process, read without root: the kernel shows 1/1/0), or with address
-//! space randomization off. Such a process is read again when it restarts.
-//!
-//! For the proxy search (`holders.rs`) it also keeps which processes held client sockets
-//! towards known components, and which such sockets no readable process held (given up on
-//! while they stay).
-//!
-//! Bounded: entries of pids absent from a pass are dropped, and at most [`MAX_ENTRIES`] are
-//! kept (beyond it, processes are simply read every pass, as without a cache); given-up
-//! sockets are only those still towards a known component.
+//! For the proxy search (`holders.rs`) it keeps which processes held client sockets towards
+//! known components, and the sockets no readable process held (given up on while they stay).
+//! Bounded: pids absent from a pass are dropped, at most [`MAX_ENTRIES`] kept (beyond,
+//! processes are read every pass).
 
 use super::memo::{EnvMemo, VersionsMemo};
 use super::profiles::CompiledSet;
@@ -56,18 +32,17 @@ use std::sync::Arc;
 /// Most processes remembered (a few hundred bytes each; far above a real host's count).
 pub const MAX_ENTRIES: usize = 65_536;
 
-/// A known unrelated process's `stat` line is read every this many passes on a host of up
-/// to 6 x [`ROTATION_BUDGET`] of them (see the module doc): the longest an exec of one into a
-/// stack's program goes unseen, in passes.
+/// A known unrelated process's `stat` line is read every this many passes while there are at
+/// most 6 x [`ROTATION_BUDGET`] of them: the longest an exec into a stack's program goes
+/// unseen.
 pub const STAT_ROTATION: u64 = 6;
 
 /// Most `stat` lines of known unrelated processes a pass reads while the rotation can still
-/// grow: ~1 ms of a pass (a `stat` read is ~10 us). Profiled with 2,000 extra processes, the
-/// rotation's reads were half of a cached pass; the rest is the listing, one entry each.
+/// grow (the rotation's reads dominate a cached pass).
 pub const ROTATION_BUDGET: u64 = 100;
 
-/// The longest rotation, in passes (8 minutes at the daemon's 10 s rediscovery): beyond
-/// [`ROTATION_BUDGET`] x this many unrelated processes a pass reads more of them instead.
+/// The longest rotation, in passes: beyond [`ROTATION_BUDGET`] x this many unrelated processes
+/// a pass reads more of them instead.
 pub const MAX_ROTATION: u64 = 48;
 
 /// The rotation's length for `unrelated` known unrelated processes: [`STAT_ROTATION`]
@@ -180,8 +155,7 @@ pub struct DiscoveryCache {
     passes: u64,
     /// This pass's rotation length (0 before the first pass).
     rotation: u64,
-    /// Bench/peer mode: every process is a candidate and nothing is kept between passes
-    /// (what discovery did before the cache).
+    /// Peer mode: every process is a candidate and nothing is kept between passes.
     uncached: bool,
 }
 
@@ -190,8 +164,8 @@ impl DiscoveryCache {
         DiscoveryCache::default()
     }
 
-    /// No pre-filter and no memory: every pass reads every process in full (a peer for
-    /// benchmarks).
+    /// No pre-filter and no memory: every pass reads every process in full (the benchmarks'
+    /// peer).
     pub fn uncached() -> DiscoveryCache {
         DiscoveryCache {
             uncached: true,

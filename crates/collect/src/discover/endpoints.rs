@@ -3,9 +3,10 @@
 //! loopback-only GET discovery uses, and what a router's `/workers` answer lists.
 
 use super::profiles::flag_value;
+use crate::model::addr::{host_port, split_host_port};
 use crate::model::FetchOutcome;
 use crate::probes::Profile;
-use crate::sys::addr::{host_port, split_host_port, url_endpoint};
+use crate::sys::addr::url_endpoint;
 use crate::sys::http::{self, Limits};
 use crate::sys::Url;
 use std::net::{IpAddr, SocketAddr};

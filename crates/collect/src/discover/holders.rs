@@ -1,22 +1,12 @@
 //! Which processes hold the client sockets towards known components (the proxy search), at a
-//! cost that does not grow with unrelated processes.
-//!
-//! Cheapest first:
-//! 1. sockets the known processes hold (a router's own connections to its workers, our
-//!    own scrapes, read afresh) need no search;
-//! 2. the processes that held such sockets in earlier passes (clients, proxies: remembered
-//!    in the [`DiscoveryCache`]) are looked at, each through its remembered sockets while its
-//!    fd count is unchanged: a churning client's new connections are found there;
-//! 3. only sockets still not found, still open (the namespaces' tables read again: the
-//!    pass's may be a second old, and a scrape or a churning client's request is gone by
-//!    now) and not given up on earlier make every other process be
-//!    looked at (its remembered sockets, one fd-count check each), and when some are still
-//!    missing, every process holding sockets at all is read afresh (a proxy replaced a
-//!    connection at an unchanged count). What no readable process holds (another user's
-//!    client, read without root) is given up on: not searched for again while it stays.
-//!
-//! An unrelated process therefore costs nothing in a pass where no new socket towards a known
-//! port appeared in a process never seen holding one.
+//! cost that does not grow with unrelated processes. Cheapest first:
+//! 1. sockets the known processes hold need no search (our own read afresh);
+//! 2. processes that held such sockets in earlier passes (remembered in the [`DiscoveryCache`])
+//!    are looked at through their remembered sockets while their fd count is unchanged;
+//! 3. only sockets still missing, still open (the namespaces' tables read again: the pass's may
+//!    be a second old) and not given up on make every other process be looked at, and then
+//!    every process holding sockets read afresh. What no readable process holds is given up on
+//!    while it stays.
 
 use super::table::ProcTable;
 use std::collections::{BTreeMap, BTreeSet};

@@ -1,14 +1,9 @@
-//! What a component's build reads of its processes besides the command line, kept per
-//! process incarnation in the [`DiscoveryCache`](super::DiscoveryCache) so that a
-//! rediscovery pass never reads them again for a known process (issue 15, item 3):
-//! - the few environment variables discovery uses (GPU hints, where the site-packages are),
-//!   never the whole environment: the daemon keeps no secret values;
-//! - the installed versions (`sources::versions`, which reads `maps`), once a read finished
-//!   within its deadline.
-//!
-//! A versions read that timed out is tried again on the next pass, at most
-//! [`MAX_VERSIONS_TRIES`] times per incarnation: then what it found is kept with the reason
-//! (a process mapping so many files that every try overran would cost a core otherwise).
+//! What a component's build reads of its processes besides the command line, kept per process
+//! incarnation in the [`DiscoveryCache`](super::DiscoveryCache) so a rediscovery never reads it
+//! again: the few environment variables discovery uses (never the whole environment: the daemon
+//! keeps no secrets), and the installed versions once a read finished within its deadline. A
+//! read that timed out is tried again, at most [`MAX_VERSIONS_TRIES`] times per incarnation,
+//! then kept with the reason.
 
 use super::table::ProcTable;
 use crate::sources::versions;

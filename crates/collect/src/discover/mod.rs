@@ -45,9 +45,9 @@ pub use endpoints::{loopback_get, scrape_addr};
 pub use profiles::{flag_value, flag_values};
 
 use crate::error::Result;
+use crate::model::addr::split_host_port;
 use crate::model::{Component, Topology};
 use crate::probes::ProbeSet;
-use crate::sys::addr::split_host_port;
 use crate::sys::sock_diag::RecentDump;
 use crate::sys::ProcFs;
 use endpoints::hosts_equivalent;

@@ -1,24 +1,13 @@
-//! The cheap pre-filter: from a process's `comm` alone (which the `stat` line discovery reads
-//! for every pid anyway), whether it can be a candidate for any profile, i.e. whether its
-//! command line is worth reading.
+//! The cheap pre-filter: from a process's `comm` alone (in the `stat` line read for every pid
+//! anyway), whether its command line is worth reading. A command line takes the target's mmap
+//! lock and is the costly read of a pass; `stat` never waits for it.
 //!
-//! Reading a command line takes the target's mmap lock and is the costly part of a pass over a
-//! host with thousands of unrelated processes; `comm` is in `stat`, which never waits for it.
-//! A process is a candidate when its comm
-//! - matches a profile's `match_comm` or `match_title` regex (setproctitle also sets comm, to
-//!   the title's first 15 bytes);
-//! - looks like a title of the `stack::name` convention (`sglang::detoken`, a title
-//!   truncated so that a title regex no longer matches it);
-//! - names an interpreter (`python*`, `pypy*`): its arguments name the program;
-//! - is a word of a profile's `match_cmdline` or `match_title` regexes (`sglang`, `vllm`,
-//!   `sglang-router`, `smg`, `timeout` in `^timeout .* foo`): the program a command-line regex
-//!   is written for appears in it. A comm cut at 15 bytes matches a longer word it begins.
-//!
-//! What this cannot see: a profile whose regexes match only arguments and never the program's
-//! name (`--port 9000` of a `node` server). Such a profile must name its program
-//! (`^\S*node .*--port 9000`; documented in `docs/probes.md`); `--pid` always works.
-//! Processes that are not candidates are still in the table (pid, parent, comm), so launchers
-//! of candidates, children of components and proxies are read on demand.
+//! A process is a candidate when its comm matches a profile's `match_comm` or `match_title`,
+//! looks like a `stack::name` title, names an interpreter (`python*`, `pypy*`), or is (a
+//! 15-byte cut of) a word of a profile's `match_cmdline` or `match_title` regexes. A profile
+//! whose regexes match only arguments must therefore name its program (docs/probes.md); `--pid`
+//! always works. Non-candidates stay in the table (pid, parent, comm) and are read on demand
+//! (launchers, children, proxies).
 
 use super::profiles::Compiled;
 use regex::Regex;

@@ -34,9 +34,8 @@ fn compile_list(list: &[String]) -> Vec<Regex> {
     list.iter().filter_map(|r| Regex::new(r).ok()).collect()
 }
 
-/// Every profile of a probe set compiled, with the pre-filter built from them: what a pass
-/// needs of the profiles, built once and reused while the profiles stay the same (compiling
-/// them was ~5 % of the daemon's CPU when every rediscovery pass did it).
+/// Every profile of a probe set compiled, with the pre-filter built from them, reused while the
+/// profiles stay the same (compiling them every pass was a visible share of the daemon's CPU).
 pub(super) struct CompiledSet {
     /// The profiles compiled, to tell whether a later pass's are the same.
     source: Vec<Profile>,

@@ -1,9 +1,8 @@
 //! The process table discovery works on: pid, parent and comm of every process (its `stat`
-//! line, read through [`ProcFs`] under deadlines when new or needed, else as a recent pass
-//! read it: `cache.rs`), the command line of candidates
-//! (the pre-filter's, read once per process incarnation: `cache.rs`), with ancestry,
+//! line, read through [`ProcFs`] under deadlines when new or needed, else as a recent pass read
+//! it: `cache.rs`), the command lines of the pre-filter's candidates, and on demand ancestry,
 //! descendants, other command lines, environments, listening sockets and per-namespace TCP
-//! tables on demand.
+//! tables.
 
 use super::cache::{DiscoveryCache, Entry, FdMemo, Identity};
 use super::prefilter::Prefilter;
@@ -57,13 +56,11 @@ pub(super) struct ProcTable {
     pub proc: ProcFs,
     pub procs: BTreeMap<i32, Proc>,
     children: BTreeMap<i32, Vec<i32>>,
-    /// netns inode -> tcp + tcp6 entries, read once per namespace and shared, not copied,
-    /// for each pid that asks (thousands of entries under connection churn, asked once per
-    /// candidate process).
-    /// With the pid it was read through (see [`ProcTable::open_now`]).
+    /// netns inode -> tcp + tcp6 entries and the pid they were read through: read once per
+    /// namespace and shared by every pid that asks.
     net: RefCell<BTreeMap<u64, NamespaceTcp>>,
-    /// Our own network namespace (netns, issue 11 item 5): processes in another one are in a
-    /// container, keyed and scraped in there.
+    /// Our own network namespace: processes in another one are in a container, keyed and
+    /// scraped in there.
     own_net: Option<u64>,
     /// The sockets source's latest dump of our own namespace, when young enough, instead
     /// of a dump of our own (`DiscoverOptions::recent_dump`).
@@ -244,10 +241,10 @@ impl ProcTable {
         ns
     }
 
-    // --- netns (issue 11 item 5) ---
+    // --- netns ---
 
-    /// The network namespace of `pid` when it is not ours (a container); None for ours or
-    /// when either cannot be read (then it is treated as the host's, as before).
+    /// The network namespace of `pid` when it is not ours (a container); None for ours or when
+    /// either cannot be read (treated as the host's).
     pub fn foreign_netns(&self, pid: i32) -> Option<u64> {
         let own = self.own_net?;
         self.netns(pid).filter(|&ns| ns != own)
@@ -311,10 +308,9 @@ impl ProcTable {
         open
     }
 
-    /// The TCP sockets of `pid`'s namespace `ns`: our own through sock_diag on the kernel's
-    /// procfs (the kernel leaves TIME_WAIT sockets out, thousands under connection churn,
-    /// instead of formatting each as a line of `net/tcp`; the sockets source's recent dump
-    /// unless `fresh`), else, or when that fails, from `net/tcp{,6}` as `pid` sees them.
+    /// The TCP sockets of `pid`'s namespace `ns`: our own through sock_diag, which leaves
+    /// TIME_WAIT out (the sockets source's recent dump unless `fresh`); else, or when that
+    /// fails, `net/tcp{,6}` as `pid` sees them.
     fn read_tcp(&self, pid: i32, ns: Option<u64>, fresh: bool) -> Vec<SocketEntry> {
         if ns.is_some() && ns == self.own_net && self.proc.is_real() {
             let recent = self.recent_dump.as_ref().filter(|_| !fresh);
@@ -540,10 +536,8 @@ fn admit(
     (!line.kernel).then_some(p)
 }
 
-/// Pids whose `stat` lines one deadline item reads: one item per pid made the deadline's
-/// bookkeeping (a message, the blocked-path registry, two paths) cost more than the read.
-/// `stat` does not take the mmap lock, so a blocked chunk is not expected; if one is, its
-/// pids are missing from that pass only.
+/// Pids whose `stat` lines one deadline item reads: per pid, the deadline's bookkeeping cost
+/// more than the read. `stat` takes no mmap lock; a blocked chunk's pids miss that pass only.
 const STAT_CHUNK: usize = 64;
 
 /// The `stat` line of each listed pid, under the table's deadlines; vanished processes and
@@ -594,7 +588,7 @@ fn read_cmdlines(
     let items: Vec<(std::path::PathBuf, i32)> =
         pids.iter().map(|&p| (proc.path(p, "cmdline"), p)).collect();
     let reader = proc.clone();
-    // Denied or vanished: an empty command line, as before the cache.
+    // Denied or vanished: an empty command line.
     let read = move |&pid: &i32| reader.cmdline(pid).unwrap_or_default();
     let out = crate::deadline::map(items, READ_DEADLINE, total, read);
     pids.into_iter()

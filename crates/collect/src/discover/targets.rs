@@ -4,9 +4,10 @@
 
 use super::endpoints::connect_host;
 use super::Builder;
+use crate::model::addr::host_port;
 use crate::model::topology::labels::LABEL_FOUND_BY;
 use crate::model::{Component, Role};
-use crate::sys::addr::{host_port, url_endpoint};
+use crate::sys::addr::url_endpoint;
 use crate::sys::Url;
 
 impl Builder<'_> {

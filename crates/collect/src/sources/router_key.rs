@@ -1,36 +1,21 @@
-//! The API key of a router started with `--api-key`, for its authenticated endpoints.
+//! The API key of a router started with `--api-key`, for its authenticated endpoints (`GET
+//! /workers` answers 401 without it). The key goes back only to the router it came from, and
+//! nowhere else (docs/security.md §15):
 //!
-//! A router started with `--api-key KEY` (the production norm) answers `GET /workers` with 401
-//! unless the request carries `Authorization: Bearer KEY`. wedgewatch already reads every
-//! process's command line and environment, so it can read that key and ask the router with
-//! it. Doing so leaks nothing as long as the key only ever goes back to the router it came
-//! from, and nowhere else:
+//! - it is read from `/proc` (through [`ProcFs`], raw bytes) at scrape time, for one GET, and
+//!   dropped; it never enters the topology, a sample, a snapshot, a recording, a log or the
+//!   TUI;
+//! - [`RouterKey`] has no `Serialize`, `Display` or `Clone`, its `Debug` says `<redacted>`, and
+//!   its bytes (and the cmdline or environ they came from) are overwritten on drop;
+//! - it is sent only to the router's own HTTP URL, built from the router process's own
+//!   listening sockets; a `--url` target never gets one.
 //!
-//! - it is read at scrape time, from `/proc` (through [`ProcFs`], raw bytes), for one GET,
-//!   and dropped right after; it is never put in the topology, a sample, a snapshot, a
-//!   recording, a log or the TUI;
-//! - [`RouterKey`] has no `Serialize`, `Display` or `Clone`, and its `Debug` says
-//!   `<redacted>`, so it cannot end up in an output by accident; its bytes are overwritten when
-//!   it is dropped, and so are those of the whole cmdline or environ it was read from;
-//! - it is sent only to the router's own HTTP URL, which discovery builds from the router
-//!   process's own listening sockets on this host (`docs/security.md` §13); a `--url` target
-//!   (no process, an address given by the user) never gets a key.
-//!
-//! Where the key comes from, first found wins:
-//! 1. `--api-key` on the router's own arguments (its launcher's when setproctitle clobbered
-//!    them: the `args_pid` label), argparse-style (`--api-key K`, `--api-key=K`,
-//!    `--api_key K`, last one wins);
-//! 2. with `--router-key-env NAME`: `NAME` in the router's own environment (`env_pid`);
-//! 3. with `--router-key-env NAME`: `NAME` in wedgewatch's own environment, only for a router
-//!    that asked for it: its own arguments or environment (those of `args_pid`/`env_pid`)
-//!    name `NAME` (`--api-key "$NAME"` in a launcher's arguments, `NAME=` in its
-//!    environment), it runs in wedgewatch's own network namespace (never in a container's),
-//!    and it is owned by root or by the user running wedgewatch. Any local user, and any root
-//!    container, can start a process that looks like a router; the operator's key must not
-//!    be handed to one that never asked for it.
-//!
-//! Every key found is also held by the redactor ([`crate::redact::held`]): a router that
-//! echoes it gets it scrubbed from every output.
+//! First found wins: `--api-key` in the router's own arguments (its launcher's, `args_pid`,
+//! when setproctitle clobbered them); with `--router-key-env NAME`, `NAME` in the router's
+//! environment (`env_pid`); then `NAME` in wedgewatch's own environment, only for a router that
+//! names `NAME` itself, runs in our network namespace and is owned by root or by our user: any
+//! local user or root container can start a look-alike. Every key found is also held by the
+//! redactor ([`crate::redact::held`]), so a router that echoes it gets it scrubbed.
 
 use crate::model::Component;
 use crate::sys::ProcFs;

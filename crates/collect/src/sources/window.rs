@@ -1,12 +1,9 @@
-//! The end of a one-shot collection's window, as seen by a source whose sample is made of
-//! steps (the stacks source's rounds of dumps).
-//!
-//! A one-shot collection (`snapshot`, `check`) cuts every sample still running at its
-//! window's end plus grace, and a cut sample carries nothing. A source that knows when that
-//! will happen stops at a step boundary just before it and delivers the steps it has (two of
-//! three dumps, said so) instead of losing them all. The sampler sets the time around each
-//! sample it takes (a task-local, like a request context's deadline, so the [`Source`] trait
-//! stays one call); the daemon sets none and a source then follows its own budget.
+//! The end of a one-shot collection's window, for a source whose sample is made of steps (the
+//! stacks source's rounds of dumps). A one-shot cuts every sample still running at its window's
+//! end plus grace, and a cut sample carries nothing; a source that knows when stops at a step
+//! just before and delivers what it has. The sampler sets the time around each sample (a
+//! task-local, so [`Source`] stays one call); the daemon sets none and a source follows its own
+//! budget.
 //!
 //! [`Source`]: super::Source
 

@@ -1,14 +1,9 @@
-//! Configuration read from files: the thresholds (`thresholds.rs`: one flat TOML table, split
-//! into the correlator's and the detectors' parts), bounded reading of a configuration
-//! file, range checks, and the one-line form of a TOML error. Probe files are checked by
-//! `probes` with the range helpers here.
-//!
-//! A bottom-layer module: it uses nothing else of the crate but its error type, so the model,
-//! the correlator, the detectors and the probe loader can all read it.
-//!
-//! Serde checks types, not meaning: a negative window or a duration of `i64::MAX` ms parses
-//! fine and then panics deep in time arithmetic or slice bounds (issue 10, item 8). Every
-//! value is checked here at load time instead, and a bad one is reported naming its key.
+//! Configuration read from files: the thresholds (`thresholds.rs`, one flat TOML table split
+//! into the correlator's and the detectors' parts), bounded reading, range checks and the
+//! one-line form of a TOML error (probe files use the range helpers too). It names nothing of
+//! the crate but its error type, so every layer can read it. Serde checks types, not meaning:
+//! every value is range-checked at load, a bad one reported by its key, so no absurd duration
+//! reaches time arithmetic.
 
 pub mod sampling;
 pub mod thresholds;

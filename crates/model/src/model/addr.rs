@@ -4,7 +4,7 @@
 //! prints them) because they are shown and serialized as such; these functions are the only
 //! place that takes such strings apart. They live in the model (the bottom layer) so that
 //! the model's own accessors (`SocketEntry::local_port`, `Component::listen_ports`) and every
-//! layer above use the same splitting; `sys::addr` re-exports them next to the URL endpoint.
+//! layer above use the same splitting.
 
 use std::net::IpAddr;
 

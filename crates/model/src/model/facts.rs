@@ -27,8 +27,7 @@ pub struct ComponentFacts {
     /// one run, see `model::masked`); in redacted snapshots, plain `<redacted>`.
     pub env: BTreeMap<String, String>,
     pub listen: Vec<String>,
-    /// A `version` label, when a source provides one. Absent from the file when unknown, so
-    /// baselines written before it existed and those written now read the same.
+    /// A `version` label, when a source provides one; absent from the file when unknown.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
 }

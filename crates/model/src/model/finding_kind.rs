@@ -126,7 +126,7 @@ impl Hash for FindingKind {
     }
 }
 
-/// `finding.kind == "wedged_request"` keeps reading as before.
+/// `finding.kind == "wedged_request"` compares with the contract's string.
 impl PartialEq<str> for FindingKind {
     fn eq(&self, other: &str) -> bool {
         self.as_str() == other

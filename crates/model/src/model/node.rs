@@ -1,4 +1,4 @@
-//! Which machine a snapshot was taken on, and its clocks at that moment (issue 14): what
+//! Which machine a snapshot was taken on, and its clocks at that moment: what
 //! `merge` namespaces components by and aligns nodes with. Additive fields of
 //! `wedgewatch.snapshot/1` (`node`, `connections`, `fleet`): documents without them stay valid.
 

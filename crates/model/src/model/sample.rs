@@ -320,8 +320,7 @@ pub struct ThreadStack {
     pub state: ThreadState,
     /// Which rule classified it.
     pub rule: Option<String>,
-    /// The frame that rule matched, rendered `function (file:line)`. Absent in recordings
-    /// made before it existed.
+    /// The frame that rule matched, rendered `function (file:line)`; absent when none did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decided_by: Option<String>,
 }

@@ -175,7 +175,7 @@ impl std::hash::Hash for ThreadState {
     }
 }
 
-/// `state == "idle"` keeps reading as before (tests, fixtures).
+/// `state == "idle"` compares with the contract's string.
 impl PartialEq<str> for ThreadState {
     fn eq(&self, other: &str) -> bool {
         self.as_str() == other

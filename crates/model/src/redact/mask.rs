@@ -11,10 +11,6 @@
 use std::hash::Hasher;
 use std::sync::OnceLock;
 
-// Reading stored values (compare, show) is the model's: baselines are compared below
-// every layer that redacts.
-pub use crate::model::masked::{has_mask, same, unmask};
-
 /// A secret key for masks. Deliberately neither `Debug` nor `Serialize`.
 pub struct MaskKey {
     k0: u64,
@@ -63,6 +59,7 @@ impl MaskKey {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::masked::{has_mask, same, unmask};
 
     #[test]
     fn equal_values_equal_masks_other_keys_other_masks() {

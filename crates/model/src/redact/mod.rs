@@ -1,21 +1,14 @@
 //! Redaction: the one pass every output goes through (snapshot, bundle `raw/`, report,
-//! recording, baselines, replay, export, TUI, logs).
+//! recording, baselines, replay, export, TUI, logs). Names stay visible; values become
+//! `<redacted>` when they are secret by name ([`names`]: `HF_TOKEN`, `--api-key`), by structure
+//! ([`structure`]: URL userinfo, secret query parameters, `k=v`, YAML and JSON pairs,
+//! `Authorization`, `Bearer`, `Basic`) or by shape ([`shapes`]: `hf_`, `sk-`, `ghp_`, `AKIA`,
+//! JWTs, PEM).
 //!
-//! Names stay visible; values become `<redacted>` when they are secret
-//! - by name ([`names`]): an env variable, option, label or JSON key such as `HF_TOKEN`,
-//!   `--api-key`, `DB_PASS`;
-//! - by structure ([`structure`]): URL userinfo, secret query parameters, `k=v`, YAML and
-//!   JSON pairs under secret keys, `Authorization` headers, `Bearer` tokens and `Basic`
-//!   credentials anywhere;
-//! - by shape ([`shapes`]): vendor token formats (`hf_`, `sk-`, `ghp_`, `AKIA`, JWTs, PEM).
-//!
-//! A [`Redactor`] is built per output. It remembers every secret value it removed and then
-//! removes later occurrences of those values anywhere in the same output ([`scrubber`]),
-//! so a secret echoed in a stack, a thread name or a metrics label does not leak either.
-//! Every redactor also starts out knowing the secret values wedgewatch itself holds
-//! ([`held`]: router keys from its own environment or read for a request).
-//! Control characters are neutralised separately ([`control`]); masks for baselines live
-//! in [`mask`].
+//! A [`Redactor`] is built per output and scrubs every secret value it removed from the rest of
+//! that output ([`scrubber`]), so an echo in a stack, a thread name or a label does not leak;
+//! it starts out knowing the secrets wedgewatch holds itself ([`held`]). Control characters:
+//! [`control`]; baseline masks: [`mask`].
 
 pub mod control;
 pub mod held;

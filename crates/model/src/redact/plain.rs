@@ -1,17 +1,9 @@
-//! Values that no structure or shape rule can match, told by their bytes alone: the
-//! addresses, ids and times wedgewatch formats itself, which make up most of a big node's
-//! snapshot (tens of thousands of `127.0.0.1:59714`, `x10773`, `r17@decode`,
-//! `2026-12-02T14:28:14.109Z`). They skip the rules' regular expressions; they are still
-//! scrubbed of every secret learned elsewhere.
-//!
-//! Why no rule can match them ([`super::structure`], [`super::shapes`]):
-//! - URL userinfo needs `/`; a `key=value` needs `=`, a quote, or `:` followed by a blank;
-//!   a `--flag value`, `Bearer token` and `Basic base64` need a blank;
-//! - every vendor shape needs `_`, an upper-case letter, or a lower-case one next to `-`
-//!   (`sk-`, `glpat-`, `xox?-`; PEM's `-----BEGIN`).
-//!
-//! So: lower-case letters, digits and `.:@[]%` (addresses, ids, component names); or digits
-//! with `-:.+TZ` and no other letter (RFC 3339 times).
+//! Values no structure or shape rule can match, told by their bytes: the addresses, ids and
+//! times wedgewatch formats itself, most of a big node's snapshot. They skip the rules' regexes
+//! and are still scrubbed of every learned secret. No rule can match them
+//! ([`super::structure`], [`super::shapes`]): those need `/`, `=`, a quote, `:` before a blank,
+//! a blank, `_`, an upper-case letter, or a lower-case one next to `-`. So: lower-case letters,
+//! digits and `.:@[]%`; or digits with `-:.+TZ` and no other letter (RFC 3339 times).
 
 /// Whether `s` is made only of bytes that no structure or shape rule can match.
 pub fn cannot_reveal(s: &str) -> bool {

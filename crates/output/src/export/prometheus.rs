@@ -1,20 +1,13 @@
-//! The daemon's state in the Prometheus text exposition format (version 0.0.4), for
-//! `wedgewatch daemon --metrics-listen ADDR` (the listener is `daemon::metrics`).
+//! The daemon's state in the Prometheus text exposition format (0.0.4), for `--metrics-listen`
+//! (the listener is `daemon::metrics`; names and families in docs/fleet.md "Exporter"). It
+//! renders an [`Evaluation`] (one detector pass, built by the daemon, never per scrape) and the
+//! sampler's [`SourceHealth`].
 //!
-//! Two inputs, both already in the daemon: an [`Evaluation`] (what one detector pass saw:
-//! open findings, stuck requests, request verdicts, components; built every
-//! `log_every_ms` by the daemon's watch task, never per scrape) and the sampler's per-source
-//! [`SourceHealth`], read at the scrape. Rendering is a walk over a few small maps.
-//!
-//! Label values are host text (component ids carry addresses): each goes through the same
-//! [`Redactor`] as a snapshot (taught every process's secrets), then has its control
-//! characters neutralised, is cut to [`MAX_LABEL`] bytes, and is escaped per the format.
-//! Metric names and families: `docs/fleet.md`, "Exporter".
-//!
-//! Families labelled by component ids are capped at [`MAX_SERIES`] series each: the ids come
-//! from the host, and a host that starts look-alikes must not grow the scraper's series
-//! without bound. What does not fit is summed into one overflow series per family (its
-//! free-text labels read [`OVERFLOW`]) and counted in `wedgewatch_series_overflow`.
+//! Label values are host text: each is redacted like a snapshot's ([`Redactor`]), its control
+//! characters neutralised, cut to [`MAX_LABEL`] bytes and escaped. Families labelled by
+//! component ids hold at most [`MAX_SERIES`] series (a host that starts look-alikes must not
+//! grow the scraper's series); the rest is summed into one overflow series ([`OVERFLOW`]) and
+//! counted in `wedgewatch_series_overflow`.
 
 use crate::clock::Millis;
 use crate::correlate::View;

@@ -67,7 +67,7 @@ fn strip_path(msg: &str, path: &str) -> String {
         .unwrap_or_else(|| msg.to_string())
 }
 
-/// A name for a node from its source when its snapshot does not say (older snapshots):
+/// A name for a node from its source when its snapshot names none:
 /// the file's or directory's name without extension, reduced to name characters.
 pub fn name_from_source(source: &str) -> String {
     let p = Path::new(source);

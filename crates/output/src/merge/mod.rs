@@ -1,4 +1,4 @@
-//! `wedgewatch merge`: one snapshot of several nodes (issue 14).
+//! `wedgewatch merge`: one snapshot of several nodes.
 //!
 //! One idea per file: [`load`] reads the inputs, [`screen`] says which cannot be merged,
 //! [`namespace`] prefixes every id with its node, [`links`] joins hops across nodes by TCP

@@ -21,11 +21,6 @@ pub struct Baseline {
     pub known_good: bool,
 }
 
-/// Env names whose values are never stored in clear.
-pub fn is_secret_name(name: &str) -> bool {
-    crate::redact::is_secret_name(name)
-}
-
 impl Baseline {
     /// Takes the facts of every component's main process from the latest process facts.
     /// Components whose main process has no facts yet are left out (taken next time).
@@ -116,7 +111,7 @@ fn facts_of(c: &crate::model::Component, procs: &[ProcessFacts]) -> Option<Compo
 mod tests {
     use super::*;
 
-    /// A baseline line as versions before `ComponentFacts` wrote it (`BaselineComponent`).
+    /// A baseline line without a `version`.
     const WRITTEN_BEFORE: &str = r#"{"t_ms":1795963857073,"reason":"start","components":[{"id":"decode@127.0.0.1:2","role":"decode","stack":"sglang","main_pid":7,"identity":"7:100","started_at_ms":1795963850000,"exe":"/usr/bin/python3","cmdline":["python","-m","sglang.launch_server","--api-key","<redacted:0000abcd:0123456789abcdef>"],"env":{"HF_TOKEN":"<redacted:0000abcd:0123456789abcdef>","PATH":"/bin"},"listen":["127.0.0.1:2"]}]}"#;
 
     #[test]

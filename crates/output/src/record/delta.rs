@@ -15,9 +15,8 @@ use crate::model::Sample;
 use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, BTreeSet};
 
-/// Sets and maps of a delta's element keys, used for membership only (never iterated):
-/// a socket table's keys are ~1,600 strings sharing a long prefix (`s|127.0.0.1:PORT|...`),
-/// which a tree compares byte by byte at every level.
+/// Sets and maps of a delta's element keys, for membership only (never iterated): a socket
+/// table's keys share a long prefix, which a tree compares byte by byte at every level.
 type KeySet<'a> = std::collections::HashSet<&'a String, foldhash::fast::RandomState>;
 type KeyIndex<'a, V> = std::collections::HashMap<&'a String, V, foldhash::fast::RandomState>;
 
@@ -197,9 +196,8 @@ fn keyed_order(ka: &[String], kb: &[String]) -> Option<(&'static str, Value)> {
     }
 }
 
-/// The patch saying "no change". It must fit the data's shape: `{"$p":{}}` alone (what
-/// writers used to write) does not apply to a list, so every unchanged sample of a source
-/// whose data is a list (processes or metrics of an idle host) was lost on replay.
+/// The patch saying "no change", fitting the data's shape: `{"$p":{}}` alone does not apply to
+/// a list.
 fn unchanged(state: &Value) -> Value {
     match state {
         Value::Object(_) => json!({ "$p": {} }),

@@ -1,16 +1,9 @@
-//! Gzip framing of recording files.
-//!
-//! Records are JSON lines whose neighbours share most of their keys and values, so one
-//! deflate stream across records shrinks a recording about tenfold where compressing each
-//! line alone only halves it. To keep the crash tolerance of plain lines:
-//! - every record is followed by a sync flush, so all whole records are on disk (and
-//!   readable by a concurrent reader) the moment `write` returns; a crash tears at most the
-//!   record being written;
-//! - a new gzip member starts every [`MEMBER_BYTES`] of input, each with a header naming
-//!   `wwrec`, so damage in the middle of a file loses one member, not the rest: the reader
-//!   resynchronises on the next member header.
-//!
-//! Reading is in [`super::inflate`].
+//! Gzip framing of recording files: one deflate stream across records (neighbours share most
+//! keys and values), with the crash tolerance of plain lines:
+//! - every record is followed by a sync flush, so whole records are on disk and readable the
+//!   moment `write` returns; a crash tears at most the one being written;
+//! - a new gzip member, its header naming `wwrec`, starts every [`MEMBER_BYTES`] of input, so
+//!   damage loses one member and the reader resynchronises on the next ([`super::inflate`]).
 
 use flate2::write::GzEncoder;
 use flate2::{Compression, GzBuilder};

@@ -1,17 +1,9 @@
-//! Reading gzip-framed recordings (see [`super::gz`] for the framing), streaming.
-//!
-//! Decodes consecutive gzip members; on damage, skips to the next member and yields a line
-//! break there, so the damaged member's partial line stays a line of its own (it fails its
-//! checksum and is counted as skipped) and the next member's lines are whole.
-//!
-//! Memory is bounded whatever the input: compressed bytes are held in a window of about
-//! two [`CHUNK`]s, and every byte is scanned for a member header and for a sync point once
-//! (recordings come from strangers: a reader that rescanned on every read was quadratic).
-//!
-//! Inflates with `Decompress` directly, one sync-flushed record at a time, rather than with
-//! `GzDecoder`: on a corrupt or torn stream the decoder's `read` reports the error and drops
-//! whatever that call had already inflated (with a large buffer, every record before the
-//! damage).
+//! Reading gzip-framed recordings ([`super::gz`]), streaming. On damage it skips to the next
+//! member and yields a line break there, so the damaged partial line fails its checksum alone
+//! and the next member's lines are whole. Memory is bounded: compressed bytes are held in a
+//! window of about two [`CHUNK`]s, every byte scanned once (recordings come from strangers).
+//! `Decompress` directly, one sync-flushed record at a time: `GzDecoder`'s `read` drops what it
+//! had inflated when it meets the damage.
 
 use super::gz::{MAGIC, NAME};
 use flate2::{Decompress, FlushDecompress, Status};
@@ -242,10 +234,9 @@ impl<R: Read> Members<R> {
                     return Ok(Some(written).filter(|n| *n > 0));
                 }
                 Ok(_) if consumed == 0 && written == 0 => {
-                    // Input used up mid-member: read on, or it is torn (a crash, or still
-                    // being written) and the next member (if any) takes over.
-                    // (An inflater that takes nothing from a window this large never will:
-                    // give up rather than buffer on.)
+                    // Input used up mid-member: read on, or it is torn (a crash, still being
+                    // written) and the next member takes over; an inflater that takes nothing
+                    // from a window this large never will.
                     let stalled = self.buf.len() - self.pos > 4 * CHUNK;
                     if self.next_hdr.is_some() || fed_all || stalled {
                         self.abandon_member();

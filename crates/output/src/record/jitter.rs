@@ -1,13 +1,9 @@
-//! Time fields that moved by a clock tick, put back (what a recording writes per sample).
-//!
-//! A socket's "ms since last data" (`tcp_info`) is counted by the kernel in jiffies; the
-//! recording stores it as an absolute time (`delta.rs`) so that an idle connection is the
-//! same from one sample to the next. It is not quite: the sample's own clock and the
-//! kernel's tick are not in step, and the absolute time moves by up to one tick (4 ms at
-//! HZ=250, 10 ms at HZ=100) although nothing happened. On a big node that rewrote a third of
-//! all socket updates in every sample. A time within [`TICK_MS`] of the same field of the
-//! same element in the previous sample is written as that sample's, so only real moves are
-//! written; what the correlator makes of it differs by at most a tick.
+//! Time fields that moved by a clock tick, put back. A socket's "ms since last data" is stored
+//! as an absolute time (`delta.rs`) so an idle connection stays the same, but the sample's
+//! clock and the kernel's tick are not in step, so it moves by up to a tick with nothing
+//! happening. A time within [`TICK_MS`] of the same field of the same element in the previous
+//! sample is written as that sample's: only real moves are written, and the correlator's
+//! reading differs by at most a tick.
 
 use serde_json::Value;
 use std::collections::BTreeMap;

@@ -27,8 +27,7 @@ mod replay;
 mod to_file;
 mod writer;
 
-pub use crate::model::ComponentFacts;
-pub use baseline::{is_secret_name, Baseline};
+pub use baseline::Baseline;
 pub use delta::{apply_json, diff_json, DeltaState, KEYFRAME_EVERY};
 pub use excerpt::{write_excerpt, Excerpt};
 pub use read::{
@@ -55,17 +54,16 @@ pub enum Record {
         /// The recorder's pid: its own metrics scrapes are not requests.
         pid: i32,
         tool: String,
-        /// Added (issue 14): the node recorded, with its clocks when this segment began
+        /// The node recorded, with its clocks when this segment began
         /// (machine-id hashed, as in a redacted snapshot); absent in older recordings.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         node: Option<crate::model::NodeIdentity>,
     },
     Sample {
         sample: Sample,
-        /// The recording's cadence for this kind when it was written (added with the calm
-        /// cadence, issue 15): at most one sample per this many ms, so what happened between
-        /// two of them (a connection opened and closed) is not in the recording. Absent: every
-        /// sample, or a writer that did not say.
+        /// The recording's cadence for this kind when it was written: at most one sample
+        /// per this many ms, so what happened between two (a connection opened and closed)
+        /// is not recorded. Absent: every sample, or a writer that did not say.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         every_ms: Option<i64>,
     },

@@ -1,16 +1,9 @@
-//! Response progress, thinned (what a recording writes per sample: issue 15, the recording
-//! under 200 streams).
-//!
-//! On a big node under load nearly every stack socket carries a streaming response, and its
-//! counters move in every sample: written at 1 Hz, those updates were most of the
-//! recording. What replay needs of them is that the response is still moving, long before a
-//! stall counts (`stall_after_ms`, 30 s). So a socket whose only news is more of its
-//! response (bytes acked or sent, the "ms since" times) is written again at most every
-//! [`PROGRESS_EVERY_MS`]; in between the sample carries the values last written (their
-//! times kept absolute). Written at once: a new socket, a change of state, owner or inode,
-//! new request bytes (a new request on a kept-alive connection), and the response's first
-//! bytes beyond headers (`HEADERS_ONLY_MAX_BYTES`), which decide "answered" and "headers
-//! only". A socket that went quiet is unchanged anyway.
+//! Response progress, thinned: a streaming socket's counters move in every sample, but replay
+//! needs only that the response still moves, long before a stall counts. So a socket whose only
+//! news is more of its response (bytes acked or sent, "ms since" times) is written again at
+//! most every [`PROGRESS_EVERY_MS`], the sample carrying the values last written in between.
+//! Written at once: a new socket, a change of state, owner or inode, new request bytes, and the
+//! response's first bytes beyond headers (`HEADERS_ONLY_MAX_BYTES`: they decide "answered").
 
 use crate::clock::Millis;
 use crate::correlate::HEADERS_ONLY_MAX_BYTES;
@@ -66,10 +59,8 @@ impl Progress {
     }
 }
 
-/// Whether `new` is `old` again, but for its "ms since" times: no byte moved, so no data
-/// time did either. (They do move by more than a tick: the kernel counts them when the dump
-/// reaches the socket, the sample is stamped before a dump that takes 50-500 ms on a busy
-/// node.)
+/// Whether `new` is `old` again but for its "ms since" times (which move by more than a tick:
+/// the dump reaches the socket after the sample is stamped): no byte moved.
 fn nothing_moved(old: &SocketEntry, new: &SocketEntry) -> bool {
     let bytes = |i: &TcpInfo| (i.bytes_acked, i.bytes_received, i.bytes_sent);
     match (old.tcp_info, new.tcp_info) {

@@ -8,9 +8,7 @@ use super::inflate::{self, MemberStats, Members};
 use super::{decode, DeltaState, Record};
 use std::io::{self, BufRead, BufReader, Chain, Cursor, Read};
 
-/// Generous for real records: the largest seen on a loaded lab is under 100 KiB; a big
-/// stack (thousands of connections, hundreds of processes with their environments, deep
-/// stack dumps of every thread) stays in the low tens of MiB.
+/// Generous for real records (a big stack's stays in the low tens of MiB).
 pub const DEFAULT_MAX_LINE_BYTES: usize = 64 << 20;
 /// The longest first line looked at for a header record.
 const HEADER_LINE_MAX: usize = 64 << 10;
@@ -20,9 +18,9 @@ const SNIFF_BYTES: u64 = 4096;
 /// deflate window, so a failing call never keeps decoded bytes back).
 const READ_BUF: usize = 64 << 10;
 
-/// Real records hold 8 to 17 bytes per JSON value (sockets the densest); a line of tiny
-/// values (`[0,0,...]`) decodes to some 200 bytes of heap per value, so the value count,
-/// not the length, bounds what a hostile line costs: about 400 MiB at this default.
+/// A line of tiny values (`[0,0,...]`) decodes to some 200 bytes of heap per value, so the
+/// value count, not the length, bounds what a hostile line costs (about 400 MiB at this
+/// default).
 pub const DEFAULT_MAX_LINE_VALUES: usize = 2 << 20;
 
 /// Bounds on what the reader holds in memory.

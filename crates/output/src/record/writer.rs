@@ -57,9 +57,8 @@ pub struct RecordingWriter {
     last_written: BTreeMap<crate::model::SourceKind, Millis>,
     /// Whether the recorder suspects anything now (see [`RecordingWriter::set_alert`]).
     alert: bool,
-    /// Recordings travel (an incident recorded on one box is studied on another): every
-    /// record passes through one redactor for the whole run, so a secret learned in one
-    /// sample is scrubbed from every later one.
+    /// Recordings travel: every record passes through one redactor for the whole run, so a
+    /// secret learned in one sample is scrubbed from every later one.
     redactor: crate::redact::Redactor,
     /// What to keep and how often: see [`RecordPolicy`].
     pub policy: RecordPolicy,
@@ -68,14 +67,12 @@ pub struct RecordingWriter {
 /// What a recording keeps (the live model still gets every sample).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RecordPolicy {
-    /// Write at most one sample of a kind per this many ms (0: all). Sockets and GPU are
-    /// sampled at 4 Hz for the live view; 1 Hz is plenty to replay a wedge.
+    /// Write at most one sample of a kind per this many ms (0: all): sampled fast for the live
+    /// view, a wedge replays at 1 Hz.
     pub min_interval_ms: BTreeMap<crate::model::SourceKind, i64>,
-    /// The same while the recorder is calm (nothing suspected, [`RecordingWriter::set_alert`]):
-    /// on a big node under churn the socket table at 1 Hz was nearly all of the recording,
-    /// most of it connections opened and closed within a few seconds that nothing was wrong
-    /// with. A wedge is suspected long before it counts (a third of the threshold), and from
-    /// then on the table is written at `min_interval_ms` again.
+    /// The same while calm (nothing suspected, [`RecordingWriter::set_alert`]): a calm stretch
+    /// is kept for its state, not for every short connection. A wedge is suspected at a third
+    /// of its threshold, and from then on `min_interval_ms` holds.
     #[serde(default = "calm_intervals")]
     pub calm_interval_ms: BTreeMap<crate::model::SourceKind, i64>,
     /// Keep every raw Prometheus series; otherwise only the ones the correlator reads raw
@@ -96,12 +93,8 @@ fn yes() -> bool {
     true
 }
 
-/// Sockets every 10 s while calm, a third of the wedge threshold: a calm stretch is kept for
-/// its state (what was open, how the node looked), not for every short request (at 5 s the
-/// big lab's recording still grew 14 MiB/h, issue 15's goal is 10; docs/performance.md).
-/// Metrics and GPU readings every 5 s while calm: taken every second (a queue not draining,
-/// a GPU idle under load are read live from them), recorded every second they were the
-/// recorder's most frequent work on a calm big node.
+/// Sockets every 10 s while calm (a third of the wedge threshold); metrics and GPU readings
+/// every 5 s (read live every second, they need not be recorded as often).
 fn calm_intervals() -> BTreeMap<crate::model::SourceKind, i64> {
     use crate::model::SourceKind;
     [
@@ -187,12 +180,10 @@ pub fn trim_sockets(
     out
 }
 
-/// A socket as a recording keeps it: what replay reads (addresses, state, owner,
-/// namespace, inode, and of `tcp_info` the byte counters and "ms since" times), the rest
-/// zeroed: queue lengths, uid, rtt, retransmits and unacked are read by nothing downstream
-/// and change on busy sockets in every sample, and `bytes_sent` only counts while nothing is
-/// acked (the correlator's fallback), so it is kept only then. On a big node under churn
-/// these were a fifth of the recording's socket updates.
+/// A socket as a recording keeps it: what replay reads (addresses, state, owner, namespace,
+/// inode, and of `tcp_info` the byte counters and "ms since" times); the rest, which nothing
+/// downstream reads and which changes in every sample, zeroed. `bytes_sent` is kept only while
+/// nothing is acked (the correlator's fallback).
 fn replayed_fields(e: &crate::model::SocketEntry) -> crate::model::SocketEntry {
     let tcp_info = e.tcp_info.map(|t| crate::model::TcpInfo {
         bytes_acked: t.bytes_acked,
@@ -468,11 +459,9 @@ impl RecordingWriter {
         self.bytes
     }
 
-    /// The sample as it may leave. A socket table's entries are the kernel's binary records
-    /// formatted by us (addresses, ports, numbers, states: no text any process chose), so
-    /// only its free text (notes, the status's reason) is redacted; every other payload
-    /// goes through the redactor's JSON walk. On a big node's table the walk was a tenth
-    /// of the daemon's work, for nothing.
+    /// The sample as it may leave. A socket table is the kernel's binary records formatted by
+    /// us (no text any process chose), so only its free text (notes, the status's reason) is
+    /// redacted; every other payload goes through the redactor's JSON walk.
     fn redacted(&mut self, s: Cow<'_, Sample>) -> Option<Sample> {
         if !matches!(s.payload, Payload::Sockets(_)) {
             return self.redactor.redact_typed(s.as_ref());

@@ -1,8 +1,6 @@
-//! Addresses as text: the endpoint of a URL read with the one URL type ([`url::Url`]), and,
-//! re-exported from [`crate::model::addr`] (the model needs them too and sits below `sys`),
-//! the one `host:port` splitter and the one `ip:port` formatter.
+//! The endpoint of a URL read with the one URL type ([`url::Url`]). The one `host:port`
+//! splitter and `ip:port` formatter are [`crate::model::addr`]'s (the model needs them too).
 
-pub use crate::model::addr::{fmt_addr, host_port, parse_socket_addr, port_of, split_host_port};
 use url::{Host, Url};
 
 /// The host (IPv6 without brackets) and port (the scheme's default when absent) a URL

@@ -1,23 +1,17 @@
-//! The container a process runs in, named from its cgroup (`/proc/PID/cgroup`).
+//! The container a process runs in, named from its cgroup (`/proc/PID/cgroup`): an on-call
+//! engineer knows the stack by its containers, not by namespace inodes. Runtimes name a
+//! container's cgroup after its id (cgroup v1 `N:controllers:/path`, v2 `0::/path`):
 //!
-//! An on-call engineer knows the stack by its containers (`docker ps`, `kubectl get pods`),
-//! not by namespace inodes, so components in a container carry its name. Container runtimes
-//! name a container's cgroup after its id, in a few well-known layouts (cgroup v1 lines
-//! `N:controllers:/path`, cgroup v2 `0::/path`):
+//!  runtime | cgroupfs driver | systemd driver |
+//!  --- | --- | --- |
+//!  docker | `/docker/<id>` | `/system.slice/docker-<id>.scope` |
+//!  kubernetes (containerd, cri-o, docker) | `/kubepods/<qos>/pod<uid>/<id>` | `/kubepods.slice/kubepods-<qos>.slice/kubepods-<qos>-pod<uid_>.slice/cri-containerd-<id>.scope` (`crio-<id>.scope`, `docker-<id>.scope`) |
+//!  podman | `/libpod_parent/libpod-<id>` | `/machine.slice/libpod-<id>.scope` (rootless: under `user@UID.service`) |
 //!
-//! | runtime | cgroupfs driver | systemd driver |
-//! | --- | --- | --- |
-//! | docker | `/docker/<id>` | `/system.slice/docker-<id>.scope` |
-//! | kubernetes (containerd, cri-o, docker) | `/kubepods/<qos>/pod<uid>/<id>` | `/kubepods.slice/kubepods-<qos>.slice/kubepods-<qos>-pod<uid_>.slice/cri-containerd-<id>.scope` (`crio-<id>.scope`, `docker-<id>.scope`) |
-//! | podman | `/libpod_parent/libpod-<id>` | `/machine.slice/libpod-<id>.scope` (rootless: under `user@UID.service`) |
-//!
-//! Anything else under a systemd unit is named by the unit (`systemd sglang.service`).
-//!
-//! The cgroup path is not proof: with a delegated subtree (rootless podman, systemd user
-//! services) a user can create a cgroup named like a docker scope. The name is a label for
-//! humans, never used to decide what to scrape; it is built only from hex ids, pod uids and
-//! unit names of a safe character set, bounded in length, so it cannot smuggle control
-//! characters or a novel into an output.
+//! Anything else under a systemd unit is named by the unit. A path is no proof (a delegated
+//! subtree can imitate a docker scope): the name is a label for humans, never used to decide
+//! what to scrape, and built only from hex ids, pod uids and unit names of a safe character
+//! set, bounded.
 
 use super::{CgroupEntry, ProcFs};
 
@@ -218,13 +212,10 @@ mod tests {
         parse_file(text).map(|p| p.name())
     }
 
-    // Lines in the formats real hosts produce. Sources: Docker cgroupfs and systemd-driver
-    // lines as in neuvector/neuvector share/system/cgroup_test.go and the Datadog container
-    // tagging examples in opentelemetry-java-instrumentation's ContainerInfoTest.groovy
-    // (cgroup v1, kubepods cgroupfs `pod<uid>/<id>`); the Kubernetes systemd cgroup driver
-    // layout (`kubepods-<qos>-pod<uid_>.slice/cri-containerd-<id>.scope`, kubelet
-    // pkg/kubelet/cm/cgroup_manager_linux.go); cri-o `crio-<id>.scope`; podman
-    // `machine.slice/libpod-<id>.scope` and rootless `user@1000.service/.../libpod-<id>.scope`.
+    // Lines in the formats real hosts produce: docker (cgroupfs and systemd drivers), kubepods
+    // (cgroupfs `pod<uid>/<id>`, systemd
+    // `kubepods-<qos>-pod<uid_>.slice/cri-containerd-<id>.scope`, kubelet's
+    // cgroup_manager_linux.go), cri-o, podman and rootless podman.
 
     #[test]
     fn docker_cgroupfs_and_systemd_driver() {

@@ -1,23 +1,7 @@
-//! The OS-access layer: everything wedgewatch asks of the kernel and the network, above
-//! `model` and below `sources`.
-//!
-//! - [`ProcFs`] (`proc_fs`): every `/proc` read, with a configurable root (fixture trees in
-//!   tests), bounded and without following links (built on [`crate::safe_fs`]);
-//!   `proc_net` parses its `net/tcp{,6}` tables;
-//! - [`sock_diag`]: the [`SockDiag`] trait, its netlink implementation (per network
-//!   namespace) and a fake for tests;
-//! - [`http`]: the one HTTP client (timed, size-capped GET; connections may be made by a
-//!   supplied connector);
-//! - [`cgroup`]: the container a process runs in, named from its cgroups;
-//! - [`exec`]: whether a path is a program we could run (py-spy);
-//! - [`node`]: which node this is (hostname, machine-id, boot-id, addresses) and its clocks;
-//! - [`netns`]: connections opened inside another process's network namespace (a
-//!   container's), as a [`http::Connector`];
-//! - [`alloc`]: the binary's allocator (jemalloc) and its options (the daemon's CPU and RSS);
-//! - [`addr`]: the one `host:port` splitter and the endpoint of a [`Url`] (the one URL type,
-//!   from the `url` crate).
-//!
-//! Nothing here knows a component, a profile or a finding.
+//! The OS-access layer: everything wedgewatch asks of the kernel and the network. `/proc`
+//! ([`ProcFs`], any root, bounded, no links followed), [`sock_diag`], the one [`http`] client,
+//! [`cgroup`] names, [`exec`], [`node`] identity and clocks, [`netns`] connections, [`addr`] (a
+//! [`Url`]'s endpoint). Nothing here knows a component, a profile or a finding.
 
 pub mod addr;
 pub mod cgroup;

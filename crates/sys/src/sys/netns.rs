@@ -1,24 +1,14 @@
-//! TCP connections made inside another process's network namespace.
+//! TCP connections made inside another process's network namespace (a container's
+//! `127.0.0.1:30000` is not the host's; docs/security.md §13a).
 //!
-//! A stack in a container (a pod: its own network and PID namespace) listens on *its*
-//! `127.0.0.1:30000`; the host's `127.0.0.1:30000` is someone else, or nobody. Discovery reads
-//! the listening sockets of the process's own namespace (`/proc/PID/net/tcp`), so the address
-//! is right but only means something in there. A socket belongs to the namespace of the
-//! thread that created it, for its whole life, so the connection is opened on a dedicated
-//! short-lived thread that has entered the target's namespace with `setns(2)`, and the
-//! connected socket is handed back to the one HTTP client ([`crate::sys::http`], through its
-//! [`Connector`] seam): the request and the read run on the normal code path.
+//! A socket belongs for life to the namespace of the thread that created it, so each connection
+//! is opened on a fresh short-lived thread of our own that `setns(2)`s into the target's
+//! namespace, connects and exits; the connected socket goes back to the one HTTP client
+//! ([`crate::sys::http`], its [`Connector`] seam). Never a pooled thread: `setns` changes the
+//! calling thread only, and a reused one would carry the foreign namespace into its next work.
 //!
-//! Why a fresh `std::thread` of our own per connection and never a pooled one (tokio's
-//! blocking pool, the runtime's workers, the main thread), whatever thread the client runs
-//! its connector on: `setns` changes the namespace of the calling thread only, and a reused
-//! thread would keep the foreign namespace for whatever work it picks up next (a `/workers`
-//! GET to the host's router, a `sock_diag` dump, a DNS lookup). Ours does nothing but open the
-//! namespace file, `setns`, connect, and exit, taking the namespace with it.
-//!
-//! The namespace is named by the pid discovery saw *and* the inode of its `ns/net` then: the
-//! file is opened and its inode checked on that same open descriptor before `setns`, so a pid
-//! reused by a process in another namespace is never followed there.
+//! The namespace is named by the pid discovery saw and the inode of its `ns/net`: the inode is
+//! checked on the very descriptor entered, so a reused pid is never followed elsewhere.
 
 use crate::sys::http::{Connector, Resolver};
 use crate::sys::ProcFs;
@@ -74,11 +64,9 @@ pub fn own_inode() -> io::Result<u64> {
     std::fs::metadata("/proc/self/ns/net").map(|m| m.ino())
 }
 
-/// The namespace file of `ns`, checked to still be namespace `ns.inode` on the descriptor
-/// that will be entered (no window between check and use). When that pid is gone or now
-/// elsewhere (an engine restarted inside its pod, until the next discovery), another process
-/// still in namespace `ns.inode` leads to it: the namespace is the same object whoever's file
-/// names it, and the inode is checked on the descriptor entered all the same.
+/// The namespace file of `ns`, checked to still be namespace `ns.inode` on the descriptor that
+/// will be entered. When that pid is gone or elsewhere, another process still in the namespace
+/// leads to it (the inode is checked all the same).
 fn open_checked(ns: Netns) -> Result<File, NetnsError> {
     match open_pid(ns) {
         Ok(f) => Ok(f),

@@ -1,13 +1,12 @@
 //! [`ProcFs`]: every read of `/proc`, or of a fixture tree standing in for it.
 //!
-//! Discovery, the processes source, the sockets source and the doctor read the process
-//! table, cmdline, environ, stat, status, comm, threads, cgroups, namespace links, fd ->
-//! socket-inode links and the `net/tcp{,6}` tables through one value with a configurable
-//! root, so a test can point all of them at a tree in a tempdir. Files are read with [`safe_fs::read_capped`]: never
-//! through a link at the last component and never more than a cap (a process's environment
-//! is written by whoever started it). These reads are blocking and some of them (cmdline,
-//! environ) block for as long as the target holds its mmap lock: callers run them under a
-//! deadline ([`crate::deadline`]), as before.
+//! Discovery, the sources and the doctor read the process table, cmdline, environ, stat,
+//! status, comm, threads, cgroups, namespace links, fd -> socket-inode links and `net/tcp{,6}`
+//! through one value with a configurable root, so a test can point them all at a tempdir. Files
+//! are read with [`safe_fs::read_capped`]: never through a link at the last component, never
+//! more than a cap (a process's environment is written by whoever started it). Some reads
+//! (cmdline, environ) block while the target holds its mmap lock: callers run them under a
+//! deadline ([`crate::deadline`]).
 
 use super::proc_net;
 use crate::model::{SocketEntry, ThreadInfo};
@@ -162,12 +161,11 @@ impl ProcFs {
         Ok(pids)
     }
 
-    /// The numeric entries of the root with their inode numbers (`d_ino`), sorted by pid:
-    /// one pass of getdents, no allocation per entry. On the kernel's procfs a pid's
-    /// directory gets a new inode number when a new process takes the pid (the old one's
-    /// dentries are flushed when it is reaped), so an unchanged (pid, inode) is a cheap sign
-    /// of the same process; not a proof (an evicted dentry comes back with a new number,
-    /// which only costs a `stat` read).
+    /// The numeric entries of the root with their inode numbers (`d_ino`), sorted by pid: one
+    /// pass of getdents, no allocation per entry. A pid's directory gets a new inode when a new
+    /// process takes the pid, so an unchanged (pid, inode) is a cheap sign of the same process;
+    /// not a proof (an evicted dentry comes back with a new number, which costs one `stat`
+    /// read).
     pub fn pid_entries(&self) -> Result<Vec<PidEntry>> {
         let err = |e: nix::errno::Errno| ProcFsError::from_io(&self.root, e.into());
         let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
@@ -186,9 +184,8 @@ impl ProcFs {
         Ok(out)
     }
 
-    /// Whether the root can be listed: opened as a directory, nothing read. A cheap "is
-    /// procfs there" for a source's status (listing every pid for it grew with the host's
-    /// processes).
+    /// Whether the root can be listed: opened as a directory, nothing read (a source's "is
+    /// procfs there", which must not grow with the host's processes).
     pub fn readable(&self) -> Result<()> {
         std::fs::read_dir(&self.root)
             .map(|_| ())
@@ -238,11 +235,8 @@ impl ProcFs {
             .collect())
     }
 
-    /// `comm` (what setproctitle also rewrites), without the newline.
-    /// A kernel seq file (`net/tcp`) read into a buffer allocated up front: each `read` of
-    /// one restarts the kernel's walk of its table at the last position, so the small probe
-    /// reads `read_to_end` makes into a full buffer each cost a walk (of the whole
-    /// established hash, for the last one) for nothing.
+    /// A kernel seq file (`net/tcp`) read into a buffer allocated up front: each `read`
+    /// restarts the kernel's walk of its table, so small probe reads would each cost a walk.
     fn read_seq_text(&self, path: &Path, cap: usize) -> Result<String> {
         use std::io::Read;
         let err = |e| ProcFsError::from_io(path, e);
@@ -255,6 +249,7 @@ impl ProcFs {
         Ok(String::from_utf8_lossy(&bytes).into_owned())
     }
 
+    /// `comm` (what setproctitle also rewrites), without the newline.
     pub fn comm(&self, pid: i32) -> Result<String> {
         let text = self.read_text(&self.path(pid, "comm"), MAX_SMALL_FILE)?;
         Ok(text.trim_end_matches('\n').to_string())
@@ -397,8 +392,7 @@ impl ProcFs {
             .map(|m| m.len())
     }
 
-    /// Reads every fd link of `pid` (one readlinkat per fd, relative to the open fd
-    /// directory: procfs' `FDInfo` does open+readlink+stat+close per fd, 4x the syscalls)
+    /// Reads every fd link of `pid` (one readlinkat per fd, relative to the open fd directory)
     /// and keeps the `socket:[N]` inodes. The one fd -> socket scanner.
     pub fn socket_inodes(&self, pid: i32) -> Result<FdScan> {
         let path = self.path(pid, "fd");

@@ -2,7 +2,7 @@
 //! feed it any text. The one reader of these tables (discovery, the sockets source's
 //! fallback and its other-namespace fallback all read through [`super::ProcFs::tcp_table`]).
 
-use super::addr::fmt_addr;
+use crate::model::addr::fmt_addr;
 use crate::model::{SocketEntry, TcpState};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 

@@ -1,11 +1,7 @@
-//! The Overview's cursor. At 80x24 the findings pane has a handful of lines, so an expanded
-//! finding's evidence ran off the bottom and the GPU, stack and metrics evidence never
-//! showed: the cursor moved over findings only, and the view kept the finding's first line
-//! in sight. The cursor now also stops on each evidence item of an expanded finding, and the
-//! view keeps the item under it in sight, so j/k/PgDn read through the evidence.
-//!
-//! Rows are counted in items, not screen lines, so the state needs no screen width: an
-//! item that wraps onto several lines is still one row.
+//! The Overview's cursor: it stops on each finding and on each evidence item of an expanded
+//! finding, and the view keeps the item under it in sight, so j/k/PgDn read through the
+//! evidence on a small screen. Rows are counted in items, not screen lines, so the state needs
+//! no screen width.
 
 use crate::model::{Finding, Snapshot};
 

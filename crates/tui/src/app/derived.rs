@@ -4,8 +4,8 @@
 //!
 //! Which exchanges make one request and whether it is stuck (and where) are the
 //! correlator's (`snapshot.logical_requests`): read here, never judged again, so the
-//! "(N stuck)" of the Requests view is the findings' and the report's number. A snapshot of
-//! an older version without them shows every exchange as its own request, none stuck.
+//! "(N stuck)" of the Requests view is the findings' and the report's number. An exchange
+//! that is no leg of one (an idle connection) is a request of its own, never stuck.
 
 use super::SortKey;
 use crate::model::{LogicalRequest, Request, RequestState, Role, Snapshot, Verdict};
@@ -113,25 +113,16 @@ pub fn request_role(s: &Snapshot, index: &HashMap<String, usize>, r: &Request) -
 }
 
 impl Derived {
-    /// The findings (indices, in order) that name any hop of `chain` or its logical request:
-    /// what the Requests view's hop detail lists below the hops.
+    /// The findings (indices, in order) that name `chain`'s logical request: what the
+    /// Requests view's hop detail lists below the hops.
     pub fn hop_findings(&self, s: &Snapshot, chain: usize) -> BTreeSet<usize> {
-        // Findings name logical requests; older snapshots named exchanges.
-        let logical_id = self
-            .chain_request
+        self.chain_request
             .get(chain)
             .copied()
             .flatten()
             .and_then(|li| s.logical_requests.get(li))
-            .map(|l| l.id.as_str());
-        self.chains
-            .get(chain)
+            .and_then(|l| self.findings_by_request.get(l.id.as_str()))
             .into_iter()
-            .flatten()
-            .filter_map(|&m| s.requests.get(m))
-            .map(|r| r.id.as_str())
-            .chain(logical_id)
-            .filter_map(|id| self.findings_by_request.get(id))
             .flatten()
             .copied()
             .collect()
@@ -156,7 +147,7 @@ pub fn derive(s: &Snapshot, filter: &str, sort: SortKey, all_hops: bool) -> Deri
     let (chains, chain_request, chain_of) = request_chains(s);
     d.chains = chains;
     d.chain_request = chain_request;
-    d.finding_chains = finding_chains(s, &d, &chain_of);
+    d.finding_chains = finding_chains(s, &d);
     d.rows = request_rows(s, &d, &chain_of);
     d.request_order = request_order(s, &d.rows, &filter, sort, all_hops);
     d.threads = thread_order(s, &filter);
@@ -209,20 +200,15 @@ fn findings_by_request(s: &Snapshot) -> HashMap<String, Vec<usize>> {
     by_request
 }
 
-/// See [`Derived::finding_chains`]. Findings name logical requests (older versions:
-/// exchanges). Needs `d.chains` and `d.chain_request`.
-fn finding_chains(s: &Snapshot, d: &Derived, chain_of: &[usize]) -> Vec<Option<usize>> {
-    let mut by_id: HashMap<&str, usize> = s
-        .requests
+/// See [`Derived::finding_chains`]. Findings name logical requests. Needs `d.chains` and
+/// `d.chain_request`.
+fn finding_chains(s: &Snapshot, d: &Derived) -> Vec<Option<usize>> {
+    let by_id: HashMap<&str, usize> = d
+        .chain_request
         .iter()
-        .zip(chain_of)
-        .map(|(r, &c)| (r.id.as_str(), c))
+        .enumerate()
+        .filter_map(|(c, li)| Some((s.logical_requests.get((*li)?)?.id.as_str(), c)))
         .collect();
-    for (c, li) in d.chain_request.iter().enumerate() {
-        if let Some(l) = li.and_then(|li| s.logical_requests.get(li)) {
-            by_id.insert(l.id.as_str(), c);
-        }
-    }
     s.findings
         .iter()
         .map(|f| {
@@ -237,7 +223,7 @@ fn finding_chains(s: &Snapshot, d: &Derived, chain_of: &[usize]) -> Vec<Option<u
 }
 
 /// Chains: the snapshot's logical requests, their legs in order. Exchanges that are no leg
-/// (idle connections, snapshots of older versions) are chains of their own, so every
+/// (idle connections) are chains of their own, so every
 /// exchange is in exactly one. Returns the chains (members, entry hop first), each chain's
 /// logical request and each exchange's chain.
 fn request_chains(s: &Snapshot) -> (Vec<Vec<usize>>, Vec<Option<usize>>, Vec<usize>) {

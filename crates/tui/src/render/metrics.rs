@@ -1,8 +1,8 @@
 //! Metrics view: each component's metrics with rates and history.
 //!
 //! A series is named by what tells it apart: `worker_in_flight{worker="http://10.0.0.7:31001"}`
-//! keeps its label values whole and gives up the middle instead (two series cut at the same
-//! column used to look identical). Counters are drawn as their rate (a counter only grows,
+//! keeps its label values whole and gives up the middle instead (two series cut at one column
+//! would look identical). Counters are drawn as their rate (a counter only grows,
 //! so its own curve says nothing); gauges with a known capacity are scaled to it.
 
 use super::{

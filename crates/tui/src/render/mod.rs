@@ -91,12 +91,8 @@ impl Theme {
         match state {
             ThreadState::RunningBatch => self.fg(Color::Green),
             ThreadState::WaitingGpuResult | ThreadState::WaitingWorkers => self.fg(Color::Cyan),
-            // Names of earlier builds, still in old snapshots and recordings.
-            ThreadState::Other(s) if s == "kv_transfer" => self.fg(Color::Green),
+            // An earlier build's name, still in tests/fixtures/snapshots/healthy.json.
             ThreadState::Other(s) if s == "waiting_gpu" => self.fg(Color::Cyan),
-            ThreadState::Other(s) if s == "stuck" => {
-                self.fg(Color::Red).add_modifier(Modifier::BOLD)
-            }
             ThreadState::Collective
             | ThreadState::NcclCollective
             | ThreadState::GlooCollective

@@ -189,7 +189,7 @@ fn list_lines(app: &App, s: &Snapshot, theme: Theme, area: Rect) -> Vec<Line<'st
 }
 
 /// A row's name: its logical request (`r17`), or in the all-hops list its leg
-/// (`r17@decode`); the exchange id when the snapshot has neither (older versions).
+/// (`r17@decode`); the exchange id when it is no leg (an idle connection).
 fn row_label(r: &Request, all_hops: bool) -> &str {
     let name = if all_hops { &r.leg } else { &r.request };
     name.as_deref().unwrap_or(&r.id)

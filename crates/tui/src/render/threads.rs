@@ -21,10 +21,8 @@ fn state_letter(state: &ThreadState) -> char {
         ThreadState::Startup => 'u',
         ThreadState::Shutdown => 'D',
         ThreadState::HelperIdle => 'h',
-        // Names of earlier builds, still in old snapshots and recordings.
+        // An earlier build's name, still in tests/fixtures/snapshots/healthy.json.
         ThreadState::Other(s) if s == "waiting_gpu" => 'W',
-        ThreadState::Other(s) if s == "kv_transfer" => 'K',
-        ThreadState::Other(s) if s == "stuck" => 'S',
         // An empty state: a thread from a snapshot that had none.
         ThreadState::Other(s) if s.is_empty() => ' ',
         ThreadState::Unknown | ThreadState::Other(_) => '?',

@@ -26,30 +26,11 @@ pub enum Aggregate {
     Max,
 }
 
-/// One logical value for one stack and a set of roles (`[[metric_map]]` in `probes/*.toml`):
-///
-/// ```toml
-/// [[metric_map]]
-/// stack = "sglang"                 # component stack, or "*" for any
-/// roles = ["engine", "prefill", "decode"]
-/// name = "running"                 # logical name; counters must end in `_total`
-/// kind = "gauge"                   # or "counter" (turned into `<name>_rate` per second)
-/// series = ["sglang:num_running_reqs", "sglang_num_running_reqs"]  # alternatives, first present wins
-/// labels = { engine_type = "decode" }   # optional: only series with these label values
-/// by_label = "worker"              # optional: also `name{worker="<value>"}` per label value
-/// aggregate = "sum"                # optional: "sum" (default) or "max" over matching series
-/// exclude_labels = { path = "^/workers$" }   # optional: leave out series whose label matches
-/// replica_labels = ["tp_rank"]     # optional: series differing only in these are one value
-/// ```
-///
-/// `exclude_labels` (regexes over the label's value; a series without the label is kept) is
-/// for series that count something we do ourselves (the router counts wedgewatch's own
-/// `GET /workers`) or that repeat a total as a breakdown (SGLang's per-priority queues).
-/// `replica_labels` is for the same quantity reported by several ranks (SGLang's
-/// `--enable-metrics-for-all-schedulers`: every TP rank reports the batch it shares): the
-/// series that differ only in those labels are one value (their max), and the groups left
-/// are combined with `aggregate` (DP-attention ranks, which hold different batches, keep
-/// their own `dp_rank` and are summed).
+/// One logical value for one stack and a set of roles (`[[metric_map]]` in `probes/*.toml`; its
+/// keys and their uses in docs/probes.md): the first present of `series`, filtered by `labels`
+/// and `exclude_labels`, series differing only in `replica_labels` taken once (their max: ranks
+/// reporting one shared batch), the rest combined by `aggregate`; a counter (named `*_total`)
+/// also becomes `<name>_rate`.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct MetricMap {

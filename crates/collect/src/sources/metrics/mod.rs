@@ -1,21 +1,13 @@
-//! Prometheus metrics, router `/workers` and engine `/v1/loads`.
+//! Prometheus metrics, router `/workers` and engine `/v1/loads` (the metric maps and counter
+//! rates are in `maps.rs`, what a `--url` target is in `url_target.rs`).
 //!
-//! The source is here; the metric maps and counter rates are in `maps.rs`, what a `--url`
-//! target's exposition says it is in `url_target.rs`.
-//!
-//! Each component with a `metrics_url` is scraped concurrently, each GET under its own
-//! connect/total timeouts and body cap ([`crate::sys::http`]), so a hung or oversized endpoint is
-//! marked (`Timeout`/`TooLarge`) without delaying the others. The exposition is parsed by
-//! [`crate::prom`] and reduced to logical values (`running`, `queued`, ...) by the metric maps
-//! of `probes/*.toml`. Counters (logical names ending in `_total`) become per-second rates
-//! between two scrapes with [`rates`].
-//!
-//! Any local process can pose as an engine, so a scrape is bounded twice: the body by the
-//! HTTP cap, the series by [`ParseLimits`] (only the series the maps or the correlator read
-//! are kept, plus a small raw sample; see [`crate::prom`]). Parsing runs on the blocking pool,
-//! never on the runtime's workers, and a cut turns the probe into `TooLarge` with the cut in
-//! its detail, hence in the source status. A component discovery refused to scrape (its
-//! address is not one of its own listening sockets) is named in the status with the reason.
+//! Every component with a `metrics_url` is scraped concurrently, each GET under its own
+//! timeouts and body cap ([`crate::sys::http`]), so a hung or oversized endpoint is marked
+//! without delaying the others. The exposition is parsed by [`crate::prom`] on the blocking
+//! pool and reduced to logical values by the metric maps; counters become rates between two
+//! scrapes ([`rates`]). Any local process can pose as an engine, so the series are bounded too
+//! ([`ParseLimits`]): a cut turns the probe into `TooLarge`, said in the source status, as is a
+//! component discovery refused to scrape (an address not among its own listening sockets).
 
 use crate::clock::Clock;
 use crate::error::{Error, Result};
@@ -180,7 +172,7 @@ fn probe_of(url: &str, r: &http::Response) -> EndpointProbe {
     }
 }
 
-/// netns (issue 11 item 5): a component in another network namespace (a container) is
+/// netns: a component in another network namespace (a container) is
 /// scraped in there, through the namespace discovery saw its main process in; its URL's
 /// address means something only in there (see [`crate::sys::netns`]).
 fn netns_of(c: &Component) -> Option<crate::sys::netns::Netns> {

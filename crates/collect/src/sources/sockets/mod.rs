@@ -37,9 +37,8 @@ pub struct SocketConfig {
     /// topology pids and sockets touching a component's listen port).
     pub keep_all: bool,
     /// How often [`SocketSource`] lists TIME_WAIT sockets; between, it repeats the last
-    /// list. Under connection churn they are most of the table (every closed connection
-    /// for a minute, ~95 % of the lab's under load) and say nothing new at 4 Hz: closed,
-    /// no owner, no tcp_info. Zero: every sample.
+    /// list: under churn they are most of the table and say nothing new (closed, no owner,
+    /// no tcp_info). Zero: every sample.
     pub time_wait_every: Duration,
 }
 

@@ -1,15 +1,11 @@
-//! A minimal HTTP/1.0 GET with connect/total timeouts and a body cap, for loopback endpoints.
-//!
-//! HTTP/1.0 on purpose: the server closes the connection after the response and never uses
-//! chunked encoding, so "read until EOF or cap" is the whole protocol. Only plain `http://`
-//! (the endpoints we scrape are on loopback or the cluster network). A hung endpoint returns
-//! `Timeout` within `total`; an endpoint that sends more than `cap` bytes returns `TooLarge`
-//! with the first `cap` bytes of the body. A host name is resolved under the connect timeout
-//! on a thread nobody waits for ([`resolve`]), so a hung resolver cannot outlive the GET nor
-//! hold the runtime at exit. The answer's bytes are read by [`parse_response`], a pure
-//! function. Discovery, which is synchronous, uses the same client through [`get_blocking`].
-//! The TCP connection may be made by a caller-supplied [`Connector`] ([`get_using`]): the
-//! seam for reaching an endpoint from inside another network namespace.
+//! A minimal HTTP/1.0 GET with connect/total timeouts and a body cap. HTTP/1.0 on purpose: the
+//! server closes after the response and never chunks, so "read until EOF or cap" is the whole
+//! protocol. Plain `http://` only. A hung endpoint is `Timeout` within `total`, more than `cap`
+//! bytes `TooLarge` with the first `cap`. Names are resolved under the connect timeout on a
+//! thread nobody waits for ([`resolve`]), so a hung resolver cannot outlive the GET or hold the
+//! runtime at exit. [`parse_response`] reads the answer (pure); [`get_blocking`] serves
+//! synchronous discovery; a caller's [`Connector`] ([`get_using`]) reaches inside another
+//! network namespace.
 
 mod connect;
 mod resolve;
@@ -136,7 +132,7 @@ pub async fn get_using(
     get_with(url, limits, route).await
 }
 
-// --- netns (issue 11 item 5) ---
+// --- netns ---
 
 /// [`get`] with every part of the route given: the resolver and connector of a component in a
 /// container ([`crate::sys::netns::route`]) and, for a router, its own key (see

@@ -1,4 +1,4 @@
-//! The few `stat` fields discovery reads of every pid on every pass (issue 15, item 3): one
+//! The few `stat` fields discovery reads of every pid on every pass: one
 //! `openat` relative to the procfs root opened once per pass, one `read` into a stack buffer,
 //! five fields parsed, no allocation. The procfs crate's [`ProcFs::stat`] parses all 52
 //! fields into a struct with a heap-allocated comm, from a path built per pid; on a host with

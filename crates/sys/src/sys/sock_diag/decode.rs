@@ -4,11 +4,11 @@
 //! The common message (a TCP socket with a whole `tcp_info`, or none) is read in place at
 //! the kernel's offsets ([`decode_fast`]): no allocation but the two address strings. Any
 //! other (short `tcp_info`, malformed attributes, other message types) goes through the
-//! crate's decoder as before, which counts what it cannot decode.
+//! crate's decoder, which counts what it cannot decode.
 
 use super::{Dump, SockDiagError};
+use crate::model::addr::fmt_addr;
 use crate::model::{SocketEntry, TcpInfo, TcpState};
-use crate::sys::addr::fmt_addr;
 use netlink_packet_core::{NetlinkMessage, NetlinkPayload};
 use netlink_packet_sock_diag::inet::nlas::Nla;
 use netlink_packet_sock_diag::{SockDiagMessage, AF_INET, AF_INET6};

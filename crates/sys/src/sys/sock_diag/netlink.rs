@@ -1,14 +1,8 @@
-//! The netlink `sock_diag` dump (IPv4 + IPv6, `INET_DIAG_INFO`; its messages decoded by
-//! `decode.rs`). Another namespace is dumped by entering it on a dedicated thread (the
-//! calling thread keeps its namespace).
-//!
-//! Both families come from one request of the kernel's older interface (`TCPDIAG_GETSOCK`,
-//! `struct inet_diag_req`): the kernel then walks its established-connections hash once,
-//! for any family. A `SOCK_DIAG_BY_FAMILY` request names one family, and each walk of a
-//! large host's hash (262,144 buckets here) costs milliseconds even when the table is
-//! nearly empty: one walk instead of two halves the dump (5.6 against 10.7 ms on this
-//! lab's host; docs/performance.md). A kernel that refuses the older request is asked
-//! once per family, as before, from then on.
+//! The netlink `sock_diag` dump (IPv4 + IPv6, `INET_DIAG_INFO`; decoded by `decode.rs`).
+//! Another namespace is dumped from a dedicated thread that enters it. Both families come from
+//! one request of the older interface (`TCPDIAG_GETSOCK`): the kernel walks its established
+//! hash once for any family, and each walk of a large host's hash costs milliseconds even when
+//! nearly empty. A kernel that refuses it is asked once per family from then on.
 
 use super::decode::decode_datagram;
 use super::{Dump, RecentDump, SockDiag, SockDiagError};

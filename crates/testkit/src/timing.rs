@@ -1,0 +1,14 @@
+//! Bounds on elapsed wall time. A test asserts a configured timeout was kept as
+//! `elapsed < within(timeout)`, never a tighter figure: on a loaded 2-core machine a thread
+//! can wait seconds for a core. What the step waits for when the timeout is not kept (a
+//! hung peer, a blocked read) must outlast the bound, so that the assert can still fail.
+
+use std::time::Duration;
+
+/// What a loaded machine may add to a bound a test asserts on wall time.
+pub const SLACK: Duration = Duration::from_secs(5);
+
+/// The latest a step bounded by `timeout` may end: `timeout` plus [`SLACK`].
+pub fn within(timeout: Duration) -> Duration {
+    timeout + SLACK
+}
