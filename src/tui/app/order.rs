@@ -45,7 +45,10 @@ fn state_rank(state: &ThreadState) -> u8 {
         | ThreadState::WaitingGpuResult
         | ThreadState::PdQueuePolling => 1,
         ThreadState::Other(x) if x == "waiting_gpu" || x == "kv_transfer" => 1,
-        ThreadState::Idle | ThreadState::RunningBatch | ThreadState::Startup => 2,
+        ThreadState::Idle
+        | ThreadState::RunningBatch
+        | ThreadState::Startup
+        | ThreadState::Waiting => 2,
         ThreadState::Unknown | ThreadState::Other(_) => 3,
         ThreadState::HelperIdle => 4,
     }
