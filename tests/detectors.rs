@@ -1365,6 +1365,14 @@ fn ranks_in_step_or_following_rank_0_are_not_diverged() {
     }
     // Every rank in the same collective: the ranks agree (a hang elsewhere, not a split).
     assert!(tp_ranks_dumped(3, |_, _| IN_ALL_REDUCE).is_empty());
+    // One rank of four in a collective is not "most".
+    let one = tp_ranks_dumped(3, |rank, _| match rank {
+        0 => IN_ALL_REDUCE,
+        1 => ("idle", "sglang.idle", "on_idle"),
+        2 => ("running_batch", "sglang.running_batch", "run_batch"),
+        _ => ("unknown", "", "mystery"),
+    });
+    assert!(one.is_empty(), "{one:#?}");
     // The odd rank still moving between dumps, or too few dumps: not judged.
     let moving = tp_ranks_dumped(3, |rank, d| match (rank, d) {
         (2, 1) => ("running_batch", "sglang.running_batch", "run_batch"),

@@ -174,7 +174,8 @@ impl<'a> Split<'a> {
             .filter(|(p, _)| p.is_collective())
             .max_by_key(|(p, rs)| (rs.len(), p.weight()))?;
         let odd: Vec<&Rank> = ranks.iter().filter(|r| r.place != **place).collect();
-        if odd.is_empty() {
+        // "Most": at least half the ranks (TP 2: one in a collective, one elsewhere).
+        if odd.is_empty() || waiting.len() * 2 < ranks.len() {
             return None;
         }
         // TP ranks > 0 wait in the CPU group for rank 0's requests while it cycles its loop.
