@@ -10,10 +10,14 @@ use wedgewatch_testkit::lab;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use wedgewatch::clock::SystemClock;
-use wedgewatch::correlate::{component_activity, ActivityThresholds, GpuActivity};
-use wedgewatch::model::{Component, Payload, ProcessFacts, Role, Status, Topology};
+use wedgewatch::correlate::{
+    component_activity, component_gpus, map_gpu_pids, ActivityThresholds, Correlator, GpuActivity,
+};
+use wedgewatch::model::{
+    Component, Payload, ProcessFacts, Role, Sample, SourceStatus, Status, Thresholds, Topology,
+};
 use wedgewatch::sampler::Sampler;
-use wedgewatch::sources::gpu::{component_gpus, map_gpu_pids, GpuConfig, GpuSource, MAX_DEVICES};
+use wedgewatch::sources::gpu::{GpuConfig, GpuSource, MAX_DEVICES};
 use wedgewatch::sources::Source;
 
 fn fake_lib() -> PathBuf {
@@ -128,6 +132,10 @@ fn fake_nvml_busy_idle_spinning_errors_and_hangs() {
     // The engine's forward counter moving overrides the power heuristic...
     let moving = component_activity(&reading, &[2], &[1002], Some(0.5), &th);
     assert_eq!(moving.0, GpuActivity::Working);
+
+    // Through the model into the snapshot: components list the GPUs NVML shows their
+    // processes holding, not only the CUDA_VISIBLE_DEVICES / title-rank hint.
+    components_list_the_gpus_nvml_shows(sample.t_ms, &reading);
 
     // The same loaded library follows the state files: gpu0 goes idle between two samples.
     write_state(d, "gpu0", &gpu_state(0, 75_000, 1000, 0));
@@ -320,6 +328,75 @@ fn fake_nvml_busy_idle_spinning_errors_and_hangs() {
     assert_eq!(a, GpuActivity::Spinning, "{why}");
     let (a, why) = prefill.expect("prefill scheduler on a GPU");
     assert_eq!(a, GpuActivity::Idle, "{why}");
+}
+
+/// Engine `a` (no hint) whose scheduler NVML shows on GPU 0 by its own pid; engine `b` whose
+/// scheduler the topology knows by its container pid 42 while NVML reports the host pid 1001
+/// (found through NSpid); engine `c` with only a hint (GPU 5) and no NVML process. The GPU
+/// reading is the real one the fake NVML gave (pids 1000, 1001, 1002 on GPUs 0, 1, 2).
+fn components_list_the_gpus_nvml_shows(t_ms: i64, reading: &wedgewatch::model::GpuReading) {
+    let mut topo = Topology::default();
+    for (engine, sched, pid, hint) in [
+        ("a", "scheduler_TP0@a", 1000, vec![]),
+        ("b", "scheduler_TP0@b", 42, vec![]),
+        ("c", "scheduler_TP0@c", 3000, vec![5]),
+    ] {
+        let mut e = Component::new(engine, Role::Decode, "sglang");
+        e.pids = vec![pid + 5000];
+        e.children = vec![sched.to_string()];
+        let mut s = Component::new(sched, Role::Scheduler, "sglang");
+        s.pids = vec![pid];
+        s.parent = Some(engine.to_string());
+        s.gpus = hint;
+        topo.components.extend([e, s]);
+    }
+    let facts = vec![
+        ProcessFacts {
+            pid: 1000,
+            nspid: Some(vec![1000]),
+            ..Default::default()
+        },
+        ProcessFacts {
+            pid: 1001,
+            nspid: Some(vec![1001, 42]),
+            ..Default::default()
+        },
+    ];
+    let mut model = Correlator::new(Thresholds::default());
+    model.set_topology(topo);
+    let sample = |payload| Sample {
+        t_ms,
+        status: SourceStatus::ok(),
+        took_ms: 1,
+        payload,
+    };
+    model.ingest(&sample(Payload::Processes(facts)));
+    model.ingest(&sample(Payload::Gpu(reading.clone())));
+    let parts = wedgewatch::pipeline::parts(&model, t_ms);
+    let snap = wedgewatch::snapshot::assemble(parts, &Default::default());
+    let gpus = |id: &str| {
+        snap.components
+            .iter()
+            .find(|c| c.id == id)
+            .unwrap_or_else(|| panic!("no component {id}"))
+            .gpus
+            .clone()
+    };
+    assert_eq!(gpus("scheduler_TP0@a"), vec![0]);
+    assert_eq!(gpus("a"), vec![0], "an engine holds its schedulers' GPUs");
+    assert_eq!(gpus("scheduler_TP0@b"), vec![1], "found through NSpid");
+    assert_eq!(gpus("b"), vec![1]);
+    assert_eq!(
+        gpus("scheduler_TP0@c"),
+        vec![5],
+        "no NVML process: the hint stays"
+    );
+    let on_gpu1 = snap.gpus.iter().find(|g| g.index == 1).expect("gpu1");
+    assert_eq!(
+        on_gpu1.processes[0].component.as_deref(),
+        Some("scheduler_TP0@b"),
+        "the GPU view names the process's component through NSpid too"
+    );
 }
 
 #[test]

@@ -8,6 +8,7 @@
 
 use wedgewatch_testkit::lab;
 
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use lab::{read_gpu_state, Lab, LabOptions};
@@ -140,4 +141,111 @@ fn tp_lab_starts_n_titled_schedulers_on_their_own_gpus_and_discovery_sees_them()
         "{report}"
     );
     eprintln!("TP{TP} lab up in {up:?}; steady load: {report}");
+}
+
+/// `wedgewatch snapshot --json` of the lab, sampled here (its fake NVML, the venv's py-spy),
+/// bounded by the window plus a minute.
+fn snapshot_json(lab: &Lab, window_s: u32) -> serde_json::Value {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_wedgewatch"));
+    c.env("WEDGEWATCH_NVML_LIB", env!("FAKE_NVML_PATH"))
+        .env("FAKE_NVML_DIR", lab.nvml_dir())
+        .env("WEDGEWATCH_PY_SPY", lab::venv_bin("py-spy"))
+        .args(["snapshot", "--json", "--no-daemon", "--window"])
+        .arg(window_s.to_string())
+        .stdin(Stdio::null());
+    // Files, not pipes: a snapshot is bigger than a pipe's buffer and nobody reads it early.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (out_path, err_path) = (dir.path().join("out"), dir.path().join("err"));
+    c.stdout(std::fs::File::create(&out_path).expect("stdout file"))
+        .stderr(std::fs::File::create(&err_path).expect("stderr file"));
+    let mut child = c.spawn().expect("spawn wedgewatch");
+    let bound = Duration::from_secs(u64::from(window_s) + 60);
+    let started = Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().expect("wait") {
+            break st;
+        }
+        if started.elapsed() > bound {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("wedgewatch snapshot did not finish within {bound:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let err = std::fs::read_to_string(&err_path).unwrap_or_default();
+    assert!(status.success(), "{err}");
+    let out = std::fs::read(&out_path).expect("stdout");
+    serde_json::from_slice(&out).expect("snapshot JSON")
+}
+
+/// The ranks_diverged findings of the engine whose main pid is `pid`.
+fn diverged_on(snap: &serde_json::Value, pid: u32) -> Vec<serde_json::Value> {
+    let comps = snap["components"].as_array().expect("components");
+    let id = comps
+        .iter()
+        .find(|c| c["main_pid"].as_u64() == Some(u64::from(pid)))
+        .and_then(|c| c["id"].as_str())
+        .expect("engine in the snapshot");
+    snap["findings"]
+        .as_array()
+        .expect("findings")
+        .iter()
+        .filter(|f| f["kind"] == "ranks_diverged" && f["component"] == id)
+        .cloned()
+        .collect()
+}
+
+/// The lab's TP ranks split like sglang#33289 (LAB_FAULT_DIVERGE_RANK=1 on decode): TP0,
+/// TP2 and TP3 enter the forward's all-reduce, TP1 stays at the request broadcast.
+/// `ranks_diverged` names TP1 with its pid and stack on decode; the prefill's ranks, and the
+/// decode's before any forward (TP0 idle, the others at the broadcast), raise none.
+#[test]
+fn a_rank_left_outside_the_all_reduce_is_named_and_ranks_in_step_are_not() {
+    let lab = Lab::up(
+        &LabOptions::pd()
+            .tp_size(TP)
+            .decode_env("LAB_FAULT_DIVERGE_RANK", "1"),
+    )
+    .expect("TP lab up");
+    let (decode, prefill) = (lab.decode().clone(), lab.prefill().clone());
+    let healthy = snapshot_json(&lab, 3);
+    assert!(diverged_on(&healthy, decode.pid).is_empty(), "{healthy:#}");
+
+    let _load = lab.load_background(1, 1, 120.0).expect("load");
+    // Every decode rank but TP1 ends up spinning in the all-reduce.
+    let spinning: Vec<u32> = [0, 2, 3].iter().map(|r| TP + r).collect();
+    let t0 = Instant::now();
+    let util = |g: u32| {
+        read_gpu_state(lab.nvml_dir(), g)
+            .get("util.gpu")
+            .and_then(|u| u.parse::<u32>().ok())
+            .unwrap_or(0)
+    };
+    while t0.elapsed() < Duration::from_secs(60) && !spinning.iter().all(|&g| util(g) >= 90) {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let snap = snapshot_json(&lab, 4);
+    let found = diverged_on(&snap, decode.pid);
+    assert_eq!(found.len(), 1, "{:#}", snap["findings"]);
+    let f = &found[0];
+    let tp1 = decode.scheduler_pids[1];
+    let summary = f["summary"].as_str().unwrap();
+    assert!(
+        summary.contains("3 of 4 ranks (TP0, TP2, TP3) wait in nccl_collective")
+            && summary.contains(&format!(
+                "TP1 (pid {tp1}) is gloo_collective in broadcast_pyobj"
+            )),
+        "{summary}"
+    );
+    assert_eq!(f["severity"], "critical");
+    let evidence = f["evidence"].to_string();
+    assert!(
+        evidence.contains("TP1 stack: broadcast_pyobj"),
+        "{evidence}"
+    );
+    assert!(
+        diverged_on(&snap, prefill.pid).is_empty(),
+        "{:#}",
+        snap["findings"]
+    );
 }

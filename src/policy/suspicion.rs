@@ -12,12 +12,13 @@ use crate::model::{
 };
 
 /// Findings that say an engine's schedulers are worth a look.
-const IMPLICATING: [FindingKind; 5] = [
+const IMPLICATING: [FindingKind; 6] = [
     FindingKind::WedgedRequest,
     FindingKind::StalledStream,
     FindingKind::BusyWithoutProgress,
     FindingKind::QueueNotDraining,
     FindingKind::SchedulerStuck,
+    FindingKind::RanksDiverged,
 ];
 
 /// The suspicion of the model at `now`: its view, the detectors over it, and [`derive`].

@@ -70,6 +70,9 @@ FAULTS = {
     "busy-without-progress": ("decode", "engine", {"LAB_FAULT_SPIN": "1"}),
     "queue-not-draining": ("decode", None, {"LAB_FAULT_TRANSFER_STUCK_AFTER": "0"}),
     "endpoint-unresponsive": ("decode", "engine", {"LAB_FAULT_HANG_METRICS": "1"}),
+    # With --tp-size > 1: every rank but TP1 enters the forward's all_reduce, TP1 stays at
+    # the request broadcast.
+    "ranks-diverged": ("decode", "engine", {"LAB_FAULT_DIVERGE_RANK": "1"}),
     "accumulating-state": ("proxy", "proxy", {"LAB_PROXY_LEAK": "1"}),
     # Upstream sockets left in CLOSE_WAIT; 24 leaks (above the one-shot detector's 20 by
     # default) before the proxy stops forwarding.
@@ -77,7 +80,8 @@ FAULTS = {
                                            "LAB_PROXY_LEAK_LIMIT": "24"}),
 }
 FAULT_VARS = ["SGLANG_DECODE_PREALLOC_SPLIT_TOKENS", "LAB_FAULT_STALL_AFTER_TOKENS",
-              "LAB_FAULT_SPIN", "LAB_FAULT_TRANSFER_STUCK_AFTER", "LAB_FAULT_HANG_METRICS",
+              "LAB_FAULT_SPIN", "LAB_FAULT_DIVERGE_RANK", "LAB_FAULT_TRANSFER_STUCK_AFTER",
+              "LAB_FAULT_HANG_METRICS",
               "LAB_FAULT_HANG_SERVER_INFO", "LAB_PROXY_LEAK", "LAB_PROXY_LEAK_LIMIT"]
 
 

@@ -1248,3 +1248,144 @@ fn a_one_second_look_at_a_busy_decode_counts_the_streams_it_sees_flowing() {
     let fs = cold_look_at_busy_decode(false);
     assert!(fs.iter().all(|f| f.kind != "wedged_request"), "{fs:#?}");
 }
+
+/// Decode with four TP rank processes (pids 401..404) as scheduler children, each dumped
+/// `dumps` times in the place `place(rank, dump)` gives: (state, rule, deciding frame).
+fn tp_ranks_dumped(
+    dumps: usize,
+    place: impl Fn(usize, usize) -> (&'static str, &'static str, &'static str),
+) -> Vec<Finding> {
+    let mut topo = pd_topology();
+    topo.components[3].pids = vec![400];
+    for rank in 0..4 {
+        let pid = 401 + rank;
+        let mut s = comp(
+            &format!("scheduler_TP{rank}@{DECODE}"),
+            Role::Scheduler,
+            0,
+            &[pid],
+            &[],
+        );
+        s.listen.clear();
+        s.parent = Some(DECODE.to_string());
+        s.title = Some(format!("sglang::scheduler_TP{rank}"));
+        topo.components[3].children.push(s.id.clone());
+        topo.components.push(s);
+    }
+    let mut sim = Sim::new(topo);
+    for d in 0..dumps {
+        sim.advance(3_000);
+        let now = sim.now;
+        let caps = (0..4)
+            .map(|rank| {
+                let (state, rule, frame) = place(rank, d);
+                let mut c = stack(401 + rank as i32, now, state, frame);
+                c.threads[0].rule = Some(rule.to_string());
+                c.threads[0].decided_by = Some(format!("{frame} (x.py:1)"));
+                c
+            })
+            .collect();
+        sim.ingest(Payload::Stacks(caps));
+    }
+    findings(&sim)
+        .into_iter()
+        .filter(|f| f.kind == "ranks_diverged")
+        .collect()
+}
+
+const IN_ALL_REDUCE: (&str, &str, &str) = (
+    "nccl_collective",
+    "sglang.nccl_collective",
+    "_all_reduce_out_place",
+);
+const AT_BROADCAST: (&str, &str, &str) = (
+    "gloo_collective",
+    "sglang.gloo_collective",
+    "broadcast_pyobj",
+);
+
+#[test]
+fn ranks_diverged_names_the_rank_outside_the_collective_the_others_wait_in() {
+    // sglang#33289's shape: three ranks in the forward's all-reduce, TP2 back at the request
+    // broadcast.
+    let fs = tp_ranks_dumped(3, |rank, _| {
+        if rank == 2 {
+            AT_BROADCAST
+        } else {
+            IN_ALL_REDUCE
+        }
+    });
+    assert_eq!(fs.len(), 1, "{fs:#?}");
+    let f = &fs[0];
+    assert_eq!(f.component.as_deref(), Some(DECODE));
+    assert_eq!(f.severity, Severity::Critical);
+    assert!(
+        f.summary.contains(
+            "3 of 4 ranks (TP0, TP1, TP3) wait in nccl_collective in _all_reduce_out_place"
+        ) && f
+            .summary
+            .contains("TP2 (pid 403) is gloo_collective in broadcast_pyobj"),
+        "{}",
+        f.summary
+    );
+    let ev: Vec<&str> = f.evidence.iter().map(|e| e.detail.as_str()).collect();
+    assert!(
+        ev.iter()
+            .any(|e| e.starts_with("TP2 stack: broadcast_pyobj")),
+        "{ev:#?}"
+    );
+    // sglang#22607's shape: TP0 in another collective (HiCache's all_reduce) while the others
+    // wait at the request broadcast: TP0 is the odd one.
+    let fs = tp_ranks_dumped(3, |rank, _| {
+        if rank == 0 {
+            ("collective", "collective.all_reduce", "all_reduce")
+        } else {
+            AT_BROADCAST
+        }
+    });
+    assert_eq!(fs.len(), 1, "{fs:#?}");
+    assert!(
+        fs[0]
+            .summary
+            .contains("TP0 (pid 401) is collective in all_reduce"),
+        "{}",
+        fs[0].summary
+    );
+}
+
+#[test]
+fn ranks_in_step_or_following_rank_0_are_not_diverged() {
+    // TP ranks > 0 wait at the request broadcast while rank 0 cycles its loop: healthy.
+    for tp0 in [
+        ("idle", "sglang.idle", "on_idle"),
+        ("running_batch", "sglang.running_batch", "run_batch"),
+    ] {
+        let fs = tp_ranks_dumped(3, |rank, _| if rank == 0 { tp0 } else { AT_BROADCAST });
+        assert!(fs.is_empty(), "{fs:#?}");
+    }
+    // Every rank in the same collective: the ranks agree (a hang elsewhere, not a split).
+    assert!(tp_ranks_dumped(3, |_, _| IN_ALL_REDUCE).is_empty());
+    // One rank of four in a collective is not "most".
+    let one = tp_ranks_dumped(3, |rank, _| match rank {
+        0 => IN_ALL_REDUCE,
+        1 => ("idle", "sglang.idle", "on_idle"),
+        2 => ("running_batch", "sglang.running_batch", "run_batch"),
+        _ => ("unknown", "", "mystery"),
+    });
+    assert!(one.is_empty(), "{one:#?}");
+    // The odd rank still moving between dumps, or too few dumps: not judged.
+    let moving = tp_ranks_dumped(3, |rank, d| match (rank, d) {
+        (2, 1) => ("running_batch", "sglang.running_batch", "run_batch"),
+        (2, _) => AT_BROADCAST,
+        _ => IN_ALL_REDUCE,
+    });
+    assert!(moving.is_empty(), "{moving:#?}");
+    let short = tp_ranks_dumped(2, |rank, _| {
+        if rank == 2 {
+            AT_BROADCAST
+        } else {
+            IN_ALL_REDUCE
+        }
+    });
+    assert!(short.is_empty(), "{short:#?}");
+}

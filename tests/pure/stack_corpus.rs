@@ -15,11 +15,16 @@ struct Dump {
     thread: ThreadStack,
 }
 
-/// `function (file:line)` or `function (lib)` (a native frame: no line).
+/// `function (file:line)` or `function (lib)` (a native frame: no line); in the fresh set also
+/// a bare `function` (a reporter's condensed stack names no location).
 fn parse_frame(line: &str) -> Frame {
-    let (name, rest) = line
-        .rsplit_once(" (")
-        .unwrap_or_else(|| panic!("frame without ' (': {line:?}"));
+    let Some((name, rest)) = line.rsplit_once(" (") else {
+        return Frame {
+            name: line.to_string(),
+            file: String::new(),
+            line: 0,
+        };
+    };
     let loc = rest.strip_suffix(')').expect("frame ends with ')'");
     let (file, line_no) = match loc.rsplit_once(':') {
         Some((f, n)) if n.chars().all(|c| c.is_ascii_digit()) && !n.is_empty() => {
@@ -35,9 +40,13 @@ fn parse_frame(line: &str) -> Frame {
 }
 
 fn load() -> Vec<Dump> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/realdumps");
+    load_dir("tests/fixtures/realdumps")
+}
+
+fn load_dir(rel: &str) -> Vec<Dump> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join(rel);
     let mut paths: Vec<_> = std::fs::read_dir(&dir)
-        .expect("realdumps dir")
+        .expect("dumps dir")
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|e| e == "txt"))
         .collect();
@@ -431,13 +440,17 @@ fn real_sglang_tier_dumps_get_their_true_state() {
             "decode-tp0-generating-3.txt",
             ThreadState::from("nccl_collective"),
         ),
+        // Roles beyond the scheduler: the HTTP server / tokenizer manager (uvloop runs its
+        // loop in C: the innermost Python frame is asyncio's runner) and the detokenizer.
+        ("decode-http-idle.txt", ThreadState::from("idle")),
+        ("decode-detokenizer-idle.txt", ThreadState::from("idle")),
     ];
     let set = rules();
     let mut wrong = vec![];
     for (file, want) in cases {
         let text = std::fs::read_to_string(dir.join(file)).expect(file);
         let t = main_thread_of_dump(&text);
-        assert!(t.frames.len() >= 10, "{file}: {} frames", t.frames.len());
+        assert!(t.frames.len() >= 7, "{file}: {} frames", t.frames.len());
         let c = set.classify(Some("sglang"), &t);
         if c.state != want {
             wrong.push(format!(
@@ -447,4 +460,170 @@ fn real_sglang_tier_dumps_get_their_true_state() {
         }
     }
     assert!(wrong.is_empty(), "misclassified:\n{}", wrong.join("\n"));
+}
+
+/// The fresh set (`tests/fixtures/realdumps-fresh`, see its README): real threads the rules
+/// were not written from, split before any rule changed into a tuning part and a held-out
+/// third (`split.list`). Returns (file, held out) in split order.
+fn fresh_split() -> Vec<(String, bool)> {
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/realdumps-fresh/split.list");
+    std::fs::read_to_string(path)
+        .expect("split.list")
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|l| {
+            let (part, file) = l.split_once(' ').expect("'<part> <file>'");
+            (file.trim().to_string(), part == "holdout")
+        })
+        .collect()
+}
+
+/// How many dumps of one part of the fresh set get their true state, and which do not.
+fn fresh_score(holdout: bool) -> (usize, usize, Vec<String>) {
+    let split = fresh_split();
+    let set = rules();
+    let (mut right, mut total, mut wrong) = (0, 0, vec![]);
+    for d in load_dir("tests/fixtures/realdumps-fresh") {
+        let held = split
+            .iter()
+            .find(|(f, _)| *f == d.file)
+            .unwrap_or_else(|| panic!("{}: not in split.list", d.file))
+            .1;
+        if held != holdout {
+            continue;
+        }
+        total += 1;
+        let c = set.classify(d.stack.as_deref(), &d.thread);
+        if c.state == d.expect {
+            right += 1;
+        } else {
+            wrong.push(format!(
+                "{}: got {} ({:?}), want {}",
+                d.file, c.state, c.rule, d.expect
+            ));
+        }
+    }
+    (right, total, wrong)
+}
+
+#[test]
+fn fresh_dumps_are_well_formed_and_a_third_is_held_out() {
+    let split = fresh_split();
+    let dumps = load_dir("tests/fixtures/realdumps-fresh");
+    assert!(dumps.len() >= 15, "only {} fresh dumps", dumps.len());
+    assert_eq!(split.len(), dumps.len(), "split.list lists every file once");
+    let held = split.iter().filter(|(_, h)| *h).count();
+    assert_eq!(held, dumps.len() / 3, "a third is held out");
+    let old: Vec<Vec<Frame>> = load().into_iter().map(|d| d.thread.frames).collect();
+    for d in &dumps {
+        assert!(d.source.starts_with("https://github.com/"), "{}", d.file);
+        assert!(!d.thread.frames.is_empty(), "{}: no frames", d.file);
+        assert!(d.expect.is_known(), "{}: state {}", d.file, d.expect);
+        assert!(
+            !old.contains(&d.thread.frames),
+            "{}: this thread is already in realdumps/",
+            d.file
+        );
+    }
+}
+
+/// Scores on the fresh set, measured with the rules as they were before the leaf fallback
+/// (issue 32): tuning 6/14, hold-out 2/7.
+const FRESH_BEFORE: (usize, usize) = (6, 2);
+/// Stated before the rules were written: the held-out third must at least double (4 of 7);
+/// every tuning dump must be right.
+const FRESH_FLOOR: (usize, usize) = (14, 4);
+
+#[test]
+fn fresh_dumps_generalize_past_the_dumps_the_rules_were_written_from() {
+    let (tr, tt, tw) = fresh_score(false);
+    let (hr, ht, hw) = fresh_score(true);
+    eprintln!(
+        "fresh set: tuning {tr}/{tt} (before {}), hold-out {hr}/{ht} (before {})",
+        FRESH_BEFORE.0, FRESH_BEFORE.1
+    );
+    assert!(
+        tr >= FRESH_FLOOR.0,
+        "tuning {tr}/{tt}, wrong:\n{}",
+        tw.join("\n")
+    );
+    assert!(
+        hr >= FRESH_FLOOR.1,
+        "hold-out {hr}/{ht}, wrong:\n{}",
+        hw.join("\n")
+    );
+}
+
+/// Device libraries beyond CUDA and NCCL, by the symbols their libraries export (no public
+/// dump of these was found; see tests/fixtures/realdumps-fresh/README.md): a wait through
+/// them is named, and a forward pass around it is not "running".
+#[test]
+fn device_waits_and_collectives_beyond_cuda_are_named() {
+    let set = rules();
+    let forward = [
+        parse_frame("forward (vllm/model_executor/models/llama.py:218)"),
+        parse_frame("execute_model (vllm/v1/worker/gpu_model_runner.py:1400)"),
+    ];
+    let cases = [
+        (
+            "hipStreamSynchronize",
+            "libamdhip64.so.6",
+            "waiting_gpu_result",
+            "device_sync.hip",
+        ),
+        (
+            "aclrtSynchronizeStream",
+            "libascendcl.so",
+            "waiting_gpu_result",
+            "device_sync.npu",
+        ),
+        (
+            "HcclAllReduce",
+            "libhccl.so",
+            "nccl_collective",
+            "collective.hccl",
+        ),
+        (
+            "ncclAllReduce",
+            "librccl.so.1",
+            "nccl_collective",
+            "native.nccl_collective",
+        ),
+        (
+            "deep_ep::Buffer::intranode_dispatch",
+            "deep_ep_cpp.cpython-312-x86_64-linux-gnu.so",
+            "nccl_collective",
+            "collective.deepep",
+        ),
+    ];
+    for (sym, lib, state, rule) in cases {
+        let mut frames = vec![native(sym, lib)];
+        frames.extend(forward.iter().cloned());
+        let c = set.classify(Some("vllm"), &thread_of(frames));
+        assert_eq!(c.state, ThreadState::from(state), "{sym}: {c:?}");
+        assert_eq!(c.rule.as_deref(), Some(rule), "{sym}");
+    }
+}
+
+/// A plain wait the leaf names: a main thread is `waiting` with the wait named; the same
+/// wait in a helper thread (started through threading.Thread) is a helper waiting for work;
+/// a leaf that names no wait stays `unknown`.
+#[test]
+fn the_leaf_wait_is_named_and_a_helper_is_told_from_a_main_thread() {
+    let set = rules();
+    let main = thread_of(vec![
+        parse_frame("get (queue.py:171)"),
+        parse_frame("drain (myapp/pump.py:12)"),
+        parse_frame("<module> (myapp/main.py:3)"),
+    ]);
+    let c = set.classify(None, &main);
+    assert_eq!(c.state, ThreadState::from("waiting"), "{c:?}");
+    assert_eq!(c.rule.as_deref(), Some("wait.queue"));
+    let mut helper = main.clone();
+    helper.frames.truncate(2);
+    helper.frames.push(parse_frame("run (threading.py:1012)"));
+    assert_eq!(set.classify(None, &helper).state, ThreadState::HelperIdle);
+    let busy = thread_of(vec![parse_frame("tokenize (myapp/text.py:40)")]);
+    assert_eq!(set.classify(None, &busy), Classification::default());
 }

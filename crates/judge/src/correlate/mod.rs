@@ -26,6 +26,7 @@ pub use budget::Census;
 mod exchange;
 mod footprint;
 mod gpu;
+mod gpu_pids;
 mod gpu_verdict;
 mod links;
 mod lookup;
@@ -46,6 +47,7 @@ mod waiting;
 
 pub use exchange::HEADERS_ONLY_MAX_BYTES;
 pub use gpu::{device_activity, gpu_activity};
+pub use gpu_pids::{component_gpus, map_gpu_pids, GpuPidMapping};
 pub use gpu_verdict::{component_activity, ActivityThresholds, GpuActivity};
 pub use metrics::{
     is_probe_endpoint, probe_failed, summarize_loads, LoadsSummary, MetricsPoint, PD_QUEUE_KEYS,

@@ -63,7 +63,7 @@ impl Correlator {
             taken_at_ms: now,
             window_ms,
             sources: self.source_statuses(now),
-            topology: self.topology.clone(),
+            topology: self.topology_as_held(view),
             processes,
             requests,
             logical_requests: view
@@ -103,9 +103,27 @@ impl Correlator {
         sources
     }
 
+    /// The topology with each component's GPUs as the view lists them (NVML's process list
+    /// where it shows the component, else the discovery hint).
+    fn topology_as_held(&self, view: &View) -> crate::model::Topology {
+        let mut topo = self.topology.clone();
+        for c in &mut topo.components {
+            if let Some(cs) = view.components.get(&c.id) {
+                c.gpus.clone_from(&cs.gpus);
+            }
+        }
+        topo
+    }
+
     fn snap_gpus(&self, now: Millis) -> Vec<SnapGpu> {
         let mut gpus = Vec::new();
         if let Some(g) = self.latest_gpu(now) {
+            // Each NVML process's component, through any PID namespace.
+            let owner: BTreeMap<(u32, u32), String> =
+                super::map_gpu_pids(&self.topology, &self.latest_processes, g)
+                    .into_iter()
+                    .filter_map(|m| Some(((m.gpu_index, m.nvml_pid), m.component?)))
+                    .collect();
             for d in &g.devices {
                 gpus.push(SnapGpu {
                     index: d.index,
@@ -119,10 +137,7 @@ impl Correlator {
                             pid: i64::from(p.pid),
                             used_mem_bytes: p.used_mem_bytes,
                             sm_util_pct: p.sm_util_pct,
-                            component: self
-                                .topology
-                                .component_of_pid(p.pid as i32)
-                                .map(|c| c.id.clone()),
+                            component: owner.get(&(d.index, p.pid)).cloned(),
                         })
                         .collect(),
                     uuid: d.uuid.clone(),

@@ -1,7 +1,7 @@
 //! The state of one component at an instant: GPU verdict, counter rates, in-flight counts,
 //! thread windows, socket counts and selected metrics.
 
-use super::gpu::gpu_activity;
+use super::gpu::{gpu_activity, listed_gpus, HeldGpus};
 use super::metrics::PD_QUEUE_KEYS;
 use super::stacks::ThreadWindow;
 use super::Correlator;
@@ -16,6 +16,9 @@ use std::collections::BTreeMap;
 pub struct ComponentState {
     pub id: String,
     pub role: Role,
+    /// The GPUs it holds: NVML's process list (its children's folded in), else the topology's
+    /// `CUDA_VISIBLE_DEVICES` / title-rank hint. The snapshot lists these.
+    pub gpus: Vec<u32>,
     pub gpu_activity: GpuActivity,
     pub forward_rate: Option<f64>,
     pub idle_rate: Option<f64>,
@@ -185,7 +188,7 @@ impl Correlator {
 
     /// Component state at `now`.
     pub fn component_state(&self, c: &Component, now: Millis) -> ComponentState {
-        self.component_state_with(c, now, self.socket_counts(c))
+        self.component_state_with(c, now, self.socket_counts(c), &self.held_gpus(now))
     }
 
     /// The socket counts by state of every component, in one pass over the newest socket
@@ -219,6 +222,7 @@ impl Correlator {
         c: &Component,
         now: Millis,
         sockets: BTreeMap<String, u32>,
+        held: &HeldGpus,
     ) -> ComponentState {
         let latest = self.latest_metrics(&c.id, now);
         let mapped = |k: &str| latest.and_then(|p| p.mapped.get(k).copied());
@@ -239,8 +243,10 @@ impl Correlator {
             }
             _ => None,
         };
+        let mut whole = self.with_children(c);
+        whole.gpus = listed_gpus(&whole, held);
         let gpu_activity = match self.latest_gpu(now) {
-            Some(g) => gpu_activity(&self.with_children(c), g, &self.thresholds),
+            Some(g) => gpu_activity(&whole, g, &self.thresholds),
             None => GpuActivity::Unknown,
         };
         let forward_rate = self.rate(&c.id, "forward_seconds_total", now);
@@ -265,6 +271,7 @@ impl Correlator {
         ComponentState {
             id: c.id.clone(),
             role: c.role,
+            gpus: whole.gpus.clone(),
             gpu_activity,
             forward_rate,
             idle_rate,
@@ -276,7 +283,7 @@ impl Correlator {
                 .and_then(|p| p.http_active_inference)
                 .or_else(|| mapped("http_active")),
             router_active: self.router_active_for(c, now),
-            threads: self.thread_windows(&self.with_children(c), now),
+            threads: self.thread_windows(&whole, now),
             sockets,
             metrics,
         }

@@ -153,13 +153,17 @@ impl Correlator {
     /// component states, and the logical requests with their verdicts (`requests.rs`).
     pub fn view(&self, now: Millis) -> View {
         let sockets = self.socket_counts_by_component();
+        let held = self.held_gpus(now);
         let components: BTreeMap<String, ComponentState> = self
             .topology
             .components
             .iter()
             .map(|c| {
                 let counts = sockets.get(c.id.as_str()).cloned().unwrap_or_default();
-                (c.id.clone(), self.component_state_with(c, now, counts))
+                (
+                    c.id.clone(),
+                    self.component_state_with(c, now, counts, &held),
+                )
             })
             .collect();
         let scope = self.in_scope(now - self.window_ms);

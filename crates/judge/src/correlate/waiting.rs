@@ -11,8 +11,8 @@
 use super::requests::LogicalView;
 use super::view::View;
 use super::Correlator;
-use crate::model::{RequestState, Role, WaitReason};
 use crate::correlate::GpuActivity;
+use crate::model::{RequestState, Role, WaitReason};
 
 /// The leg (index into `View::requests`) a waiting request waits at, and why it is not
 /// stuck there; `None` when no leg of it waits for a first byte.

@@ -19,6 +19,7 @@ mod config_changed;
 mod endpoint_unresponsive;
 mod process_restarted;
 mod queue_not_draining;
+mod ranks_diverged;
 mod scheduler_stuck;
 mod stalled_stream;
 mod wedged_request;
@@ -31,6 +32,7 @@ use config_changed::config_changed_detector;
 pub use endpoint_unresponsive::endpoint_unresponsive;
 pub use process_restarted::process_restarted;
 pub use queue_not_draining::queue_not_draining;
+pub use ranks_diverged::ranks_diverged;
 pub use scheduler_stuck::scheduler_stuck;
 pub use stalled_stream::stalled_stream;
 pub use wedged_request::wedged_request;
@@ -49,6 +51,7 @@ pub const DETECTORS: &[(FindingKind, Detector)] = &[
     (FindingKind::ProcessRestarted, process_restarted),
     (FindingKind::EndpointUnresponsive, endpoint_unresponsive),
     (FindingKind::ConfigChanged, config_changed_detector),
+    (FindingKind::RanksDiverged, ranks_diverged),
 ];
 
 /// Runs every detector; findings sorted most severe first, then by kind order above.

@@ -21,13 +21,14 @@ pub enum FindingKind {
     ProcessRestarted,
     EndpointUnresponsive,
     ConfigChanged,
+    RanksDiverged,
     /// A kind this build does not know, kept as written.
     Other(String),
 }
 
 impl FindingKind {
     /// Every kind this build produces, in detector order.
-    pub const KNOWN: [FindingKind; 9] = [
+    pub const KNOWN: [FindingKind; 10] = [
         FindingKind::WedgedRequest,
         FindingKind::StalledStream,
         FindingKind::BusyWithoutProgress,
@@ -37,6 +38,7 @@ impl FindingKind {
         FindingKind::ProcessRestarted,
         FindingKind::EndpointUnresponsive,
         FindingKind::ConfigChanged,
+        FindingKind::RanksDiverged,
     ];
 
     /// Judged from the socket table (requests, connections): without a fresh table these
@@ -64,6 +66,7 @@ impl FindingKind {
             FindingKind::ProcessRestarted => "process_restarted",
             FindingKind::EndpointUnresponsive => "endpoint_unresponsive",
             FindingKind::ConfigChanged => "config_changed",
+            FindingKind::RanksDiverged => "ranks_diverged",
             FindingKind::Other(s) => s,
         }
     }
@@ -167,6 +170,7 @@ mod tests {
             "process_restarted",
             "endpoint_unresponsive",
             "config_changed",
+            "ranks_diverged",
         ];
         for (k, name) in FindingKind::KNOWN.iter().zip(names) {
             assert_eq!(serde_json::to_string(k).unwrap(), format!("\"{name}\""));

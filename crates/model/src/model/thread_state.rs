@@ -38,6 +38,9 @@ pub enum ThreadState {
     Shutdown,
     /// A helper thread (tqdm monitor, queue or socket poller) waiting for work.
     HelperIdle,
+    /// Blocked in a wait its leaf frames name (a queue, a lock or condition, a child process,
+    /// a sleep, a socket or ZMQ receive) where no role rule says more; the rule names the wait.
+    Waiting,
     /// No rule matched: read the frames.
     #[default]
     Unknown,
@@ -47,7 +50,7 @@ pub enum ThreadState {
 
 impl ThreadState {
     /// Every state this build assigns, `Unknown` last.
-    pub const KNOWN: [ThreadState; 14] = [
+    pub const KNOWN: [ThreadState; 15] = [
         ThreadState::Idle,
         ThreadState::RunningBatch,
         ThreadState::WaitingGpuResult,
@@ -61,6 +64,7 @@ impl ThreadState {
         ThreadState::Startup,
         ThreadState::Shutdown,
         ThreadState::HelperIdle,
+        ThreadState::Waiting,
         ThreadState::Unknown,
     ];
 
@@ -80,6 +84,7 @@ impl ThreadState {
             ThreadState::Startup => "startup",
             ThreadState::Shutdown => "shutdown",
             ThreadState::HelperIdle => "helper_idle",
+            ThreadState::Waiting => "waiting",
             ThreadState::Unknown => "unknown",
             ThreadState::Other(s) => s,
         }
@@ -220,6 +225,7 @@ mod tests {
             "startup",
             "shutdown",
             "helper_idle",
+            "waiting",
             "unknown",
         ];
         for (k, name) in ThreadState::KNOWN.iter().zip(names) {

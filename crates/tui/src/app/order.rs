@@ -46,7 +46,10 @@ fn state_rank(state: &ThreadState) -> u8 {
         | ThreadState::PdQueuePolling => 1,
         // An earlier build's name, still in tests/fixtures/snapshots/healthy.json.
         ThreadState::Other(x) if x == "waiting_gpu" => 1,
-        ThreadState::Idle | ThreadState::RunningBatch | ThreadState::Startup => 2,
+        ThreadState::Idle
+        | ThreadState::RunningBatch
+        | ThreadState::Startup
+        | ThreadState::Waiting => 2,
         ThreadState::Unknown | ThreadState::Other(_) => 3,
         ThreadState::HelperIdle => 4,
     }

@@ -102,7 +102,10 @@ impl Theme {
                 self.fg(Color::Red).add_modifier(Modifier::BOLD)
             }
             ThreadState::Idle | ThreadState::HelperIdle => self.dim(),
-            ThreadState::Startup | ThreadState::Unknown | ThreadState::Other(_) => Style::default(),
+            ThreadState::Startup
+            | ThreadState::Waiting
+            | ThreadState::Unknown
+            | ThreadState::Other(_) => Style::default(),
         }
     }
     fn activity(self, a: &str) -> Style {

@@ -21,6 +21,7 @@ fn state_letter(state: &ThreadState) -> char {
         ThreadState::Startup => 'u',
         ThreadState::Shutdown => 'D',
         ThreadState::HelperIdle => 'h',
+        ThreadState::Waiting => 'q',
         // An earlier build's name, still in tests/fixtures/snapshots/healthy.json.
         ThreadState::Other(s) if s == "waiting_gpu" => 'W',
         // An empty state: a thread from a snapshot that had none.
@@ -100,7 +101,7 @@ fn thread_heading(comp_w: usize, theme: Theme, w: usize) -> Vec<Line<'static>> {
     vec![
         Line::styled(
             fit(
-                "state per dump, oldest → newest: i idle · h helper · R running · W wait GPU · w wait workers · C collective · X p2p · P PD poll · K KV · u startup · D shutdown · S stuck · ? other",
+                "state per dump, oldest → newest: i idle · h helper · R running · W wait GPU · w wait workers · C collective · X p2p · P PD poll · K KV · u startup · D shutdown · S stuck · q waiting · ? other",
                 w,
             ),
             theme.dim(),

@@ -40,6 +40,11 @@ pub struct StackRule {
     pub innermost_depth: usize,
     #[serde(default)]
     pub not_frame: Vec<String>,
+    /// The state instead of `state` when the thread is a helper started through
+    /// `threading.Thread` (its frames show `Thread.run` / `_bootstrap_inner`): a helper
+    /// blocked on a queue waits for work, a main thread blocked on it may be the hang.
+    #[serde(default)]
+    pub helper_state: Option<String>,
     /// What the state means for the on-call engineer.
     #[serde(default)]
     pub explain: Option<String>,
@@ -112,6 +117,7 @@ fn first_match(pats: &[FramePattern], frames: &[Frame]) -> Option<usize> {
 struct CompiledRule {
     rule: StackRule,
     state: ThreadState,
+    helper_state: Option<ThreadState>,
     any_frame: Vec<FramePattern>,
     innermost: Vec<FramePattern>,
     not_frame: Vec<FramePattern>,
@@ -140,9 +146,21 @@ impl CompiledRule {
     }
 }
 
-/// A native frame (`py-spy --native`: libc, libtorch, an address): no Python file, no line.
+/// A native frame: `py-spy --native` prints a library without a line (`libc.so.6`) or, with
+/// debug info, a C/C++ source with one (`selectmodule.c:678`); gdb frames look the same.
 fn is_native(f: &Frame) -> bool {
-    f.line == 0 && !f.file.ends_with(".py")
+    const C_SOURCES: [&str; 8] = [".c", ".h", ".cc", ".cpp", ".cxx", ".hpp", ".cu", ".cuh"];
+    (f.line == 0 && !f.file.ends_with(".py")) || C_SOURCES.iter().any(|e| f.file.ends_with(e))
+}
+
+/// A thread started through `threading.Thread`: its outer frames are the thread's `run`
+/// and bootstrap in threading.py (a process's main thread has none of them).
+fn is_helper_thread(frames: &[Frame]) -> bool {
+    frames.iter().any(|f| {
+        let short = f.name.rsplit('.').next().unwrap_or(&f.name);
+        matches!(short, "run" | "_bootstrap_inner" | "_bootstrap")
+            && (f.file == "threading.py" || f.file.ends_with("/threading.py"))
+    })
 }
 
 /// How many innermost frames `innermost` looks at: the `depth` innermost Python frames and
@@ -190,8 +208,12 @@ impl RuleSet {
                 }
             }
             if let Some(i) = c.matches(&thread.frames) {
+                let state = match &c.helper_state {
+                    Some(h) if is_helper_thread(&thread.frames) => h.clone(),
+                    _ => c.state.clone(),
+                };
                 return Classification {
-                    state: c.state.clone(),
+                    state,
                     rule: Some(c.rule.name.clone()),
                     decided_by: thread.frames.get(i).map(Frame::render),
                 };
@@ -217,17 +239,26 @@ impl RuleSet {
     }
 }
 
-fn compile(r: &StackRule) -> Result<CompiledRule> {
-    let state = ThreadState::from(r.state.as_str());
-    if !state.is_known() {
-        let known: Vec<&str> = ThreadState::KNOWN.iter().map(ThreadState::as_str).collect();
-        return Err(Error::Other(format!(
-            "stack_rule {}: unknown state {:?} (known: {})",
-            r.name,
-            r.state,
-            known.join(", ")
-        )));
+/// A state a rule may assign, or an error naming the rule and the known states.
+fn known_state(rule: &str, name: &str) -> Result<ThreadState> {
+    let state = ThreadState::from(name);
+    if state.is_known() {
+        return Ok(state);
     }
+    let known: Vec<&str> = ThreadState::KNOWN.iter().map(ThreadState::as_str).collect();
+    Err(Error::Other(format!(
+        "stack_rule {rule}: unknown state {name:?} (known: {})",
+        known.join(", ")
+    )))
+}
+
+fn compile(r: &StackRule) -> Result<CompiledRule> {
+    let state = known_state(&r.name, &r.state)?;
+    let helper_state = r
+        .helper_state
+        .as_deref()
+        .map(|h| known_state(&r.name, h))
+        .transpose()?;
     if r.any_frame.is_empty() && r.innermost.is_empty() {
         return Err(Error::Other(format!(
             "stack_rule {}: needs any_frame or innermost",
@@ -239,6 +270,7 @@ fn compile(r: &StackRule) -> Result<CompiledRule> {
     };
     Ok(CompiledRule {
         state,
+        helper_state,
         any_frame: pats(&r.any_frame)?,
         innermost: pats(&r.innermost)?,
         not_frame: pats(&r.not_frame)?,
@@ -289,6 +321,7 @@ mod tests {
             innermost: vec![],
             innermost_depth: 1,
             not_frame: vec![],
+            helper_state: None,
             explain: None,
         }
     }
@@ -395,6 +428,36 @@ mod tests {
         assert_eq!(set.classify(None, &t).state, ThreadState::Idle);
         assert_eq!(innermost_window(&t.frames, 1), 3);
         assert_eq!(innermost_window(&t.frames, 99), 4);
+    }
+
+    #[test]
+    fn helper_state_applies_to_threads_started_through_threading() {
+        let mut r = rule("wait.queue", ThreadState::Waiting, 0, &[]);
+        r.innermost = vec!["get@(.*/)?queue\\.py$".into()];
+        r.helper_state = Some("helper_idle".into());
+        let set = RuleSet::new(&[r]).unwrap();
+        let main = thread(&[("get", "queue.py"), ("main", "/app.py")]);
+        assert_eq!(set.classify(None, &main).state, ThreadState::Waiting);
+        let helper = thread(&[("get", "queue.py"), ("Thread.run", "/usr/lib/threading.py")]);
+        assert_eq!(set.classify(None, &helper).state, ThreadState::HelperIdle);
+        let mut bad = rule("b", ThreadState::Waiting, 0, &["x"]);
+        bad.helper_state = Some("napping".into());
+        let e = RuleSet::new(&[bad]).unwrap_err();
+        assert!(e.to_string().contains("stack_rule b: unknown state"), "{e}");
+    }
+
+    #[test]
+    fn c_sources_with_lines_are_native_frames() {
+        let f = |file: &str, line| Frame {
+            name: "f".into(),
+            file: file.into(),
+            line,
+        };
+        assert!(is_native(&f("selectmodule.c", 678)));
+        assert!(is_native(&f("process_set.cc", 187)));
+        assert!(is_native(&f("libc.so.6", 0)));
+        assert!(!is_native(&f("selectors.py", 415)));
+        assert!(!is_native(&f("<string>", 1)));
     }
 
     #[test]

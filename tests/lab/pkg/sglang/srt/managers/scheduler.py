@@ -10,6 +10,9 @@ Faults (read from the environment the engine was started with):
   SGLANG_DECODE_PREALLOC_SPLIT_TOKENS=n  decode: silently drop requests whose prompt > n tokens
   LAB_FAULT_STALL_AFTER_TOKENS=k         stop emitting a request's tokens after k, forever
   LAB_FAULT_SPIN=1                       first forward enters a never-ending all_reduce
+  LAB_FAULT_DIVERGE_RANK=k               TP > 1: rank 0's first forward enters the TP all_reduce
+                                         and every rank but k follows it there; rank k stays
+                                         at the request broadcast (sglang#33289's split)
   LAB_FAULT_TRANSFER_STUCK_AFTER=k       decode: the (k+1)-th and later requests never leave the
                                          transfer queue
 """
@@ -134,9 +137,13 @@ class Scheduler(SchedulerDisaggregationDecodeMixin, SchedulerDisaggregationPrefi
         if self.tp_rank != 0:
             # Non-zero TP ranks only mirror rank 0: they wait inside broadcast_pyobj, and
             # their GPU does what rank 0's does.
+            diverge = env_int("LAB_FAULT_DIVERGE_RANK")
             while True:
                 broadcast_pyobj([], self.tp_rank)
-                self.follow_tp0_gpu()
+                state = self.follow_tp0_gpu()
+                if diverge is not None and self.tp_rank != diverge and state == "spin":
+                    # Rank 0 is in its forward's all_reduce: join it (and stay, like rank 0).
+                    self.run_batch(ScheduleBatch([], "decode"))
         if self.disaggregation_mode == "decode":
             self.event_loop_normal_disagg_decode()
         elif self.disaggregation_mode == "prefill":
@@ -158,13 +165,15 @@ class Scheduler(SchedulerDisaggregationDecodeMixin, SchedulerDisaggregationPrefi
             self.last_batch = batch
 
     def follow_tp0_gpu(self):
+        """Mirror rank 0's GPU state; returns it (None when unreadable)."""
         try:
             with open(self.gpu_mirror) as f:
                 state = f.read().strip()
         except OSError:
-            return
+            return None
         if state in ("idle", "busy", "spin"):
             self.gpu.set(state)
+        return state
 
     # ---------------------------------------------------------------- requests
     def recv_requests(self):

@@ -11,7 +11,10 @@ class ModelRunner:
     def __init__(self, token_interval, scheduler):
         self.token_interval = token_interval
         self.scheduler = scheduler
-        self.spin_fault = os.environ.get("LAB_FAULT_SPIN", "") not in ("", "0")
+        # LAB_FAULT_DIVERGE_RANK implies the spin: the ranks that run a forward never leave
+        # its all_reduce (the one rank that stays at the request broadcast never joins).
+        self.spin_fault = (os.environ.get("LAB_FAULT_SPIN", "") not in ("", "0")
+                           or os.environ.get("LAB_FAULT_DIVERGE_RANK", "") != "")
         self.step = 0
 
     def forward(self, batch):
