@@ -2,13 +2,11 @@
 //! request it left unanswered, on one time line ("09:29:10 decode restarted (+SGLANG_X) ->
 //! 09:29:14 first request never answered").
 //!
-//! Derived here from what the snapshot carries (its changes against the baseline, the
-//! components' start times, the stuck requests' ages), in this one function, so that it can
-//! be swapped for a timeline shared with report.md once there is one.
+//! Read from the time line report.md opens with (`model::cause`): one rule, read everywhere.
 
-use super::follow::{in_family, top_level};
 use crate::clock::{parse_rfc3339, Millis};
-use crate::model::{Snapshot, StuckKind, Verdict};
+use crate::model::cause::EventKind;
+use crate::model::Snapshot;
 
 /// What changed on the suspect hop.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,82 +41,35 @@ pub struct Cause {
     pub effect: CauseEffect,
 }
 
-/// A hop's name in the line: `decode` when it is the only top-level `decode`, else its id.
-fn hop_name(s: &Snapshot, id: &str) -> String {
-    let top = top_level(s, id);
-    let Some(c) = s.components.iter().find(|c| c.id == top) else {
-        return top.to_string();
-    };
-    let same_role = s
-        .components
-        .iter()
-        .filter(|x| x.parent.is_none() && x.role == c.role)
-        .count();
-    if same_role == 1 {
-        c.role.as_str().to_string()
-    } else {
-        c.id.clone()
-    }
-}
-
-/// The cause line of `s` (see the module doc).
+/// The cause line of `s`: the snapshot's time line (`model::cause`, computed once when the
+/// snapshot was assembled; computed here for a snapshot that carries none), its first stuck
+/// request as the effect and its suspect as the change.
 pub fn cause(s: &Snapshot) -> Option<Cause> {
-    let taken = parse_rfc3339(&s.taken_at)?;
-    let stuck: Vec<_> = s
-        .logical_requests
-        .iter()
-        .filter(|l| l.verdict == Verdict::Stuck && l.stuck_at.is_some())
-        .collect();
-    let first = stuck.iter().max_by(|a, b| a.age_ms.total_cmp(&b.age_ms))?;
-    let suspect = first.stuck_at.as_deref()?;
+    let line = s.cause.clone().or_else(|| crate::model::cause::of(s))?;
+    let first = line.events.iter().find(|e| {
+        matches!(
+            e.kind,
+            EventKind::FirstNoResponse | EventKind::FirstStreamStalled
+        )
+    })?;
     let effect = CauseEffect {
-        at: taken.saturating_sub(first.age_ms.max(0.0) as Millis),
-        request: first.id.clone(),
-        stalled: first.stuck_kind == Some(StuckKind::StreamStalled),
-        stuck: stuck
-            .iter()
-            .filter(|l| {
-                l.stuck_at
-                    .as_deref()
-                    .is_some_and(|c| in_family(s, suspect, c))
-            })
-            .count(),
-        hop: hop_name(s, suspect),
+        at: first.at.as_deref().and_then(parse_rfc3339)?,
+        request: first.detail.first()?.clone(),
+        stalled: first.kind == EventKind::FirstStreamStalled,
+        stuck: first.detail.len(),
+        hop: first.name.clone(),
     };
-    let changes: Vec<_> = s
-        .config_changed
-        .iter()
-        .filter(|c| c.field != "topology" && in_family(s, suspect, &c.component))
-        .collect();
-    let restarts: Vec<&str> = changes
-        .iter()
-        .filter(|c| c.field == "process")
-        .map(|c| c.component.as_str())
-        .collect();
-    let restarted_at = s
-        .components
-        .iter()
-        .filter(|c| restarts.contains(&c.id.as_str()))
-        .filter_map(|c| parse_rfc3339(c.started_at.as_deref()?))
-        .min();
-    let mut keys: Vec<String> = Vec::new();
-    for c in changes.iter().filter(|c| c.field != "process") {
-        let name = c.key.as_deref().unwrap_or(&c.field);
-        let key = match (&c.before, &c.after) {
-            (None, Some(v)) => format!("+{name}={v}"),
-            (Some(_), None) => format!("-{name}"),
-            (_, Some(v)) => format!("~{name}={v}"),
-            (None, None) => format!("~{name}"),
-        };
-        if !keys.contains(&key) {
-            keys.push(key);
+    let change = line.suspect.as_ref().map(|suspect| {
+        let restart = line
+            .events
+            .iter()
+            .find(|e| e.component == suspect.component && e.kind == EventKind::Restarted);
+        CauseChange {
+            hop: suspect.name.clone(),
+            restarted: restart.is_some(),
+            restarted_at: restart.and_then(|e| parse_rfc3339(e.at.as_deref()?)),
+            keys: suspect.changes.clone(),
         }
-    }
-    let change = (!changes.is_empty()).then(|| CauseChange {
-        hop: hop_name(s, suspect),
-        restarted: !restarts.is_empty(),
-        restarted_at,
-        keys,
     });
     Some(Cause { change, effect })
 }
@@ -126,6 +77,7 @@ pub fn cause(s: &Snapshot) -> Option<Cause> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::Verdict;
 
     fn demo() -> Snapshot {
         serde_json::from_str(include_str!(
@@ -158,25 +110,29 @@ mod tests {
     }
 
     #[test]
-    fn no_stuck_request_no_line_and_other_hops_changes_are_not_the_cause() {
+    fn no_stuck_request_no_line_and_a_change_elsewhere_is_named_as_the_time_line_names_it() {
         let mut s = demo();
-        // The proxy's appearance (a topology change) and changes elsewhere are not named.
+        // Decode's changes moved to prefill: the time line's suspect is then the newest change
+        // before the first stuck request (model::cause), and the header says so.
         for ch in &mut s.config_changed {
             if ch.component.contains("decode") {
                 ch.component = "prefill@127.0.0.1:26180".into();
             }
         }
         let c = cause(&s).expect("still stuck");
-        assert_eq!(c.change, None);
+        let change = c.change.expect("the newest change before it");
+        assert_eq!(change.hop, "prefill");
+        assert_eq!(c.effect.hop, "decode");
         for l in &mut s.logical_requests {
             l.verdict = Verdict::Done;
         }
         assert_eq!(cause(&s), None);
-        // A hostile age does not overflow.
+        // A hostile age does not overflow: the effect's time is unknown, and there is no line.
         let mut s = demo();
         for l in &mut s.logical_requests {
             l.age_ms = f64::MAX;
         }
-        assert!(cause(&s).is_some());
+        let taken = parse_rfc3339(&s.taken_at).expect("taken_at");
+        assert!(cause(&s).is_none_or(|c| c.effect.at <= taken));
     }
 }
