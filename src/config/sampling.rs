@@ -5,7 +5,7 @@
 //! dumps every scheduler of each *suspected* engine once (so a wedge collects "idle in 6/6
 //! dumps over 25 s" within one window), and otherwise one process of the stack, in a slow
 //! round-robin. An engine is suspected when a request at it has been silent for
-//! `suspect_silent_pct` of the wedge (or stall) threshold, when its GPU is idle and nothing
+//! `suspect_silent_pct` of the soonest wedge verdict (or the stall threshold), when its GPU is idle and nothing
 //! shows work while a request has been open `suspect_gpu_idle_ms`, when requests are queued
 //! and none runs, or when a finding that implicates its schedulers is open. Off: every Python
 //! process of the stack at each stacks period (15 s), three dumps of each scheduler, as
@@ -26,7 +26,8 @@ pub struct SamplingThresholds {
     pub stacks_adaptive: bool,
     /// With `stacks_adaptive`: the period of one stacks tick.
     pub stacks_tick_ms: i64,
-    /// A request silent for this percentage of `wedged_after_ms` (of `stall_after_ms` once
+    /// A request silent for this percentage of the soonest wedge verdict
+    /// (`wedged_unanimous_ms`, at most `wedged_after_ms`; of `stall_after_ms` once
     /// its response started) makes its engine suspect.
     pub suspect_silent_pct: u32,
     /// An idle GPU with nothing showing work makes its engine suspect once a request has

@@ -45,14 +45,15 @@ pub fn derive(topo: &Topology, view: &View, findings: &[Finding], th: &Threshold
     s
 }
 
-/// Requests at an engine with no response byte for `suspect_silent_pct` of the wedge
-/// threshold (of the stall threshold once the response started). Only while request states
-/// are current: a stale socket table makes every request look silent.
+/// Requests at an engine with no response byte for `suspect_silent_pct` of the soonest wedge
+/// verdict (`wedged_unanimous_ms`: the witnesses' second dump is due by then), of the stall
+/// threshold once the response started. Only while request states are current: a stale
+/// socket table makes every request look silent.
 fn silent_requests(topo: &Topology, view: &View, th: &Thresholds, s: &mut Suspicion) {
     if !view.sockets_fresh {
         return;
     }
-    let wedge = th.sampling.silent_after(th.correlate.wedged_after_ms);
+    let wedge = th.sampling.silent_after(th.correlate.wedged_soonest_ms());
     let stall = th.sampling.silent_after(th.correlate.stall_after_ms);
     for r in &view.requests {
         let limit = match r.state {
