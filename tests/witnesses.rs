@@ -347,3 +347,23 @@ fn a_one_shot_is_told_how_much_longer_to_look() {
     run_to(&mut sim, &mut d, arrived, 6_000);
     assert_eq!(pending(&sim), None);
 }
+
+#[test]
+fn the_daemon_suspects_a_silent_request_early_only_while_nothing_works_on_it() {
+    let silent_early = |d: &mut Decode| {
+        let mut sim = Sim::new(pd_topology());
+        let arrived = pd_request_prefill_answered(&mut sim);
+        run_to(&mut sim, d, arrived, 5_000);
+        let s = wedgewatch::sampler::suspicion::of_model(&sim.model, sim.now);
+        s.reasons(DECODE)
+            .iter()
+            .any(|r| matches!(r, SuspicionReason::SilentRequest { .. }))
+    };
+    // Silent 5 s, past a third of the soonest verdict: its dumps must start now.
+    assert!(silent_early(&mut Decode::idle()));
+    // Tokens generated for others meanwhile: judged at 30 s, suspected at a third of that.
+    assert!(!silent_early(&mut Decode {
+        gen_per_point: 40.0,
+        ..Decode::idle()
+    }));
+}

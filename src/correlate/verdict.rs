@@ -196,6 +196,18 @@ fn wait_for(quiet: usize, saw_work: bool, unanimous_ms: Millis, slow_ms: Millis)
     fast + (slow_ms - fast) * missing.min(4) / 4
 }
 
+/// The entries of a history buffer (oldest first, in time order) from `from` to `now`,
+/// found by bisection: a daemon's history holds minutes of readings, the wait seconds.
+fn between<'a, T>(
+    q: &'a std::collections::VecDeque<T>,
+    t: impl Fn(&T) -> Millis + Copy + 'a,
+    from: Millis,
+    now: Millis,
+) -> impl Iterator<Item = &'a T> + 'a {
+    let start = q.partition_point(|x| t(x) < from);
+    q.range(start..).take_while(move |x| t(x) <= now)
+}
+
 /// Counts quiet observations; the testimony turns at the `need`-th.
 struct Tally {
     need: u32,
@@ -245,7 +257,7 @@ fn gpu(m: &Model, cs: &ComponentState, from: Millis, now: Millis) -> Testimony {
     };
     let c = m.with_children(c);
     let mut tally = Tally::new(1);
-    for (t, g) in m.gpu.iter().filter(|(t, _)| *t >= from && *t <= now) {
+    for (t, g) in between(&m.gpu, |(t, _)| *t, from, now) {
         match gpu_activity(&c, g, &m.thresholds) {
             GpuActivity::Idle => tally.saw(*t),
             GpuActivity::Working | GpuActivity::Spinning => return Testimony::SawWork,
@@ -303,9 +315,8 @@ pub fn counters(m: &Model, comp: &str, from: Millis, now: Millis) -> Testimony {
     let carries =
         |p: &super::MetricsPoint| WORK_COUNTERS.iter().any(|(k, _)| p.mapped.contains_key(*k));
     let any_data = hist.iter().any(carries);
-    let pts: Vec<_> = hist
-        .iter()
-        .filter(|p| p.t_ms >= from && p.t_ms <= now && carries(p))
+    let pts: Vec<_> = between(hist, |p| p.t_ms, from, now)
+        .filter(|p| carries(p))
         .collect();
     let (Some(first), Some(last)) = (pts.first(), pts.last()) else {
         return Tally::new(1).testimony(any_data);
@@ -333,7 +344,7 @@ fn queue(m: &Model, comp: &str, from: Millis, now: Millis) -> Testimony {
     };
     let any_data = hist.iter().any(|p| queued_of(p).is_some());
     let mut tally = Tally::new(1);
-    for p in hist.iter().filter(|p| p.t_ms >= from && p.t_ms <= now) {
+    for p in between(hist, |p| p.t_ms, from, now) {
         match queued_of(p) {
             Some((q, _)) if q > 0.0 => return Testimony::SawWork,
             Some(_) => tally.saw(p.t_ms),

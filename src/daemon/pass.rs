@@ -25,12 +25,7 @@ impl Pass {
     pub fn run(model: &Model, now: Millis) -> Pass {
         let view = model.view(now);
         let findings = crate::detect::run_all(model, &view);
-        let suspicion = crate::sampler::suspicion::derive(
-            model.topology(),
-            &view,
-            &findings,
-            &model.thresholds,
-        );
+        let suspicion = crate::sampler::suspicion::derive(model, &view, &findings);
         Pass {
             view,
             findings,
