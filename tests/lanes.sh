@@ -28,7 +28,7 @@ LAB_LANE=(
     stacks fleet_lab router_key router_key_lookalikes gpu lab_tp tui_pty netns_lab discovery
     controls_lab
 )
-LAB_BENCHES=(discovery daemon biglab)
+LAB_BENCHES=(discovery daemon biglab verdict)
 
 lab_args=()
 for name in "${LAB_LANE[@]}"; do
