@@ -285,6 +285,23 @@ pub async fn collect_window(
     Ok(model)
 }
 
+/// Samples `ms` more into `model`: a one-shot's window grown for a verdict due soon
+/// (`correlate::pending_verdict`). Every source runs again at its default cadence, the stacks
+/// source dumping at once; the model keeps its topology and what it holds.
+pub async fn collect_more(
+    opts: &AttachOptions,
+    model: &mut Correlator,
+    ms: u64,
+    clock: Arc<dyn Clock>,
+) -> Result<u64> {
+    let (_tx, rx) = watch::channel(model.topology().clone());
+    let sampler = opts.sampler(clock, rx)?;
+    Ok(sampler
+        .with_grace(one_shot_grace(ms))
+        .collect(model, ms)
+        .await)
+}
+
 /// `wedgewatch record -o FILE --for DURATION` in one call: runs `sampler` for
 /// `duration_ms` (tokio time) and writes its samples, the topology and a baseline to `path`
 /// ([`crate::record::record_samples`]). Returns the samples written.

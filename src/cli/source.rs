@@ -176,6 +176,55 @@ pub fn from_recording(
     Ok(parts)
 }
 
+/// A one-shot's window grows while a request at an engine that nothing is seen working for
+/// nears its verdict (`correlate::pending_verdict`: silent for a third of the soonest
+/// verdict, due within what is left), by at most the soonest verdict's wait in all
+/// (`wedged_unanimous_ms`); each step said on stderr. Why: the verdict needs two stack dumps
+/// over the wait and the wait itself, which a 3 s window started early may not hold.
+fn look_longer_for_verdicts(
+    opts: &attach::AttachOptions,
+    mut model: wedgewatch::correlate::Correlator,
+) -> anyhow::Result<wedgewatch::correlate::Correlator> {
+    let th = &opts.thresholds;
+    let soonest = th.correlate.wedged_soonest_ms();
+    let silent = th.sampling.silent_after(soonest);
+    let mut left = soonest;
+    while left >= 1000 {
+        let view = model.view(SystemClock.now_ms());
+        let Some(p) = wedgewatch::correlate::pending_verdict(&model, &view, silent, left) else {
+            break;
+        };
+        drop(view);
+        let ms = p.more_ms.min(left);
+        let secs = wedgewatch::detect::secs;
+        progress::note(&wedgewatch::redact::log_line(&format!(
+            "{} at {} has waited {} with nothing seen working on it: looking {} more for its \
+             verdict (due after {} on its witnesses)",
+            p.leg,
+            p.component,
+            secs(p.waited_ms),
+            secs(ms),
+            secs(p.wait_ms)
+        )));
+        let more = Duration::from_millis(u64::try_from(ms).unwrap_or(0));
+        exit::block_on(progress::during(
+            "looking longer",
+            more,
+            attach::collect_more(
+                opts,
+                &mut model,
+                duration::millis(more),
+                Arc::new(SystemClock),
+            ),
+        ))
+        .context("starting the runtime")
+        .map_err(CouldNotSample)?
+        .map_err(|e| CouldNotSample(e.into()))?;
+        left -= ms;
+    }
+    Ok(model)
+}
+
 /// Samples here for `window`; a failure to sample at all is [`CouldNotSample`].
 pub fn by_sampling(s: &Sampling, window: Duration, raw: RawFiles) -> anyhow::Result<SnapshotParts> {
     // bad options (probes, thresholds, a --pid that does not exist) are usage errors
@@ -189,6 +238,7 @@ pub fn by_sampling(s: &Sampling, window: Duration, raw: RawFiles) -> anyhow::Res
     .context("starting the runtime")
     .map_err(CouldNotSample)?
     .map_err(|e| CouldNotSample(e.into()))?;
+    let model = look_longer_for_verdicts(&opts, model)?;
     let parts = wedgewatch::pipeline::parts_for(&model, SystemClock.now_ms(), raw);
     if let Some(st) = parts.sources.get(&SourceKind::Processes) {
         if st.status == Status::Unavailable {

@@ -24,8 +24,7 @@ impl Pass {
     pub fn run(model: &Correlator, now: Millis) -> Pass {
         let view = model.view(now);
         let findings = crate::detect::run_all(model, &view);
-        let suspicion =
-            crate::policy::suspicion::derive(model.topology(), &view, &findings, &model.thresholds);
+        let suspicion = crate::policy::suspicion::derive(model, &view, &findings);
         Pass {
             view,
             findings,
@@ -38,17 +37,22 @@ impl Pass {
         self.view.now
     }
 
-    /// In how many ms after this pass an open request's state turns by time alone (one waiting
-    /// for its first byte reaches the wedge threshold, a streaming one the stall threshold;
-    /// probes left out, as the detectors leave them): the daemon builds its next answer at the
-    /// first table after it ([`super::kept_answer::KeptAnswer::expect_news`]).
+    /// In how many ms after this pass an open request's state may turn by time alone, with
+    /// no new sample: one waiting for its first byte reaches the soonest wedge verdict
+    /// (`wedged_unanimous_ms` after its last request byte; its witnesses may ask for longer),
+    /// a streaming one the stall threshold. Why: an answer built ahead before that instant cannot show
+    /// the finding, so the daemon builds the next one at the first table after it
+    /// ([`super::kept_answer::KeptAnswer::expect_news`]) instead of up to a rebuild period
+    /// later. Probes are left out, as the detectors leave them out.
     pub fn next_turn_ms(&self, th: &Thresholds) -> Option<i64> {
         let v = &self.view;
         v.requests
             .iter()
             .filter(|r| !v.logical_of(r).probe)
             .filter_map(|r| match r.state {
-                RequestState::WaitingFirstByte => Some(th.correlate.wedged_after_ms - r.age_ms),
+                RequestState::WaitingFirstByte => {
+                    Some(th.correlate.wedged_soonest_ms() - (v.now - r.x.last_request_ms))
+                }
                 RequestState::Streaming => Some(th.correlate.stall_after_ms - r.idle_out_ms),
                 _ => None,
             })

@@ -6,7 +6,7 @@
 //! exporter read) and its stacks ticks read the newest; the sources never see the model.
 
 use crate::config::Thresholds;
-use crate::correlate::{ComponentState, Correlator, RequestView, View};
+use crate::correlate::{ComponentState, Correlator, RequestView, View, Witnesses};
 use crate::model::{
     Finding, FindingKind, RequestNote, RequestState, Role, Suspicion, SuspicionReason, Topology,
 };
@@ -25,13 +25,14 @@ const IMPLICATING: [FindingKind; 6] = [
 pub fn of_model(model: &Correlator, now: crate::clock::Millis) -> Suspicion {
     let view = model.view(now);
     let findings = crate::detect::run_all(model, &view);
-    derive(model.topology(), &view, &findings, &model.thresholds)
+    derive(model, &view, &findings)
 }
 
-/// Which engines are suspect in `view` (with `findings` run over it), and why.
-pub fn derive(topo: &Topology, view: &View, findings: &[Finding], th: &Thresholds) -> Suspicion {
+/// Which engines are suspect in `view` of `model` (with `findings` run over it), and why.
+pub fn derive(model: &Correlator, view: &View, findings: &[Finding]) -> Suspicion {
+    let (topo, th) = (model.topology(), &model.thresholds);
     let mut s = Suspicion::none();
-    silent_requests(topo, view, th, &mut s);
+    silent_requests(model, view, &mut s);
     for (id, cs) in &view.components {
         let Some(engine) = engine_of(topo, id) else {
             continue;
@@ -47,30 +48,40 @@ pub fn derive(topo: &Topology, view: &View, findings: &[Finding], th: &Threshold
 }
 
 /// Requests at an engine with no response byte for `suspect_silent_pct` of the wedge
-/// threshold (of the stall threshold once the response started). Only while request states
-/// are current: a stale socket table makes every request look silent.
-fn silent_requests(topo: &Topology, view: &View, th: &Thresholds, s: &mut Suspicion) {
+/// threshold, or already of the soonest wedge verdict (`wedged_unanimous_ms`) while no
+/// witness saw work on it (`correlate::verdict`: its second dump is due by that verdict; a
+/// busy engine is judged at the wedge threshold and need not be dumped sooner); of the stall
+/// threshold once the response started. Only while request states are current: a stale
+/// socket table makes every request look silent.
+fn silent_requests(model: &Correlator, view: &View, s: &mut Suspicion) {
     if !view.sockets_fresh {
         return;
     }
+    let (topo, th) = (model.topology(), &model.thresholds);
+    let soonest = th.sampling.silent_after(th.correlate.wedged_soonest_ms());
     let wedge = th.sampling.silent_after(th.correlate.wedged_after_ms);
     let stall = th.sampling.silent_after(th.correlate.stall_after_ms);
     for r in &view.requests {
         let limit = match r.state {
-            RequestState::WaitingFirstByte => wedge,
+            RequestState::WaitingFirstByte => soonest,
             RequestState::Stalled | RequestState::Streaming => stall,
             _ => continue,
         };
         if r.idle_out_ms < limit || view.logical_of(r).probe {
             continue;
         }
-        if let Some(engine) = engine_of(topo, &r.x.component) {
-            let (request, silent_ms) = (note(r), r.idle_out_ms);
-            s.add(
-                engine,
-                SuspicionReason::SilentRequest { request, silent_ms },
-            );
+        let Some(engine) = engine_of(topo, &r.x.component) else {
+            continue;
+        };
+        let early = r.state == RequestState::WaitingFirstByte && r.idle_out_ms < wedge;
+        if early && Witnesses::of_leg(model, view, r).saw_work() {
+            continue;
         }
+        let (request, silent_ms) = (note(r), r.idle_out_ms);
+        s.add(
+            engine,
+            SuspicionReason::SilentRequest { request, silent_ms },
+        );
     }
 }
 

@@ -11,7 +11,7 @@ Standard library only; runs with the system python3. Subcommands:
   setup                                   create tests/lab/.venv and pip install the pins
   up --run-dir DIR [--mode pd|regular] [--base-port N] [--token-interval S] [--tp-size N]
      [--decode-env K=V]... [--prefill-env K=V]... [--engine-env K=V]...
-     [--router-env K=V]... [--proxy-env K=V]... [--router-arg ARG]...
+     [--router-env K=V]... [--proxy-env K=V]... [--router-arg ARG]... [--controls]
      [--router-api-key KEY]               (the router then answers /workers and inference
                                           only with `Authorization: Bearer KEY`; the lab's
                                           own probes send it, `load` does not)
@@ -28,6 +28,10 @@ Standard library only; runs with the system python3. Subcommands:
                                           on node b (10.77.0.2), each node its own net + PID
                                           + mount namespace (two_node_lab.py; root)
   exec --run-dir DIR NODE -- CMD...       (two-node) run CMD inside node a or b
+  controls --run-dir DIR [--only NAME,...]
+                                          (a lab `up --controls`) the slow-but-healthy
+                                          requests that must raise no finding, all at once
+                                          (controls.py; CONTROLS below); prints their JSON
   load --run-dir DIR --agents N --rounds R [--timeout S] [--max-tokens M] [--total-timeout T]
        [--duration S [--think S] [--progress S]]
                                           run harness.py against the proxy, print its JSON
@@ -79,6 +83,18 @@ FAULTS = {
     "close-wait-leak": ("proxy", "proxy", {"LAB_PROXY_LEAK": "close_wait",
                                            "LAB_PROXY_LEAK_LIMIT": "24"}),
 }
+# `up --controls`: the engines honour prompt directives (`[lab:prefill_s=S]`,
+# `[lab:first_token_s=S]`) and run at most CONTROLS_MAX_RUNNING requests (the rest queue);
+# the router admits at most CONTROLS_ROUTER_CONCURRENT at once and queues the rest.
+# The router's admission is a token bucket (sglang-router 0.3.2: capacity
+# --max-concurrent-requests, refilled every second by --rate-limit-tokens-per-second, its
+# default); a request finding it empty waits in the router's queue for the next refill (about
+# a second, measured; then 408).
+CONTROLS_MAX_RUNNING = 8
+CONTROLS_ROUTER_CONCURRENT = 30
+CONTROLS_ENV = {"LAB_CONTROLS": "1", "LAB_MAX_RUNNING_REQUESTS": str(CONTROLS_MAX_RUNNING)}
+CONTROLS_ROUTER_ARGS = ["--max-concurrent-requests", str(CONTROLS_ROUTER_CONCURRENT),
+                        "--queue-size", "100"]
 FAULT_VARS = ["SGLANG_DECODE_PREALLOC_SPLIT_TOKENS", "LAB_FAULT_STALL_AFTER_TOKENS",
               "LAB_FAULT_SPIN", "LAB_FAULT_DIVERGE_RANK", "LAB_FAULT_TRANSFER_STUCK_AFTER",
               "LAB_FAULT_HANG_METRICS",
@@ -494,6 +510,9 @@ def cmd_up_once(a):
 
     logs = os.path.join(run_dir, "logs")
     token_env = {"LAB_TOKEN_INTERVAL_S": str(a.token_interval)} if a.token_interval else {}
+    if a.controls:
+        token_env.update(CONTROLS_ENV)
+        lab["controls"] = True
 
     def add(comp):
         comp.setdefault("log", os.path.join(logs, comp["name"] + ".log"))
@@ -537,7 +556,8 @@ def cmd_up_once(a):
                 "--prometheus-port", str(m_port), "--health-check-interval-secs", "1",
                 "--health-failure-threshold", "1", "--health-success-threshold", "1",
                 "--disable-retries", "--disable-circuit-breaker",
-                "--shutdown-grace-period-secs", "1", "--log-level", "info", *a.router_arg,
+                "--shutdown-grace-period-secs", "1", "--log-level", "info",
+                *(CONTROLS_ROUTER_ARGS if a.controls else []), *a.router_arg,
                 *(["--api-key", a.router_api_key] if a.router_api_key else [])],
         "env": parse_env(a.router_env)})
     if a.router_api_key:
@@ -691,6 +711,21 @@ def cmd_load(a):
     os.execv(cmd[0], cmd)
 
 
+def cmd_controls(a):
+    lab = load_lab(os.path.abspath(a.run_dir))
+    if not lab.get("controls"):
+        raise LabError("the controls need a lab started with `up --controls`")
+    engine = lab["components"].get("engine")
+    if engine is None:
+        raise LabError("the controls run on the regular lab (`up --mode regular --controls`)")
+    cmd = [sys.executable, os.path.join(LAB_DIR, "controls.py"), "--url", lab["entry_url"],
+           "--engine-url", engine["url"]]
+    if a.only:
+        cmd += ["--only", a.only]
+    sys.stdout.flush()
+    os.execv(cmd[0], cmd)
+
+
 def cmd_exec(a):
     import two_node_lab
     return two_node_lab.cmd_exec(a, sys.modules[__name__])
@@ -724,6 +759,10 @@ def main(argv=None):
                     help="two machines (own net + PID namespace each, joined by a veth pair): "
                          "proxy and router on node a, prefill and decode on node b "
                          "(see two_node_lab.py); root only")
+    up.add_argument("--controls", action="store_true",
+                    help="the engines honour the controls' prompt directives and run at most "
+                         f"{CONTROLS_MAX_RUNNING} requests; the router admits "
+                         f"{CONTROLS_ROUTER_CONCURRENT} at once (see `controls`)")
     up.add_argument("--fault", default=None,
                     help="(--two-node) start with this fault switched on (see FAULTS)")
     ld = sub.add_parser("load")
@@ -750,6 +789,9 @@ def main(argv=None):
     inj = sub.add_parser("inject")
     inj.add_argument("--run-dir", required=True)
     inj.add_argument("fault", help=f"one of {sorted(FAULTS)} or clear")
+    ct = sub.add_parser("controls", help="run the controls (a lab `up --controls`)")
+    ct.add_argument("--run-dir", required=True)
+    ct.add_argument("--only", default=None, help="comma-separated control names")
     ex = sub.add_parser("exec", help="(two-node) run a command inside node a or b")
     ex.add_argument("--run-dir", required=True)
     ex.add_argument("node", help="a or b")
@@ -761,7 +803,7 @@ def main(argv=None):
     try:
         {"setup": lambda a: setup(), "up": cmd_up, "load": cmd_load, "restart": cmd_restart,
          "inject": cmd_inject, "down": cmd_down, "status": cmd_status,
-         "exec": cmd_exec}[a.cmd](a)
+         "exec": cmd_exec, "controls": cmd_controls}[a.cmd](a)
     except LabError as e:
         print(f"lab.py {a.cmd}: error: {e}", file=sys.stderr)
         return 1

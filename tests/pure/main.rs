@@ -21,3 +21,4 @@ mod stack_corpus;
 mod tui_80x24;
 mod tui_follow;
 mod tui_snapshots;
+mod witnesses;

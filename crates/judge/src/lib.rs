@@ -13,4 +13,4 @@ pub mod correlate;
 pub mod detect;
 pub mod pipeline;
 
-use wedgewatch_model::{clock, model};
+use wedgewatch_model::{clock, config, model};

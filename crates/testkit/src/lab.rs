@@ -92,6 +92,9 @@ pub struct LabOptions {
     pub router_api_key: Option<String>,
     /// Schedulers per engine (lab.py `--tp-size`; default 1).
     pub tp_size: Option<u32>,
+    /// lab.py `--controls`: the engines honour the controls' prompt directives and cap their
+    /// running requests, the router its admissions ([`Lab::controls`]).
+    pub controls: bool,
 }
 
 impl LabOptions {
@@ -135,6 +138,11 @@ impl LabOptions {
     /// Every engine runs `n` schedulers (`sglang::scheduler_TP0..n-1`), one fake GPU each.
     pub fn tp_size(mut self, n: u32) -> Self {
         self.tp_size = Some(n);
+        self
+    }
+    /// Ready for [`Lab::controls`] (lab.py `up --controls`).
+    pub fn controls(mut self) -> Self {
+        self.controls = true;
         self
     }
 }
@@ -353,6 +361,9 @@ impl Lab {
             args.push("--tp-size".into());
             args.push(n.to_string());
         }
+        if opts.controls {
+            args.push("--controls".into());
+        }
         let argv: Vec<&str> = args.iter().map(String::as_str).collect();
         let mut lab = Lab {
             run_dir: Some(dir),
@@ -520,6 +531,24 @@ impl Lab {
         })
     }
 
+    /// `lab.py controls` in the background (a regular lab up with
+    /// [`LabOptions::controls`]): the slow but healthy requests, all at once, about 65 s;
+    /// [`LoadRun::wait`] gives their JSON report (`tests/lab/controls.py`).
+    pub fn controls(&self) -> Result<LoadRun, String> {
+        let rd = self.run_path.display().to_string();
+        let child = lab_cmd(&["controls", "--run-dir", &rd])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("spawn controls: {e}"))?;
+        Ok(LoadRun {
+            child: Some(child),
+            // Its longest control is 60 s of prefill; its own timeouts are 150 s.
+            bound: Duration::from_secs(240),
+            started: Instant::now(),
+        })
+    }
+
     /// Restart one component (stopped by recorded pid/process group, started again with
     /// the same command) with env vars set; see [`Lab::restart_unset`] to remove some.
     pub fn restart(&mut self, component: &str, env: &[(&str, &str)]) -> Result<(), String> {
@@ -602,6 +631,30 @@ pub struct LoadRun {
 }
 
 impl LoadRun {
+    /// The JSON report if the run has ended (`None`: still running); an error once it ran
+    /// past its bound (then it is killed) or its output is not JSON.
+    pub fn try_report(&mut self) -> Result<Option<Value>, String> {
+        let child = self.child.as_mut().ok_or("already waited")?;
+        match child.try_wait() {
+            Ok(Some(_)) => {}
+            Ok(None) if self.started.elapsed() > self.bound => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!("did not finish within {:?}", self.bound));
+            }
+            Ok(None) => return Ok(None),
+            Err(e) => return Err(format!("wait: {e}")),
+        }
+        let mut out = String::new();
+        if let Some(mut s) = child.stdout.take() {
+            let _ = s.read_to_string(&mut out);
+        }
+        self.child = None;
+        serde_json::from_str(out.trim())
+            .map(Some)
+            .map_err(|e| format!("output is not JSON ({e}): {out}"))
+    }
+
     /// Wait (bounded) for the harness JSON report.
     pub fn wait(mut self) -> Result<Value, String> {
         let mut child = self.child.take().ok_or("already waited")?;

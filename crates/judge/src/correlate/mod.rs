@@ -18,7 +18,8 @@
 //! Files: ingestion per source (`sockets.rs` with `exchange.rs` and `links.rs`,
 //! `processes.rs`, `metrics.rs`, `stacks.rs`, `gpu.rs`), the state derived at an instant
 //! (`state.rs` per component, `view.rs` per exchange, `requests.rs` logical requests and
-//! their verdicts) and the model's share of a snapshot (`parts.rs`).
+//! their verdicts, `verdict.rs` the witnesses that say how long a request waits before it
+//! is judged stuck) and the model's share of a snapshot (`parts.rs`).
 
 mod budget;
 mod channels;
@@ -42,6 +43,7 @@ mod ring;
 mod sockets;
 mod stacks;
 mod state;
+pub mod verdict;
 mod view;
 mod waiting;
 
@@ -52,9 +54,10 @@ pub use gpu_verdict::{component_activity, ActivityThresholds, GpuActivity};
 pub use metrics::{
     is_probe_endpoint, probe_failed, summarize_loads, LoadsSummary, MetricsPoint, PD_QUEUE_KEYS,
 };
-pub use requests::{pd_cause, BusyNote, LogicalView, StuckLeg};
+pub use requests::{pd_cause, pending_verdict, BusyNote, LogicalView, PendingVerdict, StuckLeg};
 pub use stacks::{span_text, ThreadWindow};
 pub use state::{signals_text, ComponentState, CountSource, WorkSignal};
+pub use verdict::{Testimony, Witness, Witnesses};
 pub use view::{
     is_probe_sized, LegName, RequestView, View, JIFFY_TIE_MS, MIN_INFERENCE_REQUEST_BYTES,
 };

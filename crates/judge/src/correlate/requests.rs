@@ -8,12 +8,14 @@
 //! request again, so a finding's count, its ids, the TUI's "(N stuck)" and the report's
 //! table are one set.
 //!
-//! Stuck without a response byte (`wedged_request`'s case): a leg waited
-//! `wedged_after_ms` for its first byte at the deepest hop holding it, and that hop does no
-//! work for it (no GPU work, forward time, tokens or scheduler batch; GPU not spinning). On a
-//! busy engine it is stuck anyway when the engine's work counters have not moved since it
-//! arrived, or when at least `wedged_overtaken_min` later, comparable requests from the same
-//! upstream hop were answered meanwhile. In PD, when both legs wait, the prefill leg is the
+//! Stuck without a response byte (`wedged_request`'s case): a leg waited for its first byte
+//! at the deepest hop holding it as long as its witnesses say (`verdict.rs`: 10 s when every
+//! witness says nothing works on it, up to `wedged_after_ms` on less evidence, counted from
+//! its last request byte), and that hop does no work for it (no GPU work, forward time,
+//! tokens or scheduler batch; GPU not spinning). On a busy engine it is stuck anyway when the
+//! engine's work counters have not moved since it arrived, or when at least
+//! `wedged_overtaken_min` later, comparable requests from the same upstream hop were answered
+//! meanwhile. In PD, when both legs wait, the prefill leg is the
 //! one stuck (the decode leg needs its KV cache) and the decode leg its consequence, unless
 //! prefill holds requests in its bootstrap queue waiting for decode to connect: then the
 //! decode leg is stuck and the prefill leg its consequence.
@@ -27,6 +29,7 @@
 
 use super::exchange::Exchange;
 use super::state::{ComponentState, WorkSignal};
+use super::verdict::{self, Witnesses, WORK_SETTLE_MS};
 use super::view::{is_probe_sized, LegName, RequestView, View};
 use super::Correlator;
 use crate::clock::Millis;
@@ -67,6 +70,8 @@ pub struct StuckLeg {
     pub busy: Option<BusyNote>,
     /// PD: decode legs (indices into `View::requests`) that wait on the stuck prefill leg.
     pub consequences: Vec<usize>,
+    /// No response byte: the witnesses its wait was judged on.
+    pub witnesses: Option<Witnesses>,
 }
 
 /// Why requests at an engine that shows work are stuck anyway.
@@ -78,10 +83,6 @@ pub enum BusyNote {
     /// At least this many later comparable requests were answered meanwhile.
     Overtaken { n: usize, working: Vec<WorkSignal> },
 }
-
-/// After a request arrives, counters may still move for this long from batches already
-/// under way (and the metrics scrape lags by up to a second).
-const WORK_SETTLE_MS: Millis = 2000;
 
 /// Smallest request (bytes) that counts as "a later request answered meanwhile" when the
 /// waiting request's own size is unknown: health checks and scrapes are smaller than this.
@@ -190,7 +191,10 @@ pub(super) fn judge(m: &Correlator, v: &mut View) {
 
 /// Legs stuck without a response byte.
 fn no_response(m: &Correlator, v: &View) -> Vec<StuckLeg> {
-    let (leaves, consequences) = split_off_decode_legs(v, waiting_leaves(m, v));
+    let waiting = waiting_at_deepest_hop(v);
+    let mut witnessed = waited_long_enough(m, v, &waiting);
+    let leaves = witnessed.keys().copied().collect();
+    let (leaves, consequences) = split_off_decode_legs(v, &waiting, leaves);
     let mut out = Vec::new();
     for (comp, ls) in by_component(v, leaves) {
         let cs = v.components.get(&comp);
@@ -216,22 +220,20 @@ fn no_response(m: &Correlator, v: &View) -> Vec<StuckLeg> {
                 kind: StuckKind::NoResponse,
                 busy: busy.clone(),
                 consequences: deps,
+                witnesses: witnessed.remove(&leg),
             });
         }
     }
     out
 }
 
-/// Requests waiting for their first byte for `wedged_after_ms` at the deepest hop holding
-/// them (no outstanding child; a proxy/router only if nothing it sent downstream is open),
-/// probes left out.
-fn waiting_leaves(m: &Correlator, v: &View) -> Vec<usize> {
-    let th = &m.thresholds;
+/// Requests waiting for their first byte at the deepest hop holding them (no outstanding
+/// child; a proxy/router only if nothing it sent downstream is open), probes left out.
+fn waiting_at_deepest_hop(v: &View) -> Vec<usize> {
     (0..v.requests.len())
         .filter(|&i| {
             let r = &v.requests[i];
             r.state == RequestState::WaitingFirstByte
-                && r.age_ms >= th.correlate.wedged_after_ms
                 && !v.logical[r.request].probe
                 && v.outstanding_child(r).is_none()
                 && (r.x.role.is_engine() || !v.downstream_open(&r.x.component))
@@ -250,31 +252,111 @@ pub fn pd_cause(prefill_waits_for_decode: bool) -> Role {
     }
 }
 
+/// Of `waiting`, those that waited since their last request byte as long as their witnesses
+/// say (`verdict.rs`), with the witnesses.
+fn waited_long_enough(m: &Correlator, v: &View, waiting: &[usize]) -> BTreeMap<usize, Witnesses> {
+    let th = &m.thresholds.correlate;
+    waiting
+        .iter()
+        .filter_map(|&i| {
+            let r = &v.requests[i];
+            let waited = v.now - r.x.last_request_ms;
+            // The soonest any verdict comes: most waiting requests stop here, cheaply.
+            if waited < th.wedged_soonest_ms() {
+                return None;
+            }
+            let w = Witnesses::of_leg(m, v, r);
+            (waited >= w.wedged_wait(th)).then_some((i, w))
+        })
+        .collect()
+}
+
+/// A request a longer look may judge: a leg at an engine nothing is seen working for, that
+/// waited a while and is not judged yet, and how much longer to look.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PendingVerdict {
+    /// The leg (`r17@decode`) and where it waits.
+    pub leg: LegName,
+    pub component: String,
+    pub waited_ms: Millis,
+    /// Its wait once the witnesses that need a longer look (a second dump) turned.
+    pub wait_ms: Millis,
+    /// How much longer to look for its verdict (at least 1 s: the next dumps and scrapes).
+    pub more_ms: Millis,
+}
+
+/// The pending verdict that needs the longest look (`None`: none pending). Pending: a leg
+/// at an engine, waiting for its first byte at the deepest hop for at least `silent_ms`, not
+/// judged stuck, no witness saw work, and its verdict would come within `within_ms` (the
+/// witnesses that need a longer look counted as turning).
+pub fn pending_verdict(
+    m: &Correlator,
+    v: &View,
+    silent_ms: Millis,
+    within_ms: Millis,
+) -> Option<PendingVerdict> {
+    if !v.sockets_fresh {
+        return None;
+    }
+    let th = &m.thresholds.correlate;
+    waiting_at_deepest_hop(v)
+        .into_iter()
+        .map(|i| &v.requests[i])
+        .filter(|r| r.x.role.is_engine() && v.logical_of(r).stuck.is_none())
+        .filter_map(|r| {
+            let waited_ms = v.now - r.x.last_request_ms;
+            if waited_ms < silent_ms {
+                return None;
+            }
+            let w = Witnesses::of_leg(m, v, r);
+            if w.saw_work() {
+                return None;
+            }
+            let wait_ms = w.wait_after_longer_look(th.wedged_soonest_ms(), th.wedged_after_ms);
+            let more_ms = (wait_ms - waited_ms).max(1000);
+            (more_ms <= within_ms).then(|| PendingVerdict {
+                leg: r.leg,
+                component: r.x.component.clone(),
+                waited_ms,
+                wait_ms,
+                more_ms,
+            })
+        })
+        .max_by_key(|p| p.more_ms)
+}
+
 /// PD: when both legs of one request wait, one is the cause and the other its consequence,
 /// not stuck on its own. The prefill leg is the cause (the decode leg needs its KV cache),
 /// unless that prefill holds requests in its bootstrap queue: it waits for decode to connect
 /// for them, which a decode that forgot the request never does, so the decode leg is the
-/// cause. Returns the leaves to judge and the legs set aside.
-fn split_off_decode_legs(v: &View, mut leaves: Vec<usize>) -> (Vec<usize>, Vec<usize>) {
+/// cause. A decode leg judged sooner than its waiting prefill leg (an idle decode, a busy
+/// prefill) is that prefill's consequence all the same. Returns the leaves to judge and the
+/// legs set aside.
+fn split_off_decode_legs(
+    v: &View,
+    waiting: &[usize],
+    mut leaves: Vec<usize>,
+) -> (Vec<usize>, Vec<usize>) {
     let waits_for_decode = |x: &Exchange| {
         v.components
             .get(&x.component)
             .and_then(|cs| cs.pd_bootstrap)
             .is_some_and(|n| n > 0.0)
     };
-    let parents_of = |keep: &dyn Fn(&Exchange) -> bool| -> BTreeSet<u64> {
-        leaves
-            .iter()
+    let parents_of = |legs: &[usize], keep: &dyn Fn(&Exchange) -> bool| -> BTreeSet<u64> {
+        legs.iter()
             .map(|&i| &v.requests[i].x)
             .filter(|x| keep(x))
             .filter_map(|x| x.parent)
             .collect()
     };
-    let blamed_prefill =
-        parents_of(&|x| x.role == Role::Prefill && pd_cause(waits_for_decode(x)) == Role::Prefill);
-    let waiting_prefill =
-        parents_of(&|x| x.role == Role::Prefill && pd_cause(waits_for_decode(x)) == Role::Decode);
-    let decode = parents_of(&|x| x.role == Role::Decode);
+    let blamed_prefill = parents_of(waiting, &|x| {
+        x.role == Role::Prefill && pd_cause(waits_for_decode(x)) == Role::Prefill
+    });
+    let waiting_prefill = parents_of(&leaves, &|x| {
+        x.role == Role::Prefill && pd_cause(waits_for_decode(x)) == Role::Decode
+    });
+    let decode = parents_of(&leaves, &|x| x.role == Role::Decode);
     let mut consequences = Vec::new();
     leaves.retain(|&i| {
         let x = &v.requests[i].x;
@@ -348,8 +430,8 @@ fn judge_busy_engine(
         ls.iter()
             .copied()
             .filter(|&i| {
-                let since = v.requests[i].x.request_ms + WORK_SETTLE_MS;
-                counters_flat_since(m, comp, since, v.now) == Some(true)
+                let since = v.requests[i].x.last_request_ms + WORK_SETTLE_MS;
+                verdict::counters(m, comp, since, v.now).is_quiet()
             })
             .collect()
     };
@@ -361,34 +443,6 @@ fn judge_busy_engine(
     ls.retain(|&i| overtaken(m, &v.requests[i]) >= m.thresholds.correlate.wedged_overtaken_min);
     let n = ls.iter().map(|&i| overtaken(m, &v.requests[i])).min()?;
     Some((ls, Some(BusyNote::Overtaken { n, working })))
-}
-
-/// Whether the engine's own work counters (`generation_tokens_total`,
-/// `forward_seconds_total`) stayed flat between `since` and `now`: `None` without at least
-/// two scrapes carrying one of them in that stretch.
-fn counters_flat_since(m: &Correlator, comp: &str, since: Millis, now: Millis) -> Option<bool> {
-    let hist = m.metrics_history(comp)?;
-    let pts: Vec<_> = hist
-        .iter()
-        .filter(|p| p.t_ms >= since && p.t_ms <= now)
-        .collect();
-    let (first, last) = (pts.first()?, pts.last()?);
-    if pts.len() < 2 || last.t_ms - first.t_ms < 1000 {
-        return None;
-    }
-    let mut known = false;
-    for (key, tolerance) in [
-        ("generation_tokens_total", 0.0),
-        ("forward_seconds_total", 0.01),
-    ] {
-        if let (Some(a), Some(b)) = (first.mapped.get(key), last.mapped.get(key)) {
-            known = true;
-            if b - a > tolerance {
-                return Some(false);
-            }
-        }
-    }
-    known.then_some(true)
 }
 
 /// Requests that arrived later at the same component, from the same upstream hop, of
@@ -448,6 +502,7 @@ fn stalled(v: &View) -> Vec<StuckLeg> {
             kind: StuckKind::StreamStalled,
             busy: None,
             consequences: Vec::new(),
+            witnesses: None,
         }));
     }
     out

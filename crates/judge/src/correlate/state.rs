@@ -2,7 +2,7 @@
 //! thread windows, socket counts and selected metrics.
 
 use super::gpu::{gpu_activity, listed_gpus, HeldGpus};
-use super::metrics::PD_QUEUE_KEYS;
+use super::metrics::{MetricsPoint, PD_QUEUE_KEYS};
 use super::stacks::ThreadWindow;
 use super::Correlator;
 use super::FastMap;
@@ -134,13 +134,11 @@ impl ComponentState {
         v
     }
 
-    /// The dominant thread state over the window as "idle in 3/3 dumps over 12 s", if any
-    /// dumps (how long they span says what "3/3" means: a tick apart, or 300 ms).
-    pub fn thread_summary(&self) -> Option<String> {
-        // The scheduler's main thread of the lowest pid (TP rank 0 starts first): other
-        // ranks idle inside a gloo broadcast, helper threads say little.
-        let t = self
-            .threads
+    /// The thread that runs the engine's loop: the scheduler's main thread of the lowest pid
+    /// (TP rank 0 starts first). Other ranks idle inside a gloo broadcast, helper threads
+    /// say little.
+    pub fn loop_thread(&self) -> Option<&ThreadWindow> {
+        self.threads
             .iter()
             .filter(|t| !t.states.is_empty())
             .max_by_key(|t| {
@@ -152,7 +150,13 @@ impl ComponentState {
                     t.states.len(),
                     std::cmp::Reverse(t.pid),
                 )
-            })?;
+            })
+    }
+
+    /// The dominant thread state over the window as "idle in 3/3 dumps over 12 s", if any
+    /// dumps (how long they span says what "3/3" means: a tick apart, or 300 ms).
+    pub fn thread_summary(&self) -> Option<String> {
+        let t = self.loop_thread()?;
         let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
         for s in &t.states {
             *counts.entry(s.as_str()).or_default() += 1;
@@ -160,6 +164,21 @@ impl ComponentState {
         let (state, n) = counts.into_iter().max_by_key(|(_, n)| *n)?;
         Some(format!("scheduler {state} {}", t.dumps_text(n)))
     }
+}
+
+/// Requests queued at an engine in one metrics point, and where the number came from:
+/// `/v1/loads` (waiting and PD queues, fresh during a stall), else the queue gauges.
+pub(super) fn queued_of(p: &MetricsPoint) -> Option<(f64, CountSource)> {
+    if let Some(l) = p.loads {
+        return Some((l.waiting + l.pd_queued, CountSource::V1Loads));
+    }
+    let pd: Option<f64> = PD_QUEUE_KEYS
+        .iter()
+        .filter_map(|k| p.mapped.get(*k).copied())
+        .fold(None, |a, v| Some(a.unwrap_or(0.0) + v));
+    let q = p.mapped.get("queued").copied();
+    (q.is_some() || pd.is_some())
+        .then(|| (q.unwrap_or(0.0) + pd.unwrap_or(0.0), CountSource::Metrics))
 }
 
 impl Correlator {
@@ -227,22 +246,12 @@ impl Correlator {
         let latest = self.latest_metrics(&c.id, now);
         let mapped = |k: &str| latest.and_then(|p| p.mapped.get(k).copied());
         let loads = latest.and_then(|p| p.loads);
-        let pd_mapped: Option<f64> = PD_QUEUE_KEYS
-            .iter()
-            .filter_map(|k| mapped(k))
-            .fold(None, |a, v| Some(a.unwrap_or(0.0) + v));
         let running = match (loads, mapped("running")) {
             (Some(l), _) => Some((l.running, CountSource::V1Loads)),
             (None, Some(v)) => Some((v, CountSource::Metrics)),
             _ => None,
         };
-        let queued = match (loads, mapped("queued"), pd_mapped) {
-            (Some(l), _, _) => Some((l.waiting + l.pd_queued, CountSource::V1Loads)),
-            (None, q, pd) if q.is_some() || pd.is_some() => {
-                Some((q.unwrap_or(0.0) + pd.unwrap_or(0.0), CountSource::Metrics))
-            }
-            _ => None,
-        };
+        let queued = latest.and_then(queued_of);
         let mut whole = self.with_children(c);
         whole.gpus = listed_gpus(&whole, held);
         let gpu_activity = match self.latest_gpu(now) {

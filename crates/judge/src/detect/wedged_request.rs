@@ -1,7 +1,8 @@
 //! `wedged_request` (critical; warning when there is no activity data at all).
 //!
-//! Fires when a request has waited `wedged_after_ms` for its first response byte and the
-//! deepest hop holding it does no work for it (no GPU work, no forward time, no tokens, no
+//! Fires when a request has waited for its first response byte as long as its witnesses say
+//! (`correlate::verdict`: `wedged_unanimous_ms` when every witness says nothing works on it,
+//! up to `wedged_after_ms` on less) and the deepest hop holding it does no work for it (no GPU work, no forward time, no tokens, no
 //! scheduler thread running a batch, GPU not spinning). On a busy engine it fires anyway when
 //! the engine's work counters have not moved since the request arrived, or when at least
 //! `wedged_overtaken_min` later, comparable requests from the same upstream hop were answered
@@ -13,14 +14,18 @@
 //! command line (`config_changed`).
 //!
 //! Which requests are stuck is the correlator's verdict (`correlate::requests`, with
-//! `wedged_after_ms` and `wedged_overtaken_min`): this detector groups them by the hop they
-//! are stuck at and words the finding, so its count and ids are the report's and the TUI's.
+//! `wedged_after_ms`, `wedged_unanimous_ms` and `wedged_overtaken_min`): this detector groups
+//! them by the hop they are stuck at and words the finding (with the witnesses each was
+//! judged on and when each turned), so its count and ids are the report's and the TUI's.
 //!
 //! Thresholds read: none directly (the verdict reads `wedged_after_ms`,
-//! `wedged_overtaken_min` and, through the component state, `rate_window_ms`).
+//! `wedged_unanimous_ms`, `wedged_overtaken_min` and, through the component state,
+//! `rate_window_ms`).
 
 use super::{chain_text, idle_evidence, logical_ids, role_of, secs, stuck_by_component};
-use crate::correlate::{signals_text, BusyNote, ComponentState, Correlator, RequestView, View};
+use crate::correlate::{
+    signals_text, BusyNote, ComponentState, Correlator, RequestView, View, Witnesses,
+};
 use crate::model::{Evidence, Finding, FindingKind, Role, Severity, StuckKind};
 
 /// `wedged_request`: the requests the correlator judged stuck without a response byte, one
@@ -96,12 +101,32 @@ impl Stuck<'_> {
             false
         };
         evidence.extend(consequences.iter().map(|d| pd_leg_evidence(d)));
+        let judged: Vec<(&RequestView, &Witnesses)> = ls
+            .iter()
+            .filter_map(|r| Some((*r, witnesses_of(v, r)?)))
+            .collect();
+        evidence.extend(
+            judged
+                .iter()
+                .take(MAX_VERDICT_EVIDENCE)
+                .map(|(r, w)| verdict_evidence(m, v, r, w)),
+        );
         if !role.is_engine() {
             words.push("no request forwarded to the next hop".to_string());
         }
         let n = ls.len();
+        let judged_on = judged
+            .first()
+            .map(|(_, w)| {
+                format!(
+                    "; judged after {} on {}",
+                    secs(w.wedged_wait(&m.thresholds.correlate)),
+                    w.count_text()
+                )
+            })
+            .unwrap_or_default();
         let summary = format!(
-            "{n} request{} accepted {} {} stuck at {comp}: {}",
+            "{n} request{} accepted {} {} stuck at {comp}: {}{judged_on}",
             if n == 1 { "" } else { "s" },
             age_text(ls),
             if n == 1 { "is" } else { "are" },
@@ -124,6 +149,34 @@ impl Stuck<'_> {
             )),
         }
     }
+}
+
+/// At most this many stuck legs have their witnesses listed one by one.
+const MAX_VERDICT_EVIDENCE: usize = 5;
+
+/// The witnesses a stuck leg was judged on.
+fn witnesses_of<'a>(v: &'a View, r: &RequestView) -> Option<&'a Witnesses> {
+    v.logical_of(r).stuck.as_ref()?.witnesses.as_ref()
+}
+
+/// "r17@decode waited 10.2 s since its last request byte, judged after 10 s on 5/5
+/// witnesses (30 s on less evidence): no response byte since it arrived; GPU idle from
+/// +2.0 s (33 readings); ...".
+fn verdict_evidence(m: &Correlator, v: &View, r: &RequestView, w: &Witnesses) -> Evidence {
+    let th = &m.thresholds.correlate;
+    Evidence::new(
+        "verdict",
+        format!(
+            "{} waited {} since its last request byte, judged after {} on {} ({} on less \
+             evidence): {}",
+            r.leg,
+            secs(v.now - w.arrived_ms),
+            secs(w.wedged_wait(th)),
+            w.count_text(),
+            secs(th.wedged_after_ms),
+            w.text()
+        ),
+    )
 }
 
 /// "42 s ago", or "31 s-94 s ago" when the waits differ by more than 5 s.

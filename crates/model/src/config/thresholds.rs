@@ -22,8 +22,13 @@ pub struct Thresholds {
 /// not), hop links, counter rates, what is current, and GPU activity.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CorrelateThresholds {
-    /// `wedged_request`: no response byte for this long after the request arrived.
+    /// `wedged_request`: no response byte for this long after the request arrived, unless
+    /// the witnesses that nothing works on it say so sooner (`correlate::verdict`).
     pub wedged_after_ms: i64,
+    /// `wedged_request`: the wait when every witness agrees nothing works on the request
+    /// (no byte, GPU idle, schedulers idle in two dumps, counters frozen, no queue); with
+    /// fewer, longer, up to `wedged_after_ms` (never more than it).
+    pub wedged_unanimous_ms: i64,
     /// `wedged_request` on a busy engine: fire anyway when at least this many requests that
     /// arrived later at the same component were answered meanwhile (it was skipped).
     pub wedged_overtaken_min: usize,
@@ -85,6 +90,7 @@ impl Default for CorrelateThresholds {
     fn default() -> Self {
         CorrelateThresholds {
             wedged_after_ms: 30_000,
+            wedged_unanimous_ms: 10_000,
             wedged_overtaken_min: 5,
             stall_after_ms: 30_000,
             done_quiet_ms: 2_000,
@@ -97,6 +103,14 @@ impl Default for CorrelateThresholds {
             spin_util_pct: 90,
             spin_power_frac: 0.3,
         }
+    }
+}
+
+impl CorrelateThresholds {
+    /// The soonest a request with no response byte can be judged stuck: the unanimous
+    /// witnesses' wait, never above `wedged_after_ms`.
+    pub fn wedged_soonest_ms(&self) -> i64 {
+        self.wedged_unanimous_ms.min(self.wedged_after_ms)
     }
 }
 
@@ -126,6 +140,7 @@ impl Default for DetectThresholds {
 #[serde(default, deny_unknown_fields)]
 struct Flat {
     wedged_after_ms: i64,
+    wedged_unanimous_ms: i64,
     wedged_overtaken_min: usize,
     stall_after_ms: i64,
     done_quiet_ms: i64,
@@ -171,6 +186,7 @@ impl From<Thresholds> for Flat {
     fn from(t: Thresholds) -> Flat {
         Flat {
             wedged_after_ms: t.correlate.wedged_after_ms,
+            wedged_unanimous_ms: t.correlate.wedged_unanimous_ms,
             wedged_overtaken_min: t.correlate.wedged_overtaken_min,
             stall_after_ms: t.correlate.stall_after_ms,
             done_quiet_ms: t.correlate.done_quiet_ms,
@@ -213,6 +229,7 @@ impl From<Flat> for Thresholds {
         Thresholds {
             correlate: CorrelateThresholds {
                 wedged_after_ms: f.wedged_after_ms,
+                wedged_unanimous_ms: f.wedged_unanimous_ms,
                 wedged_overtaken_min: f.wedged_overtaken_min,
                 stall_after_ms: f.stall_after_ms,
                 done_quiet_ms: f.done_quiet_ms,
@@ -270,6 +287,7 @@ impl Thresholds {
     pub fn validate(&self) -> Result<(), RangeError> {
         for (key, v) in [
             ("wedged_after_ms", self.correlate.wedged_after_ms),
+            ("wedged_unanimous_ms", self.correlate.wedged_unanimous_ms),
             ("stall_after_ms", self.correlate.stall_after_ms),
             ("done_quiet_ms", self.correlate.done_quiet_ms),
             ("busy_after_ms", self.detect.busy_after_ms),
@@ -366,6 +384,7 @@ mod tests {
             ("link_window_ms = -1000", "link_window_ms"),
             ("link_slack_ms = -1", "link_slack_ms"),
             ("wedged_after_ms = 0", "wedged_after_ms"),
+            ("wedged_unanimous_ms = -10", "wedged_unanimous_ms"),
             ("stale_after_ms = 9223372036854775807", "stale_after_ms"),
             (
                 "endpoint_slow_ms = 18446744073709551615",

@@ -7,11 +7,17 @@ ZMQ ipc sockets).
 Faults: LAB_FAULT_HANG_METRICS=1 (/metrics accepts and never answers),
 LAB_FAULT_HANG_SERVER_INFO=1 (same for /server_info and /get_server_info; note the router
 calls /server_info once when it registers the worker).
+
+Controls (LAB_CONTROLS=1, `lab.py up --controls`): a prompt may carry directives
+`[lab:prefill_s=S]` (chunked prefill of S seconds before its first token) and
+`[lab:first_token_s=S]` (its first token S seconds after it arrived), passed to the scheduler
+with the request.
 """
 
 import asyncio
 import json
 import logging
+import re
 import multiprocessing as mp
 import os
 import queue
@@ -37,6 +43,33 @@ REQUEST_STATE_WAIT_TIMEOUT = 4.0  # SGLANG_REQUEST_STATE_WAIT_TIMEOUT: disconnec
 
 def _flag(name):
     return os.environ.get(name, "") not in ("", "0", "false", "False")
+
+
+CONTROL_KEYS = ("prefill_s", "first_token_s")
+DIRECTIVE = re.compile(r"\[lab:(\w+)=([0-9.]+)\]")
+
+
+def controls_of(texts):
+    """The control directives in a request's prompt texts (only with LAB_CONTROLS=1)."""
+    if not _flag("LAB_CONTROLS"):
+        return {}
+    out = {}
+    for t in texts:
+        for k, v in DIRECTIVE.findall(t or ""):
+            if k in CONTROL_KEYS:
+                out[k] = float(v)
+    return out
+
+
+def chat_texts(messages):
+    out = []
+    for m in messages or []:
+        c = m.get("content")
+        if isinstance(c, str):
+            out.append(c)
+        elif isinstance(c, list):
+            out.extend(p.get("text", "") for p in c if isinstance(p, dict))
+    return out
 
 
 def count_tokens(text):
@@ -98,7 +131,8 @@ class TokenizerManager:
             logger.error("detokenizer is gone; exiting")
             os._exit(1)
 
-    async def generate_request(self, request, prompt_tokens, max_new_tokens, body):
+    async def generate_request(self, request, prompt_tokens, max_new_tokens, body,
+                               controls=None):
         rid = body.get("rid") or uuid.uuid4().hex
         state = ReqState()
         self.rid_to_state[rid] = state
@@ -106,7 +140,7 @@ class TokenizerManager:
         self.counters["prompt_tokens"] += prompt_tokens
         self._outbox.put({"type": "req", "rid": rid, "prompt_tokens": prompt_tokens,
                           "max_new_tokens": max_new_tokens,
-                          "bootstrap_room": body.get("bootstrap_room")})
+                          "bootstrap_room": body.get("bootstrap_room"), **(controls or {})})
         try:
             while True:
                 out = await self._wait_one_response(request, rid, state)
@@ -357,7 +391,8 @@ class Server:
         body = await self._read_json(request)
         max_new = int(body.get("max_completion_tokens") or body.get("max_tokens") or 16)
         ptoks = prompt_tokens_of_chat(body.get("messages"))
-        gen = self.tm.generate_request(request, ptoks, max_new, body)
+        gen = self.tm.generate_request(request, ptoks, max_new, body,
+                                       controls_of(chat_texts(body.get("messages"))))
         created = int(time.time())
         model = body.get("model") or self.args.served_model_name
         first = [True]

@@ -15,6 +15,16 @@ Faults (read from the environment the engine was started with):
                                          at the request broadcast (sglang#33289's split)
   LAB_FAULT_TRANSFER_STUCK_AFTER=k       decode: the (k+1)-th and later requests never leave the
                                          transfer queue
+
+Controls (slow but healthy requests, `lab.py up --controls`; regular mode):
+  LAB_MAX_RUNNING_REQUESTS=n             at most n requests prefilling or running: the rest wait
+                                         in the waiting queue (`num_queue_reqs`, /v1/loads)
+  a request's `prefill_s` (prompt directive `[lab:prefill_s=S]`, see http_server.py)
+                                         chunked prefill: CHUNK_S-long extend batches until S
+                                         seconds after it arrived (GPU busy), a decode step of
+                                         the others after each; its first token then
+  a request's `first_token_s`            it runs in the decode batch but its tokens come only
+                                         S seconds after it arrived (a slow decode)
 """
 
 import ctypes
@@ -41,6 +51,7 @@ logger = logging.getLogger(__name__)
 MAX_TOTAL_NUM_TOKENS = 500_000
 IDLE_METRICS_INTERVAL_S = 30.0  # _maybe_log_idle_metrics: at most every 30 s, only fully idle
 LOAD_STALL_REFRESH_S = 0.05  # like real SGLang: /v1/loads stays fresh during stalls
+CHUNK_S = 0.1  # one chunk of a chunked prefill (`prefill_s`)
 
 
 def env_int(name, default=None):
@@ -54,7 +65,8 @@ def env_int(name, default=None):
 
 
 class Req:
-    __slots__ = ("rid", "prompt_tokens", "max_new_tokens", "output_ids", "bootstrap_room", "seq")
+    __slots__ = ("rid", "prompt_tokens", "max_new_tokens", "output_ids", "bootstrap_room", "seq",
+                 "prefill_until", "hold_until")
 
     def __init__(self, msg, seq):
         self.rid = msg["rid"]
@@ -63,6 +75,11 @@ class Req:
         self.bootstrap_room = msg.get("bootstrap_room")
         self.output_ids = []
         self.seq = seq
+        # Controls: chunked prefill until, and no token before, these monotonic times.
+        prefill = float(msg.get("prefill_s") or 0.0)
+        self.prefill_until = time.monotonic() + prefill if prefill > 0 else None
+        first = float(msg.get("first_token_s") or 0.0)
+        self.hold_until = time.monotonic() + first if first > 0 else None
 
 
 class ScheduleBatch:
@@ -98,6 +115,8 @@ class Scheduler(SchedulerDisaggregationDecodeMixin, SchedulerDisaggregationPrefi
         self.tp_worker = TpModelWorker(server_args, self)
         self.waiting_queue = []
         self.running_batch = []
+        self.chunking = []  # requests in a chunked prefill (controls' `prefill_s`)
+        self.max_running = env_int("LAB_MAX_RUNNING_REQUESTS")
         self.cur_batch = None
         self.last_batch = None
         self.idle_sleeper = IdleSleeper(recv_conn)
@@ -216,13 +235,27 @@ class Scheduler(SchedulerDisaggregationDecodeMixin, SchedulerDisaggregationPrefi
 
     # ---------------------------------------------------------------- batches
     def get_next_batch_to_run(self):
-        if self.waiting_queue:
-            return self.get_new_batch_prefill()
+        if self.waiting_queue and self.free_slots() > 0:
+            batch = self.get_new_batch_prefill()
+            if batch is not None:
+                return batch
+        # A chunk of a chunked prefill, then a decode step of the others, in turn.
+        last_chunk = self.last_batch is not None and self.last_batch.forward_mode == "chunk"
+        if self.chunking and (not last_chunk or not self.running_batch):
+            return ScheduleBatch(list(self.chunking), "chunk")
         return self.update_running_batch()
 
+    def free_slots(self):
+        if self.max_running is None:
+            return len(self.waiting_queue)
+        return self.max_running - len(self.running_batch) - len(self.chunking)
+
     def get_new_batch_prefill(self):
-        reqs, self.waiting_queue = self.waiting_queue, []
-        return ScheduleBatch(reqs, "extend")
+        n = self.free_slots()
+        reqs, self.waiting_queue = self.waiting_queue[:n], self.waiting_queue[n:]
+        self.chunking.extend(r for r in reqs if r.prefill_until is not None)
+        reqs = [r for r in reqs if r.prefill_until is None]
+        return ScheduleBatch(reqs, "extend") if reqs else None
 
     def update_running_batch(self):
         if not self.running_batch:
@@ -233,12 +266,14 @@ class Scheduler(SchedulerDisaggregationDecodeMixin, SchedulerDisaggregationPrefi
         self.gpu.set("busy")
         t0 = time.monotonic()
         result = self.tp_worker.forward_batch_generation(batch)
-        key = "forward_extend" if batch.forward_mode == "extend" else "forward_decode"
+        key = "forward_decode" if batch.forward_mode == "decode" else "forward_extend"
         self.counters[key] += time.monotonic() - t0
         return result
 
     def process_batch_result(self, batch, result):
-        if batch.forward_mode == "extend":
+        if batch.forward_mode == "chunk":
+            self.process_batch_result_chunk(batch, result)
+        elif batch.forward_mode == "extend":
             self.process_batch_result_prefill(batch, result)
         else:
             self.process_batch_result_decode(batch, result)
@@ -253,6 +288,15 @@ class Scheduler(SchedulerDisaggregationDecodeMixin, SchedulerDisaggregationPrefi
                 self.running_batch.append(req)
         self._send_outputs(outs)
         self.report_prefill_stats(batch)
+
+    def process_batch_result_chunk(self, batch, result):
+        """A chunk of each chunked prefill is done; those done with their prompt get their
+        first token, as a prefill batch gives it."""
+        now = time.monotonic()
+        done = [r for r in batch.reqs if now >= r.prefill_until]
+        self.chunking = [r for r in self.chunking if r not in done]
+        if done:
+            self.process_batch_result_prefill(ScheduleBatch(done, "extend"), result[:len(done)])
 
     def process_batch_result_decode(self, batch, result):
         outs = []
@@ -269,6 +313,10 @@ class Scheduler(SchedulerDisaggregationDecodeMixin, SchedulerDisaggregationPrefi
 
     def _emit(self, req, tok, outs):
         """Queue `tok` for the detokenizer; return True while `req` keeps running."""
+        if req.hold_until is not None and time.monotonic() < req.hold_until:
+            # `first_token_s`: a slow decode; this step made no token of it yet.
+            req.output_ids.pop()
+            return True
         n = len(req.output_ids)
         if self.stall_after_tokens is not None and n > self.stall_after_tokens:
             # LAB_FAULT_STALL_AFTER_TOKENS: the request silently falls out of the batch
@@ -287,7 +335,7 @@ class Scheduler(SchedulerDisaggregationDecodeMixin, SchedulerDisaggregationPrefi
 
     # ---------------------------------------------------------------- idle
     def is_fully_idle(self):
-        return not (self.waiting_queue or self.running_batch
+        return not (self.waiting_queue or self.running_batch or self.chunking
                     or self.disagg_decode_prealloc_queue.queue
                     or self.disagg_decode_transfer_queue.queue
                     or self.disagg_prefill_bootstrap_queue.queue
@@ -327,7 +375,7 @@ class Scheduler(SchedulerDisaggregationDecodeMixin, SchedulerDisaggregationPrefi
         used = sum(r.prompt_tokens + len(r.output_ids) for r in self.running_batch)
         pd = lambda name: len(getattr(self, name).queue) if hasattr(self, name) else 0  # noqa
         return {
-            "num_running_reqs": len(self.running_batch),
+            "num_running_reqs": len(self.running_batch) + len(getattr(self, "chunking", [])),
             "num_queue_reqs": len(self.waiting_queue),
             "num_used_tokens": used,
             "token_usage": round(used / MAX_TOTAL_NUM_TOKENS, 6),

@@ -26,7 +26,11 @@ class ModelRunner:
             # reads ~100 % utilisation at idle power (a spinning NCCL kernel).
             self.scheduler.gpu.set("spin")
             get_tp_group().all_reduce(None)
-        if batch.forward_mode == "extend":
+        if batch.forward_mode == "chunk":
+            from sglang.srt.managers.scheduler import CHUNK_S
+
+            self.replay(CHUNK_S)  # one chunk of a chunked prefill (controls' `prefill_s`)
+        elif batch.forward_mode == "extend":
             tokens = sum(r.prompt_tokens for r in batch.reqs)
             self.replay(0.005 + tokens * 0.00002)
         else:
