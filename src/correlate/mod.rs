@@ -20,6 +20,7 @@
 //! (`state.rs` per component, `view.rs` per exchange, `requests.rs` logical requests and
 //! their verdicts) and the model's share of a snapshot (`parts.rs`).
 
+pub mod blame;
 mod budget;
 mod channels;
 pub use budget::Census;

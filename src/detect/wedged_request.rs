@@ -127,7 +127,7 @@ impl Stuck<'_> {
 }
 
 /// "42 s ago", or "31 s-94 s ago" when the waits differ by more than 5 s.
-fn age_text(ls: &[&RequestView]) -> String {
+pub(super) fn age_text(ls: &[&RequestView]) -> String {
     let oldest = ls.iter().map(|r| r.age_ms).max().unwrap_or(0);
     let youngest = ls.iter().map(|r| r.age_ms).min().unwrap_or(0);
     if oldest - youngest > 5_000 {
@@ -138,7 +138,7 @@ fn age_text(ls: &[&RequestView]) -> String {
 }
 
 /// One waiting request: its socket, bytes and age, and the path of hops down to it.
-fn waiting_evidence(v: &View, r: &RequestView) -> Evidence {
+pub(super) fn waiting_evidence(v: &View, r: &RequestView) -> Evidence {
     Evidence::new(
         "sockets",
         format!(

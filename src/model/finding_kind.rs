@@ -14,6 +14,8 @@ use std::hash::{Hash, Hasher};
 pub enum FindingKind {
     WedgedRequest,
     StalledStream,
+    PdLegFailed,
+    TokensUndelivered,
     BusyWithoutProgress,
     QueueNotDraining,
     SchedulerStuck,
@@ -27,9 +29,11 @@ pub enum FindingKind {
 
 impl FindingKind {
     /// Every kind this build produces, in detector order.
-    pub const KNOWN: [FindingKind; 9] = [
+    pub const KNOWN: [FindingKind; 11] = [
         FindingKind::WedgedRequest,
         FindingKind::StalledStream,
+        FindingKind::PdLegFailed,
+        FindingKind::TokensUndelivered,
         FindingKind::BusyWithoutProgress,
         FindingKind::QueueNotDraining,
         FindingKind::SchedulerStuck,
@@ -47,6 +51,8 @@ impl FindingKind {
             self,
             FindingKind::WedgedRequest
                 | FindingKind::StalledStream
+                | FindingKind::PdLegFailed
+                | FindingKind::TokensUndelivered
                 | FindingKind::BusyWithoutProgress
                 | FindingKind::AccumulatingState
         )
@@ -57,6 +63,8 @@ impl FindingKind {
         match self {
             FindingKind::WedgedRequest => "wedged_request",
             FindingKind::StalledStream => "stalled_stream",
+            FindingKind::PdLegFailed => "pd_leg_failed",
+            FindingKind::TokensUndelivered => "tokens_undelivered",
             FindingKind::BusyWithoutProgress => "busy_without_progress",
             FindingKind::QueueNotDraining => "queue_not_draining",
             FindingKind::SchedulerStuck => "scheduler_stuck",
@@ -160,6 +168,8 @@ mod tests {
         let names = [
             "wedged_request",
             "stalled_stream",
+            "pd_leg_failed",
+            "tokens_undelivered",
             "busy_without_progress",
             "queue_not_draining",
             "scheduler_stuck",
