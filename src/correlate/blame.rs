@@ -58,8 +58,8 @@ pub struct FailedLeg {
 pub enum LegFailure {
     /// Its connection closed before any answer.
     Closed,
-    /// The engine counted this many more inference answers with an error status between
-    /// the leg's request and its end.
+    /// The engine counted this many more inference answers with an error status since the
+    /// leg's request.
     ErrorStatus { n: f64 },
     /// The engine has answered this many inference requests with an error status since it
     /// started (the metrics do not reach back to the leg's request).
@@ -126,10 +126,7 @@ pub fn failed_prefill_leg(m: &Model, v: &View, leg: usize) -> Option<FailedLeg> 
         .find(|(_, c)| c.x.role == Role::Prefill && !View::is_outstanding(c))?;
     let how = match pr.state {
         RequestState::Closed => LegFailure::Closed,
-        RequestState::Done if error_sized(&pr.x) => {
-            let end = pr.x.end_ms().or(pr.x.last_out_ms)?;
-            error_status(m, &pr.x, end)?
-        }
+        RequestState::Done if error_sized(&pr.x) => error_status(m, &pr.x)?,
         _ => return None,
     };
     Some(FailedLeg { leg: p, how })
@@ -142,29 +139,34 @@ fn error_sized(x: &Exchange) -> bool {
         (Some(first), Some(last)) => last - first <= HEADERS_BURST_MS,
         _ => true,
     };
-    one_burst && (x.seen_mid_flight || x.bytes_out <= ERROR_ANSWER_MAX_BYTES)
+    one_burst && (answer_size_unknown(x) || x.bytes_out <= ERROR_ANSWER_MAX_BYTES)
 }
 
-/// What the engine's error count says about the answer of `x` (ended at `end`): the errors
-/// it counted from before the request to after the end, or, with no scrape from before the
-/// request, its errors since it started; `None` when it counted none (or does not count).
-fn error_status(m: &Model, x: &Exchange, end: Millis) -> Option<LegFailure> {
+/// First seen with its answer already sent: its sizes count only what came after
+/// (`Conn::first_observation`), nothing here.
+pub fn answer_size_unknown(x: &Exchange) -> bool {
+    x.seen_mid_flight && x.bytes_in == 0
+}
+
+/// What the engine's error count says about the answer of `x`: the errors it counted from
+/// its last scrape before the request to its newest (a scrape just after the answer may not
+/// have it yet), or, with no scrape from before the request, its errors since it started;
+/// `None` when it counted none (or does not count).
+fn error_status(m: &Model, x: &Exchange) -> Option<LegFailure> {
     let hist = m.metrics_history(&x.component)?;
     // The count appears with the first error answered: a scrape without it, of an engine
     // that has it later, says none yet.
     if !hist.iter().any(|p| p.mapped.contains_key(HTTP_ERRORS_KEY)) {
         return None;
     }
-    let scraped = || hist.iter().filter(|p| !p.mapped.is_empty());
+    let mut scraped = hist.iter().filter(|p| !p.mapped.is_empty());
     let value = |p: &MetricsPoint| p.mapped.get(HTTP_ERRORS_KEY).copied().unwrap_or(0.0);
-    let after = scraped()
-        .find(|p| p.t_ms >= end)
-        .or_else(|| scraped().next_back())?;
-    let failure = match scraped().rfind(|p| p.t_ms <= x.request_ms) {
+    let newest = value(scraped.next_back()?);
+    let failure = match scraped.rfind(|p| p.t_ms <= x.request_ms) {
         Some(before) => LegFailure::ErrorStatus {
-            n: value(after) - value(before),
+            n: newest - value(before),
         },
-        None => LegFailure::ErrorsSinceStart { n: value(after) },
+        None => LegFailure::ErrorsSinceStart { n: newest },
     };
     match failure {
         LegFailure::ErrorStatus { n } | LegFailure::ErrorsSinceStart { n } if n >= 1.0 => {

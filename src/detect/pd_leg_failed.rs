@@ -18,7 +18,7 @@
 
 use super::wedged_request::{age_text, waiting_evidence};
 use super::{logical_ids, secs};
-use crate::correlate::blame::{Blame, FailedLeg, LegFailure};
+use crate::correlate::blame::{answer_size_unknown, Blame, FailedLeg, LegFailure};
 use crate::correlate::{Model, RequestView, View};
 use crate::model::{Evidence, Finding, FindingKind, Role, Severity};
 use std::collections::BTreeMap;
@@ -125,7 +125,7 @@ fn prefill_evidence(v: &View, f: &FailedLeg) -> Evidence {
     let p = &v.requests[f.leg];
     let how = match f.how {
         LegFailure::Closed => "closed before any answer".to_string(),
-        _ if p.x.seen_mid_flight => {
+        _ if answer_size_unknown(&p.x) => {
             "answered in one burst (already answered when first seen)".to_string()
         }
         _ => format!("answered {} bytes in one burst", p.x.bytes_out),
@@ -158,7 +158,7 @@ fn errors_evidence(legs: &[(&RequestView, &FailedLeg)]) -> Option<Evidence> {
     }
     let text = match (during, since_start) {
         (Some(n), _) => format!(
-            "prefill counted {n:.0} inference answer(s) with an error status (4xx/5xx) while these legs were answered"
+            "prefill counted {n:.0} inference answer(s) with an error status (4xx/5xx) since these requests arrived"
         ),
         (None, Some(n)) => format!(
             "prefill has answered {n:.0} inference request(s) with an error status (4xx/5xx) since it started"
