@@ -164,6 +164,22 @@ fn the_requests_stuck_at_decode_are_the_findings_and_the_report_says_where_it_fa
         title.starts_with("pd_leg_failed at prefill: 1 PD request failed at prefill"),
         "{report}"
     );
+    // The exporter: the finding at prefill, the stuck request at decode.
+    let view = sim.model.view(sim.now);
+    let mut r = wedgewatch::redact::Redactor::new();
+    let e = wedgewatch::export::prometheus::Evaluation::new(
+        &view,
+        &parts.findings,
+        sim.model.topology(),
+        &mut r,
+    );
+    let text = wedgewatch::export::prometheus::render(Some(&e), &[], sim.now, "test");
+    for want in [
+        "wedgewatch_findings{kind=\"pd_leg_failed\",severity=\"critical\",component=\"prefill@127.0.0.1:31011\",role=\"prefill\"} 1",
+        "wedgewatch_stuck_requests{component=\"decode@127.0.0.1:31012\",role=\"decode\"",
+    ] {
+        assert!(text.contains(want), "{want} missing:\n{text}");
+    }
 }
 
 #[test]
