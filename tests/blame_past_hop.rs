@@ -371,3 +371,32 @@ fn the_counts_map_on_real_sglang_expositions() {
     );
     assert_eq!(failed.get("http_errors_total"), Some(&1.0), "{failed:?}");
 }
+
+/// The router's health checks of prefill and decode just before a client's request reaches
+/// it (the lab's router checks every second): they are not that request's legs, or they
+/// would take the places of its real prefill and decode legs (seen on the lab: the decode
+/// leg then waited unlinked, and the failed prefill leg was nobody's).
+#[test]
+fn the_routers_health_checks_are_not_the_legs_of_a_request_that_came_just_after() {
+    let mut sim = Sim::new(pd_topology());
+    let mut ticks = 0;
+    let mut counts = Counts::default();
+    tick(&mut sim, &mut ticks, counts);
+    let hp = sim.connect(Some(200), 31011, 300);
+    let hd = sim.connect(Some(200), 31012, 400);
+    sim.request(hp, 60);
+    sim.request(hd, 60);
+    sim.sample_sockets(); // seen asked: their sizes are known
+    sim.advance(2);
+    sim.respond(hp, 111);
+    sim.respond(hd, 111);
+    sim.advance(68);
+    let [_, _, p, _] = pd_request(&mut sim);
+    sim.run(500, |s| tick(s, &mut ticks, counts));
+    sim.respond(p, 320);
+    counts.prefill_errors = Some(1.0);
+    sim.run(40_000, |s| tick(s, &mut ticks, counts));
+    let fs = findings(&sim);
+    assert_eq!(of_kind(&fs, "pd_leg_failed").len(), 1, "{fs:#?}");
+    assert!(of_kind(&fs, "wedged_request").is_empty(), "{fs:#?}");
+}
