@@ -3,9 +3,9 @@
 //!
 //! - A PD decode leg waits for KV its prefill leg will never send: that leg (same request,
 //!   same router exchange) already ended with an error (`pd_leg_failed`). The real
-//!   sglang-router 0.3.2 answers the client from decode only and drains prefill's answer in
-//!   the background, so it holds the client until decode gives up
-//!   (`SGLANG_DISAGGREGATION_WAITING_TIMEOUT`, 300 s by default) -- smg issue 831.
+//!   sglang-router 0.3.2 answers the client only from decode, so it holds the client until
+//!   decode gives up (`SGLANG_DISAGGREGATION_WAITING_TIMEOUT`, 300 s by default) -- smg
+//!   issue 831; measured on the lab, docs/lab.md "Faults".
 //! - The engine's scheduler generated tokens since the request arrived and not one byte left
 //!   its HTTP server on any inference request (`tokens_undelivered`): the tokens are lost
 //!   between the scheduler and the HTTP server, in the detokenizer or the tokenizer manager.

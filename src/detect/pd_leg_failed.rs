@@ -4,10 +4,9 @@
 //! its prefill leg (sent by the same router exchange) already ended with an error: the
 //! connection closed before any answer, or a short answer in one burst while the prefill
 //! engine counted error statuses (4xx, 5xx) on inference requests (`blame.rs`). Decode waits
-//! for KV the prefill will never send; the real sglang-router 0.3.2 answers the client from
-//! decode only and drains prefill's answer in the background, so it holds the client until
-//! decode gives up (`SGLANG_DISAGGREGATION_WAITING_TIMEOUT`, 300 s by default) -- smg issue
-//! 831. One finding per prefill engine: where it failed; decode is where the requests wait,
+//! for KV the prefill will never send; the real sglang-router 0.3.2 answers the client only
+//! from decode, so it holds the client until decode gives up
+//! (`SGLANG_DISAGGREGATION_WAITING_TIMEOUT`, 300 s by default) -- smg issue 831. One finding per prefill engine: where it failed; decode is where the requests wait,
 //! the router holds the clients.
 //!
 //! What to do: read the prefill engine's log for the error it answered; the waiting decode
@@ -86,7 +85,7 @@ fn finding(v: &View, prefill: &str, legs: &[(&RequestView, &FailedLeg)]) -> Find
         requests: logical_ids(v, &decode_legs),
         evidence,
         explanation: Some(format!(
-            "The prefill leg of each request ended with an error at {prefill}, so its KV cache will never be sent; the decode engine holds the request waiting for it (until SGLANG_DISAGGREGATION_WAITING_TIMEOUT, 300 s by default), and the router, which answers the client from decode only and drains prefill's answer in the background, holds the client as long. Read {prefill}'s log for the error it answered; restarting decode or the router only drops the waiting requests."
+            "The prefill leg of each request ended with an error at {prefill}, so its KV cache will never be sent; the decode engine holds the request waiting for it (until SGLANG_DISAGGREGATION_WAITING_TIMEOUT, 300 s by default), and the router, which answers the client only from decode, holds the client as long. Read {prefill}'s log for the error it answered; restarting decode or the router only drops the waiting requests."
         )),
     }
 }
