@@ -158,6 +158,8 @@ fn the_requests_stuck_at_decode_are_the_findings_and_the_report_says_where_it_fa
         taken_at: wedgewatch::clock::rfc3339(sim.now),
         ..serde_json::from_str(include_str!("fixtures/snapshots/healthy.json")).expect("fixture")
     };
+    #[cfg(feature = "tui")]
+    tui_headline_names_it(&snap);
     let report = wedgewatch::report::render_text(&snap);
     let title = report.lines().next().unwrap_or_default();
     assert!(
@@ -180,6 +182,29 @@ fn the_requests_stuck_at_decode_are_the_findings_and_the_report_says_where_it_fa
     ] {
         assert!(text.contains(want), "{want} missing:\n{text}");
     }
+}
+
+/// The TUI's headline (on every view) leads with the finding at prefill.
+#[cfg(feature = "tui")]
+fn tui_headline_names_it(snap: &Snapshot) {
+    use ratatui::backend::TestBackend;
+    use wedgewatch::tui::{App, AppOptions, FeedFrame, SamplerHealth};
+    let mut app = App::new(AppOptions::default());
+    app.ingest(FeedFrame {
+        snapshot: snap.clone(),
+        sampler: SamplerHealth {
+            lag_ms: Some(100),
+            dropped_samples: 0,
+            note: None,
+        },
+    });
+    let mut t = ratatui::Terminal::new(TestBackend::new(160, 30)).expect("test terminal");
+    t.draw(|f| app.render(f)).expect("draw");
+    let screen = t.backend().to_string();
+    assert!(
+        screen.contains("CRIT pd_leg_failed at prefill@127.0.0.1:31011"),
+        "{screen}"
+    );
 }
 
 #[test]
