@@ -425,3 +425,34 @@ fn the_routers_health_checks_are_not_the_legs_of_a_request_that_came_just_after(
     assert_eq!(of_kind(&fs, "pd_leg_failed").len(), 1, "{fs:#?}");
     assert!(of_kind(&fs, "wedged_request").is_empty(), "{fs:#?}");
 }
+
+/// An agent's next turn follows its last reply at once: tokens the scheduler counted
+/// between the scrape before the request and the request itself were the reply's, which
+/// left. Seen on the lab's incident (decode forgets long prompts): its short replies' tokens
+/// read as generated for the forgotten request.
+#[test]
+fn tokens_of_a_reply_that_left_just_before_the_request_are_not_undelivered() {
+    let mut sim = Sim::new(pd_topology());
+    let mut ticks = 0;
+    let mut counts = Counts {
+        prefill_errors: Some(0.0),
+        ..Counts::default()
+    };
+    tick(&mut sim, &mut ticks, counts); // the scrape before: 0 tokens
+    let reply = sim.connect(Some(200), 31012, 400);
+    sim.request(reply, 600);
+    sim.sample_sockets();
+    sim.advance(200);
+    sim.respond(reply, 700);
+    counts.decode_tokens = 8.0; // the reply's tokens, counted by the next scrape
+    counts.decode_received = 8.0;
+    sim.sample_sockets();
+    sim.advance(100);
+    let [_, _, p, _] = pd_request(&mut sim);
+    sim.run(500, |s| tick(s, &mut ticks, counts));
+    sim.respond(p, 320);
+    sim.run(40_000, |s| tick(s, &mut ticks, counts));
+    let fs = findings(&sim);
+    assert!(of_kind(&fs, "tokens_undelivered").is_empty(), "{fs:#?}");
+    assert_eq!(of_kind(&fs, "wedged_request").len(), 1, "{fs:#?}");
+}

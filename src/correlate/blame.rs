@@ -88,10 +88,10 @@ pub(super) fn past_hop(
         return Some(Blame::PrefillFailed(f));
     }
     let r = &v.requests[leg];
-    if !r.x.role.is_engine() || last_sent.is_some_and(|t| t > r.x.request_ms) {
+    if !r.x.role.is_engine() {
         return None;
     }
-    undelivered_since(m, &r.x.component, r.x.request_ms, v.now).map(Blame::Undelivered)
+    undelivered_since(m, &r.x.component, r.x.request_ms, v.now, last_sent).map(Blame::Undelivered)
 }
 
 /// The newest response byte an inference request at `comp` got: a request of inference size,
@@ -176,22 +176,37 @@ fn error_status(m: &Model, x: &Exchange) -> Option<LegFailure> {
     }
 }
 
-/// How many tokens engine `comp`'s scheduler generated after `since` (its count rose from
-/// its last scrape at or before `since` to the newest at `now`); `None` when none (or without
-/// a scrape from before `since`: the rise cannot be dated). That none of them left the
-/// engine is the caller's to check ([`last_answer_byte`]).
-pub fn undelivered_since(m: &Model, comp: &str, since: Millis, now: Millis) -> Option<Undelivered> {
+/// How many tokens engine `comp`'s scheduler generated after `since` that never left it: its
+/// count rose from its last scrape at or before `since` (the baseline) to the newest at `now`,
+/// and no inference answer left it after that baseline (`last_sent`, [`last_answer_byte`]):
+/// tokens counted between the baseline and `since` may be those of an answer that left just
+/// before the request came (an agent's next turn follows its last reply at once). `None`
+/// when not, or without a scrape from before `since` (the rise cannot be dated).
+pub fn undelivered_since(
+    m: &Model,
+    comp: &str,
+    since: Millis,
+    now: Millis,
+    last_sent: Option<Millis>,
+) -> Option<Undelivered> {
     let hist = m.metrics_history(comp)?;
     let upto = |t: Millis, key: &str| {
         hist.iter()
             .rev()
             .filter(|p| p.t_ms <= t)
-            .find_map(|p| p.mapped.get(key).copied())
+            .find_map(|p| p.mapped.get(key).map(|v| (p.t_ms, *v)))
     };
-    let rise = |key: &str| Some(upto(now, key)? - upto(since, key)?);
-    let tokens = rise(SCHEDULER_TOKENS_KEY).filter(|t| *t >= 1.0)?;
-    Some(Undelivered {
-        tokens,
-        received: rise(RECEIVED_TOKENS_KEY),
-    })
+    let (baseline_ms, before) = upto(since, SCHEDULER_TOKENS_KEY)?;
+    if last_sent.is_some_and(|t| t >= baseline_ms) {
+        return None;
+    }
+    let tokens = upto(now, SCHEDULER_TOKENS_KEY)?.1 - before;
+    let received = match (
+        upto(now, RECEIVED_TOKENS_KEY),
+        upto(since, RECEIVED_TOKENS_KEY),
+    ) {
+        (Some((_, a)), Some((_, b))) => Some(a - b),
+        _ => None,
+    };
+    (tokens >= 1.0).then_some(Undelivered { tokens, received })
 }
