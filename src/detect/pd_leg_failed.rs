@@ -46,25 +46,6 @@ fn finding(v: &View, prefill: &str, legs: &[(&RequestView, &FailedLeg)]) -> Find
     let n = legs.len();
     let decode = hops(decode_legs.iter().map(|d| d.x.component.as_str()));
     let routers = hops(decode_legs.iter().filter_map(|d| holder(v, d)));
-    let mut evidence = Vec::new();
-    for (d, f) in legs {
-        evidence.push(prefill_evidence(v, f));
-        evidence.push(waiting_evidence(v, d));
-    }
-    if let Some(e) = errors_evidence(legs) {
-        evidence.push(e);
-    }
-    if let Some(cs) = decode_legs
-        .first()
-        .and_then(|d| v.components.get(&d.x.component))
-    {
-        if let Some((q, src)) = cs.queued {
-            evidence.push(Evidence::new(
-                "metrics",
-                format!("{} queued {q} from {src} (waiting for KV)", cs.id),
-            ));
-        }
-    }
     let plural = if n == 1 { "" } else { "s" };
     let holders = if routers.is_empty() {
         "the router".to_string()
@@ -83,11 +64,32 @@ fn finding(v: &View, prefill: &str, legs: &[(&RequestView, &FailedLeg)]) -> Find
             age_text(&decode_legs),
         ),
         requests: logical_ids(v, &decode_legs),
-        evidence,
+        evidence: evidence(v, legs),
         explanation: Some(format!(
             "The prefill leg of each request ended with an error at {prefill}, so its KV cache will never be sent; the decode engine holds the request waiting for it (until SGLANG_DISAGGREGATION_WAITING_TIMEOUT, 300 s by default), and the router, which answers the client only from decode, holds the client as long. Read {prefill}'s log for the error it answered; restarting decode or the router only drops the waiting requests."
         )),
     }
+}
+
+/// Each request's prefill leg and waiting decode leg, the prefill's error count, and what
+/// decode holds.
+fn evidence(v: &View, legs: &[(&RequestView, &FailedLeg)]) -> Vec<Evidence> {
+    let mut evidence = Vec::new();
+    for (d, f) in legs {
+        evidence.push(prefill_evidence(v, f));
+        evidence.push(waiting_evidence(v, d));
+    }
+    evidence.extend(errors_evidence(legs));
+    let decode = legs
+        .first()
+        .and_then(|(d, _)| v.components.get(&d.x.component));
+    if let Some((cs, (q, src))) = decode.and_then(|cs| Some((cs, cs.queued?))) {
+        evidence.push(Evidence::new(
+            "metrics",
+            format!("{} queued {q} from {src} (waiting for KV)", cs.id),
+        ));
+    }
+    evidence
 }
 
 /// The distinct hops of a list, joined: "decode@..., decode2@...".
