@@ -28,6 +28,7 @@ LAB_LANE=(
     stacks fleet_lab router_key router_key_lookalikes gpu lab_tp tui_pty netns_lab discovery
     incidents_lab
     controls_lab
+    blame_lab
 )
 LAB_BENCHES=(discovery daemon biglab verdict)
 

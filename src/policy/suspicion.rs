@@ -12,9 +12,11 @@ use crate::model::{
 };
 
 /// Findings that say an engine's schedulers are worth a look.
-const IMPLICATING: [FindingKind; 6] = [
+const IMPLICATING: [FindingKind; 8] = [
     FindingKind::WedgedRequest,
     FindingKind::StalledStream,
+    FindingKind::PdLegFailed,
+    FindingKind::TokensUndelivered,
     FindingKind::BusyWithoutProgress,
     FindingKind::QueueNotDraining,
     FindingKind::SchedulerStuck,

@@ -77,6 +77,13 @@ FAULTS = {
     # With --tp-size > 1: every rank but TP1 enters the forward's all_reduce, TP1 stays at
     # the request broadcast.
     "ranks-diverged": ("decode", "engine", {"LAB_FAULT_DIVERGE_RANK": "1"}),
+    # Prefill answers prompts over 100 tokens with a 500 at once; their decode leg waits for
+    # KV that never comes (smg issue 831), and the router waits for decode.
+    "prefill-5xx": ("prefill", None, {"LAB_FAULT_ERROR_ABOVE_TOKENS": DEFAULT_SPLIT_TOKENS,
+                                      "LAB_FAULT_ERROR_STATUS": "500"}),
+    # The detokenizer hangs on its first batch: tokens are generated, none reaches the HTTP
+    # server (the scheduler keeps going: its output queue is unbounded, as ZMQ's is).
+    "detokenizer-stuck": ("decode", "engine", {"LAB_FAULT_DETOKENIZER_STUCK_AFTER": "0"}),
     "accumulating-state": ("proxy", "proxy", {"LAB_PROXY_LEAK": "1"}),
     # Upstream sockets left in CLOSE_WAIT; 24 leaks (above the one-shot detector's 20 by
     # default) before the proxy stops forwarding.
@@ -98,7 +105,9 @@ CONTROLS_ROUTER_ARGS = ["--max-concurrent-requests", str(CONTROLS_ROUTER_CONCURR
 FAULT_VARS = ["SGLANG_DECODE_PREALLOC_SPLIT_TOKENS", "LAB_FAULT_STALL_AFTER_TOKENS",
               "LAB_FAULT_SPIN", "LAB_FAULT_DIVERGE_RANK", "LAB_FAULT_TRANSFER_STUCK_AFTER",
               "LAB_FAULT_HANG_METRICS",
-              "LAB_FAULT_HANG_SERVER_INFO", "LAB_PROXY_LEAK", "LAB_PROXY_LEAK_LIMIT"]
+              "LAB_FAULT_HANG_SERVER_INFO", "LAB_PROXY_LEAK", "LAB_PROXY_LEAK_LIMIT",
+              "LAB_FAULT_ERROR_ABOVE_TOKENS", "LAB_FAULT_ERROR_STATUS",
+              "LAB_FAULT_DETOKENIZER_STUCK_AFTER"]
 
 
 class LabError(Exception):
@@ -298,6 +307,8 @@ def component_env(lab, comp):
         env["PYTHONPATH"] = PKG
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in engine_gpus(comp))
         env["SGLANG_LAB_STATE_DIR"] = os.path.join(lab["run_dir"], "state", comp["name"])
+        if lab.get("mode") == "pd":  # decode waits for the KV its prefill sends (KvHandoff)
+            env["LAB_KV_DIR"] = os.path.join(lab["run_dir"], "state", "kv")
     env.update(comp["env"])
     return env
 

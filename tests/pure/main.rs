@@ -2,6 +2,7 @@
 //! and detectors, the outputs, the TUI in a test backend, fuzz corpora and the layering.
 //! One binary: one link for all of them.
 
+mod blame_past_hop;
 mod correlate_channels;
 mod correlate_headers_only;
 mod detectors;

@@ -18,6 +18,7 @@
 //! per sample was a quarter of the daemon's CPU).
 
 use super::exchange::{Conn, Exchange};
+use super::view::{is_probe_sized, MIN_INFERENCE_REQUEST_BYTES};
 use super::Correlator;
 use super::{FastMap, FastSet};
 use crate::clock::Millis;
@@ -146,6 +147,7 @@ impl<'a> Pass<'_, 'a> {
                 let p = self.recent[*i];
                 if p.end_ms().is_some_and(|e| e + self.slack < c.request_ms)
                     || taken.contains(&(p.num, c.component.as_str()))
+                    || probe_under_inference(p, c)
                 {
                     continue;
                 }
@@ -195,6 +197,13 @@ fn apply(model: &mut Correlator, since: Millis, new_links: &NewLinks) {
             }
         }
     }
+}
+
+/// A probe (a router's health check or load query, sent on its own schedule) is no hop of
+/// a client's inference request, however close in time: linked, it takes the place of the
+/// request's real leg at that component (each parent has one child per component).
+fn probe_under_inference(parent: &Exchange, child: &Exchange) -> bool {
+    is_probe_sized(child) && parent.bytes_in >= MIN_INFERENCE_REQUEST_BYTES
 }
 
 /// 0..1: closeness in time, plus agreement of request sizes when both are known.

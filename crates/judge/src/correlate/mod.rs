@@ -21,6 +21,7 @@
 //! their verdicts, `verdict.rs` the witnesses that say how long a request waits before it
 //! is judged stuck) and the model's share of a snapshot (`parts.rs`).
 
+pub mod blame;
 mod budget;
 mod channels;
 pub use budget::Census;

@@ -18,7 +18,10 @@
 //! meanwhile. In PD, when both legs wait, the prefill leg is the
 //! one stuck (the decode leg needs its KV cache) and the decode leg its consequence, unless
 //! prefill holds requests in its bootstrap queue waiting for decode to connect: then the
-//! decode leg is stuck and the prefill leg its consequence.
+//! decode leg is stuck and the prefill leg its consequence. A leg with a cause past its hop
+//! (`blame.rs`: its PD prefill leg failed, or its engine's tokens never left) is stuck
+//! whatever the engine's load, and blamed on that cause (`pd_leg_failed`,
+//! `tokens_undelivered`).
 //!
 //! Stuck with a stopped stream (`stalled_stream`'s case): a leg's response stopped for
 //! `stall_after_ms` (request state `stalled`) at the deepest stalled hop, whose component
@@ -27,6 +30,7 @@
 //! Probes (health checks, scrapes, load probes: requests too small to be inference requests)
 //! are never stuck; wedgewatch's own scrapes are not even exchanges (`ignore_client_pids`).
 
+use super::blame::{self, Blame};
 use super::exchange::Exchange;
 use super::state::{ComponentState, WorkSignal};
 use super::verdict::{self, Witnesses, WORK_SETTLE_MS};
@@ -72,6 +76,8 @@ pub struct StuckLeg {
     pub consequences: Vec<usize>,
     /// No response byte: the witnesses its wait was judged on.
     pub witnesses: Option<Witnesses>,
+    /// Whom its finding blames: the hop it waits at, or a cause past it (`blame.rs`).
+    pub blame: Blame,
 }
 
 /// Why requests at an engine that shows work are stuck anyway.
@@ -201,6 +207,10 @@ fn no_response(m: &Correlator, v: &View) -> Vec<StuckLeg> {
         let Some(ls) = drop_excused(v, cs, ls) else {
             continue;
         };
+        let ls = stuck_past_hop(m, v, &comp, ls, &mut out);
+        if ls.is_empty() {
+            continue;
+        }
         let (ls, busy) = match cs {
             Some(cs) => match judge_busy_engine(m, v, &comp, cs, ls) {
                 Some(judged) => judged,
@@ -221,10 +231,39 @@ fn no_response(m: &Correlator, v: &View) -> Vec<StuckLeg> {
                 busy: busy.clone(),
                 consequences: deps,
                 witnesses: witnessed.remove(&leg),
+                blame: Blame::Here,
             });
         }
     }
     out
+}
+
+/// Adds to `out` the legs of `ls` (waiting at `comp`) with a cause past their hop
+/// (`blame.rs`): stuck whatever the engine's load, since they cannot move at all. Returns
+/// the others.
+fn stuck_past_hop(
+    m: &Correlator,
+    v: &View,
+    comp: &str,
+    ls: Vec<usize>,
+    out: &mut Vec<StuckLeg>,
+) -> Vec<usize> {
+    let last_sent = blame::last_answer_byte(m, comp);
+    let mut rest = Vec::new();
+    for leg in ls {
+        match blame::past_hop(m, v, leg, last_sent) {
+            Some(b) => out.push(StuckLeg {
+                leg,
+                kind: StuckKind::NoResponse,
+                busy: None,
+                consequences: Vec::new(),
+                witnesses: None,
+                blame: b,
+            }),
+            None => rest.push(leg),
+        }
+    }
+    rest
 }
 
 /// Requests waiting for their first byte at the deepest hop holding them (no outstanding
@@ -503,6 +542,7 @@ fn stalled(v: &View) -> Vec<StuckLeg> {
             busy: None,
             consequences: Vec::new(),
             witnesses: None,
+            blame: Blame::Here,
         }));
     }
     out

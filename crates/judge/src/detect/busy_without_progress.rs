@@ -13,6 +13,7 @@
 //! `spin_util_pct` / `spin_power_frac` in `correlate`).
 
 use super::secs;
+use crate::correlate::blame::SCHEDULER_TOKENS_KEY;
 use crate::correlate::GpuActivity;
 use crate::correlate::{ComponentState, Correlator, RequestView, View};
 use crate::model::{Evidence, Finding, FindingKind, Severity, ThreadState};
@@ -80,8 +81,14 @@ fn busy_reason(cs: &ComponentState, min_dumps: usize) -> Option<String> {
         t.states.len() >= min_dumps && t.states.iter().all(|s| *s == ThreadState::NcclCollective)
     });
     // Plain "GPU working" with no bytes out is also a long non-streaming generation;
-    // count it only when the engine's own token counter says nothing is generated.
-    let no_tokens = cs.gen_rate.is_some_and(|r| r <= 0.0);
+    // count it only when the engine's own token counter says nothing is generated. Tokens
+    // the scheduler counted itself are progress even if none reached the HTTP server (that
+    // loss is `tokens_undelivered`'s).
+    let scheduler_generated = cs
+        .metrics
+        .get(&format!("{SCHEDULER_TOKENS_KEY}_rate"))
+        .is_some_and(|r| *r > 0.0);
+    let no_tokens = cs.gen_rate.is_some_and(|r| r <= 0.0) && !scheduler_generated;
     match (cs.gpu_activity, collective) {
         (GpuActivity::Spinning, _) => {
             Some("GPU at high utilization but idle power (kernel spinning)".to_string())

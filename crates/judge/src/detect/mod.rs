@@ -8,6 +8,7 @@
 //! Every threshold is named in [`Thresholds`] (serde, so it can be loaded from TOML/JSON;
 //! documented in `docs/findings.md`).
 
+use crate::correlate::blame::Blame;
 use crate::correlate::GpuActivity;
 use crate::correlate::{ComponentState, Correlator, CountSource, RequestView, View};
 use crate::model::{Evidence, Finding, FindingKind, Role, StuckKind, ThreadState};
@@ -17,11 +18,13 @@ mod accumulating_state;
 mod busy_without_progress;
 mod config_changed;
 mod endpoint_unresponsive;
+mod pd_leg_failed;
 mod process_restarted;
 mod queue_not_draining;
 mod ranks_diverged;
 mod scheduler_stuck;
 mod stalled_stream;
+mod tokens_undelivered;
 mod wedged_request;
 
 pub use crate::model::Thresholds;
@@ -30,11 +33,13 @@ pub use busy_without_progress::busy_without_progress;
 pub use config_changed::config_changed;
 use config_changed::config_changed_detector;
 pub use endpoint_unresponsive::endpoint_unresponsive;
+pub use pd_leg_failed::pd_leg_failed;
 pub use process_restarted::process_restarted;
 pub use queue_not_draining::queue_not_draining;
 pub use ranks_diverged::ranks_diverged;
 pub use scheduler_stuck::scheduler_stuck;
 pub use stalled_stream::stalled_stream;
+pub use tokens_undelivered::tokens_undelivered;
 pub use wedged_request::wedged_request;
 
 /// A detector: a pure function over the model and its view at one instant.
@@ -44,6 +49,8 @@ pub type Detector = fn(&Correlator, &View) -> Vec<Finding>;
 pub const DETECTORS: &[(FindingKind, Detector)] = &[
     (FindingKind::WedgedRequest, wedged_request),
     (FindingKind::StalledStream, stalled_stream),
+    (FindingKind::PdLegFailed, pd_leg_failed),
+    (FindingKind::TokensUndelivered, tokens_undelivered),
     (FindingKind::BusyWithoutProgress, busy_without_progress),
     (FindingKind::QueueNotDraining, queue_not_draining),
     (FindingKind::SchedulerStuck, scheduler_stuck),
@@ -241,12 +248,13 @@ fn idle_evidence(cs: &ComponentState) -> (Vec<String>, Vec<Evidence>) {
     (words, ev)
 }
 
-/// The legs the correlator judged stuck (`kind`), by the component they are stuck at: one
-/// leg per logical request.
+/// The legs the correlator judged stuck (`kind`) and blamed on the hop they wait at, by the
+/// component they are stuck at: one leg per logical request. (Legs with a cause past their
+/// hop are `pd_leg_failed`'s and `tokens_undelivered`'s.)
 fn stuck_by_component(v: &View, kind: StuckKind) -> BTreeMap<String, Vec<&RequestView>> {
     let mut m: BTreeMap<String, Vec<&RequestView>> = BTreeMap::new();
     for s in v.stuck().filter_map(|l| l.stuck.as_ref()) {
-        if s.kind == kind {
+        if s.kind == kind && s.blame == Blame::Here {
             let r = &v.requests[s.leg];
             m.entry(r.x.component.clone()).or_default().push(r);
         }

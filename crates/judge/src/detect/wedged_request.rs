@@ -180,7 +180,7 @@ fn verdict_evidence(m: &Correlator, v: &View, r: &RequestView, w: &Witnesses) ->
 }
 
 /// "42 s ago", or "31 s-94 s ago" when the waits differ by more than 5 s.
-fn age_text(ls: &[&RequestView]) -> String {
+pub(super) fn age_text(ls: &[&RequestView]) -> String {
     let oldest = ls.iter().map(|r| r.age_ms).max().unwrap_or(0);
     let youngest = ls.iter().map(|r| r.age_ms).min().unwrap_or(0);
     if oldest - youngest > 5_000 {
@@ -191,7 +191,7 @@ fn age_text(ls: &[&RequestView]) -> String {
 }
 
 /// One waiting request: its socket, bytes and age, and the path of hops down to it.
-fn waiting_evidence(v: &View, r: &RequestView) -> Evidence {
+pub(super) fn waiting_evidence(v: &View, r: &RequestView) -> Evidence {
     Evidence::new(
         "sockets",
         format!(

@@ -14,6 +14,8 @@ use std::hash::{Hash, Hasher};
 pub enum FindingKind {
     WedgedRequest,
     StalledStream,
+    PdLegFailed,
+    TokensUndelivered,
     BusyWithoutProgress,
     QueueNotDraining,
     SchedulerStuck,
@@ -28,9 +30,11 @@ pub enum FindingKind {
 
 impl FindingKind {
     /// Every kind this build produces, in detector order.
-    pub const KNOWN: [FindingKind; 10] = [
+    pub const KNOWN: [FindingKind; 12] = [
         FindingKind::WedgedRequest,
         FindingKind::StalledStream,
+        FindingKind::PdLegFailed,
+        FindingKind::TokensUndelivered,
         FindingKind::BusyWithoutProgress,
         FindingKind::QueueNotDraining,
         FindingKind::SchedulerStuck,
@@ -49,6 +53,8 @@ impl FindingKind {
             self,
             FindingKind::WedgedRequest
                 | FindingKind::StalledStream
+                | FindingKind::PdLegFailed
+                | FindingKind::TokensUndelivered
                 | FindingKind::BusyWithoutProgress
                 | FindingKind::AccumulatingState
         )
@@ -59,6 +65,8 @@ impl FindingKind {
         match self {
             FindingKind::WedgedRequest => "wedged_request",
             FindingKind::StalledStream => "stalled_stream",
+            FindingKind::PdLegFailed => "pd_leg_failed",
+            FindingKind::TokensUndelivered => "tokens_undelivered",
             FindingKind::BusyWithoutProgress => "busy_without_progress",
             FindingKind::QueueNotDraining => "queue_not_draining",
             FindingKind::SchedulerStuck => "scheduler_stuck",
@@ -163,6 +171,8 @@ mod tests {
         let names = [
             "wedged_request",
             "stalled_stream",
+            "pd_leg_failed",
+            "tokens_undelivered",
             "busy_without_progress",
             "queue_not_draining",
             "scheduler_stuck",

@@ -36,16 +36,27 @@ pub fn top(s: &Snapshot) -> Option<&Finding> {
 fn stuck_of(s: &Snapshot, f: &Finding) -> (usize, Option<f64>) {
     if !s.logical_requests.is_empty() {
         let kind = match f.kind {
-            FindingKind::WedgedRequest => Some(StuckKind::NoResponse),
+            FindingKind::WedgedRequest | FindingKind::TokensUndelivered => {
+                Some(StuckKind::NoResponse)
+            }
             FindingKind::StalledStream => Some(StuckKind::StreamStalled),
+            FindingKind::PdLegFailed => Some(StuckKind::NoResponse),
             _ => None,
         };
+        // pd_leg_failed names the prefill where the requests failed; they wait at decode.
+        let by_ids = f.kind == FindingKind::PdLegFailed;
         let stuck: Vec<_> = s
             .logical_requests
             .iter()
             .filter(|l| l.verdict == Verdict::Stuck)
             .filter(|l| kind.is_none() || l.stuck_kind == kind)
-            .filter(|l| f.component.is_none() || l.stuck_at == f.component)
+            .filter(|l| {
+                if by_ids {
+                    f.requests.contains(&l.id)
+                } else {
+                    f.component.is_none() || l.stuck_at == f.component
+                }
+            })
             .collect();
         if !stuck.is_empty() {
             let oldest = stuck.iter().map(|l| l.age_ms).reduce(f64::max);
@@ -117,6 +128,12 @@ fn title(s: &Snapshot, f: &Finding) -> String {
             format!("{n} {plural} accepted and forgotten{since}{}", hanging(s))
         }
         FindingKind::StalledStream => format!("{n} response streams stopped{since}"),
+        FindingKind::PdLegFailed => {
+            format!("{n} PD {plural} failed at prefill, decode waits for their KV{since}")
+        }
+        FindingKind::TokensUndelivered => {
+            format!("{n} {plural} generated but never sent{since}")
+        }
         _ => clip(&f.summary, 120),
     };
     format!("{} at {}: {what}", f.kind, place_of(f))

@@ -4,11 +4,14 @@ import logging
 import os
 import time
 
-from sglang.srt.disaggregation.utils import KVPoll, poll_and_all_reduce
+from sglang.srt.disaggregation.utils import KVPoll, KvHandoff, poll_and_all_reduce
 
 logger = logging.getLogger(__name__)
 
 KV_TRANSFER_S = 0.02  # simulated RDMA time between prefill done and KV ready on decode
+# SGLANG_DISAGGREGATION_WAITING_TIMEOUT (mooncake/conn.py, default 300 s): a request whose KV
+# never arrives fails with KVPoll.Failed after this long and is aborted.
+WAITING_TIMEOUT_S = float(os.environ.get("SGLANG_DISAGGREGATION_WAITING_TIMEOUT") or 300)
 
 
 def _env_int(name):
@@ -55,6 +58,8 @@ class DecodeTransferQueue:
         self.queue = []  # (req, ready_at)
         self.stuck_after = _env_int("LAB_FAULT_TRANSFER_STUCK_AFTER")
         self.admitted = 0
+        self.kv = KvHandoff()
+        self.failed = []  # waited WAITING_TIMEOUT_S for KV that never came
 
     def extend(self, reqs):
         now = time.monotonic()
@@ -67,12 +72,23 @@ class DecodeTransferQueue:
         if not self.queue:
             return []
         now = time.monotonic()
-        polls = poll_and_all_reduce(
-            [lambda t=t: KVPoll.Success if now >= t else KVPoll.Transferring
-             for _, t in self.queue])
+        polls = poll_and_all_reduce([lambda r=r, t=t: self.poll(r, t, now) for r, t in self.queue])
         done = [r for (r, _), s in zip(self.queue, polls) if s == KVPoll.Success]
-        self.queue = [(r, t) for (r, t), s in zip(self.queue, polls) if s != KVPoll.Success]
+        self.failed += [r for (r, _), s in zip(self.queue, polls) if s == KVPoll.Failed]
+        self.queue = [(r, t) for (r, t), s in zip(self.queue, polls)
+                      if s not in (KVPoll.Success, KVPoll.Failed)]
         return done
+
+    def poll(self, req, ready_at, now):
+        """The receiver's state: Success once the transfer time passed and prefill sent the
+        KV; Failed after the waiting timeout; WaitingForInput while prefill has not sent it."""
+        if now < ready_at:
+            return KVPoll.Transferring
+        if self.kv.arrived(req.bootstrap_room):
+            return KVPoll.Success
+        if now - ready_at >= WAITING_TIMEOUT_S:
+            return KVPoll.Failed
+        return KVPoll.WaitingForInput
 
 
 class SchedulerDisaggregationDecodeMixin:
@@ -95,6 +111,14 @@ class SchedulerDisaggregationDecodeMixin:
         self.disagg_decode_transfer_queue.extend(req_conns)
         alloc_reqs = self.disagg_decode_transfer_queue.pop_transferred()
         self.waiting_queue.extend(alloc_reqs)
+        failed, self.disagg_decode_transfer_queue.failed = (
+            self.disagg_decode_transfer_queue.failed, [])
+        if failed:  # real: prepare_abort(req, ...) and stream_output: the client gets an error
+            logger.error("KV transfer failed for %d request(s): waited %.0f s", len(failed),
+                         WAITING_TIMEOUT_S)
+            self._send_outputs([{"rid": r.rid, "ids": [], "finished": True, "reason": "abort",
+                                 "prompt_tokens": r.prompt_tokens, "completion_tokens": 0}
+                                for r in failed])
 
     def get_next_disagg_decode_batch_to_run(self):
         new_prebuilt_batch = self.get_new_prebuilt_batch()

@@ -2,7 +2,7 @@
 
 import time
 
-from sglang.srt.disaggregation.utils import KVPoll, poll_and_all_reduce
+from sglang.srt.disaggregation.utils import KVPoll, KvHandoff, poll_and_all_reduce
 
 KV_SEND_S = 0.01  # simulated time to push the KV cache to the decode engine
 
@@ -13,6 +13,7 @@ class PrefillBootstrapQueue:
     def __init__(self, scheduler):
         self.scheduler = scheduler
         self.queue = []
+        self.kv = KvHandoff()
 
     def add(self, req):
         self.queue.append(req)
@@ -60,6 +61,7 @@ class SchedulerDisaggregationPrefillMixin:
         outs, undone = [], []
         for (req, t), s in zip(self.disagg_prefill_inflight_queue, polls):
             if s == KVPoll.Success:
+                self.disagg_prefill_bootstrap_queue.kv.sent(req.bootstrap_room)
                 # The prefill engine's answer: one token, finished (the decode engine streams).
                 outs.append({"rid": req.rid, "ids": req.output_ids[:1], "finished": True,
                              "reason": "length", "prompt_tokens": req.prompt_tokens,

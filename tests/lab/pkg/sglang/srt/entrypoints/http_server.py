@@ -6,7 +6,11 @@ ZMQ ipc sockets).
 
 Faults: LAB_FAULT_HANG_METRICS=1 (/metrics accepts and never answers),
 LAB_FAULT_HANG_SERVER_INFO=1 (same for /server_info and /get_server_info; note the router
-calls /server_info once when it registers the worker).
+calls /server_info once when it registers the worker),
+LAB_FAULT_ERROR_ABOVE_TOKENS=n (inference requests whose prompt is over n tokens are answered
+at once with an error, status LAB_FAULT_ERROR_STATUS, default 500, in SGLang's OpenAI error
+shape, without reaching the scheduler: on a PD prefill, its decode then waits for KV that
+never comes).
 
 Controls (LAB_CONTROLS=1, `lab.py up --controls`): a prompt may carry directives
 `[lab:prefill_s=S]` (chunked prefill of S seconds before its first token) and
@@ -70,6 +74,13 @@ def chat_texts(messages):
         elif isinstance(c, list):
             out.extend(p.get("text", "") for p in c if isinstance(p, dict))
     return out
+
+
+def _env_int(name):
+    try:
+        return int(os.environ.get(name, "").strip())
+    except ValueError:
+        return None
 
 
 def count_tokens(text):
@@ -329,6 +340,20 @@ class Server:
         return "\n".join(out) + "\n"
 
     # ------------------------------------------------------------ inference
+    def _fault_error(self, prompt_tokens):
+        """LAB_FAULT_ERROR_ABOVE_TOKENS: the error answer for a prompt over the limit, else
+        None. The shape of SGLang's `create_error_response` (OpenAI style)."""
+        limit = _env_int("LAB_FAULT_ERROR_ABOVE_TOKENS")
+        if limit is None or prompt_tokens <= limit:
+            return None
+        status = _env_int("LAB_FAULT_ERROR_STATUS") or 500
+        logger.error("lab fault: refusing a request of %d prompt tokens with %d",
+                     prompt_tokens, status)
+        return web.json_response({"object": "error", "message": "Internal server error: "
+                                  f"lab fault (prompt of {prompt_tokens} tokens)",
+                                  "type": "InternalServerError", "param": None,
+                                  "code": status}, status=status)
+
     async def _read_json(self, request):
         try:
             return await request.json()
@@ -366,6 +391,9 @@ class Server:
             ptoks = len(body["input_ids"])
         else:
             ptoks = count_tokens(body.get("text") or "")
+        refused = self._fault_error(max(1, ptoks))
+        if refused is not None:
+            return refused
         gen = self.tm.generate_request(request, max(1, ptoks), max_new, body)
         text = []
 
@@ -391,6 +419,9 @@ class Server:
         body = await self._read_json(request)
         max_new = int(body.get("max_completion_tokens") or body.get("max_tokens") or 16)
         ptoks = prompt_tokens_of_chat(body.get("messages"))
+        refused = self._fault_error(ptoks)
+        if refused is not None:
+            return refused
         gen = self.tm.generate_request(request, ptoks, max_new, body,
                                        controls_of(chat_texts(body.get("messages"))))
         created = int(time.time())
@@ -436,6 +467,9 @@ class Server:
         prompt = body.get("prompt") or ""
         if isinstance(prompt, list):
             prompt = " ".join(str(p) for p in prompt)
+        refused = self._fault_error(max(1, count_tokens(prompt)))
+        if refused is not None:
+            return refused
         gen = self.tm.generate_request(request, max(1, count_tokens(prompt)), max_new, body)
         created = int(time.time())
         model = body.get("model") or self.args.served_model_name

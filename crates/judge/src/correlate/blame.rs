@@ -1,0 +1,212 @@
+//! Blame past the hop a request waits at: two causes the correlator can prove for a leg that
+//! waits for its first byte, each read by its own detector instead of `wedged_request`.
+//!
+//! - A PD decode leg waits for KV its prefill leg will never send: that leg (same request,
+//!   same router exchange) already ended with an error (`pd_leg_failed`). The real
+//!   sglang-router 0.3.2 answers the client only from decode, so it holds the client until
+//!   decode gives up (`SGLANG_DISAGGREGATION_WAITING_TIMEOUT`, 300 s by default) -- smg
+//!   issue 831; measured on the lab, docs/lab.md "Faults".
+//! - The engine's scheduler generated tokens since the request arrived and not one byte left
+//!   its HTTP server on any inference request (`tokens_undelivered`): the tokens are lost
+//!   between the scheduler and the HTTP server, in the detokenizer or the tokenizer manager.
+//!
+//! Both stand whatever the engine's load: a busy engine is excused as slow, but these
+//! requests cannot move at all. (How long a leg must have waited is `waiting_leaves`'
+//! rule, with `wedged_after_ms`.)
+
+use super::exchange::{Exchange, HEADERS_BURST_MS};
+use super::metrics::MetricsPoint;
+use super::view::{is_probe_sized, View, MIN_INFERENCE_REQUEST_BYTES};
+use super::Correlator;
+use crate::clock::Millis;
+use crate::model::{RequestState, Role};
+
+/// Largest answer, in bytes, that can be an error: status line and headers and a JSON
+/// error body with its message (SGLang's `{"object": "error", "message": ...}`; a validation
+/// error lists what it refused). Only a bound: what says "error" is the engine's own count
+/// of error statuses.
+pub const ERROR_ANSWER_MAX_BYTES: u64 = 4096;
+
+/// The engine's count of inference answers with an error status (4xx, 5xx).
+pub const HTTP_ERRORS_KEY: &str = "http_errors_total";
+/// The scheduler's own count of generated tokens (SGLang `realtime_tokens_total{mode=decode}`).
+pub const SCHEDULER_TOKENS_KEY: &str = "scheduler_tokens_total";
+/// The tokens the HTTP server's tokenizer manager received (SGLang `generation_tokens_total`).
+pub const RECEIVED_TOKENS_KEY: &str = "generation_tokens_total";
+
+/// Whom a stuck leg's finding blames.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Blame {
+    /// The hop it waits at (`wedged_request`, `stalled_stream`).
+    Here,
+    /// PD: the decode leg waits for KV from a prefill leg that failed (`pd_leg_failed`).
+    PrefillFailed(FailedLeg),
+    /// Tokens generated for it never left its engine's HTTP server (`tokens_undelivered`).
+    Undelivered(Undelivered),
+}
+
+/// The prefill leg of a waiting decode leg, and how it failed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FailedLeg {
+    /// Index into `View::requests`.
+    pub leg: usize,
+    pub how: LegFailure,
+}
+
+/// How a leg is known to have failed.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum LegFailure {
+    /// Its connection closed before any answer.
+    Closed,
+    /// The engine counted this many more inference answers with an error status since the
+    /// leg's request.
+    ErrorStatus { n: f64 },
+    /// The engine has answered this many inference requests with an error status since it
+    /// started (the metrics do not reach back to the leg's request).
+    ErrorsSinceStart { n: f64 },
+}
+
+/// Tokens an engine generated that its HTTP server never sent.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Undelivered {
+    /// Tokens its scheduler generated since the request arrived.
+    pub tokens: f64,
+    /// Tokens its tokenizer manager received meanwhile, when counted.
+    pub received: Option<f64>,
+}
+
+/// The cause past its own hop of leaf `leg`, waiting for its first byte: a failed prefill
+/// leg, else tokens generated and never sent (`last_sent`: the newest response byte of an
+/// inference request at the leg's component, [`last_answer_byte`]).
+pub(super) fn past_hop(
+    m: &Correlator,
+    v: &View,
+    leg: usize,
+    last_sent: Option<Millis>,
+) -> Option<Blame> {
+    if let Some(f) = failed_prefill_leg(m, v, leg) {
+        return Some(Blame::PrefillFailed(f));
+    }
+    let r = &v.requests[leg];
+    if !r.x.role.is_engine() {
+        return None;
+    }
+    undelivered_since(m, &r.x.component, r.x.request_ms, v.now, last_sent).map(Blame::Undelivered)
+}
+
+/// The newest response byte an inference request at `comp` got: a request of inference size,
+/// or an answer seen streaming. (A probe's connection first seen after its answer looks like
+/// a request of unknown size: not counted.)
+pub(super) fn last_answer_byte(m: &Correlator, comp: &str) -> Option<Millis> {
+    m.exchanges()
+        .filter(|x| x.component == comp && is_inference_answer(x))
+        .filter_map(|x| x.last_out_ms)
+        .max()
+}
+
+fn is_inference_answer(x: &Exchange) -> bool {
+    (x.bytes_in >= MIN_INFERENCE_REQUEST_BYTES && !is_probe_sized(x)) || x.seen_streaming()
+}
+
+/// A decode leg's prefill sibling (the leg the same router exchange sent to prefill) that
+/// ended without a usable answer: closed before any byte, or a short answer in one burst
+/// while the prefill engine counted error statuses.
+pub fn failed_prefill_leg(m: &Correlator, v: &View, leg: usize) -> Option<FailedLeg> {
+    let x = &v.requests[leg].x;
+    if x.role != Role::Decode || x.answered() {
+        return None;
+    }
+    let parent = v.request_by_num(x.parent?)?;
+    let (p, pr) = parent
+        .x
+        .links
+        .iter()
+        .filter_map(|&n| v.index_of_num(n))
+        .map(|i| (i, &v.requests[i]))
+        .find(|(_, c)| c.x.role == Role::Prefill && !View::is_outstanding(c))?;
+    let how = match pr.state {
+        RequestState::Closed => LegFailure::Closed,
+        RequestState::Done if error_sized(&pr.x) => error_status(m, &pr.x)?,
+        _ => return None,
+    };
+    Some(FailedLeg { leg: p, how })
+}
+
+/// An answer that can be an error: in one burst (not a stream), and no larger than an
+/// error (its size is unknown when it was under way when first seen).
+fn error_sized(x: &Exchange) -> bool {
+    let one_burst = match (x.first_byte_ms, x.last_out_ms) {
+        (Some(first), Some(last)) => last - first <= HEADERS_BURST_MS,
+        _ => true,
+    };
+    one_burst && (answer_size_unknown(x) || x.bytes_out <= ERROR_ANSWER_MAX_BYTES)
+}
+
+/// First seen with its answer already sent: its sizes count only what came after
+/// (`Conn::first_observation`), nothing here.
+pub fn answer_size_unknown(x: &Exchange) -> bool {
+    x.seen_mid_flight && x.bytes_in == 0
+}
+
+/// What the engine's error count says about the answer of `x`: the errors it counted from
+/// its last scrape before the request to its newest (a scrape just after the answer may not
+/// have it yet), or, with no scrape from before the request, its errors since it started;
+/// `None` when it counted none (or does not count).
+fn error_status(m: &Correlator, x: &Exchange) -> Option<LegFailure> {
+    let hist = m.metrics_history(&x.component)?;
+    // The count appears with the first error answered: a scrape without it, of an engine
+    // that has it later, says none yet.
+    if !hist.iter().any(|p| p.mapped.contains_key(HTTP_ERRORS_KEY)) {
+        return None;
+    }
+    let mut scraped = hist.iter().filter(|p| !p.mapped.is_empty());
+    let value = |p: &MetricsPoint| p.mapped.get(HTTP_ERRORS_KEY).copied().unwrap_or(0.0);
+    let newest = value(scraped.next_back()?);
+    let failure = match scraped.rfind(|p| p.t_ms <= x.request_ms) {
+        Some(before) => LegFailure::ErrorStatus {
+            n: newest - value(before),
+        },
+        None => LegFailure::ErrorsSinceStart { n: newest },
+    };
+    match failure {
+        LegFailure::ErrorStatus { n } | LegFailure::ErrorsSinceStart { n } if n >= 1.0 => {
+            Some(failure)
+        }
+        _ => None,
+    }
+}
+
+/// How many tokens engine `comp`'s scheduler generated after `since` that never left it: its
+/// count rose from its last scrape at or before `since` (the baseline) to the newest at `now`,
+/// and no inference answer left it after that baseline (`last_sent`, [`last_answer_byte`]):
+/// tokens counted between the baseline and `since` may be those of an answer that left just
+/// before the request came (an agent's next turn follows its last reply at once). `None`
+/// when not, or without a scrape from before `since` (the rise cannot be dated).
+pub fn undelivered_since(
+    m: &Correlator,
+    comp: &str,
+    since: Millis,
+    now: Millis,
+    last_sent: Option<Millis>,
+) -> Option<Undelivered> {
+    let hist = m.metrics_history(comp)?;
+    let upto = |t: Millis, key: &str| {
+        hist.iter()
+            .rev()
+            .filter(|p| p.t_ms <= t)
+            .find_map(|p| p.mapped.get(key).map(|v| (p.t_ms, *v)))
+    };
+    let (baseline_ms, before) = upto(since, SCHEDULER_TOKENS_KEY)?;
+    if last_sent.is_some_and(|t| t >= baseline_ms) {
+        return None;
+    }
+    let tokens = upto(now, SCHEDULER_TOKENS_KEY)?.1 - before;
+    let received = match (
+        upto(now, RECEIVED_TOKENS_KEY),
+        upto(since, RECEIVED_TOKENS_KEY),
+    ) {
+        (Some((_, a)), Some((_, b))) => Some(a - b),
+        _ => None,
+    };
+    (tokens >= 1.0).then_some(Undelivered { tokens, received })
+}
