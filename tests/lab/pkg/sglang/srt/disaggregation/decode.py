@@ -4,11 +4,14 @@ import logging
 import os
 import time
 
+from sglang.srt.disaggregation.mooncake.conn import MooncakeKVReceiver
 from sglang.srt.disaggregation.utils import KVPoll, poll_and_all_reduce
 
 logger = logging.getLogger(__name__)
 
-KV_TRANSFER_S = 0.02  # simulated RDMA time between prefill done and KV ready on decode
+# A request without bootstrap information (sent to decode directly, not by the router): its
+# KV is taken as ready this long after pre-allocation.
+KV_TRANSFER_S = 0.02
 
 
 def _env_int(name):
@@ -31,6 +34,9 @@ class DecodePreallocQueue:
         self.split_tokens = _env_int("SGLANG_DECODE_PREALLOC_SPLIT_TOKENS")
 
     def add(self, req):
+        manager = self.scheduler.kv_manager
+        if manager is not None and req.bootstrap_room is not None:
+            req.kv_receiver = MooncakeKVReceiver(manager, req)
         self.queue.append(req)
 
     def pop_preallocated(self):
@@ -39,6 +45,9 @@ class DecodePreallocQueue:
             if self.split_tokens is not None and req.prompt_tokens > self.split_tokens:
                 self._pre_alloc_split(req)
                 continue
+            if req.kv_receiver is not None:
+                # KV memory is ours now: tell the prefill where to write (TransferInfo).
+                req.kv_receiver.init()
             preallocated.append(req)
         self.queue = []
         return preallocated
@@ -52,7 +61,7 @@ class DecodeTransferQueue:
 
     def __init__(self, scheduler):
         self.scheduler = scheduler
-        self.queue = []  # (req, ready_at)
+        self.queue = []  # (req, ready_at): ready_at None = when its pages and status arrived
         self.stuck_after = _env_int("LAB_FAULT_TRANSFER_STUCK_AFTER")
         self.admitted = 0
 
@@ -61,16 +70,31 @@ class DecodeTransferQueue:
         for req in reqs:
             self.admitted += 1
             stuck = self.stuck_after is not None and self.admitted > self.stuck_after
-            self.queue.append((req, float("inf") if stuck else now + KV_TRANSFER_S))
+            if stuck:
+                ready_at = float("inf")
+            elif req.kv_receiver is not None and req.kv_receiver.sent:
+                ready_at = None
+            else:
+                ready_at = now + KV_TRANSFER_S
+            self.queue.append((req, ready_at))
 
     def pop_transferred(self):
         if not self.queue:
             return []
         now = time.monotonic()
-        polls = poll_and_all_reduce(
-            [lambda t=t: KVPoll.Success if now >= t else KVPoll.Transferring
-             for _, t in self.queue])
+
+        def poll(req, t):
+            if t is None:
+                ok = req.kv_receiver.poll_done()
+            else:
+                ok = now >= t
+            return KVPoll.Success if ok else KVPoll.Transferring
+
+        polls = poll_and_all_reduce([lambda r=r, t=t: poll(r, t) for r, t in self.queue])
         done = [r for (r, _), s in zip(self.queue, polls) if s == KVPoll.Success]
+        for r in done:
+            if r.kv_receiver is not None:
+                r.kv_receiver.clear()
         self.queue = [(r, t) for (r, t), s in zip(self.queue, polls) if s != KVPoll.Success]
         return done
 
