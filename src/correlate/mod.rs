@@ -135,6 +135,9 @@ pub struct Model {
     last_sockets_ms: Option<Millis>,
     /// The probe sizes each server component has answered (`probe_units.rs`).
     probe_units: FastMap<String, probe_units::ProbeUnits>,
+    /// Channel ports (component id, port) whose connections were seen to be KV transfer
+    /// streams (`channels.rs`): once seen, for as long as the component listens there.
+    kv_ports: FastSet<(String, u16)>,
 }
 
 impl Default for Model {
@@ -197,6 +200,7 @@ impl Model {
             link_cursor: (0, 0),
             last_sockets_ms: None,
             probe_units: FastMap::default(),
+            kv_ports: FastSet::default(),
         }
     }
 
