@@ -26,6 +26,7 @@ pub use budget::Census;
 pub mod exchange;
 mod footprint;
 mod gpu;
+mod kv_stall;
 pub mod links;
 mod lookup;
 mod metrics;
@@ -43,6 +44,7 @@ mod state;
 mod view;
 
 pub use gpu::{device_activity, gpu_activity};
+pub use kv_stall::{kv_stall_due, KvStall};
 pub use metrics::{
     is_probe_endpoint, probe_failed, summarize_loads, LoadsSummary, MetricsPoint, PD_QUEUE_KEYS,
 };

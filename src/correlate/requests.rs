@@ -18,6 +18,10 @@
 //! prefill holds requests in its bootstrap queue waiting for decode to connect: then the
 //! decode leg is stuck and the prefill leg its consequence.
 //!
+//! Stuck in a KV transfer (`kv_transfer_stalled`'s case, `kv_stall.rs`): a PD decode leg
+//! waiting for its KV cache while the transfer from its prefill is silent; judged before
+//! the others, it replaces their verdict for its request.
+//!
 //! Stuck with a stopped stream (`stalled_stream`'s case): a leg's response stopped for
 //! `stall_after_ms` (request state `stalled`) at the deepest stalled hop, whose component
 //! does no work and whose GPU is not spinning.
@@ -62,8 +66,11 @@ pub struct StuckLeg {
     pub kind: StuckKind,
     /// Why a busy engine is blamed anyway (shared by every request stuck at that engine).
     pub busy: Option<BusyNote>,
-    /// PD: decode legs (indices into `View::requests`) that wait on the stuck prefill leg.
+    /// PD: the other legs (indices into `View::requests`) that wait because of the stuck one
+    /// (the decode legs of a stuck prefill leg; the prefill leg of a KV transfer stall).
     pub consequences: Vec<usize>,
+    /// A KV transfer stall (`StuckKind::KvTransfer`): the pair and what shows it.
+    pub kv: Option<super::kv_stall::KvStall>,
 }
 
 /// Why requests at an engine that shows work are stuck anyway.
@@ -161,7 +168,9 @@ pub(super) fn judge(m: &Model, v: &mut View) {
         found.extend(stalled(v));
         // Stable: no response before stalled, then the deepest hop first.
         found.sort_by_key(|s| (s.kind, std::cmp::Reverse(v.requests[s.leg].x.role.depth())));
-        for s in found {
+        // A KV transfer stall first: its requests are neither forgotten at decode nor at
+        // prefill, their KV never arrived.
+        for s in super::kv_stall::kv_stalled(m, v).into_iter().chain(found) {
             let li = v.requests[s.leg].request;
             // One leg per logical request: the first judged (no response before stalled;
             // the deepest hop first within each).
@@ -227,6 +236,7 @@ fn no_response(m: &Model, v: &View) -> Vec<StuckLeg> {
                 kind: StuckKind::NoResponse,
                 busy: busy.clone(),
                 consequences: deps,
+                kv: None,
             });
         }
     }
@@ -446,6 +456,7 @@ fn stalled(v: &View) -> Vec<StuckLeg> {
             kind: StuckKind::StreamStalled,
             busy: None,
             consequences: Vec::new(),
+            kv: None,
         }));
     }
     out

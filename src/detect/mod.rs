@@ -17,6 +17,7 @@ mod accumulating_state;
 mod busy_without_progress;
 mod config_changed;
 mod endpoint_unresponsive;
+mod kv_transfer_stalled;
 mod process_restarted;
 mod queue_not_draining;
 mod scheduler_stuck;
@@ -29,6 +30,7 @@ pub use busy_without_progress::busy_without_progress;
 pub use config_changed::config_changed;
 use config_changed::config_changed_detector;
 pub use endpoint_unresponsive::endpoint_unresponsive;
+pub use kv_transfer_stalled::kv_transfer_stalled;
 pub use process_restarted::process_restarted;
 pub use queue_not_draining::queue_not_draining;
 pub use scheduler_stuck::scheduler_stuck;
@@ -41,6 +43,7 @@ pub type Detector = fn(&Model, &View) -> Vec<Finding>;
 /// Every detector, by the finding kind it produces.
 pub const DETECTORS: &[(FindingKind, Detector)] = &[
     (FindingKind::WedgedRequest, wedged_request),
+    (FindingKind::KvTransferStalled, kv_transfer_stalled),
     (FindingKind::StalledStream, stalled_stream),
     (FindingKind::BusyWithoutProgress, busy_without_progress),
     (FindingKind::QueueNotDraining, queue_not_draining),

@@ -13,6 +13,7 @@ use std::hash::{Hash, Hasher};
 #[derive(Clone)]
 pub enum FindingKind {
     WedgedRequest,
+    KvTransferStalled,
     StalledStream,
     BusyWithoutProgress,
     QueueNotDraining,
@@ -27,8 +28,9 @@ pub enum FindingKind {
 
 impl FindingKind {
     /// Every kind this build produces, in detector order.
-    pub const KNOWN: [FindingKind; 9] = [
+    pub const KNOWN: [FindingKind; 10] = [
         FindingKind::WedgedRequest,
+        FindingKind::KvTransferStalled,
         FindingKind::StalledStream,
         FindingKind::BusyWithoutProgress,
         FindingKind::QueueNotDraining,
@@ -46,6 +48,7 @@ impl FindingKind {
         matches!(
             self,
             FindingKind::WedgedRequest
+                | FindingKind::KvTransferStalled
                 | FindingKind::StalledStream
                 | FindingKind::BusyWithoutProgress
                 | FindingKind::AccumulatingState
@@ -56,6 +59,7 @@ impl FindingKind {
     pub fn as_str(&self) -> &str {
         match self {
             FindingKind::WedgedRequest => "wedged_request",
+            FindingKind::KvTransferStalled => "kv_transfer_stalled",
             FindingKind::StalledStream => "stalled_stream",
             FindingKind::BusyWithoutProgress => "busy_without_progress",
             FindingKind::QueueNotDraining => "queue_not_draining",
@@ -159,6 +163,7 @@ mod tests {
     fn json_names_are_the_contract_strings() {
         let names = [
             "wedged_request",
+            "kv_transfer_stalled",
             "stalled_stream",
             "busy_without_progress",
             "queue_not_draining",

@@ -225,6 +225,9 @@ pub enum StuckKind {
     NoResponse,
     /// The response started, then stopped (`stalled_stream`).
     StreamStalled,
+    /// PD decode waits for its KV cache, the transfer from prefill silent
+    /// (`kv_transfer_stalled`).
+    KvTransfer,
 }
 
 /// One request as its client sent it, spanning its hops (proxy -> router -> prefill +

@@ -38,6 +38,7 @@ fn stuck_of(s: &Snapshot, f: &Finding) -> (usize, Option<f64>) {
         let kind = match f.kind {
             FindingKind::WedgedRequest => Some(StuckKind::NoResponse),
             FindingKind::StalledStream => Some(StuckKind::StreamStalled),
+            FindingKind::KvTransferStalled => Some(StuckKind::KvTransfer),
             _ => None,
         };
         let stuck: Vec<_> = s
@@ -94,6 +95,9 @@ fn title(s: &Snapshot, f: &Finding) -> String {
     let what = match f.kind {
         FindingKind::WedgedRequest => format!("{n} {plural} accepted and forgotten{since}"),
         FindingKind::StalledStream => format!("{n} response streams stopped{since}"),
+        FindingKind::KvTransferStalled => {
+            format!("{n} {plural} waiting for their KV cache, the transfer silent{since}")
+        }
         _ => clip(&f.summary, 120),
     };
     format!("{} at {}: {what}", f.kind, place_of(f))

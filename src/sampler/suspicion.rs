@@ -12,8 +12,9 @@ use crate::model::{
 };
 
 /// Findings that say an engine's schedulers are worth a look.
-const IMPLICATING: [FindingKind; 5] = [
+const IMPLICATING: [FindingKind; 6] = [
     FindingKind::WedgedRequest,
+    FindingKind::KvTransferStalled,
     FindingKind::StalledStream,
     FindingKind::BusyWithoutProgress,
     FindingKind::QueueNotDraining,
