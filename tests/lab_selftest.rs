@@ -612,17 +612,17 @@ fn kv_pages_travel_over_tcp_and_a_stalled_sender_holds_both_legs() {
     let (prefill, decode) = (lab.prefill().clone(), lab.decode().clone());
     let sender = prefill.scheduler_pids[0];
     let run = lab.load_background(3, 3, 6.0).expect("load");
+    // Two held on each side at once: a transfer takes milliseconds, so only a stalled one
+    // keeps the next behind it.
     wait_until(
         Duration::from_secs(30),
         "both sides holding requests",
         || {
             let (p, d) = (loads(&prefill.url), loads(&decode.url));
-            p["disaggregation"]["prefill_inflight_queue_reqs"].as_u64() >= Some(1)
-                && d["disaggregation"]["decode_transfer_queue_reqs"].as_u64() >= Some(1)
+            p["disaggregation"]["prefill_inflight_queue_reqs"].as_u64() >= Some(2)
+                && d["disaggregation"]["decode_transfer_queue_reqs"].as_u64() >= Some(2)
         },
     );
-    // Every decode rank received pages from the prefill scheduler: bytes in, 8 bytes out
-    // per slice, and the stream is now silent.
     let mut before = Vec::new();
     for &rank in &decode.scheduler_pids {
         let kv: Vec<SsConn> = conns_between(sender, rank)
@@ -636,14 +636,15 @@ fn kv_pages_travel_over_tcp_and_a_stalled_sender_holds_both_legs() {
         }
         before.extend(
             kv.iter()
-                .map(|c| (c.local.clone(), c.num("bytes_received"))),
+                .map(|c| (c.local.clone(), c.peer.clone(), c.num("bytes_received"))),
         );
     }
     sleep(Duration::from_secs(3));
-    for (local, got) in before {
+    for (local, peer, got) in before {
+        // (The pooled connections share the listen port: one is told by its peer.)
         let c = ss(&format!("sport = :{}", local.rsplit(':').next().unwrap()))
             .into_iter()
-            .find(|c| c.local == local)
+            .find(|c| c.local == local && c.peer == peer)
             .expect("stream still open");
         assert_eq!(
             c.num("bytes_received"),

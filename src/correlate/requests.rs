@@ -264,14 +264,18 @@ fn waiting_leaves(m: &Model, v: &View) -> Vec<usize> {
 /// not stuck on its own. The prefill leg is the cause (the decode leg needs its KV cache),
 /// unless that prefill holds requests in its bootstrap queue: it waits for decode to connect
 /// for them, which a decode that forgot the request never does, so the decode leg is the
-/// cause. Returns the leaves to judge and the legs set aside.
+/// cause. A waiting prefill leg whose decode leg is not seen waiting (a hop link to the wrong
+/// connection of the router's pool) is no more forgotten by that prefill: as many as it holds
+/// in its bootstrap queue are set aside too. Returns the leaves to judge and the legs set
+/// aside.
 fn split_off_decode_legs(v: &View, mut leaves: Vec<usize>) -> (Vec<usize>, Vec<usize>) {
-    let waits_for_decode = |x: &Exchange| {
+    let bootstrap_of = |x: &Exchange| {
         v.components
             .get(&x.component)
             .and_then(|cs| cs.pd_bootstrap)
-            .is_some_and(|n| n > 0.0)
+            .unwrap_or(0.0)
     };
+    let waits_for_decode = |x: &Exchange| bootstrap_of(x) > 0.0;
     let parents_of = |keep: &dyn Fn(&Exchange) -> bool| -> BTreeSet<u64> {
         leaves
             .iter()
@@ -295,6 +299,16 @@ fn split_off_decode_legs(v: &View, mut leaves: Vec<usize>) -> (Vec<usize>, Vec<u
             consequences.push(i);
         }
         !dependent
+    });
+    let mut held: BTreeMap<&str, f64> = BTreeMap::new();
+    leaves.retain(|&i| {
+        let x = &v.requests[i].x;
+        if x.role != Role::Prefill || !waits_for_decode(x) {
+            return true;
+        }
+        let n = held.entry(x.component.as_str()).or_insert(0.0);
+        *n += 1.0;
+        *n > bootstrap_of(x)
     });
     (leaves, consequences)
 }

@@ -27,7 +27,8 @@ Faults (prefill's environment):
                                     issue 23342); every later transfer queues behind it and
                                     decode's receiver waits for the rest of the slice forever.
 Knobs: LAB_KV_BYTES_PER_TOKEN (per decode rank, default 512: the real tiny model's 2 layers x
-K/V x 128 bytes), LAB_KV_CONNS (pool per decode rank, default 4 as Mooncake's).
+K/V x 128 bytes), LAB_KV_LAYERS (one write per layer and K/V, default 8), LAB_KV_CONNS (pool
+per decode rank, default 4 as Mooncake's).
 """
 
 import http.client
@@ -94,6 +95,18 @@ def _serve(lsock, handler, name):
             threading.Thread(target=handler, args=(conn,), name=name, daemon=True).start()
 
     threading.Thread(target=accept_loop, name=name + "_accept", daemon=True).start()
+
+
+def _slices(nbytes, layers):
+    """(offset, length) of each write of `nbytes` of pages: one per layer and K/V, none
+    longer than MAX_SLICE."""
+    per = max(1, -(-nbytes // (2 * max(1, layers))))
+    out, offset = [], 0
+    while offset < nbytes:
+        n = min(per, MAX_SLICE, nbytes - offset)
+        out.append((offset, n))
+        offset += n
+    return out
 
 
 class PullSocket:
@@ -386,11 +399,13 @@ class MooncakeKVManagerPrefill:
                 self.done.add(info["room"])
 
     def send_kvcache(self, room, addr, nbytes, stall):
-        offset, k = 0, 0
-        while offset < nbytes:
-            n = min(MAX_SLICE, nbytes - offset)
-            for attempt in range(2):
-                try:
+        """Writes a request's pages to one decode rank: a slice per layer and K/V (split at
+        MAX_SLICE), round-robin over the pool, then reads each slice's 8-byte status."""
+        slices = _slices(nbytes, _env_int("LAB_KV_LAYERS", 8))
+        for attempt in range(2):
+            try:
+                pending = {}
+                for k, (offset, n) in enumerate(slices):
                     sock = self._pooled(addr, k)
                     sock.sendall(SLICE_HEADER.pack(room, offset, n))
                     if stall:
@@ -399,12 +414,12 @@ class MooncakeKVManagerPrefill:
                                        "stops mid-slice", room)
                         threading.Event().wait()
                     sock.sendall(ZEROS[:n])
-                    _recv_exact(sock, len(SLICE_STATUS))
-                    break
-                except (OSError, ConnectionError):
-                    self._drop(addr)
-            offset += n
-            k += 1
+                    pending[sock] = pending.get(sock, 0) + 1
+                for sock, count in pending.items():
+                    _recv_exact(sock, len(SLICE_STATUS) * count)
+                return
+            except (OSError, ConnectionError):
+                self._drop(addr)  # decode restarted: connect again, once
 
     def _pooled(self, addr, k):
         pool = self.pools.setdefault(addr, [])
