@@ -803,6 +803,17 @@ fn pd_both_legs_waiting_blames_decode_when_prefill_waits_for_it_to_connect() {
         .find(|l| l.id == w.requests[0])
         .expect("named");
     assert_eq!(l.stuck_role, Some(Role::Decode));
+    // Prefill's bootstrap queue is no queue of its own that does not drain.
+    assert!(
+        !fs.iter()
+            .any(|f| f.kind == "queue_not_draining" && f.component.as_deref() == Some(PREFILL)),
+        "{fs:#?}"
+    );
+    // The adaptive stack sampling suspects decode only: the prefill's silent leg and its
+    // bootstrap queue wait for decode.
+    let s = wedgewatch::sampler::suspicion::of_model(&sim.model, sim.now);
+    assert!(s.contains(DECODE), "{}", s.describe());
+    assert!(!s.contains(PREFILL), "{}", s.describe());
 }
 
 /// The same, with the router's decode leg linked to the wrong connection of its pool (one
