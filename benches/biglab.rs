@@ -12,7 +12,8 @@
 //!    (default 60, its first minute, as section 2 leaves out).
 //! 2. Steady state: one daemon for `WW_BENCH_MINUTES` (default 20) under the load, sampled
 //!    every 10 s; after the first minute, CPU (daemon + py-spy children) <= 3 % of one core,
-//!    RSS <= 96 MiB, recording growth < 10 MiB/h.
+//!    RSS <= 96 MiB, recording growth < 10 MiB/h; no finding opened in its log (the healthy
+//!    lab, its KV pages moving between the engines over TCP: issue 39).
 //! 3. Wedge: the same daemon and load; one request with a prompt above the decode engine's
 //!    `SGLANG_DECODE_PREALLOC_SPLIT_TOKENS` (set to 4000 from the start, above every healthy
 //!    prompt) is sent by this bench and never answered. Goal: the daemon's first
@@ -372,6 +373,48 @@ fn served_snapshot(b: &Bench, d: &Daemon) -> (f64, Value, Option<String>) {
     }
 }
 
+/// The daemon log's `finding opened` lines (any kind): on the healthy lab, none is the goal.
+fn log_findings(d: &Daemon) -> Vec<String> {
+    std::fs::read_to_string(d.log_path())
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains("finding opened"))
+        .map(String::from)
+        .collect()
+}
+
+/// The healthy lab's findings (the daemon log's, before the wedge): none is the goal.
+fn report_healthy(d: &Daemon) -> bool {
+    let opened = log_findings(d);
+    println!(
+        "  findings opened on the healthy lab: {} goal 0 {}",
+        opened.len(),
+        verdict(opened.is_empty())
+    );
+    for l in opened.iter().take(5) {
+        println!("    {l}");
+    }
+    opened.is_empty()
+}
+
+/// The channels a served snapshot shows between the engines (the KV transfer streams).
+fn print_channels(snapshot: &Value) {
+    for c in snapshot["channels"].as_array().into_iter().flatten() {
+        if c["from"] != c["to"] {
+            println!(
+                "  channel {} -> {} {}: {} connections, {} B in, {} B out, idle {} ms",
+                c["from"].as_str().unwrap_or("?"),
+                c["to"].as_str().unwrap_or("?"),
+                c["kind"].as_str().unwrap_or("?"),
+                c["connections"],
+                c["bytes_in"],
+                c["bytes_out"],
+                c["idle_ms"]
+            );
+        }
+    }
+}
+
 /// The daemon log's `finding opened` lines of kind `wedged_request`.
 fn log_wedges(d: &Daemon) -> Vec<String> {
     std::fs::read_to_string(d.log_path())
@@ -419,6 +462,7 @@ fn wedge(b: &Bench, d: &Daemon, threshold_s: f64) -> (Seen, Option<TcpStream>) {
     seen.not_served.extend(why);
     let served_before = wedged_count(&snap);
     println!("  before the wedge: {served_before} wedged_request in a served snapshot");
+    print_channels(&snap);
     let sent_ms = wedgewatch::clock::SystemClock.now_ms();
     let conn = match send_wedge(&b.lab.info.entry_url) {
         Ok(c) => c,
@@ -592,6 +636,7 @@ fn daemon_sections(b: &Bench) -> Verdict {
             met: false,
         },
     };
+    v.met &= report_healthy(&d);
     let cpu0 = (d.cpu_seconds(), Instant::now());
     let (mut seen, conn) = wedge(b, &d, threshold_s);
     println!(

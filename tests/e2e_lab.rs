@@ -37,7 +37,17 @@ fn ww(lab: &Lab) -> Command {
 }
 
 /// Run a wedgewatch command to completion, bounded; stdout on success.
-fn run_bounded(mut cmd: Command, bound: Duration) -> String {
+fn run_bounded(cmd: Command, bound: Duration) -> String {
+    let (status, out, err) = run_bounded_status(cmd, bound);
+    assert!(status.success(), "wedgewatch failed ({status}): {err}");
+    out
+}
+
+/// Run a wedgewatch command to completion, bounded: its exit status, stdout and stderr.
+fn run_bounded_status(
+    mut cmd: Command,
+    bound: Duration,
+) -> (std::process::ExitStatus, String, String) {
     let out_path = std::env::temp_dir().join(format!(
         "ww-e2e-out-{}-{:?}",
         std::process::id(),
@@ -67,11 +77,7 @@ fn run_bounded(mut cmd: Command, bound: Duration) -> String {
     let err = std::fs::read_to_string(&err_path).unwrap_or_default();
     let _ = std::fs::remove_file(&out_path);
     let _ = std::fs::remove_file(&err_path);
-    assert!(
-        status.success(),
-        "wedgewatch {cmd:?} failed ({status}): {err}"
-    );
-    out
+    (status, out, format!("{cmd:?}: {err}"))
 }
 
 /// `wedgewatch snapshot --json --window SECS --thresholds FILE --no-daemon`, sampled here.
@@ -413,10 +419,16 @@ fn accepted_and_forgotten_is_wedged_at_decode_with_evidence_at_every_hop() {
             r["id"]
         );
     }
-    // The prefill leg answered: nothing hung there.
+    // The prefill legs wait too, as on the real pair: prefill holds them in its bootstrap
+    // queue for a decode that never connects for them; the finding names that as the
+    // consequence, not as a wedge at prefill.
     assert!(
-        waiting_at(&prefill).is_empty(),
-        "prefill holds hung requests"
+        !waiting_at(&prefill).is_empty(),
+        "the prefill legs wait for decode"
+    );
+    assert!(
+        ev.contains("prefill leg") && ev.contains("bootstrap queue"),
+        "{ev}"
     );
     // The finding names the sockets at decode with their silence.
     for r in &at_decode {
@@ -517,6 +529,7 @@ fn healthy_load_has_no_wedge_findings() {
         assert!(
             ![
                 "wedged_request",
+                "kv_transfer_stalled",
                 "stalled_stream",
                 "busy_without_progress",
                 "queue_not_draining"
@@ -535,6 +548,28 @@ fn healthy_load_has_no_wedge_findings() {
         .filter(|r| r["component"] == decode.as_str())
         .count();
     assert!(seen >= 10, "only {seen} requests seen at decode under load");
+    // The KV pages moving from prefill to decode are a transfer, not requests (issue 39).
+    let prefill = comp_id(&snap, lab.prefill().pid);
+    assert!(
+        snap["channels"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["kind"] == "kv_transfer"
+                && c["from"] == prefill.as_str()
+                && c["to"] == decode.as_str()
+                && c["bytes_in"].as_u64() > Some(8 * c["bytes_out"].as_u64().unwrap_or(0))),
+        "{}",
+        snap["channels"]
+    );
+    assert!(
+        !snap["requests"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["role"] == "scheduler"),
+        "a channel read as a request"
+    );
 }
 
 /// Findings, verdicts, report and TUI name the same stuck requests (`common/story.rs`).
@@ -607,6 +642,68 @@ fn queue_not_draining_is_blamed_on_decode() {
         f["summary"].as_str().unwrap().contains("0 running"),
         "{}",
         f["summary"]
+    );
+}
+
+/// KV transfer stalled: prefill's transfer worker stops mid-slice after six transfers (a
+/// hung Mooncake TCP transfer, sglang issue 23342); the requests after it wait at both
+/// engines, the stream between them silent. The finding names both engines at decode, no
+/// request is called forgotten, and `check` says CRITICAL with it.
+#[test]
+fn kv_transfer_stalled_names_both_engines_and_no_request_is_forgotten() {
+    let lab = Lab::up(&LabOptions::pd().prefill_env("LAB_FAULT_KV_SEND_STALL_AFTER", "6"))
+        .expect("lab up");
+    let _load = lab.load_background(3, 4, 90.0).expect("harness");
+    let t0 = Instant::now();
+    while !lab::http_get(
+        &format!("{}/v1/loads", lab.prefill().url),
+        Duration::from_secs(2),
+    )
+    .ok()
+    .and_then(|(_, b)| serde_json::from_str::<Value>(&b).ok())
+    .is_some_and(|v| {
+        v["loads"][0]["disaggregation"]["prefill_inflight_queue_reqs"].as_u64() >= Some(1)
+    }) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "the transfer never stalled"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Past the 8 s threshold, the stream silent as long.
+    std::thread::sleep(Duration::from_secs(10));
+    let snap = snapshot(&lab, 5.0, &fast_thresholds());
+    let prefill = comp_id(&snap, lab.prefill().pid);
+    let decode = comp_id(&snap, lab.decode().pid);
+    let f = expect_finding(&snap, &lab, &decode, "kv_transfer_stalled");
+    assert_eq!(f["severity"], "critical");
+    let summary = f["summary"].as_str().unwrap();
+    assert!(
+        summary.contains(&prefill) && summary.contains("silent"),
+        "{summary}"
+    );
+    let ev = evidence_text(f);
+    assert!(
+        ev.contains(&format!("kv_transfer {prefill} -> {decode}")),
+        "{ev}"
+    );
+    let mine = lab_findings(&snap, &lab);
+    assert!(
+        !mine.iter().any(|f| f["kind"] == "wedged_request"),
+        "a stalled transfer is not a forgotten request:\n{}",
+        summaries(&mine)
+    );
+    assert!(assert_one_story("lab KV transfer stall", &snap) >= 1);
+
+    let mut c = ww(&lab);
+    c.arg("--thresholds")
+        .arg(fast_thresholds())
+        .args(["check", "--no-daemon", "--window", "3"]);
+    let (status, out, err) = run_bounded_status(c, Duration::from_secs(60));
+    assert_eq!(status.code(), Some(2), "{out}{err}");
+    assert!(
+        out.starts_with("WEDGEWATCH CRITICAL") && out.contains("kv_transfer_stalled"),
+        "{out}"
     );
 }
 

@@ -376,12 +376,19 @@ fn accepted_and_forgotten_agents_hang_with_idle_decode() {
         "loads stale: {l}"
     );
     assert_eq!(gpu_util_power(&lab, 1), (0, 70_000));
-    // The prefill leg finished. Measured fact about the real router (0.3.2, PD): its
-    // per-worker in-flight gauge does not count requests whose decode leg never sent
-    // response headers, so the router also looks idle (with headers sent, e.g. a stalled
-    // stream, it does count them).
+    // The prefill leg waits too, as on the real pair (tests/fixtures/sglang-real/shapes.md
+    // (e)): prefill holds the requests in its bootstrap queue until decode sends where to
+    // write their KV, which a decode that dropped them never does. Measured fact about the
+    // real router (0.3.2, PD): its per-worker in-flight gauge does not count requests whose
+    // decode leg never sent response headers, so the router also looks idle (with headers
+    // sent, e.g. a stalled stream, it does count them).
     let pm = metrics(lab.prefill().metrics_url.as_deref().unwrap());
-    assert_eq!(chat_active(&pm), 0.0);
+    assert_eq!(chat_active(&pm), 4.0);
+    let pl = loads(&lab.prefill().url);
+    assert_eq!(
+        pl["disaggregation"]["prefill_bootstrap_queue_reqs"], 4,
+        "{pl}"
+    );
     let rm = metrics(lab.router().metrics_url.as_deref().unwrap());
     assert_eq!(
         metric_value(
@@ -566,6 +573,90 @@ fn queue_not_draining_piles_up_in_decode_transfer_queue() {
     assert!(polling >= 1, "py-spy never caught pop_transferred");
     let report = stuck.wait().expect("stuck report");
     assert_eq!(report["summary"]["hung_agents"], 3, "{report}");
+    down_and_check(lab);
+}
+
+/// The server sides of TCP connections from process `from` to process `to` (ESTAB).
+fn conns_between(from: u32, to: u32) -> Vec<SsConn> {
+    let all = ss("");
+    let owned = |c: &SsConn, pid: u32| c.process.contains(&format!("pid={pid},"));
+    all.iter()
+        .filter(|c| c.state == "ESTAB" && owned(c, to))
+        .filter(|c| {
+            all.iter()
+                .any(|o| o.local == c.peer && o.peer == c.local && owned(o, from))
+        })
+        .map(|c| SsConn {
+            state: c.state.clone(),
+            local: c.local.clone(),
+            peer: c.peer.clone(),
+            info: c.info.clone(),
+            process: c.process.clone(),
+        })
+        .collect()
+}
+
+/// KV pages travel from prefill's scheduler to each decode rank over TCP (24-byte header and
+/// pages per slice, 8 bytes back each), and decode's request waits for them: with the
+/// prefill's transfer worker stopped mid-slice after two transfers, later requests stay in
+/// prefill's inflight queue and decode's transfer queue, both legs silent, the stream silent.
+#[test]
+fn kv_pages_travel_over_tcp_and_a_stalled_sender_holds_both_legs() {
+    let lab = Lab::up(
+        &LabOptions::pd()
+            .tp_size(2)
+            .prefill_env("LAB_FAULT_KV_SEND_STALL_AFTER", "2"),
+    )
+    .expect("lab up");
+    let (prefill, decode) = (lab.prefill().clone(), lab.decode().clone());
+    let sender = prefill.scheduler_pids[0];
+    let run = lab.load_background(3, 3, 6.0).expect("load");
+    // Two held on each side at once: a transfer takes milliseconds, so only a stalled one
+    // keeps the next behind it.
+    wait_until(
+        Duration::from_secs(30),
+        "both sides holding requests",
+        || {
+            let (p, d) = (loads(&prefill.url), loads(&decode.url));
+            p["disaggregation"]["prefill_inflight_queue_reqs"].as_u64() >= Some(2)
+                && d["disaggregation"]["decode_transfer_queue_reqs"].as_u64() >= Some(2)
+        },
+    );
+    let mut before = Vec::new();
+    for &rank in &decode.scheduler_pids {
+        let kv: Vec<SsConn> = conns_between(sender, rank)
+            .into_iter()
+            .filter(|c| c.num("bytes_received") >= 4096)
+            .collect();
+        assert!(!kv.is_empty(), "no KV stream into rank pid {rank}");
+        for c in &kv {
+            let (got, acked) = (c.num("bytes_received"), c.num("bytes_acked"));
+            assert!(acked > 0 && acked % 8 == 0 && got >= 8 * acked, "{c:?}");
+        }
+        before.extend(
+            kv.iter()
+                .map(|c| (c.local.clone(), c.peer.clone(), c.num("bytes_received"))),
+        );
+    }
+    sleep(Duration::from_secs(3));
+    for (local, peer, got) in before {
+        // (The pooled connections share the listen port: one is told by its peer.)
+        let c = ss(&format!("sport = :{}", local.rsplit(':').next().unwrap()))
+            .into_iter()
+            .find(|c| c.local == local && c.peer == peer)
+            .expect("stream still open");
+        assert_eq!(
+            c.num("bytes_received"),
+            got,
+            "the stalled stream moved: {c:?}"
+        );
+        assert!(c.num("lastrcv") >= 2000, "{c:?}");
+    }
+    // Both legs of the held requests are open and silent at their engines.
+    assert!(chat_active(&metrics(prefill.metrics_url.as_deref().unwrap())) >= 1.0);
+    assert!(chat_active(&metrics(decode.metrics_url.as_deref().unwrap())) >= 1.0);
+    let report = run.wait().expect("report");
+    assert_ne!(report["summary"]["all_completed"], true, "{report}");
     down_and_check(lab);
 }
 

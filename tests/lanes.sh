@@ -26,9 +26,7 @@ cd "$(dirname "$0")/.."
 LAB_LANE=(
     e2e_lab demo_smoke lab_selftest adaptive_lab oneshot_lab two_node_lab exporter_lab
     stacks fleet_lab router_key router_key_lookalikes gpu lab_tp tui_pty netns_lab discovery
-    incidents_lab
-    controls_lab
-    blame_lab
+    incidents_lab controls_lab blame_lab
 )
 LAB_BENCHES=(discovery daemon biglab verdict)
 

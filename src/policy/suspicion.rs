@@ -12,8 +12,9 @@ use crate::model::{
 };
 
 /// Findings that say an engine's schedulers are worth a look.
-const IMPLICATING: [FindingKind; 8] = [
+const IMPLICATING: [FindingKind; 9] = [
     FindingKind::WedgedRequest,
+    FindingKind::KvTransferStalled,
     FindingKind::StalledStream,
     FindingKind::PdLegFailed,
     FindingKind::TokensUndelivered,
@@ -69,7 +70,7 @@ fn silent_requests(model: &Correlator, view: &View, s: &mut Suspicion) {
             RequestState::Stalled | RequestState::Streaming => stall,
             _ => continue,
         };
-        if r.idle_out_ms < limit || view.logical_of(r).probe {
+        if r.idle_out_ms < limit || view.logical_of(r).probe || waits_for_decode(view, r) {
             continue;
         }
         let Some(engine) = engine_of(topo, &r.x.component) else {
@@ -102,6 +103,8 @@ fn idle_with_work_waiting(
         return;
     }
     if let Some((queued, _)) = cs.queued {
+        // Held in a prefill's bootstrap queue, they wait for decode, not for this engine.
+        let queued = queued - cs.pd_bootstrap.unwrap_or(0.0);
         if queued > 0.0 && cs.running.is_some_and(|(r, _)| r <= 0.0) {
             s.add(engine, SuspicionReason::QueueNotDraining { queued });
         }
@@ -119,7 +122,7 @@ fn idle_with_work_waiting(
             )
         })
         // A health check or a scrape (ours too) is no work waiting.
-        .filter(|r| !view.logical_of(r).probe)
+        .filter(|r| !view.logical_of(r).probe && !waits_for_decode(view, r))
         .filter(|r| engine_of(topo, &r.x.component) == Some(engine))
         .max_by_key(|r| r.age_ms)
         .filter(|r| r.age_ms >= th.sampling.suspect_gpu_idle_ms);
@@ -130,6 +133,18 @@ fn idle_with_work_waiting(
             SuspicionReason::GpuIdleWithOpenRequests { request, open_ms },
         );
     }
+}
+
+/// A prefill leg at a prefill that holds requests in its bootstrap queue: it waits for its
+/// decode side to connect (the correlator's PD rule, `correlate::requests`), so it says
+/// nothing against this engine.
+fn waits_for_decode(view: &View, r: &RequestView) -> bool {
+    r.x.role == Role::Prefill
+        && view
+            .components
+            .get(&r.x.component)
+            .and_then(|cs| cs.pd_bootstrap)
+            .is_some_and(|n| n > 0.0)
 }
 
 /// How the log names `r`.

@@ -73,6 +73,9 @@ FAULTS = {
     "stalled-stream": ("decode", "engine", {"LAB_FAULT_STALL_AFTER_TOKENS": "5"}),
     "busy-without-progress": ("decode", "engine", {"LAB_FAULT_SPIN": "1"}),
     "queue-not-draining": ("decode", None, {"LAB_FAULT_TRANSFER_STUCK_AFTER": "0"}),
+    # Prefill's KV transfer worker stops mid-slice for good (a hung Mooncake TCP transfer):
+    # decode's receiver waits for the rest forever, both requests' legs wait.
+    "kv-transfer-stalled": ("prefill", None, {"LAB_FAULT_KV_SEND_STALL_AFTER": "0"}),
     "endpoint-unresponsive": ("decode", "engine", {"LAB_FAULT_HANG_METRICS": "1"}),
     # With --tp-size > 1: every rank but TP1 enters the forward's all_reduce, TP1 stays at
     # the request broadcast.
@@ -107,7 +110,7 @@ FAULT_VARS = ["SGLANG_DECODE_PREALLOC_SPLIT_TOKENS", "LAB_FAULT_STALL_AFTER_TOKE
               "LAB_FAULT_HANG_METRICS",
               "LAB_FAULT_HANG_SERVER_INFO", "LAB_PROXY_LEAK", "LAB_PROXY_LEAK_LIMIT",
               "LAB_FAULT_ERROR_ABOVE_TOKENS", "LAB_FAULT_ERROR_STATUS",
-              "LAB_FAULT_DETOKENIZER_STUCK_AFTER"]
+              "LAB_FAULT_DETOKENIZER_STUCK_AFTER", "LAB_FAULT_KV_SEND_STALL_AFTER"]
 
 
 class LabError(Exception):

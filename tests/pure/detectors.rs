@@ -807,6 +807,45 @@ fn pd_both_legs_waiting_blames_decode_when_prefill_waits_for_it_to_connect() {
         .find(|l| l.id == w.requests[0])
         .expect("named");
     assert_eq!(l.stuck_role, Some(Role::Decode));
+    // Prefill's bootstrap queue is no queue of its own that does not drain.
+    assert!(
+        !fs.iter()
+            .any(|f| f.kind == "queue_not_draining" && f.component.as_deref() == Some(PREFILL)),
+        "{fs:#?}"
+    );
+    // The adaptive stack sampling suspects decode only: the prefill's silent leg and its
+    // bootstrap queue wait for decode.
+    let s = wedgewatch::policy::suspicion::of_model(&sim.model, sim.now);
+    assert!(s.contains(DECODE), "{}", s.describe());
+    assert!(!s.contains(PREFILL), "{}", s.describe());
+}
+
+/// The same, with the router's decode leg linked to the wrong connection of its pool (one
+/// that carried nothing and reads done): the prefill leg still waits for decode in prefill's
+/// bootstrap queue, and is not a request that prefill forgot.
+#[test]
+fn a_prefill_leg_waiting_for_decode_is_not_wedged_at_prefill_without_its_decode_leg() {
+    let mut sim = Sim::new(pd_topology());
+    let mut env = Env::idle();
+    let [_, _, _, d] = pd_request(&mut sim);
+    sim.run(250, |_| {});
+    sim.respond(d, 0);
+    sim.close(d);
+    let mut ticks = 0;
+    sim.run(40_000, |s| {
+        env.tick(s);
+        ticks += 1;
+        if ticks % 4 == 0 {
+            let pd = serde_json::json!({"prefill_bootstrap_queue_reqs": 1});
+            s.ingest(Payload::Metrics(vec![idle_with_loads(PREFILL, s.now, pd)]));
+        }
+    });
+    let fs = findings(&sim);
+    assert!(
+        !fs.iter()
+            .any(|f| f.kind == "wedged_request" && f.component.as_deref() == Some(PREFILL)),
+        "{fs:#?}"
+    );
 }
 
 /// A request of `stuck_bytes` waits at the busy decode engine while `overtakers` later ones

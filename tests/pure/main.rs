@@ -10,6 +10,7 @@ mod discovery_cache;
 mod export;
 mod fuzz_corpora;
 mod history_bounds;
+mod kv_transfer_stalled;
 mod many_mappings;
 mod one_story;
 mod prom_fuzz;

@@ -129,6 +129,37 @@ pub struct Profile {
     /// (`bootstrap = "--disaggregation-bootstrap-port"`).
     #[serde(default)]
     pub channel_flags: BTreeMap<String, String>,
+    /// How the engine moves its KV cache in a PD pair: its backend and side from its flags.
+    #[serde(default)]
+    pub kv_transfer: Option<KvTransferProfile>,
+}
+
+/// A `kv_transfer` table: where an engine's flags name its KV transfer backend and which way
+/// its pages go. A side is the engine's role (`prefill`) or, with `config_flag`, the value of
+/// `side_key` in that flag's JSON (`kv_producer`); `sends`/`receives` list which ones send and
+/// receive. Discovery writes the labels `kv_backend` and `kv_side`; a port under `port_key`
+/// is a `kv_transfer` channel.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct KvTransferProfile {
+    /// Flag naming the backend (`--disaggregation-transfer-backend`), and its default.
+    #[serde(default)]
+    pub backend_flag: Option<String>,
+    #[serde(default)]
+    pub default_backend: Option<String>,
+    /// Flag holding a JSON object (`--kv-transfer-config`) with the keys below.
+    #[serde(default)]
+    pub config_flag: Option<String>,
+    #[serde(default)]
+    pub backend_key: Option<String>,
+    #[serde(default)]
+    pub side_key: Option<String>,
+    #[serde(default)]
+    pub port_key: Option<String>,
+    #[serde(default)]
+    pub sends: Vec<String>,
+    #[serde(default)]
+    pub receives: Vec<String>,
 }
 
 fn yes() -> bool {

@@ -29,7 +29,9 @@ fn by_findings(s: &Snapshot) -> BTreeSet<String> {
     for f in s.findings.iter().filter(|f| {
         matches!(
             f.kind,
-            FindingKind::WedgedRequest | FindingKind::StalledStream
+            FindingKind::WedgedRequest
+                | FindingKind::StalledStream
+                | FindingKind::KvTransferStalled
         )
     }) {
         let n: usize = f

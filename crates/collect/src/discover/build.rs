@@ -52,6 +52,7 @@ impl Builder<'_> {
             .table
             .env_vars(env_source.unwrap_or(pid), &self.env_names);
         let role = role_and_flag_labels(prof, &args, &mut labels);
+        super::kv_transfer::kv_labels(prof, &args, role, &mut labels);
         let listen = self.listen(pid, prof, &args, m);
         let title = comp.title_of(&proc);
         let id = component_id(comp, role, title.as_deref(), parent, &listen, pid);
@@ -294,7 +295,8 @@ pub(super) fn default_port(prof: &Profile, args: &[String], sockets: &[SocketAdd
     }
 }
 
-/// The ports the profile's `channel_flags` name in `args`, with their kinds.
+/// The ports the profile's `channel_flags` name in `args`, with their kinds, and the KV
+/// transfer port its `kv_transfer` config names.
 fn flagged_ports(prof: &Profile, args: &[String]) -> Vec<(u16, ChannelKind)> {
     prof.channel_flags
         .iter()
@@ -302,6 +304,7 @@ fn flagged_ports(prof: &Profile, args: &[String]) -> Vec<(u16, ChannelKind)> {
             let port = flag_value(args, flag)?.parse::<u16>().ok()?;
             Some((port, ChannelKind::parse(kind)?))
         })
+        .chain(super::kv_transfer::kv_port(prof, args).map(|p| (p, ChannelKind::KvTransfer)))
         .collect()
 }
 

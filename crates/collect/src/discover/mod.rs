@@ -30,6 +30,7 @@ mod cache;
 mod edges;
 mod endpoints;
 mod holders;
+mod kv_transfer;
 mod memo;
 mod prefilter;
 mod profiles;

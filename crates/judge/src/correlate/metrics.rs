@@ -43,6 +43,10 @@ pub struct LoadsSummary {
     pub pd_queued: f64,
     /// Of those, prefill's bootstrap queue: requests waiting for their decode side to connect.
     pub pd_bootstrap: f64,
+    /// Of those, prefill's inflight queue: forward done, KV transfer under way.
+    pub pd_inflight: f64,
+    /// Of those, decode's prealloc and transfer queues: requests waiting for their KV.
+    pub pd_decode_held: f64,
     /// Newest `timestamp` (epoch seconds) of the load snapshots, when present.
     pub timestamp_s: Option<f64>,
 }
@@ -182,10 +186,11 @@ pub fn summarize_loads(v: &serde_json::Value) -> Option<LoadsSummary> {
                     ] {
                         s.pd_queued += d.get(k).and_then(|x| x.as_f64()).unwrap_or(0.0);
                     }
-                    s.pd_bootstrap += d
-                        .get("prefill_bootstrap_queue_reqs")
-                        .and_then(|x| x.as_f64())
-                        .unwrap_or(0.0);
+                    let n = |k: &str| d.get(k).and_then(|x| x.as_f64()).unwrap_or(0.0);
+                    s.pd_bootstrap += n("prefill_bootstrap_queue_reqs");
+                    s.pd_inflight += n("prefill_inflight_queue_reqs");
+                    s.pd_decode_held +=
+                        n("decode_prealloc_queue_reqs") + n("decode_transfer_queue_reqs");
                 }
                 for (k, x) in o {
                     if k != "disaggregation" && (x.is_array() || x.is_object()) {

@@ -30,6 +30,7 @@ mod footprint;
 mod gpu;
 mod gpu_pids;
 mod gpu_verdict;
+mod kv_stall;
 mod links;
 mod lookup;
 mod metrics;
@@ -52,6 +53,7 @@ pub use exchange::HEADERS_ONLY_MAX_BYTES;
 pub use gpu::{device_activity, gpu_activity};
 pub use gpu_pids::{component_gpus, map_gpu_pids, GpuPidMapping};
 pub use gpu_verdict::{component_activity, ActivityThresholds, GpuActivity};
+pub use kv_stall::{kv_stall_due, KvStall};
 pub use metrics::{
     is_probe_endpoint, probe_failed, summarize_loads, LoadsSummary, MetricsPoint, PD_QUEUE_KEYS,
 };
@@ -145,6 +147,9 @@ pub struct Correlator {
     last_sockets_ms: Option<Millis>,
     /// The probe sizes each server component has answered (`probe_units.rs`).
     probe_units: FastMap<String, probe_units::ProbeUnits>,
+    /// Channel ports (component id, port) whose connections were seen to be KV transfer
+    /// streams (`channels.rs`): once seen, for as long as the component listens there.
+    kv_ports: FastSet<(String, u16)>,
 }
 
 impl Default for Correlator {
@@ -207,6 +212,7 @@ impl Correlator {
             link_cursor: (0, 0),
             last_sockets_ms: None,
             probe_units: FastMap::default(),
+            kv_ports: FastSet::default(),
         }
     }
 

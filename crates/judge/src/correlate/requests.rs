@@ -23,6 +23,10 @@
 //! whatever the engine's load, and blamed on that cause (`pd_leg_failed`,
 //! `tokens_undelivered`).
 //!
+//! Stuck in a KV transfer (`kv_transfer_stalled`'s case, `kv_stall.rs`): a PD decode leg
+//! waiting for its KV cache while the transfer from its prefill is silent; judged before
+//! the others, it replaces their verdict for its request.
+//!
 //! Stuck with a stopped stream (`stalled_stream`'s case): a leg's response stopped for
 //! `stall_after_ms` (request state `stalled`) at the deepest stalled hop, whose component
 //! does no work and whose GPU is not spinning.
@@ -72,12 +76,15 @@ pub struct StuckLeg {
     pub kind: StuckKind,
     /// Why a busy engine is blamed anyway (shared by every request stuck at that engine).
     pub busy: Option<BusyNote>,
-    /// PD: decode legs (indices into `View::requests`) that wait on the stuck prefill leg.
+    /// PD: the other legs (indices into `View::requests`) that wait because of the stuck one
+    /// (the decode legs of a stuck prefill leg; the prefill leg of a KV transfer stall).
     pub consequences: Vec<usize>,
     /// No response byte: the witnesses its wait was judged on.
     pub witnesses: Option<Witnesses>,
     /// Whom its finding blames: the hop it waits at, or a cause past it (`blame.rs`).
     pub blame: Blame,
+    /// A KV transfer stall (`StuckKind::KvTransfer`): the pair and what shows it.
+    pub kv: Option<super::kv_stall::KvStall>,
 }
 
 /// Why requests at an engine that shows work are stuck anyway.
@@ -172,7 +179,9 @@ pub(super) fn judge(m: &Correlator, v: &mut View) {
         found.extend(stalled(v));
         // Stable: no response before stalled, then the deepest hop first.
         found.sort_by_key(|s| s.kind.blame_key(v.requests[s.leg].x.role));
-        for s in found {
+        // A KV transfer stall first: its requests are neither forgotten at decode nor at
+        // prefill, their KV never arrived.
+        for s in super::kv_stall::kv_stalled(m, v).into_iter().chain(found) {
             let li = v.requests[s.leg].request;
             // One leg per logical request: the first judged (no response before stalled;
             // the deepest hop first within each).
@@ -232,6 +241,7 @@ fn no_response(m: &Correlator, v: &View) -> Vec<StuckLeg> {
                 consequences: deps,
                 witnesses: witnessed.remove(&leg),
                 blame: Blame::Here,
+                kv: None,
             });
         }
     }
@@ -259,6 +269,7 @@ fn stuck_past_hop(
                 consequences: Vec::new(),
                 witnesses: None,
                 blame: b,
+                kv: None,
             }),
             None => rest.push(leg),
         }
@@ -369,19 +380,22 @@ pub fn pending_verdict(
 /// unless that prefill holds requests in its bootstrap queue: it waits for decode to connect
 /// for them, which a decode that forgot the request never does, so the decode leg is the
 /// cause. A decode leg judged sooner than its waiting prefill leg (an idle decode, a busy
-/// prefill) is that prefill's consequence all the same. Returns the leaves to judge and the
-/// legs set aside.
+/// prefill) is that prefill's consequence all the same. A waiting prefill leg whose decode
+/// leg is not seen waiting (a hop link to the wrong connection of the router's pool) is no
+/// more forgotten by that prefill: as many as it holds in its bootstrap queue are set aside
+/// too. Returns the leaves to judge and the legs set aside.
 fn split_off_decode_legs(
     v: &View,
     waiting: &[usize],
     mut leaves: Vec<usize>,
 ) -> (Vec<usize>, Vec<usize>) {
-    let waits_for_decode = |x: &Exchange| {
+    let bootstrap_of = |x: &Exchange| {
         v.components
             .get(&x.component)
             .and_then(|cs| cs.pd_bootstrap)
-            .is_some_and(|n| n > 0.0)
+            .unwrap_or(0.0)
     };
+    let waits_for_decode = |x: &Exchange| bootstrap_of(x) > 0.0;
     let parents_of = |legs: &[usize], keep: &dyn Fn(&Exchange) -> bool| -> BTreeSet<u64> {
         legs.iter()
             .map(|&i| &v.requests[i].x)
@@ -408,6 +422,16 @@ fn split_off_decode_legs(
             consequences.push(i);
         }
         !dependent
+    });
+    let mut held: BTreeMap<&str, f64> = BTreeMap::new();
+    leaves.retain(|&i| {
+        let x = &v.requests[i].x;
+        if x.role != Role::Prefill || !waits_for_decode(x) {
+            return true;
+        }
+        let n = held.entry(x.component.as_str()).or_insert(0.0);
+        *n += 1.0;
+        *n > bootstrap_of(x)
     });
     (leaves, consequences)
 }
@@ -543,6 +567,7 @@ fn stalled(v: &View) -> Vec<StuckLeg> {
             consequences: Vec::new(),
             witnesses: None,
             blame: Blame::Here,
+            kv: None,
         }));
     }
     out

@@ -91,6 +91,7 @@ impl Correlator {
         for e in &table.sockets {
             self.track_server_socket(t, e, &client_pid, lookup, &mut key);
         }
+        self.forget_gone_kv_ports();
         let dumped: BTreeSet<Option<u64>> = table.sockets.iter().map(|e| e.netns).collect();
         self.retire_closed(t, &dumped, status);
         links::link(self, t);
@@ -141,7 +142,8 @@ impl Correlator {
     ) -> Option<()> {
         let si = self.server_side(e, lookup)?;
         // A channel's connections (a KV stream, a bootstrap session) are no requests.
-        if lookup.channel_at(si, e.local_port()?).is_some() {
+        if let Some(kind) = lookup.channel_at(si, e.local_port()?) {
+            self.note_kv_stream(t, e, si, kind, client_pid, lookup);
             return None;
         }
         let server = self.topology.components.get(si)?;

@@ -30,6 +30,11 @@ pub struct ComponentState {
     /// Prefill: requests in its bootstrap queue, waiting for their decode side to connect
     /// (`/v1/loads`, fresh during a stall; the gauge is updated only when a batch runs).
     pub pd_bootstrap: Option<f64>,
+    /// Prefill: requests in its inflight queue, their forward done and their KV transfer
+    /// under way (`/v1/loads` only: the gauge freezes non-zero on an idle prefill).
+    pub pd_inflight: Option<f64>,
+    /// Decode: requests in its prealloc and transfer queues, waiting for their KV cache.
+    pub pd_decode_held: Option<(f64, CountSource)>,
     pub http_active: Option<f64>,
     /// The router's in-flight count for this component (by its URL).
     pub router_active: Option<f64>,
@@ -288,6 +293,16 @@ impl Correlator {
             running,
             queued,
             pd_bootstrap: loads.map(|l| l.pd_bootstrap),
+            pd_inflight: loads.map(|l| l.pd_inflight),
+            pd_decode_held: match (
+                loads,
+                mapped("decode_prealloc_queue"),
+                mapped("decode_transfer_queue"),
+            ) {
+                (Some(l), _, _) => Some((l.pd_decode_held, CountSource::V1Loads)),
+                (None, None, None) => None,
+                (None, a, b) => Some((a.unwrap_or(0.0) + b.unwrap_or(0.0), CountSource::Metrics)),
+            },
             http_active: latest
                 .and_then(|p| p.http_active_inference)
                 .or_else(|| mapped("http_active")),

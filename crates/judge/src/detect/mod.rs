@@ -18,6 +18,7 @@ mod accumulating_state;
 mod busy_without_progress;
 mod config_changed;
 mod endpoint_unresponsive;
+mod kv_transfer_stalled;
 mod pd_leg_failed;
 mod process_restarted;
 mod queue_not_draining;
@@ -33,6 +34,7 @@ pub use busy_without_progress::busy_without_progress;
 pub use config_changed::config_changed;
 use config_changed::config_changed_detector;
 pub use endpoint_unresponsive::endpoint_unresponsive;
+pub use kv_transfer_stalled::kv_transfer_stalled;
 pub use pd_leg_failed::pd_leg_failed;
 pub use process_restarted::process_restarted;
 pub use queue_not_draining::queue_not_draining;
@@ -48,6 +50,7 @@ pub type Detector = fn(&Correlator, &View) -> Vec<Finding>;
 /// Every detector, by the finding kind it produces.
 pub const DETECTORS: &[(FindingKind, Detector)] = &[
     (FindingKind::WedgedRequest, wedged_request),
+    (FindingKind::KvTransferStalled, kv_transfer_stalled),
     (FindingKind::StalledStream, stalled_stream),
     (FindingKind::PdLegFailed, pd_leg_failed),
     (FindingKind::TokensUndelivered, tokens_undelivered),

@@ -3,7 +3,9 @@
 //! Fires when an engine reports queued requests (waiting + PD queues) and 0 running in every
 //! metrics point over `queue_after_ms`, with the GPU not working and no forward time. A fresh
 //! `/v1/loads` snapshot is preferred over the Prometheus gauges (which freeze during a stall);
-//! a frozen `/v1/loads` snapshot gives no verdict.
+//! a frozen `/v1/loads` snapshot gives no verdict. A prefill's bootstrap queue does not
+//! count: its requests wait for their decode side to connect, not for this scheduler (a
+//! decode that forgot them is `wedged_request`'s case at decode).
 //!
 //! What to do: the scheduler never forms a batch. In PD, look at the other leg (KV transfer,
 //! bootstrap) and at PD queue polling in the scheduler stacks.
@@ -93,7 +95,11 @@ fn judge_point(p: &MetricsPoint) -> Option<(f64, f64, &'static str)> {
         if stale {
             return None;
         }
-        return Some((l.waiting + l.pd_queued, l.running, "v1_loads"));
+        return Some((
+            l.waiting + l.pd_queued - l.pd_bootstrap,
+            l.running,
+            "v1_loads",
+        ));
     }
     // The prefill inflight gauge is last written by the prefill batch report, the
     // moment that batch enters the inflight queue, and then freezes while the engine
@@ -101,7 +107,7 @@ fn judge_point(p: &MetricsPoint) -> Option<(f64, f64, &'static str)> {
     // (fresh) is trusted for that queue.
     let q: f64 = std::iter::once("queued")
         .chain(crate::correlate::PD_QUEUE_KEYS)
-        .filter(|k| *k != "prefill_inflight_queue")
+        .filter(|k| *k != "prefill_inflight_queue" && *k != "prefill_bootstrap_queue")
         .filter_map(|k| p.mapped.get(k))
         .sum();
     let r = p.mapped.get("running").copied()?;

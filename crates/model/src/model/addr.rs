@@ -8,11 +8,15 @@
 
 use std::net::IpAddr;
 
-/// `ip:port`, IPv6 as `[ip]:port` (the model's convention).
+/// `ip:port`, IPv6 as `[ip]:port` (the model's convention). An IPv4 peer of a dual-stack (IPv6) socket (`::ffff:a.b.c.d`) is written as IPv4, as its
+/// own socket writes it: both ends of one connection must spell it alike to be joined.
 pub fn fmt_addr(ip: IpAddr, port: u16) -> String {
     match ip {
         IpAddr::V4(a) => fmt_v4(a.octets(), port),
-        IpAddr::V6(a) => format!("[{a}]:{port}"),
+        IpAddr::V6(a) => match a.to_ipv4_mapped() {
+            Some(v4) => fmt_v4(v4.octets(), port),
+            None => format!("[{a}]:{port}"),
+        },
     }
 }
 
@@ -76,6 +80,14 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_dual_stack_sockets_ipv4_peer_is_written_as_ipv4() {
+        let mapped: IpAddr = "::ffff:192.0.2.2".parse().unwrap();
+        assert_eq!(fmt_addr(mapped, 15228), "192.0.2.2:15228");
+        let v6: IpAddr = "2001:db8::1".parse().unwrap();
+        assert_eq!(fmt_addr(v6, 80), "[2001:db8::1]:80");
     }
 
     #[test]

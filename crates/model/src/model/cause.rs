@@ -43,6 +43,8 @@ pub enum EventKind {
     FirstNoResponse,
     /// The first response stream that stopped.
     FirstStreamStalled,
+    /// The first PD request whose KV transfer stalled.
+    FirstKvTransferStalled,
 }
 
 /// One point of the time line, at one component (a child process's changes are its
@@ -103,7 +105,9 @@ pub fn of(s: &Snapshot) -> Option<Cause> {
 fn stuck_last(e: &CauseEvent) -> bool {
     matches!(
         e.kind,
-        EventKind::FirstNoResponse | EventKind::FirstStreamStalled
+        EventKind::FirstNoResponse
+            | EventKind::FirstStreamStalled
+            | EventKind::FirstKvTransferStalled
     )
 }
 
@@ -332,6 +336,7 @@ fn stuck_events(s: &Snapshot, names: &Names) -> Vec<CauseEvent> {
             kind: match kind {
                 StuckKind::NoResponse => EventKind::FirstNoResponse,
                 StuckKind::StreamStalled => EventKind::FirstStreamStalled,
+                StuckKind::KvTransfer => EventKind::FirstKvTransferStalled,
             },
             name: names.name(&comp),
             component: comp,
@@ -431,6 +436,9 @@ impl CauseEvent {
             }
             EventKind::FirstStreamStalled => {
                 format!("first response stream stopped at {n} {}", ids())
+            }
+            EventKind::FirstKvTransferStalled => {
+                format!("first request stuck in its KV transfer at {n} {}", ids())
             }
         }
     }

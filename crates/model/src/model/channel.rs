@@ -43,6 +43,54 @@ impl std::fmt::Display for ChannelKind {
     }
 }
 
+/// Which way an engine's KV cache moves in a PD pair, from its flags as its profile's
+/// `kv_transfer` reads them (label `kv_side`): a prefill sends, a decode receives, a vLLM
+/// `kv_both` engine does both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KvSide {
+    Sender,
+    Receiver,
+    Both,
+}
+
+impl KvSide {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KvSide::Sender => "sender",
+            KvSide::Receiver => "receiver",
+            KvSide::Both => "both",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<KvSide> {
+        Some(match s {
+            "sender" => KvSide::Sender,
+            "receiver" => KvSide::Receiver,
+            "both" => KvSide::Both,
+            _ => return None,
+        })
+    }
+
+    /// From whether it sends and whether it receives; neither: no side.
+    pub fn of(sends: bool, receives: bool) -> Option<KvSide> {
+        match (sends, receives) {
+            (true, true) => Some(KvSide::Both),
+            (true, false) => Some(KvSide::Sender),
+            (false, true) => Some(KvSide::Receiver),
+            (false, false) => None,
+        }
+    }
+
+    pub fn sends(self) -> bool {
+        self != KvSide::Receiver
+    }
+
+    pub fn receives(self) -> bool {
+        self != KvSide::Sender
+    }
+}
+
 /// One listen address of a component that is a channel, and what for.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Channel {

@@ -13,6 +13,7 @@ use std::hash::{Hash, Hasher};
 #[derive(Clone)]
 pub enum FindingKind {
     WedgedRequest,
+    KvTransferStalled,
     StalledStream,
     PdLegFailed,
     TokensUndelivered,
@@ -30,8 +31,9 @@ pub enum FindingKind {
 
 impl FindingKind {
     /// Every kind this build produces, in detector order.
-    pub const KNOWN: [FindingKind; 12] = [
+    pub const KNOWN: [FindingKind; 13] = [
         FindingKind::WedgedRequest,
+        FindingKind::KvTransferStalled,
         FindingKind::StalledStream,
         FindingKind::PdLegFailed,
         FindingKind::TokensUndelivered,
@@ -52,6 +54,7 @@ impl FindingKind {
         matches!(
             self,
             FindingKind::WedgedRequest
+                | FindingKind::KvTransferStalled
                 | FindingKind::StalledStream
                 | FindingKind::PdLegFailed
                 | FindingKind::TokensUndelivered
@@ -64,6 +67,7 @@ impl FindingKind {
     pub fn as_str(&self) -> &str {
         match self {
             FindingKind::WedgedRequest => "wedged_request",
+            FindingKind::KvTransferStalled => "kv_transfer_stalled",
             FindingKind::StalledStream => "stalled_stream",
             FindingKind::PdLegFailed => "pd_leg_failed",
             FindingKind::TokensUndelivered => "tokens_undelivered",
@@ -170,6 +174,7 @@ mod tests {
     fn json_names_are_the_contract_strings() {
         let names = [
             "wedged_request",
+            "kv_transfer_stalled",
             "stalled_stream",
             "pd_leg_failed",
             "tokens_undelivered",

@@ -18,7 +18,7 @@ pub mod thread_state;
 pub mod topology;
 
 pub use crate::config::Thresholds;
-pub use channel::{Channel, ChannelFlow, ChannelKind, RequestsOn};
+pub use channel::{Channel, ChannelFlow, ChannelKind, KvSide, RequestsOn};
 pub use facts::ComponentFacts;
 pub use finding_kind::FindingKind;
 pub use fleet::{CrossLink, FailedNode, FleetInfo, FleetNode};

@@ -294,6 +294,9 @@ pub enum StuckKind {
     NoResponse,
     /// The response started, then stopped (`stalled_stream`).
     StreamStalled,
+    /// PD decode waits for its KV cache, the transfer from prefill silent
+    /// (`kv_transfer_stalled`).
+    KvTransfer,
 }
 
 impl StuckKind {

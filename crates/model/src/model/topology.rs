@@ -146,6 +146,13 @@ impl Component {
         }
     }
 
+    /// Which way its KV cache moves in a PD pair, as discovery read its flags (`kv_side`).
+    pub fn kv_side(&self) -> Option<super::KvSide> {
+        self.labels
+            .get(labels::LABEL_KV_SIDE)
+            .and_then(|s| super::KvSide::parse(s))
+    }
+
     /// The listen ports that carry requests: all but its channels'.
     pub fn serving_ports(&self) -> Vec<u16> {
         let channel_ports: Vec<u16> = self
@@ -210,6 +217,19 @@ pub struct Topology {
 impl Topology {
     pub fn component(&self, id: &str) -> Option<&Component> {
         self.components.iter().find(|c| c.id == id)
+    }
+
+    /// The top-level component `id` belongs to: itself, or its parent's, up the chain (a
+    /// scheduler's engine). Bounded: a parent cycle in a hostile topology ends after 8 steps.
+    pub fn top_level<'a>(&'a self, id: &'a str) -> &'a str {
+        let mut at = id;
+        for _ in 0..8 {
+            match self.component(at).and_then(|c| c.parent.as_deref()) {
+                Some(p) => at = p,
+                None => break,
+            }
+        }
+        at
     }
 
     /// The component a pid belongs to (the most specific one: a scheduler before its engine).
@@ -278,4 +298,8 @@ pub mod labels {
     /// Label: why the component's HTTP API or metrics endpoint is not scraped (the address its
     /// flags name is not one of its own listening sockets on this host).
     pub const LABEL_METRICS_UNSCRAPED: &str = "metrics_unscraped";
+    /// Label: the KV transfer backend an engine's flags name (`mooncake`, `NixlConnector`).
+    pub const LABEL_KV_BACKEND: &str = "kv_backend";
+    /// Label: which way its KV cache moves (`model::channel::KvSide`: sender, receiver, both).
+    pub const LABEL_KV_SIDE: &str = "kv_side";
 }

@@ -247,6 +247,7 @@ fn stuck_kind_str(k: StuckKind) -> &'static str {
     match k {
         StuckKind::NoResponse => "no_response",
         StuckKind::StreamStalled => "stream_stalled",
+        StuckKind::KvTransfer => "kv_transfer",
     }
 }
 

@@ -48,7 +48,9 @@ pub fn findings(
             .filter(|f| {
                 !matches!(
                     f.kind,
-                    FindingKind::WedgedRequest | FindingKind::StalledStream
+                    FindingKind::WedgedRequest
+                        | FindingKind::StalledStream
+                        | FindingKind::KvTransferStalled
                 )
             })
             .map(carried),
@@ -61,6 +63,7 @@ fn finding_kind(k: StuckKind) -> FindingKind {
     match k {
         StuckKind::NoResponse => FindingKind::WedgedRequest,
         StuckKind::StreamStalled => FindingKind::StalledStream,
+        StuckKind::KvTransfer => FindingKind::KvTransferStalled,
     }
 }
 
@@ -139,6 +142,7 @@ fn stuck_finding(
     let what = match kind {
         StuckKind::NoResponse => "no response byte",
         StuckKind::StreamStalled => "the response stream stopped",
+        StuckKind::KvTransfer => "waiting for its KV cache, the transfer silent",
     };
     let across = entry_nodes.iter().any(|e| *e != node);
     let summary = format!(

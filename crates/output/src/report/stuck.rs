@@ -47,6 +47,7 @@ fn stuck_requests(o: &mut String, s: &Snapshot) {
             let how = match l.stuck_kind {
                 Some(StuckKind::NoResponse) => "no response byte",
                 Some(StuckKind::StreamStalled) => "stream stopped",
+                Some(StuckKind::KvTransfer) => "KV transfer stalled",
                 None => "",
             };
             let (quiet, io) = match leg_of(l) {

@@ -41,6 +41,7 @@ fn stuck_of(s: &Snapshot, f: &Finding) -> (usize, Option<f64>) {
             }
             FindingKind::StalledStream => Some(StuckKind::StreamStalled),
             FindingKind::PdLegFailed => Some(StuckKind::NoResponse),
+            FindingKind::KvTransferStalled => Some(StuckKind::KvTransfer),
             _ => None,
         };
         // pd_leg_failed names the prefill where the requests failed; they wait at decode.
@@ -133,6 +134,9 @@ fn title(s: &Snapshot, f: &Finding) -> String {
         }
         FindingKind::TokensUndelivered => {
             format!("{n} {plural} generated but never sent{since}")
+        }
+        FindingKind::KvTransferStalled => {
+            format!("{n} {plural} waiting for their KV cache, the transfer silent{since}")
         }
         _ => clip(&f.summary, 120),
     };

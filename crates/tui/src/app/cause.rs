@@ -49,7 +49,9 @@ pub fn cause(s: &Snapshot) -> Option<Cause> {
     let first = line.events.iter().find(|e| {
         matches!(
             e.kind,
-            EventKind::FirstNoResponse | EventKind::FirstStreamStalled
+            EventKind::FirstNoResponse
+                | EventKind::FirstStreamStalled
+                | EventKind::FirstKvTransferStalled
         )
     })?;
     let effect = CauseEffect {

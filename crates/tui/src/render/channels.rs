@@ -30,7 +30,7 @@ fn between_engines(s: &Snapshot, f: &ChannelFlow) -> bool {
         .is_some_and(|from| top_level(s, from) != top_level(s, &f.to))
 }
 
-/// `"channel  scheduler_TP0@decode@.. -> prefill@.. bootstrap  1 conn  221/203 B  idle 283 s"`
+/// `"channel  prefill@.. -> decode@.. kv_transfer  8 conn  86592/4352 B  idle 16 s"`
 pub(super) fn channel_lines(s: &Snapshot, theme: Theme) -> Vec<(Line<'static>, bool)> {
     s.channels
         .iter()

@@ -4,11 +4,15 @@ import logging
 import os
 import time
 
+from sglang.srt.disaggregation.mooncake.conn import MooncakeKVReceiver
 from sglang.srt.disaggregation.utils import KVPoll, KvHandoff, poll_and_all_reduce
 
 logger = logging.getLogger(__name__)
 
-KV_TRANSFER_S = 0.02  # simulated RDMA time between prefill done and KV ready on decode
+# A request whose KV does not come over a transfer stream (sent to decode directly, not by the
+# router, or a lab without the stream): its KV is taken as ready this long after
+# pre-allocation, once its prefill marked it sent (`KvHandoff`, when the lab shares a KV dir).
+KV_TRANSFER_S = 0.02
 # SGLANG_DISAGGREGATION_WAITING_TIMEOUT (mooncake/conn.py, default 300 s): a request whose KV
 # never arrives fails with KVPoll.Failed after this long and is aborted.
 WAITING_TIMEOUT_S = float(os.environ.get("SGLANG_DISAGGREGATION_WAITING_TIMEOUT") or 300)
@@ -34,6 +38,9 @@ class DecodePreallocQueue:
         self.split_tokens = _env_int("SGLANG_DECODE_PREALLOC_SPLIT_TOKENS")
 
     def add(self, req):
+        manager = self.scheduler.kv_manager
+        if manager is not None and req.bootstrap_room is not None:
+            req.kv_receiver = MooncakeKVReceiver(manager, req)
         self.queue.append(req)
 
     def pop_preallocated(self):
@@ -42,6 +49,9 @@ class DecodePreallocQueue:
             if self.split_tokens is not None and req.prompt_tokens > self.split_tokens:
                 self._pre_alloc_split(req)
                 continue
+            if req.kv_receiver is not None:
+                # KV memory is ours now: tell the prefill where to write (TransferInfo).
+                req.kv_receiver.init()
             preallocated.append(req)
         self.queue = []
         return preallocated
@@ -55,7 +65,7 @@ class DecodeTransferQueue:
 
     def __init__(self, scheduler):
         self.scheduler = scheduler
-        self.queue = []  # (req, ready_at)
+        self.queue = []  # (req, ready_at): ready_at None = when its pages and status arrived
         self.stuck_after = _env_int("LAB_FAULT_TRANSFER_STUCK_AFTER")
         self.admitted = 0
         self.kv = KvHandoff()
@@ -66,7 +76,13 @@ class DecodeTransferQueue:
         for req in reqs:
             self.admitted += 1
             stuck = self.stuck_after is not None and self.admitted > self.stuck_after
-            self.queue.append((req, float("inf") if stuck else now + KV_TRANSFER_S))
+            if stuck:
+                ready_at = float("inf")
+            elif req.kv_receiver is not None and req.kv_receiver.sent:
+                ready_at = None
+            else:
+                ready_at = now + KV_TRANSFER_S
+            self.queue.append((req, ready_at))
 
     def pop_transferred(self):
         if not self.queue:
@@ -74,14 +90,21 @@ class DecodeTransferQueue:
         now = time.monotonic()
         polls = poll_and_all_reduce([lambda r=r, t=t: self.poll(r, t, now) for r, t in self.queue])
         done = [r for (r, _), s in zip(self.queue, polls) if s == KVPoll.Success]
+        for r in done:
+            if r.kv_receiver is not None:
+                r.kv_receiver.clear()
         self.failed += [r for (r, _), s in zip(self.queue, polls) if s == KVPoll.Failed]
         self.queue = [(r, t) for (r, t), s in zip(self.queue, polls)
                       if s not in (KVPoll.Success, KVPoll.Failed)]
         return done
 
     def poll(self, req, ready_at, now):
-        """The receiver's state: Success once the transfer time passed and prefill sent the
-        KV; Failed after the waiting timeout; WaitingForInput while prefill has not sent it."""
+        """The receiver's state. Over a transfer stream (ready_at None): Success once its
+        pages and status arrived, else Transferring (the real receiver has no timeout while
+        it transfers: sglang PR 31800). Otherwise: Success once the transfer time passed and
+        prefill sent the KV; Failed after the waiting timeout; WaitingForInput until then."""
+        if ready_at is None:
+            return KVPoll.Success if req.kv_receiver.poll_done() else KVPoll.Transferring
         if now < ready_at:
             return KVPoll.Transferring
         if self.kv.arrived(req.bootstrap_room):

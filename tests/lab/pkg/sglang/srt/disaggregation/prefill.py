@@ -4,7 +4,9 @@ import time
 
 from sglang.srt.disaggregation.utils import KVPoll, KvHandoff, poll_and_all_reduce
 
-KV_SEND_S = 0.01  # simulated time to push the KV cache to the decode engine
+# A request without bootstrap information (sent to prefill directly, not by the router): its
+# KV is taken as sent this long after its forward.
+KV_SEND_S = 0.01
 
 
 class PrefillBootstrapQueue:
@@ -19,7 +21,21 @@ class PrefillBootstrapQueue:
         self.queue.append(req)
 
     def pop_bootstrapped(self):
-        bootstrapped, self.queue = self.queue, []
+        """The requests whose decode side sent its TransferInfo (KVPoll.WaitingForInput);
+        the others stay until it does."""
+        manager = self.scheduler.kv_manager
+        if not self.queue or manager is None:
+            bootstrapped, self.queue = self.queue, []
+            return bootstrapped
+
+        def poll(req):
+            ready = req.bootstrap_room is None or manager.bootstrapped(int(req.bootstrap_room))
+            return KVPoll.WaitingForInput if ready else KVPoll.Bootstrapping
+
+        polls = poll_and_all_reduce([lambda r=r: poll(r) for r in self.queue],
+                                    done=KVPoll.WaitingForInput)
+        bootstrapped = [r for r, s in zip(self.queue, polls) if s == KVPoll.WaitingForInput]
+        self.queue = [r for r, s in zip(self.queue, polls) if s != KVPoll.WaitingForInput]
         return bootstrapped
 
 
@@ -34,6 +50,8 @@ class SchedulerDisaggregationPrefillMixin:
             if batch:
                 result = self.run_batch(batch)
                 self.process_batch_result_disagg_prefill(batch, result)
+            if batch is None:
+                self.gpu.set("idle")  # no kernels while it only polls its transfers
             if len(self.disagg_prefill_inflight_queue) > 0:
                 self.process_disagg_prefill_inflight_queue()
             if batch is None and len(self.disagg_prefill_inflight_queue) == 0:
@@ -47,17 +65,27 @@ class SchedulerDisaggregationPrefillMixin:
 
     def process_batch_result_disagg_prefill(self, batch, result):
         done_at = time.monotonic() + KV_SEND_S
+        manager = self.kv_manager
         for req, tok in zip(batch.reqs, result):
             req.output_ids.append(tok)
-            self.disagg_prefill_inflight_queue.append((req, done_at))
+            if manager is not None and req.bootstrap_room is not None:
+                manager.send(int(req.bootstrap_room))  # to the transfer worker
+                self.disagg_prefill_inflight_queue.append((req, None))
+            else:
+                self.disagg_prefill_inflight_queue.append((req, done_at))
         self.report_prefill_stats(batch)
         self.maybe_publish_load(0.1)
 
     def process_disagg_prefill_inflight_queue(self):
         now = time.monotonic()
+        manager = self.kv_manager
+
+        def poll(req, t):
+            ok = manager.poll_done(int(req.bootstrap_room)) if t is None else now >= t
+            return KVPoll.Success if ok else KVPoll.Transferring
+
         polls = poll_and_all_reduce(
-            [lambda t=t: KVPoll.Success if now >= t else KVPoll.Transferring
-             for _, t in self.disagg_prefill_inflight_queue])
+            [lambda r=r, t=t: poll(r, t) for r, t in self.disagg_prefill_inflight_queue])
         outs, undone = [], []
         for (req, t), s in zip(self.disagg_prefill_inflight_queue, polls):
             if s == KVPoll.Success:

@@ -36,6 +36,7 @@ import uuid
 from aiohttp import web
 
 import sglang
+from sglang.srt.disaggregation.common.conn import CommonKVBootstrapServer
 from sglang.srt.managers.detokenizer_manager import run_detokenizer_process
 from sglang.srt.managers.scheduler import run_scheduler_process
 from sglang.srt.utils.lab_state import StateDir
@@ -151,7 +152,9 @@ class TokenizerManager:
         self.counters["prompt_tokens"] += prompt_tokens
         self._outbox.put({"type": "req", "rid": rid, "prompt_tokens": prompt_tokens,
                           "max_new_tokens": max_new_tokens,
-                          "bootstrap_room": body.get("bootstrap_room"), **(controls or {})})
+                          "bootstrap_room": body.get("bootstrap_room"),
+                          "bootstrap_host": body.get("bootstrap_host"),
+                          "bootstrap_port": body.get("bootstrap_port"), **(controls or {})})
         try:
             while True:
                 out = await self._wait_one_response(request, rid, state)
@@ -575,10 +578,20 @@ def launch_server(server_args):
         await runner.setup()
         site = web.TCPSite(runner, server_args.host, server_args.port, reuse_address=True)
         await site.start()
+        boot = None
+        if server_args.disaggregation_mode == "prefill":
+            # The PD bootstrap server lives in the prefill HTTP process, on its own port.
+            boot = web.AppRunner(CommonKVBootstrapServer(server_args).app(), access_log=None,
+                                 handle_signals=False)
+            await boot.setup()
+            await web.TCPSite(boot, server_args.host, server_args.disaggregation_bootstrap_port,
+                              reuse_address=True).start()
         logger.info("The server is fired up and ready to roll! %s:%s (%s)",
                     server_args.host, server_args.port, server_args.disaggregation_mode)
         await stop.wait()
         await asyncio.wait_for(runner.cleanup(), 2)
+        if boot is not None:
+            await asyncio.wait_for(boot.cleanup(), 2)
 
     try:
         asyncio.run(main())

@@ -38,6 +38,10 @@ from sglang.srt.disaggregation.decode import (
     DecodeTransferQueue,
     SchedulerDisaggregationDecodeMixin,
 )
+from sglang.srt.disaggregation.mooncake.conn import (
+    MooncakeKVManagerDecode,
+    MooncakeKVManagerPrefill,
+)
 from sglang.srt.disaggregation.prefill import (
     PrefillBootstrapQueue,
     SchedulerDisaggregationPrefillMixin,
@@ -65,14 +69,18 @@ def env_int(name, default=None):
 
 
 class Req:
-    __slots__ = ("rid", "prompt_tokens", "max_new_tokens", "output_ids", "bootstrap_room", "seq",
-                 "prefill_until", "hold_until")
+    __slots__ = ("rid", "prompt_tokens", "max_new_tokens", "output_ids", "bootstrap_room",
+                 "bootstrap_host", "bootstrap_port", "kv_receiver", "seq", "prefill_until",
+                 "hold_until")
 
     def __init__(self, msg, seq):
         self.rid = msg["rid"]
         self.prompt_tokens = int(msg.get("prompt_tokens", 1))
         self.max_new_tokens = max(1, int(msg.get("max_new_tokens", 16)))
         self.bootstrap_room = msg.get("bootstrap_room")
+        self.bootstrap_host = msg.get("bootstrap_host")
+        self.bootstrap_port = msg.get("bootstrap_port")
+        self.kv_receiver = None
         self.output_ids = []
         self.seq = seq
         # Controls: chunked prefill until, and no token before, these monotonic times.
@@ -140,10 +148,20 @@ class Scheduler(SchedulerDisaggregationDecodeMixin, SchedulerDisaggregationPrefi
         self.last_metrics_flush = 0.0
         self.last_load_publish = 0.0
         self.stall_after_tokens = env_int("LAB_FAULT_STALL_AFTER_TOKENS")
+        self.kv_manager = self._init_kv_manager()
         self.disagg_decode_prealloc_queue = DecodePreallocQueue(self)
         self.disagg_decode_transfer_queue = DecodeTransferQueue(self)
         self.disagg_prefill_bootstrap_queue = PrefillBootstrapQueue(self)
         self.disagg_prefill_inflight_queue = []
+
+    def _init_kv_manager(self):
+        """PD: every decode rank receives its KV pages over TCP; prefill rank 0 sends them
+        (the lab's stand-in for each prefill rank sending its own shard)."""
+        if self.disaggregation_mode == "decode":
+            return MooncakeKVManagerDecode(self)
+        if self.disaggregation_mode == "prefill" and self.tp_rank == 0:
+            return MooncakeKVManagerPrefill(self)
+        return None
 
     # ---------------------------------------------------------------- loop selection
     def run_event_loop(self):
