@@ -729,7 +729,7 @@ fn the_stuck_path_is_a_flowchart_the_real_mermaid_parser_reads() {
     assert!(
         md.contains(
             "| `r21` | proxy -&gt; router -&gt; prefill + decode | decode | no response byte |"
-        ),
+        ) && md.contains("| `r36` | proxy -&gt; router -&gt; prefill + decode |"),
         "{md}"
     );
 }

@@ -52,11 +52,13 @@ impl<'a> Legs<'a> {
         let mut at: Vec<&Request> = vec![entry];
         // breadth by breadth down the links (bounded by the legs: a cycle ends it)
         for _ in 0..legs.len() {
-            let next: Vec<&Request> = at
+            let mut next: Vec<&Request> = at
                 .iter()
                 .flat_map(|r| r.links.iter())
                 .filter_map(|id| legs.iter().find(|x| &x.id == id).copied())
                 .collect();
+            // one order for every request: by depth in the stack (prefill before decode)
+            next.sort_by_key(|r| (r.role.map(|x| x.depth()), self.name(&r.component)));
             if next.is_empty() {
                 break;
             }
