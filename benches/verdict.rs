@@ -252,11 +252,15 @@ fn daemon_section(b: &mut Bench, n: usize, poll_ms: u64) -> Verdict {
         // A phase against the daemon's ticks that differs from one wedge to the next.
         std::thread::sleep(Duration::from_millis(700 * (k as u64 % 5)));
         let (t, conn) = one_daemon_wedge(b, &d, &decode, poll_ms);
+        let answered = conn.as_ref().and_then(answer_line);
         println!(
-            "  wedge {}: served snapshot {}, log {}",
+            "  wedge {}: served snapshot {}, log {}{}",
             k + 1,
             secs_text(t.served_s),
-            secs_text(t.log_s)
+            secs_text(t.log_s),
+            answered.as_deref().map_or(String::new(), |a| format!(
+                " (the request was answered, no wedge: {a})"
+            ))
         );
         times.push(t);
         if let Some(c) = conn {
@@ -340,6 +344,7 @@ fn one_daemon_wedge(
         log_s: None,
     };
     let started = Instant::now();
+    let mut last = None;
     while started.elapsed() < WEDGE_BOUND && (t.served_s.is_none() || t.log_s.is_none()) {
         if t.log_s.is_none() {
             if let Some(at) = log_opened(d, decode).get(logged_before.len()) {
@@ -352,11 +357,56 @@ fn one_daemon_wedge(
                     let taken = taken_ms(&s).unwrap_or_else(now_ms);
                     t.served_s = Some((taken - sent_ms) as f64 / 1000.0);
                 }
+                last = Some(s);
             }
         }
         std::thread::sleep(Duration::from_millis(poll_ms));
     }
+    if t.served_s.is_none() {
+        explain_missed(d, last.as_ref(), sent_ms);
+    }
     (t, Some(conn))
+}
+
+/// The status line of an answer that came on a wedge's connection (the router refusing it,
+/// a worker it thought down), if any came.
+fn answer_line(conn: &TcpStream) -> Option<String> {
+    use std::io::Read;
+    let mut c = conn.try_clone().ok()?;
+    c.set_read_timeout(Some(Duration::from_millis(100))).ok()?;
+    let mut buf = [0u8; 256];
+    let n = c.read(&mut buf).ok().filter(|n| *n > 0)?;
+    String::from_utf8_lossy(&buf[..n])
+        .lines()
+        .next()
+        .map(String::from)
+}
+
+/// What the daemon showed of a wedge it did not judge: its last served snapshot's requests
+/// (no probes) and sockets source, and its log's last lines.
+fn explain_missed(d: &Daemon, last: Option<&Value>, sent_ms: i64) {
+    let Some(s) = last else {
+        println!(
+            "    no served snapshot in the whole wait; log:\n{}",
+            d.log_tail()
+        );
+        return;
+    };
+    let want = taken_ms(s).map(|t| t - sent_ms);
+    println!(
+        "    last served snapshot {:.1} s after sending; sockets: {}",
+        want.unwrap_or(0) as f64 / 1000.0,
+        s["sources"]["sockets"]
+    );
+    for l in s["logical_requests"].as_array().into_iter().flatten() {
+        if l["probe"] != true {
+            println!(
+                "    {} age {} {} at {} legs {}",
+                l["id"], l["age_ms"], l["verdict"], l["stuck_at"], l["legs"]
+            );
+        }
+    }
+    println!("    log:\n{}", d.log_tail());
 }
 
 /// After a wedge is closed: until no request of this lab is stuck in a served snapshot and
