@@ -8,7 +8,7 @@
 //! - `Evaluation::new`: what each detector pass of the daemon adds (not per scrape);
 //! - `render`: the exposition from the evaluation and five sources' health;
 //! - a whole scrape over loopback HTTP against the daemon's own listener
-//!   (`daemon::metrics::serve`): connect, `GET /metrics`, read to the end.
+//!   (`daemon::exporter::serve`): connect, `GET /metrics`, read to the end.
 //!
 //! Exits 1 when the median of a whole scrape is over 5 ms (the 99th percentile is printed: on
 //! a loaded machine it measures the scheduler more than the exporter). Quick mode (`cargo
@@ -26,7 +26,7 @@ use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use wedgewatch::daemon::metrics;
+use wedgewatch::daemon::exporter;
 use wedgewatch::export::prometheus::Evaluation;
 use wedgewatch::model::*;
 use wedgewatch::redact::Redactor;
@@ -137,9 +137,9 @@ fn main() {
     });
     let stuck_total = evaluation.stuck_requests();
     assert!(stuck_total > 0, "the synthetic wedge has stuck requests");
-    let published: metrics::Published = Arc::new(Mutex::new(Some(evaluation)));
+    let published: exporter::Published = Arc::new(Mutex::new(Some(evaluation)));
     let stats = stats(sim.now);
-    let (render_ms, body) = time(rounds, || metrics::scrape(&published, &stats, sim.now));
+    let (render_ms, body) = time(rounds, || exporter::scrape(&published, &stats, sim.now));
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -147,11 +147,11 @@ fn main() {
         .build()
         .expect("runtime");
     let listener = rt
-        .block_on(metrics::bind("127.0.0.1:0".parse().expect("addr")))
+        .block_on(exporter::bind("127.0.0.1:0".parse().expect("addr")))
         .expect("bind");
     let addr = listener.local_addr().expect("addr");
     let clock: Arc<dyn wedgewatch::clock::Clock> = Arc::new(wedgewatch::clock::SystemClock);
-    let server = rt.spawn(metrics::serve(listener, published, stats, clock));
+    let server = rt.spawn(exporter::serve(listener, published, stats, clock));
     let (http_ms, bytes) = time(rounds, || http_scrape(addr));
     server.abort();
 

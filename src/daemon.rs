@@ -23,7 +23,7 @@ pub mod kept_answer;
 pub mod known_good;
 pub mod lock;
 pub mod log;
-pub mod metrics;
+pub mod exporter;
 pub mod pass;
 pub mod protocol;
 pub mod socket;
@@ -76,7 +76,7 @@ pub struct DaemonConfig {
     /// How often findings and source health are evaluated for the log ([`log`]) and the
     /// exporter.
     pub log_every_ms: u64,
-    /// Serve `GET /metrics` (Prometheus text) here ([`metrics`]); `None`: no exporter.
+    /// Serve `GET /metrics` (Prometheus text) here ([`exporter`]); `None`: no exporter.
     pub metrics_listen: Option<std::net::SocketAddr>,
     /// Keep a bundle of each critical finding's moment ([`incidents`]); `None`: none.
     pub incidents: Option<incidents::IncidentPolicy>,
@@ -338,7 +338,7 @@ impl Daemon {
         let _lock = lock::lock_state_dir(&state_dir)?;
         let (listener, bound) = socket::bind_private(&cfg.socket_path).await?;
         let exporter = match cfg.metrics_listen {
-            Some(addr) => Some(metrics::bind(addr).await?),
+            Some(addr) => Some(exporter::bind(addr).await?),
             None => None,
         };
         let metrics_at = exporter
@@ -462,7 +462,7 @@ impl Daemon {
         incidents: Option<incidents::Incidents>,
     ) -> Vec<tokio::task::JoinHandle<()>> {
         let mut tasks = Vec::new();
-        let published = exporter.as_ref().map(|_| metrics::Published::default());
+        let published = exporter.as_ref().map(|_| exporter::Published::default());
         tasks.push(tokio::spawn(log::watch(
             self.shared.clone(),
             stats.clone(),
@@ -478,7 +478,7 @@ impl Daemon {
         )));
         if let (Some(l), Some(p)) = (exporter, published) {
             let clock = self.clock.clone();
-            tasks.push(tokio::spawn(metrics::serve(l, p, stats.clone(), clock)));
+            tasks.push(tokio::spawn(exporter::serve(l, p, stats.clone(), clock)));
         }
         tasks.push(tokio::spawn(serve(
             listener,

@@ -142,23 +142,23 @@ pub fn daemon_request(data: &[u8]) {
 }
 
 /// What a scraper (or anyone) sends the exporter (`--metrics-listen`): the request head,
-/// read as the listener reads it ([`daemon::metrics::Head`], in arriving pieces until it is
+/// read as the listener reads it ([`daemon::exporter::Head`], in arriving pieces until it is
 /// done; the first byte sets the piece size, as a network would cut it) and routed as the
 /// listener routes it; a `GET /metrics` is answered from an empty daemon.
 pub fn metrics_request(data: &[u8]) {
     let Some((&cut, data)) = data.split_first() else {
         return;
     };
-    let mut head = daemon::metrics::Head::default();
+    let mut head = daemon::exporter::Head::default();
     for chunk in data.chunks(usize::from(cut).max(1)) {
         if head.done() {
             break;
         }
         head.push(chunk);
     }
-    if head.route() == daemon::metrics::Route::Metrics {
-        let published = daemon::metrics::Published::default();
-        let _ = daemon::metrics::scrape(&published, &StatsHandle::default(), 1_700_000_000_000);
+    if head.route() == daemon::exporter::Route::Metrics {
+        let published = daemon::exporter::Published::default();
+        let _ = daemon::exporter::scrape(&published, &StatsHandle::default(), 1_700_000_000_000);
     }
 }
 

@@ -11,7 +11,7 @@
 //! WARN, recovering INFO.
 
 use super::kept_answer::KeptAnswer;
-use super::metrics::Published;
+use super::exporter::Published;
 use super::pass::{Latest, Pass};
 use super::Shared;
 use crate::clock::{Clock, Millis};

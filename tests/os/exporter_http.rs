@@ -1,4 +1,4 @@
-//! The exporter's listener (`daemon::metrics::serve`) against hostile clients on a real
+//! The exporter's listener (`daemon::exporter::serve`) against hostile clients on a real
 //! loopback socket: garbage, other methods and paths, an oversized head, a client that never
 //! finishes its head, and more clients than it serves at once. Each gets a 4xx or is closed,
 //! none stops a well-behaved scrape from being answered promptly, and nothing panics.
@@ -7,7 +7,7 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use wedgewatch::daemon::metrics::{self, MAX_CLIENTS, MAX_HEAD};
+use wedgewatch::daemon::exporter::{self, MAX_CLIENTS, MAX_HEAD};
 
 struct Server {
     addr: SocketAddr,
@@ -28,13 +28,13 @@ fn server() -> Server {
         .build()
         .expect("runtime");
     let listener = rt
-        .block_on(metrics::bind("127.0.0.1:0".parse().expect("addr")))
+        .block_on(exporter::bind("127.0.0.1:0".parse().expect("addr")))
         .expect("bind");
     let addr = listener.local_addr().expect("addr");
-    let published: metrics::Published = Arc::new(Mutex::new(None));
+    let published: exporter::Published = Arc::new(Mutex::new(None));
     let stats = Arc::new(Mutex::new(Default::default()));
     let clock: Arc<dyn wedgewatch::clock::Clock> = Arc::new(wedgewatch::clock::SystemClock);
-    let task = rt.spawn(metrics::serve(listener, published, stats, clock));
+    let task = rt.spawn(exporter::serve(listener, published, stats, clock));
     Server {
         addr,
         _rt: rt,
@@ -128,7 +128,7 @@ fn slow_and_excess_clients_do_not_block_a_scrape() {
     std::thread::sleep(Duration::from_millis(200));
     // Waiting for a slot would take an idle client's read timeout.
     let took = scrape_ok(s.addr);
-    assert!(took < metrics::READ_TIMEOUT, "{took:?}");
+    assert!(took < exporter::READ_TIMEOUT, "{took:?}");
     // Over the limit: each extra connection sheds the oldest idle one; none is queued
     // forever.
     let extra: Vec<TcpStream> = (0..4)
@@ -155,7 +155,7 @@ fn slow_and_excess_clients_do_not_block_a_scrape() {
         );
     }
     assert!(
-        started.elapsed() < metrics::READ_TIMEOUT + Duration::from_secs(3),
+        started.elapsed() < exporter::READ_TIMEOUT + Duration::from_secs(3),
         "{:?}",
         started.elapsed()
     );
@@ -220,7 +220,7 @@ fn idle_connections_reopened_inside_the_head_timeout_do_not_stop_scrapes() {
     assert!(reopened > 0, "the attacker re-opened connections");
     assert_eq!(answered, 12, "scrapes answered under the idle flood");
     assert!(
-        slowest < metrics::READ_TIMEOUT,
+        slowest < exporter::READ_TIMEOUT,
         "no scrape waited for an idle connection's timeout: {slowest:?}"
     );
     scrape_ok(addr);

@@ -1,5 +1,5 @@
 //! The daemon's state in the Prometheus text exposition format (0.0.4), for `--metrics-listen`
-//! (the listener is `daemon::metrics`; names and families in docs/fleet.md "Exporter"). It
+//! (the listener is `daemon::exporter`; names and families in docs/fleet.md "Exporter"). It
 //! renders an [`Evaluation`] (one detector pass, built by the daemon, never per scrape) and the
 //! sampler's [`SourceHealth`].
 //!
