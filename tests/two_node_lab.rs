@@ -474,9 +474,15 @@ fn noon_wedge_across_nodes() {
             "a stuck decode request not from node a: {r}"
         );
     }
+    // Prefill's leg may wait too (for decode's bootstrap, which a decode that forgot the
+    // request never sends): a consequence, never blamed.
+    let prefill = comp_by_pid(&b, lab.node_pid("b", "prefill"))["id"].clone();
     assert!(
-        hung_at(&b, lab.node_pid("b", "prefill")).is_empty(),
-        "prefill answered its leg"
+        array(&b, "findings")
+            .iter()
+            .all(|f| f["component"] != prefill),
+        "a finding at prefill: {}",
+        b["findings"]
     );
 
     // node a: the same requests hang at the proxy and at the router, linked proxy -> router

@@ -456,3 +456,27 @@ fn tokens_of_a_reply_that_left_just_before_the_request_are_not_undelivered() {
     assert!(of_kind(&fs, "tokens_undelivered").is_empty(), "{fs:#?}");
     assert_eq!(of_kind(&fs, "wedged_request").len(), 1, "{fs:#?}");
 }
+
+/// The same reply, over before any socket sample saw it (shorter than their period): no
+/// answer byte is seen leave, but the tokenizer manager received the tokens, so they left.
+/// Seen on the lab's incident under a daemon (its short replies between two samples).
+#[test]
+fn tokens_the_http_server_received_are_not_undelivered_when_no_sample_saw_them_leave() {
+    let mut sim = Sim::new(pd_topology());
+    let mut ticks = 0;
+    let mut counts = Counts {
+        prefill_errors: Some(0.0),
+        ..Counts::default()
+    };
+    tick(&mut sim, &mut ticks, counts); // the scrape before: 0 tokens
+    sim.advance(300); // the reply came and went between two samples
+    counts.decode_tokens = 8.0;
+    counts.decode_received = 8.0;
+    let [_, _, p, _] = pd_request(&mut sim);
+    sim.run(500, |s| tick(s, &mut ticks, counts));
+    sim.respond(p, 320);
+    sim.run(40_000, |s| tick(s, &mut ticks, counts));
+    let fs = findings(&sim);
+    assert!(of_kind(&fs, "tokens_undelivered").is_empty(), "{fs:#?}");
+    assert_eq!(of_kind(&fs, "wedged_request").len(), 1, "{fs:#?}");
+}

@@ -374,3 +374,47 @@ fn a_decode_holding_nothing_is_no_stall() {
         kinds(&p.findings)
     );
 }
+
+/// Prefill answered an error (its error count rose) and decode's transfer queue holds the
+/// request: no KV will ever be sent, so it is the failed leg (`pd_leg_failed`), not a stall.
+#[test]
+fn a_prefill_that_answered_an_error_is_a_failed_leg_not_a_stall() {
+    let mut sim = Sim::new(topology());
+    kv_stream(&mut sim);
+    let errors = std::cell::Cell::new(0.0);
+    let tick = |s: &mut Sim, ticks: &mut u64| {
+        *ticks += 1;
+        if *ticks % 4 == 1 {
+            let mut pf = loads(PREFILL, s.now, serde_json::json!({}));
+            pf.mapped.insert("http_errors_total".into(), errors.get());
+            s.ingest(Payload::Metrics(vec![
+                pf,
+                loads(
+                    DECODE,
+                    s.now,
+                    serde_json::json!({"decode_transfer_queue_reqs": 1}),
+                ),
+            ]));
+        }
+        s.ingest(Payload::Gpu(gpu(&[(0, 0, 60), (1, 0, 60)])));
+    };
+    let mut ticks = 0;
+    tick(&mut sim, &mut ticks); // a scrape from before the request
+    let [_, _, p, _] = pd_request(&mut sim);
+    sim.advance(300);
+    sim.respond(p, 327); // the 500's headers and JSON body
+    errors.set(1.0);
+    sim.run(40_000, |s| tick(s, &mut ticks));
+    let parts = parts(&sim);
+    assert!(
+        of_kind(&parts.findings, "kv_transfer_stalled").is_empty(),
+        "{:?}",
+        kinds(&parts.findings)
+    );
+    assert_eq!(
+        of_kind(&parts.findings, "pd_leg_failed").len(),
+        1,
+        "{:?}",
+        kinds(&parts.findings)
+    );
+}

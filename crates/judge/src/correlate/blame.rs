@@ -180,8 +180,9 @@ fn error_status(m: &Correlator, x: &Exchange) -> Option<LegFailure> {
 /// count rose from its last scrape at or before `since` (the baseline) to the newest at `now`,
 /// and no inference answer left it after that baseline (`last_sent`, [`last_answer_byte`]):
 /// tokens counted between the baseline and `since` may be those of an answer that left just
-/// before the request came (an agent's next turn follows its last reply at once). `None`
-/// when not, or without a scrape from before `since` (the rise cannot be dated).
+/// before the request came (an agent's next turn follows its last reply at once); and its
+/// tokenizer manager, when it counts, received none of them. `None` when not, or without a
+/// scrape from before `since` (the rise cannot be dated).
 pub fn undelivered_since(
     m: &Correlator,
     comp: &str,
@@ -208,5 +209,10 @@ pub fn undelivered_since(
         (Some((_, a)), Some((_, b))) => Some(a - b),
         _ => None,
     };
+    // Tokens the tokenizer manager received were delivered: an answer the socket samples
+    // missed (one shorter than their period) left after all.
+    if received.is_some_and(|r| r >= 1.0) {
+        return None;
+    }
     (tokens >= 1.0).then_some(Undelivered { tokens, received })
 }

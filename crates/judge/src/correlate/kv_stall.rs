@@ -55,6 +55,8 @@ pub fn kv_stall_due(waited_ms: i64, transfer_idle_ms: Option<u64>, th: &Threshol
 pub(super) fn kv_stalled(m: &Correlator, v: &View) -> Vec<StuckLeg> {
     let candidates: Vec<(usize, Option<usize>)> = (0..v.requests.len())
         .filter(|&i| waiting_at_decode(v, &v.requests[i]))
+        // A prefill leg that failed sends no KV at all: `pd_leg_failed`, not a stall.
+        .filter(|&i| super::blame::failed_prefill_leg(m, v, i).is_none())
         .map(|i| (i, prefill_leg(v, i)))
         .filter(|(_, p)| p.is_some())
         .collect();
