@@ -407,3 +407,57 @@ fn a_scheduler_still_generating_is_never_judged_early() {
         );
     });
 }
+
+// --- the daemon's suspicion and a one-shot's longer look --------------------------------
+
+/// At 6 s, a request heading for one of these kinds on unanimous evidence makes the daemon
+/// suspect its engine (its dumps start) and a one-shot look longer for its verdict at 10 s;
+/// decode's KV queue, which holds the request itself, is no work seen.
+#[test]
+fn the_daemon_and_a_one_shot_wait_for_these_verdicts_as_for_a_wedge() {
+    let th = wedgewatch::detect::Thresholds::default();
+    let silent = th.sampling.silent_after(th.correlate.wedged_soonest_ms());
+    let check = |sim: &Sim, what: &str| {
+        let v = sim.model.view(sim.now);
+        let p = wedgewatch::correlate::pending_verdict(&sim.model, &v, silent, 10_000)
+            .unwrap_or_else(|| panic!("{what}: no pending verdict"));
+        assert_eq!(
+            (p.component.as_str(), p.wait_ms),
+            (DECODE, 10_000),
+            "{what}"
+        );
+        let s = wedgewatch::policy::suspicion::of_model(&sim.model, sim.now);
+        assert!(
+            s.reasons(DECODE)
+                .iter()
+                .any(|r| matches!(r, SuspicionReason::SilentRequest { .. })),
+            "{what}: decode not suspected"
+        );
+    };
+    let mut sim = Sim::new(topology());
+    let mut env = kv_env();
+    let (arrived, _) = kv_stalled(&mut sim);
+    run_to(&mut sim, &mut env, arrived, 6_000);
+    check(&sim, "kv_transfer_stalled");
+
+    let mut sim = Sim::new(pd_topology());
+    let mut env = failed_env();
+    let arrived = prefill_failed(&mut sim, &mut env);
+    run_to(&mut sim, &mut env, arrived, 6_000);
+    check(&sim, "pd_leg_failed");
+
+    // Decode busy: judged at 30 s, nothing to look longer for.
+    let mut sim = Sim::new(pd_topology());
+    let mut env = Env {
+        decode_busy: true,
+        decode_work: 0.9,
+        ..failed_env()
+    };
+    let arrived = prefill_failed(&mut sim, &mut env);
+    run_to(&mut sim, &mut env, arrived, 6_000);
+    let v = sim.model.view(sim.now);
+    assert_eq!(
+        wedgewatch::correlate::pending_verdict(&sim.model, &v, silent, 10_000),
+        None
+    );
+}
