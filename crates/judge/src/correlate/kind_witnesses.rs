@@ -22,7 +22,8 @@ use super::view::{RequestView, View};
 use super::Correlator;
 use crate::clock::Millis;
 use crate::model::{ChannelFlow, RequestState};
-use std::cell::OnceCell;
+use std::cell::{OnceCell, RefCell};
+use std::collections::BTreeMap;
 
 /// `kv_transfer_stalled`'s witnesses on decode leg `d`, whose prefill leg is `p`.
 pub fn of_kv_stall(
@@ -138,11 +139,12 @@ fn transfer(stall: &KvStall, done: Option<Millis>, now: Millis) -> Testimony {
 
 /// Each waiting leg's witnesses, for the kind it heads for: a KV transfer stall, a cause past
 /// its hop (`blame.rs`), else `wedged_request`'s. The pairs' transfers are read once, when a
-/// leg needs them.
+/// leg needs them, and each engine's last answer byte once (a pass asks for many legs).
 pub struct LegWitnesses<'a> {
     m: &'a Correlator,
     v: &'a View,
     flows: OnceCell<Vec<ChannelFlow>>,
+    last_sent: RefCell<BTreeMap<String, Option<Millis>>>,
 }
 
 impl<'a> LegWitnesses<'a> {
@@ -151,6 +153,7 @@ impl<'a> LegWitnesses<'a> {
             m,
             v,
             flows: OnceCell::new(),
+            last_sent: RefCell::new(BTreeMap::new()),
         }
     }
 
@@ -164,7 +167,12 @@ impl<'a> LegWitnesses<'a> {
                 return of_kv_stall(m, v, d, p, &stall);
             }
         }
-        let last_sent = blame::last_answer_byte(m, &v.requests[leg].x.component);
+        let comp = &v.requests[leg].x.component;
+        let last_sent = *self
+            .last_sent
+            .borrow_mut()
+            .entry(comp.clone())
+            .or_insert_with(|| blame::last_answer_byte(m, comp));
         let blame = blame::past_hop(m, v, leg, last_sent).unwrap_or(Blame::Here);
         of_blamed(m, v, leg, &blame)
     }
