@@ -106,7 +106,7 @@ fn waiting_for_kv<'a>(v: &'a View, d: &RequestView) -> EngineLook<'a> {
 /// arrived that shows requests in its inflight queue (`None`: not seen yet).
 fn prefill_done_ms(m: &Correlator, p: &RequestView, prefill: &str) -> Option<Millis> {
     if p.state != RequestState::WaitingFirstByte {
-        return p.x.first_byte_ms.or(p.x.end_ms());
+        return p.x.first_byte_ms.or(p.x.last_out_ms).or(p.x.end_ms());
     }
     m.metrics_history(prefill)?
         .iter()
