@@ -6,7 +6,7 @@
 //! exporter read) and its stacks ticks read the newest; the sources never see the model.
 
 use crate::config::Thresholds;
-use crate::correlate::{ComponentState, Correlator, RequestView, View, Witnesses};
+use crate::correlate::{ComponentState, Correlator, LegWitnesses, RequestView, View};
 use crate::model::{
     Finding, FindingKind, RequestNote, RequestState, Role, Suspicion, SuspicionReason, Topology,
 };
@@ -52,10 +52,11 @@ pub fn derive(model: &Correlator, view: &View, findings: &[Finding]) -> Suspicio
 
 /// Requests at an engine with no response byte for `suspect_silent_pct` of the wedge
 /// threshold, or already of the soonest wedge verdict (`wedged_unanimous_ms`) while no
-/// witness saw work on it (`correlate::verdict`: its second dump is due by that verdict; a
-/// busy engine is judged at the wedge threshold and need not be dumped sooner); of the stall
-/// threshold once the response started. Only while request states are current: a stale
-/// socket table makes every request look silent.
+/// witness of the stuck kind it heads for saw work on it (`correlate::kind_witnesses`: a
+/// wedge, a KV transfer stall, a failed prefill leg, undelivered tokens; its second dump is
+/// due by that verdict; a busy engine is judged at the wedge threshold and need not be
+/// dumped sooner); of the stall threshold once the response started. Only while request
+/// states are current: a stale socket table makes every request look silent.
 fn silent_requests(model: &Correlator, view: &View, s: &mut Suspicion) {
     if !view.sockets_fresh {
         return;
@@ -64,7 +65,8 @@ fn silent_requests(model: &Correlator, view: &View, s: &mut Suspicion) {
     let soonest = th.sampling.silent_after(th.correlate.wedged_soonest_ms());
     let wedge = th.sampling.silent_after(th.correlate.wedged_after_ms);
     let stall = th.sampling.silent_after(th.correlate.stall_after_ms);
-    for r in &view.requests {
+    let witnesses = LegWitnesses::new(model, view);
+    for (i, r) in view.requests.iter().enumerate() {
         let limit = match r.state {
             RequestState::WaitingFirstByte => soonest,
             RequestState::Stalled | RequestState::Streaming => stall,
@@ -77,7 +79,7 @@ fn silent_requests(model: &Correlator, view: &View, s: &mut Suspicion) {
             continue;
         };
         let early = r.state == RequestState::WaitingFirstByte && r.idle_out_ms < wedge;
-        if early && Witnesses::of_leg(model, view, r).saw_work() {
+        if early && witnesses.of(i).saw_work() {
             continue;
         }
         let (request, silent_ms) = (note(r), r.idle_out_ms);

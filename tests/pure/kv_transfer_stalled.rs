@@ -10,13 +10,13 @@ use wedgewatch::clock::Millis;
 use wedgewatch::model::*;
 use wedgewatch_testkit::correl as correl_common;
 
-const PREFILL_SCHED: i32 = 301;
-const DECODE_SCHED: i32 = 401;
+pub(super) const PREFILL_SCHED: i32 = 301;
+pub(super) const DECODE_SCHED: i32 = 401;
 const KV_PORT: u16 = 41555;
 
 /// The PD stack with its schedulers as children, decode's scheduler listening on its KV
 /// transfer port (a child's port: a channel), the engines' KV sides from their flags.
-fn topology() -> Topology {
+pub(super) fn topology() -> Topology {
     let mut t = pd_topology();
     for c in &mut t.components {
         if c.id == PREFILL {
@@ -54,7 +54,7 @@ fn topology() -> Topology {
 }
 
 /// client -> proxy -> router -> prefill + decode, as the router dispatches a PD request.
-fn pd_request(sim: &mut Sim) -> [usize; 4] {
+pub(super) fn pd_request(sim: &mut Sim) -> [usize; 4] {
     let a = sim.connect(None, 8000, 100);
     let b = sim.connect(Some(100), 30000, 200);
     let p = sim.connect(Some(200), 31011, 300);
@@ -70,7 +70,7 @@ fn pd_request(sim: &mut Sim) -> [usize; 4] {
 
 /// The KV stream from prefill's scheduler to decode's: two earlier requests' pages, 82
 /// slices each answered with 8 bytes (the real pair's shape).
-fn kv_stream(sim: &mut Sim) -> usize {
+pub(super) fn kv_stream(sim: &mut Sim) -> usize {
     let c = sim.connect(Some(PREFILL_SCHED), KV_PORT, DECODE_SCHED);
     for _ in 0..2 {
         for _ in 0..82 {
@@ -84,7 +84,7 @@ fn kv_stream(sim: &mut Sim) -> usize {
 }
 
 /// Both engines' scrapes: gauges 0, a fresh `/v1/loads` with these PD queues.
-fn loads(comp: &str, now: Millis, disaggregation: serde_json::Value) -> MetricsScrape {
+pub(super) fn loads(comp: &str, now: Millis, disaggregation: serde_json::Value) -> MetricsScrape {
     let mut sc = scrape(comp, &[("running", 0.0), ("queued", 0.0)]);
     let ts = now as f64 / 1000.0 - 0.05;
     sc.extra.insert(

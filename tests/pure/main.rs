@@ -7,6 +7,7 @@ mod correlate_channels;
 mod correlate_headers_only;
 mod detectors;
 mod discovery_cache;
+mod early_verdicts;
 mod export;
 mod fuzz_corpora;
 mod history_bounds;

@@ -11,8 +11,8 @@
 //!   between the scheduler and the HTTP server, in the detokenizer or the tokenizer manager.
 //!
 //! Both stand whatever the engine's load: a busy engine is excused as slow, but these
-//! requests cannot move at all. (How long a leg must have waited is `waiting_leaves`'
-//! rule, with `wedged_after_ms`.)
+//! requests cannot move at all. (How long a leg must have waited is its witnesses' wait,
+//! `kind_witnesses.rs`: 10 s when unanimous, up to `wedged_after_ms`.)
 
 use super::exchange::{Exchange, HEADERS_BURST_MS};
 use super::metrics::MetricsPoint;
@@ -73,6 +73,8 @@ pub struct Undelivered {
     pub tokens: f64,
     /// Tokens its tokenizer manager received meanwhile, when counted.
     pub received: Option<f64>,
+    /// The scrape that first showed the newest count: the scheduler generated none since.
+    pub last_rise_ms: Millis,
 }
 
 /// The cause past its own hop of leaf `leg`, waiting for its first byte: a failed prefill
@@ -201,7 +203,13 @@ pub fn undelivered_since(
     if last_sent.is_some_and(|t| t >= baseline_ms) {
         return None;
     }
-    let tokens = upto(now, SCHEDULER_TOKENS_KEY)?.1 - before;
+    let (_, newest) = upto(now, SCHEDULER_TOKENS_KEY)?;
+    let tokens = newest - before;
+    let last_rise_ms = hist
+        .iter()
+        .filter(|p| p.t_ms > baseline_ms && p.t_ms <= now)
+        .find(|p| p.mapped.get(SCHEDULER_TOKENS_KEY) == Some(&newest))
+        .map_or(baseline_ms, |p| p.t_ms);
     let received = match (
         upto(now, RECEIVED_TOKENS_KEY),
         upto(since, RECEIVED_TOKENS_KEY),
@@ -214,5 +222,9 @@ pub fn undelivered_since(
     if received.is_some_and(|r| r >= 1.0) {
         return None;
     }
-    (tokens >= 1.0).then_some(Undelivered { tokens, received })
+    (tokens >= 1.0).then_some(Undelivered {
+        tokens,
+        received,
+        last_rise_ms,
+    })
 }

@@ -9,13 +9,13 @@
 //! The transfer is what the socket table shows between the pair (`channels.rs`: the KV
 //! streams and the status messages from prefill to decode); with none on TCP at all (RDMA),
 //! only a prefill still holding requests in its inflight queue says their transfer is under
-//! way. The timing is one rule, [`kv_stall_due`].
+//! way. The timing is one rule, [`kv_stall_due`], with the wait its witnesses say
+//! (`kind_witnesses.rs`: 10 s when unanimous, up to `wedged_after_ms`).
 
 use super::requests::StuckLeg;
 use super::state::{ComponentState, CountSource};
 use super::view::{RequestView, View};
 use super::Correlator;
-use crate::config::Thresholds;
 use crate::correlate::GpuActivity;
 use crate::model::{ChannelFlow, ChannelKind, RequestState, Role, StuckKind};
 
@@ -40,25 +40,30 @@ impl KvStall {
     pub fn transfer_idle_ms(&self) -> Option<u64> {
         self.transfer.iter().filter_map(|f| f.idle_ms).min()
     }
+
+    /// A transfer is seen under way: on TCP between the pair, or (none on TCP) prefill holds
+    /// requests in flight.
+    pub fn shows(&self) -> bool {
+        !self.transfer.is_empty() || self.prefill_inflight.is_some_and(|n| n > 0.0)
+    }
 }
 
-/// The stall's timing rule: a decode leg waiting `wedged_after_ms` for its first byte while
-/// the transfer from its prefill has been silent as long (`transfer_idle_ms`; None: no
-/// transfer on TCP to look at). The one place the stall's timing is decided.
-pub fn kv_stall_due(waited_ms: i64, transfer_idle_ms: Option<u64>, th: &Thresholds) -> bool {
-    let limit = th.correlate.wedged_after_ms;
-    waited_ms >= limit && transfer_idle_ms.is_none_or(|idle| idle as i64 >= limit)
+/// The stall's timing rule: a decode leg waiting `wait_ms` for its first byte (its
+/// witnesses' wait, `Witnesses::wedged_wait`: `wedged_after_ms` on less than unanimous
+/// evidence) while the transfer from its prefill has been silent as long
+/// (`transfer_idle_ms`; None: no transfer on TCP to look at). The one place the stall's
+/// timing is decided.
+pub fn kv_stall_due(waited_ms: i64, transfer_idle_ms: Option<u64>, wait_ms: i64) -> bool {
+    waited_ms >= wait_ms && transfer_idle_ms.is_none_or(|idle| idle as i64 >= wait_ms)
 }
 
 /// The logical requests stuck in a KV transfer, one leg each (the decode leg; the prefill
 /// leg, when it waits too, is its consequence).
 pub(super) fn kv_stalled(m: &Correlator, v: &View) -> Vec<StuckLeg> {
-    let candidates: Vec<(usize, Option<usize>)> = (0..v.requests.len())
-        .filter(|&i| waiting_at_decode(v, &v.requests[i]))
-        // A prefill leg that failed sends no KV at all: `pd_leg_failed`, not a stall.
-        .filter(|&i| super::blame::failed_prefill_leg(m, v, i).is_none())
-        .map(|i| (i, prefill_leg(v, i)))
-        .filter(|(_, p)| p.is_some())
+    let th = &m.thresholds.correlate;
+    let candidates: Vec<(usize, usize)> = (0..v.requests.len())
+        .filter(|&i| v.now - v.requests[i].x.last_request_ms >= th.wedged_soonest_ms())
+        .filter_map(|i| Some((i, candidate(m, v, i)?)))
         .collect();
     if candidates.is_empty() {
         return Vec::new();
@@ -67,15 +72,14 @@ pub(super) fn kv_stalled(m: &Correlator, v: &View) -> Vec<StuckLeg> {
     let flows = m.channel_flows(v.now);
     let mut out = Vec::new();
     for (d, p) in candidates {
-        let Some(p) = p else { continue };
         let (dr, pr) = (&v.requests[d], &v.requests[p]);
-        let Some(stall) = pair_stall(v, &flows, dr, pr) else {
+        // With no transfer on TCP, only a prefill holding them in flight says it is one.
+        let Some(stall) = pair_stall(v, &flows, dr, pr).filter(KvStall::shows) else {
             continue;
         };
-        let idle = stall.transfer_idle_ms();
-        // With no transfer on TCP, only a prefill holding them in flight says it is one.
-        let seen = !stall.transfer.is_empty() || stall.prefill_inflight.is_some_and(|n| n > 0.0);
-        if !seen || !kv_stall_due(dr.age_ms, idle, &m.thresholds) {
+        let w = super::kind_witnesses::of_kv_stall(m, v, dr, pr, &stall);
+        let waited = v.now - dr.x.last_request_ms;
+        if !kv_stall_due(waited, stall.transfer_idle_ms(), w.wedged_wait(th)) {
             continue;
         }
         let waits = pr.state == RequestState::WaitingFirstByte;
@@ -84,12 +88,23 @@ pub(super) fn kv_stalled(m: &Correlator, v: &View) -> Vec<StuckLeg> {
             kind: StuckKind::KvTransfer,
             busy: None,
             consequences: if waits { vec![p] } else { Vec::new() },
-            witnesses: None,
+            witnesses: Some(w),
             blame: super::blame::Blame::Here,
             kv: Some(stall),
         });
     }
     out
+}
+
+/// Decode leg `d`'s prefill leg, when `d` may be stuck in its KV transfer: it waits at a
+/// decode holding requests for their KV ([`waiting_at_decode`]), with a prefill leg that did
+/// not fail (that is `pd_leg_failed`: no KV will come, however the transfer looks).
+pub(super) fn candidate(m: &Correlator, v: &View, d: usize) -> Option<usize> {
+    if !waiting_at_decode(v, &v.requests[d]) || super::blame::failed_prefill_leg(m, v, d).is_some()
+    {
+        return None;
+    }
+    prefill_leg(v, d)
 }
 
 /// A decode leg waiting for its first byte, not a probe, not forwarded further, at a decode
@@ -120,7 +135,7 @@ fn prefill_leg(v: &View, d: usize) -> Option<usize> {
 
 /// The pair's stall facts when prefill is done with the request's forward: it answered, or it
 /// holds requests in its inflight queue and none waits for decode to connect.
-fn pair_stall(
+pub(super) fn pair_stall(
     v: &View,
     flows: &[ChannelFlow],
     d: &RequestView,
@@ -159,17 +174,14 @@ mod tests {
 
     #[test]
     fn the_timing_rule() {
-        let th = Thresholds::default();
-        let w = th.correlate.wedged_after_ms;
-        assert!(kv_stall_due(w, Some(w as u64), &th));
-        assert!(kv_stall_due(w, None, &th), "no transfer on TCP to look at");
-        assert!(
-            !kv_stall_due(w - 1, Some(w as u64), &th),
-            "not waited long enough"
-        );
-        assert!(
-            !kv_stall_due(w, Some(w as u64 - 1), &th),
-            "the transfer moved"
-        );
+        for w in [10_000, 30_000] {
+            assert!(kv_stall_due(w, Some(w as u64), w));
+            assert!(kv_stall_due(w, None, w), "no transfer on TCP to look at");
+            assert!(!kv_stall_due(w - 1, Some(w as u64), w), "not waited enough");
+            assert!(
+                !kv_stall_due(w, Some(w as u64 - 1), w),
+                "the transfer moved"
+            );
+        }
     }
 }

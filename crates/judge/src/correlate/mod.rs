@@ -25,11 +25,13 @@ pub mod blame;
 mod budget;
 mod channels;
 pub use budget::Census;
+mod engine_witnesses;
 mod exchange;
 mod footprint;
 mod gpu;
 mod gpu_pids;
 mod gpu_verdict;
+pub mod kind_witnesses;
 mod kv_stall;
 mod links;
 mod lookup;
@@ -49,10 +51,12 @@ pub mod verdict;
 mod view;
 mod waiting;
 
+pub use engine_witnesses::EngineLook;
 pub use exchange::HEADERS_ONLY_MAX_BYTES;
 pub use gpu::{device_activity, gpu_activity};
 pub use gpu_pids::{component_gpus, map_gpu_pids, GpuPidMapping};
 pub use gpu_verdict::{component_activity, ActivityThresholds, GpuActivity};
+pub use kind_witnesses::LegWitnesses;
 pub use kv_stall::{kv_stall_due, KvStall};
 pub use metrics::{
     is_probe_endpoint, probe_failed, summarize_loads, LoadsSummary, MetricsPoint, PD_QUEUE_KEYS,

@@ -20,8 +20,8 @@
 //! prefill holds requests in its bootstrap queue waiting for decode to connect: then the
 //! decode leg is stuck and the prefill leg its consequence. A leg with a cause past its hop
 //! (`blame.rs`: its PD prefill leg failed, or its engine's tokens never left) is stuck
-//! whatever the engine's load, and blamed on that cause (`pd_leg_failed`,
-//! `tokens_undelivered`).
+//! whatever the engine's load, after the wait its kind's witnesses say
+//! (`kind_witnesses.rs`), and blamed on that cause (`pd_leg_failed`, `tokens_undelivered`).
 //!
 //! Stuck in a KV transfer (`kv_transfer_stalled`'s case, `kv_stall.rs`): a PD decode leg
 //! waiting for its KV cache while the transfer from its prefill is silent; judged before
@@ -36,6 +36,7 @@
 
 use super::blame::{self, Blame};
 use super::exchange::Exchange;
+use super::kind_witnesses;
 use super::state::{ComponentState, WorkSignal};
 use super::verdict::{self, Witnesses, WORK_SETTLE_MS};
 use super::view::{is_probe_sized, LegName, RequestView, View};
@@ -216,7 +217,7 @@ fn no_response(m: &Correlator, v: &View) -> Vec<StuckLeg> {
         let Some(ls) = drop_excused(v, cs, ls) else {
             continue;
         };
-        let ls = stuck_past_hop(m, v, &comp, ls, &mut out);
+        let ls = stuck_past_hop(ls, &mut witnessed, &mut out);
         if ls.is_empty() {
             continue;
         }
@@ -239,7 +240,7 @@ fn no_response(m: &Correlator, v: &View) -> Vec<StuckLeg> {
                 kind: StuckKind::NoResponse,
                 busy: busy.clone(),
                 consequences: deps,
-                witnesses: witnessed.remove(&leg),
+                witnesses: witnessed.remove(&leg).map(|(w, _)| w),
                 blame: Blame::Here,
                 kv: None,
             });
@@ -248,30 +249,32 @@ fn no_response(m: &Correlator, v: &View) -> Vec<StuckLeg> {
     out
 }
 
-/// Adds to `out` the legs of `ls` (waiting at `comp`) with a cause past their hop
-/// (`blame.rs`): stuck whatever the engine's load, since they cannot move at all. Returns
-/// the others.
+/// Adds to `out` the legs of `ls` with a cause past their hop (`blame.rs`, found with their
+/// witnesses): stuck whatever the engine's load, since they cannot move at all. Returns the
+/// others.
 fn stuck_past_hop(
-    m: &Correlator,
-    v: &View,
-    comp: &str,
     ls: Vec<usize>,
+    witnessed: &mut BTreeMap<usize, (Witnesses, Blame)>,
     out: &mut Vec<StuckLeg>,
 ) -> Vec<usize> {
-    let last_sent = blame::last_answer_byte(m, comp);
     let mut rest = Vec::new();
     for leg in ls {
-        match blame::past_hop(m, v, leg, last_sent) {
-            Some(b) => out.push(StuckLeg {
+        match witnessed.remove(&leg) {
+            Some((w, b)) if b != Blame::Here => out.push(StuckLeg {
                 leg,
                 kind: StuckKind::NoResponse,
                 busy: None,
                 consequences: Vec::new(),
-                witnesses: None,
+                witnesses: Some(w),
                 blame: b,
                 kv: None,
             }),
-            None => rest.push(leg),
+            found => {
+                if let Some(found) = found {
+                    witnessed.insert(leg, found);
+                }
+                rest.push(leg);
+            }
         }
     }
     rest
@@ -303,22 +306,34 @@ pub fn pd_cause(prefill_waits_for_decode: bool) -> Role {
 }
 
 /// Of `waiting`, those that waited since their last request byte as long as their witnesses
-/// say (`verdict.rs`), with the witnesses.
-fn waited_long_enough(m: &Correlator, v: &View, waiting: &[usize]) -> BTreeMap<usize, Witnesses> {
+/// say (`verdict.rs`), with the witnesses and the cause past their hop they were judged on
+/// (`blame.rs`; [`Blame::Here`]: none, `wedged_request`'s witnesses).
+fn waited_long_enough(
+    m: &Correlator,
+    v: &View,
+    waiting: &[usize],
+) -> BTreeMap<usize, (Witnesses, Blame)> {
     let th = &m.thresholds.correlate;
-    waiting
-        .iter()
-        .filter_map(|&i| {
-            let r = &v.requests[i];
-            let waited = v.now - r.x.last_request_ms;
-            // The soonest any verdict comes: most waiting requests stop here, cheaply.
-            if waited < th.wedged_soonest_ms() {
-                return None;
-            }
-            let w = Witnesses::of_leg(m, v, r);
-            (waited >= w.wedged_wait(th)).then_some((i, w))
-        })
-        .collect()
+    let mut last_sent: BTreeMap<&str, Option<Millis>> = BTreeMap::new();
+    let mut out = BTreeMap::new();
+    for &i in waiting {
+        let r = &v.requests[i];
+        let waited = v.now - r.x.last_request_ms;
+        // The soonest any verdict comes: most waiting requests stop here, cheaply.
+        if waited < th.wedged_soonest_ms() {
+            continue;
+        }
+        let comp = r.x.component.as_str();
+        let sent = *last_sent
+            .entry(comp)
+            .or_insert_with(|| blame::last_answer_byte(m, comp));
+        let b = blame::past_hop(m, v, i, sent).unwrap_or(Blame::Here);
+        let w = kind_witnesses::of_blamed(m, v, i, &b);
+        if waited >= w.wedged_wait(th) {
+            out.insert(i, (w, b));
+        }
+    }
+    out
 }
 
 /// A request a longer look may judge: a leg at an engine nothing is seen working for, that
@@ -337,8 +352,9 @@ pub struct PendingVerdict {
 
 /// The pending verdict that needs the longest look (`None`: none pending). Pending: a leg
 /// at an engine, waiting for its first byte at the deepest hop for at least `silent_ms`, not
-/// judged stuck, no witness saw work, and its verdict would come within `within_ms` (the
-/// witnesses that need a longer look counted as turning).
+/// judged stuck, no witness of the kind it heads for saw work (`kind_witnesses.rs`), and
+/// its verdict would come within `within_ms` (the witnesses that need a longer look counted
+/// as turning).
 pub fn pending_verdict(
     m: &Correlator,
     v: &View,
@@ -349,16 +365,19 @@ pub fn pending_verdict(
         return None;
     }
     let th = &m.thresholds.correlate;
+    let witnesses = kind_witnesses::LegWitnesses::new(m, v);
     waiting_at_deepest_hop(v)
         .into_iter()
-        .map(|i| &v.requests[i])
-        .filter(|r| r.x.role.is_engine() && v.logical_of(r).stuck.is_none())
-        .filter_map(|r| {
+        .filter(|&i| {
+            v.requests[i].x.role.is_engine() && v.logical_of(&v.requests[i]).stuck.is_none()
+        })
+        .filter_map(|i| {
+            let r = &v.requests[i];
             let waited_ms = v.now - r.x.last_request_ms;
             if waited_ms < silent_ms {
                 return None;
             }
-            let w = Witnesses::of_leg(m, v, r);
+            let w = witnesses.of(i);
             if w.saw_work() {
                 return None;
             }

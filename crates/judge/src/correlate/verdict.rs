@@ -1,42 +1,41 @@
-//! How long a request with no response byte waits before it is judged stuck: the rule, once.
+//! How long a request with no response byte waits before it is judged stuck: the rule, once,
+//! for every stuck kind of no response byte.
 //!
-//! The wait depends on independent witnesses that nothing works on the request, each looking
-//! at the hop holding it over the wait (from its last request byte, +[`WORK_SETTLE_MS`] for
-//! batches already under way):
-//! - no response byte (the stuck kind's own witness, there from the start);
-//! - the engine's GPU idle in every reading;
-//! - its scheduler loop idle in every stack dump, at least two, and no thread in a batch;
-//! - its own work counters (tokens generated, forward time) frozen;
-//! - no queue in front of it (`/v1/loads`, else the queue gauges, at 0 in every scrape).
+//! The wait depends on independent witnesses. Each stuck kind has its own (the facts that
+//! make it that kind: no response byte; for `kv_transfer_stalled` the transfer silent, for
+//! `pd_leg_failed` the prefill leg's failure, for `tokens_undelivered` the tokens generated
+//! and then stopped; `kind_witnesses.rs`), and four at the engine holding the request that
+//! it does nothing for it (`engine_witnesses.rs`): its GPU idle in every reading, its
+//! scheduler loop idle in at least two stack dumps, its work counters frozen, no queue in
+//! front of it.
 //!
 //! Each says quiet (and when it turned), saw work, not yet (its source has data, too little
 //! since the request arrived: one dump), or nothing (no such data). Every one quiet: the
-//! verdict after `unanimous_ms` (`wedged_unanimous_ms`, 10 s). Each one not quiet moves it a
-//! quarter of the way to `slow_ms` (`wedged_after_ms`, 30 s). Any one that saw work:
-//! `slow_ms`, and the busy-engine rules judge (`requests.rs`): a slow request is never judged
-//! early. A hop that is no engine (proxy, router) has only the first witness, so 30 s.
-//!
-//! `requests.rs` judges `wedged_request`'s case with [`Witnesses::verdict_wait`]; another
-//! stuck kind with the same sort of evidence calls it with its own thresholds.
+//! verdict after `unanimous_ms` (`wedged_unanimous_ms`, 10 s). Each engine witness not quiet
+//! moves it a quarter of the way to `slow_ms` (`wedged_after_ms`, 30 s). A kind's own
+//! witness not quiet, or any witness that saw work: `slow_ms`, and the kind's slow rules
+//! judge (the busy-engine rules of `requests.rs`, the transfer silent as long in
+//! `kv_stall.rs`): a slow request is never judged early. A hop that is no engine (proxy,
+//! router) has only its own witness, so 30 s.
 
-use super::gpu::gpu_activity;
-use super::state::{queued_of, ComponentState};
+use super::engine_witnesses::{engine_witnesses, EngineLook};
 use super::view::{RequestView, View};
 use super::Correlator;
 use crate::clock::Millis;
-use crate::correlate::GpuActivity;
 
-/// After a request arrives, counters may still move, the GPU finish and the scheduler run a
-/// batch already under way for this long (and the metrics scrape lags by up to a second).
-pub const WORK_SETTLE_MS: Millis = 2000;
+pub use super::engine_witnesses::{counters, MIN_IDLE_DUMPS, WORK_SETTLE_MS};
 
-/// Stack dumps the scheduler witness needs: one dump is a guess, two agreeing are evidence.
-pub const MIN_IDLE_DUMPS: u32 = 2;
-
-/// One independent witness that nothing works on a waiting request.
+/// One independent witness that nothing moves a waiting request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Witness {
+    /// No response byte on the waiting leg.
     NoByte,
+    /// `kv_transfer_stalled`: no byte between the pair since prefill did the forward.
+    TransferSilent,
+    /// `pd_leg_failed`: the prefill leg closed, or answered an error its engine counted.
+    PrefillFailed,
+    /// `tokens_undelivered`: the scheduler generated tokens since it arrived, then stopped.
+    TokensGenerated,
     GpuIdle,
     SchedulerIdle,
     CountersFrozen,
@@ -44,18 +43,26 @@ pub enum Witness {
 }
 
 impl Witness {
-    pub const ALL: [Witness; 5] = [
-        Witness::NoByte,
+    /// The engine's four, each a quarter of the way.
+    pub const ENGINE: [Witness; 4] = [
         Witness::GpuIdle,
         Witness::SchedulerIdle,
         Witness::CountersFrozen,
         Witness::NoQueue,
     ];
 
+    /// One of the engine's four (else a stuck kind's own).
+    pub fn is_engines(self) -> bool {
+        Witness::ENGINE.contains(&self)
+    }
+
     /// What it says when quiet, and what it counted.
     fn words(self) -> (&'static str, &'static str) {
         match self {
             Witness::NoByte => ("no response byte", ""),
+            Witness::TransferSilent => ("transfer silent", "connections"),
+            Witness::PrefillFailed => ("prefill leg failed", "error(s) counted since"),
+            Witness::TokensGenerated => ("tokens generated, then none", "tokens"),
             Witness::GpuIdle => ("GPU idle", "readings"),
             Witness::SchedulerIdle => ("scheduler idle", "dumps"),
             Witness::CountersFrozen => ("counters frozen", "scrapes"),
@@ -67,9 +74,10 @@ impl Witness {
 /// What one witness says over the wait.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Testimony {
-    /// Nothing works on it: quiet in all `seen` observations, enough of them since `turned_ms`.
+    /// Nothing moves it: quiet in all `seen` observations, enough of them since `turned_ms`.
     Quiet { turned_ms: Millis, seen: u32 },
-    /// Work was seen (the engine is busy, or a queue stands in front of the request).
+    /// Work was seen (the engine is busy, a queue stands in front of the request, the
+    /// transfer moves, the scheduler still generates).
     SawWork,
     /// Its source has data for this hop, too little since the request arrived (one dump).
     NotYet,
@@ -83,38 +91,42 @@ impl Testimony {
     }
 }
 
-/// Every witness's testimony on one waiting leg.
+/// Every witness's testimony on one waiting leg: its stuck kind's own, then the engine's.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Witnesses {
     /// When its last request byte arrived: the wait counts from here.
     pub arrived_ms: Millis,
-    pub said: [(Witness, Testimony); 5],
+    pub said: Vec<(Witness, Testimony)>,
 }
 
 impl Witnesses {
-    /// The witnesses on leg `r` (waiting for its first byte) at `v.now`.
+    /// `arrived_ms`'s leg's witnesses: its kind's own (`own`), and the engine's four as
+    /// `look` sees them at `now`.
+    pub fn new(
+        m: &Correlator,
+        arrived_ms: Millis,
+        own: &[(Witness, Testimony)],
+        look: EngineLook,
+        now: Millis,
+    ) -> Witnesses {
+        let mut said = own.to_vec();
+        said.extend(engine_witnesses(m, look, now));
+        Witnesses { arrived_ms, said }
+    }
+
+    /// `wedged_request`'s witnesses on leg `r` (waiting for its first byte) at `v.now`: no
+    /// byte, and the engine's from its last request byte.
     pub fn of_leg(m: &Correlator, v: &View, r: &RequestView) -> Witnesses {
         let arrived_ms = r.x.last_request_ms;
-        let from = arrived_ms + WORK_SETTLE_MS;
-        let cs = v
-            .components
-            .get(&r.x.component)
-            .filter(|c| c.role.is_engine());
-        let said = Witness::ALL.map(|w| {
-            let t = match (w, cs) {
-                (Witness::NoByte, _) => Testimony::Quiet {
-                    turned_ms: arrived_ms,
-                    seen: 1,
-                },
-                (_, None) => Testimony::NoData,
-                (Witness::GpuIdle, Some(cs)) => gpu(m, cs, from, v.now),
-                (Witness::SchedulerIdle, Some(cs)) => scheduler(cs, from),
-                (Witness::CountersFrozen, Some(cs)) => counters(m, &cs.id, from, v.now),
-                (Witness::NoQueue, Some(cs)) => queue(m, &cs.id, from, v.now),
-            };
-            (w, t)
-        });
-        Witnesses { arrived_ms, said }
+        let look = EngineLook {
+            cs: v
+                .components
+                .get(&r.x.component)
+                .filter(|c| c.role.is_engine()),
+            from: arrived_ms + WORK_SETTLE_MS,
+            kv_wait: false,
+        };
+        Witnesses::new(m, arrived_ms, &[no_byte(arrived_ms)], look, v.now)
     }
 
     pub fn testimony(&self, w: Witness) -> Testimony {
@@ -133,24 +145,22 @@ impl Witnesses {
     }
 
     /// How long after [`Witnesses::arrived_ms`] the request is judged stuck: `unanimous_ms`
-    /// when every witness is quiet, a quarter of the way on to `slow_ms` for each one that
-    /// is not, `slow_ms` when any saw work (and never above it).
+    /// when every witness is quiet, a quarter of the way on to `slow_ms` for each of the
+    /// engine's that is not, `slow_ms` when one of the kind's own is not or any saw work
+    /// (and never above it).
     pub fn verdict_wait(&self, unanimous_ms: Millis, slow_ms: Millis) -> Millis {
-        wait_for(self.quiet(), self.saw_work(), unanimous_ms, slow_ms)
+        wait_for(&self.said, |t| t.is_quiet(), unanimous_ms, slow_ms)
     }
 
     /// [`Witnesses::verdict_wait`] once the witnesses that only need a longer look
     /// ([`Testimony::NotYet`]) turned quiet: what a one-shot may wait for.
     pub fn wait_after_longer_look(&self, unanimous_ms: Millis, slow_ms: Millis) -> Millis {
-        let quiet = self
-            .said
-            .iter()
-            .filter(|(_, t)| t.is_quiet() || *t == Testimony::NotYet)
-            .count();
-        wait_for(quiet, self.saw_work(), unanimous_ms, slow_ms)
+        let turns = |t: Testimony| t.is_quiet() || t == Testimony::NotYet;
+        wait_for(&self.said, turns, unanimous_ms, slow_ms)
     }
 
-    /// `wedged_request`'s wait (`wedged_unanimous_ms`, `wedged_after_ms`).
+    /// The wait of every stuck kind of no response byte (`wedged_unanimous_ms`,
+    /// `wedged_after_ms`).
     pub fn wedged_wait(&self, th: &crate::config::CorrelateThresholds) -> Millis {
         self.verdict_wait(th.wedged_soonest_ms(), th.wedged_after_ms)
     }
@@ -172,6 +182,12 @@ impl Witnesses {
                     (Witness::NoByte, Testimony::Quiet { .. }) => {
                         format!("{name} since it arrived")
                     }
+                    (Witness::PrefillFailed, Testimony::Quiet { turned_ms, seen: 0 }) => {
+                        format!("{name} at {} (closed without an answer)", rel(*turned_ms))
+                    }
+                    (Witness::PrefillFailed, Testimony::Quiet { turned_ms, seen }) => {
+                        format!("{name} at {} ({seen} {unit} it arrived)", rel(*turned_ms))
+                    }
                     (_, Testimony::Quiet { turned_ms, seen }) => {
                         format!("{name} from {} ({seen} {unit})", rel(*turned_ms))
                     }
@@ -185,213 +201,78 @@ impl Witnesses {
     }
 }
 
-/// The wait with `quiet` of the five witnesses quiet (see [`Witnesses::verdict_wait`]).
-fn wait_for(quiet: usize, saw_work: bool, unanimous_ms: Millis, slow_ms: Millis) -> Millis {
+/// The no-byte witness of a leg waiting since `arrived_ms`: quiet from the start.
+pub fn no_byte(arrived_ms: Millis) -> (Witness, Testimony) {
+    let t = Testimony::Quiet {
+        turned_ms: arrived_ms,
+        seen: 1,
+    };
+    (Witness::NoByte, t)
+}
+
+/// The wait with the witnesses `said`, `counts` saying which testimonies count as quiet (see
+/// [`Witnesses::verdict_wait`]).
+fn wait_for(
+    said: &[(Witness, Testimony)],
+    counts: impl Fn(Testimony) -> bool,
+    unanimous_ms: Millis,
+    slow_ms: Millis,
+) -> Millis {
     let fast = unanimous_ms.min(slow_ms);
-    if saw_work {
+    let saw_work = said.iter().any(|(_, t)| *t == Testimony::SawWork);
+    let own_quiet = said
+        .iter()
+        .filter(|(w, _)| !w.is_engines())
+        .all(|(_, t)| counts(*t));
+    if saw_work || !own_quiet {
         return slow_ms;
     }
-    let missing = (Witness::ALL.len() - quiet.min(Witness::ALL.len())) as i64;
-    // Four witnesses beside the stuck kind's own: each missing one is a quarter of the way.
-    fast + (slow_ms - fast) * missing.min(4) / 4
-}
-
-/// The entries of a history buffer (oldest first, in time order) from `from` to `now`,
-/// found by bisection: a daemon's history holds minutes of readings, the wait seconds.
-fn between<'a, T>(
-    q: &'a std::collections::VecDeque<T>,
-    t: impl Fn(&T) -> Millis + Copy + 'a,
-    from: Millis,
-    now: Millis,
-) -> impl Iterator<Item = &'a T> + 'a {
-    let start = q.partition_point(|x| t(x) < from);
-    q.range(start..).take_while(move |x| t(x) <= now)
-}
-
-/// Counts quiet observations; the testimony turns at the `need`-th.
-struct Tally {
-    need: u32,
-    seen: u32,
-    turned_ms: Option<Millis>,
-}
-
-impl Tally {
-    fn new(need: u32) -> Tally {
-        Tally {
-            need,
-            seen: 0,
-            turned_ms: None,
-        }
-    }
-
-    fn saw(&mut self, t: Millis) {
-        self.seen += 1;
-        if self.seen == self.need {
-            self.turned_ms = Some(t);
-        }
-    }
-
-    /// Quiet when enough; else not yet (`any_data`: its source has data for the hop) or no
-    /// data.
-    fn testimony(self, any_data: bool) -> Testimony {
-        match self.turned_ms {
-            Some(turned_ms) => Testimony::Quiet {
-                turned_ms,
-                seen: self.seen,
-            },
-            None if any_data || self.seen > 0 => Testimony::NotYet,
-            None => Testimony::NoData,
-        }
-    }
-}
-
-/// The engine's GPU idle in every reading from `from` to `now` (and now).
-fn gpu(m: &Correlator, cs: &ComponentState, from: Millis, now: Millis) -> Testimony {
-    match cs.gpu_activity {
-        GpuActivity::Idle => {}
-        GpuActivity::Working | GpuActivity::Spinning => return Testimony::SawWork,
-        GpuActivity::Unknown => return Testimony::NoData,
-    }
-    let Some(c) = m.topology.component(&cs.id) else {
-        return Testimony::NoData;
-    };
-    let c = m.with_children(c);
-    let mut tally = Tally::new(1);
-    for (t, g) in between(&m.gpu, |(t, _)| *t, from, now) {
-        match gpu_activity(&c, g, &m.thresholds) {
-            GpuActivity::Idle => tally.saw(*t),
-            GpuActivity::Working | GpuActivity::Spinning => return Testimony::SawWork,
-            GpuActivity::Unknown => {}
-        }
-    }
-    tally.testimony(true)
-}
-
-/// The engine's loop thread idle in every dump since `from`, at least [`MIN_IDLE_DUMPS`],
-/// and no thread of it working in any of them.
-fn scheduler(cs: &ComponentState, from: Millis) -> Testimony {
-    let since = |t: &super::ThreadWindow| {
-        t.states
-            .iter()
-            .zip(&t.times)
-            .filter(|(_, at)| **at >= from)
-            .map(|(s, at)| (s.clone(), *at))
-            .collect::<Vec<_>>()
-    };
-    if cs
-        .threads
+    let engines_quiet = said
         .iter()
-        .any(|t| since(t).iter().any(|(s, _)| s.is_working()))
-    {
-        return Testimony::SawWork;
-    }
-    let Some(lt) = cs.loop_thread() else {
-        return Testimony::NoData;
-    };
-    let mut tally = Tally::new(MIN_IDLE_DUMPS);
-    for (s, at) in since(lt) {
-        if s != crate::model::ThreadState::Idle {
-            // Not working, not idle (polling a PD queue, in a collective): says nothing.
-            return Testimony::NotYet;
-        }
-        tally.saw(at);
-    }
-    tally.testimony(true)
-}
-
-/// Counters of an engine's work: each with the rise that is still no work (rounding of a
-/// float the engine adds idle loop time to).
-const WORK_COUNTERS: [(&str, f64); 2] = [
-    ("generation_tokens_total", 0.0),
-    ("forward_seconds_total", 0.01),
-];
-
-/// The engine's own work counters flat from `from` to `now`: quiet once two scrapes carrying
-/// one of them span at least 1 s (turned at the later one), work seen when one rose.
-pub fn counters(m: &Correlator, comp: &str, from: Millis, now: Millis) -> Testimony {
-    let Some(hist) = m.metrics_history(comp) else {
-        return Testimony::NoData;
-    };
-    let carries =
-        |p: &super::MetricsPoint| WORK_COUNTERS.iter().any(|(k, _)| p.mapped.contains_key(*k));
-    let any_data = hist.iter().any(carries);
-    let pts: Vec<_> = between(hist, |p| p.t_ms, from, now)
-        .filter(|p| carries(p))
-        .collect();
-    let (Some(first), Some(last)) = (pts.first(), pts.last()) else {
-        return Tally::new(1).testimony(any_data);
-    };
-    for (key, tolerance) in WORK_COUNTERS {
-        if let (Some(a), Some(b)) = (first.mapped.get(key), last.mapped.get(key)) {
-            if b - a > tolerance {
-                return Testimony::SawWork;
-            }
-        }
-    }
-    match pts.iter().find(|p| p.t_ms - first.t_ms >= 1000) {
-        Some(p) => Testimony::Quiet {
-            turned_ms: p.t_ms,
-            seen: pts.len() as u32,
-        },
-        None => Testimony::NotYet,
-    }
-}
-
-/// No request queued at the engine in any scrape from `from` to `now`.
-fn queue(m: &Correlator, comp: &str, from: Millis, now: Millis) -> Testimony {
-    let Some(hist) = m.metrics_history(comp) else {
-        return Testimony::NoData;
-    };
-    let any_data = hist.iter().any(|p| queued_of(p).is_some());
-    let mut tally = Tally::new(1);
-    for p in between(hist, |p| p.t_ms, from, now) {
-        match queued_of(p) {
-            Some((q, _)) if q > 0.0 => return Testimony::SawWork,
-            Some(_) => tally.saw(p.t_ms),
-            None => {}
-        }
-    }
-    tally.testimony(any_data)
+        .filter(|(w, t)| w.is_engines() && counts(*t))
+        .count();
+    let missing = Witness::ENGINE.len().saturating_sub(engines_quiet) as i64;
+    fast + (slow_ms - fast) * missing / Witness::ENGINE.len() as i64
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn with(quiet: usize, saw_work: bool) -> Millis {
-        wait_for(quiet, saw_work, 10_000, 30_000)
+    const Q: Testimony = Testimony::Quiet {
+        turned_ms: 0,
+        seen: 1,
+    };
+
+    /// `own` of the kind's own witnesses quiet (of two), `engine` of the engine's four, one
+    /// of the rest saw work or not.
+    fn with(own_quiet: bool, engine: usize, saw_work: bool) -> Millis {
+        let own = if own_quiet { Q } else { Testimony::NoData };
+        let mut said = vec![(Witness::NoByte, Q), (Witness::TransferSilent, own)];
+        for (k, w) in Witness::ENGINE.into_iter().enumerate() {
+            let t = match k {
+                _ if k < engine => Q,
+                _ if saw_work => Testimony::SawWork,
+                _ => Testimony::NotYet,
+            };
+            said.push((w, t));
+        }
+        wait_for(&said, |t| t.is_quiet(), 10_000, 30_000)
     }
 
     #[test]
     fn the_wait_shrinks_with_each_quiet_witness_and_never_on_work() {
-        assert_eq!(with(5, false), 10_000, "unanimous");
-        assert_eq!(with(4, false), 15_000);
-        assert_eq!(with(3, false), 20_000);
-        assert_eq!(with(1, false), 30_000, "only no byte: as before");
-        assert_eq!(with(4, true), 30_000, "work seen: the slow rule");
+        assert_eq!(with(true, 4, false), 10_000, "unanimous");
+        assert_eq!(with(true, 3, false), 15_000);
+        assert_eq!(with(true, 2, false), 20_000);
+        assert_eq!(with(true, 0, false), 30_000, "only its own: as before");
+        assert_eq!(with(true, 3, true), 30_000, "work seen: the slow rule");
+        assert_eq!(with(false, 4, false), 30_000, "its own not quiet: slow");
+        let said = [(Witness::NoByte, Q)];
         assert_eq!(
-            wait_for(5, false, 10_000, 8_000),
+            wait_for(&said, |t| t.is_quiet(), 10_000, 8_000),
             8_000,
             "never above the slow threshold"
         );
-    }
-
-    #[test]
-    fn a_tally_turns_at_its_nth_observation() {
-        let mut t = Tally::new(2);
-        t.saw(100);
-        assert_eq!(t.testimony(true), Testimony::NotYet);
-        let mut t = Tally::new(2);
-        t.saw(100);
-        t.saw(400);
-        t.saw(900);
-        assert_eq!(
-            t.testimony(true),
-            Testimony::Quiet {
-                turned_ms: 400,
-                seen: 3
-            }
-        );
-        assert_eq!(Tally::new(1).testimony(false), Testimony::NoData);
     }
 }

@@ -1,11 +1,14 @@
 //! `kv_transfer_stalled` (critical).
 //!
 //! Fires when PD requests wait at decode for their KV cache and it never comes: their decode
-//! legs have had no response byte for `wedged_after_ms`, decode holds requests in its
-//! prealloc/transfer queues, prefill has done their forward (it answered, or holds them in
-//! its inflight queue with none waiting for decode to connect), and the transfer from that
-//! prefill to that decode (its KV streams and status messages on TCP) has been silent as
-//! long. It names both engines, the requests and what each layer shows; it replaces the
+//! legs have had no response byte as long as their witnesses say
+//! (`correlate::kind_witnesses`: `wedged_unanimous_ms` when the transfer is silent since
+//! prefill did the forward and decode's GPU, scheduler, counters and queue agree nothing
+//! works on them, up to `wedged_after_ms` on less; never early while the transfer moves),
+//! decode holds requests in its prealloc/transfer queues, prefill has done their forward (it
+//! answered, or holds them in its inflight queue with none waiting for decode to connect),
+//! and the transfer from that prefill to that decode (its KV streams and status messages on
+//! TCP) has been silent as long. It names both engines, the requests and what each layer shows; it replaces the
 //! `wedged_request` those requests would otherwise be (at decode: "accepted and forgotten",
 //! or at prefill when its leg waits too).
 //!
@@ -20,7 +23,8 @@
 //! (`correlate::kv_stall`, its timing rule `kv_stall_due`); this detector groups them by pair
 //! and words the finding.
 //!
-//! Thresholds read: none directly (the verdict reads `wedged_after_ms`).
+//! Thresholds read: none directly (the verdict reads `wedged_unanimous_ms`,
+//! `wedged_after_ms`).
 
 use super::{logical_ids, secs};
 use crate::correlate::{ComponentState, KvStall, RequestView, View};
@@ -32,7 +36,7 @@ type Stuck<'a> = (&'a RequestView, &'a KvStall, Vec<&'a RequestView>);
 
 /// `kv_transfer_stalled`: one finding per (prefill, decode) pair with requests stuck in
 /// their KV transfer.
-pub fn kv_transfer_stalled(_m: &crate::correlate::Correlator, v: &View) -> Vec<Finding> {
+pub fn kv_transfer_stalled(m: &crate::correlate::Correlator, v: &View) -> Vec<Finding> {
     let mut pairs: BTreeMap<(&str, &str), Vec<Stuck>> = BTreeMap::new();
     for s in v.stuck().filter_map(|l| l.stuck.as_ref()) {
         let (StuckKind::KvTransfer, Some(kv)) = (s.kind, &s.kv) else {
@@ -46,20 +50,21 @@ pub fn kv_transfer_stalled(_m: &crate::correlate::Correlator, v: &View) -> Vec<F
     }
     pairs
         .into_values()
-        .map(|stuck| finding(v, &stuck))
+        .map(|stuck| finding(m, v, &stuck))
         .collect()
 }
 
 /// The finding of one pair.
-fn finding(v: &View, stuck: &[Stuck]) -> Finding {
+fn finding(m: &crate::correlate::Correlator, v: &View, stuck: &[Stuck]) -> Finding {
     let kv = stuck[0].1;
     let legs: Vec<&RequestView> = stuck.iter().map(|(d, _, _)| *d).collect();
+    let (judged_on, verdict_evidence) = super::wedged_request::verdicts(m, v, &legs);
     let n = legs.len();
     let oldest = legs.iter().map(|r| r.age_ms).max().unwrap_or(0);
     let transfer = transfer_words(kv);
     let summary = format!(
         "{n} request{} at {} wait{} for {} KV cache from {} ({}): {transfer}; decode holds {} \
-         waiting for KV, prefill {}",
+         waiting for KV, prefill {}{judged_on}",
         if n == 1 { "" } else { "s" },
         kv.decode,
         if n == 1 { "s" } else { "" },
@@ -101,6 +106,7 @@ fn finding(v: &View, stuck: &[Stuck]) -> Finding {
             evidence.extend(engine_evidence(cs));
         }
     }
+    evidence.extend(verdict_evidence);
     Finding {
         kind: FindingKind::KvTransferStalled,
         severity: Severity::Critical,

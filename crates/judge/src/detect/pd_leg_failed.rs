@@ -1,7 +1,9 @@
 //! `pd_leg_failed` (critical).
 //!
-//! Fires when a PD request's decode leg has waited `wedged_after_ms` for its first byte while
-//! its prefill leg (sent by the same router exchange) already ended with an error: the
+//! Fires when a PD request's decode leg has waited for its first byte as long as its
+//! witnesses say (`correlate::kind_witnesses`: `wedged_unanimous_ms` when the failure is
+//! proven and decode's GPU, scheduler, counters and queue agree nothing works on it, up to
+//! `wedged_after_ms` on less) while its prefill leg (sent by the same router exchange) already ended with an error: the
 //! connection closed before any answer, or a short answer in one burst while the prefill
 //! engine counted error statuses (4xx, 5xx) on inference requests (`blame.rs`). Decode waits
 //! for KV the prefill will never send; the real sglang-router 0.3.2 answers the client only
@@ -13,9 +15,10 @@
 //! requests fail by themselves after the waiting timeout, and restarting decode or the router
 //! only drops them. A router that retries or aborts decode on a prefill error avoids the wait.
 //!
-//! Thresholds read: none directly (the verdict reads `wedged_after_ms`).
+//! Thresholds read: none directly (the verdict reads `wedged_unanimous_ms`,
+//! `wedged_after_ms`).
 
-use super::wedged_request::{age_text, waiting_evidence};
+use super::wedged_request::{age_text, verdicts, waiting_evidence};
 use super::{logical_ids, secs};
 use crate::correlate::blame::{answer_size_unknown, Blame, FailedLeg, LegFailure};
 use crate::correlate::{Correlator, RequestView, View};
@@ -24,7 +27,7 @@ use std::collections::BTreeMap;
 
 /// `pd_leg_failed`: decode legs waiting for KV from a prefill leg that failed, one finding
 /// per prefill engine.
-pub fn pd_leg_failed(_m: &Correlator, v: &View) -> Vec<Finding> {
+pub fn pd_leg_failed(m: &Correlator, v: &View) -> Vec<Finding> {
     let mut by_prefill: BTreeMap<&str, Vec<(&RequestView, &FailedLeg)>> = BTreeMap::new();
     for s in v.stuck().filter_map(|l| l.stuck.as_ref()) {
         if let Blame::PrefillFailed(f) = &s.blame {
@@ -37,12 +40,20 @@ pub fn pd_leg_failed(_m: &Correlator, v: &View) -> Vec<Finding> {
     }
     by_prefill
         .into_iter()
-        .map(|(prefill, legs)| finding(v, prefill, &legs))
+        .map(|(prefill, legs)| finding(m, v, prefill, &legs))
         .collect()
 }
 
-fn finding(v: &View, prefill: &str, legs: &[(&RequestView, &FailedLeg)]) -> Finding {
+fn finding(
+    m: &Correlator,
+    v: &View,
+    prefill: &str,
+    legs: &[(&RequestView, &FailedLeg)],
+) -> Finding {
     let decode_legs: Vec<&RequestView> = legs.iter().map(|(d, _)| *d).collect();
+    let (judged_on, verdict_evidence) = verdicts(m, v, &decode_legs);
+    let mut evidence = evidence(v, legs);
+    evidence.extend(verdict_evidence);
     let n = legs.len();
     let decode = hops(decode_legs.iter().map(|d| d.x.component.as_str()));
     let routers = hops(decode_legs.iter().filter_map(|d| holder(v, d)));
@@ -58,13 +69,13 @@ fn finding(v: &View, prefill: &str, legs: &[(&RequestView, &FailedLeg)]) -> Find
         component: Some(prefill.to_string()),
         role: Some(Role::Prefill),
         summary: format!(
-            "{n} PD request{plural} failed at {prefill} ({}) and {} at {decode} for KV that will not come, accepted {}; {holders} holds the client{plural}",
+            "{n} PD request{plural} failed at {prefill} ({}) and {} at {decode} for KV that will not come, accepted {}; {holders} holds the client{plural}{judged_on}",
             failures_text(legs),
             if n == 1 { "waits" } else { "wait" },
             age_text(&decode_legs),
         ),
         requests: logical_ids(v, &decode_legs),
-        evidence: evidence(v, legs),
+        evidence,
         explanation: Some(format!(
             "The prefill leg of each request ended with an error at {prefill}, so its KV cache will never be sent; the decode engine holds the request waiting for it (until SGLANG_DISAGGREGATION_WAITING_TIMEOUT, 300 s by default), and the router, which answers the client only from decode, holds the client as long. Read {prefill}'s log for the error it answered; restarting decode or the router only drops the waiting requests."
         )),

@@ -1,6 +1,9 @@
 //! `tokens_undelivered` (critical).
 //!
-//! Fires when requests have waited `wedged_after_ms` for their first byte at an engine whose
+//! Fires when requests have waited for their first byte, as long as their witnesses say
+//! (`correlate::kind_witnesses`: `wedged_unanimous_ms` when the scheduler's tokens stopped
+//! and the engine's GPU, scheduler, counters and queue agree nothing works since, up to
+//! `wedged_after_ms` on less; never early while it still generates), at an engine whose
 //! scheduler generated tokens since they arrived (its own token count, SGLang's
 //! `realtime_tokens_total{mode="decode"}`, rose) while not one byte left its HTTP server on
 //! any inference request (`blame.rs`). The scheduler did its work: the tokens are lost on
@@ -12,9 +15,10 @@
 //! main thread not waiting in its receive is stuck decoding) and at the HTTP process's event
 //! loop; its log. Restarting the engine drops the requests; the scheduler is not the cause.
 //!
-//! Thresholds read: none directly (the verdict reads `wedged_after_ms`).
+//! Thresholds read: none directly (the verdict reads `wedged_unanimous_ms`,
+//! `wedged_after_ms`).
 
-use super::wedged_request::{age_text, waiting_evidence};
+use super::wedged_request::{age_text, verdicts, waiting_evidence};
 use super::{join_states, logical_ids, secs};
 use crate::clock::Millis;
 use crate::correlate::blame::{Blame, Undelivered};
@@ -56,18 +60,20 @@ fn finding(
         .unwrap_or(legs[0].1);
     let n = ls.len();
     let places = places(m, engine);
+    let (judged_on, verdict_evidence) = verdicts(m, v, &ls);
     let mut evidence: Vec<Evidence> = ls.iter().map(|r| waiting_evidence(v, r)).collect();
     evidence.push(Evidence::new("metrics", counts_text(&u)));
     if let Some(cs) = v.components.get(engine) {
         evidence.extend(output_path_evidence(m, cs, v.now));
     }
+    evidence.extend(verdict_evidence);
     Finding {
         kind: FindingKind::TokensUndelivered,
         severity: Severity::Critical,
         component: Some(engine.to_string()),
         role: Some(Role::Detokenizer),
         summary: format!(
-            "{n} request{} accepted {} at {engine} got no byte although its scheduler generated {:.0} tokens since: they are lost past the scheduler, in {places}",
+            "{n} request{} accepted {} at {engine} got no byte although its scheduler generated {:.0} tokens since: they are lost past the scheduler, in {places}{judged_on}",
             if n == 1 { "" } else { "s" },
             age_text(&ls),
             u.tokens,

@@ -115,16 +115,7 @@ impl Stuck<'_> {
             words.push("no request forwarded to the next hop".to_string());
         }
         let n = ls.len();
-        let judged_on = judged
-            .first()
-            .map(|(_, w)| {
-                format!(
-                    "; judged after {} on {}",
-                    secs(w.wedged_wait(&m.thresholds.correlate)),
-                    w.count_text()
-                )
-            })
-            .unwrap_or_default();
+        let judged_on = judged_on(m, judged.first().map(|(_, w)| *w));
         let summary = format!(
             "{n} request{} accepted {} {} stuck at {comp}: {}{judged_on}",
             if n == 1 { "" } else { "s" },
@@ -152,17 +143,50 @@ impl Stuck<'_> {
 }
 
 /// At most this many stuck legs have their witnesses listed one by one.
-const MAX_VERDICT_EVIDENCE: usize = 5;
+pub(super) const MAX_VERDICT_EVIDENCE: usize = 5;
+
+/// What stuck legs were judged on: "; judged after 10 s on 5/5 witnesses" (the first
+/// judged one's, for a summary), and each one's witnesses (the first
+/// [`MAX_VERDICT_EVIDENCE`]).
+pub(super) fn verdicts(m: &Correlator, v: &View, ls: &[&RequestView]) -> (String, Vec<Evidence>) {
+    let judged: Vec<(&RequestView, &Witnesses)> = ls
+        .iter()
+        .filter_map(|r| Some((*r, witnesses_of(v, r)?)))
+        .collect();
+    let evidence = judged
+        .iter()
+        .take(MAX_VERDICT_EVIDENCE)
+        .map(|(r, w)| verdict_evidence(m, v, r, w))
+        .collect();
+    (judged_on(m, judged.first().map(|(_, w)| *w)), evidence)
+}
+
+/// "; judged after 10 s on 5/5 witnesses", of a stuck leg's witnesses (none: "").
+pub(super) fn judged_on(m: &Correlator, w: Option<&Witnesses>) -> String {
+    w.map(|w| {
+        format!(
+            "; judged after {} on {}",
+            secs(w.wedged_wait(&m.thresholds.correlate)),
+            w.count_text()
+        )
+    })
+    .unwrap_or_default()
+}
 
 /// The witnesses a stuck leg was judged on.
-fn witnesses_of<'a>(v: &'a View, r: &RequestView) -> Option<&'a Witnesses> {
+pub(super) fn witnesses_of<'a>(v: &'a View, r: &RequestView) -> Option<&'a Witnesses> {
     v.logical_of(r).stuck.as_ref()?.witnesses.as_ref()
 }
 
 /// "r17@decode waited 10.2 s since its last request byte, judged after 10 s on 5/5
 /// witnesses (30 s on less evidence): no response byte since it arrived; GPU idle from
 /// +2.0 s (33 readings); ...".
-fn verdict_evidence(m: &Correlator, v: &View, r: &RequestView, w: &Witnesses) -> Evidence {
+pub(super) fn verdict_evidence(
+    m: &Correlator,
+    v: &View,
+    r: &RequestView,
+    w: &Witnesses,
+) -> Evidence {
     let th = &m.thresholds.correlate;
     Evidence::new(
         "verdict",

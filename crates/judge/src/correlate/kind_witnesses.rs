@@ -1,0 +1,179 @@
+//! The witnesses of the stuck kinds past `wedged_request`, each the kind's own facts and the
+//! engine's four (`verdict.rs` weighs them; `engine_witnesses.rs` are the four):
+//! - `kv_transfer_stalled`: no byte on the decode leg; the transfer between the pair silent
+//!   since prefill did the forward (+settle); decode's four from the leg's arrival, read as
+//!   a decode waiting for KV (its loop polling the PD queues is idle, its KV queues hold the
+//!   waiting requests themselves).
+//! - `pd_leg_failed`: no byte on the decode leg; the prefill leg closed, or answered an error
+//!   its engine counted since the request (errors counted only since the engine started
+//!   cannot be dated: not quiet); decode's four, read the same way.
+//! - `tokens_undelivered`: no byte; the scheduler's tokens rose since the request and then
+//!   stopped (still rising: work seen, a long generation is no loss); the engine's four
+//!   from when they stopped.
+//!
+//! [`LegWitnesses::of`] gives a waiting leg the witnesses of the kind it heads for, so the
+//! judge, a one-shot's longer look and the daemon's suspicion read one answer.
+
+use super::blame::{self, Blame, FailedLeg, LegFailure, Undelivered};
+use super::engine_witnesses::{EngineLook, WORK_SETTLE_MS};
+use super::kv_stall::{self, KvStall};
+use super::verdict::{no_byte, Testimony, Witness, Witnesses};
+use super::view::{RequestView, View};
+use super::Correlator;
+use crate::clock::Millis;
+use crate::model::{ChannelFlow, RequestState};
+use std::cell::{OnceCell, RefCell};
+use std::collections::BTreeMap;
+
+/// `kv_transfer_stalled`'s witnesses on decode leg `d`, whose prefill leg is `p`.
+pub fn of_kv_stall(
+    m: &Correlator,
+    v: &View,
+    d: &RequestView,
+    p: &RequestView,
+    stall: &KvStall,
+) -> Witnesses {
+    let arrived = d.x.last_request_ms;
+    let done = prefill_done_ms(m, p, &stall.prefill);
+    let own = [
+        no_byte(arrived),
+        (Witness::TransferSilent, transfer(stall, done, v.now)),
+    ];
+    Witnesses::new(m, arrived, &own, waiting_for_kv(v, d), v.now)
+}
+
+/// `pd_leg_failed`'s witnesses on decode leg `d`, whose prefill leg failed as `f` says.
+pub fn of_failed_prefill(m: &Correlator, v: &View, d: &RequestView, f: &FailedLeg) -> Witnesses {
+    let arrived = d.x.last_request_ms;
+    let p = &v.requests[f.leg].x;
+    let ended = p.end_ms().or(p.last_out_ms).unwrap_or(p.last_request_ms);
+    let failed = match f.how {
+        LegFailure::Closed => Testimony::Quiet {
+            turned_ms: ended,
+            seen: 0,
+        },
+        LegFailure::ErrorStatus { n } => Testimony::Quiet {
+            turned_ms: ended,
+            seen: n.max(1.0) as u32,
+        },
+        LegFailure::ErrorsSinceStart { .. } => Testimony::NoData,
+    };
+    let own = [no_byte(arrived), (Witness::PrefillFailed, failed)];
+    Witnesses::new(m, arrived, &own, waiting_for_kv(v, d), v.now)
+}
+
+/// `tokens_undelivered`'s witnesses on leg `r`, its engine's tokens as `u` says.
+pub fn of_undelivered(m: &Correlator, v: &View, r: &RequestView, u: &Undelivered) -> Witnesses {
+    let arrived = r.x.last_request_ms;
+    let generated = if v.now - u.last_rise_ms < WORK_SETTLE_MS {
+        // Still generating: a long answer on its way, not yet a lost one.
+        Testimony::SawWork
+    } else {
+        Testimony::Quiet {
+            turned_ms: u.last_rise_ms,
+            seen: u.tokens as u32,
+        }
+    };
+    let look = EngineLook {
+        cs: v.components.get(&r.x.component),
+        from: u.last_rise_ms.max(arrived) + WORK_SETTLE_MS,
+        kv_wait: false,
+    };
+    let own = [no_byte(arrived), (Witness::TokensGenerated, generated)];
+    Witnesses::new(m, arrived, &own, look, v.now)
+}
+
+/// The witnesses of a leg judged (or heading) for `blame`.
+pub fn of_blamed(m: &Correlator, v: &View, leg: usize, blame: &Blame) -> Witnesses {
+    let r = &v.requests[leg];
+    match blame {
+        Blame::Here => Witnesses::of_leg(m, v, r),
+        Blame::PrefillFailed(f) => of_failed_prefill(m, v, r, f),
+        Blame::Undelivered(u) => of_undelivered(m, v, r, u),
+    }
+}
+
+/// Decode's four from the leg's arrival, read as a decode waiting for its KV.
+fn waiting_for_kv<'a>(v: &'a View, d: &RequestView) -> EngineLook<'a> {
+    EngineLook {
+        cs: v.components.get(&d.x.component),
+        from: d.x.last_request_ms + WORK_SETTLE_MS,
+        kv_wait: true,
+    }
+}
+
+/// When prefill did the forward of leg `p`: its answer, else the first scrape since the leg
+/// arrived that shows requests in its inflight queue (`None`: not seen yet).
+fn prefill_done_ms(m: &Correlator, p: &RequestView, prefill: &str) -> Option<Millis> {
+    if p.state != RequestState::WaitingFirstByte {
+        return p.x.first_byte_ms.or(p.x.last_out_ms).or(p.x.end_ms());
+    }
+    m.metrics_history(prefill)?
+        .iter()
+        .filter(|pt| pt.t_ms >= p.x.last_request_ms)
+        .find(|pt| pt.loads.is_some_and(|l| l.pd_inflight > 0.0))
+        .map(|pt| pt.t_ms)
+}
+
+/// The transfer between the pair silent since prefill did the forward (`done`, +settle):
+/// no TCP transfer to look at is no data; a byte since, work seen.
+fn transfer(stall: &KvStall, done: Option<Millis>, now: Millis) -> Testimony {
+    if stall.transfer.is_empty() {
+        return Testimony::NoData;
+    }
+    let Some(from) = done.map(|t| t + WORK_SETTLE_MS) else {
+        return Testimony::NotYet;
+    };
+    let last_byte = stall.transfer_idle_ms().map(|idle| now - idle as Millis);
+    if last_byte.is_some_and(|t| t > from) {
+        return Testimony::SawWork;
+    }
+    if now < from {
+        return Testimony::NotYet;
+    }
+    Testimony::Quiet {
+        turned_ms: from,
+        seen: stall.transfer.iter().map(|f| f.connections).sum(),
+    }
+}
+
+/// Each waiting leg's witnesses, for the kind it heads for: a KV transfer stall, a cause past
+/// its hop (`blame.rs`), else `wedged_request`'s. The pairs' transfers are read once, when a
+/// leg needs them, and each engine's last answer byte once (a pass asks for many legs).
+pub struct LegWitnesses<'a> {
+    m: &'a Correlator,
+    v: &'a View,
+    flows: OnceCell<Vec<ChannelFlow>>,
+    last_sent: RefCell<BTreeMap<String, Option<Millis>>>,
+}
+
+impl<'a> LegWitnesses<'a> {
+    pub fn new(m: &'a Correlator, v: &'a View) -> LegWitnesses<'a> {
+        LegWitnesses {
+            m,
+            v,
+            flows: OnceCell::new(),
+            last_sent: RefCell::new(BTreeMap::new()),
+        }
+    }
+
+    /// Leg `leg`'s witnesses (it waits for its first byte).
+    pub fn of(&self, leg: usize) -> Witnesses {
+        let (m, v) = (self.m, self.v);
+        if let Some(p) = kv_stall::candidate(m, v, leg) {
+            let flows = self.flows.get_or_init(|| m.channel_flows(v.now));
+            let (d, p) = (&v.requests[leg], &v.requests[p]);
+            if let Some(stall) = kv_stall::pair_stall(v, flows, d, p).filter(KvStall::shows) {
+                return of_kv_stall(m, v, d, p, &stall);
+            }
+        }
+        let comp = &v.requests[leg].x.component;
+        let last_sent = *self
+            .last_sent
+            .borrow_mut()
+            .entry(comp.clone())
+            .or_insert_with(|| blame::last_answer_byte(m, comp));
+        let blame = blame::past_hop(m, v, leg, last_sent).unwrap_or(Blame::Here);
+        of_blamed(m, v, leg, &blame)
+    }
+}
