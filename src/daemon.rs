@@ -18,12 +18,12 @@
 
 pub mod answer;
 pub mod dirs;
+pub mod exporter;
 pub mod incidents;
 pub mod kept_answer;
 pub mod known_good;
 pub mod lock;
 pub mod log;
-pub mod exporter;
 pub mod pass;
 pub mod protocol;
 pub mod socket;

@@ -326,6 +326,11 @@ fn fixture_opts(name: &str) -> DiscoverOptions {
         query_endpoints: false,
         exclude_pids: Vec::new(),
         http_timeout: Duration::from_millis(100),
+        // A fixture tree reads in microseconds: a loaded machine must not cut a pass.
+        deadlines: wedgewatch::discover::ProcDeadlines {
+            read: Duration::from_secs(30),
+            table: Duration::from_secs(60),
+        },
         ..DiscoverOptions::default()
     }
 }

@@ -10,8 +10,8 @@
 //! severity (critical ERROR, warning WARN, info INFO) and closes at INFO; a source degrading is
 //! WARN, recovering INFO.
 
-use super::kept_answer::KeptAnswer;
 use super::exporter::Published;
+use super::kept_answer::KeptAnswer;
 use super::pass::{Latest, Pass};
 use super::Shared;
 use crate::clock::{Clock, Millis};

@@ -44,6 +44,7 @@ pub use cache::{
 };
 pub use endpoints::{loopback_get, scrape_addr};
 pub use profiles::{flag_value, flag_values};
+pub use table::ProcDeadlines;
 
 use crate::error::Result;
 use crate::model::addr::split_host_port;
@@ -85,6 +86,8 @@ pub struct DiscoverOptions {
     /// The daemon's sockets source's latest dump of our own namespace: taken instead of a
     /// dump of discovery's own while it is young enough (see `sys::sock_diag::RecentDump`).
     pub recent_dump: Option<Arc<RecentDump>>,
+    /// How long a pass waits on /proc.
+    pub deadlines: ProcDeadlines,
 }
 
 impl Default for DiscoverOptions {
@@ -98,6 +101,7 @@ impl Default for DiscoverOptions {
             exclude_pids: vec![std::process::id() as i32],
             router_key_env: None,
             recent_dump: None,
+            deadlines: ProcDeadlines::default(),
         }
     }
 }
@@ -133,7 +137,7 @@ pub fn discover_cached(
 ) -> Result<Topology> {
     let set = cache.compiled(&probes.profiles);
     let proc = ProcFs::new(&opts.proc_root);
-    let mut table = ProcTable::read(&proc, std::mem::take(cache), &set.prefilter)?;
+    let mut table = ProcTable::read(&proc, std::mem::take(cache), &set.prefilter, opts.deadlines)?;
     table.recent_dump = opts.recent_dump.clone();
     let env_names = env_names(probes);
     let mut b = Builder {

@@ -23,11 +23,24 @@ use std::time::{Duration, Instant};
 const MAX_ANCESTRY: usize = 8;
 const MAX_CHILD_DEPTH: usize = 6;
 const MAX_CHILDREN: usize = 512;
-/// Longest wait for one /proc read of one process (normally microseconds): a process holding
-/// its mmap lock makes reads of its cmdline or environ block for as long as it likes.
-const READ_DEADLINE: Duration = Duration::from_millis(250);
-/// Longest wait for the whole process table; processes not read by then are left out.
-const TABLE_DEADLINE: Duration = Duration::from_millis(1_000);
+/// How long discovery waits on /proc (`DiscoverOptions::deadlines`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcDeadlines {
+    /// One read of one process (normally microseconds): a process holding its mmap lock
+    /// makes reads of its cmdline or environ block for as long as it likes.
+    pub read: Duration,
+    /// The whole process table; processes not read by then are left out (read next pass).
+    pub table: Duration,
+}
+
+impl Default for ProcDeadlines {
+    fn default() -> Self {
+        ProcDeadlines {
+            read: Duration::from_millis(250),
+            table: Duration::from_millis(1_000),
+        }
+    }
+}
 
 /// One process as discovery sees it.
 #[derive(Debug, Clone, Default)]
@@ -67,6 +80,7 @@ pub(super) struct ProcTable {
     pub recent_dump: Option<Arc<RecentDump>>,
     /// What earlier passes read (see `cache.rs`); given back by [`ProcTable::into_cache`].
     cache: RefCell<DiscoveryCache>,
+    deadlines: ProcDeadlines,
 }
 
 /// One namespace's TCP entries, and the pid they were read through.
@@ -87,6 +101,7 @@ impl ProcTable {
         proc: &ProcFs,
         mut cache: DiscoveryCache,
         prefilter: &Prefilter,
+        deadlines: ProcDeadlines,
     ) -> Result<ProcTable> {
         let started = Instant::now();
         let listing = proc.pid_entries().map_err(|e| {
@@ -103,19 +118,20 @@ impl ProcTable {
         let (mut procs, to_stat, skipped) = take_unchanged(&mut cache, listing);
         cache.count_stat_reads(to_stat.len());
         let mut to_read = Vec::new();
-        let stats = read_stats(proc, Arc::clone(&reader), to_stat);
+        let stats = read_stats(proc, Arc::clone(&reader), to_stat, deadlines);
         admit_all(&mut cache, prefilter, stats, &mut procs, &mut to_read);
         // An unrelated process that exec'd a stack's program (a launcher script's `exec
         // python -m ...`) forks its children at once: new candidates' skipped ancestors are
         // read now rather than at their turn.
         let ancestors = skipped_ancestors(&procs, &to_read, &skipped);
         cache.count_refreshed(ancestors.len());
-        let stats = read_stats(proc, reader, ancestors);
+        let stats = read_stats(proc, reader, ancestors, deadlines);
         admit_all(&mut cache, prefilter, stats, &mut procs, &mut to_read);
-        let left = TABLE_DEADLINE
+        let left = deadlines
+            .table
             .saturating_sub(started.elapsed())
-            .max(READ_DEADLINE);
-        for (pid, cmdline) in read_cmdlines(proc, to_read, left) {
+            .max(deadlines.read);
+        for (pid, cmdline) in read_cmdlines(proc, to_read, deadlines.read, left) {
             cache.count_full_read();
             let Some(cmdline) = cmdline else { continue };
             if let Some(e) = cache.get_mut(pid) {
@@ -138,6 +154,7 @@ impl ProcTable {
             own_net: proc.own_ns_inode("net").ok(),
             recent_dump: None,
             cache: RefCell::new(cache),
+            deadlines,
         })
     }
 
@@ -176,7 +193,7 @@ impl ProcTable {
         }
         let path = self.proc.path(pid, "cmdline");
         let reader = self.proc.clone();
-        let read = crate::deadline::call(&path, READ_DEADLINE, move || reader.cmdline(pid));
+        let read = crate::deadline::call(&path, self.deadlines.read, move || reader.cmdline(pid));
         let mut cache = self.cache.borrow_mut();
         cache.count_full_read();
         // Timed out: not remembered, so a later pass tries again.
@@ -317,7 +334,7 @@ impl ProcTable {
             if let Some(kept) = recent.and_then(|r| r.latest(Instant::now())) {
                 return Arc::unwrap_or_clone(kept);
             }
-            if let Ok(dump) = crate::sys::sock_diag::dump_netlink(READ_DEADLINE, false) {
+            if let Ok(dump) = crate::sys::sock_diag::dump_netlink(self.deadlines.read, false) {
                 return dump.sockets;
             }
         }
@@ -414,7 +431,7 @@ impl ProcTable {
         let proc = self.proc.clone();
         let read = move || proc.environ(pid).ok();
         self.cache.borrow_mut().count_env_read();
-        crate::deadline::call(&path, READ_DEADLINE, read)
+        crate::deadline::call(&path, self.deadlines.read, read)
             .ok()
             .flatten()
     }
@@ -546,6 +563,7 @@ fn read_stats(
     proc: &ProcFs,
     reader: Arc<StatReader>,
     pids: Vec<PidEntry>,
+    deadlines: ProcDeadlines,
 ) -> Vec<(PidEntry, StatLine)> {
     let items: Vec<(std::path::PathBuf, Vec<PidEntry>)> = pids
         .chunks(STAT_CHUNK)
@@ -557,7 +575,7 @@ fn read_stats(
             .filter_map(|&e| read_stat(&reader, e.pid).map(|s| (e, s)))
             .collect()
     };
-    crate::deadline::map(items, READ_DEADLINE, TABLE_DEADLINE, read)
+    crate::deadline::map(items, deadlines.read, deadlines.table, read)
         .into_iter()
         .filter_map(|r| r.ok())
         .flatten()
@@ -579,10 +597,11 @@ fn read_stat(reader: &StatReader, pid: i32) -> Option<StatLine> {
 }
 
 /// Command lines of `pids`. Reading one takes the process's mmap lock, so each runs under
-/// [`READ_DEADLINE`]; None: not read (timed out, or the time was up), tried again next pass.
+/// `each`; None: not read (timed out, or the time was up), tried again next pass.
 fn read_cmdlines(
     proc: &ProcFs,
     pids: Vec<i32>,
+    each: Duration,
     total: Duration,
 ) -> Vec<(i32, Option<Vec<String>>)> {
     let items: Vec<(std::path::PathBuf, i32)> =
@@ -590,7 +609,7 @@ fn read_cmdlines(
     let reader = proc.clone();
     // Denied or vanished: an empty command line.
     let read = move |&pid: &i32| reader.cmdline(pid).unwrap_or_default();
-    let out = crate::deadline::map(items, READ_DEADLINE, total, read);
+    let out = crate::deadline::map(items, each, total, read);
     pids.into_iter()
         .zip(out)
         .map(|(p, r)| (p, r.ok()))
@@ -605,8 +624,13 @@ mod tests {
     /// daemon's shared dump.
     fn own_listeners(recent: Option<Arc<RecentDump>>) -> Vec<SocketAddr> {
         let proc = ProcFs::real();
-        let mut table =
-            ProcTable::read(&proc, DiscoveryCache::new(), &Prefilter::new(&[])).expect("read");
+        let mut table = ProcTable::read(
+            &proc,
+            DiscoveryCache::new(),
+            &Prefilter::new(&[]),
+            ProcDeadlines::default(),
+        )
+        .expect("read");
         table.recent_dump = recent;
         table.listen_of(std::process::id() as i32)
     }
