@@ -1298,6 +1298,17 @@ fn tp_ranks_dumped(
     dumps: usize,
     place: impl Fn(usize, usize) -> (&'static str, &'static str, &'static str),
 ) -> Vec<Finding> {
+    findings(&tp_ranks_sim(dumps, place))
+        .into_iter()
+        .filter(|f| f.kind == "ranks_diverged")
+        .collect()
+}
+
+/// The simulation behind [`tp_ranks_dumped`].
+fn tp_ranks_sim(
+    dumps: usize,
+    place: impl Fn(usize, usize) -> (&'static str, &'static str, &'static str),
+) -> Sim {
     let mut topo = pd_topology();
     topo.components[3].pids = vec![400];
     for rank in 0..4 {
@@ -1330,10 +1341,7 @@ fn tp_ranks_dumped(
             .collect();
         sim.ingest(Payload::Stacks(caps));
     }
-    findings(&sim)
-        .into_iter()
-        .filter(|f| f.kind == "ranks_diverged")
-        .collect()
+    sim
 }
 
 const IN_ALL_REDUCE: (&str, &str, &str) = (
@@ -1393,6 +1401,71 @@ fn ranks_diverged_names_the_rank_outside_the_collective_the_others_wait_in() {
             .contains("TP0 (pid 401) is collective in all_reduce"),
         "{}",
         fs[0].summary
+    );
+}
+
+/// The report, the TUI's overview, `check` and the exporter name the odd rank.
+#[test]
+fn ranks_diverged_in_the_report_the_tui_check_and_the_exporter() {
+    use ratatui::{backend::TestBackend, Terminal};
+    use wedgewatch::export::prometheus::{render, Evaluation};
+    use wedgewatch::tui::{App, AppOptions, FeedFrame, SamplerHealth};
+
+    let sim = tp_ranks_sim(3, |rank, _| {
+        if rank == 2 {
+            AT_BROADCAST
+        } else {
+            IN_ALL_REDUCE
+        }
+    });
+    let parts = wedgewatch::pipeline::parts(&sim.model, sim.now);
+    let snap = wedgewatch::snapshot::assemble(parts, &Default::default());
+    let md = wedgewatch::report::render(&snap);
+    assert!(
+        md.contains("ranks_diverged") && md.contains("TP2 (pid 403)"),
+        "{md}"
+    );
+
+    let json = serde_json::to_vec(&snap).expect("snapshot JSON");
+    let dir = tempfile::tempdir().expect("tmp");
+    let file = dir.path().join("snapshot.json");
+    std::fs::write(&file, json).expect("write");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_wedgewatch"))
+        .args(["check", "--from"])
+        .arg(&file)
+        .output()
+        .expect("run check");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(2), "CRITICAL: {text}");
+    assert!(
+        text.contains("ranks_diverged") && text.contains("TP2 (pid 403)"),
+        "{text}"
+    );
+
+    let mut app = App::new(AppOptions::default());
+    app.ingest(FeedFrame {
+        snapshot: snap,
+        sampler: SamplerHealth {
+            lag_ms: None,
+            dropped_samples: 0,
+            note: None,
+        },
+    });
+    let mut t = Terminal::new(TestBackend::new(200, 50)).expect("terminal");
+    t.draw(|f| app.render(f)).expect("draw");
+    let screen = t.backend().to_string();
+    assert!(screen.contains("CRIT ranks_diverged"), "{screen}");
+
+    let view = sim.model.view(sim.now);
+    let findings = wedgewatch::detect::run_all(&sim.model, &view);
+    let mut redactor = wedgewatch::redact::Redactor::new();
+    let e = Evaluation::new(&view, &findings, sim.model.topology(), &mut redactor);
+    let text = render(Some(&e), &[], sim.now, "t");
+    assert!(
+        text.lines().any(|l| l.starts_with("wedgewatch_findings{")
+            && l.contains("kind=\"ranks_diverged\"")
+            && l.contains("severity=\"critical\"")),
+        "{text}"
     );
 }
 
