@@ -14,6 +14,9 @@
 //! // Drop runs `lab.py down` (also when the test panics) and checks nothing is left.
 //! ```
 //!
+//! * Every test that starts a stack takes [`exclusive`] first (`let _lab = lab::exclusive();`):
+//!   discovery sees every stack on the machine, so the tests of one file run side by side and
+//!   those of different files one file at a time. [`Lab::up`] takes it too.
 //! * Every lab gets its own temporary run directory (lab.json, logs/, nvml/, state/) and free
 //!   ports, so labs in parallel test threads do not collide. Set `WEDGEWATCH_LAB_KEEP=1` to
 //!   keep the run directory (its path is printed) for reading the component logs.
@@ -27,6 +30,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -65,6 +69,64 @@ pub fn ensure_venv() -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// Who holds the machine's stacks: the test file whose tests run now, and how many of them.
+struct Holder {
+    file: Option<&'static str>,
+    count: usize,
+}
+
+static HOLDER: Mutex<Holder> = Mutex::new(Holder {
+    file: None,
+    count: 0,
+});
+static RELEASED: Condvar = Condvar::new();
+
+/// The machine's SGLang-shaped stacks, held for one test file's tests ([`exclusive`]).
+/// Dropping it lets the next file's tests start.
+#[must_use = "the stacks are held only while the guard lives"]
+pub struct Exclusive {
+    file: &'static str,
+}
+
+/// Waits until no other test file's test holds the machine's stacks, then holds them for the
+/// calling file's tests: every test of the lab binary takes it first
+/// (`let _lab = lab::exclusive();`), and [`Lab::up`] takes it too, for as long as the lab is up.
+///
+/// Discovery sees every stack on the machine, so a test's daemon must not see another test's
+/// lab. The tests of one file (one test binary before they were grouped) were written to run
+/// side by side, each asserting on its own lab's pids; tests of different files were not.
+/// So tests of the calling file may hold it together, and one test may take it again.
+/// A panicking holder still releases it.
+#[track_caller]
+pub fn exclusive() -> Exclusive {
+    let file = std::panic::Location::caller().file();
+    let mut holder = HOLDER.lock().unwrap_or_else(|p| p.into_inner());
+    while holder.file.is_some_and(|f| f != file) {
+        holder = RELEASED.wait(holder).unwrap_or_else(|p| p.into_inner());
+    }
+    holder.file = Some(file);
+    holder.count += 1;
+    Exclusive { file }
+}
+
+impl Exclusive {
+    /// The test file that holds the stacks.
+    pub fn file(&self) -> &'static str {
+        self.file
+    }
+}
+
+impl Drop for Exclusive {
+    fn drop(&mut self) {
+        let mut holder = HOLDER.lock().unwrap_or_else(|p| p.into_inner());
+        holder.count = holder.count.saturating_sub(1);
+        if holder.count == 0 {
+            holder.file = None;
+            RELEASED.notify_all();
+        }
+    }
 }
 
 /// PD (prefill + decode behind the router) or one regular engine.
@@ -293,6 +355,8 @@ pub struct Lab {
     /// Every pid ever recorded (restarts add new ones), for the "nothing left" check.
     pub seen_pids: Vec<u32>,
     down_done: bool,
+    /// Held until the lab is down (dropped after `Drop::drop` ran `down`).
+    _exclusive: Exclusive,
 }
 
 fn lab_cmd(args: &[&str]) -> Command {
@@ -326,8 +390,11 @@ fn env_args(flag: &str, env: &[(String, String)], out: &mut Vec<String>) {
 }
 
 impl Lab {
-    /// Start a lab (venv setup, engines, router, proxy) and wait until it is ready.
+    /// Start a lab (venv setup, engines, router, proxy) and wait until it is ready. Takes
+    /// [`exclusive`] for the calling file first, held while the lab is up.
+    #[track_caller]
     pub fn up(opts: &LabOptions) -> Result<Lab, String> {
+        let exclusive = exclusive();
         ensure_venv()?;
         let dir = tempfile::Builder::new()
             .prefix("wedgewatch-lab-")
@@ -371,6 +438,7 @@ impl Lab {
             info: LabInfo::empty(),
             seen_pids: Vec::new(),
             down_done: false,
+            _exclusive: exclusive,
         };
         // From here on, Drop runs `down` even if `up` failed half way (lab.py records pids
         // before waiting for readiness, and also cleans up itself on failure).
