@@ -101,7 +101,11 @@ pub struct Exclusive {
 /// A panicking holder still releases it.
 #[track_caller]
 pub fn exclusive() -> Exclusive {
-    let file = std::panic::Location::caller().file();
+    hold(std::panic::Location::caller().file())
+}
+
+/// [`exclusive`] for the tests of `file`.
+fn hold(file: &'static str) -> Exclusive {
     let mut holder = HOLDER.lock().unwrap_or_else(|p| p.into_inner());
     while holder.file.is_some_and(|f| f != file) {
         holder = RELEASED.wait(holder).unwrap_or_else(|p| p.into_inner());
@@ -879,5 +883,55 @@ pub fn pid_alive(pid: u32) -> bool {
             None => false,
         },
         Err(_) => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::hold;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    /// Another file's tests wait for the stacks; the same file's do not, even while held.
+    #[test]
+    fn files_wait_for_each_other_and_a_files_tests_do_not() {
+        let a = hold("a.rs");
+        let again = hold("a.rs");
+        let (tx, rx) = mpsc::channel();
+        let waiter = std::thread::spawn(move || {
+            let _b = hold("b.rs");
+            tx.send(()).expect("send");
+        });
+        assert!(
+            rx.recv_timeout(Duration::from_millis(300)).is_err(),
+            "b ran beside a"
+        );
+        drop(a);
+        assert!(
+            rx.recv_timeout(Duration::from_millis(300)).is_err(),
+            "b ran beside a"
+        );
+        drop(again);
+        rx.recv_timeout(Duration::from_secs(30))
+            .expect("b runs once a is done");
+        waiter.join().expect("waiter");
+    }
+
+    /// A test that panics while holding the stacks still lets the next file's tests run.
+    #[test]
+    fn a_panicking_holder_releases() {
+        let panicked = std::thread::spawn(|| {
+            let _c = hold("c.rs");
+            panic!("the test failed");
+        })
+        .join();
+        assert!(panicked.is_err());
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let _d = hold("d.rs");
+            tx.send(()).expect("send");
+        });
+        rx.recv_timeout(Duration::from_secs(30))
+            .expect("d runs after c panicked");
     }
 }
