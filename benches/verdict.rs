@@ -25,7 +25,7 @@
 //! py-spy `tests/lab/.venv/bin/py-spy`. Exits 1 when a goal is missed (full run).
 //!
 //! Quick mode (`cargo test --bench verdict`, `common/mode.rs`): 2 daemon wedges, 2 one-shots
-//! (started 3 and 7 s after), no controls (tests/controls_lab.rs runs them in the test
+//! (started 3 and 7 s after), no controls (tests/labs/controls_lab.rs runs them in the test
 //! command). It fails when a wedge is never reported; it judges no goal.
 
 #[path = "common/daemon_proc.rs"]
@@ -83,7 +83,7 @@ fn main() {
         Mode::Full => Some(controls_section()),
         Mode::Quick => {
             println!(
-                "controls: full run only (tests/controls_lab.rs runs them in the test command)"
+                "controls: full run only (tests/labs/controls_lab.rs runs them in the test command)"
             );
             None
         }

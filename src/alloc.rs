@@ -1,12 +1,8 @@
 //! The binary's allocator: jemalloc (`src/main.rs` installs it), and the options it runs with.
 //!
-//! glibc's malloc cost the daemon on the big lab a third of its CPU by self time (`malloc`,
-//! `_int_malloc`, `malloc_consolidate`, `free`), a share that grew as the history filled: the
-//! daemon builds and drops a socket table, a view and a recording delta every few seconds
-//! beside a long-lived history of small strings, and glibc's consolidation walks what the
-//! history fragments. It also kept freed pages resident until a `malloc_trim`, which the
-//! daemon called every 10 s. jemalloc side by side with glibc on the big lab cut the daemon's
-//! CPU to about 0.7x (docs/performance.md, "jemalloc").
+//! Why: the daemon drops a socket table, a view and a recording delta every few seconds
+//! beside a long-lived history of small strings, and glibc's consolidation of the fragments
+//! grew to a third of its CPU (docs/performance-log.md, "jemalloc").
 //!
 //! The library itself allocates through whatever its user installs; tests run on the system
 //! allocator.
@@ -14,9 +10,8 @@
 /// jemalloc's options for the binary (`malloc_conf`, a NUL-terminated C string; see
 /// jemalloc(3) "TUNING"). `_RJEM_MALLOC_CONF` in the environment is read after it and wins.
 ///
-/// - `narenas:1`: the daemon has a handful of threads that are busy a few per cent of the
-///   time; jemalloc's default of four arenas per core kept more partly used pages resident
-///   (peak RSS 116 MiB against 85 with one arena, the same CPU).
+/// - `narenas:1`: the daemon's few threads are rarely busy; more arenas kept more partly used
+///   pages resident for the same CPU (docs/performance-log.md, "jemalloc").
 /// - `dirty_decay_ms:1000`, `muzzy_decay_ms:0`: freed pages go back to the kernel within
 ///   about a second (default 10 s), so a transient view or socket table does not stay in RSS.
 pub const JEMALLOC_CONF: &[u8] = b"narenas:1,dirty_decay_ms:1000,muzzy_decay_ms:0\0";

@@ -3,17 +3,18 @@
 # Called by tests/run-all.sh once everything is built and set up.
 #
 # The tests wait on their labs far more than they compute (a whole run is about a third of a
-# core on average), so two lanes nearly halve the wall time. What may not share a lane with
-# what:
-# - the SGLang labs: discovery sees every stack on the machine, and a lab test's daemon must
-#   not watch another test's wedge. They run one binary at a time, in the lab lane, as they
-#   always did.
-# - everything else (no lab, or the real vLLM server: its tests find their own server by its
-#   pid and retry a window cut short by a busy machine) runs in the other lane.
-# A new test binary that starts an SGLang lab (tests/common/lab.rs) belongs in LAB_LANE.
-# The real-SGLang tier (tests/sglang_real.rs) runs in the lab lane too, after the labs: its
-# servers are seen by every discovery, and last gives its set-up (beside the build and the
-# lanes) the most time.
+# core on average), so two lanes nearly halve the wall time. The lanes are the test binaries'
+# groups (docs/architecture.md, "Tests"):
+# - the lab lane: the `labs` binary (tests/labs/main.rs), every test that starts an
+#   SGLang-shaped stack. Discovery sees every stack on the machine, so a lab test's daemon
+#   must not watch another test's wedge: each test takes `lab::exclusive()` (one test file's
+#   tests at a time), and nothing else that starts a stack runs beside it. tests/os/
+#   test_groups.rs fails when a test outside tests/labs/ starts a lab. The real-SGLang tier
+#   (tests/sglang_real.rs) runs in this lane after the labs: its servers are seen by every
+#   discovery, and last gives its set-up (beside the build and the lanes) the most time.
+# - the other lane: every other test binary (pure, os, the ones alone in a binary of their
+#   own), then the real vLLM tier (its tests find their own server by its pid and retry a
+#   window cut short by a busy machine).
 #
 # The benches run too, in their quick mode (`cargo test --bench NAME`: no `--bench` argument,
 # benches/common/mode.rs), so a bench that no longer runs fails here; the full runs are
@@ -23,21 +24,16 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-LAB_LANE=(
-    e2e_lab demo_smoke lab_selftest adaptive_lab oneshot_lab two_node_lab exporter_lab
-    stacks fleet_lab router_key router_key_lookalikes gpu lab_tp tui_pty netns_lab discovery
-    incidents_lab controls_lab blame_lab
-)
+# The lab binary, and the real tiers (each alone in its binary).
+LAB_TESTS=labs
+REAL_TIERS=(vllm_real sglang_real)
 LAB_BENCHES=(discovery daemon biglab verdict)
 
-lab_args=(--workspace)
-for name in "${LAB_LANE[@]}"; do
-    if [ ! -f "tests/$name.rs" ]; then
-        echo "lanes: tests/$name.rs is in LAB_LANE but does not exist" >&2
-        exit 1
-    fi
-    lab_args+=(--test "$name")
-done
+if [ ! -f "tests/$LAB_TESTS/main.rs" ]; then
+    echo "lanes: tests/$LAB_TESTS/main.rs does not exist" >&2
+    exit 1
+fi
+lab_args=(--workspace --test "$LAB_TESTS")
 for name in "${LAB_BENCHES[@]}"; do
     if [ ! -f "benches/$name.rs" ]; then
         echo "lanes: benches/$name.rs is in LAB_BENCHES but does not exist" >&2
@@ -45,12 +41,12 @@ for name in "${LAB_BENCHES[@]}"; do
     fi
     lab_args+=(--bench "$name")
 done
-# Everything not in the lab lane; the real vLLM tier last, when the quick ones are done.
+# Every other test binary; the real vLLM tier last, when the quick ones are done.
 other_args=(--workspace --lib --bins --examples)
 for file in tests/*.rs tests/*/main.rs; do
     name="$(basename "$file" .rs)"
     [ "$name" = main ] && name="$(basename "$(dirname "$file")")"
-    case " ${LAB_LANE[*]} vllm_real sglang_real " in
+    case " $LAB_TESTS ${REAL_TIERS[*]} " in
     *" $name "*) ;;
     *) other_args+=(--test "$name") ;;
     esac

@@ -4,7 +4,7 @@
 //! when the process is replaced; the bounds remove the oldest; a daemon that stops closes
 //! what is open; and at start the daemon closes what a killed one left open and sweeps its
 //! half-written bundles, never touching files it did not write. The lab version (a real
-//! stack, kill -9 of the engine) is `tests/incidents_lab.rs`.
+//! stack, kill -9 of the engine) is `tests/labs/incidents_lab.rs`.
 
 use correl_common::*;
 use std::os::unix::fs::PermissionsExt;

@@ -1,5 +1,5 @@
 //! Tests that run the binary, spawn processes, open sockets or read `/proc`, without a lab
-//! stack (those are the lab binaries beside this one). One binary: one link for all of them.
+//! stack (those are the lab binary, `tests/labs/`). One binary: one link for all of them.
 
 mod allocator;
 mod bundle_safety;
@@ -32,5 +32,6 @@ mod service_unit;
 mod sglang_lab_edits;
 mod snapshot_contract;
 mod sockets;
+mod test_groups;
 mod versions_live;
 mod versions_root;

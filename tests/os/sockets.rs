@@ -136,6 +136,32 @@ fn helper(args: &[&str]) -> Proc {
     spawn_cmd(cmd)
 }
 
+/// Waits until `pid` holds `n` accepted sockets beside its listener (an accepted socket has
+/// an owner only once the server's `accept()` ran, a moment after `connect` on a busy box).
+fn wait_accepted(pid: i32, n: usize) {
+    let deadline = Instant::now() + within(Duration::from_secs(1));
+    loop {
+        let sockets = std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .map(|d| {
+                d.flatten()
+                    .filter(|e| {
+                        std::fs::read_link(e.path())
+                            .is_ok_and(|l| l.to_string_lossy().starts_with("socket:"))
+                    })
+                    .count()
+            })
+            .unwrap_or(0);
+        if sockets > n {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "pid {pid} holds {sockets} sockets, not a listener and {n} accepted"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 fn component(id: &str, role: Role, pids: &[i32], listen: &[String]) -> Component {
     let mut c = Component::new(id, role, "generic");
     c.pids = pids.to_vec();
@@ -178,7 +204,7 @@ fn accepted_never_answered_socket_shows_silence_and_owner() {
         edges: vec![],
     };
     let mut map = InodeMap::new();
-    std::thread::sleep(Duration::from_millis(100));
+    wait_accepted(server.pid(), 1);
     let t1 = table_for(&topo, &mut map);
     std::thread::sleep(Duration::from_millis(400));
     let t2 = table_for(&topo, &mut map);
@@ -376,7 +402,7 @@ fn inode_map_is_incremental() {
     let server = helper(&["silent", "127.0.0.1"]);
     let port = server.port();
     let _c1 = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    std::thread::sleep(Duration::from_millis(100));
+    wait_accepted(server.pid(), 1);
     let scope = Scope::Pids {
         pids: vec![server.pid()],
         ports: vec![port],
@@ -403,7 +429,7 @@ fn inode_map_is_incremental() {
     assert_eq!(churn.pids_scanned, 0, "{churn:?}");
     // A new connection: one rescan of the candidate, the new inode resolved.
     let _c2 = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    std::thread::sleep(Duration::from_millis(100));
+    wait_accepted(server.pid(), 2);
     let mut socks = dump_netlink(Duration::from_secs(2), true).unwrap().sockets;
     let again = map.resolve(&mut socks, &scope);
     assert_eq!(again.pids_scanned, 1, "{again:?}");
@@ -517,7 +543,7 @@ fn source_trait_samples_within_timeout() {
         .enable_all()
         .build()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(100));
+    wait_accepted(server.pid(), 1);
     let sample = rt.block_on(src.sample(&topo, &SystemClock));
     assert_eq!(sample.status.status, Status::Ok, "{:?}", sample.status);
     let took = Duration::from_millis(sample.took_ms);

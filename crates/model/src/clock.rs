@@ -3,6 +3,7 @@
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Milliseconds since the Unix epoch.
 pub type Millis = i64;
@@ -21,6 +22,17 @@ impl Clock for SystemClock {
             .unwrap_or_default();
         d.as_millis() as Millis
     }
+}
+
+/// What a loaded machine may add to a wall-time bound a test asserts: on a 2-core machine
+/// a thread can wait seconds for a core.
+pub const TEST_SLACK: Duration = Duration::from_secs(5);
+
+/// The latest a test may see a step bounded by `timeout` end: `timeout` plus [`TEST_SLACK`]
+/// (`wedgewatch_testkit::timing::within` for integration tests). What the step waits for
+/// when the timeout is not kept must outlast it, so that the assert can still fail.
+pub fn test_bound(timeout: Duration) -> Duration {
+    timeout + TEST_SLACK
 }
 
 /// A clock tests move by hand.

@@ -1,6 +1,6 @@
 //! Synthetic node snapshots for merge tests and the merge benchmark: node A holds the
-//! proxy and the router, node B the prefill and decode engines (the two-node PD layout of
-//! issue 14), each as its own `wedgewatch snapshot --json` would say it, with B's clock
+//! proxy and the router, node B the prefill and decode engines (the two-node PD layout,
+//! docs/lab.md), each as its own `wedgewatch snapshot --json` would say it, with B's clock
 //! `skew_ms` ahead of A's.
 
 use serde_json::{json, Value};

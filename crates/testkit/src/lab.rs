@@ -14,6 +14,9 @@
 //! // Drop runs `lab.py down` (also when the test panics) and checks nothing is left.
 //! ```
 //!
+//! * Every test that starts a stack takes [`exclusive`] first (`let _lab = lab::exclusive();`):
+//!   discovery sees every stack on the machine, so the tests of one file run side by side and
+//!   those of different files one file at a time. [`Lab::up`] takes it too.
 //! * Every lab gets its own temporary run directory (lab.json, logs/, nvml/, state/) and free
 //!   ports, so labs in parallel test threads do not collide. Set `WEDGEWATCH_LAB_KEEP=1` to
 //!   keep the run directory (its path is printed) for reading the component logs.
@@ -27,6 +30,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -65,6 +69,68 @@ pub fn ensure_venv() -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// Who holds the machine's stacks: the test file whose tests run now, and how many of them.
+struct Holder {
+    file: Option<&'static str>,
+    count: usize,
+}
+
+static HOLDER: Mutex<Holder> = Mutex::new(Holder {
+    file: None,
+    count: 0,
+});
+static RELEASED: Condvar = Condvar::new();
+
+/// The machine's SGLang-shaped stacks, held for one test file's tests ([`exclusive`]).
+/// Dropping it lets the next file's tests start.
+#[must_use = "the stacks are held only while the guard lives"]
+pub struct Exclusive {
+    file: &'static str,
+}
+
+/// Waits until no other test file's test holds the machine's stacks, then holds them for the
+/// calling file's tests: every test of the lab binary takes it first
+/// (`let _lab = lab::exclusive();`), and [`Lab::up`] takes it too, for as long as the lab is up.
+///
+/// Discovery sees every stack on the machine, so a test's daemon must not see another test's
+/// lab. The tests of one file (one test binary before they were grouped) were written to run
+/// side by side, each asserting on its own lab's pids; tests of different files were not.
+/// So tests of the calling file may hold it together, and one test may take it again.
+/// A panicking holder still releases it.
+#[track_caller]
+pub fn exclusive() -> Exclusive {
+    hold(std::panic::Location::caller().file())
+}
+
+/// [`exclusive`] for the tests of `file`.
+fn hold(file: &'static str) -> Exclusive {
+    let mut holder = HOLDER.lock().unwrap_or_else(|p| p.into_inner());
+    while holder.file.is_some_and(|f| f != file) {
+        holder = RELEASED.wait(holder).unwrap_or_else(|p| p.into_inner());
+    }
+    holder.file = Some(file);
+    holder.count += 1;
+    Exclusive { file }
+}
+
+impl Exclusive {
+    /// The test file that holds the stacks.
+    pub fn file(&self) -> &'static str {
+        self.file
+    }
+}
+
+impl Drop for Exclusive {
+    fn drop(&mut self) {
+        let mut holder = HOLDER.lock().unwrap_or_else(|p| p.into_inner());
+        holder.count = holder.count.saturating_sub(1);
+        if holder.count == 0 {
+            holder.file = None;
+            RELEASED.notify_all();
+        }
+    }
 }
 
 /// PD (prefill + decode behind the router) or one regular engine.
@@ -293,6 +359,8 @@ pub struct Lab {
     /// Every pid ever recorded (restarts add new ones), for the "nothing left" check.
     pub seen_pids: Vec<u32>,
     down_done: bool,
+    /// Held until the lab is down (dropped after `Drop::drop` ran `down`).
+    _exclusive: Exclusive,
 }
 
 fn lab_cmd(args: &[&str]) -> Command {
@@ -326,8 +394,11 @@ fn env_args(flag: &str, env: &[(String, String)], out: &mut Vec<String>) {
 }
 
 impl Lab {
-    /// Start a lab (venv setup, engines, router, proxy) and wait until it is ready.
+    /// Start a lab (venv setup, engines, router, proxy) and wait until it is ready. Takes
+    /// [`exclusive`] for the calling file first, held while the lab is up.
+    #[track_caller]
     pub fn up(opts: &LabOptions) -> Result<Lab, String> {
+        let exclusive = exclusive();
         ensure_venv()?;
         let dir = tempfile::Builder::new()
             .prefix("wedgewatch-lab-")
@@ -371,6 +442,7 @@ impl Lab {
             info: LabInfo::empty(),
             seen_pids: Vec::new(),
             down_done: false,
+            _exclusive: exclusive,
         };
         // From here on, Drop runs `down` even if `up` failed half way (lab.py records pids
         // before waiting for readiness, and also cleans up itself on failure).
@@ -811,5 +883,55 @@ pub fn pid_alive(pid: u32) -> bool {
             None => false,
         },
         Err(_) => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::hold;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    /// Another file's tests wait for the stacks; the same file's do not, even while held.
+    #[test]
+    fn files_wait_for_each_other_and_a_files_tests_do_not() {
+        let a = hold("a.rs");
+        let again = hold("a.rs");
+        let (tx, rx) = mpsc::channel();
+        let waiter = std::thread::spawn(move || {
+            let _b = hold("b.rs");
+            tx.send(()).expect("send");
+        });
+        assert!(
+            rx.recv_timeout(Duration::from_millis(300)).is_err(),
+            "b ran beside a"
+        );
+        drop(a);
+        assert!(
+            rx.recv_timeout(Duration::from_millis(300)).is_err(),
+            "b ran beside a"
+        );
+        drop(again);
+        rx.recv_timeout(Duration::from_secs(30))
+            .expect("b runs once a is done");
+        waiter.join().expect("waiter");
+    }
+
+    /// A test that panics while holding the stacks still lets the next file's tests run.
+    #[test]
+    fn a_panicking_holder_releases() {
+        let panicked = std::thread::spawn(|| {
+            let _c = hold("c.rs");
+            panic!("the test failed");
+        })
+        .join();
+        assert!(panicked.is_err());
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let _d = hold("d.rs");
+            tx.send(()).expect("send");
+        });
+        rx.recv_timeout(Duration::from_secs(30))
+            .expect("d runs after c panicked");
     }
 }

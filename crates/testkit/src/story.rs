@@ -1,7 +1,7 @@
-//! One story in every output (issue 13, item 1), as a check any test can run on a snapshot:
-//! the correlator's verdicts (`logical_requests`), the stuck-request findings (their counts
-//! and logical ids), the report's "Stuck requests" table and the TUI's "(N stuck)" name the
-//! same requests. Used by `tests/one_story.rs` (fixtures, recording) and `tests/e2e_lab.rs`.
+//! One story in every output, as a check any test can run on a snapshot: the correlator's
+//! verdicts (`logical_requests`), the stuck-request findings (their counts and logical ids),
+//! the report's "Stuck requests" table and the TUI's "(N stuck)" name the same requests.
+//! Used by `tests/pure/one_story.rs` (fixtures, recording) and `tests/labs/e2e_lab.rs`.
 
 use std::collections::BTreeSet;
 use wedgewatch::model::{FindingKind, Snapshot, Verdict};

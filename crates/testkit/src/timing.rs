@@ -5,10 +5,11 @@
 
 use std::time::Duration;
 
-/// What a loaded machine may add to a bound a test asserts on wall time.
-pub const SLACK: Duration = Duration::from_secs(5);
+/// What a loaded machine may add to a bound a test asserts on wall time (the unit tests'
+/// `clock::TEST_SLACK`).
+pub const SLACK: Duration = wedgewatch::clock::TEST_SLACK;
 
 /// The latest a step bounded by `timeout` may end: `timeout` plus [`SLACK`].
 pub fn within(timeout: Duration) -> Duration {
-    timeout + SLACK
+    wedgewatch::clock::test_bound(timeout)
 }

@@ -300,16 +300,8 @@ mod tests {
             .reason
             .as_deref()
             .is_some_and(|r| r.contains(&(i32::MAX - 3).to_string())));
-        // cheap enough for 1 Hz on ~10 pids
-        let t0 = Instant::now();
-        for _ in 0..10 {
-            let _ = facts_with_boot(&ProcFs::real(), me, Some(0));
-        }
-        assert!(
-            t0.elapsed() < std::time::Duration::from_millis(500),
-            "{:?}",
-            t0.elapsed()
-        );
+        // Its cost at 1 Hz is the daemon bench's to measure (benches/daemon.rs), not a
+        // wall-clock assert's.
     }
 
     #[test]

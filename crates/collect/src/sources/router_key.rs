@@ -438,8 +438,8 @@ mod tests {
         }
     }
 
-    /// Issue 34 item 2: our own key goes only to a router that names its variable, in our
-    /// own network namespace.
+    /// Our own key goes only to a router that names its variable, in our own network
+    /// namespace.
     #[test]
     fn our_own_key_goes_only_to_a_router_that_asks_for_it_in_our_namespace() {
         let own = |n: &str| (n == "ROUTER_KEY").then(|| "own-env-key-51c7".to_string());

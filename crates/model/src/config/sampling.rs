@@ -1,23 +1,13 @@
 //! How the daemon spends its sampling: keys of the one flat thresholds table (`--thresholds
 //! FILE`; each key in docs/findings.md "Thresholds").
 //!
-//! With `stacks_adaptive` on, the daemon's stacks source ticks every `stacks_tick_ms`. A tick
-//! dumps every scheduler of each *suspected* engine once (so a wedge collects "idle in 6/6
-//! dumps over 25 s" within one window), and otherwise one process of the stack, in a slow
-//! round-robin. An engine is suspected when a request at it has been silent for
-//! `suspect_silent_pct` of the soonest wedge verdict (or the stall threshold), when its GPU is idle and nothing
-//! shows work while a request has been open `suspect_gpu_idle_ms`, when requests are queued
-//! and none runs, or when a finding that implicates its schedulers is open. Off: every Python
-//! process of the stack at each stacks period (15 s), three dumps of each scheduler, as
-//! before. One-shot snapshots always take their full window of dumps.
-//!
-//! The daemon's other periodic work follows the same suspicion: while nothing is suspected
-//! its socket table runs every `sockets_calm_ms`, its GPU source every `gpu_calm_ms`, its
-//! process facts every `processes_calm_ms`, its stacks tick every `stacks_calm_ms` and its
-//! detector pass every `pass_calm_ms`; while something is, at their own periods (250 ms,
-//! 250 ms, 1 s, `stacks_tick_ms`, 2 s). A healthy node needs none of them fine, and the
-//! first suspicion of a wedge comes at a third of its threshold, long before a calm period
-//! could hide it.
+//! With `stacks_adaptive` on, each stacks tick dumps every scheduler of each *suspected*
+//! engine once, and otherwise one process of the stack in a slow round-robin; off, every
+//! Python process at each stacks period. One-shot snapshots always take their full window.
+//! The daemon's other periodic work runs at its `*_calm_ms` period while nothing is
+//! suspected, at its own period while something is. Why: a healthy node needs none of it
+//! fine, and a wedge is suspected at a third of its threshold, before a calm period could
+//! hide it. When an engine is suspected: `policy::suspicion`.
 
 /// The adaptive stack sampling policy's knobs (see the module doc).
 #[derive(Debug, Clone, PartialEq)]

@@ -41,7 +41,7 @@ pub struct Snapshot {
     /// verdict (absent from snapshots of older versions).
     #[serde(default)]
     pub logical_requests: Vec<LogicalRequest>,
-    /// Added (issue 14): the node it was taken on and its clocks (absent from older
+    /// Added: the node it was taken on and its clocks (absent from older
     /// snapshots and from merged ones, whose nodes are in `fleet`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node: Option<super::node::NodeIdentity>,
@@ -57,11 +57,11 @@ pub struct Snapshot {
     /// joined across them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fleet: Option<super::fleet::FleetInfo>,
-    /// Added (issue 15): finished requests left out of `requests`/`logical_requests` on a
+    /// Added: finished requests left out of `requests`/`logical_requests` on a
     /// busy node (only the newest are listed; every unfinished one always is).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub elided: Option<Elided>,
-    /// Added (issue 37): the changes, restarts and first stuck requests on one time line,
+    /// Added: the changes, restarts and first stuck requests on one time line,
     /// and the suspect (`model::cause`); absent when there is neither a change nor a stuck
     /// request, and in snapshots of older versions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -334,7 +334,7 @@ pub struct LogicalRequest {
     pub stuck_role: Option<Role>,
     #[serde(default)]
     pub stuck_kind: Option<StuckKind>,
-    /// Added (issue 37): when waiting, why it is not judged stuck, and the leg it waits at.
+    /// Added: when waiting, why it is not judged stuck, and the leg it waits at.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting_reason: Option<WaitReason>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

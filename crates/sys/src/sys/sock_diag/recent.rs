@@ -2,9 +2,8 @@
 //! that can use one a few seconds old: the daemon's rediscovery reads the same table (the
 //! listeners, the clients of known ports) every 10 s.
 //!
-//! Why: a dump's cost is mostly fixed. The kernel walks every bucket of its socket hash
-//! (262,144 on a default host) whatever the table holds, and on a big node that walk was
-//! ~12 % of the daemon's CPU; rediscovery's own dump was one walk in six.
+//! Why: a dump's cost is mostly fixed, the kernel's walk of every bucket of its socket hash
+//! whatever the table holds (docs/performance-log.md has its share of the daemon's CPU).
 
 use crate::model::{SocketEntry, TcpState};
 use std::sync::{Arc, Mutex};

@@ -12,6 +12,7 @@ use wedgewatch::discover::{self, DiscoverOptions};
 use wedgewatch::model::{Component, FetchOutcome, Role, Topology};
 use wedgewatch::probes::ProbeSet;
 use wedgewatch::sources::metrics::{MetricsConfig, MetricsSource};
+use wedgewatch_testkit::lab;
 
 struct Pod {
     netns: u64,
@@ -127,6 +128,7 @@ fn all_threads_in_our_namespace() -> Result<(), String> {
 
 #[test]
 fn pods_on_one_port_are_two_components_scraped_inside_their_namespaces() {
+    let _lab = lab::exclusive();
     let Some(lab) = NetnsLab::up() else { return };
     let probes = ProbeSet::builtin().expect("probes");
     let topo = discover::discover(&probes, &DiscoverOptions::default()).expect("discover");
@@ -295,6 +297,7 @@ fn validate_snapshot(v: &serde_json::Value) {
 #[cfg(feature = "tui")]
 #[test]
 fn the_container_is_shown_in_the_overview_and_the_report() {
+    let _lab = lab::exclusive();
     use ratatui::backend::TestBackend;
     use wedgewatch::tui::{App, AppOptions, FeedFrame, SamplerHealth};
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/snapshots/wedged.json");
@@ -346,6 +349,7 @@ fn the_container_is_shown_in_the_overview_and_the_report() {
 /// the host's resolver for the host's network. (Our own namespace stands in for a pod's.)
 #[test]
 fn names_are_not_resolved_inside_another_namespace() {
+    let _lab = lab::exclusive();
     use wedgewatch::sys::http::{self, Limits};
     use wedgewatch::sys::netns::{own_inode, route, Netns};
     let ns = Netns {

@@ -5,6 +5,7 @@
 //! node, and still finds the lab's wedge at decode.
 
 use wedgewatch_testkit::lab;
+use wedgewatch_testkit::timing::within;
 
 use lab::{Lab, LabOptions};
 use serde_json::Value;
@@ -41,6 +42,7 @@ fn wait_hung(lab: &Lab, bound: Duration) {
 
 #[test]
 fn the_real_binary_through_a_template_is_merged_with_its_node_named() {
+    let _lab = lab::exclusive();
     let lab = Lab::up(&LabOptions::pd().decode_env(TUNING_VAR, "100")).expect("lab up");
     let _load = lab.load_background(3, 6, 90.0).expect("harness");
     wait_hung(&lab, Duration::from_secs(30));
@@ -51,7 +53,6 @@ fn the_real_binary_through_a_template_is_merged_with_its_node_named() {
         "{bin} snapshot --json --no-daemon --window 5 --thresholds {}",
         thresholds.display()
     );
-    let started = Instant::now();
     let out = Command::new(bin)
         .args([
             "fleet",
@@ -78,6 +79,7 @@ fn the_real_binary_through_a_template_is_merged_with_its_node_named() {
     // both nodes fail with that template: the transport for lab1 is the real one below
     assert_eq!(out.status.code(), Some(3), "{err}");
     assert!(err.contains("lab1") && err.contains("ghost"), "{err}");
+    let started = Instant::now();
     let out = Command::new(bin)
         .args([
             "fleet",
@@ -98,7 +100,12 @@ fn the_real_binary_through_a_template_is_merged_with_its_node_named() {
         .expect("run fleet");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
-    assert!(started.elapsed() < Duration::from_secs(120));
+    // Each node's command is bounded by `--timeout`.
+    assert!(
+        started.elapsed() < within(Duration::from_secs(90)),
+        "{:?}",
+        started.elapsed()
+    );
     let v: Value = serde_json::from_slice(&out.stdout).expect("merged JSON");
     let node = &v["fleet"]["nodes"][0];
     assert_eq!(node["name"], "lab1");

@@ -109,6 +109,7 @@ fn all_seen_busy(lab: &Lab, gpus: &[u32], bound: Duration) -> Vec<u32> {
 
 #[test]
 fn tp_lab_starts_n_titled_schedulers_on_their_own_gpus_and_discovery_sees_them() {
+    let _lab = lab::exclusive();
     let t0 = Instant::now();
     let lab = Lab::up(&LabOptions::pd().tp_size(TP)).expect("TP lab up");
     let up = t0.elapsed();
@@ -201,6 +202,7 @@ fn diverged_on(snap: &serde_json::Value, pid: u32) -> Vec<serde_json::Value> {
 /// decode's before any forward (TP0 idle, the others at the broadcast), raise none.
 #[test]
 fn a_rank_left_outside_the_all_reduce_is_named_and_ranks_in_step_are_not() {
+    let _lab = lab::exclusive();
     let lab = Lab::up(
         &LabOptions::pd()
             .tp_size(TP)

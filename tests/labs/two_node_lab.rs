@@ -308,6 +308,7 @@ fn findings_summary(snap: &Value) -> String {
 /// of the other node (or of the host) but the remote ends of its sockets.
 #[test]
 fn a_wedgewatch_per_node_sees_only_its_node() {
+    let _lab = lab::exclusive();
     let Some(lab) = TwoNode::up(None) else { return };
     // Traffic, so the proxy (found through its connections) is there to be seen.
     let load = lab.load_background(2, 400, 10.0);
@@ -445,6 +446,7 @@ fn hung_at(snap: &Value, pid: u64) -> Vec<&Value> {
 /// (all namespaces) names decode in node b's network namespace.
 #[test]
 fn noon_wedge_across_nodes() {
+    let _lab = lab::exclusive();
     let Some(lab) = TwoNode::up(Some(NOON_FAULT)) else {
         return;
     };
@@ -673,6 +675,7 @@ fn checked_or_kept(dir: &Path, merged: &Value, check: impl FnOnce()) {
 
 #[test]
 fn merge_and_fleet_snapshot_join_the_wedge_across_nodes() {
+    let _lab = lab::exclusive();
     let Some(lab) = TwoNode::up(Some(NOON_FAULT)) else {
         return;
     };

@@ -1,4 +1,4 @@
-//! End to end on the lab (`tests/lab/`, fixture `tests/common/lab.rs`): the wedgewatch binary
+//! End to end on the lab (`tests/lab/`, fixture `crates/testkit/src/lab.rs`): the wedgewatch binary
 //! run as a user runs it (`snapshot --json`, `daemon --state-dir`, `snapshot --state-dir`,
 //! `snapshot --from`), against a real proxy -> real sglang router -> lab engines on fake GPUs,
 //! with each fault of the lab switched on.
@@ -320,6 +320,7 @@ fn wait_hung(lab: &Lab, n: u32, bound: Duration) -> f64 {
 /// own view, the edges, and the schedulers/GPUs idle in every dump.
 #[test]
 fn accepted_and_forgotten_is_wedged_at_decode_with_evidence_at_every_hop() {
+    let _lab = lab::exclusive();
     let lab = Lab::up(&LabOptions::pd().decode_env(TUNING_VAR, "100")).expect("lab up");
     let _load = lab.load_background(3, 6, 90.0).expect("harness");
     let hung = wait_hung(&lab, 1, Duration::from_secs(30));
@@ -518,6 +519,7 @@ fn accepted_and_forgotten_is_wedged_at_decode_with_evidence_at_every_hop() {
 /// The healthy stack under load: requests flow, nothing is wedged, stalled or spinning.
 #[test]
 fn healthy_load_has_no_wedge_findings() {
+    let _lab = lab::exclusive();
     let lab = Lab::up(&LabOptions::pd()).expect("lab up");
     let load = lab.load_background(4, 40, 20.0).expect("harness");
     std::thread::sleep(Duration::from_secs(2));
@@ -582,6 +584,7 @@ fn assert_one_story(what: &str, snap: &Value) -> usize {
 /// Stalled stream: the decode engine streams a few tokens and then nothing.
 #[test]
 fn stalled_stream_is_blamed_on_decode() {
+    let _lab = lab::exclusive();
     let lab =
         Lab::up(&LabOptions::pd().decode_env("LAB_FAULT_STALL_AFTER_TOKENS", "3")).expect("lab up");
     let _load = lab.load_background_with(2, 2, 60.0, 40).expect("harness");
@@ -604,6 +607,7 @@ fn stalled_stream_is_blamed_on_decode() {
 /// Busy without progress: a spinning all-reduce; the decode GPU is `spinning`, not working.
 #[test]
 fn busy_without_progress_is_blamed_on_decode_with_gpu_spinning() {
+    let _lab = lab::exclusive();
     let lab = Lab::up(&LabOptions::pd().decode_env("LAB_FAULT_SPIN", "1")).expect("lab up");
     let _load = lab.load_background(1, 1, 60.0).expect("harness");
     // The request must be `busy_after_ms` (8 s) old within the snapshot's window: on a busy
@@ -625,9 +629,10 @@ fn busy_without_progress_is_blamed_on_decode_with_gpu_spinning() {
 }
 
 /// Queue not draining: requests stay in decode's transfer queue (the first one passes, as
-/// in `tests/lab_selftest.rs`, so decode batches report the queue in its gauges too).
+/// in `tests/labs/lab_selftest.rs`, so decode batches report the queue in its gauges too).
 #[test]
 fn queue_not_draining_is_blamed_on_decode() {
+    let _lab = lab::exclusive();
     let lab = Lab::up(&LabOptions::pd().decode_env("LAB_FAULT_TRANSFER_STUCK_AFTER", "1"))
         .expect("lab up");
     let long = lab.load_background_with(1, 1, 20.0, 60).expect("long load");
@@ -651,6 +656,7 @@ fn queue_not_draining_is_blamed_on_decode() {
 /// request is called forgotten, and `check` says CRITICAL with it.
 #[test]
 fn kv_transfer_stalled_names_both_engines_and_no_request_is_forgotten() {
+    let _lab = lab::exclusive();
     let lab = Lab::up(&LabOptions::pd().prefill_env("LAB_FAULT_KV_SEND_STALL_AFTER", "6"))
         .expect("lab up");
     let _load = lab.load_background(3, 4, 90.0).expect("harness");
@@ -710,6 +716,7 @@ fn kv_transfer_stalled_names_both_engines_and_no_request_is_forgotten() {
 /// Endpoint unresponsive: decode's /metrics accepts and never answers.
 #[test]
 fn endpoint_unresponsive_names_the_hung_url() {
+    let _lab = lab::exclusive();
     let lab = Lab::up(&LabOptions::pd().decode_env("LAB_FAULT_HANG_METRICS", "1")).expect("lab up");
     let snap = snapshot(&lab, 6.0, &fast_thresholds());
     let decode = comp_id(&snap, lab.decode().pid);
@@ -737,6 +744,7 @@ fn endpoint_unresponsive_names_the_hung_url() {
 /// Accumulating state: the proxy leaks one upstream connection per request.
 #[test]
 fn accumulating_state_is_blamed_on_the_proxy() {
+    let _lab = lab::exclusive();
     let lab = Lab::up(
         &LabOptions::pd()
             .proxy_env("LAB_PROXY_LEAK", "1")
@@ -802,6 +810,7 @@ fn recording_dir(state_dir: &Path) -> PathBuf {
 /// SIGKILLed and its recording (torn tail included) still replays to the same verdict.
 #[test]
 fn incident_daemon_reports_wedge_and_config_change_and_recording_survives_sigkill() {
+    let _lab = lab::exclusive();
     let mut lab = Lab::up(&LabOptions::pd()).expect("lab up");
     let state = tempdir("incident");
     let mut daemon = Daemon::start(&lab, &state.join("state"), &fast_thresholds());

@@ -1,5 +1,6 @@
 //! Discovery against live processes with SGLang's shapes, and against fixture /proc trees.
 
+use wedgewatch_testkit::lab;
 use wedgewatch_testkit::shapes;
 
 use shapes::{fixture_proc, free_port, Shape};
@@ -27,6 +28,7 @@ fn has_edge(t: &Topology, from: &str, to: &str, origin: EdgeOrigin) -> bool {
 
 #[test]
 fn live_pd_stack_roles_grouping_ports_edges() {
+    let _lab = lab::exclusive();
     let (p, d, r, rm, x, r2, r2m, bp) = (
         free_port(),
         free_port(),
@@ -229,6 +231,7 @@ fn live_pd_stack_roles_grouping_ports_edges() {
 
 #[test]
 fn extra_pid_and_url_are_added() {
+    let _lab = lab::exclusive();
     let port = free_port();
     let l = std::net::TcpListener::bind(("127.0.0.1", port)).expect("bind");
     let sleeper = Shape::start(
@@ -261,6 +264,7 @@ fn extra_pid_and_url_are_added() {
 /// not listen on its port here is not scraped at all, and its metrics status says why.
 #[test]
 fn remote_host_flags_are_not_scraped() {
+    let _lab = lab::exclusive();
     let (p, q) = (free_port(), free_port());
     let (ps, qs) = (p.to_string(), q.to_string());
     let wildcard = Shape::engine(
@@ -337,6 +341,7 @@ fn fixture_opts(name: &str) -> DiscoverOptions {
 
 #[test]
 fn fixture_container_tree() {
+    let _lab = lab::exclusive();
     let root = fixture_proc("container");
     let topo = discover::discover(
         &ProbeSet::builtin().expect("probes"),
@@ -382,6 +387,7 @@ fn fixture_container_tree() {
 
 #[test]
 fn fixture_vanished_and_unreadable() {
+    let _lab = lab::exclusive();
     let root = fixture_proc("container");
     // 102 is listed but its files are gone (exited mid-scan): discovery skips it, facts say so
     let topo = discover::discover(
@@ -414,6 +420,7 @@ fn fixture_vanished_and_unreadable() {
 
 #[test]
 fn live_permission_denied_is_per_field() {
+    let _lab = lab::exclusive();
     // a process of root read by an unprivileged user: environ is refused, the rest is there
     if !nix::unistd::geteuid().is_root() {
         eprintln!("SKIP live_permission_denied_is_per_field: needs root to switch users");
@@ -476,6 +483,7 @@ fn discover_until(ready: impl Fn(&Topology) -> bool) -> Topology {
 
 #[test]
 fn real_sglang_router_is_discovered() {
+    let _lab = lab::exclusive();
     let Some(py) = shapes::lab_python_with_router() else {
         eprintln!(
             "SKIP real_sglang_router_is_discovered: no sglang-router in tests/lab/.venv \
@@ -593,6 +601,7 @@ fn real_sglang_router_is_discovered() {
 
 #[test]
 fn live_vllm_shape_children_and_gpus() {
+    let _lab = lab::exclusive();
     let port = free_port();
     let ps = port.to_string();
     let api = Shape::start(
@@ -678,6 +687,7 @@ fn proxy_at(t: &Topology, port: &str) -> bool {
 /// a process never seen holding one, is still found.
 #[test]
 fn rediscovery_leaves_unrelated_processes_fds_alone() {
+    let _lab = lab::exclusive();
     const SLEEPERS: usize = 200;
     let e = free_port();
     let _engine = Shape::engine("decode", e, 1, &["--host", "127.0.0.1"], &[]);
@@ -718,6 +728,7 @@ fn rediscovery_leaves_unrelated_processes_fds_alone() {
 /// our own (read afresh: we open and close scrapes at an unchanged fd count).
 #[test]
 fn rediscovery_searches_no_process_for_a_closed_socket_or_our_own() {
+    let _lab = lab::exclusive();
     const SLEEPERS: usize = 200;
     let e = free_port();
     let _engine = Shape::engine("decode", e, 1, &["--host", "127.0.0.1"], &[]);

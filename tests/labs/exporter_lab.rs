@@ -212,6 +212,7 @@ fn log_of(dir: &Path) -> String {
 
 #[test]
 fn the_noon_wedge_is_a_stuck_request_series_and_prometheus_fires_the_alert() {
+    let _lab = lab::exclusive();
     let dir = tempfile::Builder::new()
         .prefix("ww-exporter-")
         .tempdir()
@@ -417,6 +418,7 @@ fn wait_alert_on_a(lab: &TwoNode, listen: &str, instance: &str, dir: &Path) -> V
 /// is for; the exporter reports each node as it sees it, with `instance` naming the node.
 #[test]
 fn prometheus_scrapes_a_daemon_per_node_and_fires_for_decode_on_node_b() {
+    let _lab = lab::exclusive();
     let dir = tempfile::Builder::new()
         .prefix("ww-exporter-2n-")
         .tempdir()

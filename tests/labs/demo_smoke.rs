@@ -14,6 +14,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use wedgewatch_testkit::lab;
 
 /// Kills the demo (its own guard then tears the lab down) if the test fails early.
 struct Demo(Child);
@@ -86,6 +87,7 @@ fn venv_present() -> bool {
 
 #[test]
 fn demo_without_ui_finds_the_wedge_and_leaves_nothing_behind() {
+    let _lab = lab::exclusive();
     if !venv_present() {
         return;
     }
@@ -203,6 +205,7 @@ enum Pane {
 /// demo registers its teardown there too.
 #[test]
 fn demo_in_a_killed_terminal_leaves_nothing_behind() {
+    let _lab = lab::exclusive();
     killed_terminal(Pane::Direct);
 }
 
@@ -210,6 +213,7 @@ fn demo_in_a_killed_terminal_leaves_nothing_behind() {
 /// (it used to spin a core in crossterm's poll forever, the lab left running).
 #[test]
 fn demo_under_a_shell_in_a_killed_terminal_leaves_nothing_behind() {
+    let _lab = lab::exclusive();
     killed_terminal(Pane::UnderAShell);
 }
 

@@ -198,6 +198,7 @@ fn unix_now() -> f64 {
 /// the socket table and the stacks tick at their calm paces.
 #[test]
 fn quiet_stack_is_dumped_one_process_per_tick() {
+    let _lab = lab::exclusive();
     let _one = ONE_LAB.lock().unwrap_or_else(|p| p.into_inner());
     let lab = Lab::up(&LabOptions::pd()).expect("lab up");
     let dir = tempdir("quiet");
@@ -299,6 +300,7 @@ fn quiet_stack_is_dumped_one_process_per_tick() {
 /// the socket table at its fast pace.
 #[test]
 fn noon_wedge_yields_wedged_request_with_stack_evidence() {
+    let _lab = lab::exclusive();
     let _one = ONE_LAB.lock().unwrap_or_else(|p| p.into_inner());
     let lab = Lab::up(&LabOptions::pd().decode_env(TUNING_VAR, "100")).expect("lab up");
     let dir = tempdir("wedge");

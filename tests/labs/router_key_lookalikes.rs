@@ -12,6 +12,7 @@
 //! The key `asks` echoes appears nowhere in the snapshot bundle (`raw/metrics.json` held it
 //! before). Look-alikes are seen by every discovery on the machine: run under the lab lock.
 
+use wedgewatch_testkit::lab;
 use wedgewatch_testkit::written;
 
 use std::io::BufRead;
@@ -156,6 +157,7 @@ fn start(dir: &Path, name: &str, own_netns: bool, env: &[(&str, &str)]) -> Looka
 
 #[test]
 fn the_operators_key_goes_only_to_a_router_that_asks_in_our_namespace_and_never_leaves() {
+    let _lab = lab::exclusive();
     let tmp = tempfile::tempdir().expect("tmp");
     let asks = start(tmp.path(), "asks", false, &[(KEY_ENV, "")]);
     let never_asked = start(tmp.path(), "never_asked", false, &[]);

@@ -1,4 +1,4 @@
-//! Issue 36 on the lab (`tests/lab/`, fixture `tests/common/lab.rs`): the evidence of a wedge
+//! Issue 36 on the lab (`tests/lab/`, fixture `crates/testkit/src/lab.rs`): the evidence of a wedge
 //! outlives what on-call does about it. A daemon watches the lab; decode is wedged (the
 //! incident's tuning variable, clients hang); the daemon keeps an incident bundle; decode is
 //! killed with SIGKILL (its whole process group, as a failed liveness probe's container kill)
@@ -7,8 +7,8 @@
 //! the next wedge is a second incident. The incidents outlive the daemon's own SIGKILL too,
 //! and `incidents latest -o DIR` copies the newest out with the line that files it.
 //!
-//! Runs the wedgewatch binary as a user runs it; lab tests run one binary at a time
-//! (tests/lanes.sh: LAB_LANE).
+//! Runs the wedgewatch binary as a user runs it; lab tests of different files run one file at
+//! a time (`lab::exclusive`).
 
 use wedgewatch_testkit::lab;
 
@@ -211,6 +211,7 @@ fn evidence(i: &Value) -> (PathBuf, Vec<u8>, Vec<u8>) {
 
 #[test]
 fn an_incident_bundle_outlives_kill_9_of_the_engine_and_the_next_wedge_is_a_second_incident() {
+    let _lab = lab::exclusive();
     let mut lab = Lab::up(&LabOptions::pd()).expect("lab up");
     let tmp = tempfile::tempdir().expect("tmp");
     let state = tmp.path().join("state");

@@ -5,6 +5,7 @@
 //! (create it with `python3 -m venv tests/lab/.venv && tests/lab/.venv/bin/pip install py-spy==0.4.3`).
 
 use wedgewatch_testkit::lab;
+use wedgewatch_testkit::timing::within;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -165,6 +166,7 @@ fn main_thread_states(
 
 #[test]
 fn recorded_and_synthesized_fixtures_classify_as_expected() {
+    let _lab = lab::exclusive();
     let dir = manifest().join("tests/fixtures/pyspy");
     let expected: std::collections::BTreeMap<String, String> =
         serde_json::from_str(&std::fs::read_to_string(dir.join("expected.json")).unwrap()).unwrap();
@@ -215,6 +217,7 @@ fn recorded_and_synthesized_fixtures_classify_as_expected() {
 
 #[test]
 fn live_scheduler_idle_batch_dropping_and_nccl() {
+    let _lab = lab::exclusive();
     let Some(py_spy) = py_spy() else { return };
     let rt = tokio::runtime::Runtime::new().unwrap();
     let src = StackSource::new(config(py_spy), &rules()).unwrap();
@@ -284,6 +287,7 @@ fn live_scheduler_idle_batch_dropping_and_nccl() {
 
 #[test]
 fn source_trait_samples_the_topology_and_skips_non_python() {
+    let _lab = lab::exclusive();
     let Some(py_spy) = py_spy() else { return };
     let rt = tokio::runtime::Runtime::new().unwrap();
     let sched = FakeScheduler::start("batch");
@@ -323,6 +327,7 @@ fn source_trait_samples_the_topology_and_skips_non_python() {
 
 #[test]
 fn py_spy_absent_is_unavailable_with_install_hint() {
+    let _lab = lab::exclusive();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let empty = tempfile::tempdir().unwrap();
     let cfg = StacksConfig {
@@ -360,6 +365,7 @@ fn py_spy_absent_is_unavailable_with_install_hint() {
 /// evidence); other processes once a window, a third of the reads and of py-spy's CPU.
 #[test]
 fn only_whole_window_targets_are_dumped_every_round() {
+    let _lab = lab::exclusive();
     let Some(py_spy) = py_spy() else { return };
     let rt = tokio::runtime::Runtime::new().unwrap();
     let sched = FakeScheduler::start("idle");
@@ -410,24 +416,29 @@ fn scheduler_target(pid: i32) -> StackTarget {
     }
 }
 
-/// A window of dumps inside a one-shot collection whose cut comes 1.8 s from now (before
-/// py-spy's own 2 s bound), which it must return before.
+/// The one-shot window of [`capture_cut_by_window`].
+const WINDOW: Duration = Duration::from_secs(3);
+
+/// The py-spy bound of the sources that [`capture_cut_by_window`] runs: past the bound it
+/// asserts, so a window that waited for a hung dump fails it.
+fn window_py_spy_timeout() -> Duration {
+    within(WINDOW) + Duration::from_secs(5)
+}
+
+/// A window of dumps inside a one-shot collection whose cut comes [`WINDOW`] from now, which
+/// it must keep.
 fn capture_cut_by_window(
     rt: &tokio::runtime::Runtime,
     src: &StackSource,
     targets: &[StackTarget],
 ) -> wedgewatch::sources::stacks::StackWindow {
     let t0 = Instant::now();
-    let end = tokio::time::Instant::now() + Duration::from_millis(1_800);
+    let end = tokio::time::Instant::now() + WINDOW;
     let w = rt.block_on(wedgewatch::sources::window::until(
         Some(end),
         src.capture_window(targets, &SystemClock),
     ));
-    assert!(
-        t0.elapsed() < Duration::from_millis(1_800),
-        "{:?}",
-        t0.elapsed()
-    );
+    assert!(t0.elapsed() < within(WINDOW), "{:?}", t0.elapsed());
     w
 }
 
@@ -436,6 +447,7 @@ fn capture_cut_by_window(
 /// lose them all: "stacks cut off ... still running at the end of the window").
 #[test]
 fn rounds_stop_at_the_window_end_and_keep_the_dumps_done() {
+    let _lab = lab::exclusive();
     let Some(py_spy) = py_spy() else { return };
     let rt = tokio::runtime::Runtime::new().unwrap();
     let sched = FakeScheduler::start("idle");
@@ -446,7 +458,11 @@ fn rounds_stop_at_the_window_end_and_keep_the_dumps_done() {
         "if [ -e {c} ]; then exec sleep 30; fi\ntouch {c}\n",
         c = count.display()
     );
-    let src = StackSource::new(config(py_spy_wrapper(&dir, &py_spy, &script)), &rules()).unwrap();
+    let cfg = StacksConfig {
+        timeout: window_py_spy_timeout(),
+        ..config(py_spy_wrapper(&dir, &py_spy, &script))
+    };
+    let src = StackSource::new(cfg, &rules()).unwrap();
     let targets = [scheduler_target(sched.proc.pid())];
     let w = capture_cut_by_window(&rt, &src, &targets);
     assert_eq!(w.status.status, Status::Degraded, "{:?}", w.status);
@@ -464,6 +480,7 @@ fn rounds_stop_at_the_window_end_and_keep_the_dumps_done() {
 /// degraded, not unavailable.
 #[test]
 fn a_first_round_cut_by_the_window_keeps_the_processes_dumped() {
+    let _lab = lab::exclusive();
     let Some(py_spy) = py_spy() else { return };
     let rt = tokio::runtime::Runtime::new().unwrap();
     let (quick, slow) = (FakeScheduler::start("idle"), FakeScheduler::start("idle"));
@@ -473,7 +490,11 @@ fn a_first_round_cut_by_the_window_keeps_the_processes_dumped() {
         "case \" $* \" in *\" {slow} \"*) exec sleep 30;; esac\n",
         slow = slow.proc.pid()
     );
-    let src = StackSource::new(config(py_spy_wrapper(&dir, &py_spy, &script)), &rules()).unwrap();
+    let cfg = StacksConfig {
+        timeout: window_py_spy_timeout(),
+        ..config(py_spy_wrapper(&dir, &py_spy, &script))
+    };
+    let src = StackSource::new(cfg, &rules()).unwrap();
     let targets = [
         scheduler_target(quick.proc.pid()),
         scheduler_target(slow.proc.pid()),
@@ -492,6 +513,7 @@ fn a_first_round_cut_by_the_window_keeps_the_processes_dumped() {
 
 #[test]
 fn exited_pid_is_recorded_not_fatal_and_timeout_kills_py_spy() {
+    let _lab = lab::exclusive();
     let Some(py_spy) = py_spy() else { return };
     let rt = tokio::runtime::Runtime::new().unwrap();
     // A pid that existed and is gone (reaped).
@@ -538,10 +560,15 @@ fn exited_pid_is_recorded_not_fatal_and_timeout_kills_py_spy() {
     let mut cfg = config(py_spy);
     cfg.dumps_per_window = 1;
     cfg.timeout = Duration::from_millis(1);
+    let cfg_timeout = cfg.timeout;
     let src = StackSource::new(cfg, &rules()).unwrap();
     let started = Instant::now();
     let w = rt.block_on(src.capture_window(&targets[1..], &SystemClock));
-    assert!(started.elapsed() < Duration::from_secs(2));
+    assert!(
+        started.elapsed() < within(cfg_timeout),
+        "{:?}",
+        started.elapsed()
+    );
     assert_eq!(w.status.status, Status::Degraded, "{:?}", w.status);
     let e = w.captures[0].error.as_deref().unwrap();
     assert!(e.contains("killed"), "{e}");
@@ -551,6 +578,7 @@ fn exited_pid_is_recorded_not_fatal_and_timeout_kills_py_spy() {
 
 #[test]
 fn native_mode_only_on_request_and_recorded() {
+    let _lab = lab::exclusive();
     let Some(py_spy) = py_spy() else { return };
     let rt = tokio::runtime::Runtime::new().unwrap();
     let sched = FakeScheduler::start("batch");
@@ -578,6 +606,7 @@ fn native_mode_only_on_request_and_recorded() {
 
 #[test]
 fn permission_denied_degrades_and_names_ptrace() {
+    let _lab = lab::exclusive();
     let Some(py_spy) = py_spy() else { return };
     // Run the real py-spy as `nobody` against a root-owned target: the kernel refuses ptrace.
     let setpriv = Path::new("/usr/bin/setpriv");
@@ -641,6 +670,7 @@ fn lab_window(src: &StackSource, rt: &tokio::runtime::Runtime, pid: u32) -> Vec<
 /// prefill side is idle too; with a spinning all-reduce it is in the NCCL collective.
 #[test]
 fn lab_accepted_and_forgotten_and_spinning_collective() {
+    let _lab = lab::exclusive();
     let Some(py_spy) = py_spy() else { return };
     let rt = tokio::runtime::Runtime::new().unwrap();
     let src = StackSource::new(config(py_spy), &rules()).unwrap();
@@ -724,6 +754,7 @@ fn lab_accepted_and_forgotten_and_spinning_collective() {
 
 #[test]
 fn bad_stack_rules_in_probe_files_are_named() {
+    let _lab = lab::exclusive();
     let path = Path::new("extra/my-rules.toml");
     let mut set = ProbeSet::default();
     let e = set
@@ -787,6 +818,7 @@ fn pid_alive(pid: &str) -> bool {
 
 #[test]
 fn huge_py_spy_output_is_capped_and_the_py_spy_killed() {
+    let _lab = lab::exclusive();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().display();
@@ -852,6 +884,7 @@ fn huge_py_spy_output_is_capped_and_the_py_spy_killed() {
 
 #[test]
 fn parse_dump_takes_bytes_and_rejects_garbage_without_panicking() {
+    let _lab = lab::exclusive();
     use wedgewatch::sources::stacks::parse_dump;
     let ok = br#"[{"thread_name":"MainThread","os_thread_id":7,"frames":[{"name":"f","filename":"a.py","line":3}]}]"#;
     let t = parse_dump(ok).unwrap();
@@ -866,6 +899,7 @@ fn parse_dump_takes_bytes_and_rejects_garbage_without_panicking() {
 /// process whose maps show libpython is not), which the kernel's `/proc` could not show.
 #[test]
 fn not_python_is_read_through_the_configured_procfs() {
+    let _lab = lab::exclusive();
     let dir = tempfile::tempdir().unwrap();
     let write_proc = |pid: i32, exe: &str, maps: &str| {
         let p = dir.path().join(pid.to_string());

@@ -122,6 +122,7 @@ fn proxy_status(lab: &Lab) -> Value {
 /// socket's silence; a restart of the proxy frees them and it forwards again.
 #[test]
 fn one_snapshot_names_the_proxy_holding_close_wait_sockets() {
+    let _lab = lab::exclusive();
     const LEAKS: u64 = 24;
     let mut lab = Lab::up(
         &LabOptions::pd()
@@ -228,6 +229,7 @@ fn one_snapshot_names_the_proxy_holding_close_wait_sockets() {
 /// look finds nothing accumulating.
 #[test]
 fn one_snapshot_of_a_healthy_lab_under_load_has_no_accumulating_state() {
+    let _lab = lab::exclusive();
     let lab = Lab::up(&LabOptions::pd()).expect("lab up");
     let load = lab.load_background(4, 40, 20.0).expect("harness");
     std::thread::sleep(Duration::from_secs(3));

@@ -3,9 +3,11 @@
 //!
 //! The fake reads `$FAKE_NVML_DIR` on every call. The variable is process-wide, so every
 //! scenario that loads the fake runs in ONE test fn, in sequence, with the variable set once
-//! before NVML is first initialised (no other test in this binary touches the environment).
+//! before NVML is first initialised, and removed when it ends (no other test of the lab
+//! binary touches the environment or loads NVML in its own process).
 
 use wedgewatch_testkit::lab;
+use wedgewatch_testkit::timing::within;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -74,12 +76,24 @@ fn topology() -> (Topology, Vec<ProcessFacts>) {
     (topo, facts)
 }
 
+/// Removes an environment variable when dropped: the other modules of the lab binary run in
+/// this process after this test.
+struct UnsetOnDrop(&'static str);
+
+impl Drop for UnsetOnDrop {
+    fn drop(&mut self) {
+        std::env::remove_var(self.0);
+    }
+}
+
 #[test]
 fn fake_nvml_busy_idle_spinning_errors_and_hangs() {
+    let _lab = lab::exclusive();
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     // Set once, before the first NVML init in this process (see the module comment).
     std::env::set_var("FAKE_NVML_DIR", d);
+    let _unset = UnsetOnDrop("FAKE_NVML_DIR");
     write_state(d, "devices", "device_count=3\ndriver_version=550.54.15\n");
     write_state(d, "gpu0", &gpu_state(97, 610_000, 1000, 95)); // busy
     write_state(d, "gpu1", &gpu_state(0, 80_000, 1001, 0)); // idle
@@ -175,16 +189,26 @@ fn fake_nvml_busy_idle_spinning_errors_and_hangs() {
 
     // A hung driver: the sample times out, the next one is not queued behind it, and the
     // source recovers once the driver answers again.
-    let slow = source(Duration::from_millis(300));
+    // The driver's delay outlasts the bound asserted, so a read that waited for it fails.
+    let timeout = Duration::from_millis(300);
+    let call_delay = within(timeout) + Duration::from_secs(3);
+    let slow = source(timeout);
     assert_eq!(rt.block_on(slow.read()).status.status, Status::Ok);
     write_state(
         d,
         "devices",
-        "device_count=3\ndriver_version=550.54.15\ncall_delay_ms=1500\n",
+        &format!(
+            "device_count=3\ndriver_version=550.54.15\ncall_delay_ms={}\n",
+            call_delay.as_millis()
+        ),
     );
     let started = std::time::Instant::now();
     let r = rt.block_on(slow.read());
-    assert!(started.elapsed() < Duration::from_millis(1000));
+    assert!(
+        started.elapsed() < within(timeout),
+        "{:?}",
+        started.elapsed()
+    );
     assert_eq!(r.status.status, Status::Unavailable);
     assert!(r
         .status
@@ -202,13 +226,12 @@ fn fake_nvml_busy_idle_spinning_errors_and_hangs() {
         r.status
     );
     write_state(d, "devices", "device_count=3\ndriver_version=550.54.15\n");
+    // Until the hung call returns (its delay from when it began), then at once.
+    let deadline = std::time::Instant::now() + within(call_delay);
     let mut recovered = false;
-    for _ in 0..40 {
+    while !recovered && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(100));
-        if rt.block_on(slow.read()).status.status == Status::Ok {
-            recovered = true;
-            break;
-        }
+        recovered = rt.block_on(slow.read()).status.status == Status::Ok;
     }
     assert!(
         recovered,
@@ -401,6 +424,7 @@ fn components_list_the_gpus_nvml_shows(t_ms: i64, reading: &wedgewatch::model::G
 
 #[test]
 fn missing_library_is_unavailable_with_reason() {
+    let _lab = lab::exclusive();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("libnvidia-ml.so.1");
