@@ -16,7 +16,7 @@ Standard library only. Concurrently, from t = 0:
   slow_upload    a request whose body reaches the proxy 1/40 at a time over 40 s
   queue          at t = 3 s, a burst of 20 streams of 30 tokens: the engine's waiting queue
                  backs up (8 running at most) and drains
-  router_queue   at t = 30 s, 60 requests at once: the router admits what its tokens allow and
+  router_queue   at t = 30 s, 90 requests at once: the router admits what its tokens allow and
                  puts the rest in its own admission queue, which (sglang-router 0.3.2,
                  measured) refuses them with 408 within tens of ms when no token frees
 
@@ -34,7 +34,7 @@ import urllib.request
 
 WORDS = "plan route cache shard token batch queue tensor kernel stream agent reply".split()
 BURST = 20
-ROUTER_BURST = 60
+ROUTER_BURST = 90
 
 
 def prompt(words, directive=""):
@@ -194,8 +194,15 @@ class Run:
         what its tokens allow and queues the rest, admitting or refusing them (408)."""
         time.sleep(30.0)
         rs = []
+        # All at the same instant: threads started one by one on a loaded machine would
+        # spread over a refill and all be admitted.
+        start = threading.Barrier(ROUTER_BURST)
 
         def one():
+            try:
+                start.wait(timeout=30.0)
+            except threading.BrokenBarrierError:
+                pass
             r = stream(self.a.url, body_of(prompt(10), 1), timeout=60.0)
             with self.lock:
                 rs.append(r)
