@@ -50,8 +50,7 @@ pub fn engine_witnesses(
     })
 }
 
-/// The entries of a history buffer (oldest first, in time order) from `from` to `now`,
-/// found by bisection: a daemon's history holds minutes of readings, the wait seconds.
+/// The entries of a history buffer (oldest first) from `from` to `now`, found by bisection.
 fn between<'a, T>(
     q: &'a std::collections::VecDeque<T>,
     t: impl Fn(&T) -> Millis + Copy + 'a,
