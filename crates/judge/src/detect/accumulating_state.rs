@@ -1,24 +1,8 @@
-//! `accumulating_state` (warning).
-//!
-//! Two ways to fire, so that one look is enough when there is no history:
-//!
-//! * **Growth** (history): over `accumulate_window_ms` (at least half of it covered, at least
-//!   6 points), a component's established connections, CLOSE_WAIT sockets, open fds or threads
-//!   grew by at least their minimum (the last third's minimum exceeds the first third's
-//!   maximum by that much) and at least 80 % of the steps did not go down.
-//! * **Held CLOSE_WAIT** (one look): in the newest socket table, at least
-//!   `accumulate_close_wait_silent_min` sockets of the component are in CLOSE_WAIT and each
-//!   has been silent (no byte and no ACK either way, from `tcp_info`) for at least
-//!   `accumulate_close_wait_silent_ms`. Most incidents have no daemon running beforehand; the
-//!   kernel's per-socket clocks carry the history the tool did not see. A normal close
-//!   leaves CLOSE_WAIT within milliseconds, and a client pool that closes idle connections
-//!   lazily holds a few (bounded by its size), so neither a handful of sockets nor fresh ones
-//!   fire. When both ways fire on the same component's CLOSE_WAIT sockets, there is one
-//!   finding (the growth one) carrying both evidences.
-//!
-//! What to do: something is opened and never released. CLOSE_WAIT means the peer hung up and
-//! this process never closed: each leaked connection may be a forgotten request, and a pool
-//! that counts them runs dry (a restart "unfreezes it for a round or two").
+//! `accumulating_state` (warning): a component's connections, CLOSE_WAIT sockets, fds or
+//! threads keep growing over `accumulate_window_ms` (history), or it holds many long-silent
+//! CLOSE_WAIT sockets now (one look: the kernel's per-socket clocks are the history we did
+//! not see). Both on the same sockets make one finding. Rule and what to do:
+//! `accumulating_state` in docs/findings.md.
 //!
 //! Thresholds read: `accumulate_window_ms`, `accumulate_min_connections`,
 //! `accumulate_min_close_wait`, `accumulate_min_fds`, `accumulate_min_threads`,

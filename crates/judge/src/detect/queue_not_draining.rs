@@ -1,14 +1,7 @@
-//! `queue_not_draining` (critical).
-//!
-//! Fires when an engine reports queued requests (waiting + PD queues) and 0 running in every
-//! metrics point over `queue_after_ms`, with the GPU not working and no forward time. A fresh
-//! `/v1/loads` snapshot is preferred over the Prometheus gauges (which freeze during a stall);
-//! a frozen `/v1/loads` snapshot gives no verdict. A prefill's bootstrap queue does not
-//! count: its requests wait for their decode side to connect, not for this scheduler (a
-//! decode that forgot them is `wedged_request`'s case at decode).
-//!
-//! What to do: the scheduler never forms a batch. In PD, look at the other leg (KV transfer,
-//! bootstrap) and at PD queue polling in the scheduler stacks.
+//! `queue_not_draining` (critical): an engine reports queued requests and 0 running over
+//! `queue_after_ms`, GPU not working, no forward time (a fresh `/v1/loads` preferred over
+//! gauges that freeze; a prefill's bootstrap queue does not count). See `queue_not_draining`
+//! in docs/findings.md.
 //!
 //! Thresholds read: `queue_after_ms`.
 
