@@ -149,11 +149,9 @@ fn silent_of(e: &SocketEntry) -> Option<u32> {
     )
 }
 
-/// The other end of `e`, if this table can tell. The sockets source keeps every socket that
-/// touches a component's listen port, so for a socket on such a port whose peer address is on
-/// this host, an absent reversed 4-tuple means the peer socket is gone. Only asked of sockets
-/// with `tcp_info`: their namespace was dumped whole by sock_diag (a `/proc/net/tcp` fallback
-/// or a namespace that could not be read would make "absent" mean nothing).
+/// The other end of `e`, if this table can tell: on a listen port with a local peer, an
+/// absent reversed 4-tuple means the peer is gone. Only for sockets with `tcp_info`, whose
+/// namespace was dumped whole.
 fn peer_of(m: &Correlator, table: &SocketTable, e: &SocketEntry) -> Peer {
     if let Some(p) = table
         .sockets
@@ -192,8 +190,7 @@ fn peer_of(m: &Correlator, table: &SocketTable, e: &SocketEntry) -> Peer {
 }
 
 /// Where a held socket leads, the key its sockets are counted under: "to router@...",
-/// "from proxy@...", "to 10.0.0.9:443", "from 10.0.0.7" (a client's ephemeral port is left
-/// out, so a hundred sockets from one client host are one group; each socket's line has it).
+/// "from proxy@...", "to 10.0.0.9:443", "from 10.0.0.7" (a client's ephemeral port left out).
 fn toward_of(m: &Correlator, table: &SocketTable, owner: &str, e: &SocketEntry) -> String {
     let topo = m.topology();
     let inbound = topo
@@ -290,8 +287,7 @@ impl<'a> CloseWaits<'a> {
                 continue;
             };
             let Some(silent) = silent_of(e) else {
-                // Read without tcp_info (another namespace through /proc/net/tcp): how long it
-                // has been there is unknown, so it does not count.
+                // Without tcp_info its age is unknown: it does not count.
                 *scan.unclocked.entry(c.id.clone()).or_default() += 1;
                 continue;
             };

@@ -17,7 +17,7 @@ use crate::correlate::{
 use crate::model::{Evidence, Finding, FindingKind, Role, Severity, StuckKind};
 
 /// `wedged_request`: the requests the correlator judged stuck without a response byte, one
-/// finding per hop they are stuck at (the deepest hop holding them; the prefill in PD).
+/// finding per hop they are stuck at.
 pub fn wedged_request(m: &Correlator, v: &View) -> Vec<Finding> {
     let mut out = Vec::new();
     for (comp, ls) in stuck_by_component(v, StuckKind::NoResponse) {
