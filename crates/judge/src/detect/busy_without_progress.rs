@@ -74,10 +74,8 @@ fn busy_reason(cs: &ComponentState, min_dumps: usize) -> Option<String> {
     let collective = cs.threads.iter().find(|t| {
         t.states.len() >= min_dumps && t.states.iter().all(|s| *s == ThreadState::NcclCollective)
     });
-    // Plain "GPU working" with no bytes out is also a long non-streaming generation;
-    // count it only when the engine's own token counter says nothing is generated. Tokens
-    // the scheduler counted itself are progress even if none reached the HTTP server (that
-    // loss is `tokens_undelivered`'s).
+    // Plain "GPU working" with no bytes out is also a long non-streaming generation: only
+    // with no token generated (tokens that never reached HTTP are `tokens_undelivered`'s).
     let scheduler_generated = cs
         .metrics
         .get(&format!("{SCHEDULER_TOKENS_KEY}_rate"))

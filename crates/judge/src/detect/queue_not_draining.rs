@@ -79,9 +79,8 @@ fn judged_stretch(m: &Correlator, comp: &str, now: Millis) -> Option<Vec<Judged>
 /// current.
 fn judge_point(p: &MetricsPoint) -> Option<(f64, f64, &'static str)> {
     if let Some(l) = p.loads {
-        // A load snapshot the engine stopped republishing says what was queued
-        // when it was written, not now: no verdict from it (nor from the gauges,
-        // which freeze the same way).
+        // A load snapshot no longer republished is old news: no verdict from it (nor
+        // from the gauges, frozen the same way).
         let stale = l
             .timestamp_s
             .is_some_and(|ts| p.t_ms as f64 - ts * 1000.0 > LOADS_FRESH_MS);
@@ -94,10 +93,8 @@ fn judge_point(p: &MetricsPoint) -> Option<(f64, f64, &'static str)> {
             "v1_loads",
         ));
     }
-    // The prefill inflight gauge is last written by the prefill batch report, the
-    // moment that batch enters the inflight queue, and then freezes while the engine
-    // idles: it reads non-zero on a healthy idle prefill engine. Only /v1/loads
-    // (fresh) is trusted for that queue.
+    // The prefill inflight gauge freezes non-zero on an idle prefill: only /v1/loads is
+    // trusted for that queue.
     let q: f64 = std::iter::once("queued")
         .chain(crate::correlate::PD_QUEUE_KEYS)
         .filter(|k| *k != "prefill_inflight_queue" && *k != "prefill_bootstrap_queue")
