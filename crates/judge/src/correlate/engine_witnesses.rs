@@ -12,8 +12,7 @@ use crate::clock::Millis;
 use crate::correlate::GpuActivity;
 use crate::model::ThreadState;
 
-/// After a request arrives, counters may still move, the GPU finish and the scheduler run a
-/// batch already under way for this long (and the metrics scrape lags by up to a second).
+/// How long after a request arrives a batch already under way may still show as work.
 pub const WORK_SETTLE_MS: Millis = 2000;
 
 /// Stack dumps the scheduler witness needs: one dump is a guess, two agreeing are evidence.
