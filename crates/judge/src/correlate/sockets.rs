@@ -1,5 +1,6 @@
 //! Socket tables -> connections and their exchanges (`exchange.rs` cuts the byte deltas),
 //! hop links (`links.rs`), and per-component socket counts.
+//!
 //! The topology's answers come from a [`Lookup`] built once per table.
 
 use super::exchange::{Conn, ConnKey, Obs};
