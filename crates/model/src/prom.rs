@@ -7,10 +7,7 @@
 //!   `_created`/`_bucket`/`_sum`/`_count` kept as plain series;
 //! - anything else skipped and counted in `bad_lines`. Never panics, never fails.
 //!
-//! Bounded, since any local process can pose as an engine: [`parse_limited`] walks one line at
-//! a time and allocates only for the series it keeps: the wanted ones (a caller's predicate on
-//! the name) up to [`ParseLimits::max_series`], wherever they appear, plus the first
-//! [`ParseLimits::raw_sample`] others. The rest are counted by name, never validated; what was
+//! Bounded ([`parse_limited`]), since any local process can pose as an engine; what was
 //! dropped is in [`Cut`].
 
 use crate::model::Series;
@@ -352,8 +349,7 @@ fn parse_value(s: &str) -> Option<f64> {
         "+Inf" | "Inf" | "+inf" | "inf" => Some(f64::INFINITY),
         "-Inf" | "-inf" => Some(f64::NEG_INFINITY),
         _ => {
-            // Rust's parser accepts "infinity"/"nan" spellings we already handled; reject
-            // anything that is not a plain number so garbage is counted.
+            // Only plain numbers: other spellings Rust accepts count as garbage.
             if s.bytes()
                 .any(|b| b.is_ascii_alphabetic() && b != b'e' && b != b'E')
             {
@@ -423,8 +419,7 @@ bad_value{x="1"} abc
         assert_eq!(parse("x{} 2").series.len(), 1);
     }
 
-    /// 100k unwanted series then the wanted one: the cut is on the unwanted, the wanted one
-    /// at the end is kept, and the cut is reported.
+    /// The cut falls on unwanted series; a wanted one at the end is kept.
     #[test]
     fn wanted_series_survive_a_cut_on_unwanted_ones() {
         let mut body = String::new();

@@ -1,18 +1,13 @@
 //! Blame past the hop a request waits at: two causes the correlator can prove for a leg that
 //! waits for its first byte, each read by its own detector instead of `wedged_request`.
 //!
-//! - A PD decode leg waits for KV its prefill leg will never send: that leg (same request,
-//!   same router exchange) already ended with an error (`pd_leg_failed`). The real
-//!   sglang-router 0.3.2 answers the client only from decode, so it holds the client until
-//!   decode gives up (`SGLANG_DISAGGREGATION_WAITING_TIMEOUT`, 300 s by default) -- smg
-//!   issue 831; measured on the lab, docs/lab.md "Faults".
+//! - A PD decode leg waits for KV its prefill leg will never send: that leg already ended
+//!   with an error (`pd_leg_failed`).
 //! - The engine's scheduler generated tokens since the request arrived and not one byte left
-//!   its HTTP server on any inference request (`tokens_undelivered`): the tokens are lost
-//!   between the scheduler and the HTTP server, in the detokenizer or the tokenizer manager.
+//!   its HTTP server on any inference request (`tokens_undelivered`).
 //!
-//! Both stand whatever the engine's load: a busy engine is excused as slow, but these
-//! requests cannot move at all. (How long a leg must have waited is its witnesses' wait,
-//! `kind_witnesses.rs`: 10 s when unanimous, up to `wedged_after_ms`.)
+//! Both stand whatever the engine's load: these requests cannot move at all. The rules are
+//! `pd_leg_failed` and `tokens_undelivered` in docs/findings.md.
 
 use super::exchange::{Exchange, HEADERS_BURST_MS};
 use super::metrics::MetricsPoint;
@@ -21,10 +16,8 @@ use super::Correlator;
 use crate::clock::Millis;
 use crate::model::{RequestState, Role};
 
-/// Largest answer, in bytes, that can be an error: status line and headers and a JSON
-/// error body with its message (SGLang's `{"object": "error", "message": ...}`; a validation
-/// error lists what it refused). Only a bound: what says "error" is the engine's own count
-/// of error statuses.
+/// Largest answer, in bytes, that can be an error (headers and a JSON error body). Only a
+/// bound: what says "error" is the engine's own count of error statuses.
 pub const ERROR_ANSWER_MAX_BYTES: u64 = 4096;
 
 /// The engine's count of inference answers with an error status (4xx, 5xx).
@@ -96,9 +89,8 @@ pub(super) fn past_hop(
     undelivered_since(m, &r.x.component, r.x.request_ms, v.now, last_sent).map(Blame::Undelivered)
 }
 
-/// The newest response byte an inference request at `comp` got: a request of inference size,
-/// or an answer seen streaming. (A probe's connection first seen after its answer looks like
-/// a request of unknown size: not counted.)
+/// The newest response byte an inference request at `comp` got (a request of inference
+/// size, or an answer seen streaming).
 pub(super) fn last_answer_byte(m: &Correlator, comp: &str) -> Option<Millis> {
     m.exchanges()
         .filter(|x| x.component == comp && is_inference_answer(x))
@@ -150,14 +142,11 @@ pub fn answer_size_unknown(x: &Exchange) -> bool {
     x.seen_mid_flight && x.bytes_in == 0
 }
 
-/// What the engine's error count says about the answer of `x`: the errors it counted from
-/// its last scrape before the request to its newest (a scrape just after the answer may not
-/// have it yet), or, with no scrape from before the request, its errors since it started;
-/// `None` when it counted none (or does not count).
+/// What the engine's error count says about the answer of `x`: the errors counted from its
+/// last scrape before the request to its newest, else since it started; `None` when none.
 fn error_status(m: &Correlator, x: &Exchange) -> Option<LegFailure> {
     let hist = m.metrics_history(&x.component)?;
-    // The count appears with the first error answered: a scrape without it, of an engine
-    // that has it later, says none yet.
+    // The count appears with the first error answered: its absence says none yet.
     if !hist.iter().any(|p| p.mapped.contains_key(HTTP_ERRORS_KEY)) {
         return None;
     }
@@ -180,11 +169,8 @@ fn error_status(m: &Correlator, x: &Exchange) -> Option<LegFailure> {
 
 /// How many tokens engine `comp`'s scheduler generated after `since` that never left it: its
 /// count rose from its last scrape at or before `since` (the baseline) to the newest at `now`,
-/// and no inference answer left it after that baseline (`last_sent`, [`last_answer_byte`]):
-/// tokens counted between the baseline and `since` may be those of an answer that left just
-/// before the request came (an agent's next turn follows its last reply at once); and its
-/// tokenizer manager, when it counts, received none of them. `None` when not, or without a
-/// scrape from before `since` (the rise cannot be dated).
+/// no inference answer left after the baseline (`last_sent`, [`last_answer_byte`]), and its
+/// tokenizer manager, when it counts, received none. `None` without a baseline scrape.
 pub fn undelivered_since(
     m: &Correlator,
     comp: &str,
@@ -217,8 +203,7 @@ pub fn undelivered_since(
         (Some((_, a)), Some((_, b))) => Some(a - b),
         _ => None,
     };
-    // Tokens the tokenizer manager received were delivered: an answer the socket samples
-    // missed (one shorter than their period) left after all.
+    // Tokens the tokenizer manager received were delivered (an answer the sockets missed).
     if received.is_some_and(|r| r >= 1.0) {
         return None;
     }

@@ -1,8 +1,7 @@
-//! The history's byte budget ([`Correlator::history_bytes`], issue 15 item 4): after the time
-//! bound, the oldest entry of all history buffers goes first until their estimated bytes
-//! (`footprint.rs`, counted by each [`Ring`]) fit. A buffer's newest entry always stays, so
-//! every source's latest word survives a flood from another; a budget smaller than one
-//! entry of each buffer is exceeded by that much.
+//! The history's byte budget ([`Correlator::history_bytes`]): after the time bound, the
+//! oldest entry of all history buffers goes first until their estimated bytes (each
+//! [`Ring`]'s) fit. A buffer's newest entry always stays, so every source's latest word
+//! survives a flood from another.
 
 use super::ring::{Ring, Timed};
 use super::Correlator;

@@ -1,13 +1,10 @@
 //! Channel flows: the latest socket table's connections to components' channels
-//! (`model::channel`) summed per client engine, server engine and kind: bytes each way and
-//! silence. What a KV transfer or a bootstrap session is, shown as itself instead of as a
-//! request.
+//! (`model::channel`) summed per client engine, server engine and kind, so a KV transfer or
+//! a bootstrap session is shown as itself, not as a request.
 //!
-//! A channel discovery could only call `internal` (a child's port, an engine's unflagged one)
-//! is a KV transfer once one of its connections from another engine had that shape
-//! ([`is_kv_stream`], the one place the shape is judged; per connection, as each table is
-//! ingested), and stays one while the port is listened on: a stream that stops mid-transfer
-//! is still a KV stream.
+//! An `internal` channel is a KV transfer once one of its connections from another engine
+//! had that shape ([`is_kv_stream`]), and stays one while the port is listened on: a stream
+//! that stops mid-transfer is still a KV stream.
 
 use super::exchange::Obs;
 use super::lookup::Lookup;
@@ -17,26 +14,23 @@ use crate::clock::Millis;
 use crate::model::{ChannelFlow, ChannelKind, KvSide, SocketEntry};
 use std::collections::BTreeMap;
 
-/// Fewest bytes a KV stream has carried into its receiver's port (the real 0.5.23 pair's
-/// tiny model moved ~12.8 KB per request per decode rank).
+/// Fewest bytes a KV stream has carried into its receiver's port.
 pub const KV_STREAM_MIN_BYTES: u64 = 4096;
 
 /// A one-way stream with no answer at all is a KV stream only past this many bytes.
 pub const KV_ONE_WAY_MIN_BYTES: u64 = 64 << 10;
 
 /// What a receiver answers at most, per byte it received (Mooncake TCP: 8 bytes of status
-/// per slice of a 24-byte header and pages; the real pair measured ~20:1).
+/// per slice; docs/lab.md).
 pub const KV_MAX_ANSWER_RATIO: u64 = 8;
 
 /// Bytes of a ZMQ socket's handshake (ZMTP greeting and READY): a PULL socket answers this
 /// once and then never again, so a stream answered with no more is a message queue.
 pub const ZMTP_HANDSHAKE_BYTES: u64 = 128;
 
-/// Whether `bytes_in`/`bytes_out` (received/sent by the server side of a channel's
-/// connection from another engine) are a KV transfer stream: pages written one way, the
-/// receiver answering a few fixed bytes per write (more than a message queue's handshake) or
-/// nothing at all, never an HTTP request and answer. `server`/`client` are the engines'
-/// sides when their flags say: a stream into an engine that only sends is not a KV stream.
+/// Whether `bytes_in`/`bytes_out` (the server side of a channel's connection from another
+/// engine) are a KV transfer stream: pages written one way, the receiver answering a few
+/// bytes per write or nothing. `server`/`client` are the engines' sides when their flags say.
 pub fn is_kv_stream(
     server: Option<KvSide>,
     client: Option<KvSide>,
@@ -165,8 +159,7 @@ impl Correlator {
         }
     }
 
-    /// Forgets the KV ports no component lists as a channel any more (a restart's new
-    /// ephemeral ports replace them), so the set stays as small as the topology.
+    /// Forgets the KV ports no component lists as a channel any more.
     pub(super) fn forget_gone_kv_ports(&mut self) {
         if self.kv_ports.is_empty() {
             return;

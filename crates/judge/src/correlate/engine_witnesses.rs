@@ -12,8 +12,7 @@ use crate::clock::Millis;
 use crate::correlate::GpuActivity;
 use crate::model::ThreadState;
 
-/// After a request arrives, counters may still move, the GPU finish and the scheduler run a
-/// batch already under way for this long (and the metrics scrape lags by up to a second).
+/// How long after a request arrives a batch already under way may still show as work.
 pub const WORK_SETTLE_MS: Millis = 2000;
 
 /// Stack dumps the scheduler witness needs: one dump is a guess, two agreeing are evidence.
@@ -50,8 +49,7 @@ pub fn engine_witnesses(
     })
 }
 
-/// The entries of a history buffer (oldest first, in time order) from `from` to `now`,
-/// found by bisection: a daemon's history holds minutes of readings, the wait seconds.
+/// The entries of a history buffer (oldest first) from `from` to `now`, found by bisection.
 fn between<'a, T>(
     q: &'a std::collections::VecDeque<T>,
     t: impl Fn(&T) -> Millis + Copy + 'a,

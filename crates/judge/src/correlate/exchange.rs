@@ -1,11 +1,10 @@
 //! Exchange segmentation: one HTTP request/response on one TCP connection, cut out of the
 //! kernel's per-socket byte counters (`tcp_info`) sampled a few times a second.
 //!
-//! Only the server side of each hop is tracked (a socket whose local port is a component's
-//! listen port): there `bytes_received` is request bytes in and `bytes_acked` response bytes
-//! out. We never see HTTP framing, so "response complete" is known for sure only when the
-//! next request arrives or the connection closes; in between the correlator decides from the
-//! component's own in-flight counts (see `Correlator::request_states`).
+//! Only the server side of each hop is tracked. Without HTTP framing, "response complete" is
+//! known only when the next request arrives or the connection closes; in between the
+//! correlator decides (`Correlator::request_states`; "How requests are seen" in
+//! docs/findings.md).
 
 use super::probe_units::ProbeUnits;
 use crate::clock::Millis;
@@ -63,8 +62,8 @@ pub struct Exchange {
     /// Estimated arrival of the request's bytes (from `last_data_recv`).
     pub request_ms: Millis,
     pub last_request_ms: Millis,
-    /// First response byte, when known. Set also when the response was already under way
-    /// when the connection was first seen (then `bytes_out` counts only what we saw).
+    /// First response byte, when known (for a response first seen under way, `bytes_out`
+    /// counts only what we saw).
     pub first_byte_ms: Option<Millis>,
     pub last_out_ms: Option<Millis>,
     pub end: Option<End>,
@@ -72,9 +71,8 @@ pub struct Exchange {
     pub bytes_out: u64,
     pub(crate) in_base: u64,
     pub(crate) out_base: u64,
-    /// Exchanges this one caused at the next hop, by number (the `n` of `x<n>`): a view
-    /// follows thousands of links, and a number is read where the exchange is, a string
-    /// behind one more pointer.
+    /// Exchanges this one caused at the next hop, by number (the `n` of `x<n>`): cheaper to
+    /// follow than an id string.
     pub links: Vec<u64>,
     /// The exchange that caused this one (its number), and how sure we are.
     pub parent: Option<u64>,
@@ -87,17 +85,13 @@ pub struct Exchange {
     pub probe_unit: Option<(u64, u64)>,
 }
 
-/// Largest response, in bytes, that counts as "status line and headers only" when it answers an
-/// inference-sized request and then nothing follows. A streaming server (vLLM's OpenAI server
-/// under uvicorn, SGLang's, the routers) sends `200` with `content-type: text/event-stream` and
-/// `transfer-encoding: chunked` before the first token: 140-180 bytes, then the body. A finished
-/// answer to an inference request is larger: a chat completion body alone is over 250 bytes, and
-/// vLLM's smallest error (404 model not found) is 220 with its headers.
+/// Largest response, in bytes, that counts as "status line and headers only" when it answers
+/// an inference-sized request and nothing follows: a streaming server's headers before the
+/// first token are smaller, any finished answer larger (figures in docs/findings.md).
 pub const HEADERS_ONLY_MAX_BYTES: u64 = 240;
 
-/// Smallest response, in bytes, that counts as "status line and headers only": a status line,
-/// `date`, `content-type` and `transfer-encoding` alone take about 115. Fewer bytes are a
-/// response already under way (a tiny body), not headers.
+/// Smallest response, in bytes, that counts as "status line and headers only"; fewer is a
+/// tiny body.
 pub const HEADERS_ONLY_MIN_BYTES: u64 = 128;
 
 /// Headers go out in one write: a response whose bytes left over a longer stretch than this
@@ -105,8 +99,7 @@ pub const HEADERS_ONLY_MIN_BYTES: u64 = 128;
 pub const HEADERS_BURST_MS: Millis = 500;
 
 /// An answer seen leaving this long after it was first seen under way is a stream, not one
-/// write: a probe's answer on loopback or a LAN leaves within milliseconds, a stream's
-/// tokens for seconds. (Below the sockets period, 250 ms: two looks suffice.)
+/// write (a probe's answer leaves within milliseconds). Below the sockets period.
 pub const STREAM_SPAN_MS: Millis = 200;
 
 impl Exchange {
@@ -114,10 +107,8 @@ impl Exchange {
         self.first_byte_ms.is_some()
     }
 
-    /// The server sent its response headers (a stream or body announced) and no body byte
-    /// since: 128-240 bytes in one burst, in answer to an inference-sized request. The
-    /// exchange is still open and waiting on the server, not an idle keep-alive connection.
-    /// Known only when the response's size is (`bytes_out` counts the whole response).
+    /// The server sent only its response headers (one burst, sized between the bounds
+    /// above) to an inference-sized request: still waiting on the server, not idle.
     pub fn headers_only(&self) -> bool {
         self.end.is_none()
             && self.started()
@@ -141,11 +132,8 @@ impl Exchange {
         self.started() && !self.headers_only()
     }
 
-    /// First seen with its answer already under way (its request's size unknown), and the
-    /// answer still leaving `STREAM_SPAN_MS` after that: a streamed body, so an inference
-    /// request whatever its size. A probe's answer (a health check, a load query) leaves in
-    /// one burst, before or at the first look. What a one-shot of a second sees of a busy
-    /// engine: almost every answered request there is one of these.
+    /// First seen with its answer under way (request size unknown), and the answer still
+    /// leaving `STREAM_SPAN_MS` later: a streamed body, so an inference request.
     pub fn seen_streaming(&self) -> bool {
         self.seen_mid_flight
             && self.bytes_in == 0
@@ -195,11 +183,10 @@ pub struct Conn {
     pub out_total: u64,
     pub last_in_ms: Option<Millis>,
     pub last_out_ms: Option<Millis>,
-    /// The number of the newest socket table it was in (`Correlator`'s count of tables): what
-    /// tells the connections a table no longer holds, without a set of every key.
+    /// The number of the newest socket table it was in (tells the connections a table no
+    /// longer holds).
     pub(crate) in_table: u64,
-    /// Shared with the views built from them (a view's request holds its exchange without
-    /// copying it); changed through [`Arc::make_mut`], which copies only one a view holds.
+    /// Shared with the views built from them; changed through [`Arc::make_mut`].
     pub exchanges: VecDeque<Arc<Exchange>>,
 }
 
@@ -220,8 +207,7 @@ pub(crate) struct Obs {
 impl Obs {
     pub fn from_entry(t: Millis, e: &SocketEntry) -> Option<Obs> {
         let info = e.tcp_info?;
-        // tcp_info reports "ms since", counted from boot-relative jiffies: a never-used
-        // direction reads as a huge value; cap it so it cannot predate the epoch arithmetic.
+        // A never-used direction reads as a huge "ms since": capped.
         let ago = |ms: u32| -> Option<Millis> {
             if ms >= u32::MAX / 2 {
                 None
@@ -382,9 +368,8 @@ impl Conn {
                 x.in_base = o.bytes_in;
                 x.first_byte_ms = Some(s);
                 x.last_out_ms = Some(s);
-                // The whole connection carried one inference-sized request and a headers-sized
-                // answer: that request, answered with headers only (a stream that never sent
-                // a token). Its sizes are known: keep them, so it reads as waiting.
+                // One inference-sized request answered with headers only: keep its sizes,
+                // so it reads as waiting.
                 if (HEADERS_ONLY_MIN_BYTES..=HEADERS_ONLY_MAX_BYTES).contains(&o.bytes_out)
                     && o.bytes_in >= super::MIN_INFERENCE_REQUEST_BYTES
                 {
@@ -422,14 +407,10 @@ impl Conn {
         self.note_repeated_probe(known);
     }
 
-    /// Probes faster than the socket table (a router's health check every second, the table
-    /// read every 2 s while nothing is suspected) are cut as one exchange of k probes' bytes
-    /// in and out: 2 x 120 bytes in looks like an inference request, 2 x 111 out like its
-    /// response headers with no token yet. When this one's bytes are whole multiples of a
-    /// probe (k requests, k or k - 1 responses): the connection's previous exchange, when it
-    /// was a probe or such a repeat, else one its server answered on any connection
-    /// (`known`, where this connection's single probes are noted too), it is marked a repeat
-    /// of that probe.
+    /// Probes faster than the socket table are cut as one exchange of k probes' bytes, which
+    /// can look like an inference request answered with headers only. When this one's bytes
+    /// are whole multiples of a known probe (this connection's previous one, else one in
+    /// `known`), it is marked a repeat of that probe.
     pub(crate) fn note_repeated_probe(&mut self, known: &mut ProbeUnits) {
         let n = self.exchanges.len();
         let single = |x: &Exchange| {
@@ -477,10 +458,8 @@ impl Conn {
             .exchanges
             .back()
             .is_some_and(|x| x.end.is_none() && !x.started());
-        // Between two samples the waiting request got its whole response and the next
-        // request came in after it (the last byte in is no older than the last byte
-        // out): a keep-alive connection reused faster than we sample, as with 1 Hz
-        // recordings. Close the answered one; the new one waits.
+        // Answered and the next request came, between two samples (a keep-alive
+        // connection reused faster than we sample): close the answered one.
         let answered_then_asked = waiting && m.dout > 0 && m.in_at >= m.out_at;
         if answered_then_asked {
             self.answered_then_asked(o, m, next_num);

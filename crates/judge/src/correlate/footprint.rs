@@ -1,8 +1,7 @@
-//! Estimated memory of what the model's history holds (issue 15, item 4: the history is
-//! bounded in bytes, not only in time). An estimate, not an allocator's count: the value's
-//! own size plus the bytes of the strings and collections it owns, with a fixed overhead per
-//! collection entry (tree nodes, vector slack). It follows the size of what a source sent,
-//! which is what grows with a hostile or just very large stack (deep stacks, many series).
+//! Estimated memory of what the model's history holds, so the history is bounded in bytes,
+//! not only in time. An estimate, not an allocator's count: the value's own size plus the
+//! bytes it owns, with a fixed overhead per collection entry; it follows the size of what a
+//! source sent, which is what grows with a hostile or very large stack.
 
 use super::exchange::{Conn, Exchange};
 use super::metrics::MetricsPoint;

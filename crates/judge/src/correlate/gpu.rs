@@ -22,10 +22,8 @@ impl Correlator {
 }
 
 impl Correlator {
-    /// What NVML's process list says each component holds at `now` (a fact, where the
-    /// topology's `CUDA_VISIBLE_DEVICES` and title rank are hints): every NVML pid mapped to
-    /// its component through any PID namespace ([`map_gpu_pids`]), and each
-    /// component's GPUs folded into its ancestors (an engine holds its schedulers' GPUs).
+    /// What NVML's process list says each component holds at `now` ([`map_gpu_pids`]), each
+    /// component's GPUs folded into its ancestors.
     pub(super) fn held_gpus(&self, now: Millis) -> HeldGpus {
         let Some(g) = self.latest_gpu(now) else {
             return HeldGpus::new();
@@ -83,10 +81,8 @@ pub fn device_activity(d: &crate::model::GpuDevice, th: &Thresholds) -> GpuActiv
     gpu_verdict::gpu_activity(&inputs, &activity_thresholds(th)).0
 }
 
-/// GPU activity of a component: its listed GPUs (NVML's process list, else the topology's
-/// hint; see [`listed_gpus`]) and any device showing one of its pids, judged by
-/// [`gpu_verdict::component_activity`], so the snapshot and the detectors agree with what
-/// the GPU view shows.
+/// GPU activity of a component: its [`listed_gpus`] and any device showing one of its pids,
+/// judged by [`gpu_verdict::component_activity`].
 pub fn gpu_activity(c: &Component, g: &GpuReading, th: &Thresholds) -> GpuActivity {
     let gpus: Vec<u32> = g
         .devices

@@ -19,11 +19,9 @@ pub struct GpuPidMapping {
 
 /// Maps NVML's host pids to topology components, and each component to its GPUs.
 ///
-/// NVML reports pids in the host's PID namespace. A process is matched when that pid is its
-/// pid in our `/proc`, or appears in its `NSpid` line (which lists its pid in our namespace
-/// and every nested one, outermost first): this covers an engine in a container seen from
-/// the host, and a topology that recorded container-internal pids. When this tool runs in a
-/// container without the host's PID namespace, host pids are invisible and stay unmatched.
+/// NVML reports host pids. A process is matched when that pid is its pid in our `/proc` or
+/// appears in its `NSpid` line; in a container without the host's PID namespace, host pids
+/// stay unmatched.
 pub fn map_gpu_pids(
     topo: &Topology,
     facts: &[ProcessFacts],

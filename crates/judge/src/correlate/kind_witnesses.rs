@@ -1,15 +1,6 @@
-//! The witnesses of the stuck kinds past `wedged_request`, each the kind's own facts and the
-//! engine's four (`verdict.rs` weighs them; `engine_witnesses.rs` are the four):
-//! - `kv_transfer_stalled`: no byte on the decode leg; the transfer between the pair silent
-//!   since prefill did the forward (+settle); decode's four from the leg's arrival, read as
-//!   a decode waiting for KV (its loop polling the PD queues is idle, its KV queues hold the
-//!   waiting requests themselves).
-//! - `pd_leg_failed`: no byte on the decode leg; the prefill leg closed, or answered an error
-//!   its engine counted since the request (errors counted only since the engine started
-//!   cannot be dated: not quiet); decode's four, read the same way.
-//! - `tokens_undelivered`: no byte; the scheduler's tokens rose since the request and then
-//!   stopped (still rising: work seen, a long generation is no loss); the engine's four
-//!   from when they stopped.
+//! The witnesses of the stuck kinds past `wedged_request` (`kv_transfer_stalled`,
+//! `pd_leg_failed`, `tokens_undelivered`): each kind's own facts and the engine's four, as
+//! listed under each kind's "When" in docs/findings.md; `verdict.rs` weighs them.
 //!
 //! [`LegWitnesses::of`] gives a waiting leg the witnesses of the kind it heads for, so the
 //! judge, a one-shot's longer look and the daemon's suspicion read one answer.
@@ -138,8 +129,7 @@ fn transfer(stall: &KvStall, done: Option<Millis>, now: Millis) -> Testimony {
 }
 
 /// Each waiting leg's witnesses, for the kind it heads for: a KV transfer stall, a cause past
-/// its hop (`blame.rs`), else `wedged_request`'s. The pairs' transfers are read once, when a
-/// leg needs them, and each engine's last answer byte once (a pass asks for many legs).
+/// its hop (`blame.rs`), else `wedged_request`'s. Shared inputs are read once per pass.
 pub struct LegWitnesses<'a> {
     m: &'a Correlator,
     v: &'a View,

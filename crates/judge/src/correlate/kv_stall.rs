@@ -1,16 +1,7 @@
-//! PD KV transfer stalls (`kv_transfer_stalled`): a request's decode leg waits for its first
-//! byte while decode holds requests waiting for their KV cache (its prealloc or transfer
-//! queue), prefill has done their forward (it answered, or holds them in its inflight queue
-//! with none waiting for decode to connect), and the transfer from that prefill to that decode
-//! is silent. Then the request is not forgotten at decode (nor at prefill): its KV never
-//! arrived. Seen on real pairs as Mooncake TCP transfers that hang (sglang issue 23342) and KV
-//! receivers stuck in `Transferring` forever (sglang PR 31800).
-//!
-//! The transfer is what the socket table shows between the pair (`channels.rs`: the KV
-//! streams and the status messages from prefill to decode); with none on TCP at all (RDMA),
-//! only a prefill still holding requests in its inflight queue says their transfer is under
-//! way. The timing is one rule, [`kv_stall_due`], with the wait its witnesses say
-//! (`kind_witnesses.rs`: 10 s when unanimous, up to `wedged_after_ms`).
+//! PD KV transfer stalls: a decode leg waits for KV that prefill has computed while the
+//! transfer between the pair is silent, so the request is neither forgotten at decode nor at
+//! prefill. The rule is `kv_transfer_stalled` in docs/findings.md; its timing is one
+//! function, [`kv_stall_due`].
 
 use super::requests::StuckLeg;
 use super::state::{ComponentState, CountSource};
@@ -49,10 +40,8 @@ impl KvStall {
 }
 
 /// The stall's timing rule: a decode leg waiting `wait_ms` for its first byte (its
-/// witnesses' wait, `Witnesses::wedged_wait`: `wedged_after_ms` on less than unanimous
-/// evidence) while the transfer from its prefill has been silent as long
-/// (`transfer_idle_ms`; None: no transfer on TCP to look at). The one place the stall's
-/// timing is decided.
+/// witnesses' wait) while the transfer from its prefill has been silent as long
+/// (`transfer_idle_ms`; None: no transfer on TCP to look at).
 pub fn kv_stall_due(waited_ms: i64, transfer_idle_ms: Option<u64>, wait_ms: i64) -> bool {
     waited_ms >= wait_ms && transfer_idle_ms.is_none_or(|idle| idle as i64 >= wait_ms)
 }
@@ -96,9 +85,8 @@ pub(super) fn kv_stalled(m: &Correlator, v: &View) -> Vec<StuckLeg> {
     out
 }
 
-/// Decode leg `d`'s prefill leg, when `d` may be stuck in its KV transfer: it waits at a
-/// decode holding requests for their KV ([`waiting_at_decode`]), with a prefill leg that did
-/// not fail (that is `pd_leg_failed`: no KV will come, however the transfer looks).
+/// Decode leg `d`'s prefill leg, when `d` may be stuck in its KV transfer
+/// ([`waiting_at_decode`]) and that leg did not fail (that is `pd_leg_failed`).
 pub(super) fn candidate(m: &Correlator, v: &View, d: usize) -> Option<usize> {
     if !waiting_at_decode(v, &v.requests[d]) || super::blame::failed_prefill_leg(m, v, d).is_some()
     {
@@ -107,9 +95,8 @@ pub(super) fn candidate(m: &Correlator, v: &View, d: usize) -> Option<usize> {
     prefill_leg(v, d)
 }
 
-/// A decode leg waiting for its first byte, not a probe, not forwarded further, at a decode
-/// engine that holds requests waiting for their KV and whose GPU is not spinning (that is
-/// `busy_without_progress`).
+/// A decode leg waiting for its first byte at a decode engine that holds requests waiting
+/// for their KV and whose GPU is not spinning.
 fn waiting_at_decode(v: &View, r: &RequestView) -> bool {
     r.x.role == Role::Decode
         && r.state == RequestState::WaitingFirstByte

@@ -1,21 +1,12 @@
 //! Hop linking: the exchange a proxy or router receives is linked to the exchange(s) it
 //! causes at the next hop.
 //!
-//! Which component is the client of a connection is exact: the client's socket is the same
-//! 4-tuple reversed, and its pid maps to a component. Which *exchange* on that client caused
-//! which exchange at the server is inferred by timing (the child's request bytes arrive within
-//! `link_window_ms` after the parent's) and byte counts (a forwarded body is about as large as
-//! the one received; the PD router adds ~100 bytes of bootstrap fields). Each child has at
-//! most one parent; a parent has at most one child per downstream component (PD: one at the
-//! prefill, one at the decode engine).
-//!
-//! Cost: each exchange is tried as a child on the two sampling passes after it appears
-//! (both ends of a hop come from the same socket sample, the second pass covers a parent
-//! whose bytes were counted one sample late); parents are found by binary search in a
-//! per-component index of recent exchanges. The recent exchanges are borrowed, not copied:
-//! a pass allocates its index and the new links, nothing per exchange (under connection
-//! churn the horizon holds thousands of exchanges, and a copy of each id and component
-//! per sample was a quarter of the daemon's CPU).
+//! The client component of a connection is exact (the 4-tuple reversed, its pid); which
+//! exchange caused which is inferred by timing and size ("One request, one id, one verdict"
+//! in docs/findings.md). Each child has at most one parent; a parent at most one child per
+//! downstream component. Each exchange is tried as a child on the two passes after it
+//! appears (a parent's bytes may be counted one sample late); recent exchanges are
+//! borrowed, not copied.
 
 use super::exchange::{Conn, Exchange};
 use super::view::{is_probe_sized, MIN_INFERENCE_REQUEST_BYTES};
@@ -30,10 +21,8 @@ type NewLinks = FastMap<u64, (u64, f64)>;
 /// Links recently started exchanges to their parents. Existing links are kept.
 pub(crate) fn link(model: &mut Correlator, now: Millis) {
     let window = model.thresholds.correlate.link_window_ms;
-    // Request times come from the kernel's "ms since" fields read during the dump but
-    // counted from the sample's stamp: a dump that took long (a big node's table on a
-    // loaded host: hundreds of ms) skews one hop against the next by up to its length, and
-    // a parent can look that much younger than its child. Allow for it, up to the window.
+    // A long dump skews one hop's times against the next by up to its length: allowed
+    // for, up to the window.
     let dump_ms = model
         .seen
         .get(&crate::model::SourceKind::Sockets)
@@ -51,10 +40,7 @@ pub(crate) fn link(model: &mut Correlator, now: Millis) {
 }
 
 /// A connection's exchanges asked at or after `since`, and its unfinished one, oldest
-/// first. Only the newest can be unfinished (a new request ends the one before), and a
-/// connection's requests come in order: they are a suffix, found from the newest back. A
-/// keep-alive connection keeps up to 64 finished exchanges, and reading each of them (a
-/// pointer to follow, a cache miss) on every table grew with the daemon's age.
+/// first: a suffix, found from the newest back so the cost does not grow with its history.
 fn recent_of(c: &Conn, since: Millis) -> std::collections::vec_deque::Iter<'_, Arc<Exchange>> {
     let n = c
         .exchanges
@@ -199,9 +185,8 @@ fn apply(model: &mut Correlator, since: Millis, new_links: &NewLinks) {
     }
 }
 
-/// A probe (a router's health check or load query, sent on its own schedule) is no hop of
-/// a client's inference request, however close in time: linked, it takes the place of the
-/// request's real leg at that component (each parent has one child per component).
+/// A probe is no hop of a client's inference request, however close in time (linked, it
+/// would take the real leg's place).
 fn probe_under_inference(parent: &Exchange, child: &Exchange) -> bool {
     is_probe_sized(child) && parent.bytes_in >= MIN_INFERENCE_REQUEST_BYTES
 }

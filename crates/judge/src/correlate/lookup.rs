@@ -1,7 +1,5 @@
-//! The topology's answers a socket table asks once per socket (which component owns a pid,
-//! which one listens on a port in a namespace, whether a socket is at one of its listen
-//! addresses), computed once per table instead of by scanning every component (and parsing
-//! its listen addresses) for each of thousands of sockets.
+//! The topology's answers a socket table asks once per socket (owner of a pid, listener on a
+//! port in a namespace, whether an address is a listen address), indexed once per table.
 
 use super::FastMap;
 use crate::model::addr::{parse_socket_addr, port_of, split_host_port};

@@ -1,25 +1,12 @@
 //! Correlation: samples -> exchanges (per-request lifecycle on each TCP connection), hop
 //! links (client -> proxy -> router -> prefill + decode), and component state over time.
 //!
-//! [`Correlator`] is fed [`Sample`]s in time order (live from the sampler, or replayed from a
-//! recording) and keeps a bounded history: time-bounded ring buffers per source. Everything
-//! derived (request states, GPU verdicts, findings) is computed on demand by
-//! [`Correlator::view`] / [`Correlator::parts_with`], so the same samples always give the same answer.
+//! [`Correlator`] is fed [`Sample`]s in time order (live or replayed) and keeps a bounded
+//! history. Everything derived is computed on demand by [`Correlator::view`] /
+//! [`Correlator::parts_with`], so the same samples always give the same answer.
 //!
-//! Logical metric names consumed (from `MetricsScrape.mapped`, summed over series):
-//! `running`, `queued`, `http_active`, `forward_seconds_total`, `idle_seconds_total`,
-//! `generation_tokens_total`, `prefill_bootstrap_queue`, `prefill_inflight_queue`,
-//! `decode_prealloc_queue`, `decode_transfer_queue`, `decode_retracted_queue`.
-//! Extra keys: `extra["v1_loads"]` (engine `/v1/loads` JSON). Raw series read directly:
-//! the router's per-worker in-flight gauge `smg_worker_requests_active{worker}` (or legacy
-//! `sgl_router_running_requests{worker}`).
-
-//!
-//! Files: ingestion per source (`sockets.rs` with `exchange.rs` and `links.rs`,
-//! `processes.rs`, `metrics.rs`, `stacks.rs`, `gpu.rs`), the state derived at an instant
-//! (`state.rs` per component, `view.rs` per exchange, `requests.rs` logical requests and
-//! their verdicts, `verdict.rs` the witnesses that say how long a request waits before it
-//! is judged stuck) and the model's share of a snapshot (`parts.rs`).
+//! The metrics it reads are listed in docs/findings.md ("Inputs the correlator consumes");
+//! its files in docs/architecture.md ("judge").
 
 pub mod blame;
 mod budget;
@@ -115,9 +102,8 @@ pub struct Correlator {
     pub thresholds: Thresholds,
     /// How much history is kept (ring buffers are cut by time).
     pub history_ms: i64,
-    /// And by estimated bytes: the history's buffers (GPU readings, stack captures, metrics
-    /// points, counts, closed connections) together, oldest entry of all first (each
-    /// buffer's newest entry is kept). See `footprint.rs`.
+    /// And by estimated bytes over all buffers, oldest entry first (each buffer keeps its
+    /// newest). See `footprint.rs`.
     pub history_bytes: usize,
     /// The snapshot window: stack dumps, rates and done requests within it are reported.
     pub window_ms: i64,
@@ -172,9 +158,8 @@ pub(crate) fn exchange_id(n: u64) -> String {
     format!("x{n}")
 }
 
-/// The correlator's hash maps: keyed by its own exchange ids, component ids and socket
-/// addresses, built and probed thousands of times per view on a big node, where std's
-/// SipHash was the largest single cost. foldhash is seeded per process.
+/// The correlator's hash maps: foldhash (seeded per process), since its keys are its own ids
+/// and addresses, probed thousands of times per view.
 pub(crate) type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 pub(crate) type FastSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
 
@@ -238,8 +223,7 @@ impl Correlator {
         for c in &topology.components {
             if let (Some(old), Some(new_pid)) = (self.topology.component(&c.id), c.main_pid) {
                 if old.main_pid.is_some() && old.main_pid != Some(new_pid) {
-                    // The identity with start ticks is settled by the next processes sample;
-                    // note the pid change now so a restart is never missed.
+                    // Note the pid change now so a restart is never missed.
                     let before = self
                         .identities
                         .get(&c.id)
@@ -432,9 +416,8 @@ impl Correlator {
     }
 
     /// Open connections and those closed at or after `since`: every exchange that started
-    /// at or after `since` is on one of them (a connection is last seen no earlier than
-    /// its newest exchange started). What per-sample work iterates, so its cost follows
-    /// the traffic of the last seconds, not the length of the history.
+    /// at or after `since` is on one of them. Per-sample work iterates these, so its cost
+    /// follows recent traffic, not the history's length.
     pub(crate) fn conns_since(&self, since: Millis) -> impl Iterator<Item = &Conn> {
         self.closed
             .iter()

@@ -14,8 +14,8 @@ use crate::model::{
 use std::collections::{BTreeMap, BTreeSet};
 
 impl Correlator {
-    /// Everything a snapshot needs, with the findings computed by the caller (the pipeline
-    /// step `pipeline::parts` runs the detectors over `view` and calls this).
+    /// Everything a snapshot needs, with the findings computed by the caller
+    /// (`pipeline::parts`).
     pub fn parts_with(
         &self,
         now: Millis,
@@ -252,9 +252,8 @@ fn logical_of(view: &View, l: &LogicalView) -> LogicalRequest {
     }
 }
 
-/// Finished logical requests a snapshot lists at most (the newest): a big node answers
-/// hundreds a second, and listing every one made a served snapshot 10 MB and seconds long.
-/// Unfinished ones (stuck, waiting, active) are always listed.
+/// Finished logical requests a snapshot lists at most (the newest), to bound its size.
+/// Unfinished ones are always listed.
 pub const MAX_DONE_LISTED: usize = 500;
 
 /// Which of a view's logical requests and exchanges a snapshot lists.

@@ -1,10 +1,6 @@
-//! The probe sizes each server has answered: a health check's bytes in and out (`GET
-//! /health`: 120 in, 111 out from the SGLang router). A router checks an engine every second
-//! over the keep-alive connections it also forwards requests on, and the daemon's calm socket
-//! table comes every 2 s: two checks in one cut (240 in, 222 out) read as an inference-sized
-//! request answered with headers only, i.e. one waiting on the engine. A connection that just
-//! carried a real request, or a fresh one, has no probe of its own to compare with; the
-//! server's other connections have: the sizes learned there mark the repeat on this one.
+//! The probe sizes each server has answered (a health check's bytes in and out), learned on
+//! any of its connections, so that several probes cut as one exchange on a connection with
+//! no probe of its own are still known as repeats (`Conn::note_repeated_probe`).
 
 /// Most distinct probe sizes kept per server (the newest; a hostile client may send as many
 /// small requests of as many sizes as it likes).

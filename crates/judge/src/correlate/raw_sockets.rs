@@ -1,10 +1,7 @@
 //! The latest socket table as a snapshot's raw file (`raw/sockets.json`, and `raw.sockets`
-//! of a daemon's answer): the stack's sockets the model keeps (`sockets.rs` decides which,
-//! and notes how many others it left out), without the closed connections nobody owns.
-//! Under connection churn those are thousands of TIME_WAIT sockets (owned by no process,
-//! without counters, kept by the kernel for a minute: 6,000 at a busy proxy's port, 60 % of
-//! a 2.7 MB answer); they are counted per component in a note instead of listed, as the
-//! recording leaves them out (`record::writer::trim_sockets`).
+//! of a daemon's answer): the stack's sockets the model keeps, without the closed
+//! connections nobody owns (TIME_WAIT under churn), which are counted per component in a
+//! note instead, as the recording leaves them out (`record::writer::trim_sockets`).
 
 use super::Correlator;
 use crate::model::addr::port_of;

@@ -1,38 +1,13 @@
 //! Logical requests and their verdicts, computed once per view.
 //!
-//! A request as its client sent it crosses several hops (proxy -> router -> prefill +
-//! decode); each hop's exchange is a leg of one logical request (`r17`, legs `r17@proxy`,
-//! `r17@decode`). Its verdict (stuck / waiting / active / done) and, when stuck, the leg it
-//! is stuck at are decided here with the configured thresholds; the detectors
-//! (`wedged_request`, `stalled_stream`), the report and the TUI read them and never judge a
-//! request again, so a finding's count, its ids, the TUI's "(N stuck)" and the report's
-//! table are one set.
+//! A logical request (`r17`) is the chain of exchanges, one leg per hop (`r17@proxy`,
+//! `r17@decode`), that its client's request crossed. Its verdict (stuck / waiting / active /
+//! done) and, when stuck, the leg it is stuck at are decided here once; detectors, report
+//! and TUI only read them, so a finding's ids and the TUI's "(N stuck)" are one set.
 //!
-//! Stuck without a response byte (`wedged_request`'s case): a leg waited for its first byte
-//! at the deepest hop holding it as long as its witnesses say (`verdict.rs`: 10 s when every
-//! witness says nothing works on it, up to `wedged_after_ms` on less evidence, counted from
-//! its last request byte), and that hop does no work for it (no GPU work, forward time,
-//! tokens or scheduler batch; GPU not spinning). On a busy engine it is stuck anyway when the
-//! engine's work counters have not moved since it arrived, or when at least
-//! `wedged_overtaken_min` later, comparable requests from the same upstream hop were answered
-//! meanwhile. In PD, when both legs wait, the prefill leg is the
-//! one stuck (the decode leg needs its KV cache) and the decode leg its consequence, unless
-//! prefill holds requests in its bootstrap queue waiting for decode to connect: then the
-//! decode leg is stuck and the prefill leg its consequence. A leg with a cause past its hop
-//! (`blame.rs`: its PD prefill leg failed, or its engine's tokens never left) is stuck
-//! whatever the engine's load, after the wait its kind's witnesses say
-//! (`kind_witnesses.rs`), and blamed on that cause (`pd_leg_failed`, `tokens_undelivered`).
-//!
-//! Stuck in a KV transfer (`kv_transfer_stalled`'s case, `kv_stall.rs`): a PD decode leg
-//! waiting for its KV cache while the transfer from its prefill is silent; judged before
-//! the others, it replaces their verdict for its request.
-//!
-//! Stuck with a stopped stream (`stalled_stream`'s case): a leg's response stopped for
-//! `stall_after_ms` (request state `stalled`) at the deepest stalled hop, whose component
-//! does no work and whose GPU is not spinning.
-//!
-//! Probes (health checks, scrapes, load probes: requests too small to be inference requests)
-//! are never stuck; wedgewatch's own scrapes are not even exchanges (`ignore_client_pids`).
+//! The rules per kind (no response byte, KV transfer stall, stopped stream, PD cause and
+//! consequence, busy engines) are `wedged_request`, `kv_transfer_stalled` and
+//! `stalled_stream` in docs/findings.md. Probes are never stuck.
 
 use super::blame::{self, Blame};
 use super::exchange::Exchange;
@@ -77,8 +52,7 @@ pub struct StuckLeg {
     pub kind: StuckKind,
     /// Why a busy engine is blamed anyway (shared by every request stuck at that engine).
     pub busy: Option<BusyNote>,
-    /// PD: the other legs (indices into `View::requests`) that wait because of the stuck one
-    /// (the decode legs of a stuck prefill leg; the prefill leg of a KV transfer stall).
+    /// PD: the other legs (indices into `View::requests`) that wait because of this one.
     pub consequences: Vec<usize>,
     /// No response byte: the witnesses its wait was judged on.
     pub witnesses: Option<Witnesses>,
@@ -92,19 +66,18 @@ pub struct StuckLeg {
 #[derive(Debug, Clone, PartialEq)]
 pub enum BusyNote {
     /// The engine's work counters have not moved since they arrived; `earlier` is the work
-    /// seen over the rate window (for other requests, before these arrived).
+    /// seen over the rate window.
     NothingSince { earlier: Vec<WorkSignal> },
     /// At least this many later comparable requests were answered meanwhile.
     Overtaken { n: usize, working: Vec<WorkSignal> },
 }
 
-/// Smallest request (bytes) that counts as "a later request answered meanwhile" when the
-/// waiting request's own size is unknown: health checks and scrapes are smaller than this.
+/// Smallest request (bytes) that counts as "a later request answered meanwhile": health
+/// checks and scrapes are smaller.
 const OVERTAKE_MIN_BYTES_IN: u64 = 256;
 
-/// Groups the view's exchanges into logical requests (by the hop links) and names each
-/// leg. Entry hops are exchanges whose parent is not in the view; exchanges left over (a
-/// link cycle) start their own request, so every exchange is a leg of exactly one.
+/// Groups the view's exchanges into logical requests by the hop links and names each leg.
+/// Every exchange is a leg of exactly one (leftovers of a link cycle start their own).
 pub(super) fn group(v: &mut View) {
     let n = v.requests.len();
     let mut of = vec![usize::MAX; n];
@@ -140,8 +113,7 @@ pub(super) fn group(v: &mut View) {
             waiting: None,
         });
     }
-    // Legs per kind of hop so far in one logical request (one list for all: thousands per
-    // view).
+    // Legs per kind of hop so far in one logical request (one list reused for all).
     let mut seen: Vec<(Role, u32)> = Vec::new();
     for l in &logical {
         seen.clear();
@@ -178,14 +150,12 @@ pub(super) fn judge(m: &Correlator, v: &mut View) {
     if v.sockets_fresh {
         let mut found: Vec<StuckLeg> = no_response(m, v);
         found.extend(stalled(v));
-        // Stable: no response before stalled, then the deepest hop first.
+        // No response before stalled, then the deepest hop first.
         found.sort_by_key(|s| s.kind.blame_key(v.requests[s.leg].x.role));
-        // A KV transfer stall first: its requests are neither forgotten at decode nor at
-        // prefill, their KV never arrived.
+        // A KV transfer stall first: it replaces the verdicts of its legs.
         for s in super::kv_stall::kv_stalled(m, v).into_iter().chain(found) {
             let li = v.requests[s.leg].request;
-            // One leg per logical request: the first judged (no response before stalled;
-            // the deepest hop first within each).
+            // One leg per logical request: the first judged.
             stuck.entry(li).or_insert(s);
         }
     }
@@ -249,9 +219,8 @@ fn no_response(m: &Correlator, v: &View) -> Vec<StuckLeg> {
     out
 }
 
-/// Adds to `out` the legs of `ls` with a cause past their hop (`blame.rs`, found with their
-/// witnesses): stuck whatever the engine's load, since they cannot move at all. Returns the
-/// others.
+/// Adds to `out` the legs of `ls` with a cause past their hop (`blame.rs`): stuck whatever
+/// the engine's load, since they cannot move. Returns the others.
 fn stuck_past_hop(
     ls: Vec<usize>,
     witnessed: &mut BTreeMap<usize, (Witnesses, Blame)>,
@@ -294,9 +263,8 @@ fn waiting_at_deepest_hop(v: &View) -> Vec<usize> {
         .collect()
 }
 
-/// PD: when both legs of one request wait, which one is the cause: the prefill leg (the
-/// decode leg needs its KV cache), unless that prefill waits for decode to connect for its
-/// requests (its bootstrap queue), which a decode that forgot the request never does.
+/// PD: when both legs of one request wait, the leg that is the cause: prefill, unless
+/// prefill waits for decode to connect (its bootstrap queue).
 pub fn pd_cause(prefill_waits_for_decode: bool) -> Role {
     if prefill_waits_for_decode {
         Role::Decode
@@ -306,8 +274,7 @@ pub fn pd_cause(prefill_waits_for_decode: bool) -> Role {
 }
 
 /// Of `waiting`, those that waited since their last request byte as long as their witnesses
-/// say (`verdict.rs`), with the witnesses and the cause past their hop they were judged on
-/// (`blame.rs`; [`Blame::Here`]: none, `wedged_request`'s witnesses).
+/// say (`verdict.rs`), with those witnesses and their cause ([`Blame::Here`]: at their hop).
 fn waited_long_enough(
     m: &Correlator,
     v: &View,
@@ -319,7 +286,7 @@ fn waited_long_enough(
     for &i in waiting {
         let r = &v.requests[i];
         let waited = v.now - r.x.last_request_ms;
-        // The soonest any verdict comes: most waiting requests stop here, cheaply.
+        // Most waiting requests stop here, cheaply.
         if waited < th.wedged_soonest_ms() {
             continue;
         }
@@ -336,8 +303,8 @@ fn waited_long_enough(
     out
 }
 
-/// A request a longer look may judge: a leg at an engine nothing is seen working for, that
-/// waited a while and is not judged yet, and how much longer to look.
+/// A leg at an engine nothing is seen working for, not judged yet, that a longer look may
+/// judge.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PendingVerdict {
     /// The leg (`r17@decode`) and where it waits.
@@ -346,15 +313,12 @@ pub struct PendingVerdict {
     pub waited_ms: Millis,
     /// Its wait once the witnesses that need a longer look (a second dump) turned.
     pub wait_ms: Millis,
-    /// How much longer to look for its verdict (at least 1 s: the next dumps and scrapes).
+    /// How much longer to look for its verdict (at least 1 s).
     pub more_ms: Millis,
 }
 
-/// The pending verdict that needs the longest look (`None`: none pending). Pending: a leg
-/// at an engine, waiting for its first byte at the deepest hop for at least `silent_ms`, not
-/// judged stuck, no witness of the kind it heads for saw work (`kind_witnesses.rs`), and
-/// its verdict would come within `within_ms` (the witnesses that need a longer look counted
-/// as turning).
+/// The pending verdict that needs the longest look, if any: a leg at an engine silent for
+/// at least `silent_ms`, no witness of its kind saw work, its verdict due within `within_ms`.
 pub fn pending_verdict(
     m: &Correlator,
     v: &View,
@@ -394,15 +358,9 @@ pub fn pending_verdict(
         .max_by_key(|p| p.more_ms)
 }
 
-/// PD: when both legs of one request wait, one is the cause and the other its consequence,
-/// not stuck on its own. The prefill leg is the cause (the decode leg needs its KV cache),
-/// unless that prefill holds requests in its bootstrap queue: it waits for decode to connect
-/// for them, which a decode that forgot the request never does, so the decode leg is the
-/// cause. A decode leg judged sooner than its waiting prefill leg (an idle decode, a busy
-/// prefill) is that prefill's consequence all the same. A waiting prefill leg whose decode
-/// leg is not seen waiting (a hop link to the wrong connection of the router's pool) is no
-/// more forgotten by that prefill: as many as it holds in its bootstrap queue are set aside
-/// too. Returns the leaves to judge and the legs set aside.
+/// PD: when both legs of one request wait, sets aside the consequence ([`pd_cause`] names
+/// the cause); a prefill's waiting legs up to its bootstrap queue's count are set aside too,
+/// since a mislinked decode leg may hide them. Returns the leaves to judge and those set aside.
 fn split_off_decode_legs(
     v: &View,
     waiting: &[usize],
@@ -473,9 +431,8 @@ fn drop_excused(v: &View, cs: Option<&ComponentState>, mut ls: Vec<usize>) -> Op
         if cs.gpu_activity == GpuActivity::Spinning {
             return None;
         }
-        // The engine counts its open inference requests and says none: a waiting request
-        // from outside the stack (someone's hung probe of a non-inference endpoint) is not
-        // a forgotten inference request.
+        // The engine counts no open inference request: a waiting request from outside the
+        // stack is a hung probe, not a forgotten inference request.
         if cs.role.is_engine() && cs.http_active == Some(0.0) {
             ls.retain(|&i| v.requests[i].x.client_component.is_some());
             if ls.is_empty() {
@@ -486,10 +443,9 @@ fn drop_excused(v: &View, cs: Option<&ComponentState>, mut ls: Vec<usize>) -> Op
     Some(ls)
 }
 
-/// Busy engines are usually slow, not forgetful. On an engine with work signals, keeps only
-/// the requests it did nothing for since they arrived, or else those skipped by at least
+/// Busy engines are usually slow, not forgetful: on an engine with work signals, keeps only
+/// the requests it did nothing for since they arrived, or else those overtaken by at least
 /// `wedged_overtaken_min` later ones, with a note saying which; `None` when none is left.
-/// An engine without work signals keeps all of them, without a note.
 fn judge_busy_engine(
     m: &Correlator,
     v: &View,
@@ -501,10 +457,8 @@ fn judge_busy_engine(
     if working.is_empty() {
         return Some((ls, None));
     }
-    // The rates behind the signals span `rate_window_ms`: tokens generated for other
-    // requests just before these arrived are no work for these. An engine whose counters
-    // have not moved since a request arrived (and whose GPU and scheduler are not working
-    // now) did nothing for it.
+    // The rates span `rate_window_ms`, so may show work done before these arrived: ask the
+    // counters since each arrival.
     let working_now = working.iter().any(|w| w.is_current());
     let idle_since: Vec<usize> = if working_now {
         Vec::new()
@@ -527,19 +481,11 @@ fn judge_busy_engine(
     Some((ls, Some(BusyNote::Overtaken { n, working })))
 }
 
-/// Requests that arrived later at the same component, from the same upstream hop, of
-/// comparable size (so the upstream's health checks and metrics scrapes do not count), and
-/// were answered meanwhile. (Whole history, not only the window: they may have finished long
-/// ago.)
-///
-/// Comparable: at an engine that prefills, at least half the waiting request's size (a long
-/// prompt is slower to start, smaller ones may pass it for a while). A PD decode engine does
-/// no prefill: any inference-sized request is comparable there, so a long prompt it accepted
-/// and forgot (the incident's decode variable: prompts above a token count) is not excused
-/// by the small ones it keeps answering. Where any inference-sized request is comparable, so
-/// is a stream first seen under way, its size unknown ([`super::exchange::Exchange::seen_streaming`]): a
-/// one-shot of one second on a busy engine sees the start of few requests, and the requests
-/// complete in beats, so it may see none answered in full while hundreds stream.
+/// Requests that arrived later at the same component from the same upstream hop, of
+/// comparable size, and were answered meanwhile (whole history, not only the window).
+/// "Comparable" is in `wedged_request` in docs/findings.md: half the size where the engine
+/// prefills; any inference-sized request at a PD decode, including a stream first seen under
+/// way ([`super::exchange::Exchange::seen_streaming`]).
 fn overtaken(m: &Correlator, r: &RequestView) -> usize {
     let any_inference = r.x.bytes_in == 0 || r.x.role == Role::Decode;
     let min_in = if any_inference {
@@ -564,9 +510,8 @@ fn stalled(v: &View) -> Vec<StuckLeg> {
             r.state == RequestState::Stalled
                 && !v.logical[r.request].probe
                 && v.outstanding_child(r).is_none()
-                // A proxy/router stream that stopped while a request it sent downstream
-                // stopped too is that request's consequence, even when the hop link was not
-                // made (e.g. a keep-alive connection first seen mid-stream).
+                // A proxy/router stream stopped with one downstream is its consequence,
+                // linked or not.
                 && (r.x.role.is_engine() || !v.downstream_stalled(&r.x.component))
         })
         .collect();

@@ -1,10 +1,7 @@
 //! Socket tables -> connections and their exchanges (`exchange.rs` cuts the byte deltas),
 //! hop links (`links.rs`), and per-component socket counts.
 //!
-//! Cost per table: the topology's answers come from a [`Lookup`] built once per table; a
-//! socket without `tcp_info` (TIME_WAIT, `/proc/net/tcp`) or listening is never a hop's
-//! server side and costs one check; the components' socket counts are taken once per
-//! table, not once per component per view.
+//! The topology's answers come from a [`Lookup`] built once per table.
 
 use super::exchange::{Conn, ConnKey, Obs};
 use super::lookup::Lookup;
@@ -40,8 +37,7 @@ fn with_omitted_note(mut kept: SocketTable, all: usize) -> SocketTable {
     kept
 }
 
-/// The note a kept table carries for the sockets it left out, so a snapshot's raw table
-/// says what it omitted instead of dropping it silently.
+/// The note a kept table carries for the sockets it left out, so omissions are said.
 fn foreign_omitted_note(omitted: usize) -> String {
     format!(
         "{omitted} sockets not of the stack omitted (neither owned by a component's process \
@@ -86,7 +82,7 @@ impl Correlator {
         // of a proxy IS the router's inbound connection with the 4-tuple reversed.
         let client_pid = client_pids(table);
         self.tables += 1;
-        // The key looked up for each socket, its texts' buffers reused (no copy per socket).
+        // The key looked up for each socket, its buffers reused.
         let mut key = ConnKey::default();
         for e in &table.sockets {
             self.track_server_socket(t, e, &client_pid, lookup, &mut key);
@@ -98,12 +94,9 @@ impl Correlator {
         self.push_socket_counts(t, table, lookup);
     }
 
-    /// The table's sockets that belong to the stack: owned by a component's process, or
-    /// at an address a component listens on, in its namespace (a client's side of a hop). A
-    /// source that kept every socket on the box (`keep_all`) does not make the model keep
-    /// them. Without a topology nothing tells the stack's from the rest: all are kept. A
-    /// table the model owns is filtered in place: the daemon's tables hold thousands of
-    /// sockets every few seconds, and copying each one's addresses was a few % of its work.
+    /// The table's sockets that belong to the stack (`is_ours`), even from a
+    /// source that kept every socket; all of them without a topology. An owned table is
+    /// filtered in place.
     fn stack_sockets(&self, table: Cow<'_, SocketTable>, lookup: &Lookup) -> SocketTable {
         if self.topology.components.is_empty() {
             return table.into_owned();
@@ -129,9 +122,8 @@ impl Correlator {
         }
     }
 
-    /// Feeds one socket to its connection when it is the server side of a hop (a
-    /// component's listen port, owned by that component), and marks the connection as in
-    /// this table. `key` is a scratch key.
+    /// Feeds one socket to its connection when it is the server side of a hop, and marks
+    /// the connection as in this table. `key` is a scratch key.
     fn track_server_socket(
         &mut self,
         t: Millis,
@@ -217,8 +209,7 @@ impl Correlator {
     /// port in its namespace, owned by that component (or, without an owner, at one of its
     /// listen addresses).
     pub(super) fn server_side(&self, e: &SocketEntry, lookup: &Lookup) -> Option<usize> {
-        // A listener carries no exchange, and a socket without tcp_info (TIME_WAIT, or read
-        // from /proc/net/tcp) has no counters to cut one from.
+        // A listener carries no exchange; a socket without tcp_info has no counters.
         if e.state == TcpState::Listen || e.tcp_info.is_none() {
             return None;
         }
@@ -232,19 +223,16 @@ impl Correlator {
                 return None;
             }
         }
-        // Without an owner, only one at an address the component listens on: another
-        // process's socket that merely shares the port number (another address of the host)
-        // is not the stack's, and no state is kept for it.
+        // Without an owner, only one at an address the component listens on, not one that
+        // merely shares the port number.
         if e.pid.is_none() && !lookup.listens_at(si, &e.local) {
             return None;
         }
         Some(si)
     }
 
-    /// Moves closed connections out of the open set. A degraded table may be missing
-    /// namespaces: a complete one proves that a connection not in it has closed, a degraded
-    /// one only for the namespaces it holds sockets of (their dump worked; a table degraded
-    /// for good, an owner's fds unreadable, must not keep every connection ever seen).
+    /// Moves closed connections out of the open set. A complete table proves a connection
+    /// not in it closed; a degraded one only for the namespaces it holds sockets of.
     fn retire_closed(&mut self, t: Millis, dumped: &BTreeSet<Option<u64>>, status: Status) {
         let proven = |k: &ConnKey| status == Status::Ok || dumped.contains(&k.netns);
         let present = |c: &Conn| c.in_table == self.tables;

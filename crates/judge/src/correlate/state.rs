@@ -23,12 +23,11 @@ pub struct ComponentState {
     pub forward_rate: Option<f64>,
     pub idle_rate: Option<f64>,
     pub gen_rate: Option<f64>,
-    /// Running requests and where the number came from (`v1_loads` is fresh during a stall,
-    /// the `metrics` gauge may be frozen).
+    /// Running requests and where the number came from.
     pub running: Option<(f64, CountSource)>,
     pub queued: Option<(f64, CountSource)>,
     /// Prefill: requests in its bootstrap queue, waiting for their decode side to connect
-    /// (`/v1/loads`, fresh during a stall; the gauge is updated only when a batch runs).
+    /// (`/v1/loads`: the gauge is updated only when a batch runs).
     pub pd_bootstrap: Option<f64>,
     /// Prefill: requests in its inflight queue, their forward done and their KV transfer
     /// under way (`/v1/loads` only: the gauge freezes non-zero on an idle prefill).
@@ -140,8 +139,7 @@ impl ComponentState {
     }
 
     /// The thread that runs the engine's loop: the scheduler's main thread of the lowest pid
-    /// (TP rank 0 starts first). Other ranks idle inside a gloo broadcast, helper threads
-    /// say little.
+    /// (TP rank 0).
     pub fn loop_thread(&self) -> Option<&ThreadWindow> {
         self.threads
             .iter()
@@ -159,7 +157,7 @@ impl ComponentState {
     }
 
     /// The dominant thread state over the window as "idle in 3/3 dumps over 12 s", if any
-    /// dumps (how long they span says what "3/3" means: a tick apart, or 300 ms).
+    /// dumps.
     pub fn thread_summary(&self) -> Option<String> {
         let t = self.loop_thread()?;
         let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
@@ -216,8 +214,7 @@ impl Correlator {
     }
 
     /// The socket counts by state of every component, in one pass over the newest socket
-    /// table (a big node's has thousands of sockets): each socket counts for the most
-    /// specific component holding its pid, as [`Correlator::component_state`]'s do.
+    /// table; a socket counts for the most specific component holding its pid.
     pub(super) fn socket_counts_by_component(&self) -> FastMap<&str, BTreeMap<String, u32>> {
         let mut counts: FastMap<&str, BTreeMap<String, u32>> = FastMap::default();
         let Some(t) = &self.latest_sockets else {

@@ -1,22 +1,11 @@
 //! How long a request with no response byte waits before it is judged stuck: the rule, once,
 //! for every stuck kind of no response byte.
 //!
-//! The wait depends on independent witnesses. Each stuck kind has its own (the facts that
-//! make it that kind: no response byte; for `kv_transfer_stalled` the transfer silent, for
-//! `pd_leg_failed` the prefill leg's failure, for `tokens_undelivered` the tokens generated
-//! and then stopped; `kind_witnesses.rs`), and four at the engine holding the request that
-//! it does nothing for it (`engine_witnesses.rs`): its GPU idle in every reading, its
-//! scheduler loop idle in at least two stack dumps, its work counters frozen, no queue in
-//! front of it.
-//!
-//! Each says quiet (and when it turned), saw work, not yet (its source has data, too little
-//! since the request arrived: one dump), or nothing (no such data). Every one quiet: the
-//! verdict after `unanimous_ms` (`wedged_unanimous_ms`, 10 s). Each engine witness not quiet
-//! moves it a quarter of the way to `slow_ms` (`wedged_after_ms`, 30 s). A kind's own
-//! witness not quiet, or any witness that saw work: `slow_ms`, and the kind's slow rules
-//! judge (the busy-engine rules of `requests.rs`, the transfer silent as long in
-//! `kv_stall.rs`): a slow request is never judged early. A hop that is no engine (proxy,
-//! router) has only its own witness, so 30 s.
+//! The wait depends on independent witnesses: the stuck kind's own (`kind_witnesses.rs`) and
+//! the engine's four (`engine_witnesses.rs`). All quiet: `unanimous_ms`; each engine witness
+//! not quiet moves it a quarter of the way to `slow_ms`; a kind's own not quiet, or any that
+//! saw work: `slow_ms`, so a slow request is never judged early. The table is "How long it
+//! waits: the witnesses" (`wedged_request`) in docs/findings.md.
 
 use super::engine_witnesses::{engine_witnesses, EngineLook};
 use super::view::{RequestView, View};
@@ -76,8 +65,7 @@ impl Witness {
 pub enum Testimony {
     /// Nothing moves it: quiet in all `seen` observations, enough of them since `turned_ms`.
     Quiet { turned_ms: Millis, seen: u32 },
-    /// Work was seen (the engine is busy, a queue stands in front of the request, the
-    /// transfer moves, the scheduler still generates).
+    /// Work was seen.
     SawWork,
     /// Its source has data for this hop, too little since the request arrived (one dump).
     NotYet,
@@ -144,10 +132,8 @@ impl Witnesses {
         self.said.iter().any(|(_, t)| *t == Testimony::SawWork)
     }
 
-    /// How long after [`Witnesses::arrived_ms`] the request is judged stuck: `unanimous_ms`
-    /// when every witness is quiet, a quarter of the way on to `slow_ms` for each of the
-    /// engine's that is not, `slow_ms` when one of the kind's own is not or any saw work
-    /// (and never above it).
+    /// How long after [`Witnesses::arrived_ms`] the request is judged stuck (the rule in the
+    /// module doc; never above `slow_ms`).
     pub fn verdict_wait(&self, unanimous_ms: Millis, slow_ms: Millis) -> Millis {
         wait_for(&self.said, |t| t.is_quiet(), unanimous_ms, slow_ms)
     }

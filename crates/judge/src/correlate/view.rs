@@ -21,14 +21,14 @@ pub fn is_probe_sized(x: &Exchange) -> bool {
     x.bytes_in > 0 && (x.bytes_in < MIN_INFERENCE_REQUEST_BYTES || x.probe_unit.is_some())
 }
 
-/// Two `tcp_info` "ms since" dates this close are the same kernel tick (4 ms at HZ=250,
-/// 10 ms at HZ=100): their order is unknown.
+/// Two `tcp_info` "ms since" dates this close are the same kernel tick: their order is
+/// unknown.
 pub const JIFFY_TIE_MS: Millis = 10;
 
 /// One exchange with its derived state at `now`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RequestView {
-    /// The model's exchange itself, shared (a view of thousands copies none).
+    /// The model's exchange itself, shared.
     pub x: Arc<Exchange>,
     pub state: RequestState,
     pub age_ms: i64,
@@ -40,8 +40,7 @@ pub struct RequestView {
 }
 
 /// A leg's name (`r17@decode`, `r17@proxy.2` for a second leg at the same kind of hop),
-/// written out only where it is shown: a view names every one of thousands of legs, and
-/// most are never read.
+/// formatted only where it is shown.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LegName {
     /// The number of the logical request (`r<n>`: its first leg's exchange number).
@@ -69,13 +68,12 @@ pub struct View {
     /// Open connections with nothing outstanding (keep-alive idle), as `idle` requests.
     pub idle: Vec<Request>,
     pub components: BTreeMap<String, ComponentState>,
-    /// Whether request states are current: a usable socket table within `stale_after_ms`.
-    /// When false, a request only *looks* old because nobody looked; request-based
-    /// detectors stay silent (the sockets source status says why).
+    /// Whether request states are current (a usable socket table within `stale_after_ms`);
+    /// when false, request-based detectors stay silent.
     pub sockets_fresh: bool,
     /// Logical requests (each exchange is a leg of one) with their verdicts.
     pub logical: Vec<LogicalView>,
-    /// Index into `requests` by exchange number (the `n` of `x<n>`: no id copied).
+    /// Index into `requests` by exchange number (the `n` of `x<n>`).
     index: FastMap<u64, usize>,
 }
 
@@ -149,8 +147,8 @@ impl View {
 }
 
 impl Correlator {
-    /// The derived state of every exchange at `now` (see the module doc of `exchange`), the
-    /// component states, and the logical requests with their verdicts (`requests.rs`).
+    /// The derived state of every exchange at `now`, the component states, and the logical
+    /// requests with their verdicts (`requests.rs`).
     pub fn view(&self, now: Millis) -> View {
         let sockets = self.socket_counts_by_component();
         let held = self.held_gpus(now);
@@ -214,17 +212,13 @@ impl Correlator {
         v
     }
 
-    /// The exchanges a view at a window starting `from` can report: every unfinished one
-    /// (an open one's state can depend on its siblings'), those that ended at or after
-    /// `from`, and their relatives (links and parents, as far as [`kept`] follows them)
-    /// however old. The history holds minutes of a big node's traffic; a view reports its
-    /// window, and judging all of it at every pass was most of the daemon's work.
+    /// The exchanges a view at a window starting `from` can report: every unfinished one,
+    /// those that ended at or after `from`, and their relatives (as far as [`kept`] follows
+    /// them) however old. A view judges its window, not the whole history.
     fn in_scope(&self, from: Millis) -> Scope<'_> {
-        // Relatives end close together (a hop's response ends a little before the one
-        // that carried it): with this margin, finding one outside it is rare.
+        // Relatives end close together: with this margin, one outside it is rare.
         let recent = |x: &Exchange| x.end_ms().is_none_or(|t| t >= from - SCOPE_MARGIN_MS);
-        // One walk of the history (each exchange is its own allocation, so the walk is
-        // cache misses): the rest is noted by number, and relatives are sought in that list.
+        // One walk of the history; relatives are sought among the numbers noted.
         let mut scope: Vec<&Arc<Exchange>> = Vec::new();
         let mut older: Vec<(u64, &Arc<Exchange>)> = Vec::new();
         for x in self.exchanges_shared() {
@@ -234,9 +228,8 @@ impl Correlator {
                 older.push((x.num, x));
             }
         }
-        // An idle keep-alive connection's last exchange never ends, and its relatives ended
-        // long ago: most views seek some, so the search compares numbers. A link to an
-        // evicted exchange is sought once.
+        // An idle connection's last exchange never ends, so most views seek old relatives.
+        // A link to an evicted exchange is sought once.
         let mut scope = Scope::new(scope);
         let mut evicted: FastSet<u64> = FastSet::default();
         let mut from_ix = 0;
@@ -269,8 +262,7 @@ impl Correlator {
         now: Millis,
     ) -> States {
         let mut states: States = vec![None; scope.all.len()];
-        // Each component's exchanges in history order, in one pass over the history. The
-        // scope lists a connection's exchanges together: their component is hashed once.
+        // Each component's exchanges in history order, in one pass.
         let mut by_comp: FastMap<&str, Vec<(usize, &Exchange)>> = FastMap::default();
         let mut run: Option<(&str, Vec<(usize, &Exchange)>)> = None;
         for (i, x) in scope.all.iter().enumerate() {
@@ -315,11 +307,9 @@ impl Correlator {
             let st = match x.end {
                 Some(End::Done(_)) => RequestState::Done,
                 Some(End::Closed(_)) => RequestState::Closed,
-                // Nothing sent yet, or only response headers (a stream announced, no
-                // token): waiting on the server, not a quiet finished response.
+                // Nothing sent yet, or only response headers: waiting on the server.
                 None if x.awaiting_body() => {
-                    // The in-flight count covers inference requests only; a small GET
-                    // (a scrape, a health or load probe) waiting here is not one of them.
+                    // The in-flight count covers inference requests only, not probes.
                     if !is_probe_sized(x) {
                         explained += 1.0;
                     }
@@ -342,12 +332,9 @@ impl Correlator {
         // in-flight count says more requests are open than we can otherwise explain.
         quiet.sort_by_key(|(_, x)| std::cmp::Reverse(x.last_out_ms));
         let mut unexplained = outstanding_signal(cs).map_or(0.0, |o| o - explained);
-        // A busy engine's in-flight count moves with every batch and is read at another
-        // instant than the sockets: it cannot tell which of its quiet connections holds a
-        // request. An exchange first seen in a jiffy tie (request and response bytes in one
-        // tick: most likely an idle keep-alive connection) is not made outstanding by it
-        // there; on a busy big node such a connection read as a request waiting since the
-        // daemon started, in some passes and not others.
+        // The in-flight count is read at another instant than the sockets and cannot say
+        // which quiet connection holds a request: an exchange first seen in a jiffy tie
+        // (most likely idle keep-alive) is not made outstanding by it.
         let busy = cs.shows_work();
         for (i, x) in quiet {
             // (Every state is of an exchange in scope: a link to one evicted has none.)
@@ -438,10 +425,9 @@ fn outstanding_signal(cs: &ComponentState) -> Option<f64> {
         })
 }
 
-/// First seen with the request's last byte and the previous response's last byte in the
-/// same kernel tick (tcp_info dates them in jiffies), and no byte out since: an open one is
-/// a request waiting for its first byte (agents send the next turn the moment a reply
-/// ends), not a stopped stream.
+/// First seen with the request's and the previous response's last bytes in one kernel tick,
+/// and no byte out since: if open, a request waiting for its first byte, not a stopped
+/// stream.
 fn jiffy_tie(x: &Exchange) -> bool {
     x.seen_mid_flight
         && x.bytes_out == 0
@@ -460,8 +446,8 @@ const KEPT_DEPTH: usize = 8;
 /// not judged).
 type States = Vec<Option<RequestState>>;
 
-/// The exchanges a view judges, and where each one's number is among them: the one map a
-/// view builds over them (states, what is kept and the index are arrays by place).
+/// The exchanges a view judges, and where each one's number is among them (the one map a
+/// view builds; the rest are arrays by place).
 struct Scope<'m> {
     all: Vec<&'m Arc<Exchange>>,
     at: FastMap<u64, usize>,
@@ -484,7 +470,7 @@ impl<'m> Scope<'m> {
     }
 
     /// The view's index (exchange number -> place in its requests) from where each place was
-    /// listed (`u32::MAX`: not listed), made of the scope's map in place.
+    /// listed (`u32::MAX`: not listed).
     fn into_index(self, listed_at: &[u32]) -> FastMap<u64, usize> {
         let mut index = self.at;
         index.retain(|_, p| match listed_at[*p] {

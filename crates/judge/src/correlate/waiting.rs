@@ -1,12 +1,6 @@
 //! Why a waiting request is not judged stuck: the rule of `requests::judge` that kept its
-//! deepest waiting leg out, told as a [`WaitReason`], so the report and the TUI never
-//! explain it with a reason the evidence contradicts (a request "queued at a busy engine"
-//! whose engine is idle).
-//!
-//! The rules, in the order `judge` applies them: stale sockets; younger than
-//! `wedged_after_ms`; at a proxy or router with other requests open downstream; at an
-//! engine whose GPU spins; from outside the stack at an engine with no open inference
-//! request; else at an engine that shows work and answered no later request first.
+//! deepest waiting leg out, told as a [`WaitReason`] (in the order `judge` applies them), so
+//! no output gives a reason the evidence contradicts.
 
 use super::requests::LogicalView;
 use super::view::View;

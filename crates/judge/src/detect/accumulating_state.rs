@@ -1,24 +1,8 @@
-//! `accumulating_state` (warning).
-//!
-//! Two ways to fire, so that one look is enough when there is no history:
-//!
-//! * **Growth** (history): over `accumulate_window_ms` (at least half of it covered, at least
-//!   6 points), a component's established connections, CLOSE_WAIT sockets, open fds or threads
-//!   grew by at least their minimum (the last third's minimum exceeds the first third's
-//!   maximum by that much) and at least 80 % of the steps did not go down.
-//! * **Held CLOSE_WAIT** (one look): in the newest socket table, at least
-//!   `accumulate_close_wait_silent_min` sockets of the component are in CLOSE_WAIT and each
-//!   has been silent (no byte and no ACK either way, from `tcp_info`) for at least
-//!   `accumulate_close_wait_silent_ms`. Most incidents have no daemon running beforehand; the
-//!   kernel's per-socket clocks carry the history the tool did not see. A normal close
-//!   leaves CLOSE_WAIT within milliseconds, and a client pool that closes idle connections
-//!   lazily holds a few (bounded by its size), so neither a handful of sockets nor fresh ones
-//!   fire. When both ways fire on the same component's CLOSE_WAIT sockets, there is one
-//!   finding (the growth one) carrying both evidences.
-//!
-//! What to do: something is opened and never released. CLOSE_WAIT means the peer hung up and
-//! this process never closed: each leaked connection may be a forgotten request, and a pool
-//! that counts them runs dry (a restart "unfreezes it for a round or two").
+//! `accumulating_state` (warning): a component's connections, CLOSE_WAIT sockets, fds or
+//! threads keep growing over `accumulate_window_ms` (history), or it holds many long-silent
+//! CLOSE_WAIT sockets now (one look: the kernel's per-socket clocks are the history we did
+//! not see). Both on the same sockets make one finding. Rule and what to do:
+//! `accumulating_state` in docs/findings.md.
 //!
 //! Thresholds read: `accumulate_window_ms`, `accumulate_min_connections`,
 //! `accumulate_min_close_wait`, `accumulate_min_fds`, `accumulate_min_threads`,
@@ -165,11 +149,9 @@ fn silent_of(e: &SocketEntry) -> Option<u32> {
     )
 }
 
-/// The other end of `e`, if this table can tell. The sockets source keeps every socket that
-/// touches a component's listen port, so for a socket on such a port whose peer address is on
-/// this host, an absent reversed 4-tuple means the peer socket is gone. Only asked of sockets
-/// with `tcp_info`: their namespace was dumped whole by sock_diag (a `/proc/net/tcp` fallback
-/// or a namespace that could not be read would make "absent" mean nothing).
+/// The other end of `e`, if this table can tell: on a listen port with a local peer, an
+/// absent reversed 4-tuple means the peer is gone. Only for sockets with `tcp_info`, whose
+/// namespace was dumped whole.
 fn peer_of(m: &Correlator, table: &SocketTable, e: &SocketEntry) -> Peer {
     if let Some(p) = table
         .sockets
@@ -208,8 +190,7 @@ fn peer_of(m: &Correlator, table: &SocketTable, e: &SocketEntry) -> Peer {
 }
 
 /// Where a held socket leads, the key its sockets are counted under: "to router@...",
-/// "from proxy@...", "to 10.0.0.9:443", "from 10.0.0.7" (a client's ephemeral port is left
-/// out, so a hundred sockets from one client host are one group; each socket's line has it).
+/// "from proxy@...", "to 10.0.0.9:443", "from 10.0.0.7" (a client's ephemeral port left out).
 fn toward_of(m: &Correlator, table: &SocketTable, owner: &str, e: &SocketEntry) -> String {
     let topo = m.topology();
     let inbound = topo
@@ -306,8 +287,7 @@ impl<'a> CloseWaits<'a> {
                 continue;
             };
             let Some(silent) = silent_of(e) else {
-                // Read without tcp_info (another namespace through /proc/net/tcp): how long it
-                // has been there is unknown, so it does not count.
+                // Without tcp_info its age is unknown: it does not count.
                 *scan.unclocked.entry(c.id.clone()).or_default() += 1;
                 continue;
             };

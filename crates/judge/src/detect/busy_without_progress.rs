@@ -1,13 +1,7 @@
-//! `busy_without_progress` (critical).
-//!
-//! Fires when an engine has requests open for `busy_after_ms`, no response byte left it for as
-//! long (or only bytes while its token counter is flat: answers to probes), and it is busy: GPU
-//! `spinning`, a scheduler thread in `nccl_collective` in at least `scheduler_min_dumps` dumps
-//! (all of them), or GPU working / forward time rising with no token generated.
-//!
-//! What to do: suspect a hung collective (NCCL/gloo, one rank missing) or a loop that never
-//! finishes a batch; compare all TP ranks' stacks; power draw and NCCL RAS tell a spinning
-//! kernel from compute.
+//! `busy_without_progress` (critical): an engine with requests open and no response byte for
+//! `busy_after_ms` that is busy anyway (GPU spinning, a scheduler in an NCCL collective, or
+//! forward time with no token). Rule and what to do: `busy_without_progress` in
+//! docs/findings.md.
 //!
 //! Thresholds read: `busy_after_ms`, `scheduler_min_dumps` (GPU `spinning` comes from
 //! `spin_util_pct` / `spin_power_frac` in `correlate`).
@@ -80,10 +74,8 @@ fn busy_reason(cs: &ComponentState, min_dumps: usize) -> Option<String> {
     let collective = cs.threads.iter().find(|t| {
         t.states.len() >= min_dumps && t.states.iter().all(|s| *s == ThreadState::NcclCollective)
     });
-    // Plain "GPU working" with no bytes out is also a long non-streaming generation;
-    // count it only when the engine's own token counter says nothing is generated. Tokens
-    // the scheduler counted itself are progress even if none reached the HTTP server (that
-    // loss is `tokens_undelivered`'s).
+    // Plain "GPU working" with no bytes out is also a long non-streaming generation: only
+    // with no token generated (tokens that never reached HTTP are `tokens_undelivered`'s).
     let scheduler_generated = cs
         .metrics
         .get(&format!("{SCHEDULER_TOKENS_KEY}_rate"))

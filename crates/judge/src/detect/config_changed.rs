@@ -1,15 +1,7 @@
-//! `config_changed` (warning).
-//!
-//! Fires, one finding per component, when its environment, command line, executable or
-//! configuration differs from the baseline (`--baseline FILE`, or the daemon's last
-//! known-good facts, `daemon::known_good`, else its first baseline). Children's changes are
-//! folded into their engine's finding by `run_all`.
-//!
-//! Its input is the one comparison of component facts, `model::changes::changes`: made by
-//! the daemon and a replay from their baselines (`Correlator::config_changes`), or by `diff`
-//! for `snapshot --baseline`. This detector only filters and words them.
-//!
-//! What to do: a change next to a wedge is the first suspect; compare the listed keys.
+//! `config_changed` (warning): one finding per component whose environment, command line,
+//! executable or configuration differs from the baseline; children's changes fold into their
+//! engine's. Its input is the one comparison, `model::changes::changes`; this detector only
+//! filters and words it. See `config_changed` in docs/findings.md.
 //!
 //! Thresholds read: none.
 

@@ -1,10 +1,6 @@
-//! `endpoint_unresponsive` (warning).
-//!
-//! Fires when the last `endpoint_failures` probes of one URL of a component all failed
-//! (timeout, refused, HTTP error, transport error) or took at least `endpoint_slow_ms`.
-//!
-//! What to do: the HTTP server's event loop is blocked, or the endpoint calls into a stuck
-//! scheduler. Metrics from it are missing, not zero.
+//! `endpoint_unresponsive` (warning): the last `endpoint_failures` probes of one URL all
+//! failed or took at least `endpoint_slow_ms`. See `endpoint_unresponsive` in
+//! docs/findings.md.
 //!
 //! Thresholds read: `endpoint_failures`, `endpoint_slow_ms`.
 

@@ -1,27 +1,7 @@
-//! `kv_transfer_stalled` (critical).
-//!
-//! Fires when PD requests wait at decode for their KV cache and it never comes: their decode
-//! legs have had no response byte as long as their witnesses say
-//! (`correlate::kind_witnesses`: `wedged_unanimous_ms` when the transfer is silent since
-//! prefill did the forward and decode's GPU, scheduler, counters and queue agree nothing
-//! works on them, up to `wedged_after_ms` on less; never early while the transfer moves),
-//! decode holds requests in its prealloc/transfer queues, prefill has done their forward (it
-//! answered, or holds them in its inflight queue with none waiting for decode to connect),
-//! and the transfer from that prefill to that decode (its KV streams and status messages on
-//! TCP) has been silent as long. It names both engines, the requests and what each layer shows; it replaces the
-//! `wedged_request` those requests would otherwise be (at decode: "accepted and forgotten",
-//! or at prefill when its leg waits too).
-//!
-//! What to do: the transfer between the pair, not either engine's scheduler: the transfer
-//! backend's connectivity (Mooncake's TCP transport port on decode reachable from prefill at
-//! the address it advertises; RDMA devices), prefill's transfer threads (`transfer_worker`,
-//! `send_kvcache` in its stacks), and the receivers' timeouts (a receiver stuck in
-//! `Transferring` never times out before sglang PR 31800). Aborting the requests frees
-//! decode's slots; restarting the pair clears the transfer engine.
-//!
-//! Which requests are stuck, and the pair's facts, are the correlator's verdict
-//! (`correlate::kv_stall`, its timing rule `kv_stall_due`); this detector groups them by pair
-//! and words the finding.
+//! `kv_transfer_stalled` (critical): PD requests wait at decode for a KV cache prefill has
+//! computed while the transfer between the pair is silent. Which requests are stuck is the
+//! correlator's verdict (`correlate::kv_stall`); this detector groups them by pair and words
+//! the finding. Rule and what to do: `kv_transfer_stalled` in docs/findings.md.
 //!
 //! Thresholds read: none directly (the verdict reads `wedged_unanimous_ms`,
 //! `wedged_after_ms`).

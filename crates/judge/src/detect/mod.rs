@@ -1,12 +1,9 @@
 //! Detectors: small pure functions over the correlated model, each producing findings with
 //! a one-line summary, the component/role to blame, the requests concerned and evidence.
 //!
-//! One file per detector (its doc comment says when it fires, what to do, and which
-//! [`Thresholds`] fields it reads); this module holds what they share: the list of detectors,
-//! [`run_all`] (ordering and folding of child findings) and the evidence-building helpers.
-//!
-//! Every threshold is named in [`Thresholds`] (serde, so it can be loaded from TOML/JSON;
-//! documented in `docs/findings.md`).
+//! One file per detector (its doc comment gives the rule, its section of docs/findings.md,
+//! and the [`Thresholds`] fields it reads); this module holds what they share: the list of
+//! detectors, [`run_all`] (ordering and folding of child findings) and evidence helpers.
 
 use crate::correlate::blame::Blame;
 use crate::correlate::GpuActivity;

@@ -1,19 +1,6 @@
-//! `pd_leg_failed` (critical).
-//!
-//! Fires when a PD request's decode leg has waited for its first byte as long as its
-//! witnesses say (`correlate::kind_witnesses`: `wedged_unanimous_ms` when the failure is
-//! proven and decode's GPU, scheduler, counters and queue agree nothing works on it, up to
-//! `wedged_after_ms` on less) while its prefill leg (sent by the same router exchange) already ended with an error: the
-//! connection closed before any answer, or a short answer in one burst while the prefill
-//! engine counted error statuses (4xx, 5xx) on inference requests (`blame.rs`). Decode waits
-//! for KV the prefill will never send; the real sglang-router 0.3.2 answers the client only
-//! from decode, so it holds the client until decode gives up
-//! (`SGLANG_DISAGGREGATION_WAITING_TIMEOUT`, 300 s by default) -- smg issue 831. One finding per prefill engine: where it failed; decode is where the requests wait,
-//! the router holds the clients.
-//!
-//! What to do: read the prefill engine's log for the error it answered; the waiting decode
-//! requests fail by themselves after the waiting timeout, and restarting decode or the router
-//! only drops them. A router that retries or aborts decode on a prefill error avoids the wait.
+//! `pd_leg_failed` (critical): a PD request's decode leg waits for KV its prefill leg will
+//! never send, since that leg already ended with an error (`correlate::blame`). One finding
+//! per prefill engine. Rule and what to do: `pd_leg_failed` in docs/findings.md.
 //!
 //! Thresholds read: none directly (the verdict reads `wedged_unanimous_ms`,
 //! `wedged_after_ms`).

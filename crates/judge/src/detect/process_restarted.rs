@@ -1,11 +1,6 @@
-//! `process_restarted` (warning).
-//!
-//! Fires when a component's main process identity (`pid:start_ticks`) changed within
-//! `restart_recent_ms`: a new start time, a new pid, or the process gone. Children's restarts
-//! are folded into their engine's finding by `run_all`.
-//!
-//! What to do: requests in flight at the restart were lost; compare the environment and
-//! command line with the baseline (`config_changed`).
+//! `process_restarted` (warning): a component's main process identity (`pid:start_ticks`)
+//! changed within `restart_recent_ms`; children's restarts fold into their engine's. See
+//! `process_restarted` in docs/findings.md.
 //!
 //! Thresholds read: `restart_recent_ms`.
 

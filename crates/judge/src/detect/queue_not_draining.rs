@@ -1,14 +1,7 @@
-//! `queue_not_draining` (critical).
-//!
-//! Fires when an engine reports queued requests (waiting + PD queues) and 0 running in every
-//! metrics point over `queue_after_ms`, with the GPU not working and no forward time. A fresh
-//! `/v1/loads` snapshot is preferred over the Prometheus gauges (which freeze during a stall);
-//! a frozen `/v1/loads` snapshot gives no verdict. A prefill's bootstrap queue does not
-//! count: its requests wait for their decode side to connect, not for this scheduler (a
-//! decode that forgot them is `wedged_request`'s case at decode).
-//!
-//! What to do: the scheduler never forms a batch. In PD, look at the other leg (KV transfer,
-//! bootstrap) and at PD queue polling in the scheduler stacks.
+//! `queue_not_draining` (critical): an engine reports queued requests and 0 running over
+//! `queue_after_ms`, GPU not working, no forward time (a fresh `/v1/loads` preferred over
+//! gauges that freeze; a prefill's bootstrap queue does not count). See `queue_not_draining`
+//! in docs/findings.md.
 //!
 //! Thresholds read: `queue_after_ms`.
 
@@ -86,9 +79,8 @@ fn judged_stretch(m: &Correlator, comp: &str, now: Millis) -> Option<Vec<Judged>
 /// current.
 fn judge_point(p: &MetricsPoint) -> Option<(f64, f64, &'static str)> {
     if let Some(l) = p.loads {
-        // A load snapshot the engine stopped republishing says what was queued
-        // when it was written, not now: no verdict from it (nor from the gauges,
-        // which freeze the same way).
+        // A load snapshot no longer republished is old news: no verdict from it (nor
+        // from the gauges, frozen the same way).
         let stale = l
             .timestamp_s
             .is_some_and(|ts| p.t_ms as f64 - ts * 1000.0 > LOADS_FRESH_MS);
@@ -101,10 +93,8 @@ fn judge_point(p: &MetricsPoint) -> Option<(f64, f64, &'static str)> {
             "v1_loads",
         ));
     }
-    // The prefill inflight gauge is last written by the prefill batch report, the
-    // moment that batch enters the inflight queue, and then freezes while the engine
-    // idles: it reads non-zero on a healthy idle prefill engine. Only /v1/loads
-    // (fresh) is trusted for that queue.
+    // The prefill inflight gauge freezes non-zero on an idle prefill: only /v1/loads is
+    // trusted for that queue.
     let q: f64 = std::iter::once("queued")
         .chain(crate::correlate::PD_QUEUE_KEYS)
         .filter(|k| *k != "prefill_inflight_queue" && *k != "prefill_bootstrap_queue")

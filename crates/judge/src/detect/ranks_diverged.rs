@@ -1,19 +1,8 @@
-//! `ranks_diverged` (critical).
-//!
-//! Fires when an engine's rank processes (its scheduler children: TP, PP, DP ranks) are
-//! split: the main threads of most ranks wait in one collective in every dump of the window,
-//! and one or more ranks are consistently elsewhere (outside any collective, or in another
-//! one). Every rank must be judged over at least `scheduler_min_dumps` agreeing dumps.
-//!
-//! Not fired: all ranks in the same collective (the wait is on something outside the engine,
-//! or on the GPU: `busy_without_progress` says that); most ranks in a pipeline point-to-point
-//! wait (stages wait for their neighbours by design); most ranks in a CPU (gloo) collective
-//! while the others cycle their loop (idle, running, waiting for the GPU): that is how TP
-//! ranks > 0 wait for rank 0's next requests.
-//!
-//! What to do: read the odd rank's stack: a rank-local decision before the collective (its
-//! batch, a timeout, an exception path) sent it elsewhere while every other rank waits for it.
-//! The NCCL flight recorder (`TORCH_NCCL_TRACE_BUFFER_SIZE`) gives the collectives' sequence.
+//! `ranks_diverged` (critical): most of an engine's rank processes wait in one collective
+//! while one or more are consistently elsewhere, each judged over at least
+//! `scheduler_min_dumps` agreeing dumps. Waits that are normal by design (pipeline
+//! point-to-point, TP ranks > 0 in a gloo collective) do not count. Rule and what to do:
+//! `ranks_diverged` in docs/findings.md.
 //!
 //! Thresholds read: `scheduler_min_dumps`.
 

@@ -1,13 +1,6 @@
-//! `scheduler_stuck` (critical).
-//!
-//! Fires when a scheduler process's main thread is in `stuck_outside_loop` in every dump of
-//! the window, or in the same innermost frame in every dump while classified `unknown` /
-//! `stuck_outside_loop`, over at least `scheduler_min_dumps` dumps. An engine's own HTTP process
-//! and helper threads (watchdogs, transfer threads) are not judged.
-//!
-//! What to do: a long or infinite operation (eviction, tree cache, grammar, a lock) holds the
-//! loop; `/health` may still answer. Take a native stack (`py-spy dump --native`) and read the
-//! frame's source.
+//! `scheduler_stuck` (critical): a scheduler's main thread outside its loop, or in the same
+//! innermost frame while `unknown`, in every dump (at least `scheduler_min_dumps`). See
+//! `scheduler_stuck` in docs/findings.md.
 //!
 //! Thresholds read: `scheduler_min_dumps`.
 

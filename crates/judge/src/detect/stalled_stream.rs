@@ -1,18 +1,9 @@
-//! `stalled_stream` (critical).
+//! `stalled_stream` (critical): a response started, then no byte for `stall_after_ms` while
+//! the component still counts it open and does no work; the deepest stalled hop is blamed.
+//! The verdict is the correlator's (`correlate::requests`); this detector only words it. See
+//! `stalled_stream` in docs/findings.md.
 //!
-//! Fires when a response started, then moved no byte for `stall_after_ms` while the component
-//! still counts the request open and does no work (no work evidence, GPU not spinning). Blames
-//! the deepest stalled hop: a proxy/router stream stalled behind a stalled downstream request
-//! is that request's consequence.
-//!
-//! What to do: check the blamed component's scheduler and detokenizer stacks; suspect a request
-//! dropped from the running batch (retraction, lost abort) or a stuck output path.
-//!
-//! Which requests are stuck this way is the correlator's verdict (`correlate::requests`);
-//! this detector only words the finding.
-//!
-//! Thresholds read: none directly; the request state `stalled` comes from `stall_after_ms`
-//! (and `done_quiet_ms`) in `correlate`.
+//! Thresholds read: none directly (`stall_after_ms` and `done_quiet_ms` in `correlate`).
 
 use super::{chain_text, idle_evidence, logical_ids, role_of, secs, stuck_by_component};
 use crate::correlate::{Correlator, View};

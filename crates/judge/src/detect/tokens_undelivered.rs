@@ -1,19 +1,8 @@
-//! `tokens_undelivered` (critical).
-//!
-//! Fires when requests have waited for their first byte, as long as their witnesses say
-//! (`correlate::kind_witnesses`: `wedged_unanimous_ms` when the scheduler's tokens stopped
-//! and the engine's GPU, scheduler, counters and queue agree nothing works since, up to
-//! `wedged_after_ms` on less; never early while it still generates), at an engine whose
-//! scheduler generated tokens since they arrived (its own token count, SGLang's
-//! `realtime_tokens_total{mode="decode"}`, rose) while not one byte left its HTTP server on
-//! any inference request (`blame.rs`). The scheduler did its work: the tokens are lost on
-//! their way out, in the detokenizer process (which turns token ids into text) or the
-//! tokenizer manager in the HTTP process (which hands the text to each request). Not an idle
-//! GPU: the engine may well be idle now, having finished the requests it was given.
-//!
-//! What to do: look at the engine's detokenizer (`py-spy dump` of `sglang::detokenizer`: a
-//! main thread not waiting in its receive is stuck decoding) and at the HTTP process's event
-//! loop; its log. Restarting the engine drops the requests; the scheduler is not the cause.
+//! `tokens_undelivered` (critical): requests wait for their first byte at an engine whose
+//! scheduler generated tokens since they arrived while no byte left its HTTP server on any
+//! inference request: the tokens are lost on their way out (detokenizer, tokenizer manager).
+//! The verdict is the correlator's (`correlate::blame`). Rule and what to do:
+//! `tokens_undelivered` in docs/findings.md.
 //!
 //! Thresholds read: none directly (the verdict reads `wedged_unanimous_ms`,
 //! `wedged_after_ms`).

@@ -1,22 +1,10 @@
-//! `wedged_request` (critical; warning when there is no activity data at all).
-//!
-//! Fires when a request has waited for its first response byte as long as its witnesses say
-//! (`correlate::verdict`: `wedged_unanimous_ms` when every witness says nothing works on it,
-//! up to `wedged_after_ms` on less) and the deepest hop holding it does no work for it (no GPU work, no forward time, no tokens, no
-//! scheduler thread running a batch, GPU not spinning). On a busy engine it fires anyway when
-//! the engine's work counters have not moved since the request arrived, or when at least
-//! `wedged_overtaken_min` later, comparable requests from the same upstream hop were answered
-//! meanwhile (it was skipped, not queued). In PD, when both legs wait, the prefill leg is blamed
-//! and the decode leg is listed as its consequence.
-//!
-//! What to do: look at the blamed engine, not the proxies (restarting a proxy only drops the
-//! waiting client): its scheduler stacks, `/v1/loads`, and what changed in its environment or
-//! command line (`config_changed`).
-//!
-//! Which requests are stuck is the correlator's verdict (`correlate::requests`, with
-//! `wedged_after_ms`, `wedged_unanimous_ms` and `wedged_overtaken_min`): this detector groups
-//! them by the hop they are stuck at and words the finding (with the witnesses each was
-//! judged on and when each turned), so its count and ids are the report's and the TUI's.
+//! `wedged_request` (critical; warning when there is no activity data at all): a request
+//! waited for its first response byte as long as its witnesses say and the deepest hop
+//! holding it does no work for it (or, on a busy engine, did nothing since it arrived or let
+//! later requests overtake it). Which requests are stuck is the correlator's verdict
+//! (`correlate::requests`); this detector groups them by hop and words the finding, so its
+//! count and ids are the report's and the TUI's. Rule and what to do: `wedged_request` in
+//! docs/findings.md.
 //!
 //! Thresholds read: none directly (the verdict reads `wedged_after_ms`,
 //! `wedged_unanimous_ms`, `wedged_overtaken_min` and, through the component state,
@@ -29,7 +17,7 @@ use crate::correlate::{
 use crate::model::{Evidence, Finding, FindingKind, Role, Severity, StuckKind};
 
 /// `wedged_request`: the requests the correlator judged stuck without a response byte, one
-/// finding per hop they are stuck at (the deepest hop holding them; the prefill in PD).
+/// finding per hop they are stuck at.
 pub fn wedged_request(m: &Correlator, v: &View) -> Vec<Finding> {
     let mut out = Vec::new();
     for (comp, ls) in stuck_by_component(v, StuckKind::NoResponse) {

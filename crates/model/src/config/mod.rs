@@ -1,9 +1,7 @@
-//! Configuration read from files: the thresholds (`thresholds.rs`, one flat TOML table split
-//! into the correlator's and the detectors' parts), bounded reading, range checks and the
-//! one-line form of a TOML error (probe files use the range helpers too). It names nothing of
-//! the crate but its error type, so every layer can read it. Serde checks types, not meaning:
-//! every value is range-checked at load, a bad one reported by its key, so no absurd duration
-//! reaches time arithmetic.
+//! Configuration read from files: the thresholds (`thresholds.rs`), bounded reading, range
+//! checks and the one-line form of a TOML error. Serde checks types, not meaning: every value
+//! is range-checked at load, a bad one reported by its key, so no absurd duration reaches
+//! time arithmetic.
 
 pub mod sampling;
 pub mod thresholds;
@@ -88,9 +86,8 @@ pub fn one_line(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-/// A TOML error on one line: `line N: KEY: message`. The `toml` crate's own rendering
-/// spans several lines (a source excerpt with a caret), and a serde type error does not
-/// name the key; the key is taken from the offending line instead.
+/// A TOML error on one line: `line N: KEY: message`, the key taken from the offending line
+/// (a serde type error does not name it).
 pub fn toml_message(text: &str, e: &toml::de::Error) -> String {
     let msg = one_line(e.message());
     let Some(before) = e.span().and_then(|s| text.get(..s.start)) else {

@@ -1,13 +1,11 @@
 //! How the daemon spends its sampling: keys of the one flat thresholds table (`--thresholds
 //! FILE`; each key in docs/findings.md "Thresholds").
 //!
-//! With `stacks_adaptive` on, each stacks tick dumps every scheduler of each *suspected*
-//! engine once, and otherwise one process of the stack in a slow round-robin; off, every
-//! Python process at each stacks period. One-shot snapshots always take their full window.
-//! The daemon's other periodic work runs at its `*_calm_ms` period while nothing is
-//! suspected, at its own period while something is. Why: a healthy node needs none of it
-//! fine, and a wedge is suspected at a third of its threshold, before a calm period could
-//! hide it. When an engine is suspected: `policy::suspicion`.
+//! The daemon samples finely only what is suspected: with `stacks_adaptive`, each stacks
+//! tick dumps every scheduler of a suspected engine, else one process in a slow round-robin;
+//! sockets, GPU, processes, stacks and the detector pass run at their `*_calm_ms` periods
+//! while nothing is suspected. A healthy node needs none of them fine, and suspicion comes at
+//! a fraction of the wedge threshold, long before a calm period could hide a wedge.
 
 /// The adaptive stack sampling policy's knobs (see the module doc).
 #[derive(Debug, Clone, PartialEq)]
@@ -23,20 +21,16 @@ pub struct SamplingThresholds {
     /// An idle GPU with nothing showing work makes its engine suspect once a request has
     /// been open at it this long (shorter: a request between two batches).
     pub suspect_gpu_idle_ms: i64,
-    /// The daemon's socket table every this many ms while nothing is suspected (at the
-    /// sockets source's own period, 250 ms, while something is): the table is the
-    /// daemon's largest cost on a big node, and only a suspicion needs it fine.
+    /// The daemon's socket table every this many ms while nothing is suspected (its largest
+    /// cost on a big node).
     pub sockets_calm_ms: i64,
     /// The daemon's GPU source every this many ms while nothing is suspected.
     pub gpu_calm_ms: i64,
-    /// The daemon's process facts (restarts, fds, threads) every this many ms while
-    /// nothing is suspected; rediscovery still runs every 10 s.
+    /// The daemon's process facts every this many ms while nothing is suspected.
     pub processes_calm_ms: i64,
-    /// The daemon's stacks tick every this many ms while nothing is suspected (one
-    /// process of the round-robin per tick); at `stacks_tick_ms` while something is.
+    /// The daemon's stacks tick every this many ms while nothing is suspected.
     pub stacks_calm_ms: i64,
-    /// The daemon's detector pass (log, exporter, suspicion) every this many ms while
-    /// nothing is suspected; every 2 s while something is.
+    /// The daemon's detector pass every this many ms while nothing is suspected.
     pub pass_calm_ms: i64,
 }
 
@@ -85,8 +79,7 @@ impl SamplingThresholds {
             3_600_000,
             " ms",
         )?;
-        // Calm, the suspicion itself is derived once per pass: a pass slower than the
-        // suspicion's fraction of the wedge threshold (10 s of 30 s) would delay the alert.
+        // The suspicion is derived once per pass: a slower pass would delay the alert.
         super::in_range("pass_calm_ms", self.pass_calm_ms, 500, 10_000, " ms")?;
         Ok(())
     }

@@ -25,9 +25,8 @@ pub struct CorrelateThresholds {
     /// `wedged_request`: no response byte for this long after the request arrived, unless
     /// the witnesses that nothing works on it say so sooner (`correlate::verdict`).
     pub wedged_after_ms: i64,
-    /// `wedged_request`: the wait when every witness agrees nothing works on the request
-    /// (no byte, GPU idle, schedulers idle in two dumps, counters frozen, no queue); with
-    /// fewer, longer, up to `wedged_after_ms` (never more than it).
+    /// `wedged_request`: the wait when every witness agrees nothing works on the request;
+    /// with fewer, longer, up to `wedged_after_ms`.
     pub wedged_unanimous_ms: i64,
     /// `wedged_request` on a busy engine: fire anyway when at least this many requests that
     /// arrived later at the same component were answered meanwhile (it was skipped).
@@ -75,8 +74,6 @@ pub struct DetectThresholds {
     /// component in CLOSE_WAIT (the peer hung up, the component never closed) ...
     pub accumulate_close_wait_silent_min: u32,
     /// ... each silent (no byte or ACK either way, from `tcp_info`) for at least this long.
-    /// A normal close leaves CLOSE_WAIT within milliseconds; a client pool that closes idle
-    /// connections lazily holds a few, bounded by its size.
     pub accumulate_close_wait_silent_ms: i64,
     /// `process_restarted`: report restarts this recent.
     pub restart_recent_ms: i64,

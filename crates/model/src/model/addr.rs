@@ -1,15 +1,13 @@
 //! Addresses as text: the one `host:port` splitter and the one `ip:port` formatter.
 //!
-//! The model keeps socket addresses as strings (`127.0.0.1:8000`, `[::1]:8000`, as `ss`
-//! prints them) because they are shown and serialized as such; these functions are the only
-//! place that takes such strings apart. They live in the model (the bottom layer) so that
-//! the model's own accessors (`SocketEntry::local_port`, `Component::listen_ports`) and every
-//! layer above use the same splitting.
+//! The model keeps socket addresses as strings (`127.0.0.1:8000`, `[::1]:8000`) because
+//! they are shown and serialized as such; these functions are the only place that takes them
+//! apart, in the bottom layer so every layer splits alike.
 
 use std::net::IpAddr;
 
-/// `ip:port`, IPv6 as `[ip]:port` (the model's convention). An IPv4 peer of a dual-stack (IPv6) socket (`::ffff:a.b.c.d`) is written as IPv4, as its
-/// own socket writes it: both ends of one connection must spell it alike to be joined.
+/// `ip:port`, IPv6 as `[ip]:port`; IPv4-mapped IPv6 as IPv4, so both ends of one connection
+/// spell it alike and are joined.
 pub fn fmt_addr(ip: IpAddr, port: u16) -> String {
     match ip {
         IpAddr::V4(a) => fmt_v4(a.octets(), port),
@@ -20,9 +18,8 @@ pub fn fmt_addr(ip: IpAddr, port: u16) -> String {
     }
 }
 
-/// `a.b.c.d:port` written number by number (`itoa`): a big node's socket table is thousands of
-/// addresses four times a second, and `format!` through `Ipv4Addr`'s `Display` (which
-/// formats into a buffer first, for padding) was a few % of the daemon's CPU.
+/// `a.b.c.d:port` written number by number (`itoa`): cheaper than `Ipv4Addr`'s `Display` on
+/// a hot path.
 fn fmt_v4(octets: [u8; 4], port: u16) -> String {
     let mut digits = itoa::Buffer::new();
     let mut s = String::with_capacity(21);

@@ -29,10 +29,9 @@ pub struct NodeIdentity {
 }
 
 impl NodeIdentity {
-    /// Whether two identities are of one node: one kernel boot of one machine seen from
-    /// one set of addresses (two network namespaces of one kernel are two nodes), or one
-    /// declared name with the same machine-id. Names alone are not enough: two hosts may
-    /// share one, and merge tells them apart by address.
+    /// Whether two identities are of one node: one kernel boot of one machine seen from one
+    /// set of addresses, or one declared name with the same machine-id (names alone may
+    /// collide).
     pub fn same_node(&self, other: &NodeIdentity) -> bool {
         let known = |a: &Option<String>, b: &Option<String>| a.is_some() && a == b;
         known(&self.machine_id, &other.machine_id)

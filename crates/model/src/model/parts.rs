@@ -21,18 +21,14 @@ pub struct ComponentExtras {
     pub gpu_activity: Option<String>,
 }
 
-/// Which raw payloads a snapshot's parts carry. A bundle writes them as its raw files; a
-/// snapshot printed as JSON never shows them, and the latest socket table (thousands of
-/// sockets on a big node) was most of the work of a served snapshot: converted to JSON,
-/// walked by the redactor and dropped.
+/// Which raw payloads a snapshot's parts carry: a bundle writes them as its raw files; a
+/// snapshot printed as JSON needs no socket table, the costliest of them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RawFiles {
     /// Every raw payload (the bundle's `raw/` files).
     All,
-    /// All but the socket table. The others stay: the snapshot reads the GPU's (driver and
-    /// CUDA versions), and the redactor learns secrets named in the metrics' labels to
-    /// scrub them everywhere; the table holds kernel-formatted addresses and numbers, no
-    /// names to learn from.
+    /// All but the socket table. The others stay: the snapshot reads the GPU's versions, and
+    /// the redactor learns secrets from the metrics' labels.
     WithoutSockets,
 }
 

@@ -38,32 +38,29 @@ pub struct Snapshot {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub versions: BTreeMap<String, String>,
     /// Requests as their clients sent them, each across its hops, with the correlator's
-    /// verdict (absent from snapshots of older versions).
+    /// verdict.
     #[serde(default)]
     pub logical_requests: Vec<LogicalRequest>,
-    /// Added: the node it was taken on and its clocks (absent from older
-    /// snapshots and from merged ones, whose nodes are in `fleet`).
+    /// Added: the node it was taken on and its clocks (absent from merged snapshots, whose
+    /// nodes are in `fleet`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node: Option<super::node::NodeIdentity>,
     /// Added: client sockets of components to servers not on this node (what `merge`
     /// joins across nodes).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub connections: Vec<super::node::SnapConnection>,
-    /// Added: traffic on the components' channels (PD bootstrap sessions, KV transfer
-    /// streams): connections that are not requests, with bytes each way and silence.
+    /// Added: traffic on the components' channels: connections that are not requests.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub channels: Vec<super::ChannelFlow>,
     /// Added: present in merged snapshots only: the nodes, their clock skew, the hops
     /// joined across them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fleet: Option<super::fleet::FleetInfo>,
-    /// Added: finished requests left out of `requests`/`logical_requests` on a
-    /// busy node (only the newest are listed; every unfinished one always is).
+    /// Added: finished requests left out of `requests`/`logical_requests` on a busy node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub elided: Option<Elided>,
-    /// Added: the changes, restarts and first stuck requests on one time line,
-    /// and the suspect (`model::cause`); absent when there is neither a change nor a stuck
-    /// request, and in snapshots of older versions.
+    /// Added: the changes, restarts and first stuck requests on one time line, and the
+    /// suspect (`model::cause`); absent when there is neither a change nor a stuck request.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cause: Option<super::cause::Cause>,
 }
@@ -207,9 +204,7 @@ pub struct Request {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Verdict {
-    /// Accepted and forgotten (no response byte for `wedged_after_ms` while the hop holding it
-    /// does no work for it), or a response stream that stopped (`stall_after_ms`) while the
-    /// hop still holds it open and does no work.
+    /// Accepted and forgotten, stalled mid-stream, or stuck in a KV transfer ([`StuckKind`]).
     Stuck,
     /// Waiting for its first response byte, not (yet) stuck; `waiting_reason` says which rule
     /// kept it out.
@@ -221,8 +216,7 @@ pub enum Verdict {
 }
 
 impl Verdict {
-    /// The verdict of a request none of whose legs is stuck, from its legs' states: any
-    /// open leg being answered makes it active, only waiting ones waiting, none open done.
+    /// The verdict of a request none of whose legs is stuck, from its legs' states.
     pub fn of_unstuck(states: impl IntoIterator<Item = RequestState>) -> Verdict {
         let mut open = states.into_iter().filter(|s| s.is_open()).peekable();
         if open.peek().is_none() {
@@ -244,8 +238,8 @@ impl Verdict {
     }
 }
 
-/// Why a request waiting for its first byte is not judged stuck: the rule of the correlator
-/// that kept it out, so no output explains it with a reason the evidence contradicts.
+/// Why a request waiting for its first byte is not judged stuck: the correlator's rule that
+/// kept it out, so no output gives a reason the evidence contradicts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum WaitReason {
@@ -253,8 +247,8 @@ pub enum WaitReason {
     Young,
     /// The socket table is stale: how long it waits is not known.
     SocketsStale,
-    /// It waits at a proxy or router that still has other requests open downstream: the
-    /// link to its own next hop may have been missed, so it is not blamed there.
+    /// It waits at a proxy or router with other requests open downstream (its own link may
+    /// have been missed).
     DownstreamOpen,
     /// At an engine that shows work (its counters moved since it arrived) and that answered
     /// no later request before it: queued, not forgotten.
@@ -301,8 +295,7 @@ pub enum StuckKind {
 
 impl StuckKind {
     /// Which of a request's stuck legs is blamed: the smallest key. No response before a
-    /// stalled stream (the stall may be its consequence), then the deepest hop (the hops
-    /// above it only wait for it).
+    /// stalled stream, then the deepest hop (the hops above only wait for it).
     pub fn blame_key(self, role: super::Role) -> (StuckKind, std::cmp::Reverse<u8>) {
         (self, std::cmp::Reverse(role.depth()))
     }
@@ -364,8 +357,7 @@ pub struct SnapGpu {
     pub mem_used_bytes: Option<u64>,
     #[serde(default)]
     pub activity: Option<String>,
-    /// The enforced power limit: the top of the power sparkline, so a steady 70 W on a
-    /// 700 W card draws low instead of as a full bar (absent in older snapshots).
+    /// The enforced power limit: the top of the power sparkline.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub power_limit_w: Option<f64>,
     /// Total memory: the top of the memory sparkline.

@@ -1,8 +1,6 @@
-//! `Suspicion`: which engines look suspicious right now, and why. A small plain value derived
-//! from the last correlated view (`policy::suspicion`) and read by the adaptive stack
-//! sampling policy (`sampler::adaptive`): suspected engines get their schedulers dumped every
-//! stacks tick, the rest of the stack a slow round-robin. Data still flows one way: the
-//! sources never call the correlator or the detectors; the runtime hands them this value.
+//! `Suspicion`: which engines look suspicious right now, and why. Derived from the last
+//! correlated view (`policy::suspicion`) and read by the adaptive sampling
+//! (`sampler::adaptive`); the runtime hands it to the sources, so data still flows one way.
 
 use super::FindingKind;
 use std::collections::BTreeMap;
@@ -90,8 +88,7 @@ impl Suspicion {
         Suspicion::default()
     }
 
-    /// Adds a reason to suspect `engine`: one reason of each kind, the worst (a big node has
-    /// hundreds of open requests; the log names the one that matters), and each open
+    /// Adds a reason to suspect `engine`: one reason of each kind, the worst, and each open
     /// finding's kind once.
     pub fn add(&mut self, engine: &str, reason: SuspicionReason) {
         let rs = self.engines.entry(engine.to_string()).or_default();

@@ -1,7 +1,6 @@
-//! `ThreadState`: what a sampled Python thread is doing, as a type. Its JSON form is the same
-//! snake_case string the contract always had (`"idle"`, `"nccl_collective"`, ...); a state
-//! this build does not know (a newer snapshot or recording) is kept verbatim as `Other`, so
-//! reading never fails on a name added later.
+//! `ThreadState`: what a sampled Python thread is doing, as a type. Its JSON form is the
+//! contract's snake_case string; an unknown state is kept verbatim as `Other`, so reading
+//! never fails on a name added later.
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;

@@ -1,9 +1,7 @@
 //! Detection by name: which variable, option, label or JSON key holds a secret.
 //!
 //! Word-wise (words split at anything not alphanumeric), because counts are not secrets:
-//! `SGLANG_DECODE_PREALLOC_SPLIT_TOKENS` and `MAX_TOKENS` stay visible, so the very
-//! variable an incident turns on is never hidden, while `HF_TOKEN`, `OPENAI_API_KEY`,
-//! `APIKEY`, `AUTHORIZATION`, `DB_PASS`, `GH_PAT` are secret.
+//! `MAX_TOKENS` stays visible, while `HF_TOKEN`, `OPENAI_API_KEY`, `DB_PASS` are secret.
 
 /// Substrings that make a name secret wherever they appear.
 const SECRET_ANYWHERE: &[&str] = &[

@@ -11,8 +11,7 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::ops::Range;
 
 /// Shortest value we scrub from free text: shorter ones (`1`, `on`) would shred unrelated
-/// text and are not plausible secrets. (Structural hits are replaced in place whatever
-/// their length.)
+/// text. (Structural hits are replaced whatever their length.)
 const MIN_SCRUB_LEN: usize = 4;
 /// Bound on remembered values, so a long-running recorder cannot grow without limit.
 const MAX_SECRETS: usize = 4096;
@@ -31,8 +30,8 @@ pub struct Redactor {
     held: BTreeSet<String>,
     /// Replace with a keyed mask instead of `<redacted>` (baselines, to stay comparable).
     mask: Option<&'static MaskKey>,
-    /// Strings seen and found clean: a recorder sees the same addresses, state names and
-    /// frames every second. Emptied whenever a new secret is learned.
+    /// Strings seen and found clean (a recorder sees the same ones every second). Emptied
+    /// whenever a new secret is learned.
     clean: HashSet<String>,
 }
 
@@ -117,8 +116,7 @@ impl Redactor {
         self.text_cow(value).into_owned()
     }
 
-    /// [`Redactor::text`], borrowing `value` back when nothing in it changes (most values:
-    /// a big node's snapshot holds tens of thousands of addresses and ids).
+    /// [`Redactor::text`], borrowing `value` back when nothing in it changes (most values).
     pub fn text_cow<'a>(&mut self, value: &'a str) -> Cow<'a, str> {
         if super::plain::cannot_reveal(value) {
             return self.scrub_cow(value);
@@ -263,8 +261,7 @@ impl Redactor {
     pub fn redact_json(&mut self, v: &mut Value) {
         let known = self.secrets.len();
         self.walk(v);
-        // The walk scrubbed each string with what was known when it got there; only values
-        // learned during this walk still have to go from strings visited before them.
+        // Values learned during this walk still have to go from strings visited before.
         if self.secrets.len() != known {
             self.scrub_json(v);
         }

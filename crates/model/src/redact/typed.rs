@@ -1,8 +1,7 @@
-//! The exchanges and logical requests of a snapshot, redacted typed: on a big node they are
-//! most of it (thousands of them, a dozen strings each), and a JSON tree of them was most of
-//! a served snapshot's time. Each text field goes through [`Redactor::text_cow`] and each list
-//! of ids through [`Redactor::args`], exactly as the JSON walk treats them (no field name of
-//! these types is a secret name); their enums and numbers are ours and hold no text.
+//! The exchanges and logical requests of a snapshot, redacted typed (they are most of a big
+//! node's snapshot, too many for a JSON tree). Each text field goes through
+//! [`Redactor::text_cow`] and each list of ids through [`Redactor::args`], exactly as the JSON
+//! walk treats them; their enums and numbers hold no text.
 
 use super::Redactor;
 use crate::model::{LogicalRequest, Request};
