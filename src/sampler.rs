@@ -324,12 +324,17 @@ async fn take(
     let start = tokio::time::Instant::now();
     let mut timeout = Duration::from_millis(s.timeout_ms);
     let mut cut_by_window = false;
-    if let Some(left) = finish_by.map(|f| f.saturating_duration_since(start)) {
+    // The first processes sample is never cut by the window, only by its own timeout:
+    // without it there is no topology and nothing else means anything.
+    let first_processes =
+        kind == SourceKind::Processes && lock(stats).get(&kind).is_none_or(|st| st.samples == 0);
+    let window_end = finish_by.filter(|_| !first_processes);
+    if let Some(left) = window_end.map(|f| f.saturating_duration_since(start)) {
         if left < timeout {
             (timeout, cut_by_window) = (left, true);
         }
     }
-    let sample = crate::sources::window::until(finish_by, s.source.sample(topo, clock));
+    let sample = crate::sources::window::until(window_end, s.source.sample(topo, clock));
     let res = tokio::time::timeout(timeout, sample).await;
     let elapsed = start.elapsed().as_millis() as u64;
     let timed_out = res.is_err();

@@ -113,7 +113,14 @@ fn live_pd_stack_roles_grouping_ports_edges() {
     );
 
     let probes = ProbeSet::builtin().expect("built-in probes");
-    let topo = discover::discover(&probes, &DiscoverOptions::default()).expect("discover");
+    let topo = discover::discover(
+        &probes,
+        &DiscoverOptions {
+            deadlines: wedgewatch_testkit::timing::roomy_deadlines(),
+            ..DiscoverOptions::default()
+        },
+    )
+    .expect("discover");
 
     // engines: role refined by --disaggregation-mode, id from listen address, GPUs from env
     let pid_ = format!("prefill@127.0.0.1:{p}");
@@ -245,6 +252,7 @@ fn extra_pid_and_url_are_added() {
     let opts = DiscoverOptions {
         extra_pids: vec![sleeper.pid],
         extra_urls: vec![format!("http://127.0.0.1:{port}")],
+        deadlines: wedgewatch_testkit::timing::roomy_deadlines(),
         ..DiscoverOptions::default()
     };
     let topo = discover::discover(&ProbeSet::builtin().expect("probes"), &opts).expect("discover");
@@ -282,7 +290,14 @@ fn remote_host_flags_are_not_scraped() {
         &[],
     );
     let probes = ProbeSet::builtin().expect("built-in probes");
-    let topo = discover::discover(&probes, &DiscoverOptions::default()).expect("discover");
+    let topo = discover::discover(
+        &probes,
+        &DiscoverOptions {
+            deadlines: wedgewatch_testkit::timing::roomy_deadlines(),
+            ..DiscoverOptions::default()
+        },
+    )
+    .expect("discover");
 
     let w = comp(&topo, &format!("decode@10.1.2.3:{ps}"));
     assert_eq!(w.main_pid, Some(wildcard.pid));
@@ -330,11 +345,7 @@ fn fixture_opts(name: &str) -> DiscoverOptions {
         query_endpoints: false,
         exclude_pids: Vec::new(),
         http_timeout: Duration::from_millis(100),
-        // A fixture tree reads in microseconds: a loaded machine must not cut a pass.
-        deadlines: wedgewatch::discover::ProcDeadlines {
-            read: Duration::from_secs(30),
-            table: Duration::from_secs(60),
-        },
+        deadlines: wedgewatch_testkit::timing::roomy_deadlines(),
         ..DiscoverOptions::default()
     }
 }
@@ -473,7 +484,14 @@ fn discover_until(ready: impl Fn(&Topology) -> bool) -> Topology {
     let probes = ProbeSet::builtin().expect("probes");
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     loop {
-        let topo = discover::discover(&probes, &DiscoverOptions::default()).expect("discover");
+        let topo = discover::discover(
+            &probes,
+            &DiscoverOptions {
+                deadlines: wedgewatch_testkit::timing::roomy_deadlines(),
+                ..DiscoverOptions::default()
+            },
+        )
+        .expect("discover");
         if ready(&topo) || std::time::Instant::now() > deadline {
             return topo;
         }
@@ -620,7 +638,10 @@ fn live_vllm_shape_children_and_gpus() {
     );
     let topo = discover::discover(
         &ProbeSet::builtin().expect("probes"),
-        &DiscoverOptions::default(),
+        &DiscoverOptions {
+            deadlines: wedgewatch_testkit::timing::roomy_deadlines(),
+            ..DiscoverOptions::default()
+        },
     )
     .expect("discover");
     // --host absent: vLLM's default is 0.0.0.0; the URL still goes to loopback
@@ -702,6 +723,7 @@ fn rediscovery_leaves_unrelated_processes_fds_alone() {
     let probes = ProbeSet::builtin().expect("probes");
     let opts = DiscoverOptions {
         query_endpoints: false,
+        deadlines: wedgewatch_testkit::timing::roomy_deadlines(),
         ..DiscoverOptions::default()
     };
     let mut cache = discover::DiscoveryCache::new();
@@ -738,6 +760,7 @@ fn rediscovery_searches_no_process_for_a_closed_socket_or_our_own() {
     let opts = DiscoverOptions {
         query_endpoints: false,
         recent_dump: Some(std::sync::Arc::clone(&recent)),
+        deadlines: wedgewatch_testkit::timing::roomy_deadlines(),
         ..DiscoverOptions::default()
     };
     let mut cache = discover::DiscoveryCache::new();

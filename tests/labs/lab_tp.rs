@@ -122,7 +122,14 @@ fn tp_lab_starts_n_titled_schedulers_on_their_own_gpus_and_discovery_sees_them()
     check_engine_processes(&lab, "decode", TP);
 
     let probes = ProbeSet::builtin().expect("probes");
-    let topo = discover::discover(&probes, &DiscoverOptions::default()).expect("discover");
+    let topo = discover::discover(
+        &probes,
+        &DiscoverOptions {
+            deadlines: wedgewatch_testkit::timing::roomy_deadlines(),
+            ..DiscoverOptions::default()
+        },
+    )
+    .expect("discover");
     check_discovered(&topo, &lab, "prefill", 0);
     check_discovered(&topo, &lab, "decode", TP);
 

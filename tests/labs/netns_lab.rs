@@ -131,7 +131,14 @@ fn pods_on_one_port_are_two_components_scraped_inside_their_namespaces() {
     let _lab = lab::exclusive();
     let Some(lab) = NetnsLab::up() else { return };
     let probes = ProbeSet::builtin().expect("probes");
-    let topo = discover::discover(&probes, &DiscoverOptions::default()).expect("discover");
+    let topo = discover::discover(
+        &probes,
+        &DiscoverOptions {
+            deadlines: wedgewatch_testkit::timing::roomy_deadlines(),
+            ..DiscoverOptions::default()
+        },
+    )
+    .expect("discover");
 
     // discovery: two engines on one port, told apart by namespace, each in its container
     for pod in [&lab.a, &lab.b] {

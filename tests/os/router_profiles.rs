@@ -85,7 +85,10 @@ fn rust_sgl_router_and_vllm_router_binaries_are_routers() {
     let vllm = start_as("vllm-router", p2, m2, &worker);
     let topo = discover::discover(
         &ProbeSet::builtin().expect("probes"),
-        &DiscoverOptions::default(),
+        &DiscoverOptions {
+            deadlines: wedgewatch_testkit::timing::roomy_deadlines(),
+            ..DiscoverOptions::default()
+        },
     )
     .expect("discover");
 

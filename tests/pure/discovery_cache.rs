@@ -6,8 +6,7 @@
 use std::path::Path;
 use std::time::Duration;
 use wedgewatch::discover::{
-    self, CacheStats, DiscoverOptions, DiscoveryCache, ProcDeadlines, MAX_ROTATION,
-    ROTATION_BUDGET, STAT_ROTATION,
+    self, CacheStats, DiscoverOptions, DiscoveryCache, MAX_ROTATION, ROTATION_BUDGET, STAT_ROTATION,
 };
 use wedgewatch::model::{Role, Topology};
 use wedgewatch::probes::ProbeSet;
@@ -95,11 +94,7 @@ fn opts(root: &Path) -> DiscoverOptions {
         query_endpoints: false,
         exclude_pids: Vec::new(),
         http_timeout: Duration::from_millis(100),
-        // A fixture tree reads in microseconds: a loaded machine must not cut a pass.
-        deadlines: ProcDeadlines {
-            read: Duration::from_secs(30),
-            table: Duration::from_secs(60),
-        },
+        deadlines: wedgewatch_testkit::timing::roomy_deadlines(),
         ..DiscoverOptions::default()
     }
 }

@@ -13,3 +13,13 @@ pub const SLACK: Duration = wedgewatch::clock::TEST_SLACK;
 pub fn within(timeout: Duration) -> Duration {
     wedgewatch::clock::test_bound(timeout)
 }
+
+/// Discovery's /proc deadlines for a test: a loaded machine must not cut a pass short (the
+/// defaults are sized for a daemon on a host, where a pass left short is read again next
+/// time; a test asserts on its one pass).
+pub fn roomy_deadlines() -> wedgewatch::discover::ProcDeadlines {
+    wedgewatch::discover::ProcDeadlines {
+        read: SLACK,
+        table: SLACK * 2,
+    }
+}
