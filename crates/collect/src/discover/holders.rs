@@ -1,12 +1,8 @@
 //! Which processes hold the client sockets towards known components (the proxy search), at a
-//! cost that does not grow with unrelated processes. Cheapest first:
-//! 1. sockets the known processes hold need no search (our own read afresh);
-//! 2. processes that held such sockets in earlier passes (remembered in the [`DiscoveryCache`])
-//!    are looked at through their remembered sockets while their fd count is unchanged;
-//! 3. only sockets still missing, still open (the namespaces' tables read again: the pass's may
-//!    be a second old) and not given up on make every other process be looked at, and then
-//!    every process holding sockets read afresh. What no readable process holds is given up on
-//!    while it stays.
+//! cost that does not grow with unrelated processes. Cheapest first: sockets known processes
+//! hold; past holders (remembered in the [`DiscoveryCache`]) while their fd count is
+//! unchanged; only sockets still missing, still open and not given up on make every other
+//! process be looked at. What no readable process holds is given up on while it stays.
 
 use super::table::ProcTable;
 use std::collections::{BTreeMap, BTreeSet};

@@ -1,10 +1,8 @@
 //! Process facts from /proc: cmdline, environment, executable, start time, state, threads,
 //! fds, CPU time, RSS, NSpid and namespaces.
 //!
-//! Every field is read on its own: a field that cannot be read (permission denied, the process
-//! vanished mid-read, a truncated file) is recorded in `errors` with the reason and the other
-//! fields are still filled. The procfs root is configurable so tests can point at fixture
-//! trees (`tests/fixtures/proc/...`); every read goes through [`ProcFs`].
+//! Every field is read on its own (through [`ProcFs`]): one that cannot be read is recorded in
+//! `errors` with the reason and the others are still filled.
 
 use crate::clock::{Clock, Millis};
 use crate::model::{FieldError, Payload, ProcessFacts, Sample, SourceKind, SourceStatus, Topology};

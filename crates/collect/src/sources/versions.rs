@@ -2,12 +2,10 @@
 //! `<site-packages>/<dist>-<version>.dist-info/METADATA` (`Version:`), never by importing
 //! or running anything in (or as) the target. Also Python's version and the kernel's.
 //!
-//! Where the site-packages are, as the process itself sees its files (`/proc/PID/root`):
-//! the directories of the files it has mapped (`maps`: C extensions of torch, the router's
-//! Rust module), its `PYTHONPATH` entries, and the `lib/python3.*/site-packages` of the
-//! prefixes it runs from (`exe`, an absolute `argv[0]` such as a venv's `bin/python`,
-//! `VIRTUAL_ENV`, `CONDA_PREFIX`). Every read is capped; `maps` takes the target's mmap
-//! lock, so the whole read runs under a deadline and gives up with what it has not read.
+//! Site-packages are found as the process sees its files (`/proc/PID/root`): its mapped
+//! files' directories, `PYTHONPATH`, and the prefixes it runs from (`exe`, `argv[0]`,
+//! `VIRTUAL_ENV`, `CONDA_PREFIX`). Every read is capped; `maps` takes the target's mmap lock,
+//! so the whole read runs under a deadline.
 
 use crate::sys::ProcFs;
 use std::collections::BTreeMap;

@@ -1,14 +1,9 @@
 //! TCP sockets through sock_diag with tcp_info, mapped to processes by inode.
 //!
-//! - the kernel dump is behind [`crate::sys::SockDiag`] (netlink per network namespace, or
-//!   a fake in tests), with a `net/tcp{,6}` fallback through [`crate::sys::ProcFs`] that has
-//!   no tcp_info; both make up a [`SocketOs`];
-//! - [`InodeMap`] (`inodes`): socket inode -> owning pid from the processes' fd links,
-//!   cached between samples and refreshed only when unknown inodes appear;
-//! - [`build_table_with`] (`table`): one sample's table, every namespace a component lives
-//!   in, only the sockets the topology cares about;
-//! - [`SocketSource`] (here): the source, under a hard timeout, listing TIME_WAIT sockets
-//!   only every few seconds.
+//! The kernel dump ([`crate::sys::SockDiag`], or `net/tcp{,6}` without tcp_info) is a
+//! [`SocketOs`]; [`InodeMap`] maps inodes to pids, refreshed only when unknown inodes appear;
+//! [`build_table_with`] keeps only the topology's sockets. [`SocketSource`] (here) runs under a
+//! hard timeout and lists TIME_WAIT sockets only every few seconds.
 
 mod inodes;
 mod table;

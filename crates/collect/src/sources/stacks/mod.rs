@@ -1,18 +1,11 @@
 //! Python stacks through py-spy, one subprocess per pid, classified by probe rules.
 //!
-//! Why a subprocess per pid: `py-spy dump --subprocesses --json` drops children and aborts on
-//! a non-Python child, so every Python process of the topology gets its own `py-spy dump`,
-//! run in parallel with bounded concurrency, each under a hard timeout that kills py-spy's
-//! whole process group. Periodic sampling never pauses the target (`--nonblocking`);
-//! `--native` (which pauses it) only runs when the configuration asks for it.
-//!
-//! One dump is a guess: [`StackSource::capture_window`] takes several dumps a few hundred ms
-//! apart, and [`summarize_window`] says which threads sat in the same state in every dump.
-//!
-//! The rooms: this file holds the configuration and which pids to dump; `rules.rs` the
-//! stack rules and the classification of one thread; `pyspy.rs` one `py-spy dump` of one
-//! pid; `sampler.rs` the source (a window of dumps, classified); `evidence.rs` what the
-//! dumps of a window say together.
+//! One `py-spy dump` per pid (`--subprocesses` drops children and aborts on a non-Python
+//! one), in parallel with bounded concurrency, each under a hard timeout that kills py-spy's
+//! process group. Periodic sampling never pauses the target (`--nonblocking`); `--native`
+//! only when configured. One dump is a guess: [`StackSource::capture_window`] takes several,
+//! and [`summarize_window`] says which threads sat in the same state in every one. This file
+//! holds the configuration and which pids to dump (the other files: docs/architecture.md).
 
 mod evidence;
 mod not_python;
