@@ -2,13 +2,10 @@
 //! `127.0.0.1:30000` is not the host's; docs/security.md §13a).
 //!
 //! A socket belongs for life to the namespace of the thread that created it, so each connection
-//! is opened on a fresh short-lived thread of our own that `setns(2)`s into the target's
-//! namespace, connects and exits; the connected socket goes back to the one HTTP client
-//! ([`crate::sys::http`], its [`Connector`] seam). Never a pooled thread: `setns` changes the
-//! calling thread only, and a reused one would carry the foreign namespace into its next work.
-//!
-//! The namespace is named by the pid discovery saw and the inode of its `ns/net`: the inode is
-//! checked on the very descriptor entered, so a reused pid is never followed elsewhere.
+//! is made on a fresh short-lived thread that `setns(2)`s in, connects and exits (never a
+//! pooled thread: it would carry the foreign namespace into its next work); the socket goes
+//! to the HTTP client's [`Connector`] seam. The namespace's inode is checked on the very
+//! descriptor entered, so a reused pid is never followed elsewhere.
 
 use crate::sys::http::{Connector, Resolver};
 use crate::sys::ProcFs;

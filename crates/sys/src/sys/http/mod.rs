@@ -1,11 +1,8 @@
 //! A minimal HTTP/1.0 GET with connect/total timeouts and a body cap. HTTP/1.0 on purpose: the
 //! server closes after the response and never chunks, so "read until EOF or cap" is the whole
-//! protocol. Plain `http://` only. A hung endpoint is `Timeout` within `total`, more than `cap`
-//! bytes `TooLarge` with the first `cap`. Names are resolved under the connect timeout on a
-//! thread nobody waits for ([`resolve`]), so a hung resolver cannot outlive the GET or hold the
-//! runtime at exit. [`parse_response`] reads the answer (pure); [`get_blocking`] serves
-//! synchronous discovery; a caller's [`Connector`] ([`get_using`]) reaches inside another
-//! network namespace.
+//! protocol. A hung endpoint is `Timeout` within `total`, more than `cap` bytes `TooLarge`;
+//! names are resolved on a thread nobody waits for ([`resolve`]); a caller's [`Connector`]
+//! ([`get_using`]) reaches inside another network namespace.
 
 mod connect;
 mod resolve;

@@ -1,8 +1,8 @@
 //! The netlink `sock_diag` dump (IPv4 + IPv6, `INET_DIAG_INFO`; decoded by `decode.rs`).
 //! Another namespace is dumped from a dedicated thread that enters it. Both families come from
-//! one request of the older interface (`TCPDIAG_GETSOCK`): the kernel walks its established
-//! hash once for any family, and each walk of a large host's hash costs milliseconds even when
-//! nearly empty. A kernel that refuses it is asked once per family from then on.
+//! one request of the older interface (`TCPDIAG_GETSOCK`): each walk of the kernel's hash
+//! costs the same however empty (docs/performance-log.md). A kernel that refuses it is asked
+//! once per family from then on.
 
 use super::decode::decode_datagram;
 use super::{Dump, RecentDump, SockDiag, SockDiagError};
