@@ -71,8 +71,7 @@ pub struct RecordPolicy {
     /// view, a wedge replays at 1 Hz.
     pub min_interval_ms: BTreeMap<crate::model::SourceKind, i64>,
     /// The same while calm (nothing suspected, [`RecordingWriter::set_alert`]): a calm stretch
-    /// is kept for its state, not for every short connection. A wedge is suspected at a third
-    /// of its threshold, and from then on `min_interval_ms` holds.
+    /// is kept for its state, not for every short connection.
     #[serde(default = "calm_intervals")]
     pub calm_interval_ms: BTreeMap<crate::model::SourceKind, i64>,
     /// Keep every raw Prometheus series; otherwise only the ones the correlator reads raw
@@ -84,7 +83,7 @@ pub struct RecordPolicy {
     /// a connection only its owner (the correlator needs the pid, not the counters, which
     /// the server side already has).
     pub trim_sockets: bool,
-    /// Gzip-frame the file (about 10x smaller). Decided at a file's first record.
+    /// Gzip-frame the file. Decided at a file's first record.
     #[serde(default = "yes")]
     pub compress: bool,
 }
@@ -363,9 +362,8 @@ impl RecordingWriter {
     }
 
     /// Whether anything is suspected now: alert, samples are written at
-    /// [`RecordPolicy::min_interval_ms`]; calm, at [`RecordPolicy::calm_interval_ms`] where
-    /// it names their kind. A writer never told is alert (`record -o FILE` keeps every
-    /// second); the daemon tells it before each sample, from its socket pace.
+    /// [`RecordPolicy::min_interval_ms`]; calm, at [`RecordPolicy::calm_interval_ms`]. A
+    /// writer never told is alert.
     pub fn set_alert(&mut self, yes: bool) {
         self.alert = yes;
     }
