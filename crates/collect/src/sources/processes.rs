@@ -11,8 +11,7 @@ use crate::sys::ProcFs;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-/// Most threads we name per process: a scheduler has a few dozen; a runaway process with
-/// thousands must not make a 1 Hz source slow.
+/// Most threads we name per process: a runaway one must not make a 1 Hz source slow.
 const MAX_THREADS: usize = 512;
 /// Longest wait for one process's facts (normally well under a millisecond).
 const PER_PID: Duration = Duration::from_millis(300);
@@ -298,8 +297,6 @@ mod tests {
             .reason
             .as_deref()
             .is_some_and(|r| r.contains(&(i32::MAX - 3).to_string())));
-        // Its cost at 1 Hz is the daemon bench's to measure (benches/daemon.rs), not a
-        // wall-clock assert's.
     }
 
     #[test]

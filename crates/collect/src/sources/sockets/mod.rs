@@ -31,9 +31,8 @@ pub struct SocketConfig {
     /// Keep every socket on the box, not only the topology's (the default keeps sockets of
     /// topology pids and sockets touching a component's listen port).
     pub keep_all: bool,
-    /// How often [`SocketSource`] lists TIME_WAIT sockets; between, it repeats the last
-    /// list: under churn they are most of the table and say nothing new (closed, no owner,
-    /// no tcp_info). Zero: every sample.
+    /// How often [`SocketSource`] lists TIME_WAIT sockets; between, it repeats the last list
+    /// (under churn they are most of the table and say nothing new). Zero: every sample.
     pub time_wait_every: Duration,
 }
 
@@ -62,9 +61,8 @@ impl Default for SocketOs {
 }
 
 impl SocketOs {
-    /// The kernel's netlink sock_diag, with pids, fds and namespaces read through `proc`
-    /// (`--proc-root`: the same tree discovery read the pids from, so that the inodes the
-    /// kernel reports are mapped to those pids, and other namespaces entered through them).
+    /// The kernel's netlink sock_diag, with pids, fds and namespaces read through `proc` (the
+    /// tree discovery read the pids from, so inodes map to those pids).
     pub fn kernel(proc: ProcFs) -> Self {
         SocketOs::kernel_sharing(proc, None)
     }

@@ -24,7 +24,7 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
-// py-spy JSON (its own module; re-exported here, where callers have always found it)
+// py-spy JSON (its own module; re-exported here)
 pub use crate::sources::pyspy_json::{parse_dump, parse_pyspy_json, MAX_FRAMES, MAX_THREADS};
 
 /// Environment variable naming the py-spy binary.
@@ -54,8 +54,8 @@ pub struct StacksConfig {
     /// Upper bound on pids sampled per dump; the rest are reported as skipped.
     pub max_pids: usize,
     /// Time budget of one window: no further dump starts when the next one would end past
-    /// it, so a loaded machine gets fewer dumps (said in the status) instead of a window
-    /// the sampler's timeout throws away whole. Keep it under the sampler's stacks timeout (8 s).
+    /// it, so a loaded machine gets fewer dumps instead of a window the sampler throws away.
+    /// Keep it under the sampler's stacks timeout.
     pub window_budget: Duration,
 }
 
@@ -121,10 +121,8 @@ pub struct StackTarget {
     pub pid: i32,
     pub stack: Option<String>,
     pub component: Option<String>,
-    /// Dumped on every round of a window, not only the first. Schedulers: their state
-    /// across the window ("idle in 18/18 dumps") is the wedge evidence. For the others
-    /// (HTTP front ends, proxies, detokenizers) one dump a window shows where they are, at
-    /// a third of py-spy's cost and of the reads of the target.
+    /// Dumped on every round of a window, not only the first: schedulers, whose state across
+    /// the window is the wedge evidence; for the others one dump shows where they are.
     pub whole_window: bool,
 }
 
