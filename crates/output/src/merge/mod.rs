@@ -1,9 +1,9 @@
 //! `wedgewatch merge`: one snapshot of several nodes.
 //!
-//! [`merge`] runs [`load`], [`screen`], [`namespace`], [`links`], [`skew`], [`judge`] and
-//! [`findings`] in that order and returns a `wedgewatch.snapshot/1` whose `fleet` field says
-//! which nodes, how their clocks compare, which hops were joined and what could not be seen
-//! through (docs/fleet.md "Merge").
+//! [`merge`] runs [`load`](mod@load), [`screen`](mod@screen), [`namespace`], [`links`],
+//! [`skew`], [`judge`] and [`findings`] in that order and returns a `wedgewatch.snapshot/1`
+//! whose `fleet` field says which nodes, how their clocks compare, which hops were joined and
+//! what could not be seen through (docs/fleet.md "Merge").
 
 mod findings;
 mod flat;

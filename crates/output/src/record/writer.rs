@@ -79,9 +79,8 @@ pub struct RecordPolicy {
     pub keep_raw_series: bool,
     /// Keyframes + deltas (default) instead of whole samples on every line.
     pub compact: bool,
-    /// Keep only sockets of the recorded topology's components, and of the client side of
-    /// a connection only its owner (the correlator needs the pid, not the counters, which
-    /// the server side already has).
+    /// Keep only sockets of the recorded topology's components, and of a connection's client
+    /// side only its owner (the server side has the counters).
     pub trim_sockets: bool,
     /// Gzip-frame the file. Decided at a file's first record.
     #[serde(default = "yes")]
@@ -179,10 +178,8 @@ pub fn trim_sockets(
     out
 }
 
-/// A socket as a recording keeps it: what replay reads (addresses, state, owner, namespace,
-/// inode, and of `tcp_info` the byte counters and "ms since" times); the rest, which nothing
-/// downstream reads and which changes in every sample, zeroed. `bytes_sent` is kept only while
-/// nothing is acked (the correlator's fallback).
+/// A socket as a recording keeps it: what replay reads; the rest, which changes in every
+/// sample, zeroed (`bytes_sent` only while nothing is acked: the correlator's fallback).
 fn replayed_fields(e: &crate::model::SocketEntry) -> crate::model::SocketEntry {
     let tcp_info = e.tcp_info.map(|t| crate::model::TcpInfo {
         bytes_acked: t.bytes_acked,
@@ -435,9 +432,8 @@ impl RecordingWriter {
         Ok(true)
     }
 
-    /// Appends a sample read back from a recording, as it was recorded: no cadence and no
-    /// trimming (both were applied when it was first written), its cadence `every_ms` kept,
-    /// redacted again (an excerpt, `super::excerpt`, is an output of its own).
+    /// Appends a sample read back from a recording as it was recorded (no cadence, no
+    /// trimming, `every_ms` kept), redacted again: an excerpt is an output of its own.
     pub fn write_recorded(&mut self, s: &Sample, every_ms: Option<i64>) -> Result<()> {
         let Some(redacted) = self.redacted(Cow::Borrowed(s)) else {
             return Ok(());
