@@ -133,9 +133,8 @@ pub fn parse_path(path: &str) -> Option<Placement> {
             pod: Some(p),
         });
     }
-    // No container: the innermost systemd unit, if any. Not `init.scope` (systemd itself),
-    // nor a login session or a user's manager: a stack started from a shell is in no
-    // container, and naming the session on every component would only be noise.
+    // No container: the innermost systemd unit, if any; not `init.scope`, a login session
+    // or a user's manager (naming those on every component would only be noise).
     segs.iter()
         .rev()
         .find(|s| {
@@ -203,10 +202,7 @@ mod tests {
         parse_file(text).map(|p| p.name())
     }
 
-    // Lines in the formats real hosts produce: docker (cgroupfs and systemd drivers), kubepods
-    // (cgroupfs `pod<uid>/<id>`, systemd
-    // `kubepods-<qos>-pod<uid_>.slice/cri-containerd-<id>.scope`, kubelet's
-    // cgroup_manager_linux.go), cri-o, podman and rootless podman.
+    // Lines in the formats real hosts produce (kubepods: kubelet's cgroup_manager_linux.go).
 
     #[test]
     fn docker_cgroupfs_and_systemd_driver() {

@@ -62,8 +62,7 @@ pub fn own_inode() -> io::Result<u64> {
 }
 
 /// The namespace file of `ns`, checked to still be namespace `ns.inode` on the descriptor that
-/// will be entered. When that pid is gone or elsewhere, another process still in the namespace
-/// leads to it (the inode is checked all the same).
+/// will be entered; when that pid is gone, another process still in the namespace leads to it.
 fn open_checked(ns: Netns) -> Result<File, NetnsError> {
     match open_pid(ns) {
         Ok(f) => Ok(f),
@@ -76,8 +75,8 @@ fn open_checked(ns: Netns) -> Result<File, NetnsError> {
     }
 }
 
-/// Most pids looked at when searching for another process in a namespace (a host has a few
-/// thousand; bounded so a pathological process table cannot hold the namespace thread).
+/// Most pids looked at when searching for another process in a namespace (a pathological
+/// process table must not hold the namespace thread).
 const MAX_SCAN: usize = 100_000;
 
 /// A pid living in network namespace `inode`, if any is left.

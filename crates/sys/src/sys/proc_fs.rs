@@ -24,8 +24,8 @@ pub const PROC_ROOT: &str = "/proc";
 pub const MAX_ARGS_BYTES: usize = 4 << 20;
 /// Cap of `stat`, `status`, `comm` (a few hundred bytes each).
 pub const MAX_SMALL_FILE: usize = 64 << 10;
-/// Most of `maps` searched (scanned line by line, never held whole): a process at the
-/// default `vm.max_map_count` (65530 mappings) has a few MiB of it.
+/// Most of `maps` searched (line by line, never held whole): a few MiB at the default
+/// `vm.max_map_count`.
 pub const MAX_MAPS_BYTES: u64 = 256 << 20;
 /// Cap of one `net/tcp{,6}` table (about 150 bytes a socket: over 400k sockets).
 pub const MAX_TCP_TABLE: usize = 64 << 20;
@@ -231,7 +231,7 @@ impl ProcFs {
     }
 
     /// A kernel seq file (`net/tcp`) read into a buffer allocated up front: each `read`
-    /// restarts the kernel's walk of its table, so small probe reads would each cost a walk.
+    /// restarts the kernel's walk of its table.
     fn read_seq_text(&self, path: &Path, cap: usize) -> Result<String> {
         use std::io::Read;
         let err = |e| ProcFsError::from_io(path, e);

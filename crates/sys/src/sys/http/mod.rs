@@ -98,7 +98,7 @@ pub async fn get(url: &str, limits: Limits) -> Response {
 }
 
 /// [`get`] with an `Authorization` header (a router's own API key, sent back to that router
-/// only: see `sources::router_key` in the collection crate). The header value is never part of a detail.
+/// only). The header value is never part of a detail.
 pub async fn get_authorized(url: &str, limits: Limits, authorization: &str) -> Response {
     let route = Route {
         resolver: resolve::system,
@@ -349,8 +349,7 @@ async fn fetch(
         }
         if let Some((h, cl)) = head {
             let body = raw.len() - h;
-            // Past the cap (one byte over says `TooLarge`), or a server that keeps the
-            // connection open despite `Connection: close` but has sent Content-Length bytes.
+            // Past the cap (one byte over says `TooLarge`), or all Content-Length bytes in.
             if body > limits.cap || cl.is_some_and(|cl| body >= cl) {
                 raw.truncate(h + body.min(limits.cap.saturating_add(1)));
                 return Ok(());

@@ -94,9 +94,8 @@ fn open_socket() -> Result<Socket, SockDiagError> {
     Ok(sock)
 }
 
-/// The dump through `one_walk` (a request for every family), unless `refused` says this
-/// kernel refuses it; when the kernel answers it with an error, `refused` is set and the
-/// dump is asked family by family.
+/// The dump through `one_walk` (every family), unless `refused` says this kernel refuses it;
+/// a kernel that answers it with an error sets `refused` and is asked family by family.
 fn dump_on(
     sock: &Socket,
     one_walk: &[u8],
@@ -165,9 +164,8 @@ fn receive_until_done(
     }
 }
 
-/// The older interface's dump request: `struct inet_diag_req` with no family (the kernel
-/// reads it as AF_UNSPEC: every family), TCP by its message type, `tcp_info` asked for, a
-/// zero socket id (no filter).
+/// The older interface's dump request: `struct inet_diag_req` with no family (AF_UNSPEC:
+/// every family), TCP by its message type, `tcp_info` asked for, no filter.
 fn both_families_request(time_wait: bool) -> Vec<u8> {
     let states = if time_wait {
         u32::MAX
