@@ -100,7 +100,7 @@ impl Search<'_> {
             .filter(|i| !self.table.given_up_socket(*i))
     }
 
-    /// Step 3 of the module doc: every other process, remembered sockets then afresh.
+    /// The last resort of the module doc: every other process, remembered sockets then afresh.
     fn search_everyone(&self, looked: &mut Looked, known_seen: &BTreeSet<u64>) {
         let pids: Vec<i32> = self.table.procs.keys().copied().collect();
         for pid in pids {

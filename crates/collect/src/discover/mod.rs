@@ -1,9 +1,9 @@
-//! Discovery: /proc + probe profiles -> [`Topology`]. One pass matches top-level profiles
-//! (a launcher ancestor yields to its descendant), builds each component (role, arguments,
-//! listen addresses, metrics URL, GPU hints), matches children among its descendants, then
-//! adds config edges, generic proxies and the `--pid`/`--url` targets it missed. Ids are
-//! stable across restarts: `role@listen-address`, children `name@parent-id`. The long
-//! version: docs/probes.md.
+//! Discovery: /proc + probe profiles -> [`Topology`]. One pass matches top-level profiles (a
+//! launcher ancestor yields to its descendant, unless both have the same command line: a fork
+//! not titled yet), builds each component (role, arguments, listen addresses, metrics URL, GPU
+//! hints), matches children among its descendants, then adds config edges, generic proxies
+//! and the `--pid`/`--url` targets it missed. Ids are stable across restarts:
+//! `role@listen-address`, children `name@parent-id`. The long version: docs/probes.md.
 
 mod build;
 mod cache;
