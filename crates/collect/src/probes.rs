@@ -17,13 +17,9 @@ use std::path::{Path, PathBuf};
 
 include!(concat!(env!("OUT_DIR"), "/builtin_probes.rs"));
 
-/// How to recognise one kind of process and what role it plays (a `[[profile]]` table).
-///
-/// Matching: a process matches when at least one of the non-empty `match_*` lists has a
-/// regex that matches (lists are OR-ed, so one profile can catch both the titled process and
-/// its untitled form), and no `exclude_cmdline` regex matches. A profile with `parent` only
-/// matches processes inside the process tree of a component of that parent profile.
-/// See `docs/probes.md` for the full description.
+/// How to recognise one kind of process and what role it plays (a `[[profile]]` table): a
+/// process matches when a regex of any `match_*` list does and no `exclude_cmdline` one
+/// does. Every key: docs/probes.md.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Profile {
@@ -38,16 +34,15 @@ pub struct Profile {
     /// Regexes over `/proc/PID/comm` (at most 15 bytes: write prefixes, not full titles).
     #[serde(default)]
     pub match_comm: Vec<String>,
-    /// Regexes over the process title: `argv[0]` as setproctitle leaves it
-    /// (`sglang::scheduler_TP0`). A process whose title matches is "titled": its own cmdline
-    /// and environ are not trusted (setproctitle overwrote them).
+    /// Regexes over the process title (`argv[0]` as setproctitle leaves it). A process whose
+    /// title matches is "titled": its own cmdline and environ are not trusted.
     #[serde(default)]
     pub match_title: Vec<String>,
     /// Regexes over the joined command line that veto a match.
     #[serde(default)]
     pub exclude_cmdline: Vec<String>,
-    /// Name of another profile: this profile describes children of that component, matched
-    /// only among its descendants (`sglang::scheduler_TP0` under an SGLang engine).
+    /// Name of another profile: this one describes children of that component, matched only
+    /// among its descendants.
     #[serde(default)]
     pub parent: Option<String>,
     /// Regex with one capture group over the title, giving the child's name in its id
@@ -76,8 +71,8 @@ pub struct Profile {
     /// Path of the Prometheus endpoint (`/metrics`); none: no metrics endpoint.
     #[serde(default)]
     pub metrics_path: Option<String>,
-    /// Flags/default for a metrics endpoint on its own port (router `--prometheus-port`,
-    /// default 29000). Without them the metrics live on the HTTP port.
+    /// Flags/default for a metrics endpoint on its own port; without them the metrics live
+    /// on the HTTP port.
     #[serde(default)]
     pub metrics_port_flag: Option<String>,
     #[serde(default)]
@@ -113,12 +108,12 @@ pub struct Profile {
     /// When several profiles match one process, the highest priority wins (then file order).
     #[serde(default)]
     pub priority: i32,
-    /// Distributions whose installed versions a report shows (`sglang`, `torch`), read
-    /// from their `*.dist-info/METADATA` on disk, never by importing (`sources::versions`).
+    /// Distributions whose installed versions a report shows (`sglang`, `torch`), read from
+    /// disk (`sources::versions`).
     #[serde(default)]
     pub packages: Vec<String>,
     /// Regexes over environment variable names a report shows besides the changes
-    /// (`^SGLANG_`, `^NCCL_`): the rest of the environment stays in `snapshot.json`.
+    /// (`^SGLANG_`).
     #[serde(default)]
     pub relevant_env: Vec<String>,
     /// Which listen addresses carry requests: `all` (default), `serving` (only the address

@@ -1,11 +1,9 @@
 //! Export of the request timeline as Chrome trace-event JSON, which the Perfetto UI
 //! (ui.perfetto.dev) and chrome://tracing open.
 //!
-//! Layout: one process track per component (pid, named after the component), one thread
-//! track per TCP connection inside it (tid), one slice per exchange phase
-//! (`waiting_first_byte`, `streaming`, `stalled`), flow arrows along hop links, and
-//! findings as global instant events. Concurrent requests on one component would overlap
-//! on a single thread track, which trace viewers cannot nest; hence a track per connection.
+//! One process track per component, one thread track per TCP connection (concurrent
+//! requests on one track would overlap, which viewers cannot nest), one slice per exchange
+//! phase, flow arrows along hop links, findings as global instant events.
 
 pub mod prometheus;
 

@@ -266,17 +266,16 @@ pub(crate) fn redact_outputs(
     snapshot.logical_requests = logical;
 }
 
-/// The largest snapshot file read (`diff`, `--baseline`, `--replay`): a snapshot of a big
-/// stack is a few MiB; a file from a stranger is not allowed to take the memory it likes.
+/// The largest snapshot file read (`diff`, `--baseline`, `--replay`): a file from a
+/// stranger may not take the memory it likes.
 pub const MAX_SNAPSHOT_BYTES: u64 = 256 << 20;
 
 /// The longest a snapshot file's open and read may take (a file on a hung network or FUSE
 /// mount blocks in the kernel: the verb ends with an error instead).
 pub const SNAPSHOT_READ_DEADLINE: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// The text of `path` when it is at most `cap` bytes (None: larger): a regular file only,
-/// never through a planted link ([`crate::safe_fs::open_input`]), read under
-/// [`SNAPSHOT_READ_DEADLINE`] and without following a larger file to its end.
+/// The text of `path` when it is at most `cap` bytes (None: larger), opened by
+/// [`crate::safe_fs::open_input`] and read under [`SNAPSHOT_READ_DEADLINE`].
 fn read_capped(path: &Path, cap: u64) -> Result<Option<String>> {
     let p = path.to_path_buf();
     let read = move || crate::safe_fs::read_input_capped(&p, cap);

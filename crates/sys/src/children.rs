@@ -1,12 +1,8 @@
 //! The child processes this tool spawns (py-spy), tracked so that none outlives the tool.
 //!
-//! Each child runs in its own process group (so a timeout can kill py-spy and anything it
-//! started), which also means a Ctrl-C on the terminal does not reach it. Three layers make
-//! sure it dies with us anyway:
-//! 1. the code that spawns it kills its group on timeout and on drop ([`Spawned`]);
-//! 2. a signal handler calls [`kill_all`] before the tool exits (futures being dropped on a
-//!    worker thread is not fast enough when the process is about to end);
-//! 3. [`die_with_parent`] asks the kernel to SIGKILL it when we die (even by SIGKILL).
+//! Each child runs in its own process group (so a timeout kills what it started), which a
+//! terminal's Ctrl-C does not reach; so its group is killed on timeout and drop ([`Spawned`]),
+//! by [`kill_all`] from a signal handler, and by the kernel when we die ([`die_with_parent`]).
 
 use std::collections::BTreeSet;
 use std::sync::Mutex;
@@ -88,9 +84,8 @@ pub fn live() -> usize {
     groups().len()
 }
 
-/// Makes the kernel SIGKILL the child when the thread that spawned it dies (our process
-/// exiting, however it exits). Tokio spawns from its worker threads, which live as long as
-/// the runtime, so this fires at the latest when the runtime is gone.
+/// Makes the kernel SIGKILL the child when the thread that spawned it dies (tokio's workers
+/// live as long as the runtime, so at the latest when the runtime is gone).
 pub fn die_with_parent(cmd: &mut tokio::process::Command) {
     let parent = std::process::id();
     // SAFETY: the closure runs between fork and exec and only makes two async-signal-safe

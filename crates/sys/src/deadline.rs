@@ -1,9 +1,7 @@
-//! Blocking reads under a deadline, on threads nobody waits for.
-//! `/proc/PID/{cmdline,environ,maps,...}` block while the target holds its mmap lock, which a
-//! wedged or hostile process can do forever. Such reads run on detached threads (not tokio's
-//! blocking pool, which the runtime waits for at exit): the caller waits at most its deadline
-//! and gets "timed out reading PATH". A path still blocked is not read again until that read
-//! returns, so a stuck process costs one thread, not one a tick.
+//! Blocking reads under a deadline, on threads nobody waits for: `/proc/PID/{cmdline,environ,
+//! maps}` block while the target holds its mmap lock, maybe forever. The caller waits at most
+//! its deadline; a path still blocked is not read again until that read returns, so a stuck
+//! process costs one thread, not one a tick.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};

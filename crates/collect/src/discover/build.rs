@@ -154,9 +154,8 @@ impl Builder<'_> {
         }
     }
 
-    /// netns: a top-level id `role@addr` of a process in another network
-    /// namespace becomes `role@net:<inode>/addr`: two pods can listen on one address.
-    /// Children's ids are built on their parent's, so they follow.
+    /// netns: a top-level id `role@addr` of a process in another network namespace becomes
+    /// `role@net:<inode>/addr`: two pods can listen on one address.
     fn keyed_id(&self, id: String, parent: Option<&Component>, pid: i32) -> String {
         match (parent, id.split_once('@')) {
             (None, Some((role, addr))) if !addr.starts_with("pid") => {

@@ -2,25 +2,13 @@
 //! command line once read, network namespace, socket fds, and for components' processes a few
 //! environment variables and the installed versions (`memo.rs`).
 //!
-//! A pass lists `/proc` (pids and their directories' inode numbers) and reads the `stat` line
-//! of every pid it does not know or whose directory changed (a reused pid), of every known
-//! process that matters (a pre-filter candidate, a process read in full, a socket holder), and
-//! of a rotating slice of the unrelated ones: pid modulo [`rotation_len`] equal to the pass
-//! number's, so each is read once a rotation and a pass reads at most [`ROTATION_BUDGET`] of
-//! them. Kernel threads are remembered and never in the rotation: they never exec.
-//!
-//! A known process is never read in full again; its entry is dropped, and the process read
-//! afresh, when its start time (pid reuse), comm (exec, setproctitle) or exec mark (`stat`'s
-//! start_code and start_stack, moved by every exec) differs. So an unrelated process that
-//! exec's a stack's program is seen at its turn, or on the next pass when a candidate descends
-//! from it; a new process or a death on the next pass. Not seen: argv rewritten in place with
-//! comm kept, or an exec whose mark the kernel hides (another user's process without root);
-//! such a process is read again when it restarts.
-//!
-//! For the proxy search (`holders.rs`) it keeps which processes held client sockets towards
-//! known components, and the sockets no readable process held (given up on while they stay).
-//! Bounded: pids absent from a pass are dropped, at most [`MAX_ENTRIES`] kept (beyond,
-//! processes are read every pass).
+//! A pass reads the `stat` line of every new, changed or related pid and of a rotating slice
+//! of the unrelated ones (at most [`ROTATION_BUDGET`] a pass; kernel threads never). A known
+//! process is read in full again only when its start time, comm or exec mark (`stat`'s
+//! start_code and start_stack) differs: an exec is seen at its turn, or on the next pass when
+//! a candidate descends from it. For the proxy search (`holders.rs`) it keeps past holders
+//! and the sockets no readable process held. Bounded: absent pids are dropped, at most
+//! [`MAX_ENTRIES`] kept. The long version: docs/probes.md.
 
 use super::memo::{EnvMemo, VersionsMemo};
 use super::profiles::CompiledSet;
@@ -32,9 +20,8 @@ use std::sync::Arc;
 /// Most processes remembered (a few hundred bytes each; far above a real host's count).
 pub const MAX_ENTRIES: usize = 65_536;
 
-/// A known unrelated process's `stat` line is read every this many passes while there are at
-/// most 6 x [`ROTATION_BUDGET`] of them: the longest an exec into a stack's program goes
-/// unseen.
+/// A known unrelated process's `stat` line is read every this many passes on a small host:
+/// the longest an exec into a stack's program goes unseen.
 pub const STAT_ROTATION: u64 = 6;
 
 /// Most `stat` lines of known unrelated processes a pass reads while the rotation can still
@@ -47,8 +34,7 @@ pub const MAX_ROTATION: u64 = 48;
 
 /// The rotation's length for `unrelated` known unrelated processes: [`STAT_ROTATION`]
 /// doubled until a pass's slice fits [`ROTATION_BUDGET`], at most [`MAX_ROTATION`]. Each
-/// length divides the next (turns are `pid % len == pass % len`), so a change of length never
-/// puts a process's next turn further than the longer length away.
+/// length divides the next, so a change of length never delays a turn past the longer one.
 pub fn rotation_len(unrelated: usize) -> u64 {
     let mut len = STAT_ROTATION;
     while (unrelated as u64).div_ceil(len) > ROTATION_BUDGET && len * 2 <= MAX_ROTATION {
@@ -164,8 +150,7 @@ impl DiscoveryCache {
         DiscoveryCache::default()
     }
 
-    /// No pre-filter and no memory: every pass reads every process in full (the benchmarks'
-    /// peer).
+    /// No pre-filter and no memory: every pass reads every process in full.
     pub fn uncached() -> DiscoveryCache {
         DiscoveryCache {
             uncached: true,
@@ -232,10 +217,8 @@ impl DiscoveryCache {
         self.stats.versions_reads += 1;
     }
 
-    /// What this pass can take of `e` without reading its `stat` line: the entry of a known
-    /// unrelated process (see the module doc) whose directory is the same and whose turn in
-    /// the rotation it is not, or of a known kernel thread in the same directory. None: read
-    /// it.
+    /// What this pass can take of `e` without reading its `stat` line: a known unrelated
+    /// process or kernel thread in the same directory, out of its turn. None: read it.
     pub(super) fn unchanged(&mut self, e: PidEntry) -> Option<&Entry> {
         if self.uncached || self.socket_holders.contains(&e.pid) {
             return None;

@@ -103,9 +103,8 @@ pub fn loopback_get_in(
 }
 
 /// Where to reach `port` of a process whose flags name `claimed`: one of its own listening
-/// sockets on this host (`own`), a wildcard one at loopback. Any local process can pose as
-/// an engine, so an address the process does not itself listen on is never scraped: not a
-/// remote `--host`, not a loopback port someone else may hold. Err says why.
+/// sockets (`own`), a wildcard one at loopback. Any local process can pose as an engine, so
+/// an address the process does not itself listen on is never scraped. Err says why.
 pub fn scrape_addr(
     claimed: &str,
     port: u16,

@@ -1,12 +1,8 @@
 //! Which processes hold the client sockets towards known components (the proxy search), at a
-//! cost that does not grow with unrelated processes. Cheapest first:
-//! 1. sockets the known processes hold need no search (our own read afresh);
-//! 2. processes that held such sockets in earlier passes (remembered in the [`DiscoveryCache`])
-//!    are looked at through their remembered sockets while their fd count is unchanged;
-//! 3. only sockets still missing, still open (the namespaces' tables read again: the pass's may
-//!    be a second old) and not given up on make every other process be looked at, and then
-//!    every process holding sockets read afresh. What no readable process holds is given up on
-//!    while it stays.
+//! cost that does not grow with unrelated processes. Cheapest first: sockets known processes
+//! hold; past holders (remembered in the [`DiscoveryCache`]) while their fd count is
+//! unchanged; only sockets still missing, still open and not given up on make every other
+//! process be looked at. What no readable process holds is given up on while it stays.
 
 use super::table::ProcTable;
 use std::collections::{BTreeMap, BTreeSet};
@@ -104,7 +100,7 @@ impl Search<'_> {
             .filter(|i| !self.table.given_up_socket(*i))
     }
 
-    /// Step 3 of the module doc: every other process, remembered sockets then afresh.
+    /// The last resort of the module doc: every other process, remembered sockets then afresh.
     fn search_everyone(&self, looked: &mut Looked, known_seen: &BTreeSet<u64>) {
         let pids: Vec<i32> = self.table.procs.keys().copied().collect();
         for pid in pids {

@@ -1,9 +1,7 @@
 //! What a component's build reads of its processes besides the command line, kept per process
-//! incarnation in the [`DiscoveryCache`](super::DiscoveryCache) so a rediscovery never reads it
-//! again: the few environment variables discovery uses (never the whole environment: the daemon
-//! keeps no secrets), and the installed versions once a read finished within its deadline. A
-//! read that timed out is tried again, at most [`MAX_VERSIONS_TRIES`] times per incarnation,
-//! then kept with the reason.
+//! incarnation in the [`DiscoveryCache`](super::DiscoveryCache): the few environment variables
+//! discovery uses (never the whole environment: the daemon keeps no secrets), and the installed
+//! versions (a read that timed out is tried again up to [`MAX_VERSIONS_TRIES`] times).
 
 use super::table::ProcTable;
 use crate::sources::versions;

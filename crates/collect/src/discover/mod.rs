@@ -1,29 +1,9 @@
-//! Discovery: /proc + probe profiles -> [`Topology`].
-//!
-//! One pass over the process table ([`ProcFs`], with a configurable root so tests can use fixture
-//! trees):
-//! 1. every process is matched against the top-level profiles (no `parent`, not
-//!    `connects_to_known`); when a process and one of its ancestors match the same profile,
-//!    the ancestor is a launcher (`timeout ... python -m ...`) and the descendant wins, unless
-//!    both have the same command line (a forked child that has not set its title yet);
-//! 2. each component gets its role (refined by `mode_flag`), its arguments (its own cmdline,
-//!    or for a titled process the launcher's), its listen addresses (flags with defaults, and
-//!    its own LISTEN sockets from `/proc/PID/net/tcp{,6}` + fd inodes), metrics URL and GPU
-//!    hints (`CUDA_VISIBLE_DEVICES` of the untitled process, since setproctitle clobbers the
-//!    environ of titled ones);
-//! 3. children (`parent = ...` profiles) are matched among each component's descendants;
-//! 4. config edges come from `worker_flags` (router -> workers), or from the `/workers`
-//!    endpoint (loopback only, hard timeout) when the arguments did not survive;
-//! 5. generic proxies: processes that listen on a port and hold an ESTABLISHED connection to a
-//!    known component's port;
-//! 6. `--pid` / `--url` targets discovery missed are added last.
-//!
-//! Component ids are stable across restarts: `role@listen-address` (`decode@127.0.0.1:31012`),
-//! children `name@parent-id` (`scheduler_TP0@decode@127.0.0.1:31012`).
-//!
-//! Files: `table` (the process table), `profiles` (profile matching and flags), `build`
-//! (one matched process -> a component), `endpoints` (addresses, scrape URLs, the loopback
-//! GET), `edges` (config edges, proxies), `targets` (`--pid`, `--url`).
+//! Discovery: /proc + probe profiles -> [`Topology`]. One pass matches top-level profiles (a
+//! launcher ancestor yields to its descendant, unless both have the same command line: a fork
+//! not titled yet), builds each component (role, arguments, listen addresses, metrics URL, GPU
+//! hints), matches children among its descendants, then adds config edges, generic proxies
+//! and the `--pid`/`--url` targets it missed. Ids are stable across restarts:
+//! `role@listen-address`, children `name@parent-id`. The long version: docs/probes.md.
 
 mod build;
 mod cache;
@@ -124,12 +104,9 @@ pub fn discover(probes: &ProbeSet, opts: &DiscoverOptions) -> Result<Topology> {
     discover_cached(probes, opts, &mut DiscoveryCache::new())
 }
 
-/// [`discover`] with what earlier passes read (the daemon's rediscovery): the profiles are
-/// compiled once, processes already known by (pid, start time) are not read again, and a
-/// known unrelated process's `stat` line only at its turn in a rotation ([`rotation_len`]:
-/// [`STAT_ROTATION`] passes, longer on a host with many), so a pass costs a directory entry
-/// per unrelated process and a `stat` read for a slice of them, at most [`ROTATION_BUDGET`]
-/// on most hosts (see `cache.rs`, `prefilter.rs`). `cache` is updated for the next pass.
+/// [`discover`] with what earlier passes read (the daemon's rediscovery): known processes
+/// are not read again, unrelated ones only at their turn in a rotation ([`rotation_len`],
+/// `cache.rs`). `cache` is updated for the next pass.
 pub fn discover_cached(
     probes: &ProbeSet,
     opts: &DiscoverOptions,

@@ -2,12 +2,8 @@
 //! anyway), whether its command line is worth reading. A command line takes the target's mmap
 //! lock and is the costly read of a pass; `stat` never waits for it.
 //!
-//! A process is a candidate when its comm matches a profile's `match_comm` or `match_title`,
-//! looks like a `stack::name` title, names an interpreter (`python*`, `pypy*`), or is (a
-//! 15-byte cut of) a word of a profile's `match_cmdline` or `match_title` regexes. A profile
-//! whose regexes match only arguments must therefore name its program (docs/probes.md); `--pid`
-//! always works. Non-candidates stay in the table (pid, parent, comm) and are read on demand
-//! (launchers, children, proxies).
+//! Which comms are candidates, and why a `match_cmdline` regex must name its program:
+//! docs/probes.md. Non-candidates stay in the table (pid, parent, comm) and are read on demand.
 
 use super::profiles::Compiled;
 use regex::Regex;

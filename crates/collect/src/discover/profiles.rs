@@ -35,7 +35,7 @@ fn compile_list(list: &[String]) -> Vec<Regex> {
 }
 
 /// Every profile of a probe set compiled, with the pre-filter built from them, reused while the
-/// profiles stay the same (compiling them every pass was a visible share of the daemon's CPU).
+/// profiles stay the same.
 pub(super) struct CompiledSet {
     /// The profiles compiled, to tell whether a later pass's are the same.
     source: Vec<Profile>,

@@ -69,8 +69,8 @@ pub(super) struct ProcTable {
     pub proc: ProcFs,
     pub procs: BTreeMap<i32, Proc>,
     children: BTreeMap<i32, Vec<i32>>,
-    /// netns inode -> tcp + tcp6 entries and the pid they were read through: read once per
-    /// namespace and shared by every pid that asks.
+    /// netns inode -> tcp + tcp6 entries and the pid they were read through, read once per
+    /// namespace.
     net: RefCell<BTreeMap<u64, NamespaceTcp>>,
     /// Our own network namespace: processes in another one are in a container, keyed and
     /// scraped in there.
@@ -120,9 +120,8 @@ impl ProcTable {
         let mut to_read = Vec::new();
         let stats = read_stats(proc, Arc::clone(&reader), to_stat, deadlines);
         admit_all(&mut cache, prefilter, stats, &mut procs, &mut to_read);
-        // An unrelated process that exec'd a stack's program (a launcher script's `exec
-        // python -m ...`) forks its children at once: new candidates' skipped ancestors are
-        // read now rather than at their turn.
+        // A process that exec'd a stack's program forks its children at once: new candidates'
+        // skipped ancestors are read now rather than at their turn.
         let ancestors = skipped_ancestors(&procs, &to_read, &skipped);
         cache.count_refreshed(ancestors.len());
         let stats = read_stats(proc, reader, ancestors, deadlines);
@@ -163,8 +162,8 @@ impl ProcTable {
         self.cache.into_inner()
     }
 
-    /// `pid` with its command line: read now (once per incarnation) when the pre-filter
-    /// skipped it. For launchers, children of components, proxies and `--pid` targets.
+    /// `pid` with its command line, read now (once per incarnation) when the pre-filter
+    /// skipped it.
     pub fn full(&self, pid: i32) -> Option<Proc> {
         let p = self.procs.get(&pid)?;
         if p.full {
@@ -243,9 +242,8 @@ impl ProcTable {
         out
     }
 
-    /// The network namespace of `pid` (remembered per incarnation: a process that enters
-    /// another one without exec'ing is not seen to move).
-    /// An unreadable one (another user's process, read without root) is not tried again.
+    /// The network namespace of `pid`, remembered per incarnation (a `setns` without exec is
+    /// not seen); an unreadable one is not tried again.
     pub fn netns(&self, pid: i32) -> Option<u64> {
         let cached = self.cache.borrow_mut().get_mut(pid).and_then(|e| e.netns);
         if let Some(ns) = cached {
@@ -304,10 +302,9 @@ impl ProcTable {
         entries
     }
 
-    /// Of `inodes` (sockets of this pass's TCP tables), those still open now: every
-    /// namespace read this pass is read again, afresh (not the sockets source's recent dump).
-    /// A socket in a table taken up to a second ago may be gone (a scrape, a churning
-    /// client's request): searching every process's fds for it is what this saves.
+    /// Of `inodes` (sockets of this pass's TCP tables), those still open now, from a fresh
+    /// read of every namespace read this pass: a closed socket is not searched for in every
+    /// process's fds.
     pub fn open_now(&self, inodes: &[u64]) -> BTreeSet<u64> {
         let namespaces: Vec<(u64, i32)> = self
             .net
@@ -325,9 +322,8 @@ impl ProcTable {
         open
     }
 
-    /// The TCP sockets of `pid`'s namespace `ns`: our own through sock_diag, which leaves
-    /// TIME_WAIT out (the sockets source's recent dump unless `fresh`); else, or when that
-    /// fails, `net/tcp{,6}` as `pid` sees them.
+    /// The TCP sockets of `pid`'s namespace `ns`: our own through sock_diag (the recent dump
+    /// unless `fresh`); else, or when that fails, `net/tcp{,6}` as `pid` sees them.
     fn read_tcp(&self, pid: i32, ns: Option<u64>, fresh: bool) -> Vec<SocketEntry> {
         if ns.is_some() && ns == self.own_net && self.proc.is_real() {
             let recent = self.recent_dump.as_ref().filter(|_| !fresh);
@@ -344,8 +340,7 @@ impl ProcTable {
     }
 
     /// Socket inodes `pid` holds (empty when its fds are unreadable). Kept per incarnation
-    /// with its open-fd count (`st_size` of `fd/`, Linux >= 6.2): read again only when that
-    /// count changed, or when `fresh` asks for it.
+    /// with its open-fd count: read again only when that count changed, or when `fresh`.
     pub fn socket_inodes_memo(&self, pid: i32, fresh: bool) -> Arc<Vec<u64>> {
         let count = self.proc.fd_dir_size(pid).filter(|n| *n > 0);
         self.cache.borrow_mut().count_fd_check();
@@ -553,8 +548,8 @@ fn admit(
     (!line.kernel).then_some(p)
 }
 
-/// Pids whose `stat` lines one deadline item reads: per pid, the deadline's bookkeeping cost
-/// more than the read. `stat` takes no mmap lock; a blocked chunk's pids miss that pass only.
+/// Pids whose `stat` lines one deadline item reads (per pid, the bookkeeping cost more than
+/// the read); a blocked chunk's pids miss that pass only.
 const STAT_CHUNK: usize = 64;
 
 /// The `stat` line of each listed pid, under the table's deadlines; vanished processes and

@@ -1,11 +1,7 @@
-//! GPU activity through NVML (nvml-wrapper).
-//!
-//! NVML calls are blocking FFI into a driver that can hang, so they run on one dedicated
-//! thread that owns the `Nvml` handle; [`GpuSource::sample`] waits for it under a timeout and
-//! never queues a second request behind a stuck one. No library or no driver makes the source
-//! `unavailable` with the reason; a failing per-device call makes it `degraded` and names the
-//! field, while every other field is still read.
-//! What the readings mean (working, idle, spinning) is judged by the correlator, not here.
+//! GPU activity through NVML (nvml-wrapper). NVML calls can hang in the driver, so they run on
+//! one thread that owns the `Nvml` handle; [`GpuSource::sample`] waits for it under a timeout
+//! and never queues behind a stuck call. No driver: `unavailable`; a failing per-device call:
+//! `degraded`, naming the field. What the readings mean is the correlator's business.
 
 use crate::clock::Clock;
 use crate::model::{
@@ -28,9 +24,8 @@ pub const NVML_LIB_ENV: &str = "WEDGEWATCH_NVML_LIB";
 /// Most devices read per sample (see [`NvmlWorker::sample`]).
 pub const MAX_DEVICES: u32 = 64;
 
-/// Default hard timeout of one sample. Under the sampler's timeout for the GPU source
-/// (the sampler's default cadence), so a hung driver is reported by this source, which
-/// knows why, rather than by the sampler, which only knows it took too long.
+/// Default hard timeout of one sample: under the sampler's, so a hung driver is reported by
+/// this source, which knows why.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(1_000);
 
 /// How the GPU source loads NVML and judges activity.
@@ -390,8 +385,7 @@ fn read_device_facts(d: &nvml_wrapper::Device<'_>, dev: &mut GpuDevice) {
         Ok(v) => dev.power_mw = Some(v),
         Err(e) => dev.errors.push(field_error("power", e)),
     }
-    // The enforced limit is what the GPU is held to; older drivers only have the
-    // management limit.
+    // The enforced limit is what the GPU is held to, else the management limit.
     match d.enforced_power_limit() {
         Ok(v) => dev.power_limit_mw = Some(v),
         Err(first) => match d.power_management_limit() {

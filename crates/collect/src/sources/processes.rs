@@ -1,10 +1,8 @@
 //! Process facts from /proc: cmdline, environment, executable, start time, state, threads,
 //! fds, CPU time, RSS, NSpid and namespaces.
 //!
-//! Every field is read on its own: a field that cannot be read (permission denied, the process
-//! vanished mid-read, a truncated file) is recorded in `errors` with the reason and the other
-//! fields are still filled. The procfs root is configurable so tests can point at fixture
-//! trees (`tests/fixtures/proc/...`); every read goes through [`ProcFs`].
+//! Every field is read on its own (through [`ProcFs`]): one that cannot be read is recorded in
+//! `errors` with the reason and the others are still filled.
 
 use crate::clock::{Clock, Millis};
 use crate::model::{FieldError, Payload, ProcessFacts, Sample, SourceKind, SourceStatus, Topology};
@@ -13,8 +11,7 @@ use crate::sys::ProcFs;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-/// Most threads we name per process: a scheduler has a few dozen; a runaway process with
-/// thousands must not make a 1 Hz source slow.
+/// Most threads we name per process: a runaway one must not make a 1 Hz source slow.
 const MAX_THREADS: usize = 512;
 /// Longest wait for one process's facts (normally well under a millisecond).
 const PER_PID: Duration = Duration::from_millis(300);
@@ -300,8 +297,6 @@ mod tests {
             .reason
             .as_deref()
             .is_some_and(|r| r.contains(&(i32::MAX - 3).to_string())));
-        // Its cost at 1 Hz is the daemon bench's to measure (benches/daemon.rs), not a
-        // wall-clock assert's.
     }
 
     #[test]

@@ -1,9 +1,7 @@
 //! `py-spy dump --json` output -> unclassified [`ThreadStack`]s.
 //!
-//! The bytes come from a child process reading a possibly hostile target, so the parser is
-//! pure, never panics, and bounds what it keeps: at most [`MAX_THREADS`] threads of at most
-//! [`MAX_FRAMES`] frames each (the rest is parsed and dropped), so a few MB of `[{},{},...]`
-//! cannot become GBs of thread records.
+//! The bytes come from a child reading a possibly hostile target, so the parser is pure, never
+//! panics, and keeps at most [`MAX_THREADS`] threads of [`MAX_FRAMES`] frames each.
 
 use crate::error::Result;
 use crate::model::ThreadState;

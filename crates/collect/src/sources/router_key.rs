@@ -10,12 +10,9 @@
 //! - it is sent only to the router's own HTTP URL, built from the router process's own
 //!   listening sockets; a `--url` target never gets one.
 //!
-//! First found wins: `--api-key` in the router's own arguments (its launcher's, `args_pid`,
-//! when setproctitle clobbered them); with `--router-key-env NAME`, `NAME` in the router's
-//! environment (`env_pid`); then `NAME` in wedgewatch's own environment, only for a router that
-//! names `NAME` itself, runs in our network namespace and is owned by root or by our user: any
-//! local user or root container can start a look-alike. Every key found is also held by the
-//! redactor ([`crate::redact::held`]), so a router that echoes it gets it scrubbed.
+//! Where it is looked for, first found wins: docs/probes.md. Our own environment's `NAME` goes
+//! only to a router that names it, in our network namespace, owned by root or us (anyone can
+//! start a look-alike). Every key found is held by the redactor ([`crate::redact::held`]).
 
 use crate::model::Component;
 use crate::sys::ProcFs;
@@ -63,8 +60,8 @@ impl Drop for RouterKey {
     }
 }
 
-/// Best effort: a key should not outlive its one request in freed memory. `black_box` reads
-/// the zeroed buffer, so the optimiser cannot drop the writes as dead stores.
+/// Best effort: a key should not outlive its one request in freed memory (`black_box` keeps
+/// the zeroing writes from being dropped as dead stores).
 fn wipe(bytes: &mut [u8]) {
     bytes.iter_mut().for_each(|b| *b = 0);
     std::hint::black_box(&*bytes);
@@ -192,9 +189,8 @@ pub fn is_auth_refusal(detail: &str) -> bool {
     matches!(detail, "HTTP status 401" | "HTTP status 403")
 }
 
-/// The `Authorization` value for discovery's `GET /workers` of router `c` (its config
-/// edges when its arguments are lost), or None. Discovery is synchronous and already runs off
-/// the runtime, under its own deadline.
+/// The `Authorization` value for discovery's `GET /workers` of router `c`, or None (called off
+/// the runtime, under discovery's deadline).
 pub fn discovery_key(c: &Component, proc_root: &Path, env_name: Option<&str>) -> Option<String> {
     let src = KeySources {
         proc: ProcFs::new(proc_root),
@@ -315,9 +311,8 @@ fn same_netns(proc: &ProcFs, asker: &Asker) -> Result<(), String> {
     }
 }
 
-/// Whether the router's own arguments or environment name `NAME`: an operator who keeps the
-/// key in `NAME` starts the router with it (`--api-key "$NAME"` in its launcher, `NAME` in its
-/// environment), so a router that never mentions it never asked for it.
+/// Whether the router's own arguments or environment name `NAME`: a router that never
+/// mentions it never asked for it.
 fn asks_for(proc: &ProcFs, asker: &Asker, name: &str) -> Result<(), String> {
     let (args_pid, env_pid) = (asker.args_pid, asker.env_pid);
     let in_args = read_proc(proc, args_pid, ProcFile::Cmdline)

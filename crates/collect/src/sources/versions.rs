@@ -2,12 +2,10 @@
 //! `<site-packages>/<dist>-<version>.dist-info/METADATA` (`Version:`), never by importing
 //! or running anything in (or as) the target. Also Python's version and the kernel's.
 //!
-//! Where the site-packages are, as the process itself sees its files (`/proc/PID/root`):
-//! the directories of the files it has mapped (`maps`: C extensions of torch, the router's
-//! Rust module), its `PYTHONPATH` entries, and the `lib/python3.*/site-packages` of the
-//! prefixes it runs from (`exe`, an absolute `argv[0]` such as a venv's `bin/python`,
-//! `VIRTUAL_ENV`, `CONDA_PREFIX`). Every read is capped; `maps` takes the target's mmap
-//! lock, so the whole read runs under a deadline and gives up with what it has not read.
+//! Site-packages are found as the process sees its files (`/proc/PID/root`): its mapped
+//! files' directories, `PYTHONPATH`, and the prefixes it runs from (`exe`, `argv[0]`,
+//! `VIRTUAL_ENV`, `CONDA_PREFIX`). Every read is capped; `maps` takes the target's mmap lock,
+//! so the whole read runs under a deadline.
 
 use crate::sys::ProcFs;
 use std::collections::BTreeMap;
@@ -45,9 +43,8 @@ pub const ENV_VARS: [&str; 3] = ["VIRTUAL_ENV", "CONDA_PREFIX", "PYTHONPATH"];
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct VersionsRead {
     pub versions: BTreeMap<String, String>,
-    /// It finished within [`VERSIONS_DEADLINE`]: a process's installed packages do not change
-    /// while it runs, so a complete read need not be done again for it (discovery keeps it
-    /// per process incarnation); an unfinished one is worth trying again.
+    /// It finished within [`VERSIONS_DEADLINE`]: installed packages do not change while a
+    /// process runs, so only an unfinished read is worth trying again.
     pub complete: bool,
     /// Why part of what could name versions was not read (a process mapping more files
     /// than are looked at): the read is as complete as it will ever be.
@@ -251,9 +248,8 @@ fn header(text: &str, key: &str) -> Option<String> {
         .filter(|v| !v.is_empty() && v.len() <= 64)
 }
 
-/// Python's version: a venv's `pyvenv.cfg` (`version = 3.11.9`), else the `python3.N` in a
-/// site-packages path, the interpreter's name or a file it mapped (`libpython3.11.so`,
-/// `lib/python3.11/lib-dynload`).
+/// Python's version: a venv's `pyvenv.cfg`, else the `python3.N` in a site-packages path, the
+/// interpreter's name or a file it mapped.
 fn python_version(
     proc: &ProcFs,
     pid: i32,

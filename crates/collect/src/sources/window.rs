@@ -1,9 +1,8 @@
 //! The end of a one-shot collection's window, for a source whose sample is made of steps (the
 //! stacks source's rounds of dumps). A one-shot cuts every sample still running at its window's
 //! end plus grace, and a cut sample carries nothing; a source that knows when stops at a step
-//! just before and delivers what it has. The sampler sets the time around each sample (a
-//! task-local, so [`Source`] stays one call); the daemon sets none and a source follows its own
-//! budget.
+//! just before and delivers what it has. The sampler sets the time in a task-local (so
+//! [`Source`] stays one call); the daemon sets none.
 //!
 //! [`Source`]: super::Source
 

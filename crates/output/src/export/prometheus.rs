@@ -3,11 +3,9 @@
 //! renders an [`Evaluation`] (one detector pass, built by the daemon, never per scrape) and the
 //! sampler's [`SourceHealth`].
 //!
-//! Label values are host text: each is redacted like a snapshot's ([`Redactor`]), its control
-//! characters neutralised, cut to [`MAX_LABEL`] bytes and escaped. Families labelled by
-//! component ids hold at most [`MAX_SERIES`] series (a host that starts look-alikes must not
-//! grow the scraper's series); the rest is summed into one overflow series ([`OVERFLOW`]) and
-//! counted in `wedgewatch_series_overflow`.
+//! Label values are host text: redacted ([`Redactor`]), neutralised, cut to [`MAX_LABEL`]
+//! bytes and escaped. Families labelled by component ids hold at most [`MAX_SERIES`] series (a
+//! host that starts look-alikes must not grow the scraper's); the rest goes to [`OVERFLOW`].
 
 use crate::clock::Millis;
 use crate::correlate::View;

@@ -1,9 +1,6 @@
-//! The merged picture's findings. `wedged_request` and `stalled_stream` are made again from
-//! the merged verdicts (`judge`): one finding per hop requests are stuck at, naming its
-//! node, with the path of every stuck request hop by hop and the node of each hop. The
-//! evidence a node's own detector found at that hop (idle GPU, scheduler stacks, metrics)
-//! is kept. Every other finding is about one node's components and is carried over as its
-//! node said it, with its node named.
+//! The merged picture's findings: the stuck findings made again from the merged verdicts
+//! (`judge`), one per hop, with each stuck request's path and the evidence the hop's own node
+//! found; every other finding carried over as its node said it (docs/fleet.md "Merge").
 
 use super::flat::Flat;
 use super::namespace::node_of;

@@ -1,14 +1,10 @@
 //! Logical requests and their verdicts again, over the merged exchanges.
 //!
-//! Each node judged the legs it could see; a node whose deepest visible hop forwards to
-//! another node could only blame that hop. Here the legs are grouped again along every link
-//! (cross-node ones included), and each merged request keeps, of its nodes' stuck legs,
-//! those that are not *superseded*: a leg stuck at a hop whose request went on to another
-//! node, where it is still open (or where the hop's own socket has had no answer since it
-//! sent it), was blamed only because its node could not see further.
-//! Of the rest, the leg blamed is chosen by the rules the correlator uses on one node
-//! (`StuckKind::blame_key`, `correlate::pd_cause`); without a stuck leg the verdict follows
-//! the legs' states (`Verdict::of_unstuck`).
+//! The legs are grouped again along every link (cross-node ones included); a stuck leg whose
+//! request went on to another node where it is still open is *superseded* (its node could
+//! not see further). Of the rest, the leg blamed follows the correlator's rules
+//! (`StuckKind::blame_key`, `correlate::pd_cause`); without one, `Verdict::of_unstuck`. The
+//! long version: docs/fleet.md "Merge".
 
 use super::flat::Flat;
 use crate::correlate::pd_cause;

@@ -1,15 +1,9 @@
 //! Hops across nodes. A connection is joined exactly: the client's socket on one node
-//! (`connections[]`: local, remote) is the server's on another (`requests[]`: client,
-//! server) with the 4-tuple reversed. Which exchange at the client caused the exchange at
-//! the server is inferred, as on one node, by timing (the child starts within
-//! [`LINK_WINDOW_MS`] after its parent) and size (a forwarded body is about as large as the
-//! one received). The newest exchange on a connection is timed by the client socket's last
-//! send on the client's own clock; older ones by their start on clocks aligned by the skew
-//! estimate.
-//!
-//! What it cannot see through: a VIP, a load balancer or a NAT between the nodes rewrites
-//! the 4-tuple, so the client's remote is not the server's local address; such connections
-//! stay unmatched and are named in the merge's notes.
+//! (`connections[]`) is the server's on another (`requests[]`) with the 4-tuple reversed.
+//! Which exchange at the client caused the one at the server is inferred, as on one node, by
+//! timing ([`LINK_WINDOW_MS`]) and size. A VIP or NAT between the nodes rewrites the 4-tuple:
+//! such connections stay unmatched, named in the merge's notes. The long version:
+//! docs/fleet.md "Merge".
 
 use super::flat::{canon, Flat, IndexSet};
 use crate::correlate::{JIFFY_TIE_MS, MIN_INFERENCE_REQUEST_BYTES};

@@ -1,13 +1,9 @@
 //! `wedgewatch merge`: one snapshot of several nodes.
 //!
-//! One idea per file: [`load`] reads the inputs, [`screen`] says which cannot be merged,
-//! [`namespace`] prefixes every id with its node, [`links`] joins hops across nodes by TCP
-//! 4-tuple, [`skew`] estimates the clock offsets, [`judge`] groups the legs into requests
-//! again and decides their verdicts over the merged picture, [`findings`] words them.
-//! [`merge`] runs them in that order and returns a `wedgewatch.snapshot/1` whose `fleet`
-//! field says which nodes, how their clocks compare, which hops were joined and what could
-//! not be seen through. Its `sources` hold each node's under `node/kind` and, under the
-//! plain kind, the worst over the nodes (with the node named in the reason).
+//! [`merge`] runs [`load`](mod@load), [`screen`](mod@screen), [`namespace`], [`links`],
+//! [`skew`], [`judge`] and [`findings`] in that order and returns a `wedgewatch.snapshot/1`
+//! whose `fleet` field says which nodes, how their clocks compare, which hops were joined and
+//! what could not be seen through (docs/fleet.md "Merge").
 
 mod findings;
 mod flat;

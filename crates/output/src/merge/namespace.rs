@@ -1,9 +1,8 @@
 //! Every id of one node's snapshot prefixed by its node (`nodeb/decode@10.77.0.2:30001`,
 //! `nodeb/x12`): components, exchanges, links, findings' components, threads, GPU
 //! processes, edges, changes and outbound connections. Components get a `node` label.
-//! What the merge names again is left alone: logical requests (read and dropped by
-//! `Flat::take`), the exchanges' `request` and `leg` (named by `judge`) and the requests
-//! findings name (renamed by `merge`).
+//! What the merge names again (logical requests, the exchanges' `request` and `leg`, the
+//! requests findings name) is left alone.
 
 use crate::model::Snapshot;
 

@@ -1,13 +1,9 @@
 //! Clock skew between nodes, from the recorded clocks.
 //!
-//! From joined connections (the tighter estimate): a client's last send on its node's
-//! clock is the newest exchange's arrival at the server on the server's clock, and the
-//! client's last receive is the server's last byte out; each matched connection gives a
-//! sample of (server clock - client clock), off by the network latency. Their median is the
-//! estimate, their spread its error. From the collector (`fleet snapshot`): each node's
-//! clock was read between the collector starting and finishing its transport, so its
-//! offset from the collector's clock lies in that interval. Offsets are against the first
-//! node's clock (the reference).
+//! From joined connections: each gives a sample of (server clock - client clock), off by the
+//! network latency; their median is the estimate, their spread its error. From the collector
+//! (`fleet snapshot`): each node's offset lies in the interval its transport took. Offsets
+//! are against the first node's clock (docs/fleet.md "Merge").
 
 use super::flat::Flat;
 use super::links::ConnMatch;

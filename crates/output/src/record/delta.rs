@@ -1,12 +1,10 @@
 //! Compact sample encoding: keyframes and deltas.
 //!
-//! Consecutive samples of one source are mostly the same (idle connections, unchanged stacks,
-//! environments). A `delta` record carries only what changed against the previous sample of
-//! the same kind, as a JSON patch; every `KEYFRAME_EVERY` samples, and at the start of every
-//! segment, a keyframe carries it whole. Each record holds the CRC of the full reconstructed
-//! sample, so a reader that lost a record (a corrupt line) never applies a delta to the
-//! wrong base: it waits for the next keyframe. The kernel's "ms since last data" fields are
-//! stored as absolute times so an idle connection is byte-for-byte unchanged.
+//! A `delta` record carries only what changed against the previous sample of the same kind,
+//! as a JSON patch; every `KEYFRAME_EVERY` samples, and at each segment's start, a keyframe
+//! carries it whole. Each record holds the CRC of the full reconstructed sample, so a reader
+//! that lost a record waits for the next keyframe rather than patch the wrong base. "ms since"
+//! fields are stored as absolute times so an idle connection is byte-for-byte unchanged.
 
 use super::{crc32_json, Record};
 use crate::clock::Millis;
@@ -113,9 +111,8 @@ fn diff_objects(a: &Map<String, Value>, b: &Map<String, Value>) -> Value {
     Value::Object(node)
 }
 
-/// Element by element (`{"$i": [[index, patch], ...]}`) when the length is the same, which
-/// is the common case of a source that re-reads the same things, and smaller; whole
-/// otherwise.
+/// Element by element (`{"$i": [[index, patch], ...]}`) when the length is the same (the
+/// common case), whole otherwise.
 fn diff_unkeyed(a: &[Value], b: &[Value], new: &Value) -> Value {
     if a.len() == b.len() {
         let at: Vec<Value> = a
@@ -365,8 +362,7 @@ impl DeltaState {
 
     /// Decodes a delta record back into a sample; None if its base is missing or the
     /// result fails its CRC (a record was lost): wait for the next keyframe. Takes the
-    /// record and never copies its data: a record from a stranger may be as big as the
-    /// reader's line cap allows, and its JSON tree several times that.
+    /// record and never copies its data (a stranger's may be as big as the line cap).
     pub fn decode(&mut self, r: Record) -> Option<Sample> {
         let Record::Delta {
             t_ms,
@@ -448,7 +444,6 @@ mod delta_tests {
                 let s = sample(t * 1000, payload.clone());
                 let rec = enc.encode(&s, None).expect("encode");
                 if let (t @ 1.., super::Record::Delta { data, .. }) = (t, &rec) {
-                    // A form that readers released before this fix also apply.
                     assert_eq!(data, &json!({"$i": []}), "sample {t}");
                 }
                 assert_eq!(dec.decode(rec.clone()), Some(s), "{rec:?}");
@@ -465,7 +460,6 @@ mod delta_tests {
         let patch = diff_json(&old, &new).expect("differ");
         let start = std::time::Instant::now();
         assert_eq!(apply_json(&old, &patch), Some(new));
-        // Quadratic lookups took minutes here.
         assert!(start.elapsed() < std::time::Duration::from_secs(20));
         // One element named twice (never written so) is refused, not applied twice.
         let twice = json!({"$k": 1, "$u": [{"k": "pid|1", "n": {"$v": 1}}, {"k": "pid|1", "n": {"$v": 2}}]});

@@ -1,10 +1,9 @@
 //! An excerpt of a recording: the records of a time span, written as a recording file of
 //! its own (the daemon's incident bundles carry the minutes before an incident this way).
 //!
-//! The excerpt replays on its own: it starts with the topology and the baselines in force
-//! at its first record, as a rotated segment does. Only the segments that can hold the span
-//! are read (the last one starting at or before it, and the newer ones), one record at a
-//! time; records keep their cadence (`every_ms`) and are redacted again on the way out.
+//! The excerpt replays on its own: it starts with the topology and baselines in force at its
+//! first record, as a rotated segment does. Only the segments that can hold the span are
+//! read, one record at a time; records are redacted again on the way out.
 
 use super::{first_record_ms, segments, Record, RecordPolicy, Recording, RecordingWriter};
 use crate::clock::Millis;

@@ -1,9 +1,8 @@
 //! Reading gzip-framed recordings ([`super::gz`]), streaming. On damage it skips to the next
-//! member and yields a line break there, so the damaged partial line fails its checksum alone
-//! and the next member's lines are whole. Memory is bounded: compressed bytes are held in a
-//! window of about two [`CHUNK`]s, every byte scanned once (recordings come from strangers).
-//! `Decompress` directly, one sync-flushed record at a time: `GzDecoder`'s `read` drops what it
-//! had inflated when it meets the damage.
+//! member and yields a line break there, so the damaged partial line fails its checksum alone.
+//! Compressed bytes are held in a window of about two [`CHUNK`]s, every byte scanned once.
+//! `Decompress` directly, one record at a time: `GzDecoder` drops what it had inflated when it
+//! meets the damage.
 
 use super::gz::{MAGIC, NAME};
 use flate2::{Decompress, FlushDecompress, Status};

@@ -2,12 +2,10 @@
 //! replay through the same correlator and detectors.
 //!
 //! Format: one record per line, `<crc32 of the JSON, 8 hex digits> <JSON>\n`, gzip-framed
-//! by default (see [`gz`]: sync-flushed after every record, a new member every MiB). A
-//! crash mid-write leaves a line without its newline or with a wrong checksum; readers skip
-//! such lines (counting them) and go on, so everything up to the last whole record replays.
-//! A recording is either one file (`record -o FILE`) or a directory of segments
-//! `seg-00000001.wwrec`, ... rotated by size, keeping the newest N. Each new segment starts
-//! with a header and the current topology and baseline, so it replays on its own.
+//! by default ([`gz`]). A line torn by a crash fails its checksum; readers skip it (counted)
+//! and go on. A recording is one file (`record -o FILE`) or a directory of size-rotated
+//! segments (`seg-00000001.wwrec`, ...), each starting with a header, the topology and the
+//! baseline, so it replays on its own.
 
 use crate::clock::Millis;
 use crate::error::Result;

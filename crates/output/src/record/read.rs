@@ -1,8 +1,7 @@
 //! The recording reader: a pure function of the bytes ([`read_records`]), streaming, in
-//! memory bounded by [`ReadLimits`] whatever the input. Recordings are posted publicly and
-//! replayed by strangers, so this is the code that faces hostile files: it never holds more
-//! than one line (at most `max_line_bytes`) and a window of compressed bytes, reads every
-//! byte once, and reports everything it skipped in [`ReadStats`].
+//! memory bounded by [`ReadLimits`] whatever the input (recordings come from strangers). It
+//! holds at most one line and a window of compressed bytes, reads every byte once, and
+//! reports everything it skipped in [`ReadStats`].
 
 use super::inflate::{self, MemberStats, Members};
 use super::{decode, DeltaState, Record};
@@ -153,8 +152,7 @@ pub fn read_records<R: Read>(mut input: R, limits: ReadLimits) -> Result<Records
     })
 }
 
-/// Whether a file starting with `head` is gzip-framed (else plain lines), or what it is
-/// instead of a recording.
+/// Whether a file starting with `head` is gzip-framed, or what it is instead of a recording.
 fn what_is(head: &[u8]) -> Result<bool, NotARecording> {
     if head.is_empty() {
         return Err(NotARecording::Empty);

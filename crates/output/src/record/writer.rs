@@ -71,8 +71,7 @@ pub struct RecordPolicy {
     /// view, a wedge replays at 1 Hz.
     pub min_interval_ms: BTreeMap<crate::model::SourceKind, i64>,
     /// The same while calm (nothing suspected, [`RecordingWriter::set_alert`]): a calm stretch
-    /// is kept for its state, not for every short connection. A wedge is suspected at a third
-    /// of its threshold, and from then on `min_interval_ms` holds.
+    /// is kept for its state, not for every short connection.
     #[serde(default = "calm_intervals")]
     pub calm_interval_ms: BTreeMap<crate::model::SourceKind, i64>,
     /// Keep every raw Prometheus series; otherwise only the ones the correlator reads raw
@@ -80,11 +79,10 @@ pub struct RecordPolicy {
     pub keep_raw_series: bool,
     /// Keyframes + deltas (default) instead of whole samples on every line.
     pub compact: bool,
-    /// Keep only sockets of the recorded topology's components, and of the client side of
-    /// a connection only its owner (the correlator needs the pid, not the counters, which
-    /// the server side already has).
+    /// Keep only sockets of the recorded topology's components, and of a connection's client
+    /// side only its owner (the server side has the counters).
     pub trim_sockets: bool,
-    /// Gzip-frame the file (about 10x smaller). Decided at a file's first record.
+    /// Gzip-frame the file. Decided at a file's first record.
     #[serde(default = "yes")]
     pub compress: bool,
 }
@@ -180,10 +178,8 @@ pub fn trim_sockets(
     out
 }
 
-/// A socket as a recording keeps it: what replay reads (addresses, state, owner, namespace,
-/// inode, and of `tcp_info` the byte counters and "ms since" times); the rest, which nothing
-/// downstream reads and which changes in every sample, zeroed. `bytes_sent` is kept only while
-/// nothing is acked (the correlator's fallback).
+/// A socket as a recording keeps it: what replay reads; the rest, which changes in every
+/// sample, zeroed (`bytes_sent` only while nothing is acked: the correlator's fallback).
 fn replayed_fields(e: &crate::model::SocketEntry) -> crate::model::SocketEntry {
     let tcp_info = e.tcp_info.map(|t| crate::model::TcpInfo {
         bytes_acked: t.bytes_acked,
@@ -363,9 +359,8 @@ impl RecordingWriter {
     }
 
     /// Whether anything is suspected now: alert, samples are written at
-    /// [`RecordPolicy::min_interval_ms`]; calm, at [`RecordPolicy::calm_interval_ms`] where
-    /// it names their kind. A writer never told is alert (`record -o FILE` keeps every
-    /// second); the daemon tells it before each sample, from its socket pace.
+    /// [`RecordPolicy::min_interval_ms`]; calm, at [`RecordPolicy::calm_interval_ms`]. A
+    /// writer never told is alert.
     pub fn set_alert(&mut self, yes: bool) {
         self.alert = yes;
     }
@@ -437,9 +432,8 @@ impl RecordingWriter {
         Ok(true)
     }
 
-    /// Appends a sample read back from a recording, as it was recorded: no cadence and no
-    /// trimming (both were applied when it was first written), its cadence `every_ms` kept,
-    /// redacted again (an excerpt, `super::excerpt`, is an output of its own).
+    /// Appends a sample read back from a recording as it was recorded (no cadence, no
+    /// trimming, `every_ms` kept), redacted again: an excerpt is an output of its own.
     pub fn write_recorded(&mut self, s: &Sample, every_ms: Option<i64>) -> Result<()> {
         let Some(redacted) = self.redacted(Cow::Borrowed(s)) else {
             return Ok(());

@@ -1,14 +1,9 @@
 //! report.md: the snapshot rendered as Markdown for a GitHub issue.
 //!
-//! The title is the verdict (`wedged_request at decode: 4 requests accepted and forgotten
-//! since 03:31`), then five lines (what, where, since when, the evidence one line per layer,
-//! what changed), then the findings, the changes and the stuck requests, and then the rest
-//! folded in `<details>` blocks: versions, sources, topology, GPUs, one block per component
-//! (environment only as its changes and the variables its stack profile marks relevant),
-//! thread stacks. At most [`MAX_REPORT`] characters: blocks that do not fit are left out
-//! whole and the end says which (everything stays in `snapshot.json`).
-//!
-//! One file per section; `md` holds the escaping every host string goes through.
+//! The verdict as the title and five lines, then the findings, the changes and the stuck
+//! requests, and the rest folded in `<details>` blocks. At most [`MAX_REPORT`] characters:
+//! blocks that do not fit are left out whole and the end says which. One file per section;
+//! `md` holds the escaping every host string goes through.
 
 mod cap;
 mod cause;

@@ -1,13 +1,8 @@
-//! How much a snapshot may become once parsed. Bytes alone do not bound it: a few bytes of
-//! JSON (`{"a":0},`) become hundreds of bytes of tree, so 16 MiB of small objects took
-//! 1.5 GB. Before anything is built, one pass over the text counts its elements (values and
-//! keys), its objects and its depth, allocating nothing, and refuses
-//! a text past a [`ParseBudget`]. Readers of several snapshots (`merge`, `fleet snapshot`)
-//! share one budget: together they may hold what one merged snapshot may.
-//!
-//! The largest snapshot known to be real, a merge of 16 nodes of 10,000 exchanges each (the
-//! merge bench, 149 MB of JSON), has 8.7 M elements, 360 k objects and depth 7: the limits
-//! leave room over that, and bound what a hostile text becomes (docs/security.md).
+//! How much a snapshot may become once parsed: bytes alone do not bound it (a few bytes of
+//! JSON become hundreds of bytes of tree). Before anything is built, one pass counts its
+//! elements, objects and depth, allocating nothing, and refuses a text past a
+//! [`ParseBudget`]. Readers of several snapshots share one budget. The limits, and the
+//! largest real snapshot they leave room over: docs/security.md.
 
 use serde::de::{DeserializeSeed, MapAccess, SeqAccess, Visitor};
 use std::sync::atomic::{AtomicU64, Ordering};

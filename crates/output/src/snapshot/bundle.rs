@@ -1,12 +1,10 @@
 //! Writing a bundle (`snapshot.json`, `report.md`, `raw/<stem>.json`) without ever deleting
 //! or overwriting what wedgewatch did not write.
 //!
-//! A bundle carries a manifest, [`MANIFEST`], listing its own files. A new bundle is written
-//! to a fresh temporary directory beside the target and renamed into place, so a reader
-//! never sees half of one. An existing non-empty directory is refused, unless it holds a
-//! previous bundle and the caller asked for [`Overwrite::PreviousBundle`] (`--force`): then
-//! the files the old manifest lists are replaced one by one (each atomically) or removed,
-//! and everything else in the directory is kept. Bundle files are 0600, directories 0700.
+//! A bundle carries a manifest, [`MANIFEST`], listing its own files, and is built aside and
+//! renamed into place. An existing non-empty directory is refused, unless it holds a previous
+//! bundle and [`Overwrite::PreviousBundle`] (`--force`) is asked: then only the files the old
+//! manifest lists are replaced or removed (docs/security.md).
 
 use crate::error::{Error, Result};
 use crate::model::Snapshot;

@@ -1,10 +1,7 @@
-//! Everything a child started, wherever it went: a process that calls `setsid` (or
-//! `setpgid`) leaves its parent's process group, so killing the group misses it. Made the
-//! *subreaper* of its descendants ([`become_subreaper`]), this process stays the ancestor of
-//! every one of them even when their parent exits, so walking `/proc` down from a pid finds
-//! them all. They are stopped first (a stopped process cannot fork), until a walk finds no
-//! new one, then killed; each signal goes through a pidfd opened while the process was seen
-//! to be ours, so a pid reused meanwhile is never signalled (by pid on kernels before 5.3).
+//! Everything a child started, even past `setsid`: as *subreaper* ([`become_subreaper`]) this
+//! process stays every descendant's ancestor, so walking `/proc` down finds them all. They are
+//! stopped (a stopped process cannot fork) until a walk finds no new one, then killed, each
+//! through a pidfd opened while it was seen to be ours (a reused pid is never signalled).
 
 use crate::sys::proc_fs::{ProcFs, StatReader};
 use std::collections::{BTreeMap, BTreeSet};

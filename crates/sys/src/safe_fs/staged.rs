@@ -1,11 +1,9 @@
 //! A directory of files built aside and renamed into place ([`StagedDir`]), and the removal
 //! of such a directory that deletes only the files its writer names ([`remove_own_dir`]).
 //!
-//! Why: a reader (or a reboot) must see a whole directory or none, and a directory that
-//! someone else added a file to must not lose that file to our clean-up. The temporary
-//! directory is created exclusively, 0700, beside the target; the rename replaces nothing but
-//! an absent name or an empty directory; the parent is synced after it, so the new name
-//! survives a crash of the machine.
+//! Why: a reader (or a reboot) must see a whole directory or none, and a file someone else
+//! added must not be lost to our clean-up. The rename replaces only an absent name or an
+//! empty directory, and the parent is synced after it.
 
 use super::UnsafePath;
 use nix::errno::Errno;
@@ -141,11 +139,9 @@ pub enum Removed {
     KeptForeign,
 }
 
-/// Removes `parent/name`, a directory of files named `ours`: each is unlinked only when it
-/// is a regular file owned by us (never a link, never another user's), then the directory
-/// only if nothing else is left in it. The directory is opened without following a link and
-/// everything is removed relative to it, so a directory swapped for a link on the way
-/// cannot redirect a removal.
+/// Removes `parent/name`, a directory of files named `ours`: each only when it is a regular
+/// file owned by us, then the directory only if empty. Everything is removed relative to the
+/// directory opened without following a link, so a swapped-in link cannot redirect it.
 pub fn remove_own_dir(parent: &Path, name: &str, ours: &[&str]) -> Result<Removed, UnsafePath> {
     let path = parent.join(name);
     let err = |e: Errno| io(&path)(e.into());

@@ -1,17 +1,8 @@
 //! The container a process runs in, named from its cgroup (`/proc/PID/cgroup`): an on-call
-//! engineer knows the stack by its containers, not by namespace inodes. Runtimes name a
-//! container's cgroup after its id (cgroup v1 `N:controllers:/path`, v2 `0::/path`):
-//!
-//!  runtime | cgroupfs driver | systemd driver |
-//!  --- | --- | --- |
-//!  docker | `/docker/<id>` | `/system.slice/docker-<id>.scope` |
-//!  kubernetes (containerd, cri-o, docker) | `/kubepods/<qos>/pod<uid>/<id>` | `/kubepods.slice/kubepods-<qos>.slice/kubepods-<qos>-pod<uid_>.slice/cri-containerd-<id>.scope` (`crio-<id>.scope`, `docker-<id>.scope`) |
-//!  podman | `/libpod_parent/libpod-<id>` | `/machine.slice/libpod-<id>.scope` (rootless: under `user@UID.service`) |
-//!
-//! Anything else under a systemd unit is named by the unit. A path is no proof (a delegated
-//! subtree can imitate a docker scope): the name is a label for humans, never used to decide
-//! what to scrape, and built only from hex ids, pod uids and unit names of a safe character
-//! set, bounded.
+//! engineer knows the stack by its containers, not by namespace inodes. Runtimes name the
+//! cgroup after the container's id (the paths each one writes: docs/security.md); anything
+//! else under a systemd unit is named by the unit. A path is no proof, so the name is a label
+//! for humans, never used to decide what to scrape, built only from a safe character set.
 
 use super::{CgroupEntry, ProcFs};
 
@@ -142,9 +133,8 @@ pub fn parse_path(path: &str) -> Option<Placement> {
             pod: Some(p),
         });
     }
-    // No container: the innermost systemd unit, if any. Not `init.scope` (systemd itself),
-    // nor a login session or a user's manager: a stack started from a shell is in no
-    // container, and naming the session on every component would only be noise.
+    // No container: the innermost systemd unit, if any; not `init.scope`, a login session
+    // or a user's manager (naming those on every component would only be noise).
     segs.iter()
         .rev()
         .find(|s| {
@@ -212,10 +202,7 @@ mod tests {
         parse_file(text).map(|p| p.name())
     }
 
-    // Lines in the formats real hosts produce: docker (cgroupfs and systemd drivers), kubepods
-    // (cgroupfs `pod<uid>/<id>`, systemd
-    // `kubepods-<qos>-pod<uid_>.slice/cri-containerd-<id>.scope`, kubelet's
-    // cgroup_manager_linux.go), cri-o, podman and rootless podman.
+    // Lines in the formats real hosts produce (kubepods: kubelet's cgroup_manager_linux.go).
 
     #[test]
     fn docker_cgroupfs_and_systemd_driver() {

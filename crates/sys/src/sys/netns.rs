@@ -2,13 +2,10 @@
 //! `127.0.0.1:30000` is not the host's; docs/security.md §13a).
 //!
 //! A socket belongs for life to the namespace of the thread that created it, so each connection
-//! is opened on a fresh short-lived thread of our own that `setns(2)`s into the target's
-//! namespace, connects and exits; the connected socket goes back to the one HTTP client
-//! ([`crate::sys::http`], its [`Connector`] seam). Never a pooled thread: `setns` changes the
-//! calling thread only, and a reused one would carry the foreign namespace into its next work.
-//!
-//! The namespace is named by the pid discovery saw and the inode of its `ns/net`: the inode is
-//! checked on the very descriptor entered, so a reused pid is never followed elsewhere.
+//! is made on a fresh short-lived thread that `setns(2)`s in, connects and exits (never a
+//! pooled thread: it would carry the foreign namespace into its next work); the socket goes
+//! to the HTTP client's [`Connector`] seam. The namespace's inode is checked on the very
+//! descriptor entered, so a reused pid is never followed elsewhere.
 
 use crate::sys::http::{Connector, Resolver};
 use crate::sys::ProcFs;
@@ -65,8 +62,7 @@ pub fn own_inode() -> io::Result<u64> {
 }
 
 /// The namespace file of `ns`, checked to still be namespace `ns.inode` on the descriptor that
-/// will be entered. When that pid is gone or elsewhere, another process still in the namespace
-/// leads to it (the inode is checked all the same).
+/// will be entered; when that pid is gone, another process still in the namespace leads to it.
 fn open_checked(ns: Netns) -> Result<File, NetnsError> {
     match open_pid(ns) {
         Ok(f) => Ok(f),
@@ -79,8 +75,8 @@ fn open_checked(ns: Netns) -> Result<File, NetnsError> {
     }
 }
 
-/// Most pids looked at when searching for another process in a namespace (a host has a few
-/// thousand; bounded so a pathological process table cannot hold the namespace thread).
+/// Most pids looked at when searching for another process in a namespace (a pathological
+/// process table must not hold the namespace thread).
 const MAX_SCAN: usize = 100_000;
 
 /// A pid living in network namespace `inode`, if any is left.

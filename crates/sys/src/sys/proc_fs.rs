@@ -1,12 +1,9 @@
 //! [`ProcFs`]: every read of `/proc`, or of a fixture tree standing in for it.
 //!
-//! Discovery, the sources and the doctor read the process table, cmdline, environ, stat,
-//! status, comm, threads, cgroups, namespace links, fd -> socket-inode links and `net/tcp{,6}`
-//! through one value with a configurable root, so a test can point them all at a tempdir. Files
-//! are read with [`safe_fs::read_capped`]: never through a link at the last component, never
-//! more than a cap (a process's environment is written by whoever started it). Some reads
-//! (cmdline, environ) block while the target holds its mmap lock: callers run them under a
-//! deadline ([`crate::deadline`]).
+//! One value with a configurable root, so a test can point every read at a tempdir. Files
+//! are read with [`safe_fs::read_capped`] (never through a link at the last component, never
+//! past a cap). Cmdline and environ block while the target holds its mmap lock: callers run
+//! them under a deadline ([`crate::deadline`]).
 
 use super::proc_net;
 use crate::model::{SocketEntry, ThreadInfo};
@@ -27,8 +24,8 @@ pub const PROC_ROOT: &str = "/proc";
 pub const MAX_ARGS_BYTES: usize = 4 << 20;
 /// Cap of `stat`, `status`, `comm` (a few hundred bytes each).
 pub const MAX_SMALL_FILE: usize = 64 << 10;
-/// Most of `maps` searched (scanned line by line, never held whole): a process at the
-/// default `vm.max_map_count` (65530 mappings) has a few MiB of it.
+/// Most of `maps` searched (line by line, never held whole): a few MiB at the default
+/// `vm.max_map_count`.
 pub const MAX_MAPS_BYTES: u64 = 256 << 20;
 /// Cap of one `net/tcp{,6}` table (about 150 bytes a socket: over 400k sockets).
 pub const MAX_TCP_TABLE: usize = 64 << 20;
@@ -161,11 +158,9 @@ impl ProcFs {
         Ok(pids)
     }
 
-    /// The numeric entries of the root with their inode numbers (`d_ino`), sorted by pid: one
-    /// pass of getdents, no allocation per entry. A pid's directory gets a new inode when a new
-    /// process takes the pid, so an unchanged (pid, inode) is a cheap sign of the same process;
-    /// not a proof (an evicted dentry comes back with a new number, which costs one `stat`
-    /// read).
+    /// The numeric entries of the root with their inode numbers (`d_ino`), sorted by pid, with
+    /// no allocation per entry. An unchanged (pid, inode) is a cheap sign, not a proof, of the
+    /// same process.
     pub fn pid_entries(&self) -> Result<Vec<PidEntry>> {
         let err = |e: nix::errno::Errno| ProcFsError::from_io(&self.root, e.into());
         let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
@@ -236,7 +231,7 @@ impl ProcFs {
     }
 
     /// A kernel seq file (`net/tcp`) read into a buffer allocated up front: each `read`
-    /// restarts the kernel's walk of its table, so small probe reads would each cost a walk.
+    /// restarts the kernel's walk of its table.
     fn read_seq_text(&self, path: &Path, cap: usize) -> Result<String> {
         use std::io::Read;
         let err = |e| ProcFsError::from_io(path, e);
@@ -285,10 +280,9 @@ impl ProcFs {
         std::fs::read_link(&link).map_err(|e| ProcFsError::from_io(&link, e))
     }
 
-    /// Whether a line of `maps` mentions `needle` (a library's name: `libpython`). Read line
-    /// by line and never held whole; Malformed when [`MAX_MAPS_BYTES`] pass without a match,
-    /// so that a truncated search is not taken for an absent library. Blocks while the
-    /// target holds its mmap lock: run it under a deadline.
+    /// Whether a line of `maps` mentions `needle` (`libpython`); Malformed when
+    /// [`MAX_MAPS_BYTES`] pass without a match (a truncated search is not an absent library).
+    /// Blocks on the target's mmap lock: run it under a deadline.
     pub fn maps_mention(&self, pid: i32, needle: &str) -> Result<bool> {
         let mut found = false;
         let capped = self.each_maps_line(pid, MAX_MAPS_BYTES, |line| {
@@ -308,9 +302,8 @@ impl ProcFs {
         Ok(found)
     }
 
-    /// Feeds `pid`'s `maps` to `each` line by line, never holding it whole, until `each`
-    /// breaks or `cap` bytes were read; whether the cap ended it. Blocks while the target
-    /// holds its mmap lock: callers run it under a deadline.
+    /// Feeds `pid`'s `maps` to `each` line by line until `each` breaks or `cap` bytes were
+    /// read; whether the cap ended it. Blocks on the target's mmap lock: run it under a deadline.
     pub(crate) fn each_maps_line(
         &self,
         pid: i32,
@@ -337,9 +330,8 @@ impl ProcFs {
         }
     }
 
-    /// Owner uid of `pid`'s directory (the process's effective uid on the kernel's procfs).
-    /// The directory is followed if it is a link: a fixture tree may link to real processes,
-    /// and the owner that matters is the process's.
+    /// Owner uid of `pid`'s directory (the process's effective uid), followed if it is a
+    /// link (a fixture tree may link to real processes).
     pub fn owner_uid(&self, pid: i32) -> Result<u32> {
         use std::os::unix::fs::MetadataExt;
         let dir = self.pid_dir(pid);
@@ -381,8 +373,8 @@ impl ProcFs {
         Ok(rd.count() as u64)
     }
 
-    /// `st_size` of `fd/` on the kernel's procfs: the open fd count on Linux >= 6.2, 0 on
-    /// older kernels; None elsewhere or when unreadable. A cheap "did its fds change" signal.
+    /// `st_size` of `fd/` on the kernel's procfs: the open fd count (Linux >= 6.2, else 0);
+    /// None elsewhere or when unreadable. A cheap "did its fds change" signal.
     pub fn fd_dir_size(&self, pid: i32) -> Option<u64> {
         if !self.is_real() {
             return None;

@@ -166,8 +166,7 @@ fn exclude_regexes(m: &MetricMap) -> Vec<(&str, regex::Regex)> {
 /// Most exclude patterns kept compiled (the probe files hold a few dozen).
 const MAX_COMPILED: usize = 1024;
 
-/// Exclude patterns compiled, by source: maps are applied at every scrape of every
-/// endpoint, and compiling their patterns each time showed in the daemon's profile.
+/// Exclude patterns compiled, by source: maps are applied at every scrape of every endpoint.
 static COMPILED: std::sync::LazyLock<Mutex<HashMap<String, Option<regex::Regex>>>> =
     std::sync::LazyLock::new(Mutex::default);
 

@@ -51,11 +51,9 @@ pub fn is_url_target(c: &Component) -> bool {
 /// Label: what a `--url` target's stack and role were inferred from.
 pub const LABEL_INFERRED_FROM: &str = "inferred_from";
 
-/// Discovery's look at a `--url` target that no process explains: GET its metrics (bounded:
-/// `timeout`, 1 MiB, 64 series) and, when the names say whose exposition it is, give it that
-/// stack and role (and the id `role@address`). Only for an address given as an IP literal or
-/// `localhost`: a host name would make discovery wait on DNS. Without an answer the target
-/// stays `other`, and the metrics source still maps it by what each scrape says.
+/// Discovery's look at a `--url` target that no process explains: GET its metrics (bounded)
+/// and, when the names say whose exposition it is, give it that stack and role. Only for an
+/// IP literal or `localhost` (no DNS wait); else it stays `other`, mapped at each scrape.
 pub fn infer_url_component(c: &mut Component, timeout: std::time::Duration) {
     if c.role != Role::Other || !is_url_target(c) {
         return;

@@ -11,12 +11,9 @@ use std::collections::{HashMap, HashSet};
 pub enum Scope {
     /// Every process (`ss -p` style); used when there is no topology yet.
     All,
-    /// Only these pids (the topology's): a fraction of the fds to read. `ports` are the
-    /// topology's listen ports: an unknown socket touching one of them (an accepted
-    /// connection, a hop to another component) makes every pid be rescanned; any other
-    /// unknown socket only makes pids whose fd count changed be rescanned, so connection
-    /// churn elsewhere on the box does not cost a rescan per tick. Empty `ports`: every
-    /// socket counts as relevant.
+    /// Only these pids (the topology's). An unknown socket touching one of `ports` (the
+    /// topology's listen ports; empty: any) rescans every pid; any other only pids whose fd
+    /// count changed, so churn elsewhere does not cost a rescan per tick.
     Pids { pids: Vec<i32>, ports: Vec<u16> },
 }
 
@@ -43,8 +40,8 @@ pub struct InodeMap {
     owners: HashMap<u64, i32>,
     foreign: HashSet<u64>,
     scope: Option<Scope>,
-    /// Open fd count of each pid at its last scan (`st_size` of `fd/`, Linux >= 6.2; 0 on
-    /// older kernels, where only relevant sockets trigger rescans).
+    /// Open fd count of each pid at its last scan (`st_size` of `fd/`; 0 where the kernel
+    /// does not give it, and only relevant sockets trigger rescans).
     fd_counts: HashMap<i32, u64>,
 }
 

@@ -1,14 +1,9 @@
 //! TCP sockets through sock_diag with tcp_info, mapped to processes by inode.
 //!
-//! - the kernel dump is behind [`crate::sys::SockDiag`] (netlink per network namespace, or
-//!   a fake in tests), with a `net/tcp{,6}` fallback through [`crate::sys::ProcFs`] that has
-//!   no tcp_info; both make up a [`SocketOs`];
-//! - [`InodeMap`] (`inodes`): socket inode -> owning pid from the processes' fd links,
-//!   cached between samples and refreshed only when unknown inodes appear;
-//! - [`build_table_with`] (`table`): one sample's table, every namespace a component lives
-//!   in, only the sockets the topology cares about;
-//! - [`SocketSource`] (here): the source, under a hard timeout, listing TIME_WAIT sockets
-//!   only every few seconds.
+//! The kernel dump ([`crate::sys::SockDiag`], or `net/tcp{,6}` without tcp_info) is a
+//! [`SocketOs`]; [`InodeMap`] maps inodes to pids, refreshed only when unknown inodes appear;
+//! [`build_table_with`] keeps only the topology's sockets. [`SocketSource`] (here) runs under a
+//! hard timeout and lists TIME_WAIT sockets only every few seconds.
 
 mod inodes;
 mod table;
@@ -36,9 +31,8 @@ pub struct SocketConfig {
     /// Keep every socket on the box, not only the topology's (the default keeps sockets of
     /// topology pids and sockets touching a component's listen port).
     pub keep_all: bool,
-    /// How often [`SocketSource`] lists TIME_WAIT sockets; between, it repeats the last
-    /// list: under churn they are most of the table and say nothing new (closed, no owner,
-    /// no tcp_info). Zero: every sample.
+    /// How often [`SocketSource`] lists TIME_WAIT sockets; between, it repeats the last list
+    /// (under churn they are most of the table and say nothing new). Zero: every sample.
     pub time_wait_every: Duration,
 }
 
@@ -67,9 +61,8 @@ impl Default for SocketOs {
 }
 
 impl SocketOs {
-    /// The kernel's netlink sock_diag, with pids, fds and namespaces read through `proc`
-    /// (`--proc-root`: the same tree discovery read the pids from, so that the inodes the
-    /// kernel reports are mapped to those pids, and other namespaces entered through them).
+    /// The kernel's netlink sock_diag, with pids, fds and namespaces read through `proc` (the
+    /// tree discovery read the pids from, so inodes map to those pids).
     pub fn kernel(proc: ProcFs) -> Self {
         SocketOs::kernel_sharing(proc, None)
     }

@@ -1,18 +1,11 @@
 //! Python stacks through py-spy, one subprocess per pid, classified by probe rules.
 //!
-//! Why a subprocess per pid: `py-spy dump --subprocesses --json` drops children and aborts on
-//! a non-Python child, so every Python process of the topology gets its own `py-spy dump`,
-//! run in parallel with bounded concurrency, each under a hard timeout that kills py-spy's
-//! whole process group. Periodic sampling never pauses the target (`--nonblocking`);
-//! `--native` (which pauses it) only runs when the configuration asks for it.
-//!
-//! One dump is a guess: [`StackSource::capture_window`] takes several dumps a few hundred ms
-//! apart, and [`summarize_window`] says which threads sat in the same state in every dump.
-//!
-//! The rooms: this file holds the configuration and which pids to dump; `rules.rs` the
-//! stack rules and the classification of one thread; `pyspy.rs` one `py-spy dump` of one
-//! pid; `sampler.rs` the source (a window of dumps, classified); `evidence.rs` what the
-//! dumps of a window say together.
+//! One `py-spy dump` per pid (`--subprocesses` drops children and aborts on a non-Python
+//! one), in parallel with bounded concurrency, each under a hard timeout that kills py-spy's
+//! process group. Periodic sampling never pauses the target (`--nonblocking`); `--native`
+//! only when configured. One dump is a guess: [`StackSource::capture_window`] takes several,
+//! and [`summarize_window`] says which threads sat in the same state in every one. This file
+//! holds the configuration and which pids to dump (the other files: docs/architecture.md).
 
 mod evidence;
 mod not_python;
@@ -31,7 +24,7 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
-// py-spy JSON (its own module; re-exported here, where callers have always found it)
+// py-spy JSON (its own module; re-exported here)
 pub use crate::sources::pyspy_json::{parse_dump, parse_pyspy_json, MAX_FRAMES, MAX_THREADS};
 
 /// Environment variable naming the py-spy binary.
@@ -61,8 +54,8 @@ pub struct StacksConfig {
     /// Upper bound on pids sampled per dump; the rest are reported as skipped.
     pub max_pids: usize,
     /// Time budget of one window: no further dump starts when the next one would end past
-    /// it, so a loaded machine gets fewer dumps (said in the status) instead of a window
-    /// the sampler's timeout throws away whole. Keep it under the sampler's stacks timeout (8 s).
+    /// it, so a loaded machine gets fewer dumps instead of a window the sampler throws away.
+    /// Keep it under the sampler's stacks timeout.
     pub window_budget: Duration,
 }
 
@@ -128,10 +121,8 @@ pub struct StackTarget {
     pub pid: i32,
     pub stack: Option<String>,
     pub component: Option<String>,
-    /// Dumped on every round of a window, not only the first. Schedulers: their state
-    /// across the window ("idle in 18/18 dumps") is the wedge evidence. For the others
-    /// (HTTP front ends, proxies, detokenizers) one dump a window shows where they are, at
-    /// a third of py-spy's cost and of the reads of the target.
+    /// Dumped on every round of a window, not only the first: schedulers, whose state across
+    /// the window is the wedge evidence; for the others one dump shows where they are.
     pub whole_window: bool,
 }
 

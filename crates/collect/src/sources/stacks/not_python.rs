@@ -1,8 +1,6 @@
 //! Which targets are not Python, from `/proc` alone, so that py-spy is not run on them: an
-//! `exe` not named like an interpreter and no `libpython` in `maps`. Searching `maps` takes
-//! the target's mmap lock and, for a process mapping 64k files, reads megabytes: its verdict
-//! is kept per process incarnation (pid, start time, `exe`), so each window reads `maps`
-//! only of processes it has not judged yet.
+//! `exe` not named like an interpreter and no `libpython` in `maps`. Searching `maps` is
+//! costly and takes the target's mmap lock, so the verdict is kept per process incarnation.
 
 use crate::sys::{ProcFs, ProcFsError};
 use std::collections::BTreeMap;

@@ -11,15 +11,10 @@ use crate::model::{Frame, ThreadStack, ThreadState};
 use regex::Regex;
 use serde::Deserialize;
 
-/// Maps a thread's frames to a state. Lives in `probes/*.toml` as `[[stack_rule]]`.
-///
-/// A frame pattern is `NAME` or `NAME@FILE`: `NAME` is a regex matched against the whole
-/// function name, both as py-spy reports it (3.11+: qualified, `Scheduler.run_batch`) and
-/// its last dotted part (`run_batch`); `FILE` is a regex searched in the frame's file path.
-/// A rule matches when at least one frame anywhere in the stack matches `any_frame` (if
-/// given), one of the `innermost_depth` innermost Python frames (or a native frame among or
-/// inside them) matches `innermost` (if given), and no frame matches `not_frame`. Among
-/// matching rules the highest `priority` wins (ties: file order).
+/// Maps a thread's frames to a state (`[[stack_rule]]` in `probes/*.toml`): a rule matches
+/// when a frame anywhere matches `any_frame` (if given), one of the `innermost_depth`
+/// innermost frames matches `innermost` (if given), and no frame matches `not_frame`; the
+/// highest `priority` wins. Patterns (`NAME@FILE`): docs/probes.md "Stack rules".
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct StackRule {
@@ -61,9 +56,8 @@ pub struct Classification {
     pub state: ThreadState,
     /// The deciding rule's name (`collective.all_reduce`: names the collective).
     pub rule: Option<String>,
-    /// The frame the rule matched, rendered (`all_reduce (torch/distributed/...py:3075)`):
-    /// for a rule with an `innermost` condition the blocking frame it found there, else the
-    /// innermost frame matching `any_frame`.
+    /// The frame the rule matched, rendered: the `innermost` match if the rule has one, else
+    /// the innermost `any_frame` match.
     pub decided_by: Option<String>,
 }
 

@@ -77,10 +77,8 @@ impl StackSource {
 
     /// One dump of each target, in parallel (at most `concurrency` py-spy at once). Inside
     /// a one-shot collection, dumps not done by its wrap-up time ([`window::wrap_up_by`])
-    /// are given up (their py-spy killed) and the rest delivered, the status saying how
-    /// many were not dumped: on a host with a hundred Python processes one round can fill
-    /// the window, and the targets started first (the suspected engines' schedulers, when
-    /// the caller put them first) are the ones kept.
+    /// are given up and the rest delivered (the status says how many): targets started
+    /// first are the ones kept.
     pub async fn capture_once(&self, targets: &[StackTarget], clock: &dyn Clock) -> StackWindow {
         let py_spy = match self.cfg.resolve_py_spy() {
             Ok(p) => p,
@@ -251,11 +249,8 @@ impl StackSource {
             .await
     }
 
-    /// `rounds` dumps, `dump_interval` apart: every target in the first round, the
-    /// `whole_window` ones in the others. Targets are started in their order (at most
-    /// `concurrency` at once), so the first ones are dumped first. Inside a one-shot
-    /// collection the rounds stop before its window ends ([`window::wrap_up_by`]): the
-    /// dumps done are delivered, and the status says how many of `rounds` there are.
+    /// `rounds` dumps, `dump_interval` apart, as [`Self::capture_window`] says; inside a
+    /// one-shot collection the rounds stop before its window ends ([`window::wrap_up_by`]).
     pub async fn capture_rounds(
         &self,
         targets: &[StackTarget],

@@ -1,10 +1,9 @@
 //! Connections made by a caller-supplied [`Connector`] instead of tokio's `connect`.
 //!
-//! A container's endpoint may be reachable only from inside its network namespace; entering
-//! one is a property of a thread, not of a tokio task. So a connector is a plain blocking
-//! function that returns a connected `std::net::TcpStream`; it runs on a detached thread
-//! (like name resolution, see `resolve`) so a connector that hangs cannot outlive the
-//! connect timeout nor hold the runtime at exit. The stream is then handed to tokio.
+//! Entering a network namespace is a property of a thread, not of a tokio task, so a
+//! connector is a plain blocking function returning a connected `std::net::TcpStream`, run
+//! on a detached thread (like `resolve`) so a hanging one cannot outlive the connect timeout
+//! nor hold the runtime at exit. The stream is then handed to tokio.
 
 use super::Failure;
 use crate::model::FetchOutcome;

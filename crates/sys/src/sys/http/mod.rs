@@ -1,11 +1,8 @@
 //! A minimal HTTP/1.0 GET with connect/total timeouts and a body cap. HTTP/1.0 on purpose: the
 //! server closes after the response and never chunks, so "read until EOF or cap" is the whole
-//! protocol. Plain `http://` only. A hung endpoint is `Timeout` within `total`, more than `cap`
-//! bytes `TooLarge` with the first `cap`. Names are resolved under the connect timeout on a
-//! thread nobody waits for ([`resolve`]), so a hung resolver cannot outlive the GET or hold the
-//! runtime at exit. [`parse_response`] reads the answer (pure); [`get_blocking`] serves
-//! synchronous discovery; a caller's [`Connector`] ([`get_using`]) reaches inside another
-//! network namespace.
+//! protocol. A hung endpoint is `Timeout` within `total`, more than `cap` bytes `TooLarge`;
+//! names are resolved on a thread nobody waits for ([`resolve`]); a caller's [`Connector`]
+//! ([`get_using`]) reaches inside another network namespace.
 
 mod connect;
 mod resolve;
@@ -101,7 +98,7 @@ pub async fn get(url: &str, limits: Limits) -> Response {
 }
 
 /// [`get`] with an `Authorization` header (a router's own API key, sent back to that router
-/// only: see `sources::router_key` in the collection crate). The header value is never part of a detail.
+/// only). The header value is never part of a detail.
 pub async fn get_authorized(url: &str, limits: Limits, authorization: &str) -> Response {
     let route = Route {
         resolver: resolve::system,
@@ -352,8 +349,7 @@ async fn fetch(
         }
         if let Some((h, cl)) = head {
             let body = raw.len() - h;
-            // Past the cap (one byte over says `TooLarge`), or a server that keeps the
-            // connection open despite `Connection: close` but has sent Content-Length bytes.
+            // Past the cap (one byte over says `TooLarge`), or all Content-Length bytes in.
             if body > limits.cap || cl.is_some_and(|cl| body >= cl) {
                 raw.truncate(h + body.min(limits.cap.saturating_add(1)));
                 return Ok(());

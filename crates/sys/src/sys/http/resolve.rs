@@ -1,10 +1,7 @@
-//! Name resolution with a deadline, on a thread nobody waits for.
-//!
-//! `getaddrinfo` cannot be cancelled. Tokio runs it on its blocking pool, and a runtime waits
-//! for that pool when it shuts down, so one name whose resolution hangs kept a 1-second
-//! snapshot alive for 10 s. Here an IP literal needs no lookup at all; a name is resolved on a
-//! detached thread and abandoned when the deadline passes. At most [`MAX_PENDING`] lookups run
-//! at once, so a resolver that hangs for every name cannot pile up threads in the daemon.
+//! Name resolution with a deadline, on a thread nobody waits for: `getaddrinfo` cannot be
+//! cancelled, and a runtime waits for its blocking pool at shutdown. An IP literal needs no
+//! lookup; a name is resolved on a detached thread, abandoned at the deadline. At most
+//! [`MAX_PENDING`] lookups run at once, so a hanging resolver cannot pile up threads.
 
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};

@@ -1,8 +1,6 @@
-//! The few `stat` fields discovery reads of every pid on every pass: one
-//! `openat` relative to the procfs root opened once per pass, one `read` into a stack buffer,
-//! five fields parsed, no allocation. The procfs crate's [`ProcFs::stat`] parses all 52
-//! fields into a struct with a heap-allocated comm, from a path built per pid; on a host with
-//! thousands of unrelated processes that was most of a rediscovery pass.
+//! The few `stat` fields discovery reads of every pid on every pass: one `openat` relative to
+//! the procfs root, one `read` into a stack buffer, five fields parsed, no allocation (unlike
+//! [`ProcFs::stat`]; the cost behind it: docs/performance-log.md).
 
 use super::{ProcFs, ProcFsError, Result};
 use nix::fcntl::{openat, OFlag};

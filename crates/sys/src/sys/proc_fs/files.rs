@@ -1,12 +1,7 @@
-//! Files as a process sees them: `<root>/<pid>/root/<path>` (its own mount namespace, so a
-//! containerised engine's site-packages are read, not ours), the files it has mapped
-//! (`maps`), and the kernel release. Used to read installed package versions from disk
-//! (`sources::versions`) without running anything in the target.
-//!
-//! A path inside the process's root is resolved by the kernel with that root as `/`
-//! (`openat2` with `RESOLVE_IN_ROOT`): an absolute link or `..` in a chroot or container
-//! (`/venv -> /opt/host-venv`) stays inside it instead of naming our files. Without
-//! `openat2` (Linux < 5.6) nothing is read there.
+//! Files as a process sees them: `<root>/<pid>/root/<path>` (a containerised engine's
+//! site-packages, not ours), the files it has mapped (`maps`), and the kernel release. Paths
+//! are resolved with the process's root as `/` (`openat2` with `RESOLVE_IN_ROOT`), so a link
+//! or `..` never names our files; without `openat2` nothing is read (docs/security.md).
 
 use super::{ProcFs, ProcFsError, Result};
 use nix::fcntl::{openat2, OFlag, OpenHow, ResolveFlag};
@@ -104,9 +99,8 @@ impl ProcFs {
         Ok(names)
     }
 
-    /// The distinct files `pid` has mapped (`maps`' path column), in order of first mapping:
-    /// read line by line, each checked once against a set (linear), and no further than
-    /// [`MAX_MAPPED_FILES`] files or `MAX_MAPS` bytes. Reading `maps` takes the process's
+    /// The distinct files `pid` has mapped (`maps`' path column), in order of first mapping,
+    /// no further than [`MAX_MAPPED_FILES`] files or `MAX_MAPS` bytes. Takes the process's
     /// mmap lock: callers run it under a deadline.
     pub fn mapped_files(&self, pid: i32) -> Result<MappedFiles> {
         let (mut out, mut seen) = (MappedFiles::default(), std::collections::HashSet::new());

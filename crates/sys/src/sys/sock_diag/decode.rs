@@ -1,10 +1,8 @@
 //! Decoding sock_diag answers: a datagram's netlink messages, each `inet_diag_msg` with its
 //! attributes -> a [`SocketEntry`] with its [`TcpInfo`].
 //!
-//! The common message (a TCP socket with a whole `tcp_info`, or none) is read in place at
-//! the kernel's offsets ([`decode_fast`]): no allocation but the two address strings. Any
-//! other (short `tcp_info`, malformed attributes, other message types) goes through the
-//! crate's decoder, which counts what it cannot decode.
+//! The common message is read in place at the kernel's offsets ([`decode_fast`]); any other
+//! goes through the crate's decoder, which counts what it cannot decode.
 
 use super::{Dump, SockDiagError};
 use crate::model::addr::fmt_addr;
@@ -145,9 +143,8 @@ fn decode_message(msg: &[u8], out: &mut Dump) {
     decode_with_crate(msg, out);
 }
 
-/// The crate's decoder: every attribute parsed into its type (a few allocations per
-/// socket); a message it rejects still gives its fixed header. An answer to the older
-/// request is given to it as the newer one it knows (the same body).
+/// The crate's decoder; a message it rejects still gives its fixed header. An answer to the
+/// older request is given to it as the newer one (the same body).
 fn decode_with_crate(msg: &[u8], out: &mut Dump) {
     let retyped;
     let msg = if msg.len() >= NLMSG_HDR_LEN && read_u16_ne(msg, 4) == TCPDIAG_GETSOCK {

@@ -1,8 +1,8 @@
 //! The netlink `sock_diag` dump (IPv4 + IPv6, `INET_DIAG_INFO`; decoded by `decode.rs`).
 //! Another namespace is dumped from a dedicated thread that enters it. Both families come from
-//! one request of the older interface (`TCPDIAG_GETSOCK`): the kernel walks its established
-//! hash once for any family, and each walk of a large host's hash costs milliseconds even when
-//! nearly empty. A kernel that refuses it is asked once per family from then on.
+//! one request of the older interface (`TCPDIAG_GETSOCK`): each walk of the kernel's hash
+//! costs the same however empty (docs/performance-log.md). A kernel that refuses it is asked
+//! once per family from then on.
 
 use super::decode::decode_datagram;
 use super::{Dump, RecentDump, SockDiag, SockDiagError};
@@ -94,9 +94,8 @@ fn open_socket() -> Result<Socket, SockDiagError> {
     Ok(sock)
 }
 
-/// The dump through `one_walk` (a request for every family), unless `refused` says this
-/// kernel refuses it; when the kernel answers it with an error, `refused` is set and the
-/// dump is asked family by family.
+/// The dump through `one_walk` (every family), unless `refused` says this kernel refuses it;
+/// a kernel that answers it with an error sets `refused` and is asked family by family.
 fn dump_on(
     sock: &Socket,
     one_walk: &[u8],
@@ -165,9 +164,8 @@ fn receive_until_done(
     }
 }
 
-/// The older interface's dump request: `struct inet_diag_req` with no family (the kernel
-/// reads it as AF_UNSPEC: every family), TCP by its message type, `tcp_info` asked for, a
-/// zero socket id (no filter).
+/// The older interface's dump request: `struct inet_diag_req` with no family (AF_UNSPEC:
+/// every family), TCP by its message type, `tcp_info` asked for, no filter.
 fn both_families_request(time_wait: bool) -> Vec<u8> {
     let states = if time_wait {
         u32::MAX

@@ -1,9 +1,6 @@
-//! The sockets source's latest dump of our own network namespace, kept for another reader
-//! that can use one a few seconds old: the daemon's rediscovery reads the same table (the
-//! listeners, the clients of known ports) every 10 s.
-//!
-//! Why: a dump's cost is mostly fixed, the kernel's walk of every bucket of its socket hash
-//! whatever the table holds (docs/performance-log.md has its share of the daemon's CPU).
+//! The sockets source's latest dump of our own network namespace, kept for a reader that can
+//! use one a few seconds old (the daemon's rediscovery): a dump's cost is mostly the kernel's
+//! fixed walk of its socket hash (docs/performance-log.md).
 
 use crate::model::{SocketEntry, TcpState};
 use std::sync::{Arc, Mutex};
