@@ -41,6 +41,19 @@ const FAULT_VALUE: &str = "2";
 /// The healthy negative is judged after this much traffic: decode's pooled bootstrap session
 /// is then older than any stuck-request threshold (issue 38).
 const HEALTHY_AFTER: Duration = Duration::from_secs(40);
+/// The fault hook's switch for a stuck detokenizer (`tests/lab/sglang/fault/`): while the
+/// file it names exists, decode's real `DetokenizerManager` holds the batch it got. Set at `up`
+/// (so the baseline has it), switched by the test at run time.
+const GATE_VAR: &str = "LAB_SGLANG_DETOKENIZER_GATE";
+/// The prefill's context, smaller than decode's (the model's 1024): prompts between the two
+/// are refused by prefill (HTTP 400) and accepted by decode. The healthy load fits both.
+const PREFILL_CONTEXT: u32 = 256;
+/// Words of the prompt the prefill refuses (the lab tokenizer: about a token a word).
+const LONG_PROMPT_WORDS: usize = 400;
+/// The window of the snapshots that must see the engines' counts from before their
+/// requests (started first; the requests follow its first scrape, then wait past
+/// `wedged_after_ms`, 8 s in thresholds-fast).
+const BLAME_WINDOW_S: u32 = 26;
 /// A scheduler's states in a forward pass (probes/stacks-sglang.toml); on the CPU the TP
 /// all-reduce inside the forward is classified as the collective.
 const FORWARD: [&str; 3] = ["running_batch", "nccl_collective", "waiting_gpu_result"];
@@ -118,7 +131,19 @@ impl Stack {
         let t0 = Instant::now();
         // Both servers start in parallel (480 s bound each), then the router (120 s) and a
         // warm-up (180 s).
-        let (ok, out, err) = st.lab(&["up"], Duration::from_secs(900), "up");
+        let gate = format!("{GATE_VAR}={}", st.gate().display());
+        let context = PREFILL_CONTEXT.to_string();
+        let (ok, out, err) = st.lab(
+            &[
+                "up",
+                "--decode-env",
+                &gate,
+                "--prefill-context-length",
+                &context,
+            ],
+            Duration::from_secs(900),
+            "up",
+        );
         st.info = serde_json::from_str(&out).unwrap_or(Value::Null);
         assert!(ok, "sglang_lab.py up failed:\n{err}");
         eprintln!(
@@ -130,10 +155,17 @@ impl Stack {
         st
     }
 
+    /// The file whose presence holds decode's detokenizer (`GATE_VAR`).
+    fn gate(&self) -> PathBuf {
+        self.dir.join("detokenizer.gate")
+    }
+
+    /// Restarts decode with `env` added to the environment it had at `up` (the gate).
     fn restart_decode(&mut self, env: &str) {
         let t0 = Instant::now();
+        let gate = format!("{GATE_VAR}={}", self.gate().display());
         let (ok, out, err) = self.lab(
-            &["restart-decode", "--decode-env", env],
+            &["restart-decode", "--decode-env", &gate, "--decode-env", env],
             Duration::from_secs(900),
             "restart",
         );
@@ -283,6 +315,18 @@ fn read_for(s: &mut TcpStream, bound: Duration) -> Vec<u8> {
 /// failure as an error (a loaded machine can run a source past its deadline), which
 /// `snapshot_until` tries again. Each snapshot is kept in the run directory.
 fn try_snapshot(dir: &Path, window_s: u32, extra: &[&str], tag: &str) -> Result<Value, String> {
+    let c = snapshot_cmd(window_s, extra);
+    let bound = Duration::from_secs(u64::from(window_s) + 90);
+    let (ok, out, err) = run_bounded(c, bound, &dir.join(format!("snap-{tag}.json")));
+    if !ok {
+        return Err(format!("wedgewatch snapshot failed: {err}"));
+    }
+    serde_json::from_str(&out).map_err(|e| format!("snapshot is not JSON ({e}): {out}"))
+}
+
+/// `wedgewatch --thresholds thresholds-fast snapshot --json --no-daemon --window W` (+ args)
+/// with the lab venv's py-spy.
+fn snapshot_cmd(window_s: u32, extra: &[&str]) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_wedgewatch"));
     c.arg("--thresholds")
         .arg(repo().join("tests/fixtures/thresholds-fast.toml"))
@@ -295,12 +339,123 @@ fn try_snapshot(dir: &Path, window_s: u32, extra: &[&str], tag: &str) -> Result<
             repo().join("tests/lab/.venv/bin/py-spy"),
         );
     }
-    let bound = Duration::from_secs(u64::from(window_s) + 90);
-    let (ok, out, err) = run_bounded(c, bound, &dir.join(format!("snap-{tag}.json")));
-    if !ok {
-        return Err(format!("wedgewatch snapshot failed: {err}"));
+    c
+}
+
+/// A snapshot started now and running beside the test (its window covers what the test does
+/// next); killed on drop if still running.
+struct Sampling {
+    child: std::process::Child,
+    out: PathBuf,
+    bound: Duration,
+    started: Instant,
+}
+
+impl Sampling {
+    fn start(dir: &Path, window_s: u32, tag: &str) -> Sampling {
+        let out = dir.join(format!("snap-{tag}.json"));
+        let child = snapshot_cmd(window_s, &[])
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&out).expect("snapshot file"))
+            .stderr(std::fs::File::create(out.with_extension("err")).expect("stderr file"))
+            .spawn()
+            .expect("spawn wedgewatch snapshot");
+        Sampling {
+            child,
+            out,
+            bound: Duration::from_secs(u64::from(window_s) + 90),
+            started: Instant::now(),
+        }
     }
-    serde_json::from_str(&out).map_err(|e| format!("snapshot is not JSON ({e}): {out}"))
+
+    /// Waits for the snapshot (bounded); its JSON, or why not.
+    fn finish(mut self) -> Result<Value, String> {
+        let status = loop {
+            if let Some(st) = self.child.try_wait().expect("wait snapshot") {
+                break st;
+            }
+            if self.started.elapsed() > self.bound {
+                return Err(format!("snapshot still running after {:?}", self.bound));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        let out = std::fs::read_to_string(&self.out).unwrap_or_default();
+        if !status.success() {
+            let err = std::fs::read_to_string(self.out.with_extension("err")).unwrap_or_default();
+            return Err(format!("wedgewatch snapshot failed ({status}): {err}"));
+        }
+        serde_json::from_str(&out).map_err(|e| format!("snapshot is not JSON ({e}): {out}"))
+    }
+}
+
+impl Drop for Sampling {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// GET `path` from 127.0.0.1:`port` (Connection: close, bounded); the body, or None.
+fn http_get(port: u16, path: &str) -> Option<String> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    let req = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).ok()?;
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    let text = String::from_utf8_lossy(&out);
+    let (_, body) = text.split_once("\r\n\r\n")?;
+    Some(body.to_string())
+}
+
+/// How many times an SGLang server's own count (`sglang:http_requests_total`) says `GET
+/// /metrics` and `GET /v1/loads` were asked of it, less `ours` (our own reads of /metrics,
+/// this one included: the count is taken before the answer).
+fn others_looked(port: u16, ours: u32) -> Option<f64> {
+    let body = http_get(port, "/metrics")?;
+    let count = |endpoint: &str| {
+        body.lines()
+            .filter(|l| {
+                l.starts_with("sglang:http_requests_total{")
+                    && l.contains(&format!("endpoint=\"{endpoint}\""))
+                    && l.contains("method=\"GET\"")
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>()
+    };
+    Some(count("/metrics") - f64::from(ours) + count("/v1/loads"))
+}
+
+/// Waits until something else (the snapshot just started) has scraped each of `ports` since
+/// now: the engines' counts from before the requests that follow are then known.
+fn await_scraped(ports: &[u16], bound: Duration) -> Result<(), String> {
+    let t0 = Instant::now();
+    let mut first: Vec<Option<f64>> = vec![None; ports.len()];
+    let mut ours = vec![0u32; ports.len()];
+    loop {
+        let mut all = true;
+        for (i, &port) in ports.iter().enumerate() {
+            ours[i] += 1;
+            let now = others_looked(port, ours[i]);
+            match (first[i], now) {
+                (None, n) => {
+                    first[i] = n;
+                    all = false;
+                }
+                (Some(a), Some(b)) if b > a => {}
+                _ => all = false,
+            }
+        }
+        if all {
+            return Ok(());
+        }
+        if t0.elapsed() > bound {
+            return Err(format!("no scrape of {ports:?} seen within {bound:?}"));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
 }
 
 /// Snapshots until `check` passes (a loaded machine may cut a window's dumps short), at most
@@ -656,7 +811,174 @@ fn generating_then_healthy(dir: &Path, st: &Stack, p: &Pids) -> Vec<Value> {
     findings
 }
 
-/// Phase 3: the forgotten requests at decode, against the baseline.
+/// The router serves a short chat again (after a phase that held decode), bounded.
+fn await_serving(st: &Stack, what: &str) {
+    let t0 = Instant::now();
+    loop {
+        let got = chat(
+            st.port("router"),
+            &chat_body(&st.model(), 2, 7),
+            Duration::from_secs(60),
+        );
+        let text = String::from_utf8_lossy(&got);
+        if text.starts_with("HTTP/1.1 200") && text.contains("data: [DONE]") {
+            eprintln!(
+                "[sglang_real] {what}: the router serves again after {:.1}s",
+                t0.elapsed().as_secs_f64()
+            );
+            return;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(180),
+            "{what}: the router does not serve again: {text:?}\n{}",
+            st.log_tail("decode")
+        );
+        std::thread::sleep(Duration::from_secs(2));
+    }
+}
+
+/// The finding of `kind` at `comp`, or a panic listing the snapshot's findings.
+fn finding_at<'a>(snap: &'a Value, comp: &str, kind: &str, tag: &str) -> &'a Value {
+    findings_at(snap, comp)
+        .into_iter()
+        .find(|f| f["kind"] == kind)
+        .unwrap_or_else(|| {
+            let all: Vec<&Value> = snap["findings"]
+                .as_array()
+                .expect("findings")
+                .iter()
+                .collect();
+            panic!(
+                "{tag}: no {kind} at {comp}; the findings:\n{}",
+                summaries(&all)
+            )
+        })
+}
+
+fn all_summaries(snap: &Value) -> String {
+    summaries(
+        &snap["findings"]
+            .as_array()
+            .expect("findings")
+            .iter()
+            .collect::<Vec<_>>(),
+    )
+}
+
+/// Phase 3, a stuck detokenizer: decode's detokenizer holds its next batch (the gate file)
+/// while two streams go through the router. Decode's schedulers generate their tokens, not
+/// one byte reaches a client; a snapshot whose window started before the requests says
+/// `tokens_undelivered` at decode naming its detokenizer, not "accepted and forgotten".
+/// Then the gate goes and both streams finish.
+fn stuck_detokenizer(dir: &Path, st: &Stack, p: &Pids) {
+    let detok = st.child("decode", "sglang::detokenizer");
+    std::fs::write(st.gate(), b"held by tests/sglang_real.rs\n").expect("gate file");
+    let sampling = Sampling::start(dir, BLAME_WINDOW_S, "undelivered");
+    await_scraped(&[st.port("decode")], Duration::from_secs(60)).expect("decode scraped");
+    let mut streams: Vec<TcpStream> = (200..202)
+        .map(|round| send_chat(st.port("router"), &chat_body(&st.model(), 16, round)))
+        .collect();
+    let sent = Instant::now();
+    let snap = sampling.finish();
+    // Not one byte reached a client while the detokenizer held its batch.
+    let got: Vec<usize> = streams
+        .iter_mut()
+        .map(|s| read_for(s, Duration::from_millis(500)).len())
+        .collect();
+    std::fs::remove_file(st.gate()).expect("remove the gate");
+    // Released, the detokenizer decodes what it held and what queued: both streams finish.
+    for s in &mut streams {
+        s.set_read_timeout(Some(Duration::from_secs(120)))
+            .expect("timeout");
+        let mut rest = Vec::new();
+        let _ = s.read_to_end(&mut rest);
+        let text = String::from_utf8_lossy(&rest);
+        assert!(
+            text.starts_with("HTTP/1.1 200") && text.contains("data: [DONE]"),
+            "a released stream finishes: {text:?}\n{}",
+            st.log_tail("decode")
+        );
+    }
+    let snap = snap.expect("undelivered snapshot");
+    eprintln!(
+        "[sglang_real] stuck detokenizer ({:.0}s held before the snapshot ended):\n{}",
+        sent.elapsed().as_secs_f64(),
+        all_summaries(&snap)
+    );
+    assert_eq!(got, vec![0, 0], "bytes reached the clients while held");
+    let did = id_of(component(&snap, p.decode));
+    let f = finding_at(&snap, &did, "tokens_undelivered", "stuck detokenizer");
+    assert_eq!(f["role"], "detokenizer", "{f}");
+    let summary = f["summary"].as_str().unwrap_or_default();
+    for want in [
+        "2 requests accepted".to_string(),
+        format!("in its detokenizer (pid {detok})"),
+        format!("(the HTTP process, pid {})", p.decode),
+    ] {
+        assert!(summary.contains(&want), "{want} missing: {summary}");
+    }
+    let wrong: Vec<&Value> = findings_at(&snap, &did)
+        .into_iter()
+        .filter(|f| f["kind"] == "wedged_request")
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "accepted and forgotten:\n{}",
+        summaries(&wrong)
+    );
+}
+
+/// Phase 4, one PD leg fails: the prefill (context `PREFILL_CONTEXT`) refuses a long prompt
+/// with a 400 while decode (the model's 1024) accepts the same request and waits for KV that
+/// will not come; the router holds the client. A snapshot whose window started before it
+/// says `pd_leg_failed` at prefill naming decode and the router.
+fn failed_prefill_leg(dir: &Path, st: &Stack, p: &Pids) {
+    let sampling = Sampling::start(dir, BLAME_WINDOW_S, "pd-leg");
+    await_scraped(
+        &[st.port("prefill"), st.port("decode")],
+        Duration::from_secs(60),
+    )
+    .expect("prefill and decode scraped");
+    let body = serde_json::json!({
+        "model": st.model(), "max_tokens": 8, "ignore_eos": true, "stream": true,
+        "temperature": 0,
+        "messages": [{"role": "user", "content": vec!["w"; LONG_PROMPT_WORDS].join(" ")}],
+    })
+    .to_string();
+    let mut client = send_chat(st.port("router"), &body);
+    let snap = sampling.finish().expect("pd-leg snapshot");
+    let got = read_for(&mut client, Duration::from_millis(500));
+    eprintln!(
+        "[sglang_real] failed prefill leg; the client got {:?}:\n{}",
+        String::from_utf8_lossy(&got),
+        all_summaries(&snap)
+    );
+    let prefill = id_of(component(&snap, p.prefill));
+    let decode = id_of(component(&snap, p.decode));
+    let router = id_of(component(&snap, p.router));
+    let f = finding_at(&snap, &prefill, "pd_leg_failed", "failed prefill leg");
+    let summary = f["summary"].as_str().unwrap_or_default();
+    for want in [
+        format!("1 PD request failed at {prefill} (answered an error)"),
+        format!("waits at {decode} for KV that will not come"),
+        format!("{router} holds the client"),
+    ] {
+        assert!(summary.contains(&want), "{want} missing: {summary}");
+    }
+    let wrong: Vec<&Value> = findings_at(&snap, &decode)
+        .into_iter()
+        .filter(|f| f["kind"] == "wedged_request")
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "accepted and forgotten:\n{}",
+        summaries(&wrong)
+    );
+    assert!(got.is_empty(), "the router answered the client: {got:?}");
+    drop(client);
+}
+
+/// Phase 5: the forgotten requests at decode, against the baseline.
 fn the_incident(dir: &Path, st: &mut Stack, baseline: &Path) {
     st.restart_decode(&format!("{FAULT_VAR}={FAULT_VALUE}"));
     let p = Pids::of(st);
@@ -774,6 +1096,14 @@ fn real_sglang_pd_discovery_metrics_stacks_and_the_incident() {
     check_idle_metrics(&base, &p);
     let baseline = dir.join("snap-baseline.json");
     let healthy_findings = generating_then_healthy(&dir, &st, &p);
+    let t_blame = Instant::now();
+    stuck_detokenizer(&dir, &st, &p);
+    await_serving(&st, "after the stuck detokenizer");
+    failed_prefill_leg(&dir, &st, &p);
+    eprintln!(
+        "[sglang_real] blame past the hop (stuck detokenizer, failed prefill leg): {:.1}s",
+        t_blame.elapsed().as_secs_f64()
+    );
     the_incident(&dir, &mut st, &baseline);
     drop(st);
     eprintln!(
