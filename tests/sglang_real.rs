@@ -11,11 +11,22 @@
 //! 2. streaming load through the router: a running request in decode's metrics, its
 //!    schedulers in a forward pass; after >= 40 s of traffic the healthy negative: no
 //!    finding at all (checked last, see `HEALTHY_AFTER`);
-//! 3. decode restarted with `LAB_SGLANG_FORGET_AFTER=2` (the change since noon, our fault
+//! 3. a stuck detokenizer (issue 32): the fault hook's gate file makes decode's real
+//!    `DetokenizerManager` hold the batch it gets; two streams through the router get not one
+//!    byte while decode's schedulers generate their tokens; a snapshot whose window started
+//!    before the requests (they follow its first scrape of decode) gives `tokens_undelivered`
+//!    at decode naming its detokenizer, and no `wedged_request` there; the gate removed, both
+//!    streams finish;
+//! 4. one PD leg fails (issue 32): the prefill runs with a smaller `--context-length` than
+//!    decode (set at `up`), so a long prompt through the router is refused by prefill (400)
+//!    and accepted by decode, which waits for KV that never comes while the router holds the
+//!    client; a snapshot started before it gives `pd_leg_failed` at prefill naming decode and
+//!    the router;
+//! 5. decode restarted with `LAB_SGLANG_FORGET_AFTER=2` (the change since noon, our fault
 //!    hook on the decode's PYTHONPATH only): two streams through the lab proxy in front of the
 //!    router are accepted and forgotten; a snapshot with `--baseline` gives `wedged_request`
 //!    at decode, each request's path starting at the proxy, and `config_changed` naming the
-//!    variable, and `diff` names it.
+//!    variable, and `diff` names it. (The restart also drops phase 4's waiting request.)
 //!
 //! Set-up: `python3 tests/lab/sglang/sglang_lab.py setup` (tests/run-all.sh starts it beside
 //! the build; the test runs it too, idempotent, waiting on its lock). `WEDGEWATCH_SKIP_SGLANG=1`
