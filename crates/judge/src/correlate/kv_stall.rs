@@ -10,6 +10,10 @@
 //! streams and the status messages from prefill to decode); with none on TCP at all (RDMA),
 //! only a prefill still holding requests in its inflight queue says their transfer is under
 //! way. The timing is one rule, [`kv_stall_due`].
+//!
+//! A prefill leg that answered an error (`blame::failed_prefill_leg`) never started a
+//! transfer: decode waits in its transfer queue all the same (the real 0.5.23 pair, a prompt
+//! over prefill's `--context-length`), but that is `pd_leg_failed`, not a stall here.
 
 use super::requests::StuckLeg;
 use super::state::{ComponentState, CountSource};
@@ -66,6 +70,9 @@ pub(super) fn kv_stalled(m: &Correlator, v: &View) -> Vec<StuckLeg> {
     let mut out = Vec::new();
     for (d, p) in candidates {
         let Some(p) = p else { continue };
+        if super::blame::failed_prefill_leg(m, v, d).is_some() {
+            continue;
+        }
         let (dr, pr) = (&v.requests[d], &v.requests[p]);
         let Some(stall) = pair_stall(v, &flows, dr, pr) else {
             continue;
