@@ -848,20 +848,15 @@ fn await_serving(st: &Stack, what: &str) {
     }
 }
 
-/// The finding of `kind` at `comp`, or a panic listing the snapshot's findings.
-fn finding_at<'a>(snap: &'a Value, comp: &str, kind: &str, tag: &str) -> &'a Value {
+/// The finding of `kind` at `comp`, or why not (the snapshot's findings listed).
+fn finding_at<'a>(snap: &'a Value, comp: &str, kind: &str) -> Result<&'a Value, String> {
     findings_at(snap, comp)
         .into_iter()
         .find(|f| f["kind"] == kind)
-        .unwrap_or_else(|| {
-            let all: Vec<&Value> = snap["findings"]
-                .as_array()
-                .expect("findings")
-                .iter()
-                .collect();
-            panic!(
-                "{tag}: no {kind} at {comp}; the findings:\n{}",
-                summaries(&all)
+        .ok_or_else(|| {
+            format!(
+                "no {kind} at {comp}; the findings:\n{}",
+                all_summaries(snap)
             )
         })
 }
@@ -876,12 +871,33 @@ fn all_summaries(snap: &Value) -> String {
     )
 }
 
+/// `Err(what)` unless `ok`.
+fn check(ok: bool, what: impl FnOnce() -> String) -> Result<(), String> {
+    if ok {
+        Ok(())
+    } else {
+        Err(what())
+    }
+}
+
+/// No `wedged_request` ("accepted and forgotten") at `comp`.
+fn not_forgotten(snap: &Value, comp: &str) -> Result<(), String> {
+    let wrong: Vec<&Value> = findings_at(snap, comp)
+        .into_iter()
+        .filter(|f| f["kind"] == "wedged_request")
+        .collect();
+    check(wrong.is_empty(), || {
+        format!("accepted and forgotten at {comp}:\n{}", summaries(&wrong))
+    })
+}
+
 /// Phase 3, a stuck detokenizer: decode's detokenizer holds its next batch (the gate file)
 /// while two streams go through the router. Decode's schedulers generate their tokens, not
 /// one byte reaches a client; a snapshot whose window started before the requests says
 /// `tokens_undelivered` at decode naming its detokenizer, not "accepted and forgotten".
-/// Then the gate goes and both streams finish.
-fn stuck_detokenizer(dir: &Path, st: &Stack, p: &Pids) {
+/// Then the gate goes and both streams finish. The judgement's checks are the `Err` (the
+/// test goes on to the next phases and fails at the end); the stack's own failures panic.
+fn stuck_detokenizer(dir: &Path, st: &Stack, p: &Pids) -> Result<(), String> {
     let detok = st.child("decode", "sglang::detokenizer");
     std::fs::write(st.gate(), b"held by tests/sglang_real.rs\n").expect("gate file");
     let sampling = Sampling::start(dir, BLAME_WINDOW_S, "undelivered");
@@ -896,6 +912,7 @@ fn stuck_detokenizer(dir: &Path, st: &Stack, p: &Pids) {
         .iter_mut()
         .map(|s| read_for(s, Duration::from_millis(500)).len())
         .collect();
+    let held = sent.elapsed();
     std::fs::remove_file(st.gate()).expect("remove the gate");
     // Released, the detokenizer decodes what it held and what queued: both streams finish.
     for s in &mut streams {
@@ -912,38 +929,34 @@ fn stuck_detokenizer(dir: &Path, st: &Stack, p: &Pids) {
     }
     let snap = snap.expect("undelivered snapshot");
     eprintln!(
-        "[sglang_real] stuck detokenizer ({:.0}s held before the snapshot ended):\n{}",
-        sent.elapsed().as_secs_f64(),
+        "[sglang_real] stuck detokenizer (held {:.0}s; the clients got {got:?} bytes):\n{}",
+        held.as_secs_f64(),
         all_summaries(&snap)
     );
-    assert_eq!(got, vec![0, 0], "bytes reached the clients while held");
+    check(got == [0, 0], || {
+        format!("bytes reached the clients while held: {got:?}")
+    })?;
     let did = id_of(component(&snap, p.decode));
-    let f = finding_at(&snap, &did, "tokens_undelivered", "stuck detokenizer");
-    assert_eq!(f["role"], "detokenizer", "{f}");
+    let f = finding_at(&snap, &did, "tokens_undelivered")?;
+    check(f["role"] == "detokenizer", || format!("{f}"))?;
     let summary = f["summary"].as_str().unwrap_or_default();
     for want in [
         "2 requests accepted".to_string(),
         format!("in its detokenizer (pid {detok})"),
         format!("(the HTTP process, pid {})", p.decode),
     ] {
-        assert!(summary.contains(&want), "{want} missing: {summary}");
+        check(summary.contains(&want), || {
+            format!("{want} missing: {summary}")
+        })?;
     }
-    let wrong: Vec<&Value> = findings_at(&snap, &did)
-        .into_iter()
-        .filter(|f| f["kind"] == "wedged_request")
-        .collect();
-    assert!(
-        wrong.is_empty(),
-        "accepted and forgotten:\n{}",
-        summaries(&wrong)
-    );
+    not_forgotten(&snap, &did)
 }
 
 /// Phase 4, one PD leg fails: the prefill (context `PREFILL_CONTEXT`) refuses a long prompt
 /// with a 400 while decode (the model's 1024) accepts the same request and waits for KV that
 /// will not come; the router holds the client. A snapshot whose window started before it
-/// says `pd_leg_failed` at prefill naming decode and the router.
-fn failed_prefill_leg(dir: &Path, st: &Stack, p: &Pids) {
+/// says `pd_leg_failed` at prefill naming decode and the router. Checks as in phase 3.
+fn failed_prefill_leg(dir: &Path, st: &Stack, p: &Pids) -> Result<(), String> {
     let sampling = Sampling::start(dir, BLAME_WINDOW_S, "pd-leg");
     await_scraped(
         &[st.port("prefill"), st.port("decode")],
@@ -959,34 +972,35 @@ fn failed_prefill_leg(dir: &Path, st: &Stack, p: &Pids) {
     let mut client = send_chat(st.port("router"), &body);
     let snap = sampling.finish().expect("pd-leg snapshot");
     let got = read_for(&mut client, Duration::from_millis(500));
-    eprintln!(
-        "[sglang_real] failed prefill leg; the client got {:?}:\n{}",
-        String::from_utf8_lossy(&got),
-        all_summaries(&snap)
-    );
     let prefill = id_of(component(&snap, p.prefill));
     let decode = id_of(component(&snap, p.decode));
     let router = id_of(component(&snap, p.router));
-    let f = finding_at(&snap, &prefill, "pd_leg_failed", "failed prefill leg");
+    eprintln!(
+        "[sglang_real] failed prefill leg; the client got {:?}; decode queues {} / {}:\n{}",
+        String::from_utf8_lossy(&got),
+        component(&snap, p.decode)["metrics"]["decode_prealloc_queue"],
+        component(&snap, p.decode)["metrics"]["decode_transfer_queue"],
+        all_summaries(&snap)
+    );
+    drop(client);
+    let f = finding_at(&snap, &prefill, "pd_leg_failed")?;
     let summary = f["summary"].as_str().unwrap_or_default();
     for want in [
         format!("1 PD request failed at {prefill} (answered an error)"),
         format!("waits at {decode} for KV that will not come"),
         format!("{router} holds the client"),
     ] {
-        assert!(summary.contains(&want), "{want} missing: {summary}");
+        check(summary.contains(&want), || {
+            format!("{want} missing: {summary}")
+        })?;
     }
-    let wrong: Vec<&Value> = findings_at(&snap, &decode)
-        .into_iter()
-        .filter(|f| f["kind"] == "wedged_request")
-        .collect();
-    assert!(
-        wrong.is_empty(),
-        "accepted and forgotten:\n{}",
-        summaries(&wrong)
-    );
-    assert!(got.is_empty(), "the router answered the client: {got:?}");
-    drop(client);
+    not_forgotten(&snap, &decode)?;
+    check(got.is_empty(), || {
+        format!(
+            "the router answered the client: {:?}",
+            String::from_utf8_lossy(&got)
+        )
+    })
 }
 
 /// Phase 5: the forgotten requests at decode, against the baseline.
@@ -1108,9 +1122,9 @@ fn real_sglang_pd_discovery_metrics_stacks_and_the_incident() {
     let baseline = dir.join("snap-baseline.json");
     let healthy_findings = generating_then_healthy(&dir, &st, &p);
     let t_blame = Instant::now();
-    stuck_detokenizer(&dir, &st, &p);
+    let undelivered = stuck_detokenizer(&dir, &st, &p);
     await_serving(&st, "after the stuck detokenizer");
-    failed_prefill_leg(&dir, &st, &p);
+    let leg_failed = failed_prefill_leg(&dir, &st, &p);
     eprintln!(
         "[sglang_real] blame past the hop (stuck detokenizer, failed prefill leg): {:.1}s",
         t_blame.elapsed().as_secs_f64()
@@ -1121,8 +1135,17 @@ fn real_sglang_pd_discovery_metrics_stacks_and_the_incident() {
         "[sglang_real] whole test {:.1}s",
         t_all.elapsed().as_secs_f64()
     );
-    // Last, so every other check has run: the healthy negative (issue 38 made it fail on
+    // Last, so every other check has run: the two blames past the hop, then the healthy
+    // negative (issue 38 made it fail on
     // decode's pooled bootstrap session).
+    let blames: Vec<String> = [
+        ("stuck detokenizer", undelivered),
+        ("failed prefill leg", leg_failed),
+    ]
+    .into_iter()
+    .filter_map(|(what, r)| r.err().map(|e| format!("{what}: {e}")))
+    .collect();
+    assert!(blames.is_empty(), "{}", blames.join("\n\n"));
     assert!(
         healthy_findings.is_empty(),
         "healthy negative: findings on a healthy pair after {HEALTHY_AFTER:?} of traffic:\n{}",
