@@ -408,11 +408,11 @@ impl Drop for Sampling {
     }
 }
 
-/// GET `path` from 127.0.0.1:`port` (Connection: close, bounded); the body, or None.
+/// GET `path` from 127.0.0.1:`port` (HTTP/1.0: never chunked; bounded); the body, or None.
 fn http_get(port: u16, path: &str) -> Option<String> {
     let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-    let req = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n");
+    let req = format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\n\r\n");
     s.write_all(req.as_bytes()).ok()?;
     let mut out = Vec::new();
     let _ = s.read_to_end(&mut out);
@@ -422,51 +422,60 @@ fn http_get(port: u16, path: &str) -> Option<String> {
 }
 
 /// How many times an SGLang server's own count (`sglang:http_requests_total`) says `GET
-/// /metrics` and `GET /v1/loads` were asked of it, less `ours` (our own reads of /metrics,
-/// this one included: the count is taken before the answer).
-fn others_looked(port: u16, ours: u32) -> Option<f64> {
+/// /v1/loads` was asked of it: wedgewatch fetches it beside each scrape, nobody else here
+/// (0 before the first; None when the answer did not parse).
+fn loads_asked(port: u16) -> Option<f64> {
     let body = http_get(port, "/metrics")?;
-    let count = |endpoint: &str| {
-        body.lines()
-            .filter(|l| {
-                l.starts_with("sglang:http_requests_total{")
-                    && l.contains(&format!("endpoint=\"{endpoint}\""))
-                    && l.contains("method=\"GET\"")
-            })
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum::<f64>()
-    };
-    Some(count("/metrics") - f64::from(ours) + count("/v1/loads"))
+    body.lines()
+        .filter(|l| {
+            l.starts_with("sglang:http_requests_total{")
+                && l.contains("endpoint=\"/v1/loads\"")
+                && l.contains("method=\"GET\"")
+        })
+        .map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<Option<f64>>()
 }
 
-/// Waits until something else (the snapshot just started) has scraped each of `ports` since
-/// now: the engines' counts from before the requests that follow are then known.
+/// Waits until something (the snapshot just started) has scraped each of `ports` since now.
 fn await_scraped(ports: &[u16], bound: Duration) -> Result<(), String> {
     let t0 = Instant::now();
-    let mut first: Vec<Option<f64>> = vec![None; ports.len()];
-    let mut ours = vec![0u32; ports.len()];
+    let first: Vec<Option<f64>> = ports.iter().map(|&p| loads_asked(p)).collect();
     loop {
-        let mut all = true;
-        for (i, &port) in ports.iter().enumerate() {
-            ours[i] += 1;
-            let now = others_looked(port, ours[i]);
-            match (first[i], now) {
-                (None, n) => {
-                    first[i] = n;
-                    all = false;
-                }
-                (Some(a), Some(b)) if b > a => {}
-                _ => all = false,
-            }
-        }
+        let all = ports
+            .iter()
+            .zip(&first)
+            .all(|(&p, a)| match (a, loads_asked(p)) {
+                (Some(a), Some(b)) => b > *a,
+                _ => false,
+            });
         if all {
             return Ok(());
         }
         if t0.elapsed() > bound {
-            return Err(format!("no scrape of {ports:?} seen within {bound:?}"));
+            return Err(format!(
+                "no scrape of {ports:?} within {bound:?} (from {first:?})"
+            ));
         }
         std::thread::sleep(Duration::from_millis(300));
     }
+}
+
+/// A snapshot started, and seen scraping the engines at `ports`: their counts from before
+/// what the test does next are known. A snapshot not seen scraping them (discovery missed
+/// the stack once on the loaded machine) is killed and started again, at most 3 times.
+fn watching(dir: &Path, tag: &str, ports: &[u16]) -> Sampling {
+    let mut why = String::new();
+    for i in 1..=3 {
+        let sampling = Sampling::start(dir, BLAME_WINDOW_S, tag);
+        match await_scraped(ports, Duration::from_secs(40)) {
+            Ok(()) => return sampling,
+            Err(e) => {
+                eprintln!("[sglang_real] {tag}: try {i}/3: {e}");
+                why = e;
+            }
+        }
+    }
+    panic!("{tag}: no snapshot scraped the engines: {why}");
 }
 
 /// Snapshots until `check` passes (a loaded machine may cut a window's dumps short), at most
@@ -900,8 +909,7 @@ fn not_forgotten(snap: &Value, comp: &str) -> Result<(), String> {
 fn stuck_detokenizer(dir: &Path, st: &Stack, p: &Pids) -> Result<(), String> {
     let detok = st.child("decode", "sglang::detokenizer");
     std::fs::write(st.gate(), b"held by tests/sglang_real.rs\n").expect("gate file");
-    let sampling = Sampling::start(dir, BLAME_WINDOW_S, "undelivered");
-    await_scraped(&[st.port("decode")], Duration::from_secs(60)).expect("decode scraped");
+    let sampling = watching(dir, "undelivered", &[st.port("decode")]);
     let mut streams: Vec<TcpStream> = (200..202)
         .map(|round| send_chat(st.port("router"), &chat_body(&st.model(), 16, round)))
         .collect();
@@ -957,12 +965,7 @@ fn stuck_detokenizer(dir: &Path, st: &Stack, p: &Pids) -> Result<(), String> {
 /// will not come; the router holds the client. A snapshot whose window started before it
 /// says `pd_leg_failed` at prefill naming decode and the router. Checks as in phase 3.
 fn failed_prefill_leg(dir: &Path, st: &Stack, p: &Pids) -> Result<(), String> {
-    let sampling = Sampling::start(dir, BLAME_WINDOW_S, "pd-leg");
-    await_scraped(
-        &[st.port("prefill"), st.port("decode")],
-        Duration::from_secs(60),
-    )
-    .expect("prefill and decode scraped");
+    let sampling = watching(dir, "pd-leg", &[st.port("prefill"), st.port("decode")]);
     let body = serde_json::json!({
         "model": st.model(), "max_tokens": 8, "ignore_eos": true, "stream": true,
         "temperature": 0,
