@@ -11,11 +11,22 @@
 //! 2. streaming load through the router: a running request in decode's metrics, its
 //!    schedulers in a forward pass; after >= 40 s of traffic the healthy negative: no
 //!    finding at all (checked last, see `HEALTHY_AFTER`);
-//! 3. decode restarted with `LAB_SGLANG_FORGET_AFTER=2` (the change since noon, our fault
+//! 3. a stuck detokenizer (issue 32): the fault hook's gate file makes decode's real
+//!    `DetokenizerManager` hold the batch it gets; two streams through the router get not one
+//!    byte while decode's schedulers generate their tokens; a snapshot whose window started
+//!    before the requests (they follow its first scrape of decode) gives `tokens_undelivered`
+//!    at decode naming its detokenizer, and no `wedged_request` there; the gate removed, both
+//!    streams finish;
+//! 4. one PD leg fails (issue 32): the prefill runs with a smaller `--context-length` than
+//!    decode (set at `up`), so a long prompt through the router is refused by prefill (400)
+//!    and accepted by decode, which waits for KV that never comes while the router holds the
+//!    client; a snapshot started before it gives `pd_leg_failed` at prefill naming decode and
+//!    the router;
+//! 5. decode restarted with `LAB_SGLANG_FORGET_AFTER=2` (the change since noon, our fault
 //!    hook on the decode's PYTHONPATH only): two streams through the lab proxy in front of the
 //!    router are accepted and forgotten; a snapshot with `--baseline` gives `wedged_request`
 //!    at decode, each request's path starting at the proxy, and `config_changed` naming the
-//!    variable, and `diff` names it.
+//!    variable, and `diff` names it. (The restart also drops phase 4's waiting request.)
 //!
 //! Set-up: `python3 tests/lab/sglang/sglang_lab.py setup` (tests/run-all.sh starts it beside
 //! the build; the test runs it too, idempotent, waiting on its lock). `WEDGEWATCH_SKIP_SGLANG=1`
@@ -41,6 +52,19 @@ const FAULT_VALUE: &str = "2";
 /// The healthy negative is judged after this much traffic: decode's pooled bootstrap session
 /// is then older than any stuck-request threshold (issue 38).
 const HEALTHY_AFTER: Duration = Duration::from_secs(40);
+/// The fault hook's switch for a stuck detokenizer (`tests/lab/sglang/fault/`): while the
+/// file it names exists, decode's real `DetokenizerManager` holds the batch it got. Set at `up`
+/// (so the baseline has it), switched by the test at run time.
+const GATE_VAR: &str = "LAB_SGLANG_DETOKENIZER_GATE";
+/// The prefill's context, smaller than decode's (the model's 1024): prompts between the two
+/// are refused by prefill (HTTP 400) and accepted by decode. The healthy load fits both.
+const PREFILL_CONTEXT: u32 = 256;
+/// Words of the prompt the prefill refuses (the lab tokenizer: about a token a word).
+const LONG_PROMPT_WORDS: usize = 400;
+/// The window of the snapshots that must see the engines' counts from before their
+/// requests (started first; the requests follow its first scrape, then wait past
+/// `wedged_after_ms`, 8 s in thresholds-fast).
+const BLAME_WINDOW_S: u32 = 26;
 /// A scheduler's states in a forward pass (probes/stacks-sglang.toml); on the CPU the TP
 /// all-reduce inside the forward is classified as the collective.
 const FORWARD: [&str; 3] = ["running_batch", "nccl_collective", "waiting_gpu_result"];
@@ -118,7 +142,19 @@ impl Stack {
         let t0 = Instant::now();
         // Both servers start in parallel (480 s bound each), then the router (120 s) and a
         // warm-up (180 s).
-        let (ok, out, err) = st.lab(&["up"], Duration::from_secs(900), "up");
+        let gate = format!("{GATE_VAR}={}", st.gate().display());
+        let context = PREFILL_CONTEXT.to_string();
+        let (ok, out, err) = st.lab(
+            &[
+                "up",
+                "--decode-env",
+                &gate,
+                "--prefill-context-length",
+                &context,
+            ],
+            Duration::from_secs(900),
+            "up",
+        );
         st.info = serde_json::from_str(&out).unwrap_or(Value::Null);
         assert!(ok, "sglang_lab.py up failed:\n{err}");
         eprintln!(
@@ -130,10 +166,17 @@ impl Stack {
         st
     }
 
+    /// The file whose presence holds decode's detokenizer (`GATE_VAR`).
+    fn gate(&self) -> PathBuf {
+        self.dir.join("detokenizer.gate")
+    }
+
+    /// Restarts decode with `env` added to the environment it had at `up` (the gate).
     fn restart_decode(&mut self, env: &str) {
         let t0 = Instant::now();
+        let gate = format!("{GATE_VAR}={}", self.gate().display());
         let (ok, out, err) = self.lab(
-            &["restart-decode", "--decode-env", env],
+            &["restart-decode", "--decode-env", &gate, "--decode-env", env],
             Duration::from_secs(900),
             "restart",
         );
@@ -283,6 +326,18 @@ fn read_for(s: &mut TcpStream, bound: Duration) -> Vec<u8> {
 /// failure as an error (a loaded machine can run a source past its deadline), which
 /// `snapshot_until` tries again. Each snapshot is kept in the run directory.
 fn try_snapshot(dir: &Path, window_s: u32, extra: &[&str], tag: &str) -> Result<Value, String> {
+    let c = snapshot_cmd(window_s, extra);
+    let bound = Duration::from_secs(u64::from(window_s) + 90);
+    let (ok, out, err) = run_bounded(c, bound, &dir.join(format!("snap-{tag}.json")));
+    if !ok {
+        return Err(format!("wedgewatch snapshot failed: {err}"));
+    }
+    serde_json::from_str(&out).map_err(|e| format!("snapshot is not JSON ({e}): {out}"))
+}
+
+/// `wedgewatch --thresholds thresholds-fast snapshot --json --no-daemon --window W` (+ args)
+/// with the lab venv's py-spy.
+fn snapshot_cmd(window_s: u32, extra: &[&str]) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_wedgewatch"));
     c.arg("--thresholds")
         .arg(repo().join("tests/fixtures/thresholds-fast.toml"))
@@ -295,12 +350,132 @@ fn try_snapshot(dir: &Path, window_s: u32, extra: &[&str], tag: &str) -> Result<
             repo().join("tests/lab/.venv/bin/py-spy"),
         );
     }
-    let bound = Duration::from_secs(u64::from(window_s) + 90);
-    let (ok, out, err) = run_bounded(c, bound, &dir.join(format!("snap-{tag}.json")));
-    if !ok {
-        return Err(format!("wedgewatch snapshot failed: {err}"));
+    c
+}
+
+/// A snapshot started now and running beside the test (its window covers what the test does
+/// next); killed on drop if still running.
+struct Sampling {
+    child: std::process::Child,
+    out: PathBuf,
+    bound: Duration,
+    started: Instant,
+}
+
+impl Sampling {
+    fn start(dir: &Path, window_s: u32, tag: &str) -> Sampling {
+        let out = dir.join(format!("snap-{tag}.json"));
+        let child = snapshot_cmd(window_s, &[])
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&out).expect("snapshot file"))
+            .stderr(std::fs::File::create(out.with_extension("err")).expect("stderr file"))
+            .spawn()
+            .expect("spawn wedgewatch snapshot");
+        Sampling {
+            child,
+            out,
+            bound: Duration::from_secs(u64::from(window_s) + 90),
+            started: Instant::now(),
+        }
     }
-    serde_json::from_str(&out).map_err(|e| format!("snapshot is not JSON ({e}): {out}"))
+
+    /// Waits for the snapshot (bounded); its JSON, or why not.
+    fn finish(mut self) -> Result<Value, String> {
+        let status = loop {
+            if let Some(st) = self.child.try_wait().expect("wait snapshot") {
+                break st;
+            }
+            if self.started.elapsed() > self.bound {
+                return Err(format!("snapshot still running after {:?}", self.bound));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        let out = std::fs::read_to_string(&self.out).unwrap_or_default();
+        if !status.success() {
+            let err = std::fs::read_to_string(self.out.with_extension("err")).unwrap_or_default();
+            return Err(format!("wedgewatch snapshot failed ({status}): {err}"));
+        }
+        serde_json::from_str(&out).map_err(|e| format!("snapshot is not JSON ({e}): {out}"))
+    }
+}
+
+impl Drop for Sampling {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// GET `path` from 127.0.0.1:`port` (HTTP/1.0: never chunked; bounded); the body, or None.
+fn http_get(port: u16, path: &str) -> Option<String> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    let req = format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\n\r\n");
+    s.write_all(req.as_bytes()).ok()?;
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    let text = String::from_utf8_lossy(&out);
+    let (_, body) = text.split_once("\r\n\r\n")?;
+    Some(body.to_string())
+}
+
+/// How many times an SGLang server's own count (`sglang:http_requests_total`) says `GET
+/// /v1/loads` was asked of it: wedgewatch fetches it beside each scrape, nobody else here
+/// (0 before the first; None when the answer did not parse).
+fn loads_asked(port: u16) -> Option<f64> {
+    let body = http_get(port, "/metrics")?;
+    body.lines()
+        .filter(|l| {
+            l.starts_with("sglang:http_requests_total{")
+                && l.contains("endpoint=\"/v1/loads\"")
+                && l.contains("method=\"GET\"")
+        })
+        .map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<Option<f64>>()
+}
+
+/// Waits until something (the snapshot just started) has scraped each of `ports` since now.
+fn await_scraped(ports: &[u16], bound: Duration) -> Result<(), String> {
+    let t0 = Instant::now();
+    let first: Vec<Option<f64>> = ports.iter().map(|&p| loads_asked(p)).collect();
+    loop {
+        let all = ports
+            .iter()
+            .zip(&first)
+            .all(|(&p, a)| match (a, loads_asked(p)) {
+                (Some(a), Some(b)) => b > *a,
+                _ => false,
+            });
+        if all {
+            return Ok(());
+        }
+        if t0.elapsed() > bound {
+            return Err(format!(
+                "no scrape of {ports:?} within {bound:?} (from {first:?})"
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+/// A snapshot started, and seen scraping the engines at `ports`: their counts from before
+/// what the test does next are known. A snapshot not seen scraping them (discovery missed
+/// the stack once on the loaded machine) is killed and started again, at most 3 times.
+fn watching(dir: &Path, tag: &str, ports: &[u16]) -> Sampling {
+    let mut why = String::new();
+    for i in 1..=3 {
+        let sampling = Sampling::start(dir, BLAME_WINDOW_S, tag);
+        match await_scraped(ports, Duration::from_secs(40)) {
+            Ok(()) => return sampling,
+            Err(e) => {
+                eprintln!("[sglang_real] {tag}: try {i}/3: {e}");
+                why = e;
+            }
+        }
+    }
+    panic!("{tag}: no snapshot scraped the engines: {why}");
 }
 
 /// Snapshots until `check` passes (a loaded machine may cut a window's dumps short), at most
@@ -656,7 +831,182 @@ fn generating_then_healthy(dir: &Path, st: &Stack, p: &Pids) -> Vec<Value> {
     findings
 }
 
-/// Phase 3: the forgotten requests at decode, against the baseline.
+/// The router serves a short chat again (after a phase that held decode), bounded.
+fn await_serving(st: &Stack, what: &str) {
+    let t0 = Instant::now();
+    loop {
+        let got = chat(
+            st.port("router"),
+            &chat_body(&st.model(), 2, 7),
+            Duration::from_secs(60),
+        );
+        let text = String::from_utf8_lossy(&got);
+        if text.starts_with("HTTP/1.1 200") && text.contains("data: [DONE]") {
+            eprintln!(
+                "[sglang_real] {what}: the router serves again after {:.1}s",
+                t0.elapsed().as_secs_f64()
+            );
+            return;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(180),
+            "{what}: the router does not serve again: {text:?}\n{}",
+            st.log_tail("decode")
+        );
+        std::thread::sleep(Duration::from_secs(2));
+    }
+}
+
+/// The finding of `kind` at `comp`, or why not (the snapshot's findings listed).
+fn finding_at<'a>(snap: &'a Value, comp: &str, kind: &str) -> Result<&'a Value, String> {
+    findings_at(snap, comp)
+        .into_iter()
+        .find(|f| f["kind"] == kind)
+        .ok_or_else(|| {
+            format!(
+                "no {kind} at {comp}; the findings:\n{}",
+                all_summaries(snap)
+            )
+        })
+}
+
+fn all_summaries(snap: &Value) -> String {
+    summaries(
+        &snap["findings"]
+            .as_array()
+            .expect("findings")
+            .iter()
+            .collect::<Vec<_>>(),
+    )
+}
+
+/// `Err(what)` unless `ok`.
+fn check(ok: bool, what: impl FnOnce() -> String) -> Result<(), String> {
+    if ok {
+        Ok(())
+    } else {
+        Err(what())
+    }
+}
+
+/// No `wedged_request` ("accepted and forgotten") at `comp`.
+fn not_forgotten(snap: &Value, comp: &str) -> Result<(), String> {
+    let wrong: Vec<&Value> = findings_at(snap, comp)
+        .into_iter()
+        .filter(|f| f["kind"] == "wedged_request")
+        .collect();
+    check(wrong.is_empty(), || {
+        format!("accepted and forgotten at {comp}:\n{}", summaries(&wrong))
+    })
+}
+
+/// Phase 3, a stuck detokenizer: decode's detokenizer holds its next batch (the gate file)
+/// while two streams go through the router. Decode's schedulers generate their tokens, not
+/// one byte reaches a client; a snapshot whose window started before the requests says
+/// `tokens_undelivered` at decode naming its detokenizer, not "accepted and forgotten".
+/// Then the gate goes and both streams finish. The judgement's checks are the `Err` (the
+/// test goes on to the next phases and fails at the end); the stack's own failures panic.
+fn stuck_detokenizer(dir: &Path, st: &Stack, p: &Pids) -> Result<(), String> {
+    let detok = st.child("decode", "sglang::detokenizer");
+    std::fs::write(st.gate(), b"held by tests/sglang_real.rs\n").expect("gate file");
+    let sampling = watching(dir, "undelivered", &[st.port("decode")]);
+    let mut streams: Vec<TcpStream> = (200..202)
+        .map(|round| send_chat(st.port("router"), &chat_body(&st.model(), 16, round)))
+        .collect();
+    let sent = Instant::now();
+    let snap = sampling.finish();
+    // Not one byte reached a client while the detokenizer held its batch.
+    let got: Vec<usize> = streams
+        .iter_mut()
+        .map(|s| read_for(s, Duration::from_millis(500)).len())
+        .collect();
+    let held = sent.elapsed();
+    std::fs::remove_file(st.gate()).expect("remove the gate");
+    // Released, the detokenizer decodes what it held and what queued: both streams finish.
+    for s in &mut streams {
+        s.set_read_timeout(Some(Duration::from_secs(120)))
+            .expect("timeout");
+        let mut rest = Vec::new();
+        let _ = s.read_to_end(&mut rest);
+        let text = String::from_utf8_lossy(&rest);
+        assert!(
+            text.starts_with("HTTP/1.1 200") && text.contains("data: [DONE]"),
+            "a released stream finishes: {text:?}\n{}",
+            st.log_tail("decode")
+        );
+    }
+    let snap = snap.expect("undelivered snapshot");
+    eprintln!(
+        "[sglang_real] stuck detokenizer (held {:.0}s; the clients got {got:?} bytes):\n{}",
+        held.as_secs_f64(),
+        all_summaries(&snap)
+    );
+    check(got == [0, 0], || {
+        format!("bytes reached the clients while held: {got:?}")
+    })?;
+    let did = id_of(component(&snap, p.decode));
+    let f = finding_at(&snap, &did, "tokens_undelivered")?;
+    check(f["role"] == "detokenizer", || format!("{f}"))?;
+    let summary = f["summary"].as_str().unwrap_or_default();
+    for want in [
+        "2 requests accepted".to_string(),
+        format!("in its detokenizer (pid {detok})"),
+        format!("(the HTTP process, pid {})", p.decode),
+    ] {
+        check(summary.contains(&want), || {
+            format!("{want} missing: {summary}")
+        })?;
+    }
+    not_forgotten(&snap, &did)
+}
+
+/// Phase 4, one PD leg fails: the prefill (context `PREFILL_CONTEXT`) refuses a long prompt
+/// with a 400 while decode (the model's 1024) accepts the same request and waits for KV that
+/// will not come; the router holds the client. A snapshot whose window started before it
+/// says `pd_leg_failed` at prefill naming decode and the router. Checks as in phase 3.
+fn failed_prefill_leg(dir: &Path, st: &Stack, p: &Pids) -> Result<(), String> {
+    let sampling = watching(dir, "pd-leg", &[st.port("prefill"), st.port("decode")]);
+    let body = serde_json::json!({
+        "model": st.model(), "max_tokens": 8, "ignore_eos": true, "stream": true,
+        "temperature": 0,
+        "messages": [{"role": "user", "content": vec!["w"; LONG_PROMPT_WORDS].join(" ")}],
+    })
+    .to_string();
+    let mut client = send_chat(st.port("router"), &body);
+    let snap = sampling.finish().expect("pd-leg snapshot");
+    let got = read_for(&mut client, Duration::from_millis(500));
+    let prefill = id_of(component(&snap, p.prefill));
+    let decode = id_of(component(&snap, p.decode));
+    let router = id_of(component(&snap, p.router));
+    eprintln!(
+        "[sglang_real] failed prefill leg; the client got {:?}; decode queues {} / {}:\n{}",
+        String::from_utf8_lossy(&got),
+        component(&snap, p.decode)["metrics"]["decode_prealloc_queue"],
+        component(&snap, p.decode)["metrics"]["decode_transfer_queue"],
+        all_summaries(&snap)
+    );
+    drop(client);
+    let f = finding_at(&snap, &prefill, "pd_leg_failed")?;
+    let summary = f["summary"].as_str().unwrap_or_default();
+    for want in [
+        format!("1 PD request failed at {prefill} (answered an error)"),
+        format!("waits at {decode} for KV that will not come"),
+        format!("{router} holds the client"),
+    ] {
+        check(summary.contains(&want), || {
+            format!("{want} missing: {summary}")
+        })?;
+    }
+    not_forgotten(&snap, &decode)?;
+    check(got.is_empty(), || {
+        format!(
+            "the router answered the client: {:?}",
+            String::from_utf8_lossy(&got)
+        )
+    })
+}
+
+/// Phase 5: the forgotten requests at decode, against the baseline.
 fn the_incident(dir: &Path, st: &mut Stack, baseline: &Path) {
     st.restart_decode(&format!("{FAULT_VAR}={FAULT_VALUE}"));
     let p = Pids::of(st);
@@ -774,14 +1124,31 @@ fn real_sglang_pd_discovery_metrics_stacks_and_the_incident() {
     check_idle_metrics(&base, &p);
     let baseline = dir.join("snap-baseline.json");
     let healthy_findings = generating_then_healthy(&dir, &st, &p);
+    let t_blame = Instant::now();
+    let undelivered = stuck_detokenizer(&dir, &st, &p);
+    await_serving(&st, "after the stuck detokenizer");
+    let leg_failed = failed_prefill_leg(&dir, &st, &p);
+    eprintln!(
+        "[sglang_real] blame past the hop (stuck detokenizer, failed prefill leg): {:.1}s",
+        t_blame.elapsed().as_secs_f64()
+    );
     the_incident(&dir, &mut st, &baseline);
     drop(st);
     eprintln!(
         "[sglang_real] whole test {:.1}s",
         t_all.elapsed().as_secs_f64()
     );
-    // Last, so every other check has run: the healthy negative (issue 38 made it fail on
+    // Last, so every other check has run: the two blames past the hop, then the healthy
+    // negative (issue 38 made it fail on
     // decode's pooled bootstrap session).
+    let blames: Vec<String> = [
+        ("stuck detokenizer", undelivered),
+        ("failed prefill leg", leg_failed),
+    ]
+    .into_iter()
+    .filter_map(|(what, r)| r.err().map(|e| format!("{what}: {e}")))
+    .collect();
+    assert!(blames.is_empty(), "{}", blames.join("\n\n"));
     assert!(
         healthy_findings.is_empty(),
         "healthy negative: findings on a healthy pair after {HEALTHY_AFTER:?} of traffic:\n{}",

@@ -221,6 +221,33 @@ fn a_prefill_that_closed_without_an_answer_failed_its_leg() {
     assert!(of_kind(&fs, "wedged_request").is_empty(), "{fs:#?}");
 }
 
+/// The real tier: prefill answers its 400 within milliseconds and the router closes the
+/// connection, both between two socket samples; the leg is seen closed with no byte out. The
+/// engine's error count says it answered an error.
+#[test]
+fn a_prefill_leg_seen_closed_while_prefill_counted_an_error_answered_an_error() {
+    let fs = prefill_answers(0, None, Some(1.0));
+    let f = of_kind(&fs, "pd_leg_failed");
+    assert_eq!(f.len(), 1, "{fs:#?}");
+    assert!(
+        f[0].summary.contains("(answered an error)"),
+        "{}",
+        f[0].summary
+    );
+    let ev: Vec<&str> = f[0].evidence.iter().map(|e| e.detail.as_str()).collect();
+    assert!(
+        ev.iter()
+            .any(|e| e.contains("prefill leg") && e.contains("closed with its answer unseen")),
+        "{ev:#?}"
+    );
+    assert!(
+        ev.iter()
+            .any(|e| e.contains("counted 1 inference answer(s) with an error status")),
+        "{ev:#?}"
+    );
+    assert!(of_kind(&fs, "wedged_request").is_empty(), "{fs:#?}");
+}
+
 #[test]
 fn errors_counted_before_any_scrape_are_errors_since_start() {
     // The first scrape the model has comes after the leg ended: its count is all it knows.

@@ -101,6 +101,8 @@ struct Env {
     prefill: serde_json::Value,
     decode: serde_json::Value,
     ticks: u64,
+    /// Prefill's `http_errors_total` (absent: no error answered yet).
+    prefill_errors: Option<f64>,
 }
 
 impl Env {
@@ -108,8 +110,12 @@ impl Env {
         self.ticks += 1;
         let now = sim.now;
         if self.ticks % 4 == 1 {
+            let mut prefill = loads(PREFILL, now, self.prefill.clone());
+            if let Some(e) = self.prefill_errors {
+                prefill.mapped.insert("http_errors_total".into(), e);
+            }
             sim.ingest(Payload::Metrics(vec![
-                loads(PREFILL, now, self.prefill.clone()),
+                prefill,
                 loads(DECODE, now, self.decode.clone()),
             ]));
         }
@@ -147,6 +153,7 @@ fn sender_stopped_mid_slice() -> Sim {
         prefill: serde_json::json!({"prefill_inflight_queue_reqs": 1, "prefill_bootstrap_queue_reqs": 0}),
         decode: serde_json::json!({"decode_transfer_queue_reqs": 1}),
         ticks: 0,
+        prefill_errors: None,
     };
     sim.run(40_000, |s| env.tick(s));
     sim
@@ -284,6 +291,7 @@ fn a_receiver_stuck_after_prefill_answered_is_a_kv_transfer_stall() {
         prefill: serde_json::json!({}),
         decode: serde_json::json!({"decode_transfer_queue_reqs": 1}),
         ticks: 0,
+        prefill_errors: None,
     };
     sim.run(40_000, |s| env.tick(s));
     let p = parts(&sim);
@@ -297,6 +305,56 @@ fn a_receiver_stuck_after_prefill_answered_is_a_kv_transfer_stall() {
     );
 }
 
+/// Prefill refused the request (an error answer in one burst, its error count up by one)
+/// while decode, which accepted it, holds it in its transfer queue and the pair's stream is
+/// silent: the KV will never be sent, nothing stalled in the transfer. That is
+/// `pd_leg_failed` at prefill (the real tier: a prompt longer than prefill's
+/// `--context-length`, refused with a 400, while decode waits in its transfer queue), not a
+/// KV transfer stall at decode.
+#[test]
+fn a_prefill_that_answered_an_error_is_a_failed_leg_not_a_kv_transfer_stall() {
+    let mut sim = Sim::new(topology());
+    kv_stream(&mut sim);
+    let mut env = Env {
+        prefill: serde_json::json!({}),
+        decode: serde_json::json!({"decode_transfer_queue_reqs": 1}),
+        ticks: 0,
+        prefill_errors: None,
+    };
+    env.tick(&mut sim); // a scrape from before the request
+    let [_, _, p, _] = pd_request(&mut sim);
+    sim.advance(300);
+    sim.respond(p, 330); // the 400 and its JSON error
+    env.prefill_errors = Some(1.0);
+    sim.run(40_000, |s| env.tick(s));
+    let p = parts(&sim);
+    assert!(
+        of_kind(&p.findings, "kv_transfer_stalled").is_empty(),
+        "{:?}",
+        kinds(&p.findings)
+    );
+    let f = of_kind(&p.findings, "pd_leg_failed");
+    assert_eq!(f.len(), 1, "{:?}", kinds(&p.findings));
+    assert_eq!(f[0].component.as_deref(), Some(PREFILL));
+    assert!(
+        f[0].summary.contains(&format!("waits at {DECODE}")),
+        "{}",
+        f[0].summary
+    );
+    assert!(
+        of_kind(&p.findings, "wedged_request").is_empty(),
+        "{:?}",
+        kinds(&p.findings)
+    );
+    let l = p
+        .logical_requests
+        .iter()
+        .find(|l| l.id == f[0].requests[0])
+        .expect("named");
+    assert_ne!(l.stuck_kind, Some(StuckKind::KvTransfer));
+    assert_eq!(l.stuck_role, Some(Role::Decode));
+}
+
 /// A decode that forgot the request never sends prefill where to write its KV: prefill holds
 /// it in its bootstrap queue, decode holds nothing. That is a forgotten request at decode.
 #[test]
@@ -308,6 +366,7 @@ fn a_forgotten_request_is_no_kv_transfer_stall() {
         prefill: serde_json::json!({"prefill_bootstrap_queue_reqs": 1}),
         decode: serde_json::json!({}),
         ticks: 0,
+        prefill_errors: None,
     };
     sim.run(40_000, |s| env.tick(s));
     let p = parts(&sim);
@@ -332,6 +391,7 @@ fn a_transfer_still_moving_is_no_stall() {
         prefill: serde_json::json!({"prefill_inflight_queue_reqs": 1, "prefill_bootstrap_queue_reqs": 0}),
         decode: serde_json::json!({"decode_transfer_queue_reqs": 1}),
         ticks: 0,
+        prefill_errors: None,
     };
     sim.run(40_000, |s| {
         env.tick(s);
@@ -359,6 +419,7 @@ fn a_decode_holding_nothing_is_no_stall() {
         prefill: serde_json::json!({}),
         decode: serde_json::json!({}),
         ticks: 0,
+        prefill_errors: None,
     };
     sim.run(40_000, |s| env.tick(s));
     let p = parts(&sim);

@@ -12,9 +12,12 @@ Standard library only; runs with the system python3. Subcommands:
                              match exactly once); the model (../vllm/build_model.py). Prints the
                              seconds each step took. See ../../../docs/lab.md "Real SGLang tier".
   up --run-dir DIR [--decode-env K=V]... [--prefill-tp N] [--decode-tp N]
+     [--prefill-context-length N]
                              start prefill and decode in parallel (own sessions, free ports),
                              wait for /health, then the router; one warm-up request through the
-                             router; write and print DIR/sglang.json.
+                             router; write and print DIR/sglang.json. With
+                             --prefill-context-length the prefill refuses (HTTP 400) prompts
+                             its smaller context cannot hold while decode accepts them.
   restart-decode --run-dir DIR [--decode-env K=V]...
                              stop the decode server and start it again on the same ports with
                              the given environment (the prefill and the router stay up)
@@ -22,7 +25,7 @@ Standard library only; runs with the system python3. Subcommands:
                              once, then a no-op, and a missing or doubled text fails naming it
   down --run-dir DIR         SIGINT each recorded server, then SIGKILL its process group and
                              recorded children if still there; exits 1 if any remains
-  chat --run-dir DIR [--max-tokens N] [--stream] [--timeout S]
+  chat --run-dir DIR [--max-tokens N] [--stream] [--timeout S] [--prompt-words N]
                              one chat completion through the router (status, bytes, seconds)
 
 Faults (environment of the decode server only, read by fault/sitecustomize.py, which is on the
@@ -31,6 +34,11 @@ decode's PYTHONPATH and nobody else's):
                              silently drops every later one (health checks pass; SGLang's own
                              start-up warm-up and `restart-decode`'s warm-up count: N=2 forgets
                              every request after the restart)
+  LAB_SGLANG_DETOKENIZER_GATE=PATH
+                             while the file PATH exists, decode's detokenizer process holds the
+                             next batch of token ids inside the real DetokenizerManager, before
+                             decoding it; removing PATH lets it go on (a stuck detokenizer,
+                             switched at run time without a restart)
 
 All servers bind 127.0.0.1. Every wait is bounded. Nothing is ever killed by name.
 """
@@ -64,7 +72,7 @@ SGLANG_VERSION = "0.5.23"
 TORCH_PIN = "torch==2.14.1"
 MODEL_NAME = "lab-tiny-llama"
 FAULT_DIR = os.path.join(HERE, "fault")
-FAULT_VARS = ["LAB_SGLANG_FORGET_AFTER"]
+FAULT_VARS = ["LAB_SGLANG_FORGET_AFTER", "LAB_SGLANG_DETOKENIZER_GATE"]
 DEBIAN_PACKAGES = ["libibverbs1", "libnl-3-200", "libnl-route-3-200"]
 
 # The three one-line edits SGLang 0.5.23 needs on a CPU (../../../docs/lab.md, "Real SGLang
@@ -372,12 +380,14 @@ def server_env(extra, tp):
     return env
 
 
-def engine_cmd(port, nccl_port, tp, mode, bootstrap_port=None):
+def engine_cmd(port, nccl_port, tp, mode, bootstrap_port=None, context_length=None):
     cmd = [vpy(), "-m", "sglang.launch_server", "--model-path", MODEL_DIR,
            "--served-model-name", MODEL_NAME, "--device", "cpu", "--host", "127.0.0.1",
            "--port", str(port), "--nccl-port", str(nccl_port), "--enable-metrics",
            "--max-total-tokens", "8192", "--max-running-requests", "8", "--tp-size", str(tp),
            "--disaggregation-mode", mode, "--disaggregation-transfer-backend", "mooncake_tcp"]
+    if context_length:
+        cmd += ["--context-length", str(context_length)]
     if mode == "prefill":
         cmd += ["--disaggregation-bootstrap-port", str(bootstrap_port)]
     else:
@@ -444,7 +454,8 @@ def _wait_healthy(procs, infos, deadline):
                        f"\n{_tail(infos[name]['log'])}")
 
 
-def up(run_dir, decode_env, prefill_tp=1, decode_tp=2, timeout=480.0):
+def up(run_dir, decode_env, prefill_tp=1, decode_tp=2, timeout=480.0,
+       prefill_context_length=None):
     os.makedirs(os.path.join(run_dir, "logs"), exist_ok=True)
     path = os.path.join(run_dir, "sglang.json")
     names = ["prefill", "bootstrap", "decode", "router", "router_metrics", "nccl_prefill",
@@ -453,10 +464,12 @@ def up(run_dir, decode_env, prefill_tp=1, decode_tp=2, timeout=480.0):
     t0 = time.time()
     state = {"version": 1, "ports": ports, "model": MODEL_NAME, "model_path": MODEL_DIR,
              "venv": VENV, "run_dir": run_dir, "decode_env": dict(decode_env),
+             "prefill_context_length": prefill_context_length,
              "url": f"http://127.0.0.1:{ports['router']}", "servers": {}}
     procs, infos = {}, state["servers"]
     specs = [("prefill", engine_cmd(ports["prefill"], ports["nccl_prefill"], prefill_tp,
-                                    "prefill", ports["bootstrap"]), server_env({}, prefill_tp),
+                                    "prefill", ports["bootstrap"], prefill_context_length),
+              server_env({}, prefill_tp),
               ports["prefill"], prefill_tp),
              _decode_spec(ports, decode_env, decode_tp)]
     try:
@@ -529,10 +542,13 @@ def _warm_up(state, deadline):
     last = None
     while time.time() < deadline:
         try:
-            return chat(state, max_tokens=2, timeout=60)
+            got = chat(state, max_tokens=2, timeout=60)
+            if got["status"] == 200:
+                return got
+            last = got
         except (OSError, urllib.error.URLError) as e:
             last = e
-            time.sleep(2)
+        time.sleep(2)
     raise LabError(f"the warm-up request through the router failed: {last}")
 
 
@@ -584,15 +600,23 @@ def down(run_dir):
 
 
 def chat(state, max_tokens=16, stream=False, timeout=60.0, prompt="hello engine please answer"):
+    """One chat completion through the router: status, bytes and seconds (an HTTP error
+    status too, with its body's first bytes)."""
     body = json.dumps({"model": state["model"], "max_tokens": max_tokens, "ignore_eos": True,
                        "stream": stream, "temperature": 0,
                        "messages": [{"role": "user", "content": prompt}]}).encode()
     req = urllib.request.Request(f"{state['url']}/v1/chat/completions", data=body,
                                  headers={"Content-Type": "application/json"})
     t0 = time.time()
-    with urllib.request.urlopen(req, timeout=timeout) as r:
-        data = r.read()
-        return {"status": r.status, "bytes": len(data), "seconds": round(time.time() - t0, 3)}
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            data = r.read()
+            return {"status": r.status, "bytes": len(data),
+                    "seconds": round(time.time() - t0, 3)}
+    except urllib.error.HTTPError as e:
+        data = e.read()
+        return {"status": e.code, "bytes": len(data), "seconds": round(time.time() - t0, 3),
+                "body": data[:300].decode(errors="replace")}
 
 
 # ------------------------------------------------------------------------------------ cli
@@ -618,6 +642,7 @@ def main(argv=None):
     u.add_argument("--prefill-tp", type=int, default=1)
     u.add_argument("--decode-tp", type=int, default=2)
     u.add_argument("--timeout", type=float, default=480.0)
+    u.add_argument("--prefill-context-length", type=int, default=None)
     r = sub.add_parser("restart-decode")
     r.add_argument("--run-dir", required=True)
     r.add_argument("--decode-env", action="append", default=[])
@@ -629,6 +654,8 @@ def main(argv=None):
     c.add_argument("--max-tokens", type=int, default=16)
     c.add_argument("--stream", action="store_true")
     c.add_argument("--timeout", type=float, default=60.0)
+    c.add_argument("--prompt-words", type=int, default=0,
+                   help="a prompt of this many words instead of the short default")
     a = ap.parse_args(argv)
     try:
         if a.cmd == "setup":
@@ -641,7 +668,8 @@ def main(argv=None):
         elif a.cmd == "up":
             env = _env_pairs(a.decode_env)
             setup()
-            st = up(os.path.abspath(a.run_dir), env, a.prefill_tp, a.decode_tp, a.timeout)
+            st = up(os.path.abspath(a.run_dir), env, a.prefill_tp, a.decode_tp, a.timeout,
+                    a.prefill_context_length)
             print(json.dumps(st, indent=1))
         elif a.cmd == "restart-decode":
             st = restart_decode(os.path.abspath(a.run_dir), _env_pairs(a.decode_env),
@@ -654,7 +682,8 @@ def main(argv=None):
                 return 1
         elif a.cmd == "chat":
             state = json.loads(_read(os.path.join(a.run_dir, "sglang.json")) or "{}")
-            print(json.dumps(chat(state, a.max_tokens, a.stream, a.timeout)))
+            kw = {"prompt": " ".join(["w"] * a.prompt_words)} if a.prompt_words else {}
+            print(json.dumps(chat(state, a.max_tokens, a.stream, a.timeout, **kw)))
     except LabError as e:
         log(f"error: {e}")
         return 1

@@ -104,7 +104,10 @@ fn is_inference_answer(x: &Exchange) -> bool {
 
 /// A decode leg's prefill sibling (the leg the same router exchange sent to prefill) that
 /// ended without a usable answer: closed before any byte, or a short answer in one burst
-/// while the prefill engine counted error statuses.
+/// while the prefill engine counted error statuses. A leg seen closed while the engine
+/// counted an error answered it: the real prefill answers a 400 in milliseconds and the real
+/// router then closes the connection, often between two socket samples (no byte seen), so
+/// the count says what the sockets missed.
 pub fn failed_prefill_leg(m: &Correlator, v: &View, leg: usize) -> Option<FailedLeg> {
     let x = &v.requests[leg].x;
     if x.role != Role::Decode || x.answered() {
@@ -119,7 +122,7 @@ pub fn failed_prefill_leg(m: &Correlator, v: &View, leg: usize) -> Option<Failed
         .map(|i| (i, &v.requests[i]))
         .find(|(_, c)| c.x.role == Role::Prefill && !View::is_outstanding(c))?;
     let how = match pr.state {
-        RequestState::Closed => LegFailure::Closed,
+        RequestState::Closed => error_status(m, &pr.x).unwrap_or(LegFailure::Closed),
         RequestState::Done if error_sized(&pr.x) => error_status(m, &pr.x)?,
         _ => return None,
     };

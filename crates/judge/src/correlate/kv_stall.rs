@@ -2,6 +2,9 @@
 //! transfer between the pair is silent, so the request is neither forgotten at decode nor at
 //! prefill. The rule is `kv_transfer_stalled` in docs/findings.md; its timing is one
 //! function, [`kv_stall_due`].
+//!
+//! A prefill leg that answered an error never started a transfer (decode waits in its
+//! transfer queue all the same on the real 0.5.23 pair): that is `pd_leg_failed`.
 
 use super::requests::StuckLeg;
 use super::state::{ComponentState, CountSource};

@@ -9,7 +9,7 @@ use super::wedged_request::{age_text, verdicts, waiting_evidence};
 use super::{logical_ids, secs};
 use crate::correlate::blame::{answer_size_unknown, Blame, FailedLeg, LegFailure};
 use crate::correlate::{Correlator, RequestView, View};
-use crate::model::{Evidence, Finding, FindingKind, Role, Severity};
+use crate::model::{Evidence, Finding, FindingKind, RequestState, Role, Severity};
 use std::collections::BTreeMap;
 
 /// `pd_leg_failed`: decode legs waiting for KV from a prefill leg that failed, one finding
@@ -124,6 +124,9 @@ fn prefill_evidence(v: &View, f: &FailedLeg) -> Evidence {
     let p = &v.requests[f.leg];
     let how = match f.how {
         LegFailure::Closed => "closed before any answer".to_string(),
+        _ if p.state == RequestState::Closed => {
+            "closed with its answer unseen (sent between two socket samples)".to_string()
+        }
         _ if answer_size_unknown(&p.x) => {
             "answered in one burst (already answered when first seen)".to_string()
         }
