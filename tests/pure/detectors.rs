@@ -1475,6 +1475,12 @@ fn ranks_in_step_or_following_rank_0_are_not_diverged() {
     for tp0 in [
         ("idle", "sglang.idle", "on_idle"),
         ("running_batch", "sglang.running_batch", "run_batch"),
+        // A PD prefill's rank 0 polling its transfers (the biglab's healthy prefill).
+        (
+            "pd_queue_polling",
+            "sglang.pd_queue_polling",
+            "process_disagg_prefill_inflight_queue",
+        ),
     ] {
         let fs = tp_ranks_dumped(3, |rank, _| if rank == 0 { tp0 } else { AT_BROADCAST });
         assert!(fs.is_empty(), "{fs:#?}");

@@ -172,6 +172,7 @@ impl<'a> Split<'a> {
             ThreadState::Idle,
             ThreadState::RunningBatch,
             ThreadState::WaitingGpuResult,
+            ThreadState::PdQueuePolling,
         ];
         if place.state == ThreadState::GlooCollective
             && odd.iter().all(|r| loop_states.contains(&r.place.state))
