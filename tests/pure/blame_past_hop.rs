@@ -507,3 +507,58 @@ fn tokens_the_http_server_received_are_not_undelivered_when_no_sample_saw_them_l
     assert!(of_kind(&fs, "tokens_undelivered").is_empty(), "{fs:#?}");
     assert_eq!(of_kind(&fs, "wedged_request").len(), 1, "{fs:#?}");
 }
+
+/// The prefill leg refused in milliseconds and closed between two socket samples: no sample
+/// saw it. The router's one configured prefill counted an error since the decode leg
+/// arrived: still `pd_leg_failed`, its evidence saying the leg was not seen.
+#[test]
+fn a_prefill_leg_no_sample_saw_is_failed_by_the_prefills_error_count() {
+    let unseen = |errors_after: f64, prefills: &[&str]| {
+        let mut topo = pd_topology();
+        for to in prefills.iter().chain([&DECODE]) {
+            topo.edges.push(Edge {
+                from: ROUTER.into(),
+                to: to.to_string(),
+                origin: EdgeOrigin::Config,
+                connections: None,
+            });
+        }
+        let mut sim = Sim::new(topo);
+        let mut ticks = 0;
+        let mut counts = Counts {
+            prefill_errors: Some(0.0),
+            ..Counts::default()
+        };
+        tick(&mut sim, &mut ticks, counts); // a scrape from before the request
+        let a = sim.connect(None, 8000, 100);
+        let b = sim.connect(Some(100), 30000, 200);
+        let d = sim.connect(Some(200), 31012, 400);
+        sim.request(a, 800);
+        sim.advance(20);
+        sim.request(b, 830);
+        sim.advance(25);
+        sim.request(d, 950);
+        counts.prefill_errors = Some(errors_after);
+        sim.run(40_000, |s| tick(s, &mut ticks, counts));
+        findings(&sim)
+    };
+    let fs = unseen(1.0, &[PREFILL]);
+    let f = of_kind(&fs, "pd_leg_failed");
+    assert_eq!(f.len(), 1, "{fs:#?}");
+    assert_eq!(f[0].component.as_deref(), Some(PREFILL));
+    assert!(
+        f[0].evidence
+            .iter()
+            .any(|e| e.detail.contains("not seen on a socket")),
+        "{:#?}",
+        f[0].evidence
+    );
+    assert!(of_kind(&fs, "wedged_request").is_empty(), "{fs:#?}");
+    // No error counted: the request is forgotten at decode, as before.
+    let fs = unseen(0.0, &[PREFILL]);
+    assert!(of_kind(&fs, "pd_leg_failed").is_empty(), "{fs:#?}");
+    assert_eq!(of_kind(&fs, "wedged_request").len(), 1, "{fs:#?}");
+    // Not configured with that prefill (no edge): which leg failed is unknown.
+    let fs = unseen(1.0, &[]);
+    assert!(of_kind(&fs, "pd_leg_failed").is_empty(), "{fs:#?}");
+}

@@ -41,8 +41,10 @@ pub enum Blame {
 /// The prefill leg of a waiting decode leg, and how it failed.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FailedLeg {
-    /// Index into `View::requests`.
-    pub leg: usize,
+    /// The prefill engine's component id.
+    pub prefill: String,
+    /// Index into `View::requests`; None when no socket sample saw the leg.
+    pub leg: Option<usize>,
     pub how: LegFailure,
 }
 
@@ -114,19 +116,58 @@ pub fn failed_prefill_leg(m: &Correlator, v: &View, leg: usize) -> Option<Failed
         return None;
     }
     let parent = v.request_by_num(x.parent?)?;
-    let (p, pr) = parent
+    let sibling = parent
         .x
         .links
         .iter()
         .filter_map(|&n| v.index_of_num(n))
         .map(|i| (i, &v.requests[i]))
-        .find(|(_, c)| c.x.role == Role::Prefill && !View::is_outstanding(c))?;
+        .find(|(_, c)| c.x.role == Role::Prefill);
+    let Some((p, pr)) = sibling else {
+        return unseen_prefill_leg(m, &parent.x.component, x.request_ms);
+    };
+    if View::is_outstanding(pr) {
+        return None;
+    }
     let how = match pr.state {
         RequestState::Closed => error_status(m, &pr.x).unwrap_or(LegFailure::Closed),
         RequestState::Done if error_sized(&pr.x) => error_status(m, &pr.x)?,
         _ => return None,
     };
-    Some(FailedLeg { leg: p, how })
+    Some(FailedLeg {
+        prefill: pr.x.component.clone(),
+        leg: Some(p),
+        how,
+    })
+}
+
+/// A prefill leg no socket sample saw (answered and closed between two samples: a 400 takes
+/// milliseconds): the one prefill engine `router` is configured with that counted an error
+/// since `since`. Errors counted only since it started are too weak without the leg.
+fn unseen_prefill_leg(m: &Correlator, router: &str, since: Millis) -> Option<FailedLeg> {
+    let topo = m.topology();
+    let mut failed = topo
+        .edges
+        .iter()
+        .filter(|e| e.from == router && e.origin == crate::model::EdgeOrigin::Config)
+        .filter(|e| {
+            topo.component(&e.to)
+                .is_some_and(|c| c.role == Role::Prefill)
+        })
+        .filter_map(|e| match errors_since(m, &e.to, since)? {
+            how @ LegFailure::ErrorStatus { .. } => Some((e.to.clone(), how)),
+            _ => None,
+        });
+    let (prefill, how) = failed.next()?;
+    // Two prefills that both failed something: which one was this request's is unknown.
+    if failed.next().is_some() {
+        return None;
+    }
+    Some(FailedLeg {
+        prefill,
+        leg: None,
+        how,
+    })
 }
 
 /// An answer that can be an error: in one burst (not a stream), and no larger than an
@@ -148,7 +189,13 @@ pub fn answer_size_unknown(x: &Exchange) -> bool {
 /// What the engine's error count says about the answer of `x`: the errors counted from its
 /// last scrape before the request to its newest, else since it started; `None` when none.
 fn error_status(m: &Correlator, x: &Exchange) -> Option<LegFailure> {
-    let hist = m.metrics_history(&x.component)?;
+    errors_since(m, &x.component, x.request_ms)
+}
+
+/// The error answers engine `comp` counted from its last scrape at or before `since` to its
+/// newest (or since it started, with no scrape that old); `None` when none.
+fn errors_since(m: &Correlator, comp: &str, since: Millis) -> Option<LegFailure> {
+    let hist = m.metrics_history(comp)?;
     // The count appears with the first error answered: its absence says none yet.
     if !hist.iter().any(|p| p.mapped.contains_key(HTTP_ERRORS_KEY)) {
         return None;
@@ -156,7 +203,7 @@ fn error_status(m: &Correlator, x: &Exchange) -> Option<LegFailure> {
     let mut scraped = hist.iter().filter(|p| !p.mapped.is_empty());
     let value = |p: &MetricsPoint| p.mapped.get(HTTP_ERRORS_KEY).copied().unwrap_or(0.0);
     let newest = value(scraped.next_back()?);
-    let failure = match scraped.rfind(|p| p.t_ms <= x.request_ms) {
+    let failure = match scraped.rfind(|p| p.t_ms <= since) {
         Some(before) => LegFailure::ErrorStatus {
             n: newest - value(before),
         },

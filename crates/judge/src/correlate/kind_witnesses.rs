@@ -36,8 +36,11 @@ pub fn of_kv_stall(
 /// `pd_leg_failed`'s witnesses on decode leg `d`, whose prefill leg failed as `f` says.
 pub fn of_failed_prefill(m: &Correlator, v: &View, d: &RequestView, f: &FailedLeg) -> Witnesses {
     let arrived = d.x.last_request_ms;
-    let p = &v.requests[f.leg].x;
-    let ended = p.end_ms().or(p.last_out_ms).unwrap_or(p.last_request_ms);
+    // An unseen leg failed right after the request reached it (a refusal takes milliseconds).
+    let ended = f.leg.map_or(arrived, |i| {
+        let p = &v.requests[i].x;
+        p.end_ms().or(p.last_out_ms).unwrap_or(p.last_request_ms)
+    });
     let failed = match f.how {
         LegFailure::Closed => Testimony::Quiet {
             turned_ms: ended,

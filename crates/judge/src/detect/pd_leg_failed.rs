@@ -18,7 +18,7 @@ pub fn pd_leg_failed(m: &Correlator, v: &View) -> Vec<Finding> {
     let mut by_prefill: BTreeMap<&str, Vec<(&RequestView, &FailedLeg)>> = BTreeMap::new();
     for s in v.stuck().filter_map(|l| l.stuck.as_ref()) {
         if let Blame::PrefillFailed(f) = &s.blame {
-            let prefill = v.requests[f.leg].x.component.as_str();
+            let prefill = f.prefill.as_str();
             by_prefill
                 .entry(prefill)
                 .or_default()
@@ -121,7 +121,15 @@ fn failures_text(legs: &[(&RequestView, &FailedLeg)]) -> String {
 
 /// The prefill leg: what it sent and how it ended.
 fn prefill_evidence(v: &View, f: &FailedLeg) -> Evidence {
-    let p = &v.requests[f.leg];
+    let Some(p) = f.leg.map(|i| &v.requests[i]) else {
+        return Evidence::new(
+            "sockets",
+            format!(
+                "prefill leg to {}: not seen on a socket (answered and closed between two samples); its error is the engine's own count",
+                f.prefill
+            ),
+        );
+    };
     let how = match f.how {
         LegFailure::Closed => "closed before any answer".to_string(),
         _ if p.state == RequestState::Closed => {
