@@ -484,10 +484,15 @@ fn judge_busy_engine(
 /// Requests that arrived later at the same component from the same upstream hop, of
 /// comparable size, and were answered meanwhile (whole history, not only the window).
 /// "Comparable" is in `wedged_request` in docs/findings.md: half the size where the engine
-/// prefills; any inference-sized request at a PD decode, including a stream first seen under
-/// way ([`super::exchange::Exchange::seen_streaming`]).
+/// prefills (none when its size is unknown); any inference-sized request at a PD decode,
+/// including a stream first seen under way ([`super::exchange::Exchange::seen_streaming`]).
 fn overtaken(m: &Correlator, r: &RequestView) -> usize {
-    let any_inference = r.x.bytes_in == 0 || r.x.role == Role::Decode;
+    let any_inference = r.x.role == Role::Decode;
+    if !any_inference && r.x.bytes_in == 0 {
+        // Size unknown (first seen under way) where the engine prefills: it may be a long
+        // prompt that shorter later ones rightly pass in chunked prefill.
+        return 0;
+    }
     let min_in = if any_inference {
         OVERTAKE_MIN_BYTES_IN
     } else {
