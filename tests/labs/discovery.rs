@@ -767,21 +767,33 @@ fn rediscovery_searches_no_process_for_a_closed_socket_or_our_own() {
     let port = format!(":{e}");
     let engine = |c: &&wedgewatch::model::Component| c.listen.iter().any(|l| l.ends_with(&port));
     let connect = || std::net::TcpStream::connect(("127.0.0.1", e)).expect("connect");
-    let earlier = connect();
-    let first = discover::discover_cached(&probes, &opts, &mut cache).expect("discover");
-    assert!(first.components.iter().any(|c| engine(&c)));
-    // A scrape of ours, in the table and closed before the pass, and one open in place of
-    // the earlier one (our fd count is the one the first pass saw, its socket list stale).
-    let scrape = connect();
-    drop(earlier);
-    let ours = connect();
-    let dump = dump_netlink(Duration::from_secs(2), false).expect("dump");
-    recent.offer(std::time::Instant::now(), &dump.sockets);
-    drop(scrape);
-    let before = cache.stats();
-    let second = discover::discover_cached(&probes, &opts, &mut cache).expect("discover");
-    let checks = cache.stats().fd_checks - before.fd_checks;
-    assert!(checks < SLEEPERS as u64, "{checks} fd counts checked");
-    assert!(second.components.iter().any(|c| engine(&c)));
-    drop((ours, sleepers));
+    // Discovery sees the whole machine: a client socket of another test's process (the
+    // other lane's shapes) sends a pass to every process. Such a pass is tried again.
+    let mut counts = Vec::new();
+    for _ in 0..3 {
+        let earlier = connect();
+        let first = discover::discover_cached(&probes, &opts, &mut cache).expect("discover");
+        assert!(first.components.iter().any(|c| engine(&c)));
+        // A scrape of ours, in the table and closed before the pass, and one open in place
+        // of the earlier one (our fd count is the one the first pass saw, its list stale).
+        let scrape = connect();
+        drop(earlier);
+        let ours = connect();
+        let dump = dump_netlink(Duration::from_secs(2), false).expect("dump");
+        recent.offer(std::time::Instant::now(), &dump.sockets);
+        drop(scrape);
+        let before = cache.stats();
+        let second = discover::discover_cached(&probes, &opts, &mut cache).expect("discover");
+        counts.push(cache.stats().fd_checks - before.fd_checks);
+        assert!(second.components.iter().any(|c| engine(&c)));
+        drop(ours);
+        if counts.last().is_some_and(|&n| n < SLEEPERS as u64) {
+            break;
+        }
+    }
+    assert!(
+        counts.iter().any(|&n| n < SLEEPERS as u64),
+        "fd counts checked in each try: {counts:?}"
+    );
+    drop(sleepers);
 }
