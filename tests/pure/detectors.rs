@@ -1401,9 +1401,7 @@ fn ranks_diverged_names_the_rank_outside_the_collective_the_others_wait_in() {
 /// The report, the TUI's overview, `check` and the exporter name the odd rank.
 #[test]
 fn ranks_diverged_in_the_report_the_tui_check_and_the_exporter() {
-    use ratatui::{backend::TestBackend, Terminal};
     use wedgewatch::export::prometheus::{render, Evaluation};
-    use wedgewatch::tui::{App, AppOptions, FeedFrame, SamplerHealth};
 
     let sim = tp_ranks_sim(3, |rank, _| {
         if rank == 2 {
@@ -1436,18 +1434,7 @@ fn ranks_diverged_in_the_report_the_tui_check_and_the_exporter() {
         "{text}"
     );
 
-    let mut app = App::new(AppOptions::default());
-    app.ingest(FeedFrame {
-        snapshot: snap,
-        sampler: SamplerHealth {
-            lag_ms: None,
-            dropped_samples: 0,
-            note: None,
-        },
-    });
-    let mut t = Terminal::new(TestBackend::new(200, 50)).expect("terminal");
-    t.draw(|f| app.render(f)).expect("draw");
-    let screen = t.backend().to_string();
+    let screen = wedgewatch_testkit::screen::overview(&snap, 200, 50);
     assert!(screen.contains("CRIT ranks_diverged"), "{screen}");
 
     let view = sim.model.view(sim.now);

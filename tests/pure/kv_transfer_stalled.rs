@@ -226,9 +226,7 @@ fn a_sender_stopped_mid_slice_is_a_kv_transfer_stall_not_a_forgotten_request() {
 /// The report's head and stuck table, the TUI's overview and the exporter's series name it.
 #[test]
 fn its_place_in_the_report_the_tui_and_the_exporter() {
-    use ratatui::{backend::TestBackend, Terminal};
     use wedgewatch::export::prometheus::{render, Evaluation};
-    use wedgewatch::tui::{App, AppOptions, FeedFrame, SamplerHealth};
 
     let sim = sender_stopped_mid_slice();
     let snap = wedgewatch::snapshot::assemble(parts(&sim), &Default::default());
@@ -240,18 +238,7 @@ fn its_place_in_the_report_the_tui_and_the_exporter() {
     assert!(md.contains("| KV transfer stalled |"), "{md}");
     assert!(md.contains("kv_transfer"), "{md}");
 
-    let mut app = App::new(AppOptions::default());
-    app.ingest(FeedFrame {
-        snapshot: snap,
-        sampler: SamplerHealth {
-            lag_ms: None,
-            dropped_samples: 0,
-            note: None,
-        },
-    });
-    let mut t = Terminal::new(TestBackend::new(200, 50)).expect("terminal");
-    t.draw(|f| app.render(f)).expect("draw");
-    let screen = t.backend().to_string();
+    let screen = wedgewatch_testkit::screen::overview(&snap, 200, 50);
     assert!(screen.contains("CRIT kv_transfer_stalled"), "{screen}");
     assert!(
         screen.contains("prefill@127.0.0.1:31011 -> decode@127.0.0.1:31012 kv_transfer"),

@@ -10,6 +10,7 @@ pub mod correl;
 pub mod fleet;
 pub mod lab;
 pub mod ready_python;
+pub mod screen;
 pub mod shapes;
 pub mod story;
 pub mod timing;
