@@ -149,11 +149,18 @@ fn lists_differ(a: &[String], b: &[String]) -> bool {
     a.len() != b.len() || a.iter().zip(b).any(|(x, y)| !same(x, y))
 }
 
-/// All changes of one component present on both sides (`a` before, `b` after).
+/// All changes of one component present on both sides (`a` before, `b` after). A side that
+/// read empty is unknown, not changed: an exiting process's cmdline and environ read empty
+/// and its exe link is gone, and no running process has an empty command line.
 fn compare(a: &ComponentFacts, b: &ComponentFacts, out: &mut Vec<Change>) {
-    env_changes(a, b, out);
-    cmdline_changes(a, b, out);
-    if differs(a.exe.as_deref(), b.exe.as_deref()) {
+    if !a.env.is_empty() && !b.env.is_empty() {
+        env_changes(a, b, out);
+    }
+    if !a.cmdline.is_empty() && !b.cmdline.is_empty() {
+        cmdline_changes(a, b, out);
+    }
+    let exe_known = a.exe.is_some() && b.exe.is_some();
+    if exe_known && differs(a.exe.as_deref(), b.exe.as_deref()) {
         out.push(change(
             b,
             "version",
@@ -350,6 +357,18 @@ mod tests {
             .iter()
             .all(|c| c.before.as_deref() == Some(super::super::REDACTED)
                 && c.after.as_deref() == Some(super::super::REDACTED)));
+    }
+
+    #[test]
+    fn an_exiting_process_read_empty_is_unknown_not_changed() {
+        let d = "decode@127.0.0.1:2";
+        let a = vec![facts(d, &[("A", "1")], &["VLLM::EngineCore"], "7:1")];
+        let mut exiting = facts(d, &[], &[], "7:1");
+        exiting.exe = None;
+        assert!(changes(&a, &[exiting.clone()]).is_empty());
+        assert!(changes(&[exiting], &a).is_empty());
+        let changed = vec![facts(d, &[("A", "2")], &["VLLM::EngineCore", "x"], "7:1")];
+        assert_eq!(changes(&a, &changed).len(), 2, "both sides read: compared");
     }
 
     #[test]
