@@ -13,7 +13,8 @@ The flow, as the real 0.5.23 pair does it (tests/fixtures/sglang-real/shapes.md)
 - The prefill keeps a request in its bootstrap queue until decode's TransferInfo for its room
   arrived; after its forward, its transfer worker writes the pages into every decode rank's
   transfer port over a pool of connections (per slice a 24-byte header and the pages; the
-  receiver answers each slice with 8 bytes), then pushes "done" to each rank's status socket.
+  receiver answers each slice with 8 bytes; every queued transfer is written before any
+  ack is read), then pushes "done" to each rank's status socket.
   The prefill answers its HTTP request once the transfer is done; decode's request leaves its
   transfer queue once its pages and the done status arrived.
 
@@ -50,6 +51,7 @@ GREETING = (b"\xff" + b"\x00" * 8 + b"\x7f\x03\x00NULL").ljust(64, b"\x00") + (
 SLICE_HEADER = struct.Struct("<QQQ")  # room, offset, length: 24 bytes
 SLICE_STATUS = b"\x00\x00\x00\x00VTCM"  # what decode answers each slice with: 8 bytes
 MAX_SLICE = 32 << 10
+MAX_BATCH = 32  # transfers written before their acks are read
 HEARTBEAT_S = 5.0  # SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL default
 CONNECT_TIMEOUT_S = 5.0
 ZEROS = memoryview(bytes(MAX_SLICE))
@@ -385,12 +387,45 @@ class MooncakeKVManagerPrefill:
             return False
 
     def transfer_worker(self):
+        """Takes every queued transfer at once (at most MAX_BATCH), as Mooncake's transfer
+        threads run them side by side: writing them all before reading any ack keeps one
+        round trip per batch, not one per request and decode rank."""
         while True:
-            info = self.jobs.get()
-            self.transfers += 1
-            stall = self.stall_after is not None and self.transfers > self.stall_after
-            for rank in info["ranks"]:
-                self.send_kvcache(info["room"], tuple(rank["transport"]), info["bytes"], stall)
+            batch = [self.jobs.get()]
+            while len(batch) < MAX_BATCH:
+                try:
+                    batch.append(self.jobs.get_nowait())
+                except queue.Empty:
+                    break
+            for i, info in enumerate(batch):
+                self.transfers += 1
+                if self.stall_after is not None and self.transfers > self.stall_after:
+                    self._send_batch(batch[:i])
+                    self._stall(info)
+            self._send_batch(batch)
+
+    def _send_batch(self, batch):
+        """Every slice of every transfer in `batch` to every decode rank, then every ack,
+        then "done" to each rank's status socket; after an error (decode restarted) each
+        transfer again on its own."""
+        if not batch:
+            return
+        try:
+            pending = {}
+            for info in batch:
+                for rank in info["ranks"]:
+                    self._write_slices(info["room"], tuple(rank["transport"]), info["bytes"],
+                                       pending)
+            for sock, count in pending.items():
+                _recv_exact(sock, len(SLICE_STATUS) * count)
+        except (OSError, ConnectionError):
+            for info in batch:
+                for rank in info["ranks"]:
+                    self._drop(tuple(rank["transport"]))
+            for info in batch:
+                for rank in info["ranks"]:
+                    self.send_kvcache(info["room"], tuple(rank["transport"]), info["bytes"])
+        for info in batch:
             for rank in info["ranks"]:
                 addr = tuple(rank["status"])
                 push = self.status_push.setdefault(addr, PushSocket(addr))
@@ -398,28 +433,39 @@ class MooncakeKVManagerPrefill:
             with self.lock:
                 self.done.add(info["room"])
 
-    def send_kvcache(self, room, addr, nbytes, stall):
-        """Writes a request's pages to one decode rank: a slice per layer and K/V (split at
-        MAX_SLICE), round-robin over the pool, then reads each slice's 8-byte status."""
-        slices = _slices(nbytes, _env_int("LAB_KV_LAYERS", 8))
+    def _stall(self, info):
+        """LAB_FAULT_KV_SEND_STALL_AFTER: the header and half the first slice to the first
+        decode rank, then nothing, for good."""
+        addr = tuple(info["ranks"][0]["transport"])
+        n = _slices(info["bytes"], _env_int("LAB_KV_LAYERS", 8))[0][1]
+        sock = self._pooled(addr, 0)
+        sock.sendall(SLICE_HEADER.pack(info["room"], 0, n))
+        sock.sendall(ZEROS[:n // 2])
+        logger.warning("LAB_FAULT_KV_SEND_STALL_AFTER: transfer of room %s stops mid-slice",
+                       info["room"])
+        threading.Event().wait()
+
+    def _write_slices(self, room, addr, nbytes, pending):
+        """A request's pages to one decode rank: a slice per layer and K/V (split at
+        MAX_SLICE), round-robin over the pool; counts each socket's acks due in `pending`."""
+        for k, (offset, n) in enumerate(_slices(nbytes, _env_int("LAB_KV_LAYERS", 8))):
+            sock = self._pooled(addr, k)
+            sock.sendall(SLICE_HEADER.pack(room, offset, n))
+            sock.sendall(ZEROS[:n])
+            pending[sock] = pending.get(sock, 0) + 1
+
+    def send_kvcache(self, room, addr, nbytes):
+        """One request's pages to one decode rank, then its acks; connects again once after
+        an error."""
         for attempt in range(2):
             try:
                 pending = {}
-                for k, (offset, n) in enumerate(slices):
-                    sock = self._pooled(addr, k)
-                    sock.sendall(SLICE_HEADER.pack(room, offset, n))
-                    if stall:
-                        sock.sendall(ZEROS[:n // 2])
-                        logger.warning("LAB_FAULT_KV_SEND_STALL_AFTER: transfer of room %s "
-                                       "stops mid-slice", room)
-                        threading.Event().wait()
-                    sock.sendall(ZEROS[:n])
-                    pending[sock] = pending.get(sock, 0) + 1
+                self._write_slices(room, addr, nbytes, pending)
                 for sock, count in pending.items():
                     _recv_exact(sock, len(SLICE_STATUS) * count)
                 return
             except (OSError, ConnectionError):
-                self._drop(addr)  # decode restarted: connect again, once
+                self._drop(addr)
 
     def _pooled(self, addr, k):
         pool = self.pools.setdefault(addr, [])
