@@ -36,6 +36,8 @@ struct Counts {
     decode_tokens: f64,
     /// Decode's `generation_tokens_total` (what its HTTP server received).
     decode_received: f64,
+    /// Decode's queued requests (its transfer queue holding the waiting leg).
+    decode_queued: f64,
 }
 
 /// Idle engines (GPU idle, no forward time), scraped every second with `counts`.
@@ -48,7 +50,7 @@ fn tick(sim: &mut Sim, ticks: &mut u64, counts: Counts) {
         }
         let decode = [
             ("running", 0.0),
-            ("queued", 0.0),
+            ("queued", counts.decode_queued),
             ("http_active", 1.0),
             ("forward_seconds_total", 20.0),
             ("scheduler_tokens_total", counts.decode_tokens),
@@ -73,10 +75,21 @@ fn of_kind<'a>(fs: &'a [Finding], kind: &str) -> Vec<&'a Finding> {
 /// The PD request; prefill answers `answer` bytes at 0.5 s (0: closes without an answer);
 /// its error count goes from `before` to `after` at 1 s; the findings 40 s after.
 fn prefill_answers(answer: u64, before: Option<f64>, after: Option<f64>) -> Vec<Finding> {
+    prefill_answers_decode_queued(answer, before, after, 0.0)
+}
+
+/// [`prefill_answers`], decode reporting `queued` requests and none running all along.
+fn prefill_answers_decode_queued(
+    answer: u64,
+    before: Option<f64>,
+    after: Option<f64>,
+    queued: f64,
+) -> Vec<Finding> {
     let mut sim = Sim::new(pd_topology());
     let mut ticks = 0;
     let mut counts = Counts {
         prefill_errors: before,
+        decode_queued: queued,
         ..Counts::default()
     };
     tick(&mut sim, &mut ticks, counts); // a scrape from before the request
@@ -284,6 +297,19 @@ fn a_prefill_that_answered_without_an_error_is_not_a_failed_leg() {
         assert_eq!(w.len(), 1, "{fs:#?}");
         assert_eq!(w[0].component.as_deref(), Some(DECODE));
     }
+}
+
+#[test]
+fn a_decode_queue_holding_only_a_failed_legs_request_is_not_also_queue_not_draining() {
+    let fs = prefill_answers_decode_queued(320, None, Some(1.0), 1.0);
+    assert_eq!(of_kind(&fs, "pd_leg_failed").len(), 1, "{fs:#?}");
+    assert!(of_kind(&fs, "queue_not_draining").is_empty(), "{fs:#?}");
+    // The same queue when the request is forgotten at decode: decode is where it waits.
+    let fs = prefill_answers_decode_queued(320, Some(3.0), Some(3.0), 1.0);
+    assert_eq!(of_kind(&fs, "wedged_request").len(), 1, "{fs:#?}");
+    let q = of_kind(&fs, "queue_not_draining");
+    assert_eq!(q.len(), 1, "{fs:#?}");
+    assert_eq!(q[0].component.as_deref(), Some(DECODE));
 }
 
 #[test]

@@ -1,5 +1,5 @@
 //! The TUI on the smallest screen it promises (80x24), on the committed fixtures: the
-//! evidence of a finding is read by scrolling, every view's header names the most severe
+//! evidence of a finding is read by scrolling, every tab's header names the most severe
 //! finding, threads sort stuck-first, metric series keep what tells them apart, and
 //! sparklines are scaled to capacity (counters drawn as rates).
 //!
@@ -11,7 +11,7 @@ use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use ratatui::Terminal;
 use std::path::Path;
 use wedgewatch::model::Snapshot;
-use wedgewatch::tui::{App, AppOptions, FeedFrame, View};
+use wedgewatch::tui::{App, AppOptions, FeedFrame, Tab};
 
 fn fixture(name: &str) -> Snapshot {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -84,10 +84,10 @@ fn the_evidence_of_a_finding_is_read_by_scrolling() {
 
 #[test]
 fn every_view_names_the_most_severe_finding_in_its_header() {
-    for v in View::ALL {
+    for v in Tab::ALL {
         let mut a = app_of(fixture("wedged"));
         press(&mut a, KeyCode::Char(char::from(b'1' + v.index() as u8)));
-        assert_eq!(a.view(), v);
+        assert_eq!(a.tab(), v);
         let rows = screen(&a);
         assert!(
             rows[1].starts_with("CRIT wedged_request at decode@127.0.0.1:31012 (+1 more)"),
@@ -265,7 +265,7 @@ fn colours_are_theme_relative_hues_only() {
         Color::Cyan,
     ];
     for name in ["healthy", "wedged", "degraded"] {
-        for v in View::ALL {
+        for v in Tab::ALL {
             let mut a = app_of(fixture(name));
             press(&mut a, KeyCode::Char(char::from(b'1' + v.index() as u8)));
             press(&mut a, KeyCode::Enter);

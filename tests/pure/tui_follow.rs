@@ -1,6 +1,6 @@
 //! Following a finding in the TUI (issue 37): from the finding, `enter` shows its request's
 //! lanes (one row per hop, in 80 columns); from there `t`, `d`, `m` reach the blamed hop's
-//! scheduler thread, its changes and its metrics, and esc comes back. Every changed view at
+//! scheduler thread, its changes and its metrics, and esc comes back. Every changed tab at
 //! 80x24 and 120x40 keeps its key facts, on `demo.json`: the bundle `wedgewatch demo
 //! --no-tui` wrote (environment cut to the SGLang variables).
 //!
@@ -12,7 +12,7 @@ use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use ratatui::Terminal;
 use std::path::Path;
 use wedgewatch::model::Snapshot;
-use wedgewatch::tui::{App, AppOptions, FeedFrame, View};
+use wedgewatch::tui::{App, AppOptions, FeedFrame, Tab};
 
 const DECODE: &str = "decode@127.0.0.1:30052";
 const SCHED: &str = "scheduler@decode@127.0.0.1:30052";
@@ -60,7 +60,7 @@ fn text(app: &App, w: u16, h: u16) -> String {
     screen(app, w, h).join("\n")
 }
 
-/// The component of the thread under the Threads view's cursor, and its tid.
+/// The component of the thread under the Threads tab's cursor, and its tid.
 fn selected_thread(app: &App) -> (String, i32) {
     let s = app.snapshot().expect("snapshot");
     let i = app.derived().threads[app.selected()];
@@ -106,7 +106,7 @@ fn t_d_m_follow_the_blamed_hop_and_esc_comes_back() {
     ch(&mut a, 'j');
     let cursor = a.selected();
     ch(&mut a, 't');
-    assert_eq!(a.view(), View::Threads);
+    assert_eq!(a.tab(), Tab::Threads);
     assert_eq!(
         selected_thread(&a),
         (SCHED.to_string(), 13166),
@@ -119,12 +119,12 @@ fn t_d_m_follow_the_blamed_hop_and_esc_comes_back() {
         "{rows}"
     );
     press(&mut a, KeyCode::Esc);
-    assert_eq!(a.view(), View::Overview);
+    assert_eq!(a.tab(), Tab::Overview);
     assert_eq!(a.selected(), cursor, "back on the same item");
     assert!(a.focus().is_none(), "the trail ends where it began");
 
     ch(&mut a, 'd');
-    assert_eq!(a.view(), View::Diff);
+    assert_eq!(a.tab(), Tab::Diff);
     let s = a.snapshot().expect("snapshot").clone();
     let first = &s.config_changed[a.derived().changes[a.selected()]];
     assert_eq!(first.component, DECODE);
@@ -147,18 +147,18 @@ fn t_d_m_follow_the_blamed_hop_and_esc_comes_back() {
     );
 
     ch(&mut a, 'm');
-    assert_eq!(a.view(), View::Metrics);
+    assert_eq!(a.tab(), Tab::Metrics);
     let (ci, name) = &a.derived().metric_lines[a.selected()];
     assert_eq!(
         (s.components[*ci].id.as_str(), name.as_str()),
         (DECODE, "running")
     );
     press(&mut a, KeyCode::Esc);
-    assert_eq!(a.view(), View::Diff, "esc walks back one view at a time");
+    assert_eq!(a.tab(), Tab::Diff, "esc walks back one tab at a time");
     press(&mut a, KeyCode::Esc);
-    assert_eq!(a.view(), View::Overview);
+    assert_eq!(a.tab(), Tab::Overview);
     press(&mut a, KeyCode::Esc);
-    assert_eq!(a.view(), View::Overview, "nothing left to go back to");
+    assert_eq!(a.tab(), Tab::Overview, "nothing left to go back to");
 }
 
 #[test]
@@ -189,13 +189,13 @@ fn from_a_request_t_goes_to_the_scheduler_of_the_hop_it_is_stuck_at() {
     ch(&mut a, 't');
     assert_eq!(selected_thread(&a), (SCHED.to_string(), 13166));
     press(&mut a, KeyCode::Esc);
-    assert_eq!(a.view(), View::Requests);
+    assert_eq!(a.tab(), Tab::Requests);
     assert!(a.detail_open() || a.selected() == 1, "back on r36");
-    // A view chosen by hand leaves the trail.
+    // A tab chosen by hand leaves the trail.
     ch(&mut a, 'm');
     ch(&mut a, '1');
     press(&mut a, KeyCode::Esc);
-    assert_eq!(a.view(), View::Overview);
+    assert_eq!(a.tab(), Tab::Overview);
     assert!(a.focus().is_none());
 }
 
@@ -225,7 +225,7 @@ fn the_threads_view_opens_on_the_blamed_engines_scheduler_not_its_http_thread() 
 fn t_without_a_thread_dump_says_so() {
     let mut a = app_of(fixture("degraded"));
     ch(&mut a, 't');
-    assert_eq!(a.view(), View::Threads);
+    assert_eq!(a.tab(), Tab::Threads);
     assert!(
         a.status()
             .is_some_and(|m| m.starts_with("no thread dump of ")),
@@ -234,7 +234,7 @@ fn t_without_a_thread_dump_says_so() {
     );
     let mut empty = App::new(AppOptions::default());
     ch(&mut empty, 'd');
-    assert_eq!(empty.view(), View::Overview);
+    assert_eq!(empty.tab(), Tab::Overview);
     assert_eq!(
         empty.status(),
         Some("nothing to follow: no hop is named here")
@@ -415,7 +415,7 @@ fn the_legend_in_help_explains_states_and_ids() {
     );
 }
 
-/// Every view the issue named, on the demo's bundle, at 80x24 and 120x40.
+/// Every tab the issue named, on the demo's bundle, at 80x24 and 120x40.
 #[test]
 fn changed_views_at_80x24_and_120x40() {
     let cases: [(&str, &[KeyCode]); 8] = [

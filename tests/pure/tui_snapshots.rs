@@ -13,7 +13,7 @@ use ratatui::Terminal;
 use std::path::{Path, PathBuf};
 use wedgewatch::model::Snapshot;
 use wedgewatch::tui::{
-    App, AppOptions, Feed, FeedFrame, FeedState, ReplayFeed, SamplerHealth, View,
+    App, AppOptions, Feed, FeedFrame, FeedState, ReplayFeed, SamplerHealth, Tab,
 };
 
 const FIXTURES: [&str; 3] = ["healthy", "wedged", "degraded"];
@@ -78,17 +78,17 @@ fn screen_rows(app: &App, w: u16, h: u16) -> Vec<String> {
     rows(draw(app, w, h).backend().buffer())
 }
 
-fn view_key(v: View) -> char {
+fn tab_key(v: Tab) -> char {
     char::from(b'1' + v.index() as u8)
 }
 
 #[test]
 fn every_view_every_fixture_at_80x24_and_200x50() {
     for name in FIXTURES {
-        for v in View::ALL {
+        for v in Tab::ALL {
             let mut a = app(name);
-            press(&mut a, view_key(v));
-            assert_eq!(a.view(), v);
+            press(&mut a, tab_key(v));
+            assert_eq!(a.tab(), v);
             for (w, h) in [(80u16, 24u16), (200, 50)] {
                 let snap_name = format!("{name}_{}_{w}x{h}", v.title().to_lowercase());
                 insta::assert_snapshot!(snap_name, text(&a, w, h));
@@ -100,9 +100,9 @@ fn every_view_every_fixture_at_80x24_and_200x50() {
 #[test]
 fn tiny_and_zero_areas_do_not_panic() {
     for name in FIXTURES {
-        for v in View::ALL {
+        for v in Tab::ALL {
             let mut a = app(name);
-            press(&mut a, view_key(v));
+            press(&mut a, tab_key(v));
             press(&mut a, '?');
             for (w, h) in [
                 (0, 0),
@@ -434,7 +434,7 @@ fn no_color_means_no_colour_at_all() {
             .any(|c| c.fg != Color::Reset || c.bg != Color::Reset)
     };
     for name in FIXTURES {
-        for v in View::ALL {
+        for v in Tab::ALL {
             let mut coloured = app(name);
             let mut plain = app_with(
                 name,
@@ -443,8 +443,8 @@ fn no_color_means_no_colour_at_all() {
                     ..AppOptions::default()
                 },
             );
-            press(&mut coloured, view_key(v));
-            press(&mut plain, view_key(v));
+            press(&mut coloured, tab_key(v));
+            press(&mut plain, tab_key(v));
             press(&mut plain, 'f');
             let t = draw(&plain, 120, 40);
             assert!(

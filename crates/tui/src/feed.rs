@@ -215,7 +215,7 @@ impl ReplayFeed {
     }
 
     /// One snapshot (a bundle or `snapshot.json` from a bug report) as a still frame: every
-    /// view, no timeline; the header says it is not a recording.
+    /// tab, no timeline; the header says it is not a recording.
     pub fn still(snapshot: Snapshot) -> Self {
         ReplayFeed::with_note(vec![snapshot], Some(STILL_NOTE.to_string()))
     }

@@ -24,7 +24,7 @@ mod render;
 
 pub use app::{
     derive, lane_of, Action, App, AppOptions, Derived, GpuPoint, HistoryPoint, Lane, RequestRow,
-    SnapshotWriter, SortKey, View, LANES,
+    SnapshotWriter, SortKey, Tab, LANES,
 };
 pub use feed::{
     ChannelFeed, Feed, FeedFrame, FeedState, ReplayCommand, ReplayFeed, ReplayStatus,

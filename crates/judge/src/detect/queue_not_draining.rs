@@ -1,14 +1,16 @@
 //! `queue_not_draining` (critical): an engine reports queued requests and 0 running over
 //! `queue_after_ms`, GPU not working, no forward time (a fresh `/v1/loads` preferred over
-//! gauges that freeze; a prefill's bootstrap queue does not count). See `queue_not_draining`
-//! in docs/findings.md.
+//! gauges that freeze; a prefill's bootstrap queue does not count), unless every request seen
+//! waiting there is another hop's finding. See `queue_not_draining` in
+//! docs/findings.md.
 //!
 //! Thresholds read: `queue_after_ms`.
 
 use super::secs;
 use crate::clock::Millis;
+use crate::correlate::blame::Blame;
 use crate::correlate::GpuActivity;
-use crate::correlate::{ComponentState, Correlator, MetricsPoint, View};
+use crate::correlate::{ComponentState, Correlator, MetricsPoint, RequestView, View};
 use crate::model::{Evidence, Finding, FindingKind, Severity};
 
 /// A `/v1/loads` snapshot older than this when scraped is frozen (SGLang republishes it
@@ -33,6 +35,9 @@ pub fn queue_not_draining(m: &Correlator, v: &View) -> Vec<Finding> {
             .iter()
             .filter(|r| r.x.component == cs.id && View::is_outstanding(r))
             .collect::<Vec<_>>();
+        if !waiting.is_empty() && waiting.iter().all(|r| explained_elsewhere(v, r, &cs.id)) {
+            continue;
+        }
         let waiting = super::logical_ids(v, &waiting);
         out.push(Finding {
             kind: FindingKind::QueueNotDraining,
@@ -51,6 +56,16 @@ pub fn queue_not_draining(m: &Correlator, v: &View) -> Vec<Finding> {
         });
     }
     out
+}
+
+/// Whether a request waiting at `comp` is another hop's finding: its request is stuck at
+/// another hop, or waits here for a prefill leg that failed (`pd_leg_failed` at prefill; a
+/// second finding here would blame the engine that only waits).
+fn explained_elsewhere(v: &View, r: &RequestView, comp: &str) -> bool {
+    let Some(s) = &v.logical_of(r).stuck else {
+        return false;
+    };
+    v.requests[s.leg].x.component != comp || matches!(s.blame, Blame::PrefillFailed(_))
 }
 
 /// (time, queued, running, source) of one judged metrics point.

@@ -1,4 +1,4 @@
-//! The Diff view's folding: a child process (scheduler, detokenizer) inherits its engine's
+//! The Diff tab's folding: a child process (scheduler, detokenizer) inherits its engine's
 //! environment and restarts with it, so its change of the same field and key only repeats
 //! the engine's. It is left out and named on the engine's row instead: one restart with an
 //! added variable is two rows, not six (the `config_changed` finding folds them alike).

@@ -1,4 +1,4 @@
-//! What the Components view says about one component, as a list of lines that do not depend
+//! What the Components tab says about one component, as a list of lines that do not depend
 //! on the screen width (each is cut, never wrapped, when drawn), so the app can scroll over
 //! them without knowing the screen: its name, what changed against the baseline, identity,
 //! versions, the environment the stack profile marks relevant, the command line one option a
@@ -29,7 +29,7 @@ pub enum Fact {
 }
 
 /// A string map the snapshot may carry under `field` of `value`, read through JSON so the
-/// view works on snapshots with and without it: versions and relevant variables come from
+/// tab works on snapshots with and without it: versions and relevant variables come from
 /// newer snapshots (package metadata read on disk), and older ones have none.
 fn carried_map(value: &serde_json::Value, field: &str) -> BTreeMap<String, String> {
     value

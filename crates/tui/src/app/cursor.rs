@@ -1,5 +1,5 @@
 //! The Overview's cursor: it stops on each finding and on each evidence item of an expanded
-//! finding, and the view keeps the item under it in sight, so j/k/PgDn read through the
+//! finding, and the tab keeps the item under it in sight, so j/k/PgDn read through the
 //! evidence on a small screen. Rows are counted in items, not screen lines, so the state needs
 //! no screen width.
 

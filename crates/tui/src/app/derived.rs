@@ -1,17 +1,17 @@
-//! What the views list, derived from the snapshot on screen once per frame, filter or sort
+//! What the tabs list, derived from the snapshot on screen once per frame, filter or sort
 //! change (never while rendering): finding order, request chains and their hop lanes, and
-//! each view's rows.
+//! each tab's rows.
 //!
 //! Which exchanges make one request and whether it is stuck (and where) are the
 //! correlator's (`snapshot.logical_requests`): read here, never judged again, so the
-//! "(N stuck)" of the Requests view is the findings' and the report's number. An exchange
+//! "(N stuck)" of the Requests tab is the findings' and the report's number. An exchange
 //! that is no leg of one (an idle connection) is a request of its own, never stuck.
 
 use super::SortKey;
 use crate::model::{LogicalRequest, Request, RequestState, Role, Snapshot, Verdict};
 use std::collections::{BTreeSet, HashMap};
 
-/// The hop lanes of the Requests view.
+/// The hop lanes of the Requests tab.
 pub const LANES: [&str; 4] = ["proxy", "router", "prefill", "decode"];
 
 /// Which lane a role's exchanges go in. A unified engine shares the decode lane: it is the
@@ -33,7 +33,7 @@ pub struct Lane {
     pub stuck: bool,
 }
 
-/// One exchange with what the Requests view needs about its chain, computed once per frame.
+/// One exchange with what the Requests tab needs about its chain, computed once per frame.
 #[derive(Debug, Clone)]
 pub struct RequestRow {
     /// Index into `snapshot.requests`.
@@ -62,7 +62,7 @@ pub struct Derived {
     /// Findings indices, most severe first.
     pub findings: Vec<usize>,
     pub rows: Vec<RequestRow>,
-    /// Rows shown in the Requests view, in order (indices into `rows`).
+    /// Rows shown in the Requests tab, in order (indices into `rows`).
     pub request_order: Vec<usize>,
     /// Members of each chain (indices into `snapshot.requests`), root first.
     pub chains: Vec<Vec<usize>>,
@@ -72,7 +72,7 @@ pub struct Derived {
     pub threads: Vec<usize>,
     /// Exchanges for the Sockets connection list, longest silence first.
     pub connections: Vec<usize>,
-    /// Components in the Sockets view's summary (those with sockets or exchanges; indices
+    /// Components in the Sockets tab's summary (those with sockets or exchanges; indices
     /// into `snapshot.components`).
     pub socket_components: Vec<usize>,
     /// Component id -> index.
@@ -82,12 +82,12 @@ pub struct Derived {
     /// Per finding (by index): the chain whose lanes its expansion shows: of the requests it
     /// names, the one with the most hops (the best-known path), the first of equals.
     pub finding_chains: Vec<Option<usize>>,
-    /// Metrics view lines: (component index, metric name).
+    /// Metrics tab lines: (component index, metric name).
     pub metric_lines: Vec<(usize, String)>,
-    /// Diff view: indices into `config_changed`, a child's repeat of its engine's change
+    /// Diff tab: indices into `config_changed`, a child's repeat of its engine's change
     /// left out.
     pub changes: Vec<usize>,
-    /// Diff view: per change (index into `config_changed`), the child processes whose same
+    /// Diff tab: per change (index into `config_changed`), the child processes whose same
     /// change was folded into it.
     pub change_children: HashMap<usize, Vec<String>>,
     /// The header's cause line.
@@ -114,7 +114,7 @@ pub fn request_role(s: &Snapshot, index: &HashMap<String, usize>, r: &Request) -
 
 impl Derived {
     /// The findings (indices, in order) that name `chain`'s logical request: what the
-    /// Requests view's hop detail lists below the hops.
+    /// Requests tab's hop detail lists below the hops.
     pub fn hop_findings(&self, s: &Snapshot, chain: usize) -> BTreeSet<usize> {
         self.chain_request
             .get(chain)
@@ -128,14 +128,14 @@ impl Derived {
             .collect()
     }
 
-    /// Lines of the Requests view's hop detail for `chain`: its title, the column heads, one
+    /// Lines of the Requests tab's hop detail for `chain`: its title, the column heads, one
     /// per hop, one per finding.
     pub fn hop_detail_len(&self, s: &Snapshot, chain: usize) -> usize {
         2 + self.chains.get(chain).map_or(0, Vec::len) + self.hop_findings(s, chain).len()
     }
 }
 
-/// Computes everything the views list, once per frame/filter/sort change.
+/// Computes everything the tabs list, once per frame/filter/sort change.
 pub fn derive(s: &Snapshot, filter: &str, sort: SortKey, all_hops: bool) -> Derived {
     let filter = filter.to_lowercase();
     let mut d = Derived::default();
@@ -352,7 +352,7 @@ fn request_rows(s: &Snapshot, d: &Derived, chain_of: &[usize]) -> Vec<RequestRow
         .collect()
 }
 
-/// Requests view: the rows shown (roots only unless `all_hops`), filtered and sorted.
+/// Requests tab: the rows shown (roots only unless `all_hops`), filtered and sorted.
 fn request_order(
     s: &Snapshot,
     rows: &[RequestRow],
@@ -371,7 +371,7 @@ fn request_order(
     order
 }
 
-/// The Requests view's order of rows `a` and `b` under `sort`; ties end on the id.
+/// The Requests tab's order of rows `a` and `b` under `sort`; ties end on the id.
 fn compare_rows(
     s: &Snapshot,
     rows: &[RequestRow],
@@ -413,7 +413,7 @@ fn compare_rows(
     }
 }
 
-/// Threads view: threads that match the filter, grouped by component, then pid, tid.
+/// Threads tab: threads that match the filter, grouped by component, then pid, tid.
 fn thread_order(s: &Snapshot, filter: &str) -> Vec<usize> {
     let mut threads: Vec<usize> = (0..s.threads.len())
         .filter(|&i| {
@@ -436,7 +436,7 @@ fn thread_order(s: &Snapshot, filter: &str) -> Vec<usize> {
     threads
 }
 
-/// Sockets view: every exchange that matches the filter, in flight and most silent first.
+/// Sockets tab: every exchange that matches the filter, in flight and most silent first.
 fn connection_order(s: &Snapshot, rows: &[RequestRow], filter: &str) -> Vec<usize> {
     let mut conns: Vec<usize> = (0..s.requests.len())
         .filter(|&i| rows[i].search.contains(filter))
@@ -451,7 +451,7 @@ fn connection_order(s: &Snapshot, rows: &[RequestRow], filter: &str) -> Vec<usiz
     conns
 }
 
-/// Metrics view: (component, metric) lines that match the filter.
+/// Metrics tab: (component, metric) lines that match the filter.
 fn metric_lines(s: &Snapshot, filter: &str) -> Vec<(usize, String)> {
     let mut lines = Vec::new();
     for (ci, c) in s.components.iter().enumerate() {
@@ -468,7 +468,7 @@ fn metric_lines(s: &Snapshot, filter: &str) -> Vec<(usize, String)> {
     lines
 }
 
-/// Diff view: configuration changes that match the filter.
+/// Diff tab: configuration changes that match the filter.
 fn change_order(s: &Snapshot, filter: &str) -> Vec<usize> {
     (0..s.config_changed.len())
         .filter(|&i| {

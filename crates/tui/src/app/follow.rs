@@ -2,10 +2,10 @@
 //! component) to the hop it blames, then one key each to that hop's scheduler thread (`t`),
 //! its configuration changes (`d`) and its metrics (`m`); esc goes back the way it came.
 //!
-//! The hop followed (the focus) orders the Diff and Metrics views (its changes and series
+//! The hop followed (the focus) orders the Diff and Metrics tabs (its changes and series
 //! first); without one they put the most severe finding's hop first.
 
-use super::{App, View};
+use super::{App, Tab};
 use crate::model::{Finding, Role, SnapThread, Snapshot, Verdict};
 
 /// Where `t`, `d` and `m` go.
@@ -17,16 +17,16 @@ pub enum Jump {
 }
 
 impl Jump {
-    fn view(self) -> View {
+    fn tab(self) -> Tab {
         match self {
-            Jump::Thread => View::Threads,
-            Jump::Diff => View::Diff,
-            Jump::Metrics => View::Metrics,
+            Jump::Thread => Tab::Threads,
+            Jump::Diff => Tab::Diff,
+            Jump::Metrics => Tab::Metrics,
         }
     }
 }
 
-/// How many views esc can walk back.
+/// How many tabs esc can walk back.
 const BACK_MAX: usize = 8;
 
 /// The top-level component `id` belongs to: itself, or up its parents. A bounded walk: a
@@ -109,12 +109,12 @@ impl App {
         self.focus.as_deref()
     }
 
-    /// Whether esc goes back to a view `t`/`d`/`m` came from.
+    /// Whether esc goes back to a tab `t`/`d`/`m` came from.
     pub fn can_go_back(&self) -> bool {
         !self.back.is_empty()
     }
 
-    /// The hop the Diff and Metrics views put first: the one followed, else the most
+    /// The hop the Diff and Metrics tabs put first: the one followed, else the most
     /// severe finding's.
     pub(super) fn subject_of_views(&self) -> Option<String> {
         let s = self.snapshot()?;
@@ -130,35 +130,35 @@ impl App {
         let s = self.snapshot()?;
         let d = &self.derived;
         let sel = self.selected();
-        let here = match self.view {
-            View::Overview => self
+        let here = match self.tab {
+            Tab::Overview => self
                 .finding_rows
                 .get(sel)
                 .and_then(|r| s.findings.get(r.finding))
                 .and_then(|f| blamed(s, f)),
-            View::Requests => self.request_hop(),
-            View::Threads => d
+            Tab::Requests => self.request_hop(),
+            Tab::Threads => d
                 .threads
                 .get(sel)
                 .and_then(|&i| s.threads.get(i))
                 .and_then(|t| t.component.as_deref()),
-            View::Diff => d
+            Tab::Diff => d
                 .changes
                 .get(sel)
                 .and_then(|&i| s.config_changed.get(i))
                 .map(|c| c.component.as_str()),
-            View::Metrics => d
+            Tab::Metrics => d
                 .metric_lines
                 .get(sel)
                 .and_then(|(ci, _)| s.components.get(*ci))
                 .map(|c| c.id.as_str()),
-            View::Components => s.components.get(sel).map(|c| c.id.as_str()),
-            View::Sockets => self
+            Tab::Components => s.components.get(sel).map(|c| c.id.as_str()),
+            Tab::Sockets => self
                 .selected_connection()
                 .and_then(|k| d.connections.get(k))
                 .and_then(|&i| s.requests.get(i))
                 .map(|r| r.component.as_str()),
-            View::Gpu => None,
+            Tab::Gpu => None,
         };
         here.or_else(|| worst_component(s)).map(str::to_string)
     }
@@ -193,13 +193,13 @@ impl App {
             self.status = Some("nothing to follow: no hop is named here".into());
             return;
         };
-        let from = self.view;
+        let from = self.tab;
         self.focus = Some(subject.clone());
         self.recompute();
-        self.view = jump.view();
+        self.tab = jump.tab();
         self.detail = false;
         self.detail_scroll = 0;
-        if from != self.view {
+        if from != self.tab {
             if self.back.len() == BACK_MAX {
                 self.back.remove(0);
             }
@@ -218,7 +218,7 @@ impl App {
         });
     }
 
-    /// Puts the cursor of `jump`'s view on the subject's row; false when it has none.
+    /// Puts the cursor of `jump`'s tab on the subject's row; false when it has none.
     fn select_for(&mut self, jump: Jump, subject: &str) -> bool {
         let Some(s) = self.current.as_ref().map(|f| &f.snapshot) else {
             return false;
@@ -240,16 +240,16 @@ impl App {
                 .filter(|c| in_family(s, subject, &c.id))
                 .map(|_| 0),
         };
-        self.selected[jump.view().index()] = pos.unwrap_or(0);
+        self.selected[jump.tab().index()] = pos.unwrap_or(0);
         pos.is_some()
     }
 
-    /// Esc after following: back to the view it came from (the trail ends there).
+    /// Esc after following: back to the tab it came from (the trail ends there).
     pub(super) fn go_back(&mut self) -> bool {
-        let Some(view) = self.back.pop() else {
+        let Some(tab) = self.back.pop() else {
             return false;
         };
-        self.view = view;
+        self.tab = tab;
         self.detail = false;
         self.detail_scroll = 0;
         self.status = None;
@@ -260,7 +260,7 @@ impl App {
         true
     }
 
-    /// A view changed by hand (tab, 1-8) leaves the trail.
+    /// A tab changed by hand (tab, 1-8) leaves the trail.
     pub(super) fn leave_trail(&mut self) {
         self.back.clear();
         if self.focus.take().is_some() {

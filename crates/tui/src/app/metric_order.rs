@@ -1,4 +1,4 @@
-//! The Metrics view's order: the blamed hop's series first, and in each component the
+//! The Metrics tab's order: the blamed hop's series first, and in each component the
 //! series that tell a wedge (running, queued, forward time, ...) before the rest; a bucketed
 //! series' buckets in numeric order (`le="+Inf"` last), not as text, where `gt="1200"` came
 //! before `gt="30"`.
@@ -78,7 +78,7 @@ pub(super) fn compare_series(a: &str, b: &str) -> Ordering {
         .then_with(|| a.cmp(b))
 }
 
-/// Orders the Metrics view's `(component index, series)` lines: the components of
+/// Orders the Metrics tab's `(component index, series)` lines: the components of
 /// `subject`'s family first, then in snapshot order; within one, [`compare_series`].
 pub(super) fn metrics_key_facts_first(
     s: &Snapshot,

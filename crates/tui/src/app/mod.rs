@@ -89,7 +89,7 @@ pub enum Action {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum View {
+pub enum Tab {
     Overview,
     Requests,
     Threads,
@@ -100,35 +100,35 @@ pub enum View {
     Components,
 }
 
-impl View {
-    pub const ALL: [View; 8] = [
-        View::Overview,
-        View::Requests,
-        View::Threads,
-        View::Gpu,
-        View::Sockets,
-        View::Metrics,
-        View::Diff,
-        View::Components,
+impl Tab {
+    pub const ALL: [Tab; 8] = [
+        Tab::Overview,
+        Tab::Requests,
+        Tab::Threads,
+        Tab::Gpu,
+        Tab::Sockets,
+        Tab::Metrics,
+        Tab::Diff,
+        Tab::Components,
     ];
     pub fn title(self) -> &'static str {
         match self {
-            View::Overview => "Overview",
-            View::Requests => "Requests",
-            View::Threads => "Threads",
-            View::Gpu => "GPU",
-            View::Sockets => "Sockets",
-            View::Metrics => "Metrics",
-            View::Diff => "Diff",
-            View::Components => "Components",
+            Tab::Overview => "Overview",
+            Tab::Requests => "Requests",
+            Tab::Threads => "Threads",
+            Tab::Gpu => "GPU",
+            Tab::Sockets => "Sockets",
+            Tab::Metrics => "Metrics",
+            Tab::Diff => "Diff",
+            Tab::Components => "Components",
         }
     }
     pub fn index(self) -> usize {
-        View::ALL.iter().position(|v| *v == self).unwrap_or(0)
+        Tab::ALL.iter().position(|v| *v == self).unwrap_or(0)
     }
 }
 
-/// Sort keys of the Requests view, cycled with `o`.
+/// Sort keys of the Requests tab, cycled with `o`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SortKey {
     /// Stuck first, then the longest silence: the default.
@@ -173,8 +173,8 @@ pub struct App {
     history: VecDeque<HistoryPoint>,
     frozen: bool,
     feed_state: FeedState,
-    view: View,
-    selected: [usize; View::ALL.len()],
+    tab: Tab,
+    selected: [usize; Tab::ALL.len()],
     /// The Overview's findings pane: findings and the evidence items of expanded ones.
     finding_rows: Vec<FindingRow>,
     /// First line shown of the open detail pane (thread frames, component detail).
@@ -185,7 +185,7 @@ pub struct App {
     /// Where the Overview's cursor was (finding key, item) before a new frame came in.
     pending_cursor: Option<(String, Option<usize>)>,
     /// Versions of the host and tool in the frame on screen (refreshed while the Components
-    /// view is open).
+    /// tab is open).
     host_versions: BTreeMap<String, String>,
     /// Expanded findings, by `kind|component` (stable across frames, unlike indices).
     expanded: BTreeSet<String>,
@@ -199,14 +199,14 @@ pub struct App {
     frames_received: u64,
     /// The hop followed with `t`/`d`/`m` (see `follow`).
     focus: Option<String>,
-    /// The views esc goes back to after following, newest last.
-    back: Vec<View>,
+    /// The tabs esc goes back to after following, newest last.
+    back: Vec<Tab>,
 }
 
 impl std::fmt::Debug for App {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("App")
-            .field("view", &self.view)
+            .field("tab", &self.tab)
             .field("frozen", &self.frozen)
             .field("filter", &self.filter)
             .field("frames_received", &self.frames_received)
@@ -226,8 +226,8 @@ impl App {
             history: VecDeque::new(),
             frozen: false,
             feed_state: FeedState::Live,
-            view: View::Overview,
-            selected: [0; View::ALL.len()],
+            tab: Tab::Overview,
+            selected: [0; Tab::ALL.len()],
             finding_rows: Vec::new(),
             detail_scroll: 0,
             detail_viewport: Cell::new(0),
@@ -264,11 +264,11 @@ impl App {
     pub fn history(&self) -> &VecDeque<HistoryPoint> {
         &self.history
     }
-    pub fn view(&self) -> View {
-        self.view
+    pub fn tab(&self) -> Tab {
+        self.tab
     }
     pub fn selected(&self) -> usize {
-        self.selected[self.view.index()]
+        self.selected[self.tab.index()]
     }
     pub fn is_frozen(&self) -> bool {
         self.frozen
@@ -322,7 +322,7 @@ impl App {
     pub fn host_versions(&self) -> &BTreeMap<String, String> {
         &self.host_versions
     }
-    /// Ids of the requests in the Requests view, in display order.
+    /// Ids of the requests in the Requests tab, in display order.
     pub fn request_ids(&self) -> Vec<&str> {
         let Some(s) = self.snapshot() else {
             return Vec::new();
@@ -376,9 +376,9 @@ impl App {
     }
 
     /// Host versions are read by serializing the whole snapshot (see `component::carried_map`),
-    /// so only for the view that shows them: on a new frame while it is open, and on opening it.
+    /// so only for the tab that shows them: on a new frame while it is open, and on opening it.
     fn refresh_host_versions(&mut self) {
-        if self.view == View::Components {
+        if self.tab == Tab::Components {
             if let Some(f) = &self.current {
                 self.host_versions = host_versions(&f.snapshot);
             }
@@ -398,45 +398,45 @@ impl App {
         self.after_derive();
     }
 
-    /// Number of selectable items in a view.
-    pub fn view_len(&self, view: View) -> usize {
+    /// Number of selectable items in a tab.
+    pub fn tab_len(&self, tab: Tab) -> usize {
         let d = &self.derived;
-        match view {
-            View::Overview => self.finding_rows.len(),
-            View::Requests => d.request_order.len(),
-            View::Threads => d.threads.len(),
-            View::Gpu => self.snapshot().map_or(0, gpu_line_count),
-            View::Sockets => d.socket_components.len() + d.connections.len(),
-            View::Metrics => d.metric_lines.len(),
-            View::Diff => d.changes.len(),
-            View::Components => self.snapshot().map_or(0, |s| s.components.len()),
+        match tab {
+            Tab::Overview => self.finding_rows.len(),
+            Tab::Requests => d.request_order.len(),
+            Tab::Threads => d.threads.len(),
+            Tab::Gpu => self.snapshot().map_or(0, gpu_line_count),
+            Tab::Sockets => d.socket_components.len() + d.connections.len(),
+            Tab::Metrics => d.metric_lines.len(),
+            Tab::Diff => d.changes.len(),
+            Tab::Components => self.snapshot().map_or(0, |s| s.components.len()),
         }
     }
 
     fn clamp_selection(&mut self) {
-        for v in View::ALL {
-            let len = self.view_len(v);
+        for v in Tab::ALL {
+            let len = self.tab_len(v);
             let s = &mut self.selected[v.index()];
             *s = (*s).min(len.saturating_sub(1));
         }
     }
 
-    /// A view chosen by hand (tab, 1-8): leaves a trail of `t`/`d`/`m`.
-    fn switch_view(&mut self, view: View) {
+    /// A tab chosen by hand (tab, 1-8): leaves a trail of `t`/`d`/`m`.
+    fn switch_tab(&mut self, tab: Tab) {
         self.leave_trail();
-        self.set_view(view);
+        self.set_tab(tab);
     }
 
-    fn set_view(&mut self, view: View) {
-        if view != self.view {
-            self.view = view;
+    fn set_tab(&mut self, tab: Tab) {
+        if tab != self.tab {
+            self.tab = tab;
             self.detail = false;
             self.detail_scroll = 0;
-            if view == View::Components {
+            if tab == Tab::Components {
                 self.select_worst_component();
                 self.refresh_host_versions();
             }
-            if view == View::Sockets {
+            if tab == Tab::Sockets {
                 self.select_first_connection();
             }
         }
@@ -475,21 +475,21 @@ impl App {
     }
 
     fn toggle_enter(&mut self) {
-        match self.view {
-            View::Overview => self.toggle_finding(),
-            View::Sockets => {
+        match self.tab {
+            Tab::Overview => self.toggle_finding(),
+            Tab::Sockets => {
                 if self.selected_connection().is_some() {
                     self.detail = !self.detail;
                     self.detail_scroll = 0;
                 }
             }
-            View::Requests | View::Threads | View::Components => {
-                if self.view_len(self.view) > 0 {
+            Tab::Requests | Tab::Threads | Tab::Components => {
+                if self.tab_len(self.tab) > 0 {
                     self.detail = !self.detail;
                     self.detail_scroll = 0;
                 }
             }
-            View::Gpu | View::Metrics | View::Diff => {}
+            Tab::Gpu | Tab::Metrics | Tab::Diff => {}
         }
     }
 
@@ -512,14 +512,14 @@ impl App {
             KeyCode::Char('q') => return Action::Quit,
             KeyCode::Char('?') => self.help = true,
             KeyCode::Char('/') => self.filter_editing = true,
-            KeyCode::Tab => self.switch_view(View::ALL[(self.view.index() + 1) % View::ALL.len()]),
+            KeyCode::Tab => self.switch_tab(Tab::ALL[(self.tab.index() + 1) % Tab::ALL.len()]),
             KeyCode::BackTab => {
-                let n = View::ALL.len();
-                self.switch_view(View::ALL[(self.view.index() + n - 1) % n])
+                let n = Tab::ALL.len();
+                self.switch_tab(Tab::ALL[(self.tab.index() + n - 1) % n])
             }
             KeyCode::Char(c @ '1'..='8') => {
                 let i = (c as usize) - ('1' as usize);
-                self.switch_view(View::ALL[i]);
+                self.switch_tab(Tab::ALL[i]);
             }
             KeyCode::Char('t') => self.follow(Jump::Thread),
             KeyCode::Char('d') => self.follow(Jump::Diff),
@@ -609,7 +609,7 @@ fn finding_key(f: &Finding) -> String {
     format!("{}|{}", f.kind, f.component.as_deref().unwrap_or(""))
 }
 
-/// Lines the GPU view scrolls over: one per GPU plus one per process.
+/// Lines the GPU tab scrolls over: one per GPU plus one per process.
 pub fn gpu_line_count(s: &Snapshot) -> usize {
     s.gpus.iter().map(|g| 1 + g.processes.len()).sum()
 }

@@ -1,11 +1,11 @@
-//! Moving around: what j/k/PgDn/g/G do in each view, the Overview's finding cursor, and the
+//! Moving around: what j/k/PgDn/g/G do in each tab, the Overview's finding cursor, and the
 //! stuck-first orders applied after `derive`. Kept apart from `mod.rs` (keys to actions) and
-//! `derived.rs` (what the views list).
+//! `derived.rs` (what the tabs list).
 
 use super::cursor::finding_rows;
 use super::metric_order::metrics_key_facts_first;
 use super::order::{changes_subject_first, connections_stuck_first, threads_stuck_first};
-use super::{finding_key, App, View};
+use super::{finding_key, App, Tab};
 
 impl App {
     /// Everything that depends on the derived lists: stuck-first and subject-first orders, the Overview's
@@ -41,7 +41,7 @@ impl App {
     pub(super) fn cursor_key(&self) -> Option<(String, Option<usize>)> {
         let row = self
             .finding_rows
-            .get(self.selected[View::Overview.index()])?;
+            .get(self.selected[Tab::Overview.index()])?;
         let f = self.snapshot()?.findings.get(row.finding)?;
         Some((finding_key(f), row.item))
     }
@@ -63,7 +63,7 @@ impl App {
                     .position(|r| is_key(r.finding) && r.item.is_none())
             });
         if let Some(p) = pos {
-            self.selected[View::Overview.index()] = p;
+            self.selected[Tab::Overview.index()] = p;
         }
     }
 
@@ -88,21 +88,21 @@ impl App {
         }
         let s = self.snapshot()?;
         let sel = self.selected();
-        match self.view {
+        match self.tab {
             // The frames pane: its title, the deciding rule, one line per frame.
-            View::Threads => {
+            Tab::Threads => {
                 let t = s.threads.get(*self.derived.threads.get(sel)?)?;
                 Some(1 + usize::from(t.rule.is_some()) + t.frames.len().max(1))
             }
             // The hops pane: its title, one line per hop, one per finding naming them.
-            View::Requests => {
+            Tab::Requests => {
                 let row = self
                     .derived
                     .rows
                     .get(*self.derived.request_order.get(sel)?)?;
                 Some(self.derived.hop_detail_len(s, row.chain))
             }
-            View::Components => {
+            Tab::Components => {
                 let c = s.components.get(sel)?;
                 Some(super::component_facts(s, c).len())
             }
@@ -110,10 +110,10 @@ impl App {
         }
     }
 
-    /// The Components view opens on the hop of the most severe finding (what the on-call
+    /// The Components tab opens on the hop of the most severe finding (what the on-call
     /// engineer opens it for), unless the selection was moved there before.
     pub(super) fn select_worst_component(&mut self) {
-        if self.selected[View::Components.index()] != 0 {
+        if self.selected[Tab::Components.index()] != 0 {
             return;
         }
         let Some(s) = self.snapshot() else {
@@ -122,30 +122,30 @@ impl App {
         let worst = super::follow::worst_component(s)
             .and_then(|c| s.components.iter().position(|x| x.id == c));
         if let Some(i) = worst {
-            self.selected[View::Components.index()] = i;
+            self.selected[Tab::Components.index()] = i;
         }
     }
 
-    /// The Sockets view's cursor runs over the summary's components, then the connections
+    /// The Sockets tab's cursor runs over the summary's components, then the connections
     /// (k above the first connection scrolls a summary cut at 80x24). The connection under
     /// it (position in `derived.connections`), if it is on one.
     pub fn selected_connection(&self) -> Option<usize> {
         let n = self.derived.socket_components.len();
-        let sel = self.selected[View::Sockets.index()];
+        let sel = self.selected[Tab::Sockets.index()];
         (sel >= n && sel - n < self.derived.connections.len()).then(|| sel - n)
     }
 
     /// The summary component under the Sockets cursor (position in
     /// `derived.socket_components`), if it is on one.
     pub fn selected_socket_component(&self) -> Option<usize> {
-        let sel = self.selected[View::Sockets.index()];
+        let sel = self.selected[Tab::Sockets.index()];
         (sel < self.derived.socket_components.len()).then_some(sel)
     }
 
-    /// The Sockets view opens on the first connection (held by a stuck request, if any),
+    /// The Sockets tab opens on the first connection (held by a stuck request, if any),
     /// unless the cursor was moved there before.
     pub(super) fn select_first_connection(&mut self) {
-        let i = View::Sockets.index();
+        let i = Tab::Sockets.index();
         if self.selected[i] == 0 && !self.derived.connections.is_empty() {
             self.selected[i] = self.derived.socket_components.len();
         }
@@ -159,8 +159,8 @@ impl App {
             self.detail_scroll = target.clamp(0, last as i64) as usize;
             return;
         }
-        let len = self.view_len(self.view);
-        let s = &mut self.selected[self.view.index()];
+        let len = self.tab_len(self.tab);
+        let s = &mut self.selected[self.tab.index()];
         let target = (*s as i64).saturating_add(delta);
         *s = target.clamp(0, len.saturating_sub(1) as i64) as usize;
     }

@@ -1,4 +1,4 @@
-//! Stuck-first orders of the Threads, Sockets and Diff views, applied on top of what `derived`
+//! Stuck-first orders of the Threads, Sockets and Diff tabs, applied on top of what `derived`
 //! lists (its filter is kept, only the order changes). A wedge is what the on-call engineer
 //! looks for, so it must be the first row, not the ninth under idle helper threads sorted
 //! by name.
@@ -115,7 +115,7 @@ pub(super) fn connections_stuck_first(s: &Snapshot, rows: &[RequestRow], conns: 
     });
 }
 
-/// The Diff view: the changes of `subject`'s engine and its processes first (the hop being
+/// The Diff tab: the changes of `subject`'s engine and its processes first (the hop being
 /// followed, else the most severe finding's), the rest after in their order.
 pub(super) fn changes_subject_first(s: &Snapshot, subject: Option<&str>, changes: &mut [usize]) {
     let Some(top) = subject else {

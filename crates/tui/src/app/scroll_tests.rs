@@ -203,7 +203,7 @@ fn the_sockets_cursor_runs_from_the_summary_into_the_connections() {
     let n = a.derived().socket_components.len();
     let conns = a.derived().connections.len();
     assert_eq!(n, 4, "proxy, router, prefill, decode");
-    assert_eq!(a.view_len(View::Sockets), n + conns);
+    assert_eq!(a.tab_len(Tab::Sockets), n + conns);
     assert_eq!(a.selected(), n, "opens on the first connection");
     assert_eq!(a.selected_connection(), Some(0));
     press(&mut a, KeyCode::Char('k'));

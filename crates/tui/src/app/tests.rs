@@ -161,7 +161,7 @@ fn sort_cycles_and_filter_edits() {
     let mut app = App::new(AppOptions::default());
     app.ingest(FeedFrame::new(chain_snapshot()));
     app.handle_key(ch('2'));
-    assert_eq!(app.view(), View::Requests);
+    assert_eq!(app.tab(), Tab::Requests);
     app.handle_key(ch('o'));
     assert_eq!(app.sort(), SortKey::Age);
     app.handle_key(ch('o'));
@@ -190,22 +190,22 @@ fn sort_cycles_and_filter_edits() {
 }
 
 #[test]
-fn views_by_tab_backtab_and_numbers() {
+fn tabs_by_tab_backtab_and_numbers() {
     let mut app = App::new(AppOptions::default());
-    assert_eq!(app.view(), View::Overview);
+    assert_eq!(app.tab(), Tab::Overview);
     app.handle_key(key(KeyCode::Tab));
-    assert_eq!(app.view(), View::Requests);
+    assert_eq!(app.tab(), Tab::Requests);
     app.handle_key(key(KeyCode::BackTab));
     app.handle_key(key(KeyCode::BackTab));
-    assert_eq!(app.view(), View::Components, "the last view");
+    assert_eq!(app.tab(), Tab::Components, "the last tab");
     app.handle_key(key(KeyCode::BackTab));
-    assert_eq!(app.view(), View::Diff);
+    assert_eq!(app.tab(), Tab::Diff);
     app.handle_key(ch('8'));
-    assert_eq!(app.view(), View::Components);
+    assert_eq!(app.tab(), Tab::Components);
     app.handle_key(ch('4'));
-    assert_eq!(app.view(), View::Gpu);
+    assert_eq!(app.tab(), Tab::Gpu);
     app.handle_key(ch('9'));
-    assert_eq!(app.view(), View::Gpu);
+    assert_eq!(app.tab(), Tab::Gpu);
 }
 
 #[test]
@@ -236,7 +236,7 @@ fn help_overlay_swallows_keys_until_closed() {
     app.handle_key(ch('?'));
     assert!(app.help_open());
     app.handle_key(ch('3'));
-    assert_eq!(app.view(), View::Overview, "keys go to the help overlay");
+    assert_eq!(app.tab(), Tab::Overview, "keys go to the help overlay");
     app.handle_key(key(KeyCode::Esc));
     assert!(!app.help_open());
     app.handle_key(ch('?'));

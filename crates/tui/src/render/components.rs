@@ -1,4 +1,4 @@
-//! Components view: every component with its identity, and below the selected one's
+//! Components tab: every component with its identity, and below the selected one's
 //! detail (versions, changes against the baseline, relevant environment, command line one
 //! option a line). `enter` gives the detail the room and j/k scroll it.
 

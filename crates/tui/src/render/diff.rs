@@ -1,4 +1,4 @@
-//! Diff view: configuration changes against the baseline, the followed (else the blamed)
+//! Diff tab: configuration changes against the baseline, the followed (else the blamed)
 //! hop's first, a child process's repeat of its engine's change folded into the engine's
 //! row. Values too long for the line get a line each (`- before`, `+ after`) rather than
 //! `after` being cut off at the edge: a restart's new pid and time are its point.

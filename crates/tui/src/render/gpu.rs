@@ -1,4 +1,4 @@
-//! GPU view: per-GPU utilisation, power and memory sparklines, and per-process memory.
+//! GPU tab: per-GPU utilisation, power and memory sparklines, and per-process memory.
 
 use super::{
     fit, fmt_bytes, keep_visible, render_scrolled, rfit, source_problem_line, sparkline, Theme,

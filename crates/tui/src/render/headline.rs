@@ -1,5 +1,5 @@
-//! The headline: the most severe finding, on every view's header, so a critical finding is
-//! on screen whichever view is open.
+//! The headline: the most severe finding, on every tab's header, so a critical finding is
+//! on screen whichever tab is open.
 
 use super::{cut, fit, sev_tag, Theme};
 use crate::model::{Finding, Snapshot};

@@ -1,7 +1,7 @@
 //! A request's lanes: one row per hop (its exchange there), key facts first so that 80
 //! columns keep them: the stuck mark, the hop, its state, age, silence and bytes; then the
 //! exchange id, the component and the addresses, cut at the edge. Drawn in the Requests
-//! view's drill-in and under an expanded finding in the Overview.
+//! tab's drill-in and under an expanded finding in the Overview.
 //!
 //! The hop a request is stuck at carries `!` as well as its colour: colour alone is lost
 //! under `NO_COLOR`, on a monochrome terminal and in a pasted screen.

@@ -1,4 +1,4 @@
-//! Metrics view: each component's metrics with rates and history.
+//! Metrics tab: each component's metrics with rates and history.
 //!
 //! A series is named by what tells it apart: `worker_in_flight{worker="http://10.0.0.7:31001"}`
 //! keeps its label values whole and gives up the middle instead (two series cut at one column

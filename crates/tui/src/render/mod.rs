@@ -1,9 +1,9 @@
 //! Drawing the state. Reads [`App`] only; everything expensive was computed on ingest, so a
 //! frame costs what is visible, not what is in the snapshot.
 //!
-//! This file holds what every view shares: the `Theme`, text helpers (fitting, durations,
+//! This file holds what every tab shares: the `Theme`, text helpers (fitting, durations,
 //! sizes, sparklines), the frame layout (header, tabs, status, footer) and the help overlay.
-//! Each view draws its body in its own file.
+//! Each tab draws its body in its own file.
 
 mod cause;
 mod channels;
@@ -18,7 +18,7 @@ mod requests;
 mod sockets;
 mod threads;
 
-use super::app::{App, Lane, View};
+use super::app::{App, Lane, Tab};
 use super::feed::FeedState;
 use crate::model::{
     RequestState, Severity, Snapshot, SourceKind, SourceStatus, Status, ThreadState,
@@ -367,15 +367,15 @@ pub fn render(app: &App, frame: &mut Frame) {
             para(vec![Line::from("waiting for the first sample…")]),
             body,
         ),
-        Some(s) => match app.view() {
-            View::Overview => overview::render(app, s, theme, frame, body),
-            View::Requests => requests::render(app, s, theme, frame, body),
-            View::Threads => threads::render(app, s, theme, frame, body),
-            View::Gpu => gpu::render(app, s, theme, frame, body),
-            View::Sockets => sockets::render(app, s, theme, frame, body),
-            View::Metrics => metrics::render(app, s, theme, frame, body),
-            View::Diff => diff::render(app, s, theme, frame, body),
-            View::Components => components::render(app, s, theme, frame, body),
+        Some(s) => match app.tab() {
+            Tab::Overview => overview::render(app, s, theme, frame, body),
+            Tab::Requests => requests::render(app, s, theme, frame, body),
+            Tab::Threads => threads::render(app, s, theme, frame, body),
+            Tab::Gpu => gpu::render(app, s, theme, frame, body),
+            Tab::Sockets => sockets::render(app, s, theme, frame, body),
+            Tab::Metrics => metrics::render(app, s, theme, frame, body),
+            Tab::Diff => diff::render(app, s, theme, frame, body),
+            Tab::Components => components::render(app, s, theme, frame, body),
         },
     }
     if status_h > 0 {
@@ -530,13 +530,13 @@ fn tabs_line(app: &App, theme: Theme, width: usize) -> Line<'static> {
     // One space between tabs below 92 columns, so all eight fit in 80.
     let compact = width < 92;
     let mut spans = Vec::new();
-    for v in View::ALL {
+    for v in Tab::ALL {
         let label = if compact {
             format!(" {} {}", v.index() + 1, v.title())
         } else {
             format!(" {} {} ", v.index() + 1, v.title())
         };
-        let style = if v == app.view() {
+        let style = if v == app.tab() {
             theme.selected().add_modifier(Modifier::BOLD)
         } else {
             Style::default()
@@ -569,18 +569,18 @@ fn status_line(app: &App, theme: Theme) -> Line<'static> {
 }
 
 fn footer_line(app: &App, theme: Theme) -> Line<'static> {
-    // The view's own keys first, so a narrow footer keeps them.
+    // The tab's own keys first, so a narrow footer keeps them.
     let mut keys: Vec<(&str, &str)> = vec![("?", "help"), ("q", "quit")];
-    match app.view() {
-        View::Overview => keys.push(("enter", "lanes+evidence")),
-        View::Requests => {
+    match app.tab() {
+        Tab::Overview => keys.push(("enter", "lanes+evidence")),
+        Tab::Requests => {
             keys.push(("enter", "hops"));
             keys.push(("o", "sort"));
             keys.push(("a", "all hops"));
         }
-        View::Threads => keys.push(("enter", "frames")),
-        View::Components => keys.push(("enter", "detail")),
-        View::Sockets => keys.push(("enter", "detail")),
+        Tab::Threads => keys.push(("enter", "frames")),
+        Tab::Components => keys.push(("enter", "detail")),
+        Tab::Sockets => keys.push(("enter", "detail")),
         _ => {}
     }
     keys.push(("t/d/m", "follow"));
@@ -588,7 +588,7 @@ fn footer_line(app: &App, theme: Theme) -> Line<'static> {
         keys.push(("esc", "back"));
     }
     keys.extend([
-        ("1-8", "view"),
+        ("1-8", "tab"),
         ("/", "filter"),
         ("f", "freeze"),
         ("s", "snapshot"),
@@ -610,11 +610,8 @@ fn footer_line(app: &App, theme: Theme) -> Line<'static> {
 /// Every key, for the `?` overlay.
 pub const HELP: &[(&str, &str)] = &[
     ("?  esc", "this help / close it"),
-    ("tab / shift-tab", "next / previous view"),
-    (
-        "1 … 8",
-        "the views in tab order: Overview … Diff, Components",
-    ),
+    ("tab / shift-tab", "next / previous tab"),
+    ("1 … 8", "the tabs in order: Overview … Diff, Components"),
     ("j k ↓ ↑", "move; in open frames/detail: scroll them"),
     ("pgdn pgup g G", "page, first, last (home, end too)"),
     (

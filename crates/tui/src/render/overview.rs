@@ -1,4 +1,4 @@
-//! Overview view: the topology tree (edges, children, GPUs) and the findings list.
+//! Overview tab: the topology tree (edges, children, GPUs) and the findings list.
 
 use super::{fit, keep_visible, para, render_scrolled, sev_tag, source_summary, wrap, Theme};
 use crate::app::{in_flight, items, App, Derived, Item};

@@ -1,4 +1,4 @@
-//! Requests view: one row per request (or per hop) with its hop lanes, and the hops of the
+//! Requests tab: one row per request (or per hop) with its hop lanes, and the hops of the
 //! selected request.
 
 use super::lanes::{self, short_state};

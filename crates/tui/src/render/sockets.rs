@@ -1,4 +1,4 @@
-//! Sockets view: per-component TCP states over time, and the connection list.
+//! Sockets tab: per-component TCP states over time, and the connection list.
 
 use super::{
     fit, fmt_ms, keep_visible, para, render_scrolled, rfit, scroll_offset, short_id,

@@ -1,4 +1,4 @@
-//! Threads view: per-thread state over the window's dumps, and the frames of the selected one.
+//! Threads tab: per-thread state over the window's dumps, and the frames of the selected one.
 
 use super::{fit, para, render_scrolled, rfit, scroll_offset, short_id, source_summary, Theme};
 use crate::app::App;
