@@ -62,22 +62,25 @@ for file in benches/*.rs; do
 done
 
 other_log="$(mktemp -t ww-lane.XXXXXX)"
-trap 'rm -f "$other_log"' EXIT
+other_secs="$(mktemp -t ww-lane-secs.XXXXXX)"
+trap 'rm -f "$other_log" "$other_secs"' EXIT
 started=$SECONDS
 (
     cargo test --no-fail-fast "${other_args[@]}"
     rc=$?
     cargo test --workspace --doc || rc=1
+    echo "$((SECONDS - started))" >"$other_secs"
     exit "$rc"
 ) >"$other_log" 2>&1 &
 other_pid=$!
 cargo test --no-fail-fast "${lab_args[@]}"
 lab_rc=$?
+labs_secs=$((SECONDS - started))
 cargo test --workspace --no-fail-fast --test sglang_real || lab_rc=1
 lab_secs=$((SECONDS - started))
 wait "$other_pid"
 other_rc=$?
 echo "=== the other lane (lab-free tests and the real-vLLM tier) ==="
 cat "$other_log"
-echo "lanes: lab lane exit $lab_rc after ${lab_secs} s; other lane exit $other_rc; both done after $((SECONDS - started)) s"
+echo "lanes: lab lane exit $lab_rc after ${lab_secs} s (labs and lab benches ${labs_secs} s, real SGLang $((lab_secs - labs_secs)) s); other lane exit $other_rc after $(cat "$other_secs") s; both done after $((SECONDS - started)) s"
 [ "$lab_rc" = 0 ] && [ "$other_rc" = 0 ]
