@@ -24,8 +24,8 @@
 //! The binary is `CARGO_BIN_EXE_wedgewatch` (bench profile); NVML the lab's fake library,
 //! py-spy `tests/lab/.venv/bin/py-spy`. Exits 1 when a goal is missed (full run).
 //!
-//! Quick mode (`cargo test --bench verdict`, `common/mode.rs`): 2 daemon wedges, 2 one-shots
-//! (started 3 and 7 s after), no controls (tests/labs/controls_lab.rs runs them in the test
+//! Quick mode (`cargo test --bench verdict`, `common/mode.rs`): 1 daemon wedge, 1 one-shot
+//! (started 3 s after: its window grows for the verdict due), no controls (tests/labs/controls_lab.rs runs them in the test
 //! command). It fails when a wedge is never reported; it judges no goal.
 
 #[path = "common/daemon_proc.rs"]
@@ -68,8 +68,8 @@ const STUCK_KINDS: [&str; 4] = [
 
 fn main() {
     let mode = Mode::from_args();
-    let wedges = mode.knob("WW_BENCH_WEDGES", 10usize, 2);
-    let one_shots = mode.knob("WW_BENCH_ONESHOTS", 10usize, 2);
+    let wedges = mode.knob("WW_BENCH_WEDGES", 10usize, 1);
+    let one_shots = mode.knob("WW_BENCH_ONESHOTS", 10usize, 1);
     let poll_ms = mode.knob("WW_BENCH_POLL_MS", 250u64, 250);
     println!("verdict bench ({mode:?}): load average {}", loadavg());
     let lab =
@@ -429,7 +429,7 @@ fn wait_quiet(b: &Bench, d: &Daemon, decode: &str) {
 
 /// Section 2: `n` wedges, each judged by one cold one-shot started some seconds after it.
 fn one_shot_section(b: &mut Bench, n: usize, mode: Mode) -> Verdict {
-    let delays: &[u64] = mode.pick(&[1, 3, 5, 7, 9], &[3, 7]);
+    let delays: &[u64] = mode.pick(&[1, 3, 5, 7, 9], &[3]);
     let mut times = Vec::new();
     let mut found = 0;
     for k in 0..n {
