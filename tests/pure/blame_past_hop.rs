@@ -413,6 +413,21 @@ fn tokens_that_left_the_engine_or_were_never_generated_are_not_undelivered() {
     assert!(of_kind(&fs, "tokens_undelivered").is_empty(), "{fs:#?}");
 }
 
+#[test]
+fn a_window_begun_after_the_request_still_counts_the_tokens_generated_in_it() {
+    // A one-shot started after the request arrived: its first scrape (300 ms) comes before
+    // the scheduler's count rose (1 s), and that rise is this request's tokens undelivered.
+    let fs = decode_generates(8.0, 0.0, 0, 300);
+    let f = of_kind(&fs, "tokens_undelivered");
+    assert_eq!(f.len(), 1, "{fs:#?}");
+    assert!(
+        f[0].summary.contains("generated 8 tokens since"),
+        "{}",
+        f[0].summary
+    );
+    assert!(of_kind(&fs, "wedged_request").is_empty(), "{fs:#?}");
+}
+
 /// The two counts on real SGLang 0.5.23 expositions (`tests/fixtures/sglang-real/metrics`):
 /// the scheduler's own decode tokens, and no error answer where only a GET /health (start-up
 /// 503s) and an HTTP/2 preface (404) failed; with one inference 500 added, one error.

@@ -218,9 +218,10 @@ fn errors_since(m: &Correlator, comp: &str, since: Millis) -> Option<LegFailure>
 }
 
 /// How many tokens engine `comp`'s scheduler generated after `since` that never left it: its
-/// count rose from its last scrape at or before `since` (the baseline) to the newest at `now`,
-/// no inference answer left after the baseline (`last_sent`, [`last_answer_byte`]), and its
-/// tokenizer manager, when it counts, received none. `None` without a baseline scrape.
+/// count rose from the baseline scrape (its last at or before `since`, else its first after:
+/// a one-shot started after the request arrived) to the newest at `now`, no inference answer
+/// left after the baseline (`last_sent`, [`last_answer_byte`]), and its tokenizer manager,
+/// when it counts, received none since the baseline. `None` without a scrape of the count.
 pub fn undelivered_since(
     m: &Correlator,
     comp: &str,
@@ -235,7 +236,13 @@ pub fn undelivered_since(
             .filter(|p| p.t_ms <= t)
             .find_map(|p| p.mapped.get(key).map(|v| (p.t_ms, *v)))
     };
-    let (baseline_ms, before) = upto(since, SCHEDULER_TOKENS_KEY)?;
+    let first_after = |t: Millis, key: &str| {
+        hist.iter()
+            .filter(|p| p.t_ms > t && p.t_ms <= now)
+            .find_map(|p| p.mapped.get(key).map(|v| (p.t_ms, *v)))
+    };
+    let (baseline_ms, before) =
+        upto(since, SCHEDULER_TOKENS_KEY).or_else(|| first_after(since, SCHEDULER_TOKENS_KEY))?;
     if last_sent.is_some_and(|t| t >= baseline_ms) {
         return None;
     }
@@ -248,7 +255,7 @@ pub fn undelivered_since(
         .map_or(baseline_ms, |p| p.t_ms);
     let received = match (
         upto(now, RECEIVED_TOKENS_KEY),
-        upto(since, RECEIVED_TOKENS_KEY),
+        upto(baseline_ms, RECEIVED_TOKENS_KEY),
     ) {
         (Some((_, a)), Some((_, b))) => Some(a - b),
         _ => None,
