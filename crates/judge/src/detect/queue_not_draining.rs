@@ -34,6 +34,7 @@ pub fn queue_not_draining(m: &Correlator, v: &View) -> Vec<Finding> {
             .requests
             .iter()
             .filter(|r| r.x.component == cs.id && View::is_outstanding(r))
+            .filter(|r| !v.logical_of(r).probe) // health checks queue nowhere
             .collect::<Vec<_>>();
         if !waiting.is_empty() && waiting.iter().all(|r| explained_elsewhere(v, r, &cs.id)) {
             continue;
