@@ -16,6 +16,7 @@
 //! failed prefill leg at all: the router reuses its prefill connection, and a one-shot sees
 //! only its newest exchange. docs/findings.md says what then.)
 
+use crate::common::{self, fast_thresholds};
 use wedgewatch_testkit::lab;
 
 use lab::{Lab, LabOptions};
@@ -26,19 +27,10 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn fast_thresholds() -> PathBuf {
-    lab::repo_root().join("tests/fixtures/thresholds-fast.toml")
-}
-
-/// The wedgewatch binary with the lab's fake NVML and the venv's py-spy.
+/// The wedgewatch binary for a lab, with the fast thresholds.
 fn ww(lab: &Lab) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_wedgewatch"));
-    c.env("WEDGEWATCH_NVML_LIB", env!("FAKE_NVML_PATH"))
-        .env("FAKE_NVML_DIR", lab.nvml_dir())
-        .env("WEDGEWATCH_PY_SPY", lab::venv_bin("py-spy"))
-        .arg("--thresholds")
-        .arg(fast_thresholds())
-        .stdin(Stdio::null());
+    let mut c = common::ww(lab);
+    c.arg("--thresholds").arg(fast_thresholds());
     c
 }
 

@@ -14,12 +14,13 @@
 //!
 //! Discovery sees every stack on the machine: assertions are about this lab's components.
 
+use crate::common::ww;
 use wedgewatch_testkit::lab;
 
 use lab::{Lab, LabOptions};
 use serde_json::Value;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 /// Finding kinds that say a request is stuck (today's and those being added).
@@ -29,15 +30,6 @@ const STUCK_KINDS: [&str; 4] = [
     "kv_transfer_stalled",
     "pd_leg_failed",
 ];
-
-fn ww(lab: &Lab) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_wedgewatch"));
-    c.env("WEDGEWATCH_NVML_LIB", env!("FAKE_NVML_PATH"))
-        .env("FAKE_NVML_DIR", lab.nvml_dir())
-        .env("WEDGEWATCH_PY_SPY", lab::venv_bin("py-spy"))
-        .stdin(Stdio::null());
-    c
-}
 
 /// A `wedgewatch daemon` at production thresholds, killed on drop.
 struct Daemon {

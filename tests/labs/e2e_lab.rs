@@ -9,6 +9,7 @@
 //! Each test brings up its own lab on free ports; the fixture's Drop tears it down, and
 //! [`Daemon`]'s Drop kills the daemon.
 
+use crate::common::{fast_thresholds, ww};
 use wedgewatch_testkit::lab;
 use wedgewatch_testkit::story;
 
@@ -21,20 +22,6 @@ use serde_json::Value;
 
 /// The incident's tuning variable (the "change since noon").
 const TUNING_VAR: &str = "SGLANG_DECODE_PREALLOC_SPLIT_TOKENS";
-
-fn fast_thresholds() -> PathBuf {
-    lab::repo_root().join("tests/fixtures/thresholds-fast.toml")
-}
-
-/// The wedgewatch binary with the lab's fake NVML and the venv's py-spy.
-fn ww(lab: &Lab) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_wedgewatch"));
-    c.env("WEDGEWATCH_NVML_LIB", env!("FAKE_NVML_PATH"))
-        .env("FAKE_NVML_DIR", lab.nvml_dir())
-        .env("WEDGEWATCH_PY_SPY", lab::venv_bin("py-spy"))
-        .stdin(Stdio::null());
-    c
-}
 
 /// Run a wedgewatch command to completion, bounded; stdout on success.
 fn run_bounded(cmd: Command, bound: Duration) -> String {

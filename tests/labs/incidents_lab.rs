@@ -10,6 +10,7 @@
 //! Runs the wedgewatch binary as a user runs it; lab tests of different files run one file at
 //! a time (`lab::exclusive`).
 
+use crate::common::{fast_thresholds, ww};
 use wedgewatch_testkit::lab;
 
 use lab::{Lab, LabOptions};
@@ -20,20 +21,6 @@ use std::time::{Duration, Instant};
 
 /// The incident's tuning variable: decode accepts requests and forgets them.
 const TUNING_VAR: &str = "SGLANG_DECODE_PREALLOC_SPLIT_TOKENS";
-
-fn fast_thresholds() -> PathBuf {
-    lab::repo_root().join("tests/fixtures/thresholds-fast.toml")
-}
-
-/// The wedgewatch binary with the lab's fake NVML and the venv's py-spy.
-fn ww(lab: &Lab) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_wedgewatch"));
-    c.env("WEDGEWATCH_NVML_LIB", env!("FAKE_NVML_PATH"))
-        .env("FAKE_NVML_DIR", lab.nvml_dir())
-        .env("WEDGEWATCH_PY_SPY", lab::venv_bin("py-spy"))
-        .stdin(Stdio::null());
-    c
-}
 
 /// Runs a wedgewatch command to its end, bounded; its stdout (it must succeed). Output goes
 /// to files: a pipe nobody reads until the end would stall a large answer.

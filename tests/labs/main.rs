@@ -6,6 +6,7 @@
 
 mod adaptive_lab;
 mod blame_lab;
+mod common;
 mod controls_lab;
 mod demo_smoke;
 mod discovery;

@@ -7,6 +7,7 @@
 //!
 //! Needs root; skipped, saying so, only when this machine cannot make network namespaces.
 
+use crate::common::fast_thresholds;
 use wedgewatch_testkit::lab;
 
 use std::path::{Path, PathBuf};
@@ -184,10 +185,6 @@ fn py_spy() -> PathBuf {
     std::env::var_os("WEDGEWATCH_PY_SPY")
         .map(PathBuf::from)
         .unwrap_or_else(|| lab::venv_bin("py-spy"))
-}
-
-fn fast_thresholds() -> PathBuf {
-    lab::repo_root().join("tests/fixtures/thresholds-fast.toml")
 }
 
 /// `wedgewatch --thresholds fast snapshot --json --no-daemon --window W`, bounded.
