@@ -41,6 +41,8 @@ pub struct AttachOptions {
     pub probes: ProbeSet,
     pub extra_pids: Vec<i32>,
     pub extra_urls: Vec<String>,
+    /// `--within`: the processes whose trees are watched (empty: every process).
+    pub within: Vec<i32>,
     /// `--nvml-lib`; None: `$WEDGEWATCH_NVML_LIB`, else the system library.
     pub nvml_lib: Option<PathBuf>,
     /// `--py-spy`; None: `$WEDGEWATCH_PY_SPY`, else `$PATH`.
@@ -66,6 +68,7 @@ impl AttachOptions {
             probes,
             extra_pids: Vec::new(),
             extra_urls: Vec::new(),
+            within: Vec::new(),
             nvml_lib: None,
             py_spy: None,
             native: false,
@@ -91,6 +94,7 @@ impl AttachOptions {
             proc_root: self.proc_root.clone(),
             extra_pids: self.extra_pids.clone(),
             extra_urls: self.extra_urls.clone(),
+            within: self.within.clone(),
             router_key_env: self.router_key_env.clone(),
             recent_dump: self.shared_dump.clone(),
             ..DiscoverOptions::default()

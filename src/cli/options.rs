@@ -29,6 +29,11 @@ pub struct Targets {
     /// Add a process discovery missed (repeatable); it must exist.
     #[arg(long = "pid", value_name = "PID", value_parser = clap::value_parser!(i32).range(1..))]
     pub pids: Vec<i32>,
+    /// Watch only this process and its descendants (repeatable): on a host shared by
+    /// several stacks, name the pod's shim, the launcher or the unit's main process, and
+    /// every other process is left out of discovery. `--pid` targets are watched too.
+    #[arg(long = "within", value_name = "PID", value_parser = clap::value_parser!(i32).range(1..))]
+    pub within: Vec<i32>,
     /// Add an HTTP endpoint discovery missed, e.g. http://127.0.0.1:8000 (repeatable).
     #[arg(long = "url", value_name = "URL", value_parser = parse_url)]
     pub urls: Vec<String>,
@@ -104,6 +109,7 @@ impl Targets {
         Targets {
             probes: [top.probes, verb.probes].concat(),
             pids: [top.pids, verb.pids].concat(),
+            within: [top.within, verb.within].concat(),
             urls: [top.urls, verb.urls].concat(),
             proc_root: verb.proc_root.or(top.proc_root),
             nvml_lib: verb.nvml_lib.or(top.nvml_lib),
@@ -144,19 +150,21 @@ impl Targets {
             proc_root: self.proc_root(),
             extra_pids: self.pids.clone(),
             extra_urls: self.urls.clone(),
+            within: self.within.clone(),
             router_key_env: self.router_key_env(),
             ..DiscoverOptions::default()
         }
     }
 
-    /// Every `--pid` names a process that exists now: a typo is a usage error, not a
-    /// component listed as "not found" in a snapshot.
+    /// Every `--pid` and `--within` names a process that exists now: a typo is a usage
+    /// error, not a component listed as "not found" or an empty scope.
     pub fn check_pids(&self) -> anyhow::Result<()> {
         let proc = wedgewatch::sys::ProcFs::new(self.proc_root());
-        for pid in &self.pids {
+        let named = self.pids.iter().map(|p| ("--pid", p));
+        for (flag, pid) in named.chain(self.within.iter().map(|p| ("--within", p))) {
             if proc.exists(*pid).is_err() {
                 bail!(
-                    "--pid {pid}: no such process (not in {})",
+                    "{flag} {pid}: no such process (not in {})",
                     proc.root().display()
                 );
             }
@@ -184,6 +192,7 @@ impl Sampling {
         [
             (!t.probes.is_empty(), "--probes"),
             (!t.pids.is_empty(), "--pid"),
+            (!t.within.is_empty(), "--within"),
             (!t.urls.is_empty(), "--url"),
             (t.proc_root.is_some(), "--proc-root"),
             (t.nvml_lib.is_some(), "--nvml-lib"),
@@ -206,6 +215,7 @@ impl Sampling {
         let mut o = AttachOptions::new(t.probes()?);
         o.proc_root = t.proc_root();
         o.extra_pids = t.pids.clone();
+        o.within = t.within.clone();
         o.extra_urls = t.urls.clone();
         o.nvml_lib = t.nvml_lib();
         o.py_spy = t.py_spy.clone();

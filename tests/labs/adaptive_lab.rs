@@ -168,13 +168,10 @@ impl Drop for Daemon {
     }
 }
 
+/// [`crate::common::ww`] with py-spy `py_spy` and info logs.
 fn ww(lab: &Lab, py_spy: &Path) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_wedgewatch"));
-    c.env("WEDGEWATCH_NVML_LIB", env!("FAKE_NVML_PATH"))
-        .env("FAKE_NVML_DIR", lab.nvml_dir())
-        .env("WEDGEWATCH_PY_SPY", py_spy)
-        .env("RUST_LOG", "info")
-        .stdin(Stdio::null());
+    let mut c = crate::common::ww(lab);
+    c.env("WEDGEWATCH_PY_SPY", py_spy).env("RUST_LOG", "info");
     c
 }
 
@@ -198,7 +195,6 @@ fn unix_now() -> f64 {
 /// the socket table and the stacks tick at their calm paces.
 #[test]
 fn quiet_stack_is_dumped_one_process_per_tick() {
-    let _lab = lab::exclusive();
     let _one = ONE_LAB.lock().unwrap_or_else(|p| p.into_inner());
     let lab = Lab::up(&LabOptions::pd()).expect("lab up");
     let dir = tempdir("quiet");
@@ -300,7 +296,6 @@ fn quiet_stack_is_dumped_one_process_per_tick() {
 /// the socket table at its fast pace.
 #[test]
 fn noon_wedge_yields_wedged_request_with_stack_evidence() {
-    let _lab = lab::exclusive();
     let _one = ONE_LAB.lock().unwrap_or_else(|p| p.into_inner());
     let lab = Lab::up(&LabOptions::pd().decode_env(TUNING_VAR, "100")).expect("lab up");
     let dir = tempdir("wedge");

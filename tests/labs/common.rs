@@ -9,10 +9,13 @@ pub fn fast_thresholds() -> PathBuf {
     lab::repo_root().join("tests/fixtures/thresholds-fast.toml")
 }
 
-/// The wedgewatch binary with the lab's fake NVML and the venv's py-spy.
+/// The wedgewatch binary watching `lab` alone (`--within` its keeper), with the lab's fake
+/// NVML and the venv's py-spy; the verb and its options follow.
 pub fn ww(lab: &Lab) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_wedgewatch"));
-    c.env("WEDGEWATCH_NVML_LIB", env!("FAKE_NVML_PATH"))
+    c.arg("--within")
+        .arg(lab.root_pid().to_string())
+        .env("WEDGEWATCH_NVML_LIB", env!("FAKE_NVML_PATH"))
         .env("FAKE_NVML_DIR", lab.nvml_dir())
         .env("WEDGEWATCH_PY_SPY", lab::venv_bin("py-spy"))
         .stdin(Stdio::null());

@@ -157,7 +157,6 @@ fn stuck_in_log(log: &str, ids: &[String]) -> Vec<String> {
 
 #[test]
 fn slow_but_healthy_requests_are_never_judged_stuck() {
-    let _lab = lab::exclusive();
     let lab = Lab::up(&LabOptions::regular().controls()).expect("lab up");
     let daemon = Daemon::start(&lab);
     let mut controls = lab.controls().expect("controls");

@@ -307,7 +307,6 @@ fn wait_hung(lab: &Lab, n: u32, bound: Duration) -> f64 {
 /// own view, the edges, and the schedulers/GPUs idle in every dump.
 #[test]
 fn accepted_and_forgotten_is_wedged_at_decode_with_evidence_at_every_hop() {
-    let _lab = lab::exclusive();
     let lab = Lab::up(&LabOptions::pd().decode_env(TUNING_VAR, "100")).expect("lab up");
     let _load = lab.load_background(3, 6, 90.0).expect("harness");
     let hung = wait_hung(&lab, 1, Duration::from_secs(30));
@@ -506,7 +505,6 @@ fn accepted_and_forgotten_is_wedged_at_decode_with_evidence_at_every_hop() {
 /// The healthy stack under load: requests flow, nothing is wedged, stalled or spinning.
 #[test]
 fn healthy_load_has_no_wedge_findings() {
-    let _lab = lab::exclusive();
     let lab = Lab::up(&LabOptions::pd()).expect("lab up");
     let load = lab.load_background(4, 40, 20.0).expect("harness");
     std::thread::sleep(Duration::from_secs(2));
@@ -571,7 +569,6 @@ fn assert_one_story(what: &str, snap: &Value) -> usize {
 /// Stalled stream: the decode engine streams a few tokens and then nothing.
 #[test]
 fn stalled_stream_is_blamed_on_decode() {
-    let _lab = lab::exclusive();
     let lab =
         Lab::up(&LabOptions::pd().decode_env("LAB_FAULT_STALL_AFTER_TOKENS", "3")).expect("lab up");
     let _load = lab.load_background_with(2, 2, 60.0, 40).expect("harness");
@@ -594,7 +591,6 @@ fn stalled_stream_is_blamed_on_decode() {
 /// Busy without progress: a spinning all-reduce; the decode GPU is `spinning`, not working.
 #[test]
 fn busy_without_progress_is_blamed_on_decode_with_gpu_spinning() {
-    let _lab = lab::exclusive();
     let lab = Lab::up(&LabOptions::pd().decode_env("LAB_FAULT_SPIN", "1")).expect("lab up");
     let _load = lab.load_background(1, 1, 60.0).expect("harness");
     // The request must be `busy_after_ms` (8 s) old within the snapshot's window: on a busy
@@ -619,7 +615,6 @@ fn busy_without_progress_is_blamed_on_decode_with_gpu_spinning() {
 /// in `tests/labs/lab_selftest.rs`, so decode batches report the queue in its gauges too).
 #[test]
 fn queue_not_draining_is_blamed_on_decode() {
-    let _lab = lab::exclusive();
     let lab = Lab::up(&LabOptions::pd().decode_env("LAB_FAULT_TRANSFER_STUCK_AFTER", "1"))
         .expect("lab up");
     let long = lab.load_background_with(1, 1, 20.0, 60).expect("long load");
@@ -643,7 +638,6 @@ fn queue_not_draining_is_blamed_on_decode() {
 /// request is called forgotten, and `check` says CRITICAL with it.
 #[test]
 fn kv_transfer_stalled_names_both_engines_and_no_request_is_forgotten() {
-    let _lab = lab::exclusive();
     let lab = Lab::up(&LabOptions::pd().prefill_env("LAB_FAULT_KV_SEND_STALL_AFTER", "6"))
         .expect("lab up");
     let _load = lab.load_background(3, 4, 90.0).expect("harness");
@@ -703,7 +697,6 @@ fn kv_transfer_stalled_names_both_engines_and_no_request_is_forgotten() {
 /// Endpoint unresponsive: decode's /metrics accepts and never answers.
 #[test]
 fn endpoint_unresponsive_names_the_hung_url() {
-    let _lab = lab::exclusive();
     let lab = Lab::up(&LabOptions::pd().decode_env("LAB_FAULT_HANG_METRICS", "1")).expect("lab up");
     let snap = snapshot(&lab, 6.0, &fast_thresholds());
     let decode = comp_id(&snap, lab.decode().pid);
@@ -731,7 +724,6 @@ fn endpoint_unresponsive_names_the_hung_url() {
 /// Accumulating state: the proxy leaks one upstream connection per request.
 #[test]
 fn accumulating_state_is_blamed_on_the_proxy() {
-    let _lab = lab::exclusive();
     let lab = Lab::up(
         &LabOptions::pd()
             .proxy_env("LAB_PROXY_LEAK", "1")
@@ -797,7 +789,6 @@ fn recording_dir(state_dir: &Path) -> PathBuf {
 /// SIGKILLed and its recording (torn tail included) still replays to the same verdict.
 #[test]
 fn incident_daemon_reports_wedge_and_config_change_and_recording_survives_sigkill() {
-    let _lab = lab::exclusive();
     let mut lab = Lab::up(&LabOptions::pd()).expect("lab up");
     let state = tempdir("incident");
     let mut daemon = Daemon::start(&lab, &state.join("state"), &fast_thresholds());

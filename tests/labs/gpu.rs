@@ -88,7 +88,7 @@ impl Drop for UnsetOnDrop {
 
 #[test]
 fn fake_nvml_busy_idle_spinning_errors_and_hangs() {
-    let _lab = lab::exclusive();
+    let _lab = lab::shared();
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     // Set once, before the first NVML init in this process (see the module comment).
@@ -424,7 +424,7 @@ fn components_list_the_gpus_nvml_shows(t_ms: i64, reading: &wedgewatch::model::G
 
 #[test]
 fn missing_library_is_unavailable_with_reason() {
-    let _lab = lab::exclusive();
+    let _lab = lab::shared();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("libnvidia-ml.so.1");

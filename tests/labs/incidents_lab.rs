@@ -198,7 +198,6 @@ fn evidence(i: &Value) -> (PathBuf, Vec<u8>, Vec<u8>) {
 
 #[test]
 fn an_incident_bundle_outlives_kill_9_of_the_engine_and_the_next_wedge_is_a_second_incident() {
-    let _lab = lab::exclusive();
     let mut lab = Lab::up(&LabOptions::pd()).expect("lab up");
     let tmp = tempfile::tempdir().expect("tmp");
     let state = tmp.path().join("state");

@@ -237,7 +237,6 @@ fn agents(report: &Value) -> Vec<Value> {
 
 #[test]
 fn healthy_pd_stack_completes_every_round_and_looks_like_sglang() {
-    let _lab = lab::exclusive();
     let lab = Lab::up(&LabOptions::pd()).expect("lab up");
     let decode = lab.decode().clone();
     let prefill = lab.prefill().clone();
@@ -334,7 +333,6 @@ fn healthy_pd_stack_completes_every_round_and_looks_like_sglang() {
 
 #[test]
 fn healthy_regular_mode_completes_and_idles_in_on_idle() {
-    let _lab = lab::exclusive();
     let lab = Lab::up(&LabOptions::regular()).expect("lab up");
     let report = lab.load(2, 2, 8.0).expect("load");
     assert_eq!(report["summary"]["all_completed"], true, "{report}");
@@ -348,7 +346,6 @@ fn healthy_regular_mode_completes_and_idles_in_on_idle() {
 
 #[test]
 fn accepted_and_forgotten_agents_hang_with_idle_decode() {
-    let _lab = lab::exclusive();
     let lab = Lab::up(&LabOptions::pd().decode_env("SGLANG_DECODE_PREALLOC_SPLIT_TOKENS", "100"))
         .expect("lab up");
     let decode = lab.decode().clone();
@@ -434,7 +431,6 @@ fn accepted_and_forgotten_agents_hang_with_idle_decode() {
 
 #[test]
 fn stalled_stream_stops_mid_stream() {
-    let _lab = lab::exclusive();
     let lab =
         Lab::up(&LabOptions::pd().decode_env("LAB_FAULT_STALL_AFTER_TOKENS", "5")).expect("lab up");
     let murl = lab.decode().metrics_url.clone().unwrap();
@@ -466,7 +462,6 @@ fn stalled_stream_stops_mid_stream() {
 
 #[test]
 fn busy_without_progress_spins_in_all_reduce_at_idle_power() {
-    let _lab = lab::exclusive();
     let lab = Lab::up(&LabOptions::pd().decode_env("LAB_FAULT_SPIN", "1")).expect("lab up");
     let decode = lab.decode().clone();
     let run = lab.load_background(2, 1, 4.0).expect("load");
@@ -507,7 +502,6 @@ fn busy_without_progress_spins_in_all_reduce_at_idle_power() {
 
 #[test]
 fn queue_not_draining_piles_up_in_decode_transfer_queue() {
-    let _lab = lab::exclusive();
     let lab = Lab::up(&LabOptions::pd().decode_env("LAB_FAULT_TRANSFER_STUCK_AFTER", "1"))
         .expect("lab up");
     let decode = lab.decode().clone();
@@ -608,7 +602,6 @@ fn conns_between(from: u32, to: u32) -> Vec<SsConn> {
 /// prefill's inflight queue and decode's transfer queue, both legs silent, the stream silent.
 #[test]
 fn kv_pages_travel_over_tcp_and_a_stalled_sender_holds_both_legs() {
-    let _lab = lab::exclusive();
     let lab = Lab::up(
         &LabOptions::pd()
             .tp_size(2)
@@ -669,7 +662,6 @@ fn kv_pages_travel_over_tcp_and_a_stalled_sender_holds_both_legs() {
 
 #[test]
 fn endpoint_unresponsive_metrics_accepts_and_never_answers() {
-    let _lab = lab::exclusive();
     let lab = Lab::up(&LabOptions::pd().decode_env("LAB_FAULT_HANG_METRICS", "1")).expect("lab up");
     let decode = lab.decode().clone();
     let err = http_get(
@@ -695,7 +687,6 @@ fn endpoint_unresponsive_metrics_accepts_and_never_answers() {
 
 #[test]
 fn accumulating_state_proxy_leaks_until_it_stops_forwarding() {
-    let _lab = lab::exclusive();
     let mut lab = Lab::up(
         &LabOptions::pd()
             .proxy_env("LAB_PROXY_LEAK", "1")
@@ -734,7 +725,6 @@ fn accumulating_state_proxy_leaks_until_it_stops_forwarding() {
 
 #[test]
 fn process_restart_under_load_breaks_inflight_and_recovers() {
-    let _lab = lab::exclusive();
     let mut lab = Lab::up(&LabOptions::pd()).expect("lab up");
     let old = lab.decode().clone();
     let run = lab.load_background(2, 8, 4.0).expect("load");
@@ -759,7 +749,6 @@ fn process_restart_under_load_breaks_inflight_and_recovers() {
 
 #[test]
 fn fixture_tears_down_when_the_test_panics() {
-    let _lab = lab::exclusive();
     let (tx, rx) = std::sync::mpsc::channel();
     let h = std::thread::spawn(move || {
         let lab = Lab::up(&LabOptions::regular()).expect("lab up");

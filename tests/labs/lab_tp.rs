@@ -8,7 +8,6 @@
 
 use wedgewatch_testkit::lab;
 
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use lab::{read_gpu_state, Lab, LabOptions};
@@ -109,7 +108,6 @@ fn all_seen_busy(lab: &Lab, gpus: &[u32], bound: Duration) -> Vec<u32> {
 
 #[test]
 fn tp_lab_starts_n_titled_schedulers_on_their_own_gpus_and_discovery_sees_them() {
-    let _lab = lab::exclusive();
     let t0 = Instant::now();
     let lab = Lab::up(&LabOptions::pd().tp_size(TP)).expect("TP lab up");
     let up = t0.elapsed();
@@ -125,6 +123,7 @@ fn tp_lab_starts_n_titled_schedulers_on_their_own_gpus_and_discovery_sees_them()
     let topo = discover::discover(
         &probes,
         &DiscoverOptions {
+            within: vec![i32::try_from(lab.root_pid()).expect("pid")],
             deadlines: wedgewatch_testkit::timing::roomy_deadlines(),
             ..DiscoverOptions::default()
         },
@@ -154,13 +153,9 @@ fn tp_lab_starts_n_titled_schedulers_on_their_own_gpus_and_discovery_sees_them()
 /// `wedgewatch snapshot --json` of the lab, sampled here (its fake NVML, the venv's py-spy),
 /// bounded by the window plus a minute.
 fn snapshot_json(lab: &Lab, window_s: u32) -> serde_json::Value {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_wedgewatch"));
-    c.env("WEDGEWATCH_NVML_LIB", env!("FAKE_NVML_PATH"))
-        .env("FAKE_NVML_DIR", lab.nvml_dir())
-        .env("WEDGEWATCH_PY_SPY", lab::venv_bin("py-spy"))
-        .args(["snapshot", "--json", "--no-daemon", "--window"])
-        .arg(window_s.to_string())
-        .stdin(Stdio::null());
+    let mut c = crate::common::ww(lab);
+    c.args(["snapshot", "--json", "--no-daemon", "--window"])
+        .arg(window_s.to_string());
     // Files, not pipes: a snapshot is bigger than a pipe's buffer and nobody reads it early.
     let dir = tempfile::tempdir().expect("tempdir");
     let (out_path, err_path) = (dir.path().join("out"), dir.path().join("err"));
@@ -209,7 +204,6 @@ fn diverged_on(snap: &serde_json::Value, pid: u32) -> Vec<serde_json::Value> {
 /// decode's before any forward (TP0 idle, the others at the broadcast), raise none.
 #[test]
 fn a_rank_left_outside_the_all_reduce_is_named_and_ranks_in_step_are_not() {
-    let _lab = lab::exclusive();
     let lab = Lab::up(
         &LabOptions::pd()
             .tp_size(TP)

@@ -11,7 +11,7 @@
 
 use wedgewatch_testkit::lab;
 
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use lab::{Lab, LabOptions};
@@ -19,12 +19,8 @@ use serde_json::Value;
 
 /// `wedgewatch snapshot --json --no-daemon --window 3`, production thresholds, bounded.
 fn one_look(lab: &Lab) -> Value {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_wedgewatch"));
-    c.env("WEDGEWATCH_NVML_LIB", env!("FAKE_NVML_PATH"))
-        .env("FAKE_NVML_DIR", lab.nvml_dir())
-        .env("WEDGEWATCH_PY_SPY", lab::venv_bin("py-spy"))
-        .args(["snapshot", "--json", "--no-daemon", "--window", "3"])
-        .stdin(Stdio::null())
+    let mut c = crate::common::ww(lab);
+    c.args(["snapshot", "--json", "--no-daemon", "--window", "3"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let child = c.spawn().expect("spawn wedgewatch");
@@ -122,7 +118,6 @@ fn proxy_status(lab: &Lab) -> Value {
 /// socket's silence; a restart of the proxy frees them and it forwards again.
 #[test]
 fn one_snapshot_names_the_proxy_holding_close_wait_sockets() {
-    let _lab = lab::exclusive();
     const LEAKS: u64 = 24;
     let mut lab = Lab::up(
         &LabOptions::pd()
@@ -229,7 +224,6 @@ fn one_snapshot_names_the_proxy_holding_close_wait_sockets() {
 /// look finds nothing accumulating.
 #[test]
 fn one_snapshot_of_a_healthy_lab_under_load_has_no_accumulating_state() {
-    let _lab = lab::exclusive();
     let lab = Lab::up(&LabOptions::pd()).expect("lab up");
     let load = lab.load_background(4, 40, 20.0).expect("harness");
     std::thread::sleep(Duration::from_secs(3));

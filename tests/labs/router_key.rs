@@ -26,14 +26,13 @@ const LAB_KEY: &str = "ww-lab-router-key-7f3e9a";
 const LAUNCHED_KEY: &str = "ww-launched-router-key-c41d";
 const KEY_ENV: &str = "WW_TEST_ROUTER_KEY";
 
-/// The wedgewatch binary with the lab's fake NVML and the venv's py-spy.
-fn ww(lab: &Lab) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_wedgewatch"));
-    c.env("WEDGEWATCH_NVML_LIB", env!("FAKE_NVML_PATH"))
-        .env("FAKE_NVML_DIR", lab.nvml_dir())
-        .env("WEDGEWATCH_PY_SPY", lab::venv_bin("py-spy"))
-        .env_remove(KEY_ENV)
-        .stdin(Stdio::null());
+/// [`crate::common::ww`] without the operator's key variable, watching the launched router
+/// (below `launcher`) too.
+fn ww(lab: &Lab, launcher: u32) -> Command {
+    let mut c = crate::common::ww(lab);
+    c.env_remove(KEY_ENV)
+        .arg("--within")
+        .arg(launcher.to_string());
     c
 }
 
@@ -126,7 +125,6 @@ fn workers_probe(scrape: &Value) -> Value {
 
 #[test]
 fn routers_with_api_keys_are_read_with_their_own_key_and_the_key_is_never_written() {
-    let _lab = lab::exclusive();
     let lab = match Lab::up(&LabOptions::regular().router_api_key(LAB_KEY)) {
         Ok(l) => l,
         Err(e) => panic!("lab up: {e}"),
@@ -189,7 +187,7 @@ fn routers_with_api_keys_are_read_with_their_own_key_and_the_key_is_never_writte
     //    the launched router's key comes from its launcher.
     let b1 = tempfile::tempdir().expect("tempdir");
     let bundle1 = b1.path().join("bundle");
-    let mut c = ww(&lab);
+    let mut c = ww(&lab, launcher_pid);
     c.arg("--thresholds")
         .arg(&thresholds)
         .args(["snapshot", "--no-daemon", "--window", "2", "-o"])
@@ -240,7 +238,7 @@ fn routers_with_api_keys_are_read_with_their_own_key_and_the_key_is_never_writte
     //    /workers says why. The launched router is still read with its own key.
     let b2 = tempfile::tempdir().expect("tempdir");
     let bundle2 = b2.path().join("bundle");
-    let mut c = ww(&lab);
+    let mut c = ww(&lab, launcher_pid);
     c.env(KEY_ENV, LAB_KEY)
         .arg("--thresholds")
         .arg(&thresholds)
@@ -288,7 +286,7 @@ fn routers_with_api_keys_are_read_with_their_own_key_and_the_key_is_never_writte
 
     // 3. A recording with the key in use.
     let rec = b2.path().join("rec.wwrec");
-    let mut c = ww(&lab);
+    let mut c = ww(&lab, launcher_pid);
     c.env(KEY_ENV, LAB_KEY)
         .args(["--router-key-env", KEY_ENV, "record", "-o"])
         .arg(&rec)

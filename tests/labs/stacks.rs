@@ -166,7 +166,7 @@ fn main_thread_states(
 
 #[test]
 fn recorded_and_synthesized_fixtures_classify_as_expected() {
-    let _lab = lab::exclusive();
+    let _lab = lab::shared();
     let dir = manifest().join("tests/fixtures/pyspy");
     let expected: std::collections::BTreeMap<String, String> =
         serde_json::from_str(&std::fs::read_to_string(dir.join("expected.json")).unwrap()).unwrap();
@@ -217,7 +217,7 @@ fn recorded_and_synthesized_fixtures_classify_as_expected() {
 
 #[test]
 fn live_scheduler_idle_batch_dropping_and_nccl() {
-    let _lab = lab::exclusive();
+    let _lab = lab::shared();
     let Some(py_spy) = py_spy() else { return };
     let rt = tokio::runtime::Runtime::new().unwrap();
     let src = StackSource::new(config(py_spy), &rules()).unwrap();
@@ -287,7 +287,7 @@ fn live_scheduler_idle_batch_dropping_and_nccl() {
 
 #[test]
 fn source_trait_samples_the_topology_and_skips_non_python() {
-    let _lab = lab::exclusive();
+    let _lab = lab::shared();
     let Some(py_spy) = py_spy() else { return };
     let rt = tokio::runtime::Runtime::new().unwrap();
     let sched = FakeScheduler::start("batch");
@@ -327,7 +327,7 @@ fn source_trait_samples_the_topology_and_skips_non_python() {
 
 #[test]
 fn py_spy_absent_is_unavailable_with_install_hint() {
-    let _lab = lab::exclusive();
+    let _lab = lab::shared();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let empty = tempfile::tempdir().unwrap();
     let cfg = StacksConfig {
@@ -365,7 +365,7 @@ fn py_spy_absent_is_unavailable_with_install_hint() {
 /// evidence); other processes once a window, a third of the reads and of py-spy's CPU.
 #[test]
 fn only_whole_window_targets_are_dumped_every_round() {
-    let _lab = lab::exclusive();
+    let _lab = lab::shared();
     let Some(py_spy) = py_spy() else { return };
     let rt = tokio::runtime::Runtime::new().unwrap();
     let sched = FakeScheduler::start("idle");
@@ -447,7 +447,7 @@ fn capture_cut_by_window(
 /// lose them all: "stacks cut off ... still running at the end of the window").
 #[test]
 fn rounds_stop_at_the_window_end_and_keep_the_dumps_done() {
-    let _lab = lab::exclusive();
+    let _lab = lab::shared();
     let Some(py_spy) = py_spy() else { return };
     let rt = tokio::runtime::Runtime::new().unwrap();
     let sched = FakeScheduler::start("idle");
@@ -480,7 +480,7 @@ fn rounds_stop_at_the_window_end_and_keep_the_dumps_done() {
 /// degraded, not unavailable.
 #[test]
 fn a_first_round_cut_by_the_window_keeps_the_processes_dumped() {
-    let _lab = lab::exclusive();
+    let _lab = lab::shared();
     let Some(py_spy) = py_spy() else { return };
     let rt = tokio::runtime::Runtime::new().unwrap();
     let (quick, slow) = (FakeScheduler::start("idle"), FakeScheduler::start("idle"));
@@ -513,7 +513,7 @@ fn a_first_round_cut_by_the_window_keeps_the_processes_dumped() {
 
 #[test]
 fn exited_pid_is_recorded_not_fatal_and_timeout_kills_py_spy() {
-    let _lab = lab::exclusive();
+    let _lab = lab::shared();
     let Some(py_spy) = py_spy() else { return };
     let rt = tokio::runtime::Runtime::new().unwrap();
     // A pid that existed and is gone (reaped).
@@ -578,7 +578,7 @@ fn exited_pid_is_recorded_not_fatal_and_timeout_kills_py_spy() {
 
 #[test]
 fn native_mode_only_on_request_and_recorded() {
-    let _lab = lab::exclusive();
+    let _lab = lab::shared();
     let Some(py_spy) = py_spy() else { return };
     let rt = tokio::runtime::Runtime::new().unwrap();
     let sched = FakeScheduler::start("batch");
@@ -606,7 +606,7 @@ fn native_mode_only_on_request_and_recorded() {
 
 #[test]
 fn permission_denied_degrades_and_names_ptrace() {
-    let _lab = lab::exclusive();
+    let _lab = lab::shared();
     let Some(py_spy) = py_spy() else { return };
     // Run the real py-spy as `nobody` against a root-owned target: the kernel refuses ptrace.
     let setpriv = Path::new("/usr/bin/setpriv");
@@ -670,7 +670,7 @@ fn lab_window(src: &StackSource, rt: &tokio::runtime::Runtime, pid: u32) -> Vec<
 /// prefill side is idle too; with a spinning all-reduce it is in the NCCL collective.
 #[test]
 fn lab_accepted_and_forgotten_and_spinning_collective() {
-    let _lab = lab::exclusive();
+    let _lab = lab::shared();
     let Some(py_spy) = py_spy() else { return };
     let rt = tokio::runtime::Runtime::new().unwrap();
     let src = StackSource::new(config(py_spy), &rules()).unwrap();
@@ -754,7 +754,7 @@ fn lab_accepted_and_forgotten_and_spinning_collective() {
 
 #[test]
 fn bad_stack_rules_in_probe_files_are_named() {
-    let _lab = lab::exclusive();
+    let _lab = lab::shared();
     let path = Path::new("extra/my-rules.toml");
     let mut set = ProbeSet::default();
     let e = set
@@ -818,7 +818,7 @@ fn pid_alive(pid: &str) -> bool {
 
 #[test]
 fn huge_py_spy_output_is_capped_and_the_py_spy_killed() {
-    let _lab = lab::exclusive();
+    let _lab = lab::shared();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().display();
@@ -884,7 +884,7 @@ fn huge_py_spy_output_is_capped_and_the_py_spy_killed() {
 
 #[test]
 fn parse_dump_takes_bytes_and_rejects_garbage_without_panicking() {
-    let _lab = lab::exclusive();
+    let _lab = lab::shared();
     use wedgewatch::sources::stacks::parse_dump;
     let ok = br#"[{"thread_name":"MainThread","os_thread_id":7,"frames":[{"name":"f","filename":"a.py","line":3}]}]"#;
     let t = parse_dump(ok).unwrap();
@@ -899,7 +899,7 @@ fn parse_dump_takes_bytes_and_rejects_garbage_without_panicking() {
 /// process whose maps show libpython is not), which the kernel's `/proc` could not show.
 #[test]
 fn not_python_is_read_through_the_configured_procfs() {
-    let _lab = lab::exclusive();
+    let _lab = lab::shared();
     let dir = tempfile::tempdir().unwrap();
     let write_proc = |pid: i32, exe: &str, maps: &str| {
         let p = dir.path().join(pid.to_string());

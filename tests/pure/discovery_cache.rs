@@ -11,44 +11,7 @@ use wedgewatch::discover::{
 use wedgewatch::model::{Role, Topology};
 use wedgewatch::probes::ProbeSet;
 
-/// One fake process: its `stat` (start time, exec mark), `comm` and `cmdline`.
-struct P<'a> {
-    pid: i32,
-    ppid: i32,
-    comm: &'a str,
-    start: u64,
-    /// stat's start_code (an exec moves it).
-    code: u64,
-    argv: &'a [&'a str],
-}
-
-fn write(root: &Path, p: &P) {
-    let dir = root.join(p.pid.to_string());
-    std::fs::create_dir_all(&dir).unwrap();
-    let stat = format!(
-        "{} ({}) S {} {} {} 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 1 0 {} 204800000 12800 \
-         18446744073709551615 {} {} 140000 0 0 0 0 16781312 134234626 0 0 0 17 1 0 0 0 0 0 0 0 \
-         0 0 0 0 0 0\n",
-        p.pid,
-        p.comm,
-        p.ppid,
-        p.pid,
-        p.pid,
-        p.start,
-        p.code,
-        p.code + 1000
-    );
-    std::fs::write(dir.join("stat"), stat).unwrap();
-    std::fs::write(dir.join("comm"), format!("{}\n", p.comm)).unwrap();
-    let mut cmdline: Vec<u8> = Vec::new();
-    for a in p.argv {
-        cmdline.extend_from_slice(a.as_bytes());
-        cmdline.push(0);
-    }
-    std::fs::write(dir.join("cmdline"), cmdline).unwrap();
-    let environ = b"CUDA_VISIBLE_DEVICES=3\0VIRTUAL_ENV=/opt/venv\0API_TOKEN=not-kept\0";
-    std::fs::write(dir.join("environ"), environ).unwrap();
-}
+use super::fake_proc::{base, write, P};
 
 const ENGINE: &[&str] = &["python3", "-m", "sglang.launch_server", "--port", "31012"];
 const LAUNCHER: &[&str] = &[
@@ -63,18 +26,6 @@ const LAUNCHER: &[&str] = &[
     "http://127.0.0.1:31012",
 ];
 const SLEEPERS: std::ops::Range<i32> = 1000..1300;
-
-/// A process started at 5000 ticks with the first exec mark.
-fn base<'a>(pid: i32, ppid: i32, comm: &'a str, argv: &'a [&'a str]) -> P<'a> {
-    P {
-        pid,
-        ppid,
-        comm,
-        start: 5000,
-        code: 4096,
-        argv,
-    }
-}
 
 /// An engine with a forked child that has not set its title yet, a titled router under a
 /// `timeout` launcher, and 300 unrelated `sleep` processes.

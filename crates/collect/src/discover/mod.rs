@@ -55,6 +55,10 @@ pub struct DiscoverOptions {
     pub extra_pids: Vec<i32>,
     /// `--url`: endpoints to include even if no process was found for them.
     pub extra_urls: Vec<String>,
+    /// `--within`: only these processes and their descendants are discovered (a pod's
+    /// shim, a launcher, a unit's main process) and the `--pid` targets; empty: every
+    /// process on the host.
+    pub within: Vec<i32>,
     /// Ask components' HTTP endpoints (router `/workers`) when arguments did not survive.
     pub query_endpoints: bool,
     /// Hard timeout of each such request.
@@ -76,6 +80,7 @@ impl Default for DiscoverOptions {
             proc_root: PathBuf::from(crate::sys::PROC_ROOT),
             extra_pids: Vec::new(),
             extra_urls: Vec::new(),
+            within: Vec::new(),
             query_endpoints: true,
             http_timeout: Duration::from_millis(500),
             exclude_pids: vec![std::process::id() as i32],
@@ -116,6 +121,10 @@ pub fn discover_cached(
     let proc = ProcFs::new(&opts.proc_root);
     let mut table = ProcTable::read(&proc, std::mem::take(cache), &set.prefilter, opts.deadlines)?;
     table.recent_dump = opts.recent_dump.clone();
+    if !opts.within.is_empty() {
+        // a `--pid` target is watched even outside the scope, with what it started
+        table.keep_within(&[opts.within.as_slice(), opts.extra_pids.as_slice()].concat());
+    }
     let env_names = env_names(probes);
     let mut b = Builder {
         table,

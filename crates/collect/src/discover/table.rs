@@ -141,10 +141,7 @@ impl ProcTable {
                 p.full = true;
             }
         }
-        let mut children: BTreeMap<i32, Vec<i32>> = BTreeMap::new();
-        for p in procs.values() {
-            children.entry(p.ppid).or_default().push(p.pid);
-        }
+        let children = children_of(&procs);
         Ok(ProcTable {
             proc: proc.clone(),
             procs,
@@ -218,6 +215,40 @@ impl ProcTable {
             cur = p.ppid;
         }
         out
+    }
+
+    /// Drops every process that is neither one of `roots` nor below one: another stack on a
+    /// shared host is not discovered, nor are its sockets' holders.
+    pub fn keep_within(&mut self, roots: &[i32]) {
+        let mut inside: BTreeMap<i32, bool> = roots.iter().map(|&r| (r, true)).collect();
+        let pids: Vec<i32> = self.procs.keys().copied().collect();
+        for pid in pids {
+            self.is_within(pid, &mut inside);
+        }
+        self.procs.retain(|pid, _| inside.get(pid) == Some(&true));
+        self.children = children_of(&self.procs);
+    }
+
+    /// Whether `pid` is below a root, walking up its parents (the answer kept for each one
+    /// walked, so the table is walked once); a chain leaving the table is outside, and so
+    /// is one longer than the table (a parent cycle in a hostile procfs).
+    fn is_within(&self, pid: i32, inside: &mut BTreeMap<i32, bool>) -> bool {
+        let mut chain = Vec::new();
+        let mut cur = pid;
+        let answer = loop {
+            if let Some(&known) = inside.get(&cur) {
+                break known;
+            }
+            chain.push(cur);
+            match self.procs.get(&cur) {
+                Some(p) if p.ppid > 0 && chain.len() <= self.procs.len() => cur = p.ppid,
+                _ => break false,
+            }
+        };
+        for p in chain {
+            inside.insert(p, answer);
+        }
+        answer
     }
 
     /// Descendants, breadth first, bounded in depth and count.
@@ -443,6 +474,15 @@ impl ProcTable {
 
 /// The processes of `listing` whose `stat` line this pass need not read (`cache.rs`), as
 /// the table has them (kernel threads left out); the ones to read; the ones skipped.
+/// Each process's children, by parent pid.
+fn children_of(procs: &BTreeMap<i32, Proc>) -> BTreeMap<i32, Vec<i32>> {
+    let mut children: BTreeMap<i32, Vec<i32>> = BTreeMap::new();
+    for p in procs.values() {
+        children.entry(p.ppid).or_default().push(p.pid);
+    }
+    children
+}
+
 fn take_unchanged(
     cache: &mut DiscoveryCache,
     listing: Vec<PidEntry>,

@@ -14,9 +14,11 @@
 //! // Drop runs `lab.py down` (also when the test panics) and checks nothing is left.
 //! ```
 //!
-//! * Every test that starts a stack takes [`exclusive`] first (`let _lab = lab::exclusive();`):
-//!   discovery sees every stack on the machine, so the tests of one file run side by side and
-//!   those of different files one file at a time. [`Lab::up`] takes it too.
+//! * A lab is its keeper's process tree ([`Lab::root_pid`]): a test's wedgewatch run with
+//!   `--within` it watches that lab alone, and such tests run side by side ([`Lab::up`]
+//!   holds the stacks [`shared`]). A test whose wedgewatch discovers every stack on the
+//!   machine takes [`exclusive`] first (`let _lab = lab::exclusive();`): the tests of its
+//!   file run side by side, apart from every other test that starts a stack.
 //! * Every lab gets its own temporary run directory (lab.json, logs/, nvml/, state/) and free
 //!   ports, so labs in parallel test threads do not collide. Set `WEDGEWATCH_LAB_KEEP=1` to
 //!   keep the run directory (its path is printed) for reading the component logs.
@@ -30,12 +32,16 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Condvar, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+mod hold;
+mod keeper;
 pub use crate::repo_root;
+pub use hold::{exclusive, shared, Hold};
+use keeper::Keeper;
 
 /// `tests/lab/lab.py`.
 pub fn lab_py() -> PathBuf {
@@ -69,68 +75,6 @@ pub fn ensure_venv() -> Result<(), String> {
         ));
     }
     Ok(())
-}
-
-/// Who holds the machine's stacks: the test file whose tests run now, and how many of them.
-struct Holder {
-    file: Option<&'static str>,
-    count: usize,
-}
-
-static HOLDER: Mutex<Holder> = Mutex::new(Holder {
-    file: None,
-    count: 0,
-});
-static RELEASED: Condvar = Condvar::new();
-
-/// The machine's SGLang-shaped stacks, held for one test file's tests ([`exclusive`]).
-/// Dropping it lets the next file's tests start.
-#[must_use = "the stacks are held only while the guard lives"]
-pub struct Exclusive {
-    file: &'static str,
-}
-
-/// Waits until no other test file's test holds the machine's stacks, then holds them for the
-/// calling file's tests: every test of the lab binary takes it first
-/// (`let _lab = lab::exclusive();`), and [`Lab::up`] takes it too, for as long as the lab is up.
-///
-/// Discovery sees every stack on the machine, so a test's daemon must not see another test's
-/// lab. The tests of one file (one test binary before they were grouped) were written to run
-/// side by side, each asserting on its own lab's pids; tests of different files were not.
-/// So tests of the calling file may hold it together, and one test may take it again.
-/// A panicking holder still releases it.
-#[track_caller]
-pub fn exclusive() -> Exclusive {
-    hold(std::panic::Location::caller().file())
-}
-
-/// [`exclusive`] for the tests of `file`.
-fn hold(file: &'static str) -> Exclusive {
-    let mut holder = HOLDER.lock().unwrap_or_else(|p| p.into_inner());
-    while holder.file.is_some_and(|f| f != file) {
-        holder = RELEASED.wait(holder).unwrap_or_else(|p| p.into_inner());
-    }
-    holder.file = Some(file);
-    holder.count += 1;
-    Exclusive { file }
-}
-
-impl Exclusive {
-    /// The test file that holds the stacks.
-    pub fn file(&self) -> &'static str {
-        self.file
-    }
-}
-
-impl Drop for Exclusive {
-    fn drop(&mut self) {
-        let mut holder = HOLDER.lock().unwrap_or_else(|p| p.into_inner());
-        holder.count = holder.count.saturating_sub(1);
-        if holder.count == 0 {
-            holder.file = None;
-            RELEASED.notify_all();
-        }
-    }
 }
 
 /// PD (prefill + decode behind the router) or one regular engine.
@@ -359,8 +303,10 @@ pub struct Lab {
     /// Every pid ever recorded (restarts add new ones), for the "nothing left" check.
     pub seen_pids: Vec<u32>,
     down_done: bool,
+    /// The lab's parent: every command that starts or stops its processes runs under it.
+    keeper: Mutex<Keeper>,
     /// Held until the lab is down (dropped after `Drop::drop` ran `down`).
-    _exclusive: Exclusive,
+    _hold: Hold,
 }
 
 fn lab_cmd(args: &[&str]) -> Command {
@@ -372,20 +318,6 @@ fn lab_cmd(args: &[&str]) -> Command {
     c
 }
 
-fn run_lab(args: &[&str]) -> Result<String, String> {
-    let out = lab_cmd(args)
-        .output()
-        .map_err(|e| format!("cannot run lab.py {args:?}: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "lab.py {args:?} failed ({}):\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
 fn env_args(flag: &str, env: &[(String, String)], out: &mut Vec<String>) {
     for (k, v) in env {
         out.push(flag.to_string());
@@ -394,12 +326,14 @@ fn env_args(flag: &str, env: &[(String, String)], out: &mut Vec<String>) {
 }
 
 impl Lab {
-    /// Start a lab (venv setup, engines, router, proxy) and wait until it is ready. Takes
-    /// [`exclusive`] for the calling file first, held while the lab is up.
+    /// Start a lab (venv setup, engines, router, proxy) under its keeper and wait until it
+    /// is ready. Holds the machine's stacks [`shared`] while the lab is up: a test that
+    /// watches every stack takes [`exclusive`] first.
     #[track_caller]
     pub fn up(opts: &LabOptions) -> Result<Lab, String> {
-        let exclusive = exclusive();
+        let hold = shared();
         ensure_venv()?;
+        let keeper = Keeper::start(&repo_root().join("tests/lab"))?;
         let dir = tempfile::Builder::new()
             .prefix("wedgewatch-lab-")
             .tempdir()
@@ -442,13 +376,31 @@ impl Lab {
             info: LabInfo::empty(),
             seen_pids: Vec::new(),
             down_done: false,
-            _exclusive: exclusive,
+            keeper: Mutex::new(keeper),
+            _hold: hold,
         };
         // From here on, Drop runs `down` even if `up` failed half way (lab.py records pids
         // before waiting for readiness, and also cleans up itself on failure).
-        run_lab(&argv)?;
+        lab.run_lab(&argv)?;
         lab.reload()?;
         Ok(lab)
+    }
+
+    /// The root of the lab's process tree (its keeper; restarted components are adopted
+    /// too): `wedgewatch --within` this watches this lab alone.
+    pub fn root_pid(&self) -> u32 {
+        self.keeper.lock().unwrap_or_else(|p| p.into_inner()).pid()
+    }
+
+    /// `python3 lab.py ARGS` under the lab's keeper: its stdout, or an error with its stderr.
+    fn run_lab(&self, args: &[&str]) -> Result<String, String> {
+        let mut argv = vec!["python3".to_string(), lab_py().display().to_string()];
+        argv.extend(args.iter().map(|a| a.to_string()));
+        self.keeper
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .run(&argv)
+            .map_err(|e| format!("lab.py: {e}"))
     }
 
     /// Re-read lab.json (after a restart).
@@ -634,7 +586,7 @@ impl Lab {
             args.push("--env".into());
             args.push(format!("{k}={v}"));
         }
-        run_lab(&args.iter().map(String::as_str).collect::<Vec<_>>())?;
+        self.run_lab(&args.iter().map(String::as_str).collect::<Vec<_>>())?;
         self.reload()
     }
 
@@ -650,21 +602,21 @@ impl Lab {
             args.push("--unset".into());
             args.push((*k).into());
         }
-        run_lab(&args.iter().map(String::as_str).collect::<Vec<_>>())?;
+        self.run_lab(&args.iter().map(String::as_str).collect::<Vec<_>>())?;
         self.reload()
     }
 
     /// `lab.py inject FAULT` (named faults, or `clear`).
     pub fn inject(&mut self, fault: &str) -> Result<(), String> {
         let rd = self.run_path.display().to_string();
-        run_lab(&["inject", "--run-dir", &rd, fault])?;
+        self.run_lab(&["inject", "--run-dir", &rd, fault])?;
         self.reload()
     }
 
     /// `lab.py status` as JSON.
     pub fn status(&self) -> Result<Value, String> {
         let rd = self.run_path.display().to_string();
-        let out = run_lab(&["status", "--run-dir", &rd])?;
+        let out = self.run_lab(&["status", "--run-dir", &rd])?;
         serde_json::from_str(&out).map_err(|e| format!("status JSON: {e}"))
     }
 
@@ -678,7 +630,7 @@ impl Lab {
         if !self.run_path.join("lab.json").exists() {
             return Ok(()); // `up` failed before recording anything
         }
-        run_lab(&["down", "--run-dir", &rd]).map(|_| ())
+        self.run_lab(&["down", "--run-dir", &rd]).map(|_| ())
     }
 }
 
@@ -883,55 +835,5 @@ pub fn pid_alive(pid: u32) -> bool {
             None => false,
         },
         Err(_) => false,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::hold;
-    use std::sync::mpsc;
-    use std::time::Duration;
-
-    /// Another file's tests wait for the stacks; the same file's do not, even while held.
-    #[test]
-    fn files_wait_for_each_other_and_a_files_tests_do_not() {
-        let a = hold("a.rs");
-        let again = hold("a.rs");
-        let (tx, rx) = mpsc::channel();
-        let waiter = std::thread::spawn(move || {
-            let _b = hold("b.rs");
-            tx.send(()).expect("send");
-        });
-        assert!(
-            rx.recv_timeout(Duration::from_millis(300)).is_err(),
-            "b ran beside a"
-        );
-        drop(a);
-        assert!(
-            rx.recv_timeout(Duration::from_millis(300)).is_err(),
-            "b ran beside a"
-        );
-        drop(again);
-        rx.recv_timeout(Duration::from_secs(30))
-            .expect("b runs once a is done");
-        waiter.join().expect("waiter");
-    }
-
-    /// A test that panics while holding the stacks still lets the next file's tests run.
-    #[test]
-    fn a_panicking_holder_releases() {
-        let panicked = std::thread::spawn(|| {
-            let _c = hold("c.rs");
-            panic!("the test failed");
-        })
-        .join();
-        assert!(panicked.is_err());
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let _d = hold("d.rs");
-            tx.send(()).expect("send");
-        });
-        rx.recv_timeout(Duration::from_secs(30))
-            .expect("d runs after c panicked");
     }
 }

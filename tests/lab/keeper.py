@@ -1,0 +1,87 @@
+#!/usr/bin/env python3
+"""A lab's parent: a child subreaper that runs the lab's commands and adopts what they start.
+
+`lab.py up` and `restart` start components in sessions of their own and exit; run under
+the keeper, those components are reparented to it rather than to init, so a whole lab,
+restarts included, is the keeper's process tree, and `wedgewatch --within KEEPER_PID`
+watches that lab alone on a machine where other labs run side by side.
+
+Protocol: one JSON array per line on stdin, a command to run (e.g. `["python3",
+"lab.py", "up", ...]`); one JSON object per line on stdout when it ends:
+`{"rc": N, "out": "...", "err": "..."}`. End of stdin: the keeper exits (its orphans go to
+init; the lab is down by then). Adopted processes are reaped as they die, so a stopped
+component is gone, not a zombie, while `down` checks that nothing is left.
+"""
+
+import ctypes
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def reap_adopted(running):
+    """Reaps every dead child but the command being run (its Popen reaps it)."""
+    while True:
+        try:
+            info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return
+        if info is None or info.si_pid == 0 or info.si_pid == running:
+            return
+        try:
+            os.waitpid(info.si_pid, 0)
+        except ChildProcessError:
+            return
+
+
+def run(argv, lock, state):
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        # started under the lock: the reaper must not take the command's own exit for an
+        # adopted process's
+        with lock:
+            try:
+                p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err)
+            except OSError as e:
+                return {"rc": 127, "out": "", "err": f"keeper: cannot run {argv!r}: {e}"}
+            state["running"] = p.pid
+        try:
+            rc = p.wait()
+        finally:
+            with lock:
+                state["running"] = None
+        out.seek(0)
+        err.seek(0)
+        return {"rc": rc, "out": out.read().decode(errors="replace"),
+                "err": err.read().decode(errors="replace")}
+
+
+def reaper(lock, state, stop):
+    while not stop.wait(0.05):
+        with lock:
+            reap_adopted(state["running"])
+
+
+def main():
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        sys.exit(f"keeper: prctl(PR_SET_CHILD_SUBREAPER): errno {ctypes.get_errno()}")
+    lock = threading.Lock()
+    state = {"running": None}
+    stop = threading.Event()
+    threading.Thread(target=reaper, args=(lock, state, stop), daemon=True).start()
+    print(json.dumps({"ready": os.getpid()}), flush=True)
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        argv = json.loads(line)
+        print(json.dumps(run(argv, lock, state)), flush=True)
+    stop.set()
+
+
+if __name__ == "__main__":
+    main()
