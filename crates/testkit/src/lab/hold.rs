@@ -7,6 +7,7 @@
 //! its own file run side by side with it (they were written to, each asserting on its own
 //! lab's pids). A panicking holder still releases.
 
+use std::cell::Cell;
 use std::fs::File;
 use std::sync::{Condvar, Mutex};
 
@@ -30,6 +31,12 @@ static STATE: Mutex<State> = Mutex::new(State {
     lock: None,
 });
 static RELEASED: Condvar = Condvar::new();
+
+thread_local! {
+    /// Holds taken by this thread and not dropped yet: a test that holds the stacks and
+    /// takes them again (its lab's `up`, a helper's) is not made to wait for itself.
+    static TAKEN_HERE: Cell<usize> = const { Cell::new(0) };
+}
 
 /// The machine's stacks, held; dropping it lets waiting tests start.
 #[must_use = "the stacks are held only while the guard lives"]
@@ -60,8 +67,12 @@ pub fn exclusive() -> Hold {
 /// Waits until `file`'s test may hold the stacks, then holds them.
 pub(super) fn take(file: &'static str, alone: bool) -> Hold {
     let mut state = STATE.lock().unwrap_or_else(|p| p.into_inner());
+    let again = TAKEN_HERE.with(Cell::get) > 0;
+    TAKEN_HERE.with(|n| n.set(n.get() + 1));
     loop {
         let next = match (&state.holders, alone) {
+            (Holders::Shared(n), _) if again => Some(Holders::Shared(n + 1)),
+            (Holders::File(f, n), _) if again => Some(Holders::File(f, n + 1)),
             (Holders::Free, false) => Some(Holders::Shared(1)),
             (Holders::Free, true) => Some(Holders::File(file, 1)),
             (Holders::Shared(n), false) => Some(Holders::Shared(n + 1)),
@@ -112,6 +123,7 @@ fn lock_file(alone: bool) -> Option<File> {
 
 impl Drop for Hold {
     fn drop(&mut self) {
+        TAKEN_HERE.with(|n| n.set(n.get().saturating_sub(1)));
         let mut state = STATE.lock().unwrap_or_else(|p| p.into_inner());
         let left = match &mut state.holders {
             Holders::Shared(n) | Holders::File(_, n) => {
@@ -142,7 +154,8 @@ mod tests {
         let (tx, rx) = mpsc::channel();
         let waiter = std::thread::spawn(move || {
             let _b = take("b.rs", true);
-            let _shared = take("s.rs", false);
+            // taken again by the same test, through a helper in another file
+            let _again = take("helper.rs", false);
             tx.send(()).expect("send");
         });
         assert!(
@@ -167,10 +180,11 @@ mod tests {
         let s1 = take("s1.rs", false);
         let s2 = take("s2.rs", false);
         let (tx, rx) = mpsc::channel();
+        let (release, released) = mpsc::channel::<()>();
         let waiter = std::thread::spawn(move || {
-            let held = take("x.rs", true);
+            let _x = take("x.rs", true);
             tx.send(()).expect("send");
-            held
+            let _ = released.recv();
         });
         assert!(
             rx.recv_timeout(Duration::from_millis(300)).is_err(),
@@ -179,7 +193,6 @@ mod tests {
         drop((s1, s2));
         rx.recv_timeout(Duration::from_secs(30))
             .expect("the exclusive holder runs once the shared ones are done");
-        let x = waiter.join().expect("waiter");
         let (tx, rx) = mpsc::channel();
         let shared = std::thread::spawn(move || {
             let _s = take("s3.rs", false);
@@ -189,7 +202,8 @@ mod tests {
             rx.recv_timeout(Duration::from_millis(300)).is_err(),
             "a shared holder ran beside an exclusive one"
         );
-        drop(x);
+        release.send(()).expect("release");
+        waiter.join().expect("waiter");
         rx.recv_timeout(Duration::from_secs(30))
             .expect("the shared holder runs after");
         shared.join().expect("shared");
