@@ -674,6 +674,8 @@ fn git_head() -> String {
 }
 
 fn main() {
+    // Its daemon discovers every stack on the machine: no other test's stack runs beside it.
+    let _alone = wedgewatch_testkit::lab::exclusive();
     let mode = Mode::from_args();
     let dir = tempfile::Builder::new()
         .prefix("ww-bench-biglab-")

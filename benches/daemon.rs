@@ -182,6 +182,8 @@ fn median(v: &mut [f64]) -> f64 {
 }
 
 fn main() {
+    // Its daemon discovers every stack on the machine: no other test's stack runs beside it.
+    let _alone = wedgewatch_testkit::lab::exclusive();
     let mode = mode::Mode::from_args();
     let pairs = mode.knob("WW_BENCH_PAIRS", 3.0, 1.0) as usize;
     let block_secs = mode.knob("WW_BENCH_BLOCK_SECS", 60.0, 3.0);

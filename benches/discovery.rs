@@ -209,6 +209,8 @@ fn median(v: &[(f64, f64)], pick: impl Fn(&(f64, f64)) -> f64) -> f64 {
 }
 
 fn main() {
+    // Its daemon discovers every stack on the machine: no other test's stack runs beside it.
+    let _alone = wedgewatch_testkit::lab::exclusive();
     let mode = mode::Mode::from_args();
     let extra = mode.knob("WW_BENCH_EXTRA", 2000, 50);
     let rounds = mode.knob("WW_BENCH_ROUNDS", 5, 1);

@@ -67,6 +67,8 @@ const STUCK_KINDS: [&str; 4] = [
 ];
 
 fn main() {
+    // Its daemon discovers every stack on the machine: no other test's stack runs beside it.
+    let _alone = wedgewatch_testkit::lab::exclusive();
     let mode = Mode::from_args();
     let wedges = mode.knob("WW_BENCH_WEDGES", 10usize, 1);
     let one_shots = mode.knob("WW_BENCH_ONESHOTS", 10usize, 1);

@@ -3,15 +3,16 @@
 # Called by tests/run-all.sh once everything is built and set up.
 #
 # The tests wait on their labs far more than they compute (a whole run is about a third of a
-# core on average), so two lanes nearly halve the wall time. The lanes are the test binaries'
+# core on average), so lanes side by side cut the wall time. The lanes are the test binaries'
 # groups (docs/architecture.md, "Tests"):
 # - the lab lane: the `labs` binary (tests/labs/main.rs), every test that starts an
-#   SGLang-shaped stack. Discovery sees every stack on the machine, so a lab test's daemon
-#   must not watch another test's wedge: each test takes `lab::exclusive()` (one test file's
-#   tests at a time), and nothing else that starts a stack runs beside it. tests/os/
-#   test_groups.rs fails when a test outside tests/labs/ starts a lab. The real-SGLang tier
-#   (tests/sglang_real.rs) runs in this lane after the labs: its servers are seen by every
-#   discovery, and last gives its set-up (beside the build and the lanes) the most time.
+#   SGLang-shaped stack. Its tests watch their own lab only (`--within` the lab's keeper)
+#   and run side by side, five at a time; then the tests of `alone::`, which see every stack
+#   on the machine, each file's alone (`lab::exclusive()`, a lock file other binaries honour
+#   too), then the lab benches. tests/os/test_groups.rs fails when a test outside
+#   tests/labs/ starts a lab.
+# - the real-SGLang tier (tests/sglang_real.rs), a lane of its own from the start: it
+#   watches its own stack and waits for its set-up.
 # - the other lane: every other test binary (pure, os, the ones alone in a binary of their
 #   own), then the real vLLM tier (its tests find their own server by its pid and retry a
 #   window cut short by a busy machine).
@@ -33,7 +34,7 @@ if [ ! -f "tests/$LAB_TESTS/main.rs" ]; then
     echo "lanes: tests/$LAB_TESTS/main.rs does not exist" >&2
     exit 1
 fi
-lab_args=(--workspace --test "$LAB_TESTS")
+lab_args=(--workspace)
 for name in "${LAB_BENCHES[@]}"; do
     if [ ! -f "benches/$name.rs" ]; then
         echo "lanes: benches/$name.rs is in LAB_BENCHES but does not exist" >&2
@@ -61,28 +62,41 @@ for file in benches/*.rs; do
     esac
 done
 
-other_log="$(mktemp -t ww-lane.XXXXXX)"
-other_secs="$(mktemp -t ww-lane-secs.XXXXXX)"
-trap 'rm -f "$other_log" "$other_secs"' EXIT
+lane_dir="$(mktemp -d -t ww-lanes.XXXXXX)"
+trap 'rm -rf "$lane_dir"' EXIT
 started=$SECONDS
-(
-    cargo test --no-fail-fast "${other_args[@]}"
-    rc=$?
-    cargo test --workspace --doc || rc=1
-    echo "$((SECONDS - started))" >"$other_secs"
-    exit "$rc"
-) >"$other_log" 2>&1 &
-other_pid=$!
-# Three lab tests at a time (of one file, lab::exclusive): they wait on their labs far more
-# than they compute (the labs binary: 433 s at three, about 490 s at two).
-RUST_TEST_THREADS=3 cargo test --no-fail-fast "${lab_args[@]}"
-lab_rc=$?
-labs_secs=$((SECONDS - started))
-cargo test --workspace --no-fail-fast --test sglang_real || lab_rc=1
-lab_secs=$((SECONDS - started))
-wait "$other_pid"
-other_rc=$?
-echo "=== the other lane (lab-free tests and the real-vLLM tier) ==="
-cat "$other_log"
-echo "lanes: lab lane exit $lab_rc after ${lab_secs} s (labs and lab benches ${labs_secs} s, real SGLang $((lab_secs - labs_secs)) s); other lane exit $other_rc after $(cat "$other_secs") s; both done after $((SECONDS - started)) s"
-[ "$lab_rc" = 0 ] && [ "$other_rc" = 0 ]
+# Runs lane $1 (the rest: its commands, one argument each) in the background: its output in
+# $lane_dir/$1.log, its exit status and time in $lane_dir/$1.rc and .secs.
+lane() {
+    local name=$1
+    shift
+    (
+        rc=0
+        for step in "$@"; do
+            eval "$step" || rc=1
+        done
+        echo "$((SECONDS - started))" >"$lane_dir/$name.secs"
+        echo "$rc" >"$lane_dir/$name.rc"
+    ) >"$lane_dir/$name.log" 2>&1 &
+}
+lane other 'cargo test --no-fail-fast "${other_args[@]}"' 'cargo test --workspace --doc'
+# The real SGLang tier watches its own stack (--within its keeper), so it runs beside the
+# labs from the start (waiting for its set-up); the tests that see every stack wait for it.
+lane sglang 'cargo test --workspace --no-fail-fast --test sglang_real'
+# The lab tests wait on their labs far more than they compute: five at a time, then the
+# ones that see every stack (each file's tests side by side), then the lab benches.
+lane labs 'RUST_TEST_THREADS=5 cargo test --no-fail-fast --workspace --test "$LAB_TESTS" -- --skip alone::' \
+    'RUST_TEST_THREADS=3 cargo test --no-fail-fast --workspace --test "$LAB_TESTS" -- alone::' \
+    'cargo test --no-fail-fast "${lab_args[@]}"'
+wait
+rc=0
+summary="lanes:"
+for name in labs sglang other; do
+    echo "=== lane $name ==="
+    cat "$lane_dir/$name.log"
+    lane_rc="$(cat "$lane_dir/$name.rc" 2>/dev/null || echo 1)"
+    [ "$lane_rc" = 0 ] || rc=1
+    summary="$summary $name exit $lane_rc after $(cat "$lane_dir/$name.secs" 2>/dev/null || echo '?') s;"
+done
+echo "$summary all done after $((SECONDS - started)) s"
+exit "$rc"

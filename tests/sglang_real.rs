@@ -39,10 +39,11 @@ use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use wedgewatch_testkit::lab::{self, Keeper};
 
 /// The fault's variable: the "change since noon" on the decode server.
 const FAULT_VAR: &str = "LAB_SGLANG_FORGET_AFTER";
@@ -116,28 +117,44 @@ fn run_bounded(mut cmd: Command, bound: Duration, out_p: &Path) -> (bool, String
     }
 }
 
-/// The pair and router started by `sglang_lab.py up`; Drop stops them (`down`: SIGINT, then
-/// SIGKILL of each process group and its recorded children).
+/// The process trees the tier's wedgewatch watches (`--within`): the stack's keeper and the
+/// proxy. Other stacks on the machine (the labs of the other tests) are left out.
+static WATCHED: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+
+fn watch(pid: u32) {
+    WATCHED.lock().unwrap_or_else(|p| p.into_inner()).push(pid);
+}
+
+/// The pair and router started by `sglang_lab.py up` under a keeper (restarts included, they
+/// are its process tree); Drop stops them (`down`: SIGINT, then SIGKILL of each process
+/// group and its recorded children).
 struct Stack {
     dir: PathBuf,
     info: Value,
+    keeper: Keeper,
 }
 
 impl Stack {
-    fn lab(&self, args: &[&str], bound: Duration, tag: &str) -> (bool, String, String) {
-        let mut c = Command::new("python3");
-        c.arg(sglang_lab())
-            .args(args)
-            .arg("--run-dir")
-            .arg(&self.dir);
-        run_bounded(c, bound, &self.dir.join(format!("{tag}.out")))
+    fn lab(&mut self, args: &[&str], bound: Duration, tag: &str) -> (bool, String, String) {
+        let mut argv = vec!["python3".to_string(), sglang_lab().display().to_string()];
+        argv.extend(args.iter().map(|a| a.to_string()));
+        argv.extend(["--run-dir".to_string(), self.dir.display().to_string()]);
+        let (ok, out, err) = match self.keeper.run_bounded(&argv, bound) {
+            Ok(out) => (true, out, String::new()),
+            Err(e) => (false, String::new(), e),
+        };
+        let _ = std::fs::write(self.dir.join(format!("{tag}.out")), &out);
+        (ok, out, err)
     }
 
     fn up(dir: &Path) -> Stack {
         std::fs::create_dir_all(dir).expect("run dir");
+        let keeper = Keeper::start(&repo().join("tests/lab")).expect("the stack's keeper");
+        watch(keeper.pid());
         let mut st = Stack {
             dir: dir.to_path_buf(),
             info: Value::Null,
+            keeper,
         };
         let t0 = Instant::now();
         // Both servers start in parallel (480 s bound each), then the router (120 s) and a
@@ -255,6 +272,7 @@ impl Proxy {
             .process_group(0)
             .spawn()
             .expect("start the lab proxy");
+        watch(child.id());
         let proxy = Proxy { child, port };
         let deadline = Instant::now() + Duration::from_secs(60);
         while TcpStream::connect(("127.0.0.1", port)).is_err() {
@@ -344,6 +362,9 @@ fn snapshot_cmd(window_s: u32, extra: &[&str]) -> Command {
         .args(["snapshot", "--json", "--no-daemon", "--window"])
         .arg(window_s.to_string())
         .args(extra);
+    for pid in WATCHED.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+        c.arg("--within").arg(pid.to_string());
+    }
     if std::env::var_os("WEDGEWATCH_PY_SPY").is_none() {
         c.env(
             "WEDGEWATCH_PY_SPY",
@@ -1115,6 +1136,8 @@ fn real_sglang_pd_discovery_metrics_stacks_and_the_incident() {
         "sglang_lab.py setup failed (WEDGEWATCH_SKIP_SGLANG=1 skips this tier):\n{err}"
     );
     eprintln!("[sglang_real] setup: {}", out.trim());
+    // watched alone, it runs beside the labs; a test that sees every stack waits for it
+    let _stacks = lab::shared();
 
     let mut st = Stack::up(&dir);
     let p = Pids::of(&st);

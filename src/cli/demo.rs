@@ -1,8 +1,10 @@
 //! `wedgewatch demo`: brings up the built-in lab stack (proxy -> real SGLang router (PD) ->
 //! prefill + decode engines on fake GPUs), runs the agents healthy, restarts the decode engine
 //! with the tuning variable (the change since noon), lets the agents hang, and opens the UI on
-//! it with the daemon's baseline. Quitting tears the lab down.
+//! it with the daemon's baseline. Quitting tears the lab down. The demo watches its own lab
+//! only (the lab is its process tree, `adopt`), not another stack on the same host.
 
+use super::adopt;
 use super::duration;
 use super::exit::code;
 use super::options::Sampling;
@@ -209,6 +211,7 @@ pub fn cmd_demo(top: Sampling, mut a: DemoArgs) -> anyhow::Result<i32> {
         harness: None,
     };
     step("starting proxy -> sglang router (PD) -> prefill + decode engines on fake GPUs");
+    let own_tree = adopt::adopt_orphans();
     let up = run_lab(
         guard.lab_cmd().args(["up", "--run-dir"]).arg(&run_dir),
         "start",
@@ -217,11 +220,15 @@ pub fn cmd_demo(top: Sampling, mut a: DemoArgs) -> anyhow::Result<i32> {
         serde_json::from_str(up.trim()).context("reading the lab's lab.json")?;
     check_interrupted()?;
 
-    let opts = lab_attach_options(&g, &info)?;
+    let mut opts = lab_attach_options(&g, &info)?;
+    if own_tree {
+        opts.within.push(nix::unistd::getpid().as_raw());
+    }
     step("attaching wedgewatch (baseline of the healthy stack taken now)");
     let th = opts.thresholds.clone();
     let session = InProcessDaemon::start(&opts, th, 2_000)?;
     wedge(&mut guard, a.agents)?;
+    adopt::reap_dead(&opts.proc_root, &adopt::lab_pids(&info));
 
     let assemble = g.assemble();
     if a.no_tui {

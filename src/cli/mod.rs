@@ -6,6 +6,7 @@
 //! (recording, daemon or sampling window), `duration` (the one duration grammar), `progress` (stderr while working),
 //! `exit` (exit codes, signals, runtimes).
 
+mod adopt;
 pub mod check;
 pub mod daemon;
 pub mod demo;

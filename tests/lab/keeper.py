@@ -7,7 +7,8 @@ restarts included, is the keeper's process tree, and `wedgewatch --within KEEPER
 watches that lab alone on a machine where other labs run side by side.
 
 Protocol: one JSON array per line on stdin, a command to run (e.g. `["python3",
-"lab.py", "up", ...]`); one JSON object per line on stdout when it ends:
+"lab.py", "up", ...]`), or `{"argv": [...], "timeout": SECONDS}` for one killed (its
+process group) past that; one JSON object per line on stdout when it ends:
 `{"rc": N, "out": "...", "err": "..."}`. End of stdin: the keeper exits (its orphans go to
 init; the lab is down by then). Adopted processes are reaped as they die, so a stopped
 component is gone, not a zombie, while `down` checks that nothing is left.
@@ -16,6 +17,7 @@ component is gone, not a zombie, while `down` checks that nothing is left.
 import ctypes
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -39,25 +41,31 @@ def reap_adopted(running):
             return
 
 
-def run(argv, lock, state):
+def run(argv, timeout, lock, state):
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         # started under the lock: the reaper must not take the command's own exit for an
         # adopted process's
         with lock:
             try:
-                p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err)
+                p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                     start_new_session=timeout is not None)
             except OSError as e:
                 return {"rc": 127, "out": "", "err": f"keeper: cannot run {argv!r}: {e}"}
             state["running"] = p.pid
+        late = ""
         try:
+            rc = p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
             rc = p.wait()
+            late = f"\nkeeper: killed after {timeout} s"
         finally:
             with lock:
                 state["running"] = None
         out.seek(0)
         err.seek(0)
         return {"rc": rc, "out": out.read().decode(errors="replace"),
-                "err": err.read().decode(errors="replace")}
+                "err": err.read().decode(errors="replace") + late}
 
 
 def reaper(lock, state, stop):
@@ -78,8 +86,12 @@ def main():
     for line in sys.stdin:
         if not line.strip():
             continue
-        argv = json.loads(line)
-        print(json.dumps(run(argv, lock, state)), flush=True)
+        cmd = json.loads(line)
+        if isinstance(cmd, dict):
+            argv, timeout = cmd["argv"], cmd.get("timeout")
+        else:
+            argv, timeout = cmd, None
+        print(json.dumps(run(argv, timeout, lock, state)), flush=True)
     stop.set()
 
 

@@ -21,3 +21,11 @@ pub fn ww(lab: &Lab) -> Command {
         .stdin(Stdio::null());
     c
 }
+
+/// The wedgewatch binary for verbs that read what was written (`incidents`, `report`,
+/// `diff`): they take no sampling options.
+pub fn ww_reader() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_wedgewatch"));
+    c.stdin(Stdio::null());
+    c
+}

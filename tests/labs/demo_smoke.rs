@@ -87,7 +87,7 @@ fn venv_present() -> bool {
 
 #[test]
 fn demo_without_ui_finds_the_wedge_and_leaves_nothing_behind() {
-    let _lab = lab::exclusive();
+    let _lab = lab::shared();
     if !venv_present() {
         return;
     }
@@ -207,7 +207,7 @@ enum Pane {
 /// demo registers its teardown there too.
 #[test]
 fn demo_in_a_killed_terminal_leaves_nothing_behind() {
-    let _lab = lab::exclusive();
+    let _lab = lab::shared();
     killed_terminal(Pane::Direct);
 }
 
@@ -215,7 +215,7 @@ fn demo_in_a_killed_terminal_leaves_nothing_behind() {
 /// (it used to spin a core in crossterm's poll forever, the lab left running).
 #[test]
 fn demo_under_a_shell_in_a_killed_terminal_leaves_nothing_behind() {
-    let _lab = lab::exclusive();
+    let _lab = lab::shared();
     killed_terminal(Pane::UnderAShell);
 }
 

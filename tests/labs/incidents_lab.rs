@@ -10,7 +10,7 @@
 //! Runs the wedgewatch binary as a user runs it; lab tests of different files run one file at
 //! a time (`lab::exclusive`).
 
-use crate::common::{fast_thresholds, ww};
+use crate::common::{fast_thresholds, ww, ww_reader};
 use wedgewatch_testkit::lab;
 
 use lab::{Lab, LabOptions};
@@ -107,8 +107,8 @@ fn served(lab: &Lab, state: &Path) -> Value {
 }
 
 /// `incidents --json --state-dir`.
-fn incidents(lab: &Lab, state: &Path) -> Vec<Value> {
-    let mut c = ww(lab);
+fn incidents(state: &Path) -> Vec<Value> {
+    let mut c = ww_reader();
     c.args(["incidents", "--json", "--state-dir"]).arg(state);
     let v: Value = serde_json::from_str(&run(c, Duration::from_secs(30))).expect("JSON");
     assert_eq!(v["schema"], "wedgewatch.incidents/1");
@@ -126,7 +126,6 @@ fn wedge_at(i: &Value, component: &str) -> bool {
 
 /// Waits (bounded) until the listed incidents satisfy `pred`; returns the one it picks.
 fn wait_incident(
-    lab: &Lab,
     state: &Path,
     what: &str,
     bound: Duration,
@@ -134,7 +133,7 @@ fn wait_incident(
 ) -> Value {
     let started = Instant::now();
     loop {
-        let all = incidents(lab, state);
+        let all = incidents(state);
         if let Some(i) = pick(&all) {
             return i;
         }
@@ -207,7 +206,7 @@ fn an_incident_bundle_outlives_kill_9_of_the_engine_and_the_next_wedge_is_a_seco
     let decode = decode_id(&served(&lab, &state), lab.decode().pid);
     // (Other stacks on the machine are seen too: only this lab's decode counts.)
     assert!(
-        !incidents(&lab, &state)
+        !incidents(&state)
             .iter()
             .any(|i| i["incident"]["component"] == decode.as_str()),
         "a healthy decode keeps none"
@@ -219,7 +218,6 @@ fn an_incident_bundle_outlives_kill_9_of_the_engine_and_the_next_wedge_is_a_seco
     let wedged_pid = lab.decode().pid;
     let load = lab.load_background(3, 4, 120.0).expect("harness");
     let first = wait_incident(
-        &lab,
         &state,
         "the wedge's incident",
         Duration::from_secs(120),
@@ -248,7 +246,6 @@ fn an_incident_bundle_outlives_kill_9_of_the_engine_and_the_next_wedge_is_a_seco
     assert_ne!(lab.decode().pid, wedged_pid);
     let name = first["name"].clone();
     let closed = wait_incident(
-        &lab,
         &state,
         "the incident closed",
         Duration::from_secs(90),
@@ -284,7 +281,7 @@ fn an_incident_bundle_outlives_kill_9_of_the_engine_and_the_next_wedge_is_a_seco
         "the recording replays to the wedge: {:#}",
         replay["findings"]
     );
-    let mut c = ww(&lab);
+    let mut c = ww_reader();
     c.arg("report").arg(&path);
     let report = run(c, Duration::from_secs(30));
     assert!(report.contains("wedged_request"), "{report}");
@@ -307,7 +304,6 @@ fn an_incident_bundle_outlives_kill_9_of_the_engine_and_the_next_wedge_is_a_seco
     // The next wedge is a second incident.
     let _load = lab.load_background(3, 4, 120.0).expect("harness");
     let second = wait_incident(
-        &lab,
         &state,
         "a second incident",
         Duration::from_secs(120),
@@ -321,7 +317,7 @@ fn an_incident_bundle_outlives_kill_9_of_the_engine_and_the_next_wedge_is_a_seco
         second["incident"]["opened_ms"].as_i64() > first["incident"]["opened_ms"].as_i64(),
         "{second:#}"
     );
-    let mut c = ww(&lab);
+    let mut c = ww_reader();
     c.arg("diff")
         .arg(&path)
         .arg(second["path"].as_str().expect("path"));
@@ -335,7 +331,7 @@ fn an_incident_bundle_outlives_kill_9_of_the_engine_and_the_next_wedge_is_a_seco
     // The daemon itself killed and started again: both incidents are still there.
     daemon.sigkill();
     let _daemon = Daemon::start(&lab, &state);
-    let all = incidents(&lab, &state);
+    let all = incidents(&state);
     // Kept for reading after a run.
     let _ = std::fs::write(
         std::env::temp_dir().join("ww-incidents-lab.json"),
@@ -349,7 +345,7 @@ fn an_incident_bundle_outlives_kill_9_of_the_engine_and_the_next_wedge_is_a_seco
 
     // The newest copied out, with the line that files it.
     let out = tmp.path().join("out");
-    let mut c = ww(&lab);
+    let mut c = ww_reader();
     c.args(["incidents", "latest", "--state-dir"])
         .arg(&state)
         .arg("-o")

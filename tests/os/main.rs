@@ -33,5 +33,6 @@ mod sglang_lab_edits;
 mod snapshot_contract;
 mod sockets;
 mod test_groups;
+mod tui_pty;
 mod versions_live;
 mod versions_root;

@@ -1,21 +1,31 @@
 //! The test binaries' groups (docs/architecture.md, "Tests"), which `tests/lanes.sh` runs by
-//! binary: what starts an SGLang-shaped stack is in the lab binary (`tests/labs/`) and takes
-//! the lab's `exclusive` guard, since discovery sees every stack on the machine and the other lane
-//! runs beside the lab lane; a bench that starts a lab is in the lanes' `LAB_BENCHES`; and
-//! every file of a grouped binary is one of its modules (a file left out never runs).
+//! binary: what starts an SGLang-shaped stack is in the lab binary (`tests/labs/`) and holds
+//! the machine's stacks, shared (its wedgewatch watches its own lab) or, in `labs/alone`
+//! only, exclusively (it sees every stack, so nothing else may run beside it); a bench that
+//! starts a lab is in the lanes' `LAB_BENCHES`; and every file of a grouped binary is one of
+//! its modules (a file left out never runs).
 
 use std::path::{Path, PathBuf};
 
 /// What starts a lab, or holds the machine's stacks. Built with `concat!` so this file does
 /// not name them itself.
-const STARTS_A_LAB: [&str; 3] = [
+const STARTS_A_LAB: [&str; 4] = [
     concat!("Lab::", "up("),
     concat!("lab::", "exclusive("),
     concat!("tests/lab/", "lab.py"),
+    concat!("lab::", "shared("),
 ];
 
-/// The grouped binaries (a folder of `tests/` with a `main.rs`).
-const GROUPS: [&str; 3] = ["pure", "os", "labs"];
+/// The lab tests that see every stack on the machine (`lab::exclusive`).
+const ALONE: &str = "tests/labs/alone/";
+
+/// The grouped binaries' folders and the file that declares their modules.
+const GROUPS: [(&str, &str); 4] = [
+    ("pure", "main.rs"),
+    ("os", "main.rs"),
+    ("labs", "main.rs"),
+    ("labs/alone", "mod.rs"),
+];
 
 /// The real tiers start servers of their own, seen by every discovery; `tests/lanes.sh`
 /// places them (sglang_real after the labs).
@@ -69,8 +79,9 @@ fn only_the_lab_binary_starts_a_lab() {
     );
 }
 
-/// Every test of the lab binary holds the machine's stacks: the lab's `exclusive` guard
-/// first, or a lab started in its body (which takes it). Read as the text from one `#[test]` to the next.
+/// Every test of the lab binary holds the machine's stacks: in `alone`, exclusively first;
+/// elsewhere shared (`lab::shared`, or a lab started in its body, which takes it), never
+/// exclusively. Read as the text from one `#[test]` to the next.
 #[test]
 fn every_lab_test_holds_the_machines_stacks() {
     let mut files = Vec::new();
@@ -87,22 +98,26 @@ fn every_lab_test_holds_the_machines_stacks() {
                 .nth(1)
                 .and_then(|s| s.split('(').next())
                 .unwrap_or("?");
-            if !piece.contains(STARTS_A_LAB[0]) && !piece.contains(STARTS_A_LAB[1]) {
+            let alone = rel.to_string_lossy().starts_with(ALONE);
+            let exclusive = piece.contains(STARTS_A_LAB[1]);
+            let shared = piece.contains(STARTS_A_LAB[0]) || piece.contains(STARTS_A_LAB[3]);
+            if alone != exclusive || !(exclusive || shared) {
                 bare.push(format!("{}: {name}", rel.display()));
             }
         }
     }
     assert!(
         bare.is_empty(),
-        "these lab tests do not take the lab's `exclusive` guard first: {bare:#?}"
+        "these lab tests do not hold the stacks as their place says (exclusively in \
+         {ALONE}, shared elsewhere): {bare:#?}"
     );
 }
 
 #[test]
 fn every_file_of_a_grouped_binary_is_one_of_its_modules() {
-    for group in GROUPS {
+    for (group, declares) in GROUPS {
         let dir = root().join("tests").join(group);
-        let main = read(&Path::new("tests").join(group).join("main.rs"));
+        let main = read(&Path::new("tests").join(group).join(declares));
         let mut missing = Vec::new();
         for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{group}: {e}")) {
             let path = entry.expect("dir entry").path();
@@ -111,6 +126,7 @@ fn every_file_of_a_grouped_binary_is_one_of_its_modules() {
             };
             if path.extension().is_some_and(|e| e == "rs")
                 && stem != "main"
+                && stem != "mod"
                 && !main.contains(&format!("mod {stem};"))
             {
                 missing.push(stem.to_string());
@@ -118,7 +134,7 @@ fn every_file_of_a_grouped_binary_is_one_of_its_modules() {
         }
         assert!(
             missing.is_empty(),
-            "tests/{group}/main.rs does not declare {missing:?}: they never run"
+            "tests/{group}/{declares} does not declare {missing:?}: they never run"
         );
     }
 }

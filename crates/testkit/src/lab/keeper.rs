@@ -53,7 +53,17 @@ impl Keeper {
 
     /// Runs `argv` under the keeper to its end: its stdout, or an error with its stderr.
     pub fn run(&mut self, argv: &[String]) -> Result<String, String> {
-        let line = serde_json::to_string(argv).map_err(|e| format!("{argv:?}: {e}"))?;
+        self.send(&serde_json::json!(argv), argv)
+    }
+
+    /// [`Keeper::run`], its process group killed past `bound` (an error then).
+    pub fn run_bounded(&mut self, argv: &[String], bound: Duration) -> Result<String, String> {
+        let cmd = serde_json::json!({ "argv": argv, "timeout": bound.as_secs_f64() });
+        self.send(&cmd, argv)
+    }
+
+    fn send(&mut self, cmd: &Value, argv: &[String]) -> Result<String, String> {
+        let line = cmd.to_string();
         let stdin = self.stdin.as_mut().ok_or("the keeper has ended")?;
         writeln!(stdin, "{line}")
             .and_then(|()| stdin.flush())

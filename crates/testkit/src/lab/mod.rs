@@ -41,7 +41,7 @@ mod hold;
 mod keeper;
 pub use crate::repo_root;
 pub use hold::{exclusive, shared, Hold};
-use keeper::Keeper;
+pub use keeper::Keeper;
 
 /// `tests/lab/lab.py`.
 pub fn lab_py() -> PathBuf {

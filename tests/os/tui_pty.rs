@@ -17,7 +17,6 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
-use wedgewatch_testkit::lab;
 
 /// Kills the tmux session on every exit path.
 struct Session(String);
@@ -146,7 +145,6 @@ fn age_seconds(row: &str) -> Option<f64> {
 
 #[test]
 fn real_terminal_shows_stuck_requests_and_quits_cleanly() {
-    let _lab = lab::exclusive();
     if tmux_missing() {
         return;
     }
@@ -189,7 +187,6 @@ fn real_terminal_shows_stuck_requests_and_quits_cleanly() {
 
 #[test]
 fn sigterm_from_outside_restores_the_terminal() {
-    let _lab = lab::exclusive();
     if tmux_missing() {
         return;
     }
@@ -225,7 +222,6 @@ fn sigterm_from_outside_restores_the_terminal() {
 /// never showed), and the Threads view puts the wedged scheduler first.
 #[test]
 fn at_80x24_the_evidence_scrolls_into_sight() {
-    let _lab = lab::exclusive();
     if tmux_missing() {
         return;
     }
@@ -292,7 +288,6 @@ fn at_80x24_the_evidence_scrolls_into_sight() {
 /// `tui --replay DIR` (or its `snapshot.json`) as a still frame (the finding, the stuck requests), and `q` exits 0.
 #[test]
 fn a_bundle_replays_as_a_still_frame() {
-    let _lab = lab::exclusive();
     if tmux_missing() {
         return;
     }

@@ -33,10 +33,7 @@ impl Drop for Killed {
 /// from its first log line.
 fn start_daemon(lab: &Lab, dir: &Path) -> (Killed, String) {
     let log = dir.join("daemon.log");
-    let child = Command::new(env!("CARGO_BIN_EXE_wedgewatch"))
-        .env("WEDGEWATCH_NVML_LIB", env!("FAKE_NVML_PATH"))
-        .env("FAKE_NVML_DIR", lab.nvml_dir())
-        .env("WEDGEWATCH_PY_SPY", lab::venv_bin("py-spy"))
+    let child = crate::common::ww(lab)
         .env("RUST_LOG", "info")
         .arg("--thresholds")
         .arg(lab::repo_root().join("tests/fixtures/thresholds-fast.toml"))
