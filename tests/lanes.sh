@@ -19,15 +19,22 @@
 # The benches run too, in their quick mode (`cargo test --bench NAME`: no `--bench` argument,
 # benches/common/mode.rs), so a bench that no longer runs fails here; the full runs are
 # `cargo bench --bench NAME` (docs/performance.md). LAB_BENCHES start a lab, a daemon that
-# discovers every stack, or processes discovery takes for SGLang: the lab lane; the others
-# (stacks' fake schedulers match no discovery profile) the other lane.
+# discovers every stack, or processes discovery takes for SGLang, and hold the machine alone:
+# the lab lane; the others (stacks' fake schedulers match no discovery profile) the other lane.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 # The lab binary, and the real tiers (each alone in its binary).
 LAB_TESTS=labs
 REAL_TIERS=(vllm_real sglang_real)
-LAB_BENCHES=(discovery daemon biglab verdict)
+# The benches that hold the machine alone (`lab::exclusive()` in the bench's own file: its
+# daemon discovers every stack); tests/os/test_groups.rs checks that each that starts a lab does.
+LAB_BENCHES=()
+for file in benches/*.rs; do
+    if grep -q 'lab::exclusive()' "$file"; then
+        LAB_BENCHES+=("$(basename "$file" .rs)")
+    fi
+done
 
 if [ ! -f "tests/$LAB_TESTS/main.rs" ]; then
     echo "lanes: tests/$LAB_TESTS/main.rs does not exist" >&2
@@ -35,10 +42,6 @@ if [ ! -f "tests/$LAB_TESTS/main.rs" ]; then
 fi
 lab_args=(--workspace)
 for name in "${LAB_BENCHES[@]}"; do
-    if [ ! -f "benches/$name.rs" ]; then
-        echo "lanes: benches/$name.rs is in LAB_BENCHES but does not exist" >&2
-        exit 1
-    fi
     lab_args+=(--bench "$name")
 done
 # Every other test binary; the real vLLM tier last, when the quick ones are done.
