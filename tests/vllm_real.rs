@@ -361,6 +361,8 @@ fn real_vllm_discovery_metrics_stacks_and_forgotten_streams() {
         "vllm_lab.py setup failed (WEDGEWATCH_SKIP_VLLM=1 skips this tier):\n{err}"
     );
     eprintln!("[vllm_real] setup: {}", out.trim());
+    // its server is seen by every discovery: a test that sees every stack waits for it
+    let _stacks = wedgewatch_testkit::lab::shared();
 
     // ---- phase 1: the healthy server, and the baseline
     let dir1 = run_dir("healthy");
