@@ -575,6 +575,18 @@ fn a_pid_that_does_not_exist_is_refused() {
             &["--pid 999999999", "no such process"],
         );
     }
+    // a scope whose root does not exist would discover nothing: refused, not an empty look
+    for args in [
+        vec!["snapshot", "--json", "--window", "0", "--within", "999999999"],
+        vec!["--within", "999999999", "doctor"],
+    ] {
+        let o = run(&args);
+        assert_usage(
+            &format!("{args:?}"),
+            &o,
+            &["--within 999999999", "no such process"],
+        );
+    }
 }
 
 #[test]
