@@ -577,7 +577,14 @@ fn a_pid_that_does_not_exist_is_refused() {
     }
     // a scope whose root does not exist would discover nothing: refused, not an empty look
     for args in [
-        vec!["snapshot", "--json", "--window", "0", "--within", "999999999"],
+        vec![
+            "snapshot",
+            "--json",
+            "--window",
+            "0",
+            "--within",
+            "999999999",
+        ],
         vec!["--within", "999999999", "doctor"],
     ] {
         let o = run(&args);

@@ -38,8 +38,9 @@ fn two_stacks(root: &Path) {
     write(root, &base(310, 300, "python3", ROUTER_B));
 }
 
-fn discover_within(root: &Path, within: &[i32], extra_pids: &[i32]) -> Topology {
-    let opts = DiscoverOptions {
+/// Discovery of the fake tree at `root`, kept to `within`, with `--pid` targets `extra_pids`.
+fn opts(root: &Path, within: &[i32], extra_pids: &[i32]) -> DiscoverOptions {
+    DiscoverOptions {
         proc_root: root.to_path_buf(),
         within: within.to_vec(),
         extra_pids: extra_pids.to_vec(),
@@ -48,7 +49,11 @@ fn discover_within(root: &Path, within: &[i32], extra_pids: &[i32]) -> Topology 
         http_timeout: Duration::from_millis(100),
         deadlines: wedgewatch_testkit::timing::roomy_deadlines(),
         ..DiscoverOptions::default()
-    };
+    }
+}
+
+fn discover_within(root: &Path, within: &[i32], extra_pids: &[i32]) -> Topology {
+    let opts = opts(root, within, extra_pids);
     discover::discover(&ProbeSet::builtin().expect("probes"), &opts).expect("discover")
 }
 
@@ -113,4 +118,24 @@ fn a_gone_root_and_a_parent_cycle_are_outside_a_deep_tree_is_inside() {
         );
     }
     assert_eq!(mains(&discover_within(root, &[500], &[])), [700]);
+}
+
+/// The daemon's rediscovery (a cache kept across passes): an engine restarted under the
+/// launcher is inside on the next pass, one started by the other stack's launcher is not.
+#[test]
+fn a_restart_under_the_root_stays_inside_across_cached_passes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path();
+    two_stacks(root);
+    let opts = opts(root, &[200], &[]);
+    let probes = ProbeSet::builtin().expect("probes");
+    let mut cache = discover::DiscoveryCache::new();
+    let first = discover::discover_cached(&probes, &opts, &mut cache).expect("discover");
+    assert_eq!(mains(&first), [201, 210]);
+    std::fs::remove_dir_all(root.join("201")).expect("engine A stops");
+    std::fs::remove_dir_all(root.join("202")).expect("its child too");
+    write(root, &base(220, 200, "python3", ENGINE_A));
+    write(root, &base(320, 300, "python3", ENGINE_B));
+    let second = discover::discover_cached(&probes, &opts, &mut cache).expect("discover");
+    assert_eq!(mains(&second), [210, 220]);
 }
