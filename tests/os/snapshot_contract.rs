@@ -371,3 +371,49 @@ fn a_recording_carries_its_node_into_snapshots_replayed_from_it() {
     validate_snapshot(&v);
     assert_eq!(v["node"]["name"], "recorded-node");
 }
+
+/// Every kind of event a cause's time line can hold is one the schema allows (a KV stall's
+/// first event was missing: a live snapshot beside a KV-stalled lab failed the contract).
+#[test]
+fn every_cause_event_kind_is_in_the_schema() {
+    use wedgewatch::model::cause::EventKind;
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/schema/snapshot-1.schema.json");
+    let schema: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).expect("schema file"))
+            .expect("schema json");
+    let allowed =
+        &schema["$defs"]["cause"]["properties"]["events"]["items"]["properties"]["kind"]["enum"];
+    let allowed: Vec<&str> = allowed
+        .as_array()
+        .unwrap_or_else(|| panic!("no event kinds in the schema: {allowed}"))
+        .iter()
+        .filter_map(|k| k.as_str())
+        .collect();
+    let every = [
+        EventKind::Restarted,
+        EventKind::Changed,
+        EventKind::Appeared,
+        EventKind::Gone,
+        EventKind::FirstNoResponse,
+        EventKind::FirstStreamStalled,
+        EventKind::FirstKvTransferStalled,
+    ];
+    for kind in every {
+        // no wildcard: a new kind does not compile until it is listed above
+        match kind {
+            EventKind::Restarted
+            | EventKind::Changed
+            | EventKind::Appeared
+            | EventKind::Gone
+            | EventKind::FirstNoResponse
+            | EventKind::FirstStreamStalled
+            | EventKind::FirstKvTransferStalled => {}
+        }
+        let name = serde_json::to_value(kind).expect("kind");
+        let name = name.as_str().expect("a kind is a string");
+        assert!(
+            allowed.contains(&name),
+            "{name} is not in the schema's {allowed:?}"
+        );
+    }
+}
