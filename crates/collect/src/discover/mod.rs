@@ -139,6 +139,9 @@ pub fn discover_cached(
     b.proxies();
     b.extra_pids();
     b.extra_urls();
+    if !opts.within.is_empty() {
+        mark_within(&mut b.topo, &opts.within);
+    }
     b.topo.components.sort_by(|a, c| {
         (a.role.depth(), a.parent.is_some(), &a.id).cmp(&(
             c.role.depth(),
@@ -148,6 +151,15 @@ pub fn discover_cached(
     });
     *cache = b.table.into_cache();
     Ok(b.topo)
+}
+
+/// Writes the scope on every component (`LABEL_WITHIN`), so a snapshot says what it left out.
+fn mark_within(topo: &mut Topology, within: &[i32]) {
+    let roots: Vec<String> = within.iter().map(|p| format!("pid {p}")).collect();
+    let roots = roots.join(", ");
+    for c in &mut topo.components {
+        c.labels.insert(LABEL_WITHIN.into(), roots.clone());
+    }
 }
 
 /// The environment variables component builds read (see `Builder::env_names`).

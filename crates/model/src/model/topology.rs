@@ -295,6 +295,9 @@ pub mod labels {
     pub const LABEL_ARGS_SOURCE: &str = "args_source";
     /// Label: how the component was found (`profile`, `--pid`, `--url`, `sockets`).
     pub const LABEL_FOUND_BY: &str = "found_by";
+    /// Label: the process trees discovery was kept to (`--within`: `pid 4711`, ...), on every
+    /// component it found then; a reader of the snapshot knows other stacks were left out.
+    pub const LABEL_WITHIN: &str = "within";
     /// Label: why the component's HTTP API or metrics endpoint is not scraped (the address its
     /// flags name is not one of its own listening sockets on this host).
     pub const LABEL_METRICS_UNSCRAPED: &str = "metrics_unscraped";
