@@ -102,7 +102,18 @@ fn a_gone_root_and_a_parent_cycle_are_outside_a_deep_tree_is_inside() {
     let dir = tempfile::tempdir().expect("tempdir");
     let root = dir.path();
     two_stacks(root);
-    assert!(mains(&discover_within(root, &[999], &[])).is_empty());
+    // the roots all gone: an error that says so, not an empty stack
+    let gone = discover::discover(
+        &ProbeSet::builtin().expect("probes"),
+        &opts(root, &[999, 998], &[]),
+    )
+    .expect_err("nothing left to watch");
+    assert!(
+        gone.to_string().contains("no process pid 999, pid 998"),
+        "{gone}"
+    );
+    // one root left: its tree
+    assert_eq!(mains(&discover_within(root, &[999, 200], &[])), [201, 210]);
     // a hostile procfs: 401 and 402 each other's parent, an engine below them
     write(root, &base(401, 402, "python3", KEEPER));
     write(root, &base(402, 401, "python3", KEEPER));

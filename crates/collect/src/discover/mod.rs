@@ -26,7 +26,7 @@ pub use endpoints::{loopback_get, scrape_addr};
 pub use profiles::{flag_value, flag_values};
 pub use table::ProcDeadlines;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::model::addr::split_host_port;
 use crate::model::{Component, Topology};
 use crate::probes::ProbeSet;
@@ -122,6 +122,14 @@ pub fn discover_cached(
     let mut table = ProcTable::read(&proc, std::mem::take(cache), &set.prefilter, opts.deadlines)?;
     table.recent_dump = opts.recent_dump.clone();
     if !opts.within.is_empty() {
+        if !opts.within.iter().any(|p| table.procs.contains_key(p)) {
+            // a scope whose roots all ended (a pod replaced): said, not an empty stack
+            *cache = table.into_cache();
+            return Err(Error::Other(format!(
+                "--within: no process {} any more: nothing left to watch",
+                pid_list(&opts.within)
+            )));
+        }
         // a `--pid` target is watched even outside the scope, with what it started
         table.keep_within(&[opts.within.as_slice(), opts.extra_pids.as_slice()].concat());
     }
@@ -155,11 +163,16 @@ pub fn discover_cached(
 
 /// Writes the scope on every component (`LABEL_WITHIN`), so a snapshot says what it left out.
 fn mark_within(topo: &mut Topology, within: &[i32]) {
-    let roots: Vec<String> = within.iter().map(|p| format!("pid {p}")).collect();
-    let roots = roots.join(", ");
+    let roots = pid_list(within);
     for c in &mut topo.components {
         c.labels.insert(LABEL_WITHIN.into(), roots.clone());
     }
+}
+
+/// `pid 1, pid 2`.
+fn pid_list(pids: &[i32]) -> String {
+    let named: Vec<String> = pids.iter().map(|p| format!("pid {p}")).collect();
+    named.join(", ")
 }
 
 /// The environment variables component builds read (see `Builder::env_names`).
