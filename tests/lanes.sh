@@ -6,10 +6,10 @@
 # core on average), so lanes side by side cut the wall time. The lanes are the test binaries'
 # groups (docs/architecture.md, "Tests"):
 # - the lab lane: the `labs` binary (tests/labs/main.rs), every test that starts an
-#   SGLang-shaped stack. Its tests watch their own lab only (`--within` the lab's keeper)
-#   and run side by side, four at a time; then the tests of `alone::`, which see every stack
-#   on the machine, each file's alone (`lab::exclusive()`, a lock file other binaries honour
-#   too), then the lab benches, then the real-SGLang tier (tests/sglang_real.rs; it watches
+#   SGLang-shaped stack: first the tests of `alone::`, which see every stack on the machine,
+#   each file's alone (`lab::exclusive()`, a lock file other binaries honour too); then the
+#   others, which watch their own lab only (`--within` the lab's keeper) and run side by
+#   side, four at a time; then the lab benches, then the real-SGLang tier (tests/sglang_real.rs; it watches
 #   its own stack, but its engines' CPU would upset the labs' timing). tests/os/
 #   test_groups.rs fails when a test outside tests/labs/ starts a lab.
 # - the other lane: every other test binary (pure, os, the ones alone in a binary of their
@@ -84,12 +84,13 @@ lane() {
     ) >"$lane_dir/$name.log" 2>&1 &
 }
 lane other 'cargo test --no-fail-fast "${other_args[@]}"' 'cargo test --workspace --doc'
-# The lab tests wait on their labs far more than they compute: four at a time, then the
-# ones that see every stack (each file's tests side by side), then the lab benches, then the
-# real SGLang tier (last: it gives its set-up the most time; beside the labs, its CPU-bound
-# engines made the labs' timing fail on 2 cores).
-lane labs 'RUST_TEST_THREADS=4 cargo test --no-fail-fast --workspace --test "$LAB_TESTS" -- --skip alone::' \
-    'RUST_TEST_THREADS=3 cargo test --no-fail-fast --workspace --test "$LAB_TESTS" -- alone::' \
+# The lab tests wait on their labs far more than they compute. First the ones that see every
+# stack (each file's tests side by side), before the real vLLM tier's server is up in the other
+# lane (it holds the stacks shared: they would wait for it); then the others, four at a time;
+# then the lab benches; then the real SGLang tier (last: it gives its set-up the most time;
+# beside the labs, its CPU-bound engines made the labs' timing fail on 2 cores).
+lane labs 'RUST_TEST_THREADS=3 cargo test --no-fail-fast --workspace --test "$LAB_TESTS" -- alone::' \
+    'RUST_TEST_THREADS=4 cargo test --no-fail-fast --workspace --test "$LAB_TESTS" -- --skip alone::' \
     'cargo test --no-fail-fast "${lab_args[@]}"' \
     'cargo test --workspace --no-fail-fast --test sglang_real'
 wait
