@@ -9,9 +9,9 @@
 #   SGLang-shaped stack: first the tests of `alone::`, which see every stack on the machine,
 #   each file's alone (`lab::exclusive()`, a lock file other binaries honour too); then the
 #   others, which watch their own lab only (`--within` the lab's keeper) and run side by
-#   side, four at a time; then the lab benches, then the real-SGLang tier (tests/sglang_real.rs; it watches
-#   its own stack, but its engines' CPU would upset the labs' timing). tests/os/
-#   test_groups.rs fails when a test outside tests/labs/ starts a lab.
+#   side, four at a time; then the lab benches; then the real-SGLang tier
+#   (tests/sglang_real.rs; it watches its own stack, but its engines' CPU would upset the
+#   labs' timing). tests/os/test_groups.rs fails when a test outside tests/labs/ starts a lab.
 # - the other lane: every other test binary (pure, os, the ones alone in a binary of their
 #   own), then the real vLLM tier (its tests find their own server by its pid and retry a
 #   window cut short by a busy machine).
