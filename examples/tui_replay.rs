@@ -1,7 +1,7 @@
 //! Plays snapshot JSON files in the terminal UI: `cargo run --example tui_replay --
 //! tests/fixtures/snapshots/wedged.json [more.json ...]`. `s` writes the snapshot on screen
 //! as JSON into `$TMPDIR` (the real bundle writer is `wedgewatch`'s job). Used by the
-//! pseudo-terminal smoke test (`tests/labs/tui_pty.rs`).
+//! pseudo-terminal smoke test (`tests/os/tui_pty.rs`).
 
 use std::path::PathBuf;
 use wedgewatch::model::Snapshot;

@@ -41,7 +41,7 @@ stop_setups() {
 trap stop_setups EXIT
 
 # Prometheus and promtool for the exporter's tests (tests/prometheus_rules.rs,
-# tests/labs/exporter_lab.rs): Debian's package, installed once. The tests start the binary
+# tests/labs/alone/exporter_lab.rs): Debian's package, installed once. The tests start the binary
 # themselves on a loopback port; the package's service is never started (containers deny it
 # through policy-rc.d; elsewhere it is stopped and disabled right after installing).
 install_prometheus() {

@@ -234,7 +234,7 @@ fn routers_with_api_keys_are_read_with_their_own_key_and_the_key_is_never_writte
     // 2. --router-key-env with the lab router's key in wedgewatch's own environment. The lab
     //    router, started directly, lost its arguments and environment to its process title:
     //    nothing shows it ever asked for that variable, so it does not get it (issue 34
-    //    item 2; a router that names it gets it: tests/labs/router_key_lookalikes.rs), and its
+    //    item 2; a router that names it gets it: tests/labs/alone/router_key_lookalikes.rs), and its
     //    /workers says why. The launched router is still read with its own key.
     let b2 = tempfile::tempdir().expect("tempdir");
     let bundle2 = b2.path().join("bundle");
