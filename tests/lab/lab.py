@@ -478,7 +478,8 @@ def cmd_up(a):
         try:
             return cmd_up_once(a)
         except LabError as e:
-            if "Address already in use" not in str(e) or a.base_port or attempt == 2:
+            # Python says "Address already in use", aiohttp "address already in use"
+            if "address already in use" not in str(e).lower() or a.base_port or attempt == 2:
                 raise
             log(f"port collision, retrying with new ports: {str(e).splitlines()[0]}")
 
