@@ -15,18 +15,11 @@ pub fn adopt_orphans() -> bool {
 /// Reaps each `(pid, start time)` of the lab that is a dead child of ours, and only while
 /// it is still that process (a pid reused by one of our live children is left to its owner).
 pub fn reap_dead(proc_root: &Path, pids: &[(i32, u64)]) {
-    let me = std::process::id();
+    let proc = wedgewatch::sys::ProcFs::new(proc_root);
+    let me = nix::unistd::getpid().as_raw();
     for &(pid, start) in pids {
-        let Ok(stat) = std::fs::read_to_string(proc_root.join(format!("{pid}/stat"))) else {
-            continue;
-        };
-        let Some(fields) = stat.rfind(')').and_then(|i| stat.get(i + 2..)) else {
-            continue;
-        };
-        let f: Vec<&str> = fields.split_whitespace().collect();
-        // state, ppid, ... starttime: fields 3, 4 and 22 of stat (0, 1 and 19 here)
-        let dead_child = f.first() == Some(&"Z") && f.get(1) == Some(&me.to_string().as_str());
-        if dead_child && f.get(19).and_then(|s| s.parse::<u64>().ok()) == Some(start) {
+        let Ok(stat) = proc.stat(pid) else { continue };
+        if stat.state == 'Z' && stat.ppid == me && stat.starttime == start {
             let _ = nix::sys::wait::waitpid(
                 nix::unistd::Pid::from_raw(pid),
                 Some(nix::sys::wait::WaitPidFlag::WNOHANG),

@@ -221,8 +221,7 @@ impl ProcTable {
     /// shared host is not discovered, nor are its sockets' holders.
     pub fn keep_within(&mut self, roots: &[i32]) {
         let mut inside: BTreeMap<i32, bool> = roots.iter().map(|&r| (r, true)).collect();
-        let pids: Vec<i32> = self.procs.keys().copied().collect();
-        for pid in pids {
+        for &pid in self.procs.keys() {
             self.is_within(pid, &mut inside);
         }
         self.procs.retain(|pid, _| inside.get(pid) == Some(&true));
@@ -472,8 +471,6 @@ impl ProcTable {
     }
 }
 
-/// The processes of `listing` whose `stat` line this pass need not read (`cache.rs`), as
-/// the table has them (kernel threads left out); the ones to read; the ones skipped.
 /// Each process's children, by parent pid.
 fn children_of(procs: &BTreeMap<i32, Proc>) -> BTreeMap<i32, Vec<i32>> {
     let mut children: BTreeMap<i32, Vec<i32>> = BTreeMap::new();
@@ -483,6 +480,8 @@ fn children_of(procs: &BTreeMap<i32, Proc>) -> BTreeMap<i32, Vec<i32>> {
     children
 }
 
+/// The processes of `listing` whose `stat` line this pass need not read (`cache.rs`), as
+/// the table has them (kernel threads left out); the ones to read; the ones skipped.
 fn take_unchanged(
     cache: &mut DiscoveryCache,
     listing: Vec<PidEntry>,
