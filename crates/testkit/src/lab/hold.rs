@@ -40,16 +40,7 @@ thread_local! {
 
 /// The machine's stacks, held; dropping it lets waiting tests start.
 #[must_use = "the stacks are held only while the guard lives"]
-pub struct Hold {
-    file: &'static str,
-}
-
-impl Hold {
-    /// The test file that took it.
-    pub fn file(&self) -> &'static str {
-        self.file
-    }
-}
+pub struct Hold(());
 
 /// Holds the machine's stacks for a test whose wedgewatch watches only its own lab.
 #[track_caller]
@@ -85,7 +76,7 @@ pub(super) fn take(file: &'static str, alone: bool) -> Hold {
                 state.lock = lock_file(alone);
             }
             state.holders = next;
-            return Hold { file };
+            return Hold(());
         }
         state = RELEASED.wait(state).unwrap_or_else(|p| p.into_inner());
     }

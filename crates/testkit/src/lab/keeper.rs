@@ -15,7 +15,6 @@ pub struct Keeper {
     child: Child,
     stdin: Option<ChildStdin>,
     stdout: BufReader<ChildStdout>,
-    pid: u32,
 }
 
 impl Keeper {
@@ -37,7 +36,6 @@ impl Keeper {
             child,
             stdin: Some(stdin),
             stdout: BufReader::new(stdout),
-            pid,
         };
         let ready = keeper.answer()?;
         if ready["ready"].as_u64() != Some(u64::from(pid)) {
@@ -48,7 +46,7 @@ impl Keeper {
 
     /// The root of the lab's process tree.
     pub fn pid(&self) -> u32 {
-        self.pid
+        self.child.id()
     }
 
     /// Runs `argv` under the keeper to its end: its stdout, or an error with its stderr.
