@@ -40,6 +40,11 @@ if [ ! -f "tests/$LAB_TESTS/main.rs" ]; then
     echo "lanes: tests/$LAB_TESTS/main.rs does not exist" >&2
     exit 1
 fi
+# Without a bench, a bare `cargo test --workspace` would run every test again.
+if [ "${#LAB_BENCHES[@]}" = 0 ]; then
+    echo "lanes: no bench in benches/ holds the machine alone; the lab benches are gone" >&2
+    exit 1
+fi
 lab_args=(--workspace)
 for name in "${LAB_BENCHES[@]}"; do
     lab_args+=(--bench "$name")

@@ -1136,7 +1136,7 @@ fn real_sglang_pd_discovery_metrics_stacks_and_the_incident() {
         "sglang_lab.py setup failed (WEDGEWATCH_SKIP_SGLANG=1 skips this tier):\n{err}"
     );
     eprintln!("[sglang_real] setup: {}", out.trim());
-    // watched alone, it runs beside the labs; a test that sees every stack waits for it
+    // its stack is seen by every discovery: a test that sees every stack waits for it
     let _stacks = lab::shared();
 
     let mut st = Stack::up(&dir);
