@@ -25,8 +25,9 @@
 //! py-spy `tests/lab/.venv/bin/py-spy`. Exits 1 when a goal is missed (full run).
 //!
 //! Quick mode (`cargo test --bench verdict`, `common/mode.rs`): 1 daemon wedge, 1 one-shot
-//! (started 3 s after: its window grows for the verdict due), no controls (tests/labs/controls_lab.rs runs them in the test
-//! command). It fails when a wedge is never reported; it judges no goal.
+//! (started 3 s after: its window grows for the verdict due), no controls
+//! (tests/labs/controls_lab.rs runs them in the test command). It fails when a wedge is never
+//! reported; it judges no goal.
 
 #[path = "common/daemon_proc.rs"]
 mod daemon_proc;
