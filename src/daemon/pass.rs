@@ -40,7 +40,7 @@ impl Pass {
     /// In how many ms after this pass an open request's state may turn by time alone, with
     /// no new sample: one waiting for its first byte reaches the soonest wedge verdict
     /// (`wedged_unanimous_ms` after its last request byte; its witnesses may ask for longer),
-    /// a streaming one the stall threshold. Why: an answer built ahead before that instant cannot show
+    /// a streaming one the soonest stall verdict (`stall_unanimous_ms`). Why: an answer built ahead before that instant cannot show
     /// the finding, so the daemon builds the next one at the first table after it
     /// ([`super::kept_answer::KeptAnswer::expect_news`]) instead of up to a rebuild period
     /// later. Probes are left out, as the detectors leave them out.
@@ -53,7 +53,7 @@ impl Pass {
                 RequestState::WaitingFirstByte => {
                     Some(th.correlate.wedged_soonest_ms() - (v.now - r.x.last_request_ms))
                 }
-                RequestState::Streaming => Some(th.correlate.stall_after_ms - r.idle_out_ms),
+                RequestState::Streaming => Some(th.correlate.stall_soonest_ms() - r.idle_out_ms),
                 _ => None,
             })
             .filter(|&ms| ms > 0)

@@ -55,8 +55,9 @@ pub fn derive(model: &Correlator, view: &View, findings: &[Finding]) -> Suspicio
 /// witness of the stuck kind it heads for saw work on it (`correlate::kind_witnesses`: a
 /// wedge, a KV transfer stall, a failed prefill leg, undelivered tokens; its second dump is
 /// due by that verdict; a busy engine is judged at the wedge threshold and need not be
-/// dumped sooner); of the stall threshold once the response started. Only while request
-/// states are current: a stale socket table makes every request look silent.
+/// dumped sooner); once the response started, likewise of the stall thresholds
+/// (`stall_unanimous_ms`, `stall_after_ms`). Only while request states are current: a stale
+/// socket table makes every request look silent.
 fn silent_requests(model: &Correlator, view: &View, s: &mut Suspicion) {
     if !view.sockets_fresh {
         return;
@@ -64,12 +65,13 @@ fn silent_requests(model: &Correlator, view: &View, s: &mut Suspicion) {
     let (topo, th) = (model.topology(), &model.thresholds);
     let soonest = th.sampling.silent_after(th.correlate.wedged_soonest_ms());
     let wedge = th.sampling.silent_after(th.correlate.wedged_after_ms);
+    let stall_soonest = th.sampling.silent_after(th.correlate.stall_soonest_ms());
     let stall = th.sampling.silent_after(th.correlate.stall_after_ms);
     let witnesses = LegWitnesses::new(model, view);
     for (i, r) in view.requests.iter().enumerate() {
-        let limit = match r.state {
-            RequestState::WaitingFirstByte => soonest,
-            RequestState::Stalled | RequestState::Streaming => stall,
+        let (limit, slow) = match r.state {
+            RequestState::WaitingFirstByte => (soonest, wedge),
+            RequestState::Stalled | RequestState::Streaming => (stall_soonest, stall),
             _ => continue,
         };
         if r.idle_out_ms < limit || view.logical_of(r).probe || waits_for_decode(view, r) {
@@ -78,8 +80,7 @@ fn silent_requests(model: &Correlator, view: &View, s: &mut Suspicion) {
         let Some(engine) = engine_of(topo, &r.x.component) else {
             continue;
         };
-        let early = r.state == RequestState::WaitingFirstByte && r.idle_out_ms < wedge;
-        if early && witnesses.of(i).saw_work() {
+        if r.idle_out_ms < slow && saw_work(&witnesses, i, r.state) {
             continue;
         }
         let (request, silent_ms) = (note(r), r.idle_out_ms);
@@ -87,6 +88,16 @@ fn silent_requests(model: &Correlator, view: &View, s: &mut Suspicion) {
             engine,
             SuspicionReason::SilentRequest { request, silent_ms },
         );
+    }
+}
+
+/// Whether a witness of the stuck kind leg `i` heads for saw work on it: not suspect before
+/// the slow rule's threshold.
+fn saw_work(witnesses: &LegWitnesses, i: usize, state: RequestState) -> bool {
+    if state == RequestState::WaitingFirstByte {
+        witnesses.of(i).saw_work()
+    } else {
+        witnesses.of_stream(i).is_some_and(|w| w.saw_work())
     }
 }
 

@@ -426,6 +426,111 @@ fn stalled_stream_blames_the_deepest_stalled_hop() {
     assert_eq!(st[0].component.as_deref(), Some(DECODE));
 }
 
+/// A PD request whose stream at decode (and up every hop) sent 2 s of bytes, then stopped
+/// for `quiet_ms`; `env` ticks throughout and `during_quiet` may change it each tick.
+fn stream_then_stop(
+    mut env: Env,
+    quiet_ms: Millis,
+    mut during_quiet: impl FnMut(&mut Env, Millis),
+) -> (Sim, Vec<Finding>) {
+    let mut sim = Sim::new(pd_topology());
+    let [a, b, p, d] = pd_request(&mut sim);
+    sim.run(250, |s| env.tick(s));
+    sim.respond(p, 100);
+    sim.run(2_000, |s| {
+        env.tick(s);
+        s.respond(d, 50);
+        s.respond(b, 50);
+        s.respond(a, 50);
+    });
+    let stopped = sim.now;
+    sim.run(quiet_ms, |s| {
+        during_quiet(&mut env, s.now - stopped);
+        env.tick(s);
+    });
+    let fs = findings(&sim);
+    (sim, fs)
+}
+
+fn stalled_streams(fs: &[Finding]) -> Vec<&Finding> {
+    fs.iter().filter(|f| f.kind == "stalled_stream").collect()
+}
+
+/// A stream that stopped where every witness says nothing works on it (GPU idle, a PD
+/// decode's loop polling its queues, counters frozen, no queue) is stalled after
+/// `stall_unanimous_ms` (10 s), not `stall_after_ms` (30 s), and says what it was judged on.
+#[test]
+fn a_stopped_stream_is_stalled_as_soon_as_its_witnesses_agree() {
+    let polling = || {
+        let mut env = Env::idle();
+        env.sched_state = "pd_queue_polling";
+        env.sched_top = "process_decode_queue";
+        env
+    };
+    let (sim, fs) = stream_then_stop(polling(), 8_000, |_, _| {});
+    assert!(stalled_streams(&fs).is_empty(), "early at 8 s: {fs:#?}");
+    let parts = wedgewatch::pipeline::parts(&sim.model, sim.now);
+    let dreq = parts.requests.iter().find(|r| r.component == DECODE);
+    assert_eq!(dreq.map(|r| r.state), Some(RequestState::Streaming));
+
+    let (_, fs) = stream_then_stop(polling(), 14_000, |_, _| {});
+    let st = stalled_streams(&fs);
+    assert_eq!(st.len(), 1, "{fs:#?}");
+    assert_eq!(st[0].component.as_deref(), Some(DECODE));
+    assert!(
+        st[0].summary.contains("judged after 10 s on 5/5 witnesses"),
+        "{}",
+        st[0].summary
+    );
+    let verdict = st[0].evidence.iter().find(|e| e.source == "verdict");
+    let verdict = verdict.map(|e| e.detail.as_str()).unwrap_or_default();
+    assert!(
+        verdict.contains("no byte since the stream's last")
+            && verdict.contains("GPU idle from")
+            && verdict.contains("(30 s on less evidence)"),
+        "{verdict}"
+    );
+    assert_none_of(&fs, &["wedged_request", "busy_without_progress"]);
+}
+
+/// One engine witness short (no dump says the loop is idle), a quarter of the way on (15 s);
+/// a witness that saw work since the stream stopped (a GPU burst), the slow rule (30 s).
+#[test]
+fn a_stopped_stream_waits_longer_on_less_evidence_and_never_early_after_work() {
+    let unknown = || {
+        let mut env = Env::idle();
+        env.sched_state = "unknown";
+        env.sched_top = "somewhere";
+        env
+    };
+    let (_, fs) = stream_then_stop(unknown(), 13_000, |_, _| {});
+    assert!(stalled_streams(&fs).is_empty(), "early at 13 s: {fs:#?}");
+    let (_, fs) = stream_then_stop(unknown(), 17_000, |_, _| {});
+    let st = stalled_streams(&fs);
+    assert_eq!(st.len(), 1, "{fs:#?}");
+    assert!(
+        st[0].summary.contains("judged after 15 s on 4/5 witnesses"),
+        "{}",
+        st[0].summary
+    );
+
+    // The GPU worked for half a second 4 s after the stop, then idled again.
+    let burst = |env: &mut Env, quiet: Millis| {
+        let working = (4_000..4_500).contains(&quiet);
+        (env.gpu_util, env.gpu_watts) = if working { (85, 260) } else { (0, 60) };
+    };
+    let (_, fs) = stream_then_stop(Env::idle(), 25_000, burst);
+    assert!(stalled_streams(&fs).is_empty(), "early after work: {fs:#?}");
+    let (_, fs) = stream_then_stop(Env::idle(), 32_000, burst);
+    let st = stalled_streams(&fs);
+    assert_eq!(st.len(), 1, "{fs:#?}");
+    assert!(
+        st[0].summary.contains("judged after 30 s"),
+        "{}",
+        st[0].summary
+    );
+}
+
 #[test]
 fn busy_without_progress_on_a_spinning_gpu() {
     let mut sim = Sim::new(pd_topology());

@@ -26,9 +26,10 @@ pub struct EngineLook<'a> {
     pub cs: Option<&'a ComponentState>,
     /// Work seen from here on is work for the request.
     pub from: Millis,
-    /// The request waits for its KV at this decode: its loop polling the PD queues is idle,
-    /// and its prealloc/transfer queues hold the waiting requests themselves, not others.
-    pub kv_wait: bool,
+    /// At this decode the PD queues are not in front of the request (it waits for its own
+    /// KV, or its stream is past them): its loop polling them is idle, and what its
+    /// prealloc/transfer queues hold is not queued ahead of it.
+    pub pd_polling_idle: bool,
 }
 
 /// The four witnesses, in [`Witness::ENGINE`]'s order.
@@ -41,9 +42,9 @@ pub fn engine_witnesses(
         let t = match (w, look.cs) {
             (_, None) => Testimony::NoData,
             (Witness::GpuIdle, Some(cs)) => gpu(m, cs, look.from, now),
-            (Witness::SchedulerIdle, Some(cs)) => scheduler(cs, look.from, look.kv_wait),
+            (Witness::SchedulerIdle, Some(cs)) => scheduler(cs, look.from, look.pd_polling_idle),
             (Witness::CountersFrozen, Some(cs)) => counters(m, &cs.id, look.from, now),
-            (_, Some(cs)) => queue(m, &cs.id, look.from, now, look.kv_wait),
+            (_, Some(cs)) => queue(m, &cs.id, look.from, now, look.pd_polling_idle),
         };
         (w, t)
     })
@@ -120,8 +121,8 @@ fn gpu(m: &Correlator, cs: &ComponentState, from: Millis, now: Millis) -> Testim
 }
 
 /// The engine's loop thread idle in every dump since `from`, at least [`MIN_IDLE_DUMPS`],
-/// and no thread of it working in any of them (`kv_wait`: polling the PD queues is idle).
-fn scheduler(cs: &ComponentState, from: Millis, kv_wait: bool) -> Testimony {
+/// and no thread of it working in any of them (`pd_polling_idle`: polling the PD queues is idle).
+fn scheduler(cs: &ComponentState, from: Millis, pd_polling_idle: bool) -> Testimony {
     let since = |t: &super::ThreadWindow| {
         t.states
             .iter()
@@ -140,8 +141,9 @@ fn scheduler(cs: &ComponentState, from: Millis, kv_wait: bool) -> Testimony {
     let Some(lt) = cs.loop_thread() else {
         return Testimony::NoData;
     };
-    let idle =
-        |s: &ThreadState| *s == ThreadState::Idle || (kv_wait && *s == ThreadState::PdQueuePolling);
+    let idle = |s: &ThreadState| {
+        *s == ThreadState::Idle || (pd_polling_idle && *s == ThreadState::PdQueuePolling)
+    };
     let mut tally = Tally::new(MIN_IDLE_DUMPS);
     for (s, at) in since(lt) {
         if !idle(&s) {
@@ -190,15 +192,25 @@ pub fn counters(m: &Correlator, comp: &str, from: Millis, now: Millis) -> Testim
     }
 }
 
-/// No request queued at the engine in any scrape from `from` to `now` (`kv_wait`: besides
+/// No request queued at the engine in any scrape from `from` to `now` (`pd_polling_idle`: besides
 /// those a decode holds waiting for their KV).
-fn queue(m: &Correlator, comp: &str, from: Millis, now: Millis, kv_wait: bool) -> Testimony {
+fn queue(
+    m: &Correlator,
+    comp: &str,
+    from: Millis,
+    now: Millis,
+    pd_polling_idle: bool,
+) -> Testimony {
     let Some(hist) = m.metrics_history(comp) else {
         return Testimony::NoData;
     };
     let queued = |p: &MetricsPoint| {
         let (q, _) = queued_of(p)?;
-        Some(if kv_wait { q - decode_held(p) } else { q })
+        Some(if pd_polling_idle {
+            q - decode_held(p)
+        } else {
+            q
+        })
     };
     let any_data = hist.iter().any(|p| queued(p).is_some());
     let mut tally = Tally::new(1);

@@ -8,11 +8,12 @@
 use super::blame::{self, Blame, FailedLeg, LegFailure, Undelivered};
 use super::engine_witnesses::{EngineLook, WORK_SETTLE_MS};
 use super::kv_stall::{self, KvStall};
+use super::state::ComponentState;
 use super::verdict::{no_byte, Testimony, Witness, Witnesses};
 use super::view::{RequestView, View};
 use super::Correlator;
 use crate::clock::Millis;
-use crate::model::{ChannelFlow, RequestState};
+use crate::model::{ChannelFlow, RequestState, Role};
 use std::cell::{OnceCell, RefCell};
 use std::collections::BTreeMap;
 
@@ -71,10 +72,32 @@ pub fn of_undelivered(m: &Correlator, v: &View, r: &RequestView, u: &Undelivered
     let look = EngineLook {
         cs: v.components.get(&r.x.component),
         from: u.last_rise_ms.max(arrived) + WORK_SETTLE_MS,
-        kv_wait: false,
+        pd_polling_idle: false,
     };
     let own = [no_byte(arrived), (Witness::TokensGenerated, generated)];
     Witnesses::new(m, arrived, &own, look, v.now)
+}
+
+/// `stalled_stream`'s witnesses on a response stream whose last byte left at `last_out_ms`
+/// from `cs` (an engine, else no engine witness has data): the stream stopped, and the
+/// engine's four from then (+settle).
+pub fn of_stopped_stream(
+    m: &Correlator,
+    cs: &ComponentState,
+    last_out_ms: Millis,
+    now: Millis,
+) -> Witnesses {
+    let stopped = Testimony::Quiet {
+        turned_ms: last_out_ms,
+        seen: 1,
+    };
+    let look = EngineLook {
+        cs: Some(cs).filter(|c| c.role.is_engine()),
+        from: last_out_ms + WORK_SETTLE_MS,
+        pd_polling_idle: cs.role == Role::Decode,
+    };
+    let own = [(Witness::StreamStopped, stopped)];
+    Witnesses::new(m, last_out_ms, &own, look, now)
 }
 
 /// The witnesses of a leg judged (or heading) for `blame`.
@@ -92,7 +115,7 @@ fn waiting_for_kv<'a>(v: &'a View, d: &RequestView) -> EngineLook<'a> {
     EngineLook {
         cs: v.components.get(&d.x.component),
         from: d.x.last_request_ms + WORK_SETTLE_MS,
-        kv_wait: true,
+        pd_polling_idle: true,
     }
 }
 
@@ -148,6 +171,15 @@ impl<'a> LegWitnesses<'a> {
             flows: OnceCell::new(),
             last_sent: RefCell::new(BTreeMap::new()),
         }
+    }
+
+    /// Leg `leg`'s witnesses as a response stream that stopped (none: no such component).
+    pub fn of_stream(&self, leg: usize) -> Option<Witnesses> {
+        let (m, v) = (self.m, self.v);
+        let r = &v.requests[leg];
+        let cs = v.components.get(&r.x.component)?;
+        let last_out = r.x.last_out_ms.unwrap_or(v.now);
+        Some(of_stopped_stream(m, cs, last_out, v.now))
     }
 
     /// Leg `leg`'s witnesses (it waits for its first byte).

@@ -149,7 +149,7 @@ pub(super) fn judge(m: &Correlator, v: &mut View) {
     // Stale sockets: a request only looks old because nobody looked.
     if v.sockets_fresh {
         let mut found: Vec<StuckLeg> = no_response(m, v);
-        found.extend(stalled(v));
+        found.extend(stalled(m, v));
         // No response before stalled, then the deepest hop first.
         found.sort_by_key(|s| s.kind.blame_key(v.requests[s.leg].x.role));
         // A KV transfer stall first: it replaces the verdicts of its legs.
@@ -507,8 +507,8 @@ fn overtaken(m: &Correlator, r: &RequestView) -> usize {
 }
 
 /// Legs whose response stream stopped: stalled at the deepest stalled hop, at a component
-/// that shows no work and whose GPU is not spinning.
-fn stalled(v: &View) -> Vec<StuckLeg> {
+/// that shows no work and whose GPU is not spinning, with the witnesses that judged them.
+fn stalled(m: &Correlator, v: &View) -> Vec<StuckLeg> {
     let leaves: Vec<usize> = (0..v.requests.len())
         .filter(|&i| {
             let r = &v.requests[i];
@@ -522,21 +522,21 @@ fn stalled(v: &View) -> Vec<StuckLeg> {
         .collect();
     let mut out = Vec::new();
     for (comp, ls) in by_component(v, leaves) {
-        let busy = v
-            .components
-            .get(&comp)
-            .is_some_and(|cs| cs.shows_work() || cs.gpu_activity == GpuActivity::Spinning);
-        if busy {
+        let cs = v.components.get(&comp);
+        if cs.is_some_and(|cs| cs.shows_work() || cs.gpu_activity == GpuActivity::Spinning) {
             continue;
         }
-        out.extend(ls.into_iter().map(|leg| StuckLeg {
-            leg,
-            kind: StuckKind::StreamStalled,
-            busy: None,
-            consequences: Vec::new(),
-            witnesses: None,
-            blame: Blame::Here,
-            kv: None,
+        out.extend(ls.into_iter().map(|leg| {
+            let last_out = v.requests[leg].x.last_out_ms.unwrap_or(v.now);
+            StuckLeg {
+                leg,
+                kind: StuckKind::StreamStalled,
+                busy: None,
+                consequences: Vec::new(),
+                witnesses: cs.map(|cs| kind_witnesses::of_stopped_stream(m, cs, last_out, v.now)),
+                blame: Blame::Here,
+                kv: None,
+            }
         }));
     }
     out

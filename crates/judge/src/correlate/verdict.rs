@@ -25,6 +25,8 @@ pub enum Witness {
     PrefillFailed,
     /// `tokens_undelivered`: the scheduler generated tokens since it arrived, then stopped.
     TokensGenerated,
+    /// `stalled_stream`: the response stream sent no byte since its last one.
+    StreamStopped,
     GpuIdle,
     SchedulerIdle,
     CountersFrozen,
@@ -52,6 +54,7 @@ impl Witness {
             Witness::TransferSilent => ("transfer silent", "connections"),
             Witness::PrefillFailed => ("prefill leg failed", "error(s) counted since"),
             Witness::TokensGenerated => ("tokens generated, then none", "tokens"),
+            Witness::StreamStopped => ("no byte since the stream's last", ""),
             Witness::GpuIdle => ("GPU idle", "readings"),
             Witness::SchedulerIdle => ("scheduler idle", "dumps"),
             Witness::CountersFrozen => ("counters frozen", "scrapes"),
@@ -82,7 +85,8 @@ impl Testimony {
 /// Every witness's testimony on one waiting leg: its stuck kind's own, then the engine's.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Witnesses {
-    /// When its last request byte arrived: the wait counts from here.
+    /// When the wait began (its last request byte; a stream's last response byte): the wait
+    /// counts from here.
     pub arrived_ms: Millis,
     pub said: Vec<(Witness, Testimony)>,
 }
@@ -112,7 +116,7 @@ impl Witnesses {
                 .get(&r.x.component)
                 .filter(|c| c.role.is_engine()),
             from: arrived_ms + WORK_SETTLE_MS,
-            kv_wait: false,
+            pd_polling_idle: false,
         };
         Witnesses::new(m, arrived_ms, &[no_byte(arrived_ms)], look, v.now)
     }
@@ -151,6 +155,11 @@ impl Witnesses {
         self.verdict_wait(th.wedged_soonest_ms(), th.wedged_after_ms)
     }
 
+    /// The wait of a response stream that stopped (`stall_unanimous_ms`, `stall_after_ms`).
+    pub fn stall_wait(&self, th: &crate::config::CorrelateThresholds) -> Millis {
+        self.verdict_wait(th.stall_soonest_ms(), th.stall_after_ms)
+    }
+
     /// "5/5 witnesses": how many were quiet.
     pub fn count_text(&self) -> String {
         format!("{}/{} witnesses", self.quiet(), self.said.len())
@@ -168,6 +177,7 @@ impl Witnesses {
                     (Witness::NoByte, Testimony::Quiet { .. }) => {
                         format!("{name} since it arrived")
                     }
+                    (Witness::StreamStopped, Testimony::Quiet { .. }) => name.to_string(),
                     (Witness::PrefillFailed, Testimony::Quiet { turned_ms, seen: 0 }) => {
                         format!("{name} at {} (closed without an answer)", rel(*turned_ms))
                     }

@@ -362,13 +362,27 @@ impl Correlator {
                 RequestState::Done
             } else if jiffy_tie(x) {
                 RequestState::WaitingFirstByte
-            } else if now - x.last_out_ms.unwrap_or(now) >= th.correlate.stall_after_ms {
+            } else if self.stopped_long_enough(cs, x.last_out_ms.unwrap_or(now), now) {
                 RequestState::Stalled
             } else {
                 RequestState::Streaming
             };
             states[i] = Some(st);
         }
+    }
+
+    /// Whether an outstanding response stream at `cs` whose last byte left at `last_out_ms`
+    /// has stopped for as long as its witnesses say (`verdict.rs`): `stall_after_ms`, sooner
+    /// while nothing at its engine works.
+    fn stopped_long_enough(&self, cs: &ComponentState, last_out_ms: Millis, now: Millis) -> bool {
+        let th = &self.thresholds.correlate;
+        let quiet = now - last_out_ms;
+        // Most streams stop here, cheaply.
+        if quiet < th.stall_soonest_ms() {
+            return false;
+        }
+        let w = super::kind_witnesses::of_stopped_stream(self, cs, last_out_ms, now);
+        quiet >= w.stall_wait(th)
     }
 
     /// Open connections with nothing outstanding (keep-alive idle), as `idle` requests.

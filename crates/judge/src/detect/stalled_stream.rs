@@ -1,12 +1,15 @@
-//! `stalled_stream` (critical): a response started, then no byte for `stall_after_ms` while
-//! the component still counts it open and does no work; the deepest stalled hop is blamed.
-//! The verdict is the correlator's (`correlate::requests`); this detector only words it. See
-//! `stalled_stream` in docs/findings.md.
+//! `stalled_stream` (critical): a response started, then no byte for as long as its
+//! witnesses say (`stall_unanimous_ms` when all agree nothing works on it, up to
+//! `stall_after_ms`) while the component still counts it open and does no work; the deepest
+//! stalled hop is blamed. The verdict is the correlator's (`correlate::requests`); this
+//! detector only words it. See `stalled_stream` in docs/findings.md.
 //!
-//! Thresholds read: none directly (`stall_after_ms` and `done_quiet_ms` in `correlate`).
+//! Thresholds read: `stall_after_ms` (to word the slow rule; it and `done_quiet_ms` judge in
+//! `correlate`).
 
+use super::wedged_request::{witnesses_of, MAX_VERDICT_EVIDENCE};
 use super::{chain_text, idle_evidence, logical_ids, role_of, secs, stuck_by_component};
-use crate::correlate::{Correlator, View};
+use crate::correlate::{Correlator, RequestView, View, Witnesses};
 use crate::model::{Evidence, Finding, FindingKind, Severity, StuckKind};
 
 /// `stalled_stream`: the requests the correlator judged stuck with a stopped stream
@@ -41,6 +44,23 @@ pub fn stalled_stream(m: &Correlator, v: &View) -> Vec<Finding> {
             words.extend(w);
             evidence.extend(ev);
         }
+        let judged: Vec<(&RequestView, &Witnesses)> = ls
+            .iter()
+            .filter_map(|r| Some((*r, witnesses_of(v, r)?)))
+            .collect();
+        evidence.extend(
+            judged
+                .iter()
+                .take(MAX_VERDICT_EVIDENCE)
+                .map(|(r, w)| verdict_evidence(m, r, w)),
+        );
+        let judged_on = judged
+            .first()
+            .map(|(_, w)| {
+                let wait = w.stall_wait(&m.thresholds.correlate);
+                format!("; judged after {} on {}", secs(wait), w.count_text())
+            })
+            .unwrap_or_default();
         let n = ls.len();
         out.push(Finding {
             kind: FindingKind::StalledStream,
@@ -48,7 +68,7 @@ pub fn stalled_stream(m: &Correlator, v: &View) -> Vec<Finding> {
             component: Some(comp.clone()),
             role: Some(role),
             summary: format!(
-                "{n} response stream{} at {comp} stopped {} ago and {} still open{}{}",
+                "{n} response stream{} at {comp} stopped {} ago and {} still open{}{}{judged_on}",
                 if n == 1 { "" } else { "s" },
                 secs(quiet),
                 if n == 1 { "is" } else { "are" },
@@ -63,4 +83,22 @@ pub fn stalled_stream(m: &Correlator, v: &View) -> Vec<Finding> {
         });
     }
     out
+}
+
+/// "r17@decode sent its last byte 10.2 s ago, judged after 10 s on 5/5 witnesses (30 s on
+/// less evidence): no byte since the stream's last; GPU idle from +2.0 s (33 readings); ...".
+fn verdict_evidence(m: &Correlator, r: &RequestView, w: &Witnesses) -> Evidence {
+    let th = &m.thresholds.correlate;
+    Evidence::new(
+        "verdict",
+        format!(
+            "{} sent its last byte {} ago, judged after {} on {} ({} on less evidence): {}",
+            r.leg,
+            secs(r.idle_out_ms),
+            secs(w.stall_wait(th)),
+            w.count_text(),
+            secs(th.stall_after_ms),
+            w.text()
+        ),
+    )
 }

@@ -32,8 +32,12 @@ pub struct CorrelateThresholds {
     /// arrived later at the same component were answered meanwhile (it was skipped).
     pub wedged_overtaken_min: usize,
     /// `stalled_stream` / request state `stalled`: no response bytes for this long after
-    /// the response started, while the component says the request is still open.
+    /// the response started, while the component says the request is still open, unless
+    /// the witnesses that nothing works on it say so sooner (`correlate::verdict`).
     pub stall_after_ms: i64,
+    /// `stalled_stream`: the wait when every witness agrees nothing works on the stream;
+    /// with fewer, longer, up to `stall_after_ms`.
+    pub stall_unanimous_ms: i64,
     /// A started response that moved no byte for this long is no longer "streaming"; it
     /// is `done` unless something says it is still open.
     pub done_quiet_ms: i64,
@@ -90,6 +94,7 @@ impl Default for CorrelateThresholds {
             wedged_unanimous_ms: 10_000,
             wedged_overtaken_min: 5,
             stall_after_ms: 30_000,
+            stall_unanimous_ms: 10_000,
             done_quiet_ms: 2_000,
             link_window_ms: 500,
             link_slack_ms: 100,
@@ -108,6 +113,12 @@ impl CorrelateThresholds {
     /// witnesses' wait, never above `wedged_after_ms`.
     pub fn wedged_soonest_ms(&self) -> i64 {
         self.wedged_unanimous_ms.min(self.wedged_after_ms)
+    }
+
+    /// The soonest a response stream that stopped can be judged stalled: the unanimous
+    /// witnesses' wait, never above `stall_after_ms`.
+    pub fn stall_soonest_ms(&self) -> i64 {
+        self.stall_unanimous_ms.min(self.stall_after_ms)
     }
 }
 
@@ -140,6 +151,7 @@ struct Flat {
     wedged_unanimous_ms: i64,
     wedged_overtaken_min: usize,
     stall_after_ms: i64,
+    stall_unanimous_ms: i64,
     done_quiet_ms: i64,
     busy_after_ms: i64,
     queue_after_ms: i64,
@@ -186,6 +198,7 @@ impl From<Thresholds> for Flat {
             wedged_unanimous_ms: t.correlate.wedged_unanimous_ms,
             wedged_overtaken_min: t.correlate.wedged_overtaken_min,
             stall_after_ms: t.correlate.stall_after_ms,
+            stall_unanimous_ms: t.correlate.stall_unanimous_ms,
             done_quiet_ms: t.correlate.done_quiet_ms,
             busy_after_ms: t.detect.busy_after_ms,
             queue_after_ms: t.detect.queue_after_ms,
@@ -229,6 +242,7 @@ impl From<Flat> for Thresholds {
                 wedged_unanimous_ms: f.wedged_unanimous_ms,
                 wedged_overtaken_min: f.wedged_overtaken_min,
                 stall_after_ms: f.stall_after_ms,
+                stall_unanimous_ms: f.stall_unanimous_ms,
                 done_quiet_ms: f.done_quiet_ms,
                 link_window_ms: f.link_window_ms,
                 link_slack_ms: f.link_slack_ms,
@@ -286,6 +300,7 @@ impl Thresholds {
             ("wedged_after_ms", self.correlate.wedged_after_ms),
             ("wedged_unanimous_ms", self.correlate.wedged_unanimous_ms),
             ("stall_after_ms", self.correlate.stall_after_ms),
+            ("stall_unanimous_ms", self.correlate.stall_unanimous_ms),
             ("done_quiet_ms", self.correlate.done_quiet_ms),
             ("busy_after_ms", self.detect.busy_after_ms),
             ("queue_after_ms", self.detect.queue_after_ms),
@@ -382,6 +397,7 @@ mod tests {
             ("link_slack_ms = -1", "link_slack_ms"),
             ("wedged_after_ms = 0", "wedged_after_ms"),
             ("wedged_unanimous_ms = -10", "wedged_unanimous_ms"),
+            ("stall_unanimous_ms = 0", "stall_unanimous_ms"),
             ("stale_after_ms = 9223372036854775807", "stale_after_ms"),
             (
                 "endpoint_slow_ms = 18446744073709551615",
