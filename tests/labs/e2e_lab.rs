@@ -666,9 +666,23 @@ fn kv_transfer_stalled_names_both_engines_and_no_request_is_forgotten() {
     }
     // Past the 8 s threshold, the stream silent as long.
     std::thread::sleep(Duration::from_secs(10));
-    let snap = snapshot(&lab, 5.0, &fast_thresholds());
-    let prefill = comp_id(&snap, lab.prefill().pid);
+    let mut snap = snapshot(&lab, 5.0, &fast_thresholds());
     let decode = comp_id(&snap, lab.decode().pid);
+    let stalled = |snap: &Value| {
+        lab_findings(snap, &lab)
+            .iter()
+            .any(|f| f["kind"] == "kv_transfer_stalled" && f["component"] == decode.as_str())
+    };
+    if !stalled(&snap) {
+        // The stall lasts: one more look (a loaded run's look once judged it a wedge on
+        // 3/5 witnesses; the first look's sources are printed to tell why).
+        eprintln!(
+            "kv stall lab: no kv_transfer_stalled in the first look; its sources: {}",
+            snap["sources"]
+        );
+        snap = snapshot(&lab, 5.0, &fast_thresholds());
+    }
+    let prefill = comp_id(&snap, lab.prefill().pid);
     let f = expect_finding(&snap, &lab, &decode, "kv_transfer_stalled");
     assert_eq!(f["severity"], "critical");
     let summary = f["summary"].as_str().unwrap();
