@@ -177,18 +177,22 @@ pub fn from_recording(
 }
 
 /// A one-shot's window grows while a request at an engine that nothing is seen working for
-/// nears its verdict (`correlate::pending_verdict`: silent for a third of the soonest
-/// verdict, due within what is left), by at most the soonest verdict's wait in all
-/// (`wedged_unanimous_ms`); each step said on stderr. Why: the verdict needs two stack dumps
-/// over the wait and the wait itself, which a 3 s window started early may not hold.
+/// nears its verdict (`correlate::pending_verdict`: waiting for its first byte or its stream
+/// stopped, silent for a third of the soonest verdict, due within what is left), by at most
+/// the soonest verdict's wait in all (`wedged_unanimous_ms`, `stall_unanimous_ms`); each
+/// step said on stderr. Why: the verdict needs two stack dumps over the wait and the wait
+/// itself, which a 3 s window started early may not hold.
 fn look_longer_for_verdicts(
     opts: &attach::AttachOptions,
     mut model: wedgewatch::correlate::Correlator,
 ) -> anyhow::Result<wedgewatch::correlate::Correlator> {
     let th = &opts.thresholds;
-    let soonest = th.correlate.wedged_soonest_ms();
-    let silent = th.sampling.silent_after(soonest);
-    let mut left = soonest;
+    let (wedge, stall) = (
+        th.correlate.wedged_soonest_ms(),
+        th.correlate.stall_soonest_ms(),
+    );
+    let silent = th.sampling.silent_after(wedge.min(stall));
+    let mut left = wedge.max(stall);
     while left >= 1000 {
         let view = model.view(SystemClock.now_ms());
         let Some(p) = wedgewatch::correlate::pending_verdict(&model, &view, silent, left) else {

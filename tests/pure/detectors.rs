@@ -531,6 +531,33 @@ fn a_stopped_stream_waits_longer_on_less_evidence_and_never_early_after_work() {
     );
 }
 
+/// A one-shot that sees a stream stop at an idle engine is told how much longer to look for
+/// its verdict (as for a request waiting for its first byte); one whose engine worked since
+/// the stop is not (its verdict is the slow rule's).
+#[test]
+fn a_one_shot_is_told_how_much_longer_to_look_at_a_stopped_stream() {
+    let th = Thresholds::default();
+    let silent = th.sampling.silent_after(th.correlate.stall_soonest_ms());
+    let pending = |sim: &Sim| {
+        let v = sim.model.view(sim.now);
+        wedgewatch::correlate::pending_verdict(&sim.model, &v, silent, 10_000)
+    };
+    let (sim, _) = stream_then_stop(Env::idle(), 2_000, |_, _| {});
+    assert_eq!(pending(&sim), None, "stopped too recently to be suspect");
+    let (sim, _) = stream_then_stop(Env::idle(), 6_000, |_, _| {});
+    let p = pending(&sim).expect("a stopped stream pending");
+    assert_eq!(p.component, DECODE);
+    assert_eq!(p.wait_ms, 10_000, "{p:?}");
+    assert!((3_500..=4_500).contains(&p.more_ms), "{p:?}");
+
+    let burst = |env: &mut Env, quiet: Millis| {
+        let working = (3_000..3_500).contains(&quiet);
+        (env.gpu_util, env.gpu_watts) = if working { (85, 260) } else { (0, 60) };
+    };
+    let (sim, _) = stream_then_stop(Env::idle(), 6_000, burst);
+    assert_eq!(pending(&sim), None, "work seen since the stop");
+}
+
 #[test]
 fn busy_without_progress_on_a_spinning_gpu() {
     let mut sim = Sim::new(pd_topology());

@@ -318,7 +318,8 @@ pub struct PendingVerdict {
 }
 
 /// The pending verdict that needs the longest look, if any: a leg at an engine silent for
-/// at least `silent_ms`, no witness of its kind saw work, its verdict due within `within_ms`.
+/// at least `silent_ms` (waiting for its first byte, or its response stream stopped), no
+/// witness of its kind saw work, its verdict due within `within_ms`.
 pub fn pending_verdict(
     m: &Correlator,
     v: &View,
@@ -330,22 +331,34 @@ pub fn pending_verdict(
     }
     let th = &m.thresholds.correlate;
     let witnesses = kind_witnesses::LegWitnesses::new(m, v);
-    waiting_at_deepest_hop(v)
+    let eligible = |&(i, waited_ms): &(usize, Millis)| {
+        let r = &v.requests[i];
+        r.x.role.is_engine() && v.logical_of(r).stuck.is_none() && waited_ms >= silent_ms
+    };
+    // (leg, how long it waited, whether work was seen, its wait after a longer look)
+    let waiting = waiting_at_deepest_hop(v)
         .into_iter()
-        .filter(|&i| {
-            v.requests[i].x.role.is_engine() && v.logical_of(&v.requests[i]).stuck.is_none()
-        })
-        .filter_map(|i| {
-            let r = &v.requests[i];
-            let waited_ms = v.now - r.x.last_request_ms;
-            if waited_ms < silent_ms {
-                return None;
-            }
+        .map(|i| (i, v.now - v.requests[i].x.last_request_ms))
+        .filter(eligible)
+        .map(|(i, waited_ms)| {
             let w = witnesses.of(i);
-            if w.saw_work() {
-                return None;
-            }
-            let wait_ms = w.wait_after_longer_look(th.wedged_soonest_ms(), th.wedged_after_ms);
+            let wait = w.wait_after_longer_look(th.wedged_soonest_ms(), th.wedged_after_ms);
+            (i, waited_ms, w.saw_work(), wait)
+        });
+    let streams = stopped_streams(v, th.done_quiet_ms)
+        .into_iter()
+        .filter_map(|i| Some((i, v.now - v.requests[i].x.last_out_ms?)))
+        .filter(eligible)
+        .filter_map(|(i, waited_ms)| {
+            let w = witnesses.of_stream(i)?;
+            let wait = w.wait_after_longer_look(th.stall_soonest_ms(), th.stall_after_ms);
+            Some((i, waited_ms, w.saw_work(), wait))
+        });
+    waiting
+        .chain(streams)
+        .filter(|(_, _, saw_work, _)| !saw_work)
+        .filter_map(|(i, waited_ms, _, wait_ms)| {
+            let r = &v.requests[i];
             let more_ms = (wait_ms - waited_ms).max(1000);
             (more_ms <= within_ms).then(|| PendingVerdict {
                 leg: r.leg,
@@ -356,6 +369,20 @@ pub fn pending_verdict(
             })
         })
         .max_by_key(|p| p.more_ms)
+}
+
+/// Response streams still open whose bytes stopped (`done_quiet_ms` ago or more) at the
+/// deepest hop holding them, not judged stalled yet, probes left out.
+fn stopped_streams(v: &View, done_quiet_ms: Millis) -> Vec<usize> {
+    (0..v.requests.len())
+        .filter(|&i| {
+            let r = &v.requests[i];
+            r.state == RequestState::Streaming
+                && r.x.last_out_ms.is_some_and(|t| v.now - t >= done_quiet_ms)
+                && !v.logical[r.request].probe
+                && v.outstanding_child(r).is_none()
+        })
+        .collect()
 }
 
 /// PD: when both legs of one request wait, sets aside the consequence ([`pd_cause`] names
