@@ -595,6 +595,30 @@ fn stalled_stream_is_blamed_on_decode() {
     );
 }
 
+/// The same stall judged on its witnesses: at production's unanimous wait (10 s), the slow
+/// rule put at 60 s, streams silent for about 15 s are stalled, and the finding says on what.
+#[test]
+fn a_stalled_stream_is_judged_on_its_witnesses_before_the_slow_rule() {
+    let lab =
+        Lab::up(&LabOptions::pd().decode_env("LAB_FAULT_STALL_AFTER_TOKENS", "3")).expect("lab up");
+    let _load = lab.load_background_with(2, 2, 60.0, 40).expect("harness");
+    std::thread::sleep(Duration::from_secs(18));
+    let thresholds = lab::repo_root().join("tests/fixtures/thresholds-stall-witnessed.toml");
+    let snap = snapshot(&lab, 5.0, &thresholds);
+    let decode = comp_id(&snap, lab.decode().pid);
+    let f = expect_finding(&snap, &lab, &decode, "stalled_stream");
+    let summary = f["summary"].as_str().unwrap_or_default();
+    let judged_after: f64 = summary
+        .split("judged after ")
+        .nth(1)
+        .and_then(|t| t.split(" s on ").next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no \"judged after N s on\": {summary}"));
+    assert!(judged_after < 60.0, "the slow rule's: {summary}");
+    let ev = evidence_text(f);
+    assert!(ev.contains("no byte since the stream's last"), "{ev}");
+}
+
 /// Busy without progress: a spinning all-reduce; the decode GPU is `spinning`, not working.
 #[test]
 fn busy_without_progress_is_blamed_on_decode_with_gpu_spinning() {
