@@ -9,9 +9,11 @@ watches that lab alone on a machine where other labs run side by side.
 Protocol: one JSON array per line on stdin, a command to run (e.g. `["python3",
 "lab.py", "up", ...]`), or `{"argv": [...], "timeout": SECONDS}` for one killed (its
 process group) past that; one JSON object per line on stdout when it ends:
-`{"rc": N, "out": "...", "err": "..."}`. End of stdin: the keeper exits (its orphans go to
-init; the lab is down by then). Adopted processes are reaped as they die, so a stopped
-component is gone, not a zombie, while `down` checks that nothing is left.
+`{"rc": N, "out": "...", "err": "..."}`. End of stdin: the keeper exits; the lab is down by
+then, and anything still below it (its test ended without taking the lab down: killed, or
+a panic past its cleanup) is terminated, then killed, so no lab outlives its test. Adopted
+processes are reaped as they die, so a stopped component is gone, not a zombie, while
+`down` checks that nothing is left.
 """
 
 import ctypes
@@ -22,8 +24,12 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 
 PR_SET_CHILD_SUBREAPER = 36
+# What the processes left at the end get after SIGTERM before SIGKILL (the testkit kills the
+# keeper itself 5 s after closing its stdin).
+END_TERM_GRACE_S = 2.0
 
 
 def reap_adopted(running):
@@ -68,6 +74,48 @@ def run(argv, timeout, lock, state):
                 "err": err.read().decode(errors="replace") + late}
 
 
+def descendants(root):
+    """Every live process below `root`, from /proc (parents before children)."""
+    children = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        # after the command's closing parenthesis: state, then ppid
+        fields = stat[stat.rfind(")") + 2:].split()
+        if len(fields) > 1 and fields[0] != "Z":
+            children.setdefault(int(fields[1]), []).append(int(name))
+    out, todo = [], [root]
+    while todo:
+        for pid in children.get(todo.pop(), []):
+            out.append(pid)
+            todo.append(pid)
+    return out
+
+
+def end_what_is_left():
+    """Terminates, then kills, every process still below the keeper; the dead are reaped."""
+    me = os.getpid()
+    for sig, grace in ((signal.SIGTERM, END_TERM_GRACE_S), (signal.SIGKILL, 1.0)):
+        left = descendants(me)
+        if not left:
+            return
+        for pid in left:
+            try:
+                os.kill(pid, sig)
+            except OSError:
+                pass
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and descendants(me):
+            reap_adopted(None)
+            time.sleep(0.05)
+    reap_adopted(None)
+
+
 def reaper(lock, state, stop):
     while not stop.wait(0.05):
         with lock:
@@ -93,6 +141,7 @@ def main():
             argv, timeout = cmd, None
         print(json.dumps(run(argv, timeout, lock, state)), flush=True)
     stop.set()
+    end_what_is_left()
 
 
 if __name__ == "__main__":

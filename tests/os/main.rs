@@ -17,6 +17,7 @@ mod fleet_snapshot;
 mod hang_safety;
 mod incidents;
 mod input_safety;
+mod lab_keeper;
 mod layers;
 mod merge;
 mod metric_names;
