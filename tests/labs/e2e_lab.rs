@@ -704,6 +704,11 @@ fn kv_transfer_stalled_names_both_engines_and_no_request_is_forgotten() {
             "kv stall lab: no kv_transfer_stalled in the first look; its sources: {}",
             snap["sources"]
         );
+        // Kept for reading after the run (the second look overwrites the helper's copy).
+        let _ = std::fs::write(
+            std::env::temp_dir().join("ww-kv-first-look.json"),
+            snap.to_string(),
+        );
         snap = snapshot(&lab, 5.0, &fast_thresholds());
     }
     let prefill = comp_id(&snap, lab.prefill().pid);

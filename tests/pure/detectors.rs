@@ -73,6 +73,11 @@ impl Env {
             gen_total: 0.0,
         }
     }
+    /// Its scheduler's dumps in `state`, `top` their innermost frame.
+    fn scheduler_in(mut self, state: &'static str, top: &'static str) -> Env {
+        (self.sched_state, self.sched_top) = (state, top);
+        self
+    }
     fn tick(&mut self, sim: &mut Sim) {
         self.ticks += 1;
         if self.ticks % 4 == 1 {
@@ -354,28 +359,11 @@ fn slow_but_progressing_stream_raises_nothing() {
 
 #[test]
 fn stalled_stream_blames_the_deepest_stalled_hop() {
-    let mut sim = Sim::new(pd_topology());
-    let mut env = Env::idle();
-    let [a, b, p, d] = pd_request(&mut sim);
-    sim.run(250, |s| env.tick(s));
-    sim.respond(p, 100);
-    sim.run(2_000, |s| {
-        env.tick(s);
-        s.respond(d, 50);
-        s.respond(b, 50);
-        s.respond(a, 50);
-    });
-    sim.run(40_000, |s| env.tick(s));
-    let fs = findings(&sim);
-    let st: Vec<_> = fs.iter().filter(|f| f.kind == "stalled_stream").collect();
-    assert_eq!(st.len(), 1, "{fs:#?}");
-    assert_eq!(st[0].component.as_deref(), Some(DECODE));
-    assert!(
-        st[0].summary.contains("stopped 40 s ago"),
-        "{}",
-        st[0].summary
-    );
-    assert_eq!(st[0].requests.len(), 1, "one request, whatever its hops");
+    let (sim, fs) = stream_then_stop(Env::idle(), 40_000, |_, _| {});
+    let st = one_stalled(&fs);
+    assert_eq!(st.component.as_deref(), Some(DECODE));
+    assert!(st.summary.contains("stopped 40 s ago"), "{}", st.summary);
+    assert_eq!(st.requests.len(), 1, "one request, whatever its hops");
     assert_none_of(&fs, &["wedged_request", "busy_without_progress"]);
     let parts = wedgewatch::pipeline::parts(&sim.model, sim.now);
     assert_eq!(
@@ -388,20 +376,10 @@ fn stalled_stream_blames_the_deepest_stalled_hop() {
     );
 
     // Same stop, but the engine says nothing is open: the response was complete.
-    let mut sim2 = Sim::new(pd_topology());
     let mut env2 = Env::idle();
     env2.decode_metrics = vec![("running", 0.0), ("http_active", 0.0)];
-    let [a, b, p, d] = pd_request(&mut sim2);
-    sim2.run(250, |s| env2.tick(s));
-    sim2.respond(p, 100);
-    sim2.run(2_000, |s| {
-        env2.tick(s);
-        s.respond(d, 50);
-        s.respond(b, 50);
-        s.respond(a, 50);
-    });
-    sim2.run(40_000, |s| env2.tick(s));
-    assert_none_of(&findings(&sim2), &NEVER);
+    let (_, fs) = stream_then_stop(env2, 40_000, |_, _| {});
+    assert_none_of(&fs, &NEVER);
 
     // Same stop while someone's metrics scrape (a 104-byte GET from outside the stack)
     // waits at the engine: the engine's in-flight count (1) is the stream, not the scrape.
@@ -456,17 +434,19 @@ fn stalled_streams(fs: &[Finding]) -> Vec<&Finding> {
     fs.iter().filter(|f| f.kind == "stalled_stream").collect()
 }
 
+/// The one `stalled_stream` among `fs` (fails when there is none or more than one).
+fn one_stalled(fs: &[Finding]) -> &Finding {
+    let st = stalled_streams(fs);
+    assert_eq!(st.len(), 1, "{fs:#?}");
+    st[0]
+}
+
 /// A stream that stopped where every witness says nothing works on it (GPU idle, a PD
 /// decode's loop polling its queues, counters frozen, no queue) is stalled after
 /// `stall_unanimous_ms` (10 s), not `stall_after_ms` (30 s), and says what it was judged on.
 #[test]
 fn a_stopped_stream_is_stalled_as_soon_as_its_witnesses_agree() {
-    let polling = || {
-        let mut env = Env::idle();
-        env.sched_state = "pd_queue_polling";
-        env.sched_top = "process_decode_queue";
-        env
-    };
+    let polling = || Env::idle().scheduler_in("pd_queue_polling", "process_decode_queue");
     let (sim, fs) = stream_then_stop(polling(), 8_000, |_, _| {});
     assert!(stalled_streams(&fs).is_empty(), "early at 8 s: {fs:#?}");
     let parts = wedgewatch::pipeline::parts(&sim.model, sim.now);
@@ -474,15 +454,14 @@ fn a_stopped_stream_is_stalled_as_soon_as_its_witnesses_agree() {
     assert_eq!(dreq.map(|r| r.state), Some(RequestState::Streaming));
 
     let (_, fs) = stream_then_stop(polling(), 14_000, |_, _| {});
-    let st = stalled_streams(&fs);
-    assert_eq!(st.len(), 1, "{fs:#?}");
-    assert_eq!(st[0].component.as_deref(), Some(DECODE));
+    let st = one_stalled(&fs);
+    assert_eq!(st.component.as_deref(), Some(DECODE));
     assert!(
-        st[0].summary.contains("judged after 10 s on 5/5 witnesses"),
+        st.summary.contains("judged after 10 s on 5/5 witnesses"),
         "{}",
-        st[0].summary
+        st.summary
     );
-    let verdict = st[0].evidence.iter().find(|e| e.source == "verdict");
+    let verdict = st.evidence.iter().find(|e| e.source == "verdict");
     let verdict = verdict.map(|e| e.detail.as_str()).unwrap_or_default();
     assert!(
         verdict.contains("no byte since the stream's last")
@@ -497,21 +476,15 @@ fn a_stopped_stream_is_stalled_as_soon_as_its_witnesses_agree() {
 /// a witness that saw work since the stream stopped (a GPU burst), the slow rule (30 s).
 #[test]
 fn a_stopped_stream_waits_longer_on_less_evidence_and_never_early_after_work() {
-    let unknown = || {
-        let mut env = Env::idle();
-        env.sched_state = "unknown";
-        env.sched_top = "somewhere";
-        env
-    };
+    let unknown = || Env::idle().scheduler_in("unknown", "somewhere");
     let (_, fs) = stream_then_stop(unknown(), 13_000, |_, _| {});
     assert!(stalled_streams(&fs).is_empty(), "early at 13 s: {fs:#?}");
     let (_, fs) = stream_then_stop(unknown(), 17_000, |_, _| {});
-    let st = stalled_streams(&fs);
-    assert_eq!(st.len(), 1, "{fs:#?}");
+    let st = one_stalled(&fs);
     assert!(
-        st[0].summary.contains("judged after 15 s on 4/5 witnesses"),
+        st.summary.contains("judged after 15 s on 4/5 witnesses"),
         "{}",
-        st[0].summary
+        st.summary
     );
 
     // The GPU worked for half a second 4 s after the stop, then idled again.
@@ -522,13 +495,8 @@ fn a_stopped_stream_waits_longer_on_less_evidence_and_never_early_after_work() {
     let (_, fs) = stream_then_stop(Env::idle(), 25_000, burst);
     assert!(stalled_streams(&fs).is_empty(), "early after work: {fs:#?}");
     let (_, fs) = stream_then_stop(Env::idle(), 32_000, burst);
-    let st = stalled_streams(&fs);
-    assert_eq!(st.len(), 1, "{fs:#?}");
-    assert!(
-        st[0].summary.contains("judged after 30 s"),
-        "{}",
-        st[0].summary
-    );
+    let st = one_stalled(&fs);
+    assert!(st.summary.contains("judged after 30 s"), "{}", st.summary);
 }
 
 /// A one-shot that sees a stream stop at an idle engine is told how much longer to look for

@@ -7,7 +7,7 @@
 //! Thresholds read: `stall_after_ms` (to word the slow rule; it and `done_quiet_ms` judge in
 //! `correlate`).
 
-use super::wedged_request::{witnesses_of, MAX_VERDICT_EVIDENCE};
+use super::wedged_request::{judged, MAX_VERDICT_EVIDENCE};
 use super::{chain_text, idle_evidence, logical_ids, role_of, secs, stuck_by_component};
 use crate::correlate::{Correlator, RequestView, View, Witnesses};
 use crate::model::{Evidence, Finding, FindingKind, Severity, StuckKind};
@@ -44,10 +44,7 @@ pub fn stalled_stream(m: &Correlator, v: &View) -> Vec<Finding> {
             words.extend(w);
             evidence.extend(ev);
         }
-        let judged: Vec<(&RequestView, &Witnesses)> = ls
-            .iter()
-            .filter_map(|r| Some((*r, witnesses_of(v, r)?)))
-            .collect();
+        let judged = judged(v, &ls);
         evidence.extend(
             judged
                 .iter()

@@ -89,10 +89,7 @@ impl Stuck<'_> {
             false
         };
         evidence.extend(consequences.iter().map(|d| pd_leg_evidence(d)));
-        let judged: Vec<(&RequestView, &Witnesses)> = ls
-            .iter()
-            .filter_map(|r| Some((*r, witnesses_of(v, r)?)))
-            .collect();
+        let judged = judged(v, ls);
         evidence.extend(
             judged
                 .iter()
@@ -137,10 +134,7 @@ pub(super) const MAX_VERDICT_EVIDENCE: usize = 5;
 /// judged one's, for a summary), and each one's witnesses (the first
 /// [`MAX_VERDICT_EVIDENCE`]).
 pub(super) fn verdicts(m: &Correlator, v: &View, ls: &[&RequestView]) -> (String, Vec<Evidence>) {
-    let judged: Vec<(&RequestView, &Witnesses)> = ls
-        .iter()
-        .filter_map(|r| Some((*r, witnesses_of(v, r)?)))
-        .collect();
+    let judged = judged(v, ls);
     let evidence = judged
         .iter()
         .take(MAX_VERDICT_EVIDENCE)
@@ -159,6 +153,16 @@ pub(super) fn judged_on(m: &Correlator, w: Option<&Witnesses>) -> String {
         )
     })
     .unwrap_or_default()
+}
+
+/// The legs of `ls` judged stuck, each with the witnesses it was judged on.
+pub(super) fn judged<'a>(
+    v: &'a View,
+    ls: &[&'a RequestView],
+) -> Vec<(&'a RequestView, &'a Witnesses)> {
+    ls.iter()
+        .filter_map(|r| Some((*r, witnesses_of(v, r)?)))
+        .collect()
 }
 
 /// The witnesses a stuck leg was judged on.
