@@ -3,14 +3,13 @@
 //! no lab outlives its test and shows up in the next test's discovery.
 
 use std::time::{Duration, Instant};
+use wedgewatch::sys::ProcFs;
 use wedgewatch_testkit::lab::{self, Keeper};
 
-/// A process's state letter and parent, from its stat (None: gone).
-fn state_and_parent(pid: u32) -> Option<(char, u32)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let mut after = stat.get(stat.rfind(')')? + 2..)?.split_whitespace();
-    let state = after.next()?.chars().next()?;
-    Some((state, after.next()?.parse().ok()?))
+/// A process's state letter and parent (None: gone).
+fn state_and_parent(pid: i32) -> Option<(char, i32)> {
+    let stat = ProcFs::real().stat(pid).ok()?;
+    Some((stat.state, stat.ppid))
 }
 
 #[test]
@@ -21,8 +20,8 @@ fn a_keeper_left_with_live_components_ends_them_when_its_test_ends() {
                  p = subprocess.Popen(['sleep', '300'], start_new_session=True); print(p.pid)";
     let argv = ["python3", "-c", start].map(String::from);
     let out = keeper.run(&argv).expect("the component started");
-    let pid: u32 = out.trim().parse().expect("its pid");
-    let keeper_pid = keeper.pid();
+    let pid: i32 = out.trim().parse().expect("its pid");
+    let keeper_pid = i32::try_from(keeper.pid()).expect("a pid");
     assert_eq!(
         state_and_parent(pid).map(|(_, parent)| parent),
         Some(keeper_pid),
