@@ -377,9 +377,12 @@ impl Correlator {
     fn stopped_long_enough(&self, cs: &ComponentState, last_out_ms: Millis, now: Millis) -> bool {
         let th = &self.thresholds.correlate;
         let quiet = now - last_out_ms;
-        // Most streams stop here, cheaply.
+        // Most streams stop here, cheaply; past the slow rule no witness can say otherwise.
         if quiet < th.stall_soonest_ms() {
             return false;
+        }
+        if quiet >= th.stall_after_ms {
+            return true;
         }
         let w = super::kind_witnesses::of_stopped_stream(self, cs, last_out_ms, now);
         quiet >= w.stall_wait(th)
