@@ -9,6 +9,7 @@
 
 use std::cell::Cell;
 use std::fs::File;
+use std::os::unix::fs::OpenOptionsExt;
 use std::sync::{Condvar, Mutex};
 
 /// Who holds the stacks in this process.
@@ -92,9 +93,11 @@ fn lock_file(alone: bool) -> Option<File> {
         "wedgewatch-test-stacks.lock".to_string()
     };
     let path = std::env::temp_dir().join(name);
+    // a shared temporary directory: a link planted under the name is not followed
     let file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
+        .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
         .open(&path)
         .map_err(|e| eprintln!("lab: cannot open {}: {e}", path.display()))
         .ok()?;
