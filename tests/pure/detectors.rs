@@ -1403,6 +1403,16 @@ fn tp_ranks_sim(
     dumps: usize,
     place: impl Fn(usize, usize) -> (&'static str, &'static str, &'static str),
 ) -> Sim {
+    tp_ranks_generating(dumps, place, 0.0)
+}
+
+/// [`tp_ranks_sim`], decode's `generation_tokens_total` scraped with each dump and rising by
+/// `tokens_per_dump` (0: no metrics).
+fn tp_ranks_generating(
+    dumps: usize,
+    place: impl Fn(usize, usize) -> (&'static str, &'static str, &'static str),
+    tokens_per_dump: f64,
+) -> Sim {
     let mut topo = pd_topology();
     topo.components[3].pids = vec![400];
     for rank in 0..4 {
@@ -1434,8 +1444,34 @@ fn tp_ranks_sim(
             })
             .collect();
         sim.ingest(Payload::Stacks(caps));
+        if tokens_per_dump > 0.0 {
+            let tokens = tokens_per_dump * (d + 1) as f64;
+            let m = [("generation_tokens_total", tokens)];
+            sim.ingest(Payload::Metrics(vec![scrape(DECODE, &m)]));
+        }
     }
     sim
+}
+
+/// A healthy TP engine on a slow machine (seen on the real SGLang tier's TP2 decode on the
+/// CPU): one rank still in its forward in every dump while the other waits in the
+/// all-reduce, and tokens come out: the ranks take turns, nothing diverged.
+#[test]
+fn ranks_taking_turns_while_tokens_come_out_have_not_diverged() {
+    let lagging = |rank, _| {
+        if rank == 0 {
+            ("running_batch", "sglang.running_batch", "_forward_raw")
+        } else {
+            IN_ALL_REDUCE
+        }
+    };
+    let generating = tp_ranks_generating(4, lagging, 40.0);
+    let fs = findings(&generating);
+    assert!(fs.iter().all(|f| f.kind != "ranks_diverged"), "{fs:#?}");
+    // The same split with no token coming out is the hang.
+    let hung = tp_ranks_generating(4, lagging, 0.0);
+    let fs = findings(&hung);
+    assert!(fs.iter().any(|f| f.kind == "ranks_diverged"), "{fs:#?}");
 }
 
 const IN_ALL_REDUCE: (&str, &str, &str) = (

@@ -1,7 +1,7 @@
 //! `ranks_diverged` (critical): most of an engine's rank processes wait in one collective
 //! while one or more are consistently elsewhere, each judged over at least
-//! `scheduler_min_dumps` agreeing dumps. Waits that are normal by design (pipeline
-//! point-to-point, TP ranks > 0 in a gloo collective) do not count. Rule and what to do:
+//! `scheduler_min_dumps` agreeing dumps, while the engine generates no token. Waits that are
+//! normal by design (pipeline point-to-point, TP ranks > 0 in a gloo collective) do not count. Rule and what to do:
 //! `ranks_diverged` in docs/findings.md.
 //!
 //! Thresholds read: `scheduler_min_dumps`.
@@ -15,6 +15,11 @@ use std::collections::BTreeMap;
 pub fn ranks_diverged(m: &Correlator, v: &View) -> Vec<Finding> {
     let mut out = Vec::new();
     for cs in v.components.values().filter(|c| c.role.is_engine()) {
+        // Tokens still come out: its ranks only take turns at a collective (a rank behind
+        // in its forward while the others wait in the all-reduce), not hung apart.
+        if cs.gen_rate.is_some_and(|r| r > 0.0) {
+            continue;
+        }
         let Some(ranks) = ranks_of(m, v, &cs.id) else {
             continue;
         };
